@@ -1,0 +1,57 @@
+# cellkit — run `make` or `make help` for the targets.
+SHELL := /usr/bin/env bash
+.DEFAULT_GOAL := help
+
+BIN        := $(CURDIR)/bin
+CONSUL     := $(BIN)/consul
+STATICCHECK_VERSION := v0.8.2
+FUZZTIME   ?= 10s
+BENCHTIME  ?= 1s
+BENCHCOUNT ?= 1
+PKGS       ?= ./...
+export CELLKIT_CONSUL := $(CONSUL)
+
+.PHONY: help
+help: ## list the targets
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[1m%-8s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+.PHONY: build
+build: ## compile every package and command into ./bin
+	go build ./...
+	@cmds=$$(go list -f '{{if eq .Name "main"}}{{.ImportPath}}{{end}}' ./...); \
+	if [ -n "$$cmds" ]; then GOBIN=$(BIN) go install $$cmds; fi
+
+.PHONY: tools
+tools: ## install the programs the tests need into ./bin (a real Consul agent, built once)
+	./scripts/install-consul.sh $(CONSUL)
+
+.PHONY: test
+test: tools ## run the whole test suite with -race (needs `make tools`, which it runs)
+	go test -race -timeout 20m -count 1 $(PKGS)
+
+.PHONY: lint
+lint: ## go vet and staticcheck
+	go vet ./...
+	GOBIN=$(BIN) go install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
+	$(BIN)/staticcheck ./...
+
+.PHONY: bench
+bench: ## run the benchmarks with -benchmem (BENCHTIME, BENCHCOUNT, PKGS to narrow)
+	go test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) -count $(BENCHCOUNT) $(PKGS)
+
+.PHONY: fuzz
+fuzz: ## run every fuzz target for FUZZTIME each (default 10s)
+	@set -e; for pkg in $$(go list ./...); do \
+	  for target in $$(go test -list '^Fuzz' $$pkg | grep '^Fuzz' || true); do \
+	    echo "fuzz $$pkg $$target ($(FUZZTIME))"; \
+	    go test -run '^$$' -fuzz "^$$target$$" -fuzztime $(FUZZTIME) $$pkg; \
+	  done; \
+	done
+
+.PHONY: fmt
+fmt: ## gofmt every Go file
+	gofmt -w $$(git ls-files '*.go')
+
+.PHONY: clean
+clean: ## remove ./bin and ./var
+	rm -rf $(BIN) var

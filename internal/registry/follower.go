@@ -1,0 +1,253 @@
+package registry
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/cellkit/cellkit/internal/slotmap"
+)
+
+// Follower keeps the newest good map of a registry for the request path.
+//
+// Static stability: it holds the last good map for as long as the registry
+// is unreachable, never swaps it for an older version or an invalid one, and
+// reports how long ago it last heard from the registry. With a CachePath it
+// also survives a restart while the registry is down.
+type Follower struct {
+	reg        Registry
+	log        *slog.Logger
+	now        func() time.Time
+	staleAfter time.Duration
+	cachePath  string
+	started    time.Time
+
+	cur       atomic.Pointer[slotmap.Map]
+	fromCache atomic.Bool  // cur came from the cache, not yet from the registry
+	lastSync  atomic.Int64 // unix nanoseconds of the last successful round, 0 if none
+
+	mu      sync.Mutex
+	changed chan struct{} // closed when a newer map is installed
+	ready   chan struct{} // closed once there is a map
+	lastErr error
+
+	versionGauge prometheus.Gauge
+	syncErrors   prometheus.Counter
+	updates      prometheus.Counter
+}
+
+// FollowerOptions configure a Follower. The zero value is usable.
+type FollowerOptions struct {
+	// Logger receives one line per new version and per change of registry
+	// health. Nil means slog.Default().
+	Logger *slog.Logger
+	// Registerer receives the follower's metrics. Nil means none are
+	// registered.
+	Registerer prometheus.Registerer
+	// Part names the process in metric names: cellkit_<part>_map_version.
+	// Empty means "map" alone (cellkit_map_version).
+	Part string
+	// StaleAfter is how long without a successful registry round trip before
+	// the map is reported stale. Zero means 30 s.
+	StaleAfter time.Duration
+	// CachePath, if set, is a local file that keeps a copy of the last good
+	// map, used at start when the registry cannot be read.
+	CachePath string
+	// Now is the clock. Nil means time.Now.
+	Now func() time.Time
+}
+
+// FollowerStatus describes what a Follower knows.
+type FollowerStatus struct {
+	Version   int64         `json:"version"`    // 0 before the first map
+	Synced    time.Time     `json:"synced"`     // last successful registry round trip (zero: never)
+	Age       time.Duration `json:"age"`        // since Synced (since start if never)
+	Stale     bool          `json:"stale"`      // Age > StaleAfter
+	LastError string        `json:"last_error"` // the registry's last error, "" if the last round succeeded
+	Registry  string        `json:"registry"`   // the registry's description
+	FromCache bool          `json:"from_cache"` // the map came from CachePath, not yet confirmed by the registry
+}
+
+// NewFollower returns a follower of reg. Call Run to start it.
+func NewFollower(reg Registry, opts FollowerOptions) (*Follower, error) {
+	f := &Follower{
+		reg:        reg,
+		log:        opts.Logger,
+		now:        opts.Now,
+		staleAfter: opts.StaleAfter,
+		cachePath:  opts.CachePath,
+		changed:    make(chan struct{}),
+		ready:      make(chan struct{}),
+	}
+	if f.log == nil {
+		f.log = slog.Default()
+	}
+	if f.now == nil {
+		f.now = time.Now
+	}
+	if f.staleAfter <= 0 {
+		f.staleAfter = 30 * time.Second
+	}
+	f.started = f.now()
+	prefix := "cellkit_map_"
+	if opts.Part != "" {
+		prefix = "cellkit_" + opts.Part + "_map_"
+	}
+	f.versionGauge = prometheus.NewGauge(prometheus.GaugeOpts{Name: prefix + "version", Help: "Version of the cell map in use."})
+	f.syncErrors = prometheus.NewCounter(prometheus.CounterOpts{Name: prefix + "sync_errors_total", Help: "Registry round trips that failed."})
+	f.updates = prometheus.NewCounter(prometheus.CounterOpts{Name: prefix + "updates_total", Help: "New map versions installed."})
+	age := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: prefix + "age_seconds", Help: "Seconds since the last successful registry round trip."},
+		func() float64 { return f.Status().Age.Seconds() })
+	stale := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: prefix + "stale", Help: "1 when the map has not been confirmed by the registry for longer than the stale threshold."},
+		func() float64 {
+			if f.Status().Stale {
+				return 1
+			}
+			return 0
+		})
+	if opts.Registerer != nil {
+		for _, c := range []prometheus.Collector{f.versionGauge, f.syncErrors, f.updates, age, stale} {
+			if err := opts.Registerer.Register(c); err != nil {
+				return nil, fmt.Errorf("register follower metrics: %w", err)
+			}
+		}
+	}
+	return f, nil
+}
+
+// Run follows the registry until ctx is done. It first installs the cached
+// map, if any, then watches the registry.
+func (f *Follower) Run(ctx context.Context) error {
+	if f.cachePath != "" && f.Map() == nil {
+		if data, err := os.ReadFile(f.cachePath); err == nil {
+			if m, err := slotmap.Decode(data); err == nil {
+				f.install(m, true)
+				f.log.Info("using cached cell map until the registry answers", "version", m.Version(), "cache", f.cachePath)
+			} else {
+				f.log.Warn("ignoring invalid map cache", "cache", f.cachePath, "err", err)
+			}
+		}
+	}
+	var after int64
+	if m := f.Map(); m != nil {
+		after = m.Version()
+	}
+	f.reg.Watch(ctx, after, f.observe)
+	return nil
+}
+
+// observe handles one Watch event.
+func (f *Follower) observe(ev Event) {
+	if ev.Err != nil {
+		f.syncErrors.Inc()
+		f.mu.Lock()
+		first := f.lastErr == nil
+		f.lastErr = ev.Err
+		f.mu.Unlock()
+		if first {
+			f.log.Warn("cannot read the cell map registry; keeping the last good map", "registry", f.reg.Describe(), "version", f.version(), "err", ev.Err)
+		}
+		return
+	}
+	f.lastSync.Store(ev.At.UnixNano())
+	f.mu.Lock()
+	recovered := f.lastErr != nil
+	f.lastErr = nil
+	f.mu.Unlock()
+	if recovered {
+		f.log.Info("cell map registry reachable again", "registry", f.reg.Describe())
+	}
+	if ev.Map != nil {
+		f.install(ev.Map, false)
+	}
+}
+
+func (f *Follower) version() int64 {
+	if m := f.Map(); m != nil {
+		return m.Version()
+	}
+	return 0
+}
+
+// install makes m current if it is newer, and wakes waiters.
+func (f *Follower) install(m *slotmap.Map, fromCache bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if cur := f.cur.Load(); cur != nil && m.Version() <= cur.Version() {
+		return
+	}
+	f.cur.Store(m)
+	f.fromCache.Store(fromCache)
+	f.versionGauge.Set(float64(m.Version()))
+	f.updates.Inc()
+	close(f.changed)
+	f.changed = make(chan struct{})
+	select {
+	case <-f.ready:
+	default:
+		close(f.ready)
+	}
+	if !fromCache {
+		f.log.Info("cell map updated", "version", m.Version(), "change", m.Change())
+		if f.cachePath != "" {
+			if data, err := m.Encode(); err == nil {
+				if err := WriteFileAtomic(f.cachePath, data); err != nil {
+					f.log.Warn("cannot write map cache", "cache", f.cachePath, "err", err)
+				}
+			}
+		}
+	}
+}
+
+// Map returns the current map, nil before the first one.
+func (f *Follower) Map() *slotmap.Map { return f.cur.Load() }
+
+// Changed returns a channel that is closed when a map newer than the current
+// one is installed.
+func (f *Follower) Changed() <-chan struct{} {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.changed
+}
+
+// WaitReady blocks until the follower has a map or ctx is done.
+func (f *Follower) WaitReady(ctx context.Context) error {
+	select {
+	case <-f.ready:
+		return nil
+	case <-ctx.Done():
+		f.mu.Lock()
+		lastErr := f.lastErr
+		f.mu.Unlock()
+		if lastErr != nil {
+			return fmt.Errorf("no cell map from %s: %w", f.reg.Describe(), errors.Join(ctx.Err(), lastErr))
+		}
+		return fmt.Errorf("no cell map from %s: %w", f.reg.Describe(), ctx.Err())
+	}
+}
+
+// Status reports the follower's view.
+func (f *Follower) Status() FollowerStatus {
+	now := f.now()
+	st := FollowerStatus{Version: f.version(), Registry: f.reg.Describe(), FromCache: f.fromCache.Load()}
+	if ns := f.lastSync.Load(); ns != 0 {
+		st.Synced = time.Unix(0, ns)
+		st.Age = now.Sub(st.Synced)
+	} else {
+		st.Age = now.Sub(f.started)
+	}
+	st.Stale = st.Synced.IsZero() || st.Age > f.staleAfter
+	f.mu.Lock()
+	if f.lastErr != nil {
+		st.LastError = f.lastErr.Error()
+	}
+	f.mu.Unlock()
+	return st
+}

@@ -1,0 +1,242 @@
+package registry
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+)
+
+// fakeClock is a clock the test moves by hand.
+type fakeClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *fakeClock) Add(d time.Duration) {
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	c.mu.Unlock()
+}
+
+// runFollower starts f and stops it at cleanup.
+func runFollower(t *testing.T, f *Follower) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); f.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+}
+
+func TestFollowerStalenessFollowsTheClock(t *testing.T) {
+	clock := &fakeClock{now: time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)}
+	dir := t.TempDir()
+	r, err := NewFile(filepath.Join(dir, "map.json"), Options{PollInterval: 10 * time.Millisecond, Now: clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := testContext(t)
+	if err := r.CompareAndSwap(ctx, 0, firstMap(t)); err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	f, err := NewFollower(r, FollowerOptions{StaleAfter: 30 * time.Second, Now: clock.Now, Registerer: reg, Part: "router"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runFollower(t, f)
+	if err := f.WaitReady(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if st := f.Status(); st.Stale || st.Version != 1 || st.Age != 0 {
+		t.Fatalf("Status() = %+v, want fresh version 1", st)
+	}
+	// The registry goes away; time passes.
+	if err := os.Rename(dir, dir+"-away"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.Rename(dir+"-away", dir) })
+	waitFor(t, 5*time.Second, "a failed round", func() bool { return f.Status().LastError != "" })
+	clock.Add(29 * time.Second)
+	if st := f.Status(); st.Stale {
+		t.Fatalf("after 29s: Status() = %+v, want not yet stale", st)
+	}
+	clock.Add(2 * time.Second)
+	st := f.Status()
+	if !st.Stale || st.Age != 31*time.Second || st.Version != 1 {
+		t.Fatalf("after 31s: Status() = %+v, want stale, age 31s, still version 1", st)
+	}
+	if got := testutil.ToFloat64(f.versionGauge); got != 1 {
+		t.Errorf("cellkit_router_map_version = %v, want 1", got)
+	}
+	n, err := testutil.GatherAndCount(reg, "cellkit_router_map_age_seconds", "cellkit_router_map_stale", "cellkit_router_map_sync_errors_total")
+	if err != nil || n != 3 {
+		t.Errorf("gathered %d of the 3 follower metrics: %v", n, err)
+	}
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(`
+# HELP cellkit_router_map_age_seconds Seconds since the last successful registry round trip.
+# TYPE cellkit_router_map_age_seconds gauge
+cellkit_router_map_age_seconds 31
+# HELP cellkit_router_map_stale 1 when the map has not been confirmed by the registry for longer than the stale threshold.
+# TYPE cellkit_router_map_stale gauge
+cellkit_router_map_stale 1
+`), "cellkit_router_map_age_seconds", "cellkit_router_map_stale"); err != nil {
+		t.Error(err)
+	}
+}
+
+func TestFollowerNeverGoesBackwardsOrTakesAnInvalidMap(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "map.json")
+	r, err := NewFile(path, Options{PollInterval: 10 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := testContext(t)
+	v1 := firstMap(t)
+	v2 := pin(t, v1, "a")
+	if err := r.CompareAndSwap(ctx, 0, v1); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.CompareAndSwap(ctx, 1, v2); err != nil {
+		t.Fatal(err)
+	}
+	f, err := NewFollower(r, FollowerOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runFollower(t, f)
+	waitFor(t, 5*time.Second, "version 2", func() bool { return f.Map() != nil && f.Map().Version() == 2 })
+
+	// Someone puts version 1 back by hand, then garbage.
+	old, _ := v1.Encode()
+	if err := WriteFileAtomic(path, old); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Second, "a successful round over the old version", func() bool {
+		m, _ := r.Load(ctx)
+		return m != nil && m.Version() == 1
+	})
+	time.Sleep(50 * time.Millisecond) // several poll rounds
+	if got := f.Map().Version(); got != 2 {
+		t.Fatalf("follower went back to version %d", got)
+	}
+	if err := WriteFileAtomic(path, []byte(`{"version":3,"slots":64,`)); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Second, "the follower to report the corrupt file", func() bool {
+		return strings.Contains(f.Status().LastError, "holds no valid map")
+	})
+	if got := f.Map().Version(); got != 2 {
+		t.Fatalf("follower map = version %d after a corrupt write, want 2", got)
+	}
+}
+
+func TestFollowerStartsFromItsCacheWhenTheRegistryIsDown(t *testing.T) {
+	dir := t.TempDir()
+	regDir := filepath.Join(dir, "registry")
+	cache := filepath.Join(dir, "cache", "map.json")
+	if err := os.MkdirAll(filepath.Dir(cache), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	r, err := NewFile(filepath.Join(regDir, "map.json"), Options{PollInterval: 10 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := testContext(t)
+	if err := r.CompareAndSwap(ctx, 0, firstMap(t)); err != nil {
+		t.Fatal(err)
+	}
+	first, err := NewFollower(r, FollowerOptions{CachePath: cache})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); first.Run(fctx) }()
+	if err := first.WaitReady(ctx); err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	<-done
+
+	// The registry is gone; a restarted process still gets a map at once.
+	if err := os.RemoveAll(regDir); err != nil {
+		t.Fatal(err)
+	}
+	second, err := NewFollower(r, FollowerOptions{CachePath: cache})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runFollower(t, second)
+	wctx, wcancel := context.WithTimeout(ctx, 2*time.Second)
+	defer wcancel()
+	if err := second.WaitReady(wctx); err != nil {
+		t.Fatalf("WaitReady with the registry down and a cache = %v", err)
+	}
+	if st := second.Status(); st.Version != 1 || !st.FromCache || !st.Stale {
+		t.Fatalf("Status() = %+v, want version 1 from the cache, stale", st)
+	}
+}
+
+func TestFollowerWaitReadyNamesTheRegistryError(t *testing.T) {
+	r, err := NewFile(filepath.Join(t.TempDir(), "none", "map.json"), Options{PollInterval: 10 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := NewFollower(r, FollowerOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runFollower(t, f)
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	err = f.WaitReady(ctx)
+	if err == nil || !strings.Contains(err.Error(), "registry holds no map") || !strings.Contains(err.Error(), "file:") {
+		t.Fatalf("WaitReady = %v, want an error naming the registry and ErrNoMap", err)
+	}
+}
+
+func TestFollowerChangedIsClosedOnNewVersion(t *testing.T) {
+	r, err := NewFile(filepath.Join(t.TempDir(), "map.json"), Options{PollInterval: 10 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := testContext(t)
+	v1 := firstMap(t)
+	if err := r.CompareAndSwap(ctx, 0, v1); err != nil {
+		t.Fatal(err)
+	}
+	f, err := NewFollower(r, FollowerOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runFollower(t, f)
+	if err := f.WaitReady(ctx); err != nil {
+		t.Fatal(err)
+	}
+	ch := f.Changed()
+	if err := r.CompareAndSwap(ctx, 1, pin(t, v1, "z")); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-ch:
+		if v := f.Map().Version(); v != 2 {
+			t.Fatalf("Changed closed with version %d, want 2", v)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Changed not closed after a new version")
+	}
+}

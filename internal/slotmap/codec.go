@@ -1,0 +1,482 @@
+package slotmap
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/url"
+	"slices"
+	"strconv"
+	"time"
+)
+
+// ErrInvalid is wrapped by every error that rejects a map or an operation's
+// arguments.
+var ErrInvalid = errors.New("invalid cell map")
+
+func invalid(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", ErrInvalid, fmt.Sprintf(format, args...))
+}
+
+const maxChange = 256
+
+func isLower(c byte) bool { return c >= 'a' && c <= 'z' }
+func isDigit(c byte) bool { return c >= '0' && c <= '9' }
+
+// ValidCellID reports whether id is acceptable as a cell id: 1–32 of
+// [a-z0-9-], starting and ending with a letter or digit.
+func ValidCellID(id string) bool {
+	if len(id) == 0 || len(id) > 32 || id[0] == '-' || id[len(id)-1] == '-' {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		if c := id[i]; !isLower(c) && !isDigit(c) && c != '-' {
+			return false
+		}
+	}
+	return true
+}
+
+// ValidUserID reports whether id is acceptable as a user id: 1–64 of
+// [A-Za-z0-9_-].
+func ValidUserID(id string) bool {
+	if len(id) == 0 || len(id) > MaxUserID {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		if c := id[i]; !isLower(c) && !isDigit(c) && !(c >= 'A' && c <= 'Z') && c != '_' && c != '-' {
+			return false
+		}
+	}
+	return true
+}
+
+// validAgency reports whether name is acceptable as an agency name: 1–32 of
+// [a-z0-9_] starting with a letter.
+func validAgency(name string) bool {
+	if len(name) == 0 || len(name) > 32 || !isLower(name[0]) {
+		return false
+	}
+	for i := 1; i < len(name); i++ {
+		if c := name[i]; !isLower(c) && !isDigit(c) && c != '_' {
+			return false
+		}
+	}
+	return true
+}
+
+// document is the JSON form. Field order here is the byte order of Encode.
+type document struct {
+	Version   int64             `json:"version"`
+	Slots     int               `json:"slots"`
+	Updated   string            `json:"updated,omitempty"`
+	Change    string            `json:"change,omitempty"`
+	Agencies  map[string]int    `json:"agencies"`
+	Cells     []Cell            `json:"cells"`
+	Overrides map[string]string `json:"overrides,omitempty"`
+	Table     []run             `json:"table"`
+}
+
+// run is a slot range [From, To] (inclusive) owned by one cell, encoded as
+// the JSON array [from, to, "cell"].
+type run struct {
+	From, To int
+	Cell     string
+}
+
+func (r run) MarshalJSON() ([]byte, error) {
+	b := make([]byte, 0, 32)
+	b = append(b, '[')
+	b = strconv.AppendInt(b, int64(r.From), 10)
+	b = append(b, ',')
+	b = strconv.AppendInt(b, int64(r.To), 10)
+	b = append(b, ',')
+	b = strconv.AppendQuote(b, r.Cell)
+	return append(b, ']'), nil
+}
+
+// UnmarshalJSON reads [from, to, "cell"]. The common shape (no escapes in
+// the cell id) is parsed by hand: a map has up to one run per slot, and the
+// generic path costs a dozen allocations per run.
+func (r *run) UnmarshalJSON(data []byte) error {
+	if from, to, cell, ok := parseRun(data); ok {
+		r.From, r.To, r.Cell = from, to, cell
+		return nil
+	}
+	var parts []json.RawMessage
+	if err := json.Unmarshal(data, &parts); err != nil || len(parts) != 3 {
+		return fmt.Errorf("table run %s: want [from, to, \"cell\"]", clip(data))
+	}
+	if err := json.Unmarshal(parts[0], &r.From); err != nil {
+		return fmt.Errorf("table run %s: from is not an integer", clip(data))
+	}
+	if err := json.Unmarshal(parts[1], &r.To); err != nil {
+		return fmt.Errorf("table run %s: to is not an integer", clip(data))
+	}
+	if err := json.Unmarshal(parts[2], &r.Cell); err != nil {
+		return fmt.Errorf("table run %s: cell is not a string", clip(data))
+	}
+	return nil
+}
+
+// parseRun parses `[int,int,"string"]` with optional spaces and a string
+// without escapes; ok is false for anything else.
+func parseRun(b []byte) (from, to int, cell string, ok bool) {
+	i := 0
+	skip := func() {
+		for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
+			i++
+		}
+	}
+	expect := func(c byte) bool {
+		skip()
+		if i < len(b) && b[i] == c {
+			i++
+			return true
+		}
+		return false
+	}
+	number := func() (int, bool) {
+		skip()
+		start, n := i, 0
+		for i < len(b) && isDigit(b[i]) && i-start < 9 {
+			n = n*10 + int(b[i]-'0')
+			i++
+		}
+		if i == start || (i < len(b) && isDigit(b[i])) || (b[start] == '0' && i-start > 1) {
+			return 0, false
+		}
+		return n, true
+	}
+	if !expect('[') {
+		return
+	}
+	var ok1, ok2 bool
+	if from, ok1 = number(); !ok1 || !expect(',') {
+		return
+	}
+	if to, ok2 = number(); !ok2 || !expect(',') || !expect('"') {
+		return
+	}
+	start := i
+	for i < len(b) && b[i] != '"' {
+		if b[i] == '\\' || b[i] < 0x20 || b[i] >= 0x80 {
+			return
+		}
+		i++
+	}
+	if i >= len(b) {
+		return
+	}
+	cell = string(b[start:i])
+	i++
+	if !expect(']') {
+		return
+	}
+	skip()
+	return from, to, cell, i == len(b)
+}
+
+func clip(b []byte) string {
+	if len(b) > 40 {
+		return string(b[:40]) + "…"
+	}
+	return string(b)
+}
+
+// Encode returns the map's canonical JSON: the same map always gives the same
+// bytes (cells sorted by id, maps by key, the table as maximal runs).
+func (m *Map) Encode() ([]byte, error) {
+	d := document{
+		Version:   m.version,
+		Slots:     m.slots,
+		Change:    m.change,
+		Agencies:  m.agencies,
+		Cells:     m.cells,
+		Overrides: m.overrides,
+		Table:     m.runs(),
+	}
+	if !m.updated.IsZero() {
+		d.Updated = m.updated.UTC().Format(time.RFC3339Nano)
+	}
+	if d.Agencies == nil {
+		d.Agencies = map[string]int{}
+	}
+	if d.Cells == nil {
+		d.Cells = []Cell{}
+	}
+	return json.Marshal(d)
+}
+
+// MarshalJSON makes a *Map encode as its canonical document.
+func (m *Map) MarshalJSON() ([]byte, error) { return m.Encode() }
+
+func (m *Map) runs() []run {
+	runs := []run{}
+	for s := 0; s < len(m.table); {
+		e := s
+		for e+1 < len(m.table) && m.table[e+1] == m.table[s] {
+			e++
+		}
+		runs = append(runs, run{From: s, To: e, Cell: m.cells[m.table[s]].ID})
+		s = e + 1
+	}
+	return runs
+}
+
+// Decode parses and validates a map document. Unknown fields, trailing data
+// and every broken invariant are errors wrapping ErrInvalid.
+func Decode(data []byte) (*Map, error) {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	var d document
+	if err := dec.Decode(&d); err != nil {
+		return nil, invalid("%v", err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, invalid("trailing data after the document")
+	}
+	m := &Map{
+		version:   d.Version,
+		slots:     d.Slots,
+		change:    d.Change,
+		agencies:  d.Agencies,
+		cells:     d.Cells,
+		overrides: d.Overrides,
+	}
+	if d.Updated != "" {
+		t, err := time.Parse(time.RFC3339Nano, d.Updated)
+		if err != nil {
+			return nil, invalid("updated %q is not an RFC 3339 time", d.Updated)
+		}
+		m.updated = t.UTC()
+	}
+	if m.agencies == nil {
+		m.agencies = map[string]int{}
+	}
+	if len(m.overrides) == 0 {
+		m.overrides = nil
+	}
+	for i := range m.cells {
+		if len(m.cells[i].Quota) == 0 {
+			m.cells[i].Quota = nil
+		}
+		if len(m.cells[i].FixedQuota) == 0 {
+			m.cells[i].FixedQuota = nil
+		}
+	}
+	slices.SortFunc(m.cells, func(a, b Cell) int { return cmpString(a.ID, b.ID) })
+	if err := m.checkHeader(); err != nil {
+		return nil, err
+	}
+	if err := m.checkCells(); err != nil {
+		return nil, err
+	}
+	m.finish()
+	if err := m.buildTable(d.Table); err != nil {
+		return nil, err
+	}
+	if err := m.checkTable(); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+func cmpString(a, b string) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// buildTable expands runs into the slot table, refusing gaps, overlaps and
+// unknown cells.
+func (m *Map) buildTable(runs []run) error {
+	if len(runs) == 0 {
+		return nil // checked by Validate: only allowed with no active cell
+	}
+	m.table = make([]uint16, m.slots)
+	next := 0
+	for _, r := range runs {
+		if r.From < 0 || r.To < r.From || r.To >= m.slots {
+			return invalid("table run [%d, %d, %q]: range outside 0..%d or reversed", r.From, r.To, r.Cell, m.slots-1)
+		}
+		if r.From > next {
+			return invalid("slot %d is unassigned", next)
+		}
+		if r.From < next {
+			return invalid("slot %d is assigned twice", r.From)
+		}
+		i, ok := m.index[r.Cell]
+		if !ok {
+			return invalid("slot %d is assigned to unknown cell %q", r.From, r.Cell)
+		}
+		for s := r.From; s <= r.To; s++ {
+			m.table[s] = uint16(i)
+		}
+		next = r.To + 1
+	}
+	if next != m.slots {
+		return invalid("slot %d is unassigned (the table ends at %d of %d slots)", next, next-1, m.slots)
+	}
+	return nil
+}
+
+// Validate checks every invariant of the map. Maps built by this package are
+// always valid; Validate is for maps that crossed a trust boundary.
+func (m *Map) Validate() error {
+	if err := m.checkHeader(); err != nil {
+		return err
+	}
+	if err := m.checkCells(); err != nil {
+		return err
+	}
+	return m.checkTable()
+}
+
+// checkTable checks the slot table and the overrides against the cells.
+func (m *Map) checkTable() error {
+	active := 0
+	for _, c := range m.cells {
+		if c.State == Active {
+			active++
+		}
+	}
+	switch {
+	case active == 0 && len(m.table) != 0:
+		return invalid("slots are assigned but no cell is active")
+	case active > 0 && len(m.table) != m.slots:
+		return invalid("slot table has %d slots, want %d", len(m.table), m.slots)
+	}
+	for s, ci := range m.table {
+		if int(ci) >= len(m.cells) {
+			return invalid("slot %d is assigned to an unknown cell", s)
+		}
+		if c := m.cells[ci]; c.State != Active {
+			return invalid("slot %d is assigned to %s cell %q", s, c.State, c.ID)
+		}
+	}
+	if len(m.overrides) > MaxOverrides {
+		return invalid("%d overrides, at most %d", len(m.overrides), MaxOverrides)
+	}
+	for user, id := range m.overrides {
+		if !ValidUserID(user) {
+			return invalid("override for user %q: user id must be 1-%d of [A-Za-z0-9_-]", user, MaxUserID)
+		}
+		if _, ok := m.index[id]; !ok {
+			return invalid("override for user %q points at unknown cell %q", user, id)
+		}
+	}
+	return nil
+}
+
+func (m *Map) checkHeader() error {
+	if m.version <= 0 {
+		return invalid("version %d must be > 0", m.version)
+	}
+	if m.slots <= 0 || m.slots > MaxSlots {
+		return invalid("slot count %d must be in 1..%d", m.slots, MaxSlots)
+	}
+	if len(m.change) > maxChange {
+		return invalid("change description longer than %d bytes", maxChange)
+	}
+	for name, limit := range m.agencies {
+		if !validAgency(name) {
+			return invalid("agency name %q must be 1-32 of [a-z0-9_] starting with a letter", name)
+		}
+		if limit <= 0 {
+			return invalid("agency %q: session limit %d must be > 0", name, limit)
+		}
+	}
+	return nil
+}
+
+func (m *Map) checkCells() error {
+	if len(m.cells) > MaxCells {
+		return invalid("%d cells, at most %d", len(m.cells), MaxCells)
+	}
+	used := make(map[string]int, len(m.agencies))
+	for i, c := range m.cells {
+		if !ValidCellID(c.ID) {
+			return invalid("cell id %q must be 1-32 of [a-z0-9-], starting and ending with a letter or digit", c.ID)
+		}
+		if i > 0 && m.cells[i-1].ID == c.ID {
+			return invalid("duplicate cell id %q", c.ID)
+		}
+		switch c.State {
+		case Active, Draining, Drained:
+		default:
+			return invalid("cell %q: state %q must be active, draining or drained", c.ID, c.State)
+		}
+		if c.Weight <= 0 || c.Weight > MaxWeight {
+			return invalid("cell %q: weight %d must be in 1..%d", c.ID, c.Weight, MaxWeight)
+		}
+		if err := checkURL(c.Intake); err != nil {
+			return invalid("cell %q: intake %v", c.ID, err)
+		}
+		if err := checkURL(c.Admin); err != nil {
+			return invalid("cell %q: admin %v", c.ID, err)
+		}
+		for agency, n := range c.FixedQuota {
+			if _, ok := m.agencies[agency]; !ok {
+				return invalid("cell %q: fixed quota for unknown agency %q", c.ID, agency)
+			}
+			if n < 0 {
+				return invalid("cell %q: fixed quota %d for %q must be >= 0", c.ID, n, agency)
+			}
+		}
+		for agency, n := range c.Quota {
+			if _, ok := m.agencies[agency]; !ok {
+				return invalid("cell %q: quota for unknown agency %q", c.ID, agency)
+			}
+			if n < 0 {
+				return invalid("cell %q: quota %d for %q must be >= 0", c.ID, n, agency)
+			}
+			if n > 0 && !c.takesQuota() {
+				return invalid("cell %q is drained but holds a quota of %d %q sessions", c.ID, n, agency)
+			}
+			used[agency] += n
+		}
+	}
+	for agency, n := range used {
+		if limit := m.agencies[agency]; n > limit {
+			return invalid("agency %q: cell quotas sum to %d, over its session limit %d", agency, n, limit)
+		}
+	}
+	return nil
+}
+
+// CheckURL reports why s is not usable as a cell endpoint, or nil.
+func CheckURL(s string) error {
+	if err := checkURL(s); err != nil {
+		return fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	return nil
+}
+
+func checkURL(s string) error {
+	u, err := url.Parse(s)
+	if err != nil {
+		return fmt.Errorf("url %q is malformed", s)
+	}
+	if u.Scheme != "http" && u.Scheme != "https" {
+		return fmt.Errorf("url %q must be http:// or https://", s)
+	}
+	if u.Host == "" || u.Hostname() == "" {
+		return fmt.Errorf("url %q has no host", s)
+	}
+	if p := u.Port(); p != "" {
+		if n, err := strconv.Atoi(p); err != nil || n <= 0 || n > 65535 {
+			return fmt.Errorf("url %q has a bad port", s)
+		}
+	}
+	if u.User != nil || u.RawQuery != "" || u.Fragment != "" {
+		return fmt.Errorf("url %q must not carry user info, query or fragment", s)
+	}
+	return nil
+}
