@@ -8,7 +8,7 @@ import (
 	"github.com/cellkit/cellkit/internal/consultest"
 )
 
-func TestAgentStopRestart(t *testing.T) {
+func TestConsulAgentStopRestart(t *testing.T) {
 	agent := consultest.Start(t)
 	kv := agent.Client(t).KV()
 
@@ -40,14 +40,14 @@ func TestAgentStopRestart(t *testing.T) {
 	}
 }
 
-func TestTwoAgents(t *testing.T) {
+func TestConsulTwoAgents(t *testing.T) {
 	a, b := consultest.Start(t), consultest.Start(t)
 	if a.Addr() == b.Addr() {
 		t.Fatalf("two agents share address %s", a.Addr())
 	}
 }
 
-func TestACL(t *testing.T) {
+func TestConsulACL(t *testing.T) {
 	agent := consultest.Start(t, consultest.WithACL("c0ffee00-0000-4000-8000-000000000001"))
 	if _, err := agent.Client(t).KV().Put(&api.KVPair{Key: "consultest/acl", Value: []byte("x")}, nil); err != nil {
 		t.Fatalf("Put with management token: %v", err)

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"net/http"
 	"sync"
 	"time"
 
@@ -172,14 +171,14 @@ func (c *Consul) Watch(ctx context.Context, after int64, fn func(Event)) {
 			failures = 0
 			index = nextIndex(index, meta.LastIndex)
 			ev := Event{At: c.opts.now()}
-			if pair != nil {
-				m, err := c.decode(pair)
-				switch {
-				case err != nil:
-					ev.Err = err
-				case m.Version() > last:
-					ev.Map, last = m, m.Version()
-				}
+			if pair == nil {
+				// Reachable but empty (a registry that lost its data) does
+				// not confirm anyone's map, as with the file backend.
+				ev.Err = ErrNoMap
+			} else if m, err := c.decode(pair); err != nil {
+				ev.Err = err
+			} else if m.Version() > last {
+				ev.Map, last = m, m.Version()
 			}
 			fn(ev)
 		}
@@ -239,6 +238,9 @@ func (c *Consul) Lock(ctx context.Context, holder string) (Lock, error) {
 		Behavior:  api.SessionBehaviorRelease,
 	}, (&api.WriteOptions{}).WithContext(ctx))
 	if err != nil {
+		if ctx.Err() != nil {
+			return nil, &LockedError{Holder: c.holder(ctx), Err: ctx.Err()}
+		}
 		return nil, fmt.Errorf("create consul session for writer lock: %w", err)
 	}
 	renewCtx, stopRenew := context.WithCancel(context.Background())
@@ -353,11 +355,8 @@ func (l *consulLock) abandon(ctx context.Context) {
 func (l *consulLock) release(ctx context.Context) error {
 	l.stopRenew()
 	<-l.renewed
+	// Destroying a session that is already gone succeeds.
 	if _, err := l.client.Session().Destroy(l.session, (&api.WriteOptions{}).WithContext(ctx)); err != nil {
-		var se api.StatusError
-		if errors.As(err, &se) && se.Code == http.StatusNotFound {
-			return nil
-		}
 		return fmt.Errorf("destroy consul session %s: %w", l.session, err)
 	}
 	return nil

@@ -214,6 +214,12 @@ func TestConsulLockSessionEnds(t *testing.T) {
 		t.Fatalf("Lock(second) while held = %v, want a LockedError naming first", err)
 	}
 
+	done, cancelDone := context.WithCancel(ctx)
+	cancelDone()
+	if _, err := b.Lock(done, "second"); !errors.As(err, &locked) || locked.Holder.Holder != "first" {
+		t.Fatalf("Lock(second) with a cancelled context = %v, want a LockedError naming first", err)
+	}
+
 	if _, err := agent.Client(t).Session().Destroy(la.(*consulLock).Session(), nil); err != nil {
 		t.Fatal(err)
 	}
@@ -246,6 +252,15 @@ func TestConsulLockSessionEnds(t *testing.T) {
 	}
 	if err := la.Unlock(ctx); err != nil {
 		t.Errorf("Unlock of a lost lock: %v", err)
+	}
+	pair, _, err := agent.Client(t).KV().Get(prefix+"/lock", nil)
+	if err != nil || pair == nil || pair.Session != lc.(*consulLock).Session() {
+		t.Errorf("lock key after the lost lock's Unlock = %+v, %v; want it still held by third", pair, err)
+	}
+	select {
+	case <-lc.Lost():
+		t.Errorf("Unlock of a lost lock took the lock from its new holder")
+	default:
 	}
 	if err := lc.Unlock(ctx); err != nil {
 		t.Errorf("Unlock(third): %v", err)

@@ -225,9 +225,16 @@ func (f *File) Lock(ctx context.Context, holder string) (Lock, error) {
 		}
 		return nil, fmt.Errorf("file registry lock: %w", err)
 	}
+	// The description is for others' error messages; a disk that cannot
+	// take it cannot take the map either, so failing here is failing early.
 	data, _ := json.Marshal(newHolder(holder, f.opts.now()))
-	if err := file.Truncate(0); err == nil {
+	err = file.Truncate(0)
+	if err == nil {
 		_, err = file.WriteAt(data, 0)
+	}
+	if err != nil {
+		file.Close()
+		return nil, fmt.Errorf("file registry lock: write holder: %w", err)
 	}
 	return &fileLock{file: file, lost: make(chan struct{})}, nil
 }

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"go.uber.org/goleak"
 )
 
 // holdLockEnv makes the test binary a lock holder process (see TestMain).
@@ -20,7 +22,13 @@ func TestMain(m *testing.M) {
 		holdLockUntilKilled(path)
 		return
 	}
-	os.Exit(m.Run())
+	// Every Watch, lock renewal and follower a test starts must have
+	// stopped by the end. Idle keep-alive connections of HTTP clients are
+	// not leaks.
+	goleak.VerifyTestMain(m,
+		goleak.IgnoreTopFunction("net/http.(*persistConn).readLoop"),
+		goleak.IgnoreTopFunction("net/http.(*persistConn).writeLoop"),
+	)
 }
 
 // holdLockUntilKilled is the body of the holder process: take the writer

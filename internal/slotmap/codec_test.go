@@ -2,6 +2,7 @@ package slotmap
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"strings"
 	"testing"
@@ -172,6 +173,32 @@ func FuzzDecode(f *testing.F) {
 			if r.Slot < 0 || r.Slot >= m.Slots() {
 				t.Fatalf("Lookup(%q).Slot = %d out of range", u, r.Slot)
 			}
+		}
+	})
+}
+
+// FuzzParseRun checks the hand-written run parser against encoding/json:
+// whatever the fast path accepts, the generic path reads the same way.
+func FuzzParseRun(f *testing.F) {
+	for _, seed := range []string{`[0,3,"c1"]`, ` [ 12 , 13 , "cell-9" ] `, `[01,2,"x"]`, `[1,2,"a\"b"]`, `[1,2,"é"]`, `[1e3,2,"x"]`, `[1,2,"x"]x`} {
+		f.Add([]byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		from, to, cell, ok := parseRun(data)
+		if !ok {
+			return
+		}
+		var parts []json.RawMessage
+		if err := json.Unmarshal(data, &parts); err != nil || len(parts) != 3 {
+			t.Fatalf("parseRun accepted %q, encoding/json does not: %v", data, err)
+		}
+		var f2, t2 int
+		var c2 string
+		if json.Unmarshal(parts[0], &f2) != nil || json.Unmarshal(parts[1], &t2) != nil || json.Unmarshal(parts[2], &c2) != nil {
+			t.Fatalf("parseRun accepted %q, encoding/json cannot read its parts", data)
+		}
+		if from != f2 || to != t2 || cell != c2 {
+			t.Fatalf("parseRun(%q) = %d, %d, %q; encoding/json reads %d, %d, %q", data, from, to, cell, f2, t2, c2)
 		}
 	})
 }
