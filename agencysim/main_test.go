@@ -1,0 +1,238 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/cellkit/cellkit/internal/agencysim"
+	"github.com/cellkit/cellkit/internal/telegram"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m,
+		goleak.IgnoreTopFunction("net/http.(*persistConn).readLoop"),
+		goleak.IgnoreTopFunction("net/http.(*persistConn).writeLoop"),
+	)
+}
+
+// syncBuffer is a log sink safe for concurrent writes.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// startRun runs run() on loopback ports chosen by the kernel and returns
+// where it listens; stop cancels its context and returns run's error.
+func startRun(t *testing.T, extra ...string) (a addrs, logs *syncBuffer, stop func() error) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	logs = &syncBuffer{}
+	args := append([]string{
+		"-nice-listen", "127.0.0.1:0", "-kcb-listen", "127.0.0.1:0", "-admin-listen", "127.0.0.1:0",
+		"-latency-p50", "1ms", "-latency-p99", "5ms", "-shutdown-timeout", "5s",
+	}, extra...)
+	readyCh := make(chan addrs, 1)
+	done := make(chan error, 1)
+	go func() { done <- run(ctx, args, logs, func(a addrs) { readyCh <- a }) }()
+	var once sync.Once
+	var runErr error
+	stop = func() error {
+		once.Do(func() {
+			cancel()
+			select {
+			case runErr = <-done:
+			case <-time.After(10 * time.Second):
+				t.Fatal("run did not return 10 s after its context ended")
+			}
+		})
+		return runErr
+	}
+	t.Cleanup(func() { _ = stop() })
+	select {
+	case a = <-readyCh:
+	case err := <-done:
+		t.Fatalf("run() = %v before it was ready; logs:\n%s", err, logs)
+	case <-time.After(10 * time.Second):
+		t.Fatal("run not ready after 10 s")
+	}
+	return a, logs, stop
+}
+
+func get(t *testing.T, url string, out any) int {
+	t.Helper()
+	return send(t, http.MethodGet, url, "", out)
+}
+
+func send(t *testing.T, method, url, body string, out any) int {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, method, url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, url, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out != nil {
+		if err := json.Unmarshal(b, out); err != nil {
+			t.Fatalf("%s %s: decode %s: %v", method, url, b, err)
+		}
+	}
+	return resp.StatusCode
+}
+
+// call makes one real telegram call to the agency at addr.
+func call(t *testing.T, p telegram.Profile, addr net.Addr, userKey string) telegram.Message {
+	t.Helper()
+	conn, err := net.DialTimeout("tcp", addr.String(), 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
+	frame, err := p.AppendFrame(nil, &telegram.Message{Type: telegram.Request, TraceNo: 1, UserKey: userKey})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Write(frame); err != nil {
+		t.Fatal(err)
+	}
+	body, err := p.NewReader(conn).ReadFrame()
+	if err != nil {
+		t.Fatalf("%s call: %v", p.Name, err)
+	}
+	var m telegram.Message
+	if err := p.Decode(body, &m); err != nil {
+		t.Fatalf("%s call: decode: %v", p.Name, err)
+	}
+	return m
+}
+
+func TestRunServesAndShutsDownCleanly(t *testing.T) {
+	a, logs, stop := startRun(t)
+	base := "http://" + a.Admin.String()
+
+	if code := get(t, base+"/healthz", nil); code != http.StatusOK {
+		t.Errorf("GET /healthz = %d, want 200", code)
+	}
+	var ready struct {
+		Status   string            `json:"status"`
+		Agencies map[string]string `json:"agencies"`
+	}
+	if code := get(t, base+"/readyz", &ready); code != http.StatusOK || ready.Agencies["nice"] != a.NICE.String() {
+		t.Errorf("GET /readyz = %d %+v, want 200 with nice at %s", code, ready, a.NICE)
+	}
+
+	for _, tt := range []struct {
+		p    telegram.Profile
+		addr net.Addr
+	}{{telegram.NICE(), a.NICE}, {telegram.KCB(), a.KCB}} {
+		m := call(t, tt.p, tt.addr, "U42")
+		if m.Type != telegram.Response || m.RespCode != telegram.CodeOK || m.Score != agencysim.Score("U42") {
+			t.Errorf("%s call = %+v, want 0210 0000 with score %d", tt.p.Name, m, agencysim.Score("U42"))
+		}
+	}
+
+	var st agencysim.Stats
+	if code := get(t, base+"/v1/agencies/nice/stats", &st); code != http.StatusOK || st.Calls != 1 {
+		t.Errorf("GET nice stats = %d %+v, want 200 with 1 call", code, st)
+	}
+	var cfg agencysim.Config
+	if code := get(t, base+"/v1/agencies/kcb/config", &cfg); code != http.StatusOK || cfg.MaxSessions != 40 || cfg.Latency.Dist != agencysim.DistLogNormal {
+		t.Errorf("GET kcb config = %d %+v, want 200 with 40 sessions and log-normal latency", code, cfg)
+	}
+	if code := send(t, http.MethodPatch, base+"/v1/agencies/kcb/config", `{"error_rate": 1}`, &cfg); code != http.StatusOK || cfg.ErrorRate != 1 {
+		t.Errorf("PATCH kcb config = %d %+v, want 200 with error rate 1", code, cfg)
+	}
+	if m := call(t, telegram.KCB(), a.KCB, "U42"); m.RespCode != agencysim.CodeAgencyError {
+		t.Errorf("KCB call after the PATCH = %+v, want code %s", m, agencysim.CodeAgencyError)
+	}
+	var p agencysim.Problem
+	if code := send(t, http.MethodPut, base+"/v1/agencies/nice/config", `{"error_rate": "lots"}`, &p); code != http.StatusBadRequest || p.Status != http.StatusBadRequest {
+		t.Errorf("PUT a bad nice config = %d %+v, want a 400 problem", code, p)
+	}
+	var all []agencysim.Status
+	if code := get(t, base+"/v1/agencies", &all); code != http.StatusOK || len(all) != 2 {
+		t.Errorf("GET /v1/agencies = %d %+v, want both agencies", code, all)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, base+"/metrics", nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	metrics, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{`cellkit_agencysim_calls_total{agency="nice"} 1`, `cellkit_agencysim_errors_total{agency="kcb"} 1`, "go_goroutines"} {
+		if !strings.Contains(string(metrics), want) {
+			t.Errorf("GET /metrics lacks %s", want)
+		}
+	}
+
+	if err := stop(); err != nil {
+		t.Fatalf("run() = %v after its context ended, want nil", err)
+	}
+	if _, err := net.DialTimeout("tcp", a.NICE.String(), time.Second); err == nil {
+		t.Error("the NICE port still accepts after shutdown")
+	}
+	for _, line := range strings.Split(strings.TrimSpace(logs.String()), "\n") {
+		var v map[string]any
+		if err := json.Unmarshal([]byte(line), &v); err != nil {
+			t.Errorf("log line is not JSON: %s", line)
+		}
+	}
+	if !strings.Contains(logs.String(), "shutting down") {
+		t.Errorf("logs lack the shutdown line:\n%s", logs)
+	}
+}
+
+func TestRunRejectsBadFlags(t *testing.T) {
+	for _, args := range [][]string{
+		{"-error-rate", "2"},
+		{"-latency-p50", "2s", "-latency-p99", "1s"},
+		{"-nice-sessions", "-1"},
+		{"-no-such-flag"},
+		{"stray"},
+		{"-admin-listen", "127.0.0.1:0", "-nice-listen", "127.0.0.1:0", "-kcb-listen", "256.0.0.1:0"},
+	} {
+		var out syncBuffer
+		if err := run(context.Background(), args, &out, nil); err == nil {
+			t.Errorf("run(%q) = nil, want an error", args)
+		}
+	}
+	var out syncBuffer
+	if err := run(context.Background(), []string{"-h"}, &out, nil); err != nil || !strings.Contains(out.String(), "-nice-listen") {
+		t.Errorf("run(-h) = %v with output %q, want nil and the usage", err, out.String())
+	}
+}

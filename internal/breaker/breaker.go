@@ -1,0 +1,311 @@
+// Package breaker is a count-window circuit breaker that trips on either a
+// failure rate or a slow-call rate, with manual overrides for operators.
+//
+// Why not a library: failsafe-go's count-based breaker opens on a failure
+// *count* within the window (20 failures of the last 100), not on a rate once
+// a minimum number of calls is reached, and neither it nor gobreaker has a
+// slow-call threshold. This package is small, pure (an injected clock, no
+// goroutines) and does exactly the resilience4j-style rule the design asks
+// for:
+//
+//   - Closed: the outcomes of the last Window calls are kept. Once at least
+//     MinCalls are recorded, the breaker opens if FailureRate or more of them
+//     failed, or SlowRate or more took at least SlowCall.
+//   - Open: every call is refused with ErrOpen for OpenFor, then the breaker
+//     goes half-open.
+//   - Half-open: HalfOpenProbes calls are let through; if all succeed in time
+//     the breaker closes with a fresh window, and the first failure (or slow
+//     call) opens it again.
+//   - An operator can force it open (refuse everything), force it closed
+//     (let everything through, still counting) or reset it to closed.
+package breaker
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// ErrOpen is returned by Acquire while the breaker refuses calls.
+var ErrOpen = errors.New("circuit open")
+
+// State is where the breaker is.
+type State int
+
+const (
+	Closed State = iota
+	Open
+	HalfOpen
+	ForcedOpen
+	ForcedClosed
+)
+
+func (s State) String() string {
+	switch s {
+	case Closed:
+		return "closed"
+	case Open:
+		return "open"
+	case HalfOpen:
+		return "half_open"
+	case ForcedOpen:
+		return "forced_open"
+	case ForcedClosed:
+		return "forced_closed"
+	}
+	return fmt.Sprintf("state(%d)", int(s))
+}
+
+// Config sets the rule. Zero values mean the defaults in brackets.
+type Config struct {
+	Window         int           // outcomes remembered [100]
+	MinCalls       int           // outcomes needed before tripping [20]
+	FailureRate    float64       // trip at this share of failures [0.2]
+	SlowRate       float64       // trip at this share of slow calls [0.5]
+	SlowCall       time.Duration // a call this long or longer is slow [5s]
+	OpenFor        time.Duration // how long to refuse before probing [30s]
+	HalfOpenProbes int           // probes in half-open [3]
+}
+
+func (c *Config) defaults() {
+	if c.Window <= 0 {
+		c.Window = 100
+	}
+	if c.MinCalls <= 0 {
+		c.MinCalls = 20
+	}
+	c.MinCalls = min(c.MinCalls, c.Window)
+	if c.FailureRate <= 0 {
+		c.FailureRate = 0.2
+	}
+	if c.SlowRate <= 0 {
+		c.SlowRate = 0.5
+	}
+	if c.SlowCall <= 0 {
+		c.SlowCall = 5 * time.Second
+	}
+	if c.OpenFor <= 0 {
+		c.OpenFor = 30 * time.Second
+	}
+	if c.HalfOpenProbes <= 0 {
+		c.HalfOpenProbes = 3
+	}
+}
+
+// Breaker is safe for concurrent use.
+type Breaker struct {
+	cfg      Config
+	now      func() time.Time
+	onChange func(from, to State)
+
+	mu       sync.Mutex
+	state    State // Closed, Open or HalfOpen: the automatic state
+	forced   State // Closed (no override), ForcedOpen or ForcedClosed
+	gen      uint64
+	openedAt time.Time
+	ring     []outcome
+	next     int
+	n        int // outcomes in ring
+	failures int // failed outcomes in ring
+	slow     int // slow outcomes in ring
+	probes   int // half-open probes let through
+	passed   int // half-open probes that succeeded
+}
+
+type outcome uint8
+
+const (
+	failed outcome = 1 << iota
+	slow
+)
+
+// New returns a closed breaker. now is the clock (nil: time.Now); onChange,
+// if set, is called (outside the lock is not guaranteed: keep it quick and
+// do not call back into the breaker) on every state change.
+func New(cfg Config, now func() time.Time, onChange func(from, to State)) *Breaker {
+	cfg.defaults()
+	if now == nil {
+		now = time.Now
+	}
+	return &Breaker{cfg: cfg, now: now, onChange: onChange, ring: make([]outcome, cfg.Window)}
+}
+
+// Permit is one admitted call; report its outcome with Done exactly once.
+type Permit struct {
+	b   *Breaker
+	gen uint64
+}
+
+// Acquire admits a call or refuses it with ErrOpen.
+func (b *Breaker) Acquire() (Permit, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	switch b.forced {
+	case ForcedOpen:
+		return Permit{}, ErrOpen
+	case ForcedClosed:
+		return Permit{b: b, gen: b.gen}, nil
+	}
+	if b.state == Open {
+		if b.now().Sub(b.openedAt) < b.cfg.OpenFor {
+			return Permit{}, ErrOpen
+		}
+		b.setLocked(HalfOpen)
+	}
+	if b.state == HalfOpen {
+		if b.probes >= b.cfg.HalfOpenProbes {
+			return Permit{}, ErrOpen
+		}
+		b.probes++
+	}
+	return Permit{b: b, gen: b.gen}, nil
+}
+
+// Done records the call's outcome: failed (an error the breaker should count)
+// and how long it took. Outcomes of calls admitted before the last state
+// change are ignored.
+func (p Permit) Done(isFailure bool, took time.Duration) {
+	b := p.b
+	if b == nil {
+		return
+	}
+	var o outcome
+	if isFailure {
+		o |= failed
+	}
+	if took >= b.cfg.SlowCall {
+		o |= slow
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if p.gen != b.gen {
+		return
+	}
+	switch b.state {
+	case Closed:
+		b.recordLocked(o)
+		if b.n >= b.cfg.MinCalls &&
+			(float64(b.failures) >= b.cfg.FailureRate*float64(b.n) || float64(b.slow) >= b.cfg.SlowRate*float64(b.n)) {
+			b.tripLocked()
+		}
+	case HalfOpen:
+		if o != 0 {
+			b.tripLocked()
+			return
+		}
+		b.passed++
+		if b.passed >= b.cfg.HalfOpenProbes {
+			b.setLocked(Closed)
+		}
+	}
+}
+
+// Cancel gives back a permit without an outcome: the call never reached the
+// far side, or the caller gave up. A half-open probe slot is freed.
+func (p Permit) Cancel() {
+	b := p.b
+	if b == nil {
+		return
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if p.gen == b.gen && b.state == HalfOpen && b.probes > 0 {
+		b.probes--
+	}
+}
+
+func (b *Breaker) recordLocked(o outcome) {
+	if b.n == len(b.ring) {
+		old := b.ring[b.next]
+		if old&failed != 0 {
+			b.failures--
+		}
+		if old&slow != 0 {
+			b.slow--
+		}
+	} else {
+		b.n++
+	}
+	b.ring[b.next] = o
+	b.next = (b.next + 1) % len(b.ring)
+	if o&failed != 0 {
+		b.failures++
+	}
+	if o&slow != 0 {
+		b.slow++
+	}
+}
+
+func (b *Breaker) tripLocked() {
+	b.openedAt = b.now()
+	b.setLocked(Open)
+}
+
+// setLocked moves the automatic state, starting a new generation with a
+// fresh window and probe count.
+func (b *Breaker) setLocked(to State) { b.setLockedFrom(b.effectiveLocked(), to) }
+
+// setLockedFrom is setLocked reporting the change from the given state.
+func (b *Breaker) setLockedFrom(from, to State) {
+	b.state = to
+	b.gen++
+	b.probes, b.passed = 0, 0
+	if to != Open {
+		clear(b.ring)
+		b.next, b.n, b.failures, b.slow = 0, 0, 0, 0
+	}
+	b.notifyLocked(from)
+}
+
+func (b *Breaker) notifyLocked(from State) {
+	if to := b.effectiveLocked(); to != from && b.onChange != nil {
+		b.onChange(from, to)
+	}
+}
+
+func (b *Breaker) effectiveLocked() State {
+	if b.forced != Closed {
+		return b.forced
+	}
+	return b.state
+}
+
+// State is the breaker's current state, including manual overrides. An open
+// breaker whose OpenFor has passed reports Open until the next Acquire.
+func (b *Breaker) State() State {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.effectiveLocked()
+}
+
+// Counts reports the window: outcomes recorded, failures, slow calls.
+func (b *Breaker) Counts() (calls, failures, slowCalls int) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.n, b.failures, b.slow
+}
+
+// ForceOpen refuses every call until Reset or ForceClose.
+func (b *Breaker) ForceOpen() { b.force(ForcedOpen) }
+
+// ForceClose admits every call until Reset or ForceOpen.
+func (b *Breaker) ForceClose() { b.force(ForcedClosed) }
+
+// Reset drops any override and closes the breaker with an empty window.
+func (b *Breaker) Reset() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	from := b.effectiveLocked()
+	b.forced = Closed
+	b.setLockedFrom(from, Closed)
+}
+
+func (b *Breaker) force(to State) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	from := b.effectiveLocked()
+	b.forced = to
+	b.gen++
+	b.notifyLocked(from)
+}

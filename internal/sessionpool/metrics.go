@@ -1,0 +1,121 @@
+package sessionpool
+
+import (
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Metrics exports the pools of a process, labelled by pool name (the agency)
+// and by any constant labels given (the cell). Gauges and counters are read
+// from each pool's Stats at scrape time; the wait-time histogram is observed
+// on every Borrow.
+type Metrics struct {
+	wait *prometheus.HistogramVec
+
+	mu    sync.Mutex
+	pools map[string]func() Stats
+
+	size, idle, inUse, dialing, waiters *prometheus.Desc
+	created, reused, broken, heartbeats *prometheus.Desc
+	exhausted, dialErrors, retired      *prometheus.Desc
+}
+
+// NewMetrics registers the pool metrics (cellkit_pool_*) with reg.
+func NewMetrics(reg prometheus.Registerer, constLabels prometheus.Labels) (*Metrics, error) {
+	desc := func(name, help string) *prometheus.Desc {
+		return prometheus.NewDesc("cellkit_pool_"+name, help, []string{"agency"}, constLabels)
+	}
+	m := &Metrics{
+		wait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:        "cellkit_pool_wait_seconds",
+			Help:        "Time Borrow waited for a session, successful or not.",
+			Buckets:     []float64{0.0005, 0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5},
+			ConstLabels: constLabels,
+		}, []string{"agency"}),
+		pools:      map[string]func() Stats{},
+		size:       desc("size", "Sessions the pool keeps (its quota)."),
+		idle:       desc("idle", "Sessions ready to lend."),
+		inUse:      desc("in_use", "Sessions lent out."),
+		dialing:    desc("dialing", "Sessions being established."),
+		waiters:    desc("waiters", "Borrowers waiting for a session."),
+		created:    desc("created_total", "Sessions established."),
+		reused:     desc("reused_total", "Borrows of a session that served before."),
+		broken:     desc("broken_total", "Sessions closed because they broke."),
+		heartbeats: desc("heartbeats_total", "Heartbeats sent on idle sessions."),
+		exhausted:  desc("exhausted_total", "Borrows that hit the deadline."),
+		dialErrors: desc("dial_errors_total", "Failed dials."),
+		retired:    desc("retired_total", "Sessions closed for age or because the pool shrank."),
+	}
+	if err := reg.Register(m.wait); err != nil {
+		return nil, err
+	}
+	if err := reg.Register(m); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// Describe implements prometheus.Collector.
+func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{m.size, m.idle, m.inUse, m.dialing, m.waiters, m.created, m.reused, m.broken, m.heartbeats, m.exhausted, m.dialErrors, m.retired} {
+		ch <- d
+	}
+}
+
+// Collect implements prometheus.Collector.
+func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
+	m.mu.Lock()
+	pools := make(map[string]func() Stats, len(m.pools))
+	for k, v := range m.pools {
+		pools[k] = v
+	}
+	m.mu.Unlock()
+	for name, stats := range pools {
+		st := stats()
+		g := func(d *prometheus.Desc, v int) {
+			ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, float64(v), name)
+		}
+		c := func(d *prometheus.Desc, v uint64) {
+			ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), name)
+		}
+		g(m.size, st.Size)
+		g(m.idle, st.Idle)
+		g(m.inUse, st.InUse)
+		g(m.dialing, st.Dialing)
+		g(m.waiters, st.Waiters)
+		c(m.created, st.Created)
+		c(m.reused, st.Reused)
+		c(m.broken, st.Broken)
+		c(m.heartbeats, st.Heartbeats)
+		c(m.exhausted, st.Exhausted)
+		c(m.dialErrors, st.DialErrors)
+		c(m.retired, st.Retired)
+	}
+}
+
+func (m *Metrics) add(name string, stats func() Stats) {
+	if m == nil {
+		return
+	}
+	m.mu.Lock()
+	m.pools[name] = stats
+	m.mu.Unlock()
+}
+
+func (m *Metrics) remove(name string) {
+	if m == nil {
+		return
+	}
+	m.mu.Lock()
+	delete(m.pools, name)
+	m.mu.Unlock()
+}
+
+func (m *Metrics) observeWait(name string, d time.Duration) {
+	if m == nil {
+		return
+	}
+	m.wait.WithLabelValues(name).Observe(d.Seconds())
+}

@@ -1,0 +1,633 @@
+// Package sessionpool keeps a bounded set of pre-established sessions to a
+// scarce external system and lends them out one borrower at a time.
+//
+// Guarantees:
+//   - Never more than Size sessions exist, counting those being dialled,
+//     heartbeated or retired; when Size shrinks, idle sessions close first
+//     and busy ones as they come back.
+//   - Borrow hands a session to exactly one borrower, waiting in FIFO order
+//     behind earlier borrowers, for at most BorrowTimeout (then
+//     ErrPoolExhausted) or until ctx is done (then ctx's error). It never
+//     waits unboundedly.
+//   - A session returned broken is closed and replaced in the background,
+//     with exponential backoff and jitter while dials fail. The pool starts
+//     even when the far side is down and fills as soon as it can.
+//   - Idle sessions are heartbeated (so firewalls do not cut them) and
+//     sessions older than MaxLifetime are replaced one at a time.
+package sessionpool
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"time"
+)
+
+var (
+	// ErrPoolExhausted means no session became free within the borrow
+	// deadline.
+	ErrPoolExhausted = errors.New("session pool exhausted")
+	// ErrClosed means the pool was closed.
+	ErrClosed = errors.New("session pool closed")
+)
+
+// Conn is one session to the far side.
+type Conn interface {
+	// Heartbeat proves the session alive within ctx; an error means broken.
+	Heartbeat(ctx context.Context) error
+	Close() error
+}
+
+// Checker is implemented by connections that can tell, without a round
+// trip, that they are dead (the far side closed them). The pool asks on
+// borrow and on return.
+type Checker interface {
+	Alive() bool
+}
+
+// Dialer opens a new session.
+type Dialer[C Conn] func(ctx context.Context) (C, error)
+
+// Config tunes a pool. Zero values mean the documented defaults.
+type Config struct {
+	// Name labels the pool in logs and metrics (the agency name).
+	Name string
+	// Size is the number of sessions to keep (the cell's quota); 0 keeps
+	// none and every Borrow fails after BorrowTimeout.
+	Size int
+	// BorrowTimeout bounds how long Borrow waits for a free session.
+	// Zero means 1 s.
+	BorrowTimeout time.Duration
+	// DialTimeout bounds one dial. Zero means 5 s.
+	DialTimeout time.Duration
+	// HeartbeatIdle is how long a session may sit idle before it is
+	// heartbeated. Zero means 30 s; negative disables heartbeats.
+	HeartbeatIdle time.Duration
+	// HeartbeatTimeout bounds one heartbeat. Zero means 2 s.
+	HeartbeatTimeout time.Duration
+	// MaxLifetime retires sessions older than this, one at a time. Zero
+	// means sessions live until they break.
+	MaxLifetime time.Duration
+	// BackoffBase and BackoffMax shape the wait between failed dials
+	// (doubling from base up to max, half of it random). Zero means 100 ms
+	// and 10 s.
+	BackoffBase, BackoffMax time.Duration
+	// CheckInterval is how often the maintainer looks for idle and old
+	// sessions. Zero means a quarter of the smaller of HeartbeatIdle and
+	// MaxLifetime, within [10 ms, 1 s].
+	CheckInterval time.Duration
+}
+
+func (c *Config) defaults() {
+	if c.BorrowTimeout <= 0 {
+		c.BorrowTimeout = time.Second
+	}
+	if c.DialTimeout <= 0 {
+		c.DialTimeout = 5 * time.Second
+	}
+	if c.HeartbeatIdle == 0 {
+		c.HeartbeatIdle = 30 * time.Second
+	}
+	if c.HeartbeatTimeout <= 0 {
+		c.HeartbeatTimeout = 2 * time.Second
+	}
+	if c.BackoffBase <= 0 {
+		c.BackoffBase = 100 * time.Millisecond
+	}
+	if c.BackoffMax <= 0 {
+		c.BackoffMax = 10 * time.Second
+	}
+	if c.CheckInterval <= 0 {
+		d := time.Second
+		if c.HeartbeatIdle > 0 {
+			d = min(d, c.HeartbeatIdle/4)
+		}
+		if c.MaxLifetime > 0 {
+			d = min(d, c.MaxLifetime/4)
+		}
+		c.CheckInterval = max(d, 10*time.Millisecond)
+	}
+}
+
+// Options carry a pool's collaborators. The zero value is usable.
+type Options struct {
+	Logger *slog.Logger // nil: slog.Default()
+	// Metrics receives the pool's metrics; nil records none. Build it with
+	// NewMetrics once per process and share it between pools.
+	Metrics *Metrics
+	// Now is the clock for every idle, age and backoff decision; tests move
+	// it and call Check. Nil means time.Now.
+	Now func() time.Time
+}
+
+// Session is a borrowed session. It belongs to one borrower until Return.
+type Session[C Conn] struct {
+	conn     C
+	id       uint64
+	created  time.Time
+	lastUsed time.Time
+	uses     int
+}
+
+// Conn is the session's connection, for the borrower's exclusive use.
+func (s *Session[C]) Conn() C { return s.conn }
+
+// ID identifies the session (unique within the pool), for tests and logs.
+func (s *Session[C]) ID() uint64 { return s.id }
+
+// Pool is a bounded pool of sessions.
+type Pool[C Conn] struct {
+	dial    Dialer[C]
+	cfg     Config
+	log     *slog.Logger
+	now     func() time.Time
+	metrics *Metrics
+
+	mu       sync.Mutex
+	size     int
+	idle     []*Session[C] // FIFO: the least recently used first, so all stay warm
+	inUse    int
+	pending  int // being dialled
+	checking int // being heartbeated
+	retiring int // closing for age, counted until closed
+	closing  int // closing for any other reason, counted until closed
+	waiters  []*waiter[C]
+	nextID   uint64
+	failures int       // consecutive failed dials
+	dialAt   time.Time // no dial before this (backoff)
+	closed   bool
+	stats    Stats
+
+	kick chan struct{}
+	stop chan struct{}
+	wg   sync.WaitGroup
+}
+
+type waiter[C Conn] struct {
+	ch    chan *Session[C] // cap 1: a hand-off never blocks
+	since time.Time
+}
+
+// Stats is a snapshot of a pool.
+type Stats struct {
+	Size       int    `json:"size"`        // target number of sessions
+	Open       int    `json:"open"`        // sessions that exist: idle, in use, being checked or closed
+	Idle       int    `json:"idle"`        // ready to lend
+	InUse      int    `json:"in_use"`      // lent out
+	Dialing    int    `json:"dialing"`     // being established
+	Waiters    int    `json:"waiters"`     // borrowers waiting
+	Created    uint64 `json:"created"`     // sessions established
+	Reused     uint64 `json:"reused"`      // borrows of a session that served before
+	Borrows    uint64 `json:"borrows"`     // successful borrows
+	Exhausted  uint64 `json:"exhausted"`   // borrows that hit the deadline
+	Broken     uint64 `json:"broken"`      // sessions closed because they broke
+	Heartbeats uint64 `json:"heartbeats"`  // heartbeats sent
+	DialErrors uint64 `json:"dial_errors"` // failed dials
+	Retired    uint64 `json:"retired"`     // sessions closed for age or shrinking
+}
+
+// New starts a pool: it dials Size sessions concurrently in the background
+// and returns at once, whether or not the far side answers. Close stops it.
+func New[C Conn](dial Dialer[C], cfg Config, opts Options) *Pool[C] {
+	cfg.defaults()
+	p := &Pool[C]{
+		dial:    dial,
+		cfg:     cfg,
+		log:     opts.Logger,
+		now:     opts.Now,
+		metrics: opts.Metrics,
+		size:    max(cfg.Size, 0),
+		kick:    make(chan struct{}, 1),
+		stop:    make(chan struct{}),
+	}
+	if p.log == nil {
+		p.log = slog.Default()
+	}
+	p.log = p.log.With("pool", cfg.Name)
+	if p.now == nil {
+		p.now = time.Now
+	}
+	p.metrics.add(cfg.Name, p.Stats)
+	p.mu.Lock()
+	p.fillLocked()
+	p.mu.Unlock()
+	p.wg.Add(1)
+	go p.maintain()
+	return p
+}
+
+// Borrow returns a session for exclusive use. Every successful Borrow must
+// be followed by exactly one Return.
+func (p *Pool[C]) Borrow(ctx context.Context) (*Session[C], error) {
+	start := p.now()
+	deadline := time.Now().Add(p.cfg.BorrowTimeout)
+	for {
+		s, err := p.borrowOnce(ctx, start, deadline)
+		if err != nil || p.alive(s) {
+			return s, err
+		}
+		p.Return(s, false) // dead on arrival: replace it and try the next
+	}
+}
+
+func (p *Pool[C]) alive(s *Session[C]) bool {
+	c, ok := any(s.conn).(Checker)
+	return !ok || c.Alive()
+}
+
+func (p *Pool[C]) borrowOnce(ctx context.Context, start, deadline time.Time) (*Session[C], error) {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return nil, ErrClosed
+	}
+	if len(p.waiters) == 0 && len(p.idle) > 0 {
+		s := p.idle[0]
+		p.idle = p.idle[1:]
+		p.lendLocked(s)
+		p.mu.Unlock()
+		p.metrics.observeWait(p.cfg.Name, 0)
+		return s, nil
+	}
+	w := &waiter[C]{ch: make(chan *Session[C], 1), since: start}
+	p.waiters = append(p.waiters, w)
+	p.mu.Unlock()
+
+	timer := time.NewTimer(time.Until(deadline))
+	defer timer.Stop()
+	var err error
+	select {
+	case s := <-w.ch:
+		p.metrics.observeWait(p.cfg.Name, p.now().Sub(start))
+		if s == nil {
+			return nil, ErrClosed
+		}
+		return s, nil
+	case <-timer.C:
+		err = ErrPoolExhausted
+	case <-ctx.Done():
+		err = ctx.Err()
+	case <-p.stop:
+		err = ErrClosed
+	}
+	p.mu.Lock()
+	removed := p.removeWaiterLocked(w)
+	if errors.Is(err, ErrPoolExhausted) {
+		p.stats.Exhausted++
+	}
+	p.mu.Unlock()
+	if !removed {
+		// A session was handed over just as we gave up: take it after all
+		// rather than lose the race twice.
+		if s := <-w.ch; s != nil {
+			p.metrics.observeWait(p.cfg.Name, p.now().Sub(start))
+			return s, nil
+		}
+		return nil, ErrClosed
+	}
+	p.metrics.observeWait(p.cfg.Name, p.now().Sub(start))
+	if errors.Is(err, ErrPoolExhausted) {
+		return nil, fmt.Errorf("%w: no %s session free within %v", ErrPoolExhausted, p.cfg.Name, p.cfg.BorrowTimeout)
+	}
+	return nil, err
+}
+
+func (p *Pool[C]) removeWaiterLocked(w *waiter[C]) bool {
+	for i, x := range p.waiters {
+		if x == w {
+			p.waiters = append(p.waiters[:i], p.waiters[i+1:]...)
+			return true
+		}
+	}
+	return false
+}
+
+// lendLocked records that s goes to a borrower.
+func (p *Pool[C]) lendLocked(s *Session[C]) {
+	p.inUse++
+	p.stats.Borrows++
+	if s.uses > 0 {
+		p.stats.Reused++
+	}
+	s.uses++
+}
+
+// Return gives a session back. ok=false means the borrower saw it break (an
+// I/O error, a garbled frame, a timeout mid-call): it is closed and replaced.
+func (p *Pool[C]) Return(s *Session[C], ok bool) {
+	p.mu.Lock()
+	p.inUse--
+	s.lastUsed = p.now()
+	switch {
+	case !ok || !p.alive(s):
+		p.stats.Broken++
+		p.closeLocked(s, "broken")
+	case p.closed || p.openLocked() >= p.size:
+		p.stats.Retired++
+		p.closeLocked(s, "")
+	case p.cfg.MaxLifetime > 0 && p.now().Sub(s.created) >= p.cfg.MaxLifetime && p.retiring == 0:
+		p.retireLocked(s)
+	default:
+		p.offerLocked(s)
+	}
+	p.mu.Unlock()
+}
+
+// offerLocked gives an available session to the first waiter, or keeps it
+// idle.
+func (p *Pool[C]) offerLocked(s *Session[C]) {
+	if len(p.waiters) > 0 {
+		w := p.waiters[0]
+		p.waiters = p.waiters[1:]
+		p.lendLocked(s)
+		w.ch <- s
+		return
+	}
+	p.idle = append(p.idle, s)
+}
+
+// closeLocked closes a session that is no longer counted anywhere else. It
+// stays counted (as closing) until its Close returns, and only then is a
+// replacement dialled: a connection's Close may wait for the far side to
+// acknowledge it, and an agency that counts sessions must never see one more
+// than the quota.
+func (p *Pool[C]) closeLocked(s *Session[C], why string) {
+	if why != "" {
+		p.log.Debug("closing session", "session", s.id, "reason", why)
+	}
+	if p.closed {
+		s.conn.Close() // nobody waits for stragglers after Close
+		return
+	}
+	p.closing++
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		s.conn.Close()
+		p.mu.Lock()
+		p.closing--
+		p.fillLocked()
+		p.mu.Unlock()
+	}()
+}
+
+// retireLocked replaces an old session, one at a time.
+func (p *Pool[C]) retireLocked(s *Session[C]) {
+	p.retiring++
+	p.stats.Retired++
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		s.conn.Close()
+		p.mu.Lock()
+		p.retiring--
+		p.fillLocked()
+		p.mu.Unlock()
+	}()
+}
+
+// openLocked counts every session that exists or is being dialled.
+func (p *Pool[C]) openLocked() int {
+	return len(p.idle) + p.inUse + p.pending + p.checking + p.retiring + p.closing
+}
+
+// fillLocked dials as many sessions as are missing, unless backing off.
+func (p *Pool[C]) fillLocked() {
+	if p.closed {
+		return
+	}
+	missing := p.size - p.openLocked()
+	if missing <= 0 || p.now().Before(p.dialAt) {
+		return
+	}
+	if p.failures > 0 {
+		// The far side was failing: probe with one dial, not a storm.
+		if p.pending > 0 {
+			return
+		}
+		missing = 1
+	}
+	for i := 0; i < missing; i++ {
+		p.pending++
+		p.wg.Add(1)
+		go p.dialOne()
+	}
+}
+
+func (p *Pool[C]) dialOne() {
+	defer p.wg.Done()
+	ctx, cancel := context.WithTimeout(context.Background(), p.cfg.DialTimeout)
+	go func() {
+		select {
+		case <-p.stop:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	conn, err := p.dial(ctx)
+	cancel()
+
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.pending--
+	if err != nil {
+		p.stats.DialErrors++
+		if !p.now().Before(p.dialAt) { // the first failure of a wave counts, not each dial of it
+			p.failures++
+			wait := backoff(p.cfg.BackoffBase, p.cfg.BackoffMax, p.failures)
+			p.dialAt = p.now().Add(wait)
+			if p.failures == 1 || p.failures%10 == 0 {
+				p.log.Warn("cannot open session", "failures", p.failures, "retry_in", wait.Round(time.Millisecond), "err", err)
+			}
+		}
+		p.signal()
+		return
+	}
+	recovered := p.failures > 0
+	if recovered {
+		p.log.Info("sessions open again", "after_failures", p.failures)
+	}
+	p.failures = 0
+	p.dialAt = time.Time{}
+	now := p.now()
+	p.nextID++
+	s := &Session[C]{conn: conn, id: p.nextID, created: now, lastUsed: now}
+	p.stats.Created++
+	if p.closed || p.openLocked() >= p.size {
+		p.stats.Retired++
+		p.closeLocked(s, "")
+		return
+	}
+	p.offerLocked(s)
+	if recovered {
+		p.fillLocked() // the probe got through: open the rest
+	}
+}
+
+// signal wakes the maintainer.
+func (p *Pool[C]) signal() {
+	select {
+	case p.kick <- struct{}{}:
+	default:
+	}
+}
+
+// maintain refills after backoff, heartbeats idle sessions and retires old
+// ones, until Close.
+func (p *Pool[C]) maintain() {
+	defer p.wg.Done()
+	timer := time.NewTimer(p.cfg.CheckInterval)
+	defer timer.Stop()
+	for {
+		select {
+		case <-p.stop:
+			return
+		case <-timer.C:
+		case <-p.kick:
+		}
+		p.Check()
+		// Wake for the next check, or sooner when a backoff ends.
+		wait := p.cfg.CheckInterval
+		p.mu.Lock()
+		if !p.dialAt.IsZero() {
+			wait = min(wait, max(p.dialAt.Sub(p.now()), time.Millisecond))
+		}
+		p.mu.Unlock()
+		timer.Reset(wait)
+	}
+}
+
+// Check runs one round of maintenance now: refill (unless backing off),
+// heartbeat sessions idle for HeartbeatIdle, retire one session older than
+// MaxLifetime. The pool calls it every CheckInterval; tests that move the
+// clock call it directly.
+func (p *Pool[C]) Check() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return
+	}
+	now := p.now()
+	keep := p.idle[:0]
+	var probe, retire []*Session[C]
+	for _, s := range p.idle {
+		switch {
+		case p.cfg.MaxLifetime > 0 && now.Sub(s.created) >= p.cfg.MaxLifetime && p.retiring+len(retire) == 0:
+			retire = append(retire, s)
+		case p.cfg.HeartbeatIdle > 0 && now.Sub(s.lastUsed) >= p.cfg.HeartbeatIdle:
+			probe = append(probe, s)
+		default:
+			keep = append(keep, s)
+		}
+	}
+	clear(p.idle[len(keep):])
+	p.idle = keep
+	for _, s := range retire {
+		p.retireLocked(s)
+	}
+	for _, s := range probe {
+		p.checking++
+		p.stats.Heartbeats++
+		p.wg.Add(1)
+		go p.heartbeat(s)
+	}
+	p.fillLocked()
+}
+
+func (p *Pool[C]) heartbeat(s *Session[C]) {
+	defer p.wg.Done()
+	ctx, cancel := context.WithTimeout(context.Background(), p.cfg.HeartbeatTimeout)
+	err := s.conn.Heartbeat(ctx)
+	cancel()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.checking--
+	switch {
+	case err != nil:
+		p.stats.Broken++
+		p.log.Info("heartbeat failed; replacing session", "session", s.id, "err", err)
+		p.closeLocked(s, "")
+	case p.closed || p.openLocked() >= p.size:
+		p.stats.Retired++
+		p.closeLocked(s, "")
+	default:
+		s.lastUsed = p.now()
+		p.offerLocked(s)
+	}
+}
+
+// Resize changes the number of sessions to keep: growing dials at once;
+// shrinking closes idle sessions now and busy ones when they return.
+func (p *Pool[C]) Resize(n int) {
+	n = max(n, 0)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed || n == p.size {
+		return
+	}
+	p.log.Info("resizing session pool", "from", p.size, "to", n)
+	p.size = n
+	for len(p.idle) > 0 && p.openLocked() > p.size {
+		s := p.idle[len(p.idle)-1] // the most recently used: others are older and warmer
+		p.idle = p.idle[:len(p.idle)-1]
+		p.stats.Retired++
+		p.closeLocked(s, "")
+	}
+	p.fillLocked()
+}
+
+// Stats returns a snapshot.
+func (p *Pool[C]) Stats() Stats {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	st := p.stats
+	st.Size = p.size
+	st.Idle = len(p.idle)
+	st.InUse = p.inUse
+	st.Dialing = p.pending
+	st.Waiters = len(p.waiters)
+	st.Open = len(p.idle) + p.inUse + p.checking + p.retiring + p.closing
+	return st
+}
+
+// Close stops the pool: waiting borrowers get ErrClosed, idle sessions are
+// closed now and lent ones when they are returned. It waits for the pool's
+// goroutines, so call it after the borrowers are done.
+func (p *Pool[C]) Close() error {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return nil
+	}
+	p.closed = true
+	close(p.stop)
+	// Closes started before this point finish in their goroutines (waited
+	// for below); from here on closeLocked closes synchronously.
+	for _, w := range p.waiters {
+		close(w.ch)
+	}
+	p.waiters = nil
+	for _, s := range p.idle {
+		p.closeLocked(s, "")
+	}
+	p.idle = nil
+	p.mu.Unlock()
+	p.wg.Wait()
+	p.metrics.remove(p.cfg.Name)
+	return nil
+}
+
+// backoff is the wait after the n-th consecutive failure: doubling from
+// base, capped at max, with half of it random so that pools do not retry in
+// step.
+func backoff(base, max time.Duration, n int) time.Duration {
+	d := base
+	for i := 1; i < n && d < max; i++ {
+		d *= 2
+	}
+	d = min(d, max)
+	return d/2 + rand.N(d/2+1)
+}
