@@ -44,7 +44,7 @@ fuzz: ## run every fuzz target for FUZZTIME each (default 10s)
 	@set -e; for pkg in $$(go list ./...); do \
 	  for target in $$(go test -list '^Fuzz' $$pkg | grep '^Fuzz' || true); do \
 	    echo "fuzz $$pkg $$target ($(FUZZTIME))"; \
-	    go test -run '^$$' -fuzz "^$$target$$" -fuzztime $(FUZZTIME) $$pkg; \
+	    go test -run '^$$' -fuzz "^$$target$$" -fuzztime $(FUZZTIME) -fuzzminimizetime 5s $$pkg; \
 	  done; \
 	done
 

@@ -546,3 +546,44 @@ func TestConcurrentSessionsUnderRace(t *testing.T) {
 		t.Errorf("Stats() = %+v, want 200 calls and peak <= 8", st)
 	}
 }
+
+// BenchmarkCall measures one request/response round trip over loopback TCP,
+// the simulator's own cost per call.
+func BenchmarkCall(b *testing.B) {
+	for _, p := range profiles() {
+		b.Run(p.Name, func(b *testing.B) {
+			srv := New(p, Config{}, Options{Logger: discardLogger()})
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				b.Fatal(err)
+			}
+			served := make(chan error, 1)
+			go func() { served <- srv.Serve(ln) }()
+			b.Cleanup(func() { srv.Close(); <-served })
+			conn, err := net.Dial("tcp", ln.Addr().String())
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer conn.Close()
+			r := p.NewReader(conn)
+			req, err := p.AppendFrame(nil, &telegram.Message{Type: telegram.Request, TraceNo: 1, UserKey: "bench"})
+			if err != nil {
+				b.Fatal(err)
+			}
+			var m telegram.Message
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := conn.Write(req); err != nil {
+					b.Fatal(err)
+				}
+				body, err := r.ReadFrame()
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := p.Decode(body, &m); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

@@ -33,6 +33,10 @@ const (
 	Fixed
 )
 
+// DefaultMaxBody bounds length-prefixed bodies when Framing.MaxBody is zero,
+// so that a wide header never lets a peer size a huge buffer.
+const DefaultMaxBody = 64 << 10
+
 // Framing describes how frames sit on a stream. The zero value is
 // length-prefixed with a 4-digit header and a maximum body of 9999 bytes.
 type Framing struct {
@@ -40,9 +44,10 @@ type Framing struct {
 	// HeaderWidth is the number of ASCII digits of a length header. Zero
 	// means 4. Ignored for Fixed.
 	HeaderWidth int
-	// MaxBody is the largest body a reader accepts. Zero means the largest
-	// the header can express (9999 for 4 digits). For Fixed it is the frame
-	// size and must be set.
+	// MaxBody is the largest body a reader accepts (and so the largest
+	// buffer a peer's header can make it allocate). Zero means
+	// DefaultMaxBody or what the header can express, whichever is smaller
+	// (9999 for 4 digits). For Fixed it is the frame size and must be set.
 	MaxBody int
 }
 
@@ -54,9 +59,17 @@ func (f Framing) headerWidth() int {
 }
 
 func (f Framing) maxBody() int {
-	if f.Kind == Fixed || f.MaxBody > 0 {
+	if f.Kind == Fixed {
 		return f.MaxBody
 	}
+	if f.MaxBody > 0 {
+		return min(f.MaxBody, f.headerCapacity())
+	}
+	return min(DefaultMaxBody, f.headerCapacity())
+}
+
+// headerCapacity is the largest length the header's digits can express.
+func (f Framing) headerCapacity() int {
 	n := 1
 	for i := 0; i < f.headerWidth() && n < 1<<30; i++ {
 		n *= 10
@@ -90,11 +103,6 @@ func (f Framing) Validate() error {
 // than the size are padded with spaces, as fixed-width telegrams are.
 func (f Framing) Append(dst, body []byte) ([]byte, error) {
 	limit := f.maxBody()
-	if f.Kind == LengthPrefixed {
-		// MaxBody may be set above what the header can express; the header
-		// still has to hold the length.
-		limit = min(limit, Framing{HeaderWidth: f.HeaderWidth}.maxBody())
-	}
 	if len(body) > limit {
 		return dst, fmt.Errorf("wire: body of %d bytes over the %d-byte maximum", len(body), limit)
 	}

@@ -288,3 +288,14 @@ func TestReadFrameAllocs(t *testing.T) {
 		}
 	}
 }
+
+func TestWideHeaderIsCappedByDefault(t *testing.T) {
+	f := wire.Framing{HeaderWidth: 9} // could express 999,999,999
+	r := wire.NewReader(strings.NewReader("000100000"), f)
+	if _, err := r.ReadFrame(); !errors.Is(err, wire.ErrMalformedFrame) {
+		t.Fatalf("ReadFrame of a 100000-byte header = %v, want wire.ErrMalformedFrame (default cap %d)", err, wire.DefaultMaxBody)
+	}
+	if got := r.BufCap(); got > wire.DefaultMaxBody {
+		t.Fatalf("buffer grew to %d", got)
+	}
+}
