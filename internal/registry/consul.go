@@ -5,12 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"sync"
 	"time"
 
 	"github.com/hashicorp/consul/api"
 
+	"github.com/cellkit/cellkit/internal/backoff"
 	"github.com/cellkit/cellkit/internal/slotmap"
 )
 
@@ -162,7 +162,7 @@ func (c *Consul) Watch(ctx context.Context, after int64, fn func(Event)) {
 		if err != nil {
 			failures++
 			fn(Event{Err: fmt.Errorf("watch consul key %s: %w", c.mapKey(), err), At: c.opts.now()})
-			pause = backoff(minGap, c.opts.maxBackoff(), failures)
+			pause = backoff.Jittered(minGap, c.opts.maxBackoff(), failures)
 			// Read afresh once the agent answers: it may have restarted with
 			// lower indexes, and a query for an index it has not reached
 			// would block for the whole wait.
@@ -204,17 +204,6 @@ func nextIndex(prev, got uint64) uint64 {
 		return 1
 	}
 	return got
-}
-
-// backoff is the wait after the n-th consecutive failure: doubling from base,
-// capped at max, with half of it random so watchers do not retry in step.
-func backoff(base, max time.Duration, n int) time.Duration {
-	d := base
-	for i := 1; i < n && d < max; i++ {
-		d *= 2
-	}
-	d = min(d, max)
-	return d/2 + rand.N(d/2+1)
 }
 
 // Lock takes the writer lock at PREFIX/lock with a Consul session that this

@@ -21,9 +21,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"sync"
 	"time"
+
+	"github.com/cellkit/cellkit/internal/backoff"
 )
 
 var (
@@ -437,7 +438,7 @@ func (p *Pool[C]) dialOne() {
 		p.stats.DialErrors++
 		if !p.now().Before(p.dialAt) { // the first failure of a wave counts, not each dial of it
 			p.failures++
-			wait := backoff(p.cfg.BackoffBase, p.cfg.BackoffMax, p.failures)
+			wait := backoff.Jittered(p.cfg.BackoffBase, p.cfg.BackoffMax, p.failures)
 			p.dialAt = p.now().Add(wait)
 			if p.failures == 1 || p.failures%10 == 0 {
 				p.log.Warn("cannot open session", "failures", p.failures, "retry_in", wait.Round(time.Millisecond), "err", err)
@@ -618,16 +619,4 @@ func (p *Pool[C]) Close() error {
 	p.wg.Wait()
 	p.metrics.remove(p.cfg.Name)
 	return nil
-}
-
-// backoff is the wait after the n-th consecutive failure: doubling from
-// base, capped at max, with half of it random so that pools do not retry in
-// step.
-func backoff(base, max time.Duration, n int) time.Duration {
-	d := base
-	for i := 1; i < n && d < max; i++ {
-		d *= 2
-	}
-	d = min(d, max)
-	return d/2 + rand.N(d/2+1)
 }

@@ -1,0 +1,26 @@
+package backoff
+
+import (
+	"testing"
+	"time"
+)
+
+func TestJittered(t *testing.T) {
+	tests := []struct {
+		n      int
+		lo, hi time.Duration
+	}{
+		{1, 50 * time.Millisecond, 100 * time.Millisecond},
+		{2, 100 * time.Millisecond, 200 * time.Millisecond},
+		{4, 400 * time.Millisecond, 800 * time.Millisecond},
+		{10, 500 * time.Millisecond, time.Second}, // capped
+		{1000, 500 * time.Millisecond, time.Second},
+	}
+	for _, tt := range tests {
+		for i := 0; i < 200; i++ {
+			if d := Jittered(100*time.Millisecond, time.Second, tt.n); d < tt.lo || d > tt.hi {
+				t.Fatalf("Jittered(100ms, 1s, %d) = %v, want in [%v, %v]", tt.n, d, tt.lo, tt.hi)
+			}
+		}
+	}
+}
