@@ -39,6 +39,11 @@ lint: ## go vet and staticcheck
 bench: ## run the benchmarks with -benchmem (BENCHTIME, BENCHCOUNT, PKGS to narrow)
 	go test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) -count $(BENCHCOUNT) $(PKGS)
 
+.PHONY: bench-ir
+bench-ir: ## instructions per op of the map lookup benchmarks (valgrind: stable on a noisy machine)
+	./scripts/instr-per-op.sh ./internal/slotmap Hash Lookup LookupOverride
+	N1=10 N2=60 ./scripts/instr-per-op.sh ./internal/slotmap PlanDrain
+
 .PHONY: fuzz
 fuzz: ## run every fuzz target for FUZZTIME each (default 10s)
 	@set -e; for pkg in $$(go list ./...); do \
