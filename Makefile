@@ -46,10 +46,10 @@ bench-ir: ## instructions per op of the map lookup benchmarks (valgrind: stable 
 
 .PHONY: fuzz
 fuzz: ## run every fuzz target for FUZZTIME each (default 10s)
-	@set -e; for pkg in $$(go list ./...); do \
-	  for target in $$(go test -list '^Fuzz' $$pkg | grep '^Fuzz' || true); do \
-	    echo "fuzz $$pkg $$target ($(FUZZTIME))"; \
-	    go test -run '^$$' -fuzz "^$$target$$" -fuzztime $(FUZZTIME) -fuzzminimizetime 5s $$pkg; \
+	@set -e; for f in $$(git ls-files '*_test.go'); do \
+	  for target in $$(sed -n 's/^func \(Fuzz[A-Za-z0-9_]*\)(.*/\1/p' $$f); do \
+	    echo "fuzz ./$$(dirname $$f) $$target ($(FUZZTIME))"; \
+	    go test -run '^$$' -fuzz "^$$target$$" -fuzztime $(FUZZTIME) -fuzzminimizetime 5s ./$$(dirname $$f); \
 	  done; \
 	done
 
