@@ -39,10 +39,20 @@ lint: ## go vet and staticcheck
 bench: ## run the benchmarks with -benchmem (BENCHTIME, BENCHCOUNT, PKGS to narrow)
 	go test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) -count $(BENCHCOUNT) $(PKGS)
 
+.PHONY: bench-router
+bench-router: ## the router side by side with direct calls, NGINX and httputil (installs nginx-light, wrk; ROUNDS, DURATION, RATE)
+	./scripts/bench-router.sh
+
 .PHONY: bench-ir
 bench-ir: ## instructions per op of the map lookup benchmarks (valgrind: stable on a noisy machine)
 	./scripts/instr-per-op.sh ./internal/slotmap Hash Lookup LookupOverride
 	N1=10 N2=60 ./scripts/instr-per-op.sh ./internal/slotmap PlanDrain
+
+.PHONY: bench-cell
+bench-cell: ## the cell's benchmarks: intake 202/s and the pipeline at 2x the agency bound for 20 s (BENCH_DIR=/dev/shm: store off disk)
+	CELLKIT_BENCH_DIR=$(BENCH_DIR) go test -run '^$$' -bench 'Intake$$' -benchtime 5s -benchmem ./internal/cell/
+	CELLKIT_BENCH_DIR=$(BENCH_DIR) go test -run '^$$' -bench 'PipelineAgencyBound' -benchtime 1x -benchmem ./internal/cell/
+	go test -run '^$$' -bench . -benchmem ./internal/inquiry/ ./internal/shed/ ./internal/pipeline/
 
 .PHONY: fuzz
 fuzz: ## run every fuzz target for FUZZTIME each (default 10s)

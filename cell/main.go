@@ -1,0 +1,143 @@
+// Command cell runs one cell: the intake API, its own JetStream queue and
+// store (NATS embedded by default), the inquiry pipeline with its agency
+// session pools sized by the cell map, and the admin API.
+//
+// Every flag can also be set from the environment as CELLKIT_<FLAG> in upper
+// snake case (--age-budget: CELLKIT_AGE_BUDGET; --agency: CELLKIT_AGENCY,
+// comma-separated); a flag on the command line wins.
+//
+//	cell --cell c1 --registry file:var/map.json \
+//	     --agency nice=127.0.0.1:7001 --agency kcb=127.0.0.1:7002
+//
+// SIGTERM or SIGINT stops it gracefully: intake closes, work in flight
+// finishes (or is left for redelivery after --drain-timeout), NATS is flushed
+// and shut down, exit 0.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/cellkit/cellkit/internal/cell"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:], os.Getenv, os.Stderr)
+	stop()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "cell: %v\n", err)
+		os.Exit(1)
+	}
+}
+
+// agencyFlag collects --agency name=host:port.
+type agencyFlag []cell.AgencyAddr
+
+func (a *agencyFlag) String() string {
+	var parts []string
+	for _, x := range *a {
+		parts = append(parts, x.Name+"="+x.Addr)
+	}
+	return strings.Join(parts, ",")
+}
+
+func (a *agencyFlag) Set(v string) error {
+	for _, item := range strings.Split(v, ",") {
+		name, addr, ok := strings.Cut(strings.TrimSpace(item), "=")
+		if !ok || name == "" || addr == "" {
+			return fmt.Errorf("want name=host:port, got %q", item)
+		}
+		*a = append(*a, cell.AgencyAddr{Name: name, Addr: addr})
+	}
+	return nil
+}
+
+func parseFlags(args []string, getenv func(string) string, output io.Writer) (cell.Config, slog.Level, error) {
+	var c cell.Config
+	var level slog.Level
+	var agencies agencyFlag
+	fs := flag.NewFlagSet("cell", flag.ContinueOnError)
+	fs.SetOutput(output)
+	fs.StringVar(&c.ID, "cell", "", "cell id, as in the cell map (required)")
+	fs.StringVar(&c.IntakeAddr, "intake", "127.0.0.1:8081", "listen address of the intake API")
+	fs.StringVar(&c.AdminAddr, "admin", "127.0.0.1:9081", "listen address of the admin API, probes and metrics")
+	fs.StringVar(&c.AdminToken, "admin-token", "", "bearer token required on /v1/admin/* (empty: none)")
+	fs.StringVar(&c.Registry, "registry", "", "cell map registry: file:PATH or consul://HOST:PORT/PREFIX (default $CELLKIT_REGISTRY)")
+	fs.StringVar(&c.StoreDir, "store", "", "store dir of the embedded NATS, the map cache and the lock (default var/cells/<cell>)")
+	fs.StringVar(&c.NATSURL, "nats-url", "", "external NATS with JetStream (empty: embedded)")
+	fs.IntVar(&c.NATSPort, "nats-port", 0, "loopback port of the embedded NATS (0: a free one, -1: none)")
+	fs.Var(&agencies, "agency", "an agency as name=host:port (repeat; name nice or kcb picks the telegram profile)")
+	fs.IntVar(&c.Pipeline.Workers, "workers", 64, "inquiries processed at once")
+	fs.DurationVar(&c.CallTimeout, "call-timeout", 2*time.Second, "timeout of one agency call")
+	fs.DurationVar(&c.BorrowTimeout, "borrow-timeout", time.Second, "wait for an agency session from the pool")
+	fs.DurationVar(&c.Pipeline.StepTimeout, "step-timeout", 3*time.Second, "budget of each pipeline step (agency call with its wait for a session, CSS, core banking)")
+	fs.IntVar(&c.Pipeline.MaxDeliver, "max-deliver", 5, "attempts before a transiently failing inquiry is dead-lettered")
+	fs.DurationVar(&c.AckWait, "ack-wait", 30*time.Second, "ack wait of the work consumers (in-progress acks keep slow work alive)")
+	fs.DurationVar(&c.Shed.MaxAge, "age-budget", 60*time.Second, "shed new intake when the oldest pending inquiry is older than this")
+	fs.IntVar(&c.Shed.MaxDepth, "depth-limit", 10_000, "shed new intake when this many inquiries are queued")
+	fs.Int64Var(&c.QueueMaxMsgs, "queue-max-msgs", 0, "hard message limit of the work stream (0: 10 × depth limit)")
+	fs.DurationVar(&c.RecordTTL, "record-ttl", 7*24*time.Hour, "how long records, failures and dead letters are kept")
+	fs.DurationVar(&c.CSSLatency, "css-latency", 5*time.Millisecond, "latency of the in-process CSS step")
+	fs.DurationVar(&c.CoreLatency, "core-latency", 10*time.Millisecond, "latency of the in-process core banking step")
+	fs.DurationVar(&c.Pipeline.DrainTimeout, "drain-timeout", 20*time.Second, "at shutdown, how long work in flight may finish")
+	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", 10*time.Second, "at shutdown, how long requests in flight may finish")
+	fs.TextVar(&level, "log-level", slog.LevelInfo, "log level: debug, info, warn or error")
+	if err := fs.Parse(args); err != nil {
+		return c, level, err
+	}
+	if fs.NArg() > 0 {
+		return c, level, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	var envErr error
+	fs.VisitAll(func(f *flag.Flag) {
+		env := "CELLKIT_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
+		if v := getenv(env); v != "" && !set[f.Name] {
+			if err := fs.Set(f.Name, v); err != nil && envErr == nil {
+				envErr = fmt.Errorf("%s=%q: %w", env, v, err)
+			}
+		}
+	})
+	if envErr != nil {
+		return c, level, envErr
+	}
+	c.Agencies = agencies
+	if c.ID == "" {
+		return c, level, errors.New("--cell (or CELLKIT_CELL) is required")
+	}
+	return c, level, nil
+}
+
+// run starts the cell and serves until ctx ends.
+func run(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer) error {
+	cfg, level, err := parseFlags(args, getenv, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level}))
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	c, err := cell.New(ctx, cfg, cell.Options{Logger: log, Metrics: reg})
+	if err != nil {
+		return err
+	}
+	log.Info("cell started", "cell", cfg.ID, "intake", c.IntakeAddr().String(), "admin", c.AdminAddr().String(), "nats", c.NATSURL())
+	return c.Run(ctx)
+}

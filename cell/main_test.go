@@ -1,0 +1,259 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/cellkit/cellkit/internal/agencysim"
+	"github.com/cellkit/cellkit/internal/celltest"
+	"github.com/cellkit/cellkit/internal/inquiry"
+	"github.com/cellkit/cellkit/internal/telegram"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m,
+		goleak.IgnoreTopFunction("net/http.(*persistConn).readLoop"),
+		goleak.IgnoreTopFunction("net/http.(*persistConn).writeLoop"),
+	)
+}
+
+func TestFlagsAndEnvironment(t *testing.T) {
+	env := map[string]string{
+		"CELLKIT_CELL":       "c7",
+		"CELLKIT_AGENCY":     "nice=10.0.0.1:7001,kcb=10.0.0.1:7002",
+		"CELLKIT_AGE_BUDGET": "30s",
+		"CELLKIT_WORKERS":    "9",
+	}
+	cfg, _, err := parseFlags([]string{"--workers", "12", "--nats-url", "nats://n:4222"}, func(k string) string { return env[k] }, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.ID != "c7" || len(cfg.Agencies) != 2 || cfg.Agencies[1].Addr != "10.0.0.1:7002" || cfg.Shed.MaxAge != 30*time.Second ||
+		cfg.Pipeline.Workers != 12 || cfg.NATSURL != "nats://n:4222" {
+		t.Fatalf("config %+v", cfg)
+	}
+	for _, bad := range [][]string{{}, {"--cell", "C1"}, {"--cell", "c1", "--agency", "nice"}, {"--cell", "c1", "extra"}} {
+		if _, _, err := parseFlags(bad, func(string) string { return "" }, io.Discard); err == nil && len(bad) != 2 {
+			t.Errorf("parseFlags(%q) accepted", bad)
+		}
+	}
+	if err := run(context.Background(), []string{"--cell", "C1", "--agency", "nice=x:1"}, func(string) string { return "" }, io.Discard); err == nil {
+		t.Error("run accepted an invalid cell id")
+	}
+}
+
+// proc is one run of the built cell binary.
+type proc struct {
+	cmd    *exec.Cmd
+	intake string
+	admin  string
+	exited chan error
+}
+
+func startBinary(t *testing.T, bin string, args []string) *proc {
+	t.Helper()
+	cmd := exec.Command(bin, args...)
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	p := &proc{cmd: cmd, exited: make(chan error, 1)}
+	addrs := make(chan [2]string, 1)
+	logs := make(chan struct{})
+	go func() {
+		defer close(logs)
+		sc := bufio.NewScanner(stderr)
+		sc.Buffer(make([]byte, 1<<20), 1<<20)
+		for sc.Scan() {
+			var line struct{ Msg, Intake, Admin string }
+			if json.Unmarshal(sc.Bytes(), &line) == nil && line.Msg == "cell started" {
+				addrs <- [2]string{line.Intake, line.Admin}
+			}
+			if testing.Verbose() && os.Getenv("CELLKIT_TEST_LOG") != "" {
+				t.Log(sc.Text())
+			}
+		}
+	}()
+	go func() { <-logs; p.exited <- cmd.Wait() }()
+	t.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			cmd.Process.Kill()
+			<-p.exited
+		}
+	})
+	select {
+	case a := <-addrs:
+		p.intake, p.admin = "http://"+a[0], "http://"+a[1]
+	case err := <-p.exited:
+		t.Fatalf("cell exited at start: %v", err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("cell did not start")
+	}
+	return p
+}
+
+func (p *proc) waitReady(t *testing.T, client *http.Client) {
+	t.Helper()
+	celltest.WaitFor(t, 30*time.Second, "the cell to be ready", func() bool {
+		r, err := celltest.Send(client, "GET", p.admin+"/readyz", nil, nil)
+		return err == nil && r.Status == 200
+	})
+}
+
+// TestCrashLosesNothing runs the built binary, kills it with SIGKILL in the
+// middle of a load, restarts it on the same store and checks like a queue
+// checker: every inquiry answered 202 settles (lost = 0) and none has two
+// ids or an unexpected result (duplicated = 0). It ends with a SIGTERM that
+// must exit 0.
+func TestCrashLosesNothing(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary and runs a load: skipped with -short")
+	}
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "cell")
+	build := exec.Command("go", "build", "-o", bin, ".")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	// 8 sessions at 40 ms: the pipeline drains 200/s, less than the load
+	// offers, so work is queued and in flight when the cell is killed.
+	sim := agencysim.Config{MaxSessions: 32, Latency: agencysim.FixedLatency(40 * time.Millisecond)}
+	nice := celltest.StartSim(t, telegram.NICE(), sim)
+	kcb := celltest.StartSim(t, telegram.KCB(), sim)
+	reg := celltest.NewRegistry(t, map[string]int{"nice": 8, "kcb": 8}, celltest.TestCell("c1"))
+	args := []string{
+		"--cell", "c1", "--registry", reg.URL(), "--store", filepath.Join(dir, "store"),
+		"--agency", "nice=" + nice.Addr().String(), "--agency", "kcb=" + kcb.Addr().String(),
+		"--intake", "127.0.0.1:0", "--admin", "127.0.0.1:0", "--nats-port", "-1",
+		"--ack-wait", "2s", "--css-latency", "1ms", "--core-latency", "2ms", "--log-level", "info",
+	}
+	client := &http.Client{Timeout: 5 * time.Second}
+	defer client.CloseIdleConnections()
+
+	p := startBinary(t, bin, args)
+	p.waitReady(t, client)
+	var base atomic.Pointer[string]
+	base.Store(&p.intake)
+
+	const total, loaders = 600, 8
+	checker := celltest.NewChecker()
+	var mu sync.Mutex
+	var next, accepted atomic.Int64
+	var refused atomic.Int64
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	for range loaders {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				n := next.Add(1)
+				if n > total {
+					return
+				}
+				key := fmt.Sprintf("crash-%d", n)
+				req := inquiry.Request{UserID: fmt.Sprintf("u%d", n), Product: "loan", Amount: n * 1000, Priority: inquiry.Normal}
+				if n%5 == 0 {
+					req.Priority = inquiry.High
+				}
+				for ctx.Err() == nil {
+					r, err := celltest.Send(client, "POST", *base.Load()+"/v1/inquiries", req, map[string]string{"Idempotency-Key": key})
+					if err == nil && r.Status == http.StatusAccepted {
+						var a struct{ ID string }
+						if json.Unmarshal(r.Body, &a) == nil {
+							mu.Lock()
+							checker.Accepted(key, req, a.ID)
+							mu.Unlock()
+							accepted.Add(1)
+						}
+						break
+					}
+					refused.Add(1)
+					time.Sleep(20 * time.Millisecond) // back off, then retry the same key
+				}
+			}
+		}()
+	}
+
+	celltest.WaitFor(t, 60*time.Second, "a third of the load", func() bool { return accepted.Load() >= total/3 })
+	var st struct {
+		Queue    struct{ Messages int }
+		Inflight int
+	}
+	if r, err := celltest.Send(client, "GET", p.admin+"/v1/admin/status", nil, nil); err == nil {
+		json.Unmarshal(r.Body, &st)
+	}
+	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	<-p.exited
+	killedAt := accepted.Load()
+	p = startBinary(t, bin, args)
+	base.Store(&p.intake)
+	wg.Wait()
+	if ctx.Err() != nil {
+		t.Fatalf("load did not finish: %d of %d accepted", accepted.Load(), total)
+	}
+
+	lookup := func(id string) (inquiry.View, error) {
+		var v inquiry.View
+		r, err := celltest.Send(client, "GET", p.intake+"/v1/inquiries/"+id, nil, nil)
+		if err != nil {
+			return v, err
+		}
+		if r.Status != http.StatusOK {
+			return v, fmt.Errorf("GET = %d %s", r.Status, r.Body)
+		}
+		return v, json.Unmarshal(r.Body, &v)
+	}
+	var rep celltest.Report
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		rep = checker.Check(lookup, "nice", "kcb")
+		if rep.Lost == 0 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Logf("killed after %d accepted with %d queued, %d in flight; %d keys, %d accepted, %d done, %d failed, %d refused attempts, lost %d, duplicated %d",
+		killedAt, st.Queue.Messages, st.Inflight, len(checker.IDs), rep.Accepted, rep.Done, rep.Failed, refused.Load(), rep.Lost, rep.Duplicated)
+	if len(checker.IDs) != total || rep.Lost != 0 || rep.Duplicated != 0 || rep.Failed != 0 {
+		t.Fatalf("lost %d, duplicated %d, failed %d of %d keys; problems: %v", rep.Lost, rep.Duplicated, rep.Failed, len(checker.IDs), first(rep.Problems, 10))
+	}
+
+	// A graceful stop exits 0.
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-p.exited:
+		var ee *exec.ExitError
+		if errors.As(err, &ee) || err != nil {
+			t.Fatalf("exit after SIGTERM: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("no exit within 30s of SIGTERM")
+	}
+}
+
+func first(s []string, n int) string { return strings.Join(s[:min(n, len(s))], "; ") }

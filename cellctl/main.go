@@ -1,0 +1,20 @@
+// Command cellctl operates cellkit cells: it changes the cell map in the
+// registry (printing every plan before applying it) and talks to the cells'
+// admin APIs. Run 'cellctl help' for the commands.
+package main
+
+import (
+	"context"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/cellkit/cellkit/internal/cellctl"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := cellctl.Run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}

@@ -1,0 +1,356 @@
+package cell
+
+import (
+	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/cellkit/cellkit/internal/agency"
+	"github.com/cellkit/cellkit/internal/inquiry"
+	"github.com/cellkit/cellkit/internal/problem"
+	"github.com/cellkit/cellkit/internal/queue"
+	"github.com/cellkit/cellkit/internal/store"
+)
+
+// adminHandler serves the admin API:
+//
+//	GET  /healthz                              alive
+//	GET  /readyz                               ready to take inquiries (JSON checks)
+//	GET  /metrics                              Prometheus
+//	GET  /v1/admin/status                      the cell's state (JSON)
+//	POST /v1/admin/circuit/{agency}/{open|close|reset}
+//	POST /v1/admin/intake/{close|open}
+//	GET  /v1/admin/failed[?limit=N]            failed and dead-lettered inquiries
+//	POST /v1/admin/failed/retry                {"ids":[...]} or {"all":true}
+//
+// With an AdminToken, /v1/admin/* needs "Authorization: Bearer TOKEN".
+func (c *Cell) adminHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/healthz", only(http.MethodGet, func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]any{"alive": true, "cell": c.cfg.ID})
+	}))
+	mux.HandleFunc("/readyz", only(http.MethodGet, func(w http.ResponseWriter, r *http.Request) {
+		ok, checks := c.readiness()
+		code := http.StatusOK
+		if !ok {
+			code = http.StatusServiceUnavailable
+		}
+		writeJSON(w, code, map[string]any{"ready": ok, "cell": c.cfg.ID, "checks": checks})
+	}))
+	mux.Handle("/metrics", promhttp.HandlerFor(c.reg, promhttp.HandlerOpts{Registry: c.reg}))
+	mux.HandleFunc("/v1/admin/status", only(http.MethodGet, func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, c.Status())
+	}))
+	mux.HandleFunc("/v1/admin/circuit/{agency}/{action}", only(http.MethodPost, c.circuit))
+	mux.HandleFunc("/v1/admin/intake/{action}", only(http.MethodPost, c.intakeSwitch))
+	mux.HandleFunc("/v1/admin/failed", only(http.MethodGet, c.listFailed))
+	mux.HandleFunc("/v1/admin/failed/retry", only(http.MethodPost, c.retryFailed))
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		problem.Write(w, problem.New(http.StatusNotFound, "not-found", "no such path: "+r.URL.Path))
+	})
+	return c.authorize(mux)
+}
+
+func (c *Cell) authorize(next http.Handler) http.Handler {
+	if c.cfg.AdminToken == "" {
+		return next
+	}
+	want := []byte("Bearer " + c.cfg.AdminToken)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasPrefix(r.URL.Path, "/v1/admin/") {
+			got := r.Header.Get("Authorization")
+			if got == "" {
+				w.Header().Set("WWW-Authenticate", `Bearer realm="cellkit-admin"`)
+				problem.Write(w, problem.New(http.StatusUnauthorized, "unauthorized", "the admin API needs a bearer token"))
+				return
+			}
+			if subtle.ConstantTimeCompare([]byte(got), want) != 1 {
+				problem.Write(w, problem.New(http.StatusForbidden, "forbidden", "wrong admin token"))
+				return
+			}
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+func only(method string, h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != method && !(method == http.MethodGet && r.Method == http.MethodHead) {
+			w.Header().Set("Allow", method)
+			problem.Write(w, problem.New(http.StatusMethodNotAllowed, "method-not-allowed", "allowed: "+method))
+			return
+		}
+		h(w, r)
+	}
+}
+
+// Check is one readiness check.
+type Check struct {
+	OK     bool   `json:"ok"`
+	Detail string `json:"detail,omitempty"`
+}
+
+// readiness: NATS connected and the streams readable recently, a map
+// naming this cell, at least one session per agency, the intake open.
+func (c *Cell) readiness() (bool, map[string]Check) {
+	checks := map[string]Check{}
+	ok := true
+	set := func(name string, good bool, detail string) {
+		checks[name] = Check{OK: good, Detail: detail}
+		ok = ok && good
+	}
+	s := c.sample.Load()
+	switch {
+	case c.nc.Status() != nats.CONNECTED:
+		set("nats", false, "nats connection "+c.nc.Status().String())
+	case s == nil:
+		set("nats", false, "streams not read yet")
+	case s.Err != nil:
+		set("nats", false, s.Err.Error())
+	case time.Since(s.At) > 5*time.Second+2*c.cfg.SampleInterval:
+		set("nats", false, "streams not read for "+time.Since(s.At).Round(time.Second).String())
+	default:
+		set("nats", true, "")
+	}
+	if m := c.follower.Map(); m == nil {
+		set("map", false, "no cell map yet")
+	} else if _, in := m.Cell(c.cfg.ID); !in {
+		set("map", false, "map version "+strconv.FormatInt(m.Version(), 10)+" does not name this cell")
+	} else {
+		set("map", true, "version "+strconv.FormatInt(m.Version(), 10))
+	}
+	for _, name := range c.names {
+		st := c.clients[name].Status().Pool
+		have := st.Idle + st.InUse
+		set("agency_"+name, have > 0, strconv.Itoa(have)+" of "+strconv.Itoa(st.Size)+" sessions up")
+	}
+	set("intake", c.intake.IsOpen(), map[bool]string{true: "open", false: "closed"}[c.intake.IsOpen()])
+	return ok, checks
+}
+
+// Status is the JSON of GET /v1/admin/status.
+type Status struct {
+	Cell       string                  `json:"cell"`
+	Intake     string                  `json:"intake"` // open or closed
+	Ready      bool                    `json:"ready"`
+	Stopping   bool                    `json:"stopping"`
+	Map        MapStatus               `json:"map"`
+	Queue      QueueStatus             `json:"queue"`
+	Inflight   int                     `json:"inflight"`
+	Workers    int                     `json:"workers"`
+	Agencies   map[string]AgencyStatus `json:"agencies"`
+	Failed     int                     `json:"failed"`
+	DeadLetter int                     `json:"dlq"`
+	NATS       string                  `json:"nats"`
+	Sampled    time.Time               `json:"sampled"`
+	Errors     map[string]string       `json:"errors,omitempty"`
+	Checks     map[string]Check        `json:"checks"`
+}
+
+// MapStatus is the cell's view of the map.
+type MapStatus struct {
+	Version    int64  `json:"version"`
+	State      string `json:"state,omitempty"`
+	OwnedSlots int    `json:"owned_slots"`
+	Registry   string `json:"registry"`
+	Stale      bool   `json:"stale"`
+	FromCache  bool   `json:"from_cache"`
+}
+
+// QueueStatus is the work queue's state.
+type QueueStatus struct {
+	Depth            map[inquiry.Priority]int `json:"depth"`
+	Messages         int                      `json:"messages"`
+	OldestAgeSeconds float64                  `json:"oldest_age_seconds"`
+	DrainRate        float64                  `json:"drain_rate"`
+	AgeBudgetSeconds float64                  `json:"age_budget_seconds"`
+	DepthLimit       int                      `json:"depth_limit"`
+}
+
+// AgencyStatus is one agency link's state.
+type AgencyStatus struct {
+	agency.Status
+	Quota   int `json:"quota"`
+	Waiting int `json:"waiting"` // workers waiting for a session
+}
+
+// Status reports the cell's state.
+func (c *Cell) Status() Status {
+	ready, checks := c.readiness()
+	st := Status{
+		Cell: c.cfg.ID, Intake: map[bool]string{true: "open", false: "closed"}[c.intake.IsOpen()],
+		Ready: ready, Stopping: c.stopping.Load(), Checks: checks,
+		Inflight: c.pipe.Inflight(), Workers: c.pipe.Workers(),
+		Agencies: map[string]AgencyStatus{}, NATS: c.nc.Status().String(),
+	}
+	fs := c.follower.Status()
+	st.Map = MapStatus{Version: fs.Version, Registry: fs.Registry, Stale: fs.Stale, FromCache: fs.FromCache}
+	if m := c.follower.Map(); m != nil {
+		if cell, ok := m.Cell(c.cfg.ID); ok {
+			st.Map.State = string(cell.State)
+		}
+		st.Map.OwnedSlots = m.SlotCounts()[c.cfg.ID]
+	}
+	shedCfg := c.shed.Config()
+	st.Queue = QueueStatus{DrainRate: c.shed.Rate(), AgeBudgetSeconds: shedCfg.MaxAge.Seconds(), DepthLimit: shedCfg.MaxDepth}
+	if s := c.sample.Load(); s != nil {
+		st.Sampled = s.At
+		if s.Err != nil {
+			st.Errors = map[string]string{"queue": s.Err.Error()}
+		} else {
+			st.Queue.Depth, st.Queue.Messages = s.Depth, s.Total
+			if !s.Oldest.IsZero() {
+				st.Queue.OldestAgeSeconds = time.Since(s.Oldest).Seconds()
+			}
+			st.Failed, st.DeadLetter = s.Failed, s.Dead
+		}
+	}
+	gates := c.pipe.GateStats()
+	c.quotaMu.Lock()
+	for _, name := range c.names {
+		st.Agencies[name] = AgencyStatus{Status: c.clients[name].Status(), Quota: c.quota[name], Waiting: gates[name][2]}
+	}
+	c.quotaMu.Unlock()
+	return st
+}
+
+func (c *Cell) circuit(w http.ResponseWriter, r *http.Request) {
+	name, action := r.PathValue("agency"), r.PathValue("action")
+	cl, ok := c.clients[name]
+	if !ok {
+		problem.Write(w, problem.New(http.StatusNotFound, "unknown-agency", "no agency "+strconv.Quote(name)).WithField("agency"))
+		return
+	}
+	b := cl.Breaker()
+	switch action {
+	case "open":
+		b.ForceOpen()
+	case "close":
+		b.ForceClose()
+	case "reset":
+		b.Reset()
+	default:
+		problem.Write(w, problem.New(http.StatusBadRequest, "invalid-action", "action must be open, close or reset").WithField("action"))
+		return
+	}
+	c.log.Warn("circuit breaker set by operator", "agency", name, "action", action)
+	writeJSON(w, http.StatusOK, map[string]string{"agency": name, "breaker": b.State().String()})
+}
+
+func (c *Cell) intakeSwitch(w http.ResponseWriter, r *http.Request) {
+	switch r.PathValue("action") {
+	case "close":
+		c.intake.Close()
+	case "open":
+		if c.stopping.Load() || !c.ready.Load() {
+			problem.Write(w, problem.New(http.StatusConflict, "not-ready", "the cell is starting or stopping; its intake cannot open"))
+			return
+		}
+		c.intake.Open()
+	default:
+		problem.Write(w, problem.New(http.StatusBadRequest, "invalid-action", "action must be close or open").WithField("action"))
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"intake": map[bool]string{true: "open", false: "closed"}[c.intake.IsOpen()]})
+}
+
+// maxList caps the failed inquiries listed or retried at once.
+const maxList = 10_000
+
+func (c *Cell) listFailed(w http.ResponseWriter, r *http.Request) {
+	limit := 100
+	if v := r.URL.Query().Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n <= 0 || n > maxList {
+			problem.Write(w, problem.New(http.StatusBadRequest, "invalid-field", "limit must be in [1, 10000]").WithField("limit"))
+			return
+		}
+		limit = n
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
+	defer cancel()
+	list, err := c.queue.Failed(ctx, limit)
+	if err != nil {
+		problem.WriteRetry(w, problem.New(http.StatusServiceUnavailable, "queue-unavailable", err.Error()), time.Second)
+		return
+	}
+	if list == nil {
+		list = []queue.Failure{}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"failed": list, "count": len(list)})
+}
+
+// RetryRequest is the body of POST /v1/admin/failed/retry.
+type RetryRequest struct {
+	IDs []string `json:"ids"`
+	All bool     `json:"all"`
+}
+
+// RetryResult says what a retry did.
+type RetryResult struct {
+	Retried []string          `json:"retried"`
+	Skipped map[string]string `json:"skipped"` // id → why
+}
+
+func (c *Cell) retryFailed(w http.ResponseWriter, r *http.Request) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, inquiry.MaxBodyBytes*16))
+	var req RetryRequest
+	if err == nil {
+		dec := json.NewDecoder(strings.NewReader(string(body)))
+		dec.DisallowUnknownFields()
+		err = dec.Decode(&req)
+	}
+	if err != nil || (req.All == (len(req.IDs) > 0)) {
+		problem.Write(w, problem.New(http.StatusBadRequest, "invalid-json", `send {"ids":["..."]} or {"all":true}`).WithField("ids"))
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), time.Minute)
+	defer cancel()
+	ids := req.IDs
+	if req.All {
+		list, err := c.queue.Failed(ctx, maxList)
+		if err != nil {
+			problem.WriteRetry(w, problem.New(http.StatusServiceUnavailable, "queue-unavailable", err.Error()), time.Second)
+			return
+		}
+		for _, f := range list {
+			ids = append(ids, f.ID)
+		}
+	}
+	res := RetryResult{Retried: []string{}, Skipped: map[string]string{}}
+	for _, id := range ids {
+		if cell, ok := inquiry.CellOf(id); !ok || cell != c.cfg.ID {
+			res.Skipped[id] = "not an inquiry id of cell " + c.cfg.ID
+			continue
+		}
+		err := c.queue.Retry(ctx, id)
+		switch {
+		case err == nil:
+			res.Retried = append(res.Retried, id)
+		case errors.Is(err, store.ErrNotFound):
+			res.Skipped[id] = "unknown inquiry"
+		default:
+			res.Skipped[id] = err.Error()
+		}
+	}
+	if len(res.Retried) > 0 {
+		c.log.Info("failed inquiries re-enqueued", "count", len(res.Retried), "skipped", len(res.Skipped))
+	}
+	writeJSON(w, http.StatusOK, res)
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	body, _ := json.MarshalIndent(v, "", "  ")
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	w.Write(append(body, '\n'))
+}

@@ -1,0 +1,436 @@
+// Package cell assembles one cell: its embedded (or external) NATS with the
+// work queue and record store, the agency links sized by the cell map, the
+// pipeline, the intake API and the admin API, and runs them with a graceful
+// lifecycle.
+//
+// Lifecycle: New opens everything that does not need the cell map (store,
+// NATS, streams, registry, listeners). Run serves the admin API and status
+// reads at once, waits for a map that names this cell (logging while it
+// waits), sizes the session pools to the cell's quota, starts the workers
+// and opens the intake. Pools follow every new map version. When Run's
+// context ends: the intake closes (readyz false, new inquiries 503), requests
+// in flight finish, the workers drain within their timeout and leave the
+// rest for redelivery, NATS is flushed and shut down, and Run returns nil.
+// A restart on the same store dir resumes where it stopped.
+package cell
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/cellkit/cellkit/internal/agency"
+	"github.com/cellkit/cellkit/internal/intake"
+	"github.com/cellkit/cellkit/internal/natsembed"
+	"github.com/cellkit/cellkit/internal/pipeline"
+	"github.com/cellkit/cellkit/internal/queue"
+	"github.com/cellkit/cellkit/internal/registry"
+	"github.com/cellkit/cellkit/internal/sessionpool"
+	"github.com/cellkit/cellkit/internal/shed"
+	"github.com/cellkit/cellkit/internal/slotmap"
+	"github.com/cellkit/cellkit/internal/store"
+)
+
+// Options carry the cell's collaborators.
+type Options struct {
+	// Logger receives one line per lifecycle event. Nil: slog.Default().
+	Logger *slog.Logger
+	// Metrics is the process's own registry, served on /metrics. Nil: a
+	// new one.
+	Metrics *prometheus.Registry
+	// CSS and Core replace the in-process CSS and core banking steps
+	// (tests inject failures).
+	CSS  pipeline.CSS
+	Core pipeline.CoreBanking
+}
+
+// Cell is one running cell.
+type Cell struct {
+	cfg  Config
+	log  *slog.Logger
+	reg  *prometheus.Registry
+	lbls prometheus.Labels
+
+	unlock   func()
+	ns       *natsembed.Server // nil with an external NATS
+	nc       *nats.Conn
+	js       jetstream.JetStream
+	store    *store.Store
+	queue    *queue.Queue
+	registry registry.Registry
+	follower *registry.Follower
+	clients  map[string]*agency.Client
+	names    []string
+	pipe     *pipeline.Pipeline
+	shed     *shed.Shedder
+	intake   *intake.Handler
+
+	intakeLn, adminLn net.Listener
+
+	ready    atomic.Bool // map loaded, workers started
+	stopping atomic.Bool
+	quotaMu  sync.Mutex
+	quota    map[string]int
+	sample   atomic.Pointer[sample]
+}
+
+// sample is the last observation of the queue.
+type sample struct {
+	queue.Stats
+	Failed, Dead int
+	At           time.Time
+	Err          error
+}
+
+// New opens a cell's parts. On error everything opened is closed again.
+func New(ctx context.Context, cfg Config, opts Options) (_ *Cell, err error) {
+	if err := cfg.defaults(); err != nil {
+		return nil, err
+	}
+	c := &Cell{cfg: cfg, log: opts.Logger, reg: opts.Metrics, clients: map[string]*agency.Client{}, quota: map[string]int{}}
+	if c.log == nil {
+		c.log = slog.Default()
+	}
+	c.log = c.log.With("cell", cfg.ID)
+	if c.reg == nil {
+		c.reg = prometheus.NewRegistry()
+	}
+	c.lbls = prometheus.Labels{"cell": cfg.ID}
+	defer func() {
+		if err != nil {
+			c.close()
+		}
+	}()
+
+	if c.unlock, err = lockDir(cfg.StoreDir); err != nil {
+		return nil, err
+	}
+	if err = c.openNATS(); err != nil {
+		return nil, err
+	}
+	if c.store, err = store.Open(ctx, c.js, cfg.ID, cfg.RecordTTL); err != nil {
+		return nil, err
+	}
+	c.queue, err = queue.Setup(ctx, c.js, c.store, queue.Config{
+		Cell: cfg.ID, MaxMsgs: cfg.QueueMaxMsgs, MaxBytes: cfg.QueueMaxBytes, AckWait: cfg.AckWait,
+		MaxAckPending: max(1000, 2*cfg.Pipeline.Workers), Retention: cfg.RecordTTL,
+	})
+	if err != nil {
+		return nil, err
+	}
+
+	if c.registry, err = registry.Open(cfg.Registry, registry.Options{}); err != nil {
+		return nil, err
+	}
+	c.follower, err = registry.NewFollower(c.registry, registry.FollowerOptions{
+		Logger: c.log, Registerer: prometheus.WrapRegistererWith(c.lbls, c.reg), Part: "cell",
+		CachePath: filepath.Join(cfg.StoreDir, "map.json"),
+	})
+	if err != nil {
+		return nil, err
+	}
+
+	am, err := agency.NewMetrics(c.reg, c.lbls)
+	if err != nil {
+		return nil, err
+	}
+	var agencies []pipeline.Agency
+	for _, a := range cfg.Agencies {
+		cl, err := agency.New(agency.Config{
+			Name: a.Name, Addr: a.Addr, Sessions: 0, CallTimeout: cfg.CallTimeout,
+			Pool: sessionpool.Config{BorrowTimeout: cfg.BorrowTimeout}, Breaker: cfg.Breaker,
+		}, agency.Options{Logger: c.log, Metrics: am})
+		if err != nil {
+			return nil, err
+		}
+		c.clients[a.Name] = cl
+		c.names = append(c.names, a.Name)
+		agencies = append(agencies, pipeline.Agency{Name: a.Name, Client: cl, Sessions: 0})
+	}
+
+	c.shed = shed.New(cfg.Shed, nil)
+	css, core := opts.CSS, opts.Core
+	if css == nil {
+		css = pipeline.LocalCSS{Latency: max(cfg.CSSLatency, 0)}
+	}
+	if core == nil {
+		core = pipeline.LocalCore{Latency: max(cfg.CoreLatency, 0)}
+	}
+	c.pipe, err = pipeline.New(c.queue, agencies, cfg.Pipeline, pipeline.Options{
+		Logger: c.log, Registerer: c.reg, Labels: c.lbls,
+		Drained: func() { c.shed.Drained(1) }, CSS: css, Core: core,
+	})
+	if err != nil {
+		return nil, err
+	}
+	c.intake, err = intake.New(intake.Config{Cell: cfg.ID}, c.queue, c.shed, c.follower.Map,
+		intake.Options{Logger: c.log, Registerer: c.reg, Labels: c.lbls})
+	if err != nil {
+		return nil, err
+	}
+	if err = c.registerMetrics(); err != nil {
+		return nil, err
+	}
+	if c.intakeLn, err = net.Listen("tcp", cfg.IntakeAddr); err != nil {
+		return nil, fmt.Errorf("intake listener: %w", err)
+	}
+	if c.adminLn, err = net.Listen("tcp", cfg.AdminAddr); err != nil {
+		return nil, fmt.Errorf("admin listener: %w", err)
+	}
+	return c, nil
+}
+
+func (c *Cell) openNATS() error {
+	var err error
+	opts := []nats.Option{nats.MaxReconnects(-1), nats.ReconnectWait(250 * time.Millisecond)}
+	if c.cfg.NATSURL != "" {
+		c.nc, err = nats.Connect(c.cfg.NATSURL, append(opts, nats.Name("cell-"+c.cfg.ID))...)
+		if err != nil {
+			return fmt.Errorf("connect to nats %s: %w", c.cfg.NATSURL, err)
+		}
+	} else {
+		c.ns, err = natsembed.Start(natsembed.Config{
+			Name: "cell-" + c.cfg.ID, StoreDir: c.cfg.StoreDir, Port: c.cfg.NATSPort,
+		}, c.log)
+		if err != nil {
+			return err
+		}
+		if c.nc, err = c.ns.Connect(); err != nil {
+			return err
+		}
+		c.log.Info("embedded nats started", "store", c.cfg.StoreDir, "url", c.ns.ClientURL())
+	}
+	c.js, err = jetstream.New(c.nc)
+	return err
+}
+
+// IntakeAddr is the intake listener's address.
+func (c *Cell) IntakeAddr() net.Addr { return c.intakeLn.Addr() }
+
+// AdminAddr is the admin listener's address.
+func (c *Cell) AdminAddr() net.Addr { return c.adminLn.Addr() }
+
+// NATSURL is the embedded server's URL ("" if external or not listening).
+func (c *Cell) NATSURL() string {
+	if c.ns == nil {
+		return c.cfg.NATSURL
+	}
+	return c.ns.ClientURL()
+}
+
+// Run serves until ctx ends, then shuts down gracefully (see the package
+// doc). It closes the cell: a Cell runs once.
+func (c *Cell) Run(ctx context.Context) error {
+	g, gctx := errgroup.WithContext(ctx)
+	intakeSrv := &http.Server{Handler: c.intake, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second, IdleTimeout: time.Minute}
+	adminSrv := &http.Server{Handler: c.adminHandler(), ReadHeaderTimeout: 5 * time.Second}
+	g.Go(func() error { return c.follower.Run(gctx) })
+	g.Go(func() error { return serve(adminSrv, c.adminLn) })
+	g.Go(func() error { return serve(intakeSrv, c.intakeLn) })
+	g.Go(func() error { c.sampleLoop(gctx); return nil })
+
+	pctx, stopPipeline := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopPipeline()
+	pipeDone := make(chan struct{})
+	started := make(chan struct{})
+	g.Go(func() error {
+		defer close(pipeDone)
+		if !c.waitForMap(gctx) {
+			return nil
+		}
+		close(started)
+		return c.pipe.Run(pctx)
+	})
+	g.Go(func() error {
+		select {
+		case <-started:
+		case <-gctx.Done():
+			return nil
+		}
+		c.ready.Store(true)
+		c.intake.Open()
+		c.log.Info("cell ready", "intake", c.IntakeAddr().String(), "admin", c.AdminAddr().String(), "map_version", c.follower.Map().Version())
+		c.followQuotas(gctx)
+		return nil
+	})
+
+	g.Go(func() error {
+		<-gctx.Done()
+		c.shutdown(intakeSrv, adminSrv, stopPipeline, pipeDone)
+		return nil
+	})
+	err := g.Wait()
+	c.close()
+	if err != nil {
+		return err
+	}
+	c.log.Info("cell stopped")
+	return nil
+}
+
+func serve(srv *http.Server, ln net.Listener) error {
+	if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
+
+// shutdown runs the graceful stop, each phase with its own fresh timeout.
+func (c *Cell) shutdown(intakeSrv, adminSrv *http.Server, stopPipeline func(), pipeDone <-chan struct{}) {
+	c.stopping.Store(true)
+	c.ready.Store(false)
+	c.intake.Close()
+	c.log.Info("cell stopping: intake closed")
+	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.ShutdownTimeout)
+	if err := intakeSrv.Shutdown(ctx); err != nil {
+		c.log.Warn("intake requests did not finish", "err", err)
+		intakeSrv.Close()
+	}
+	cancel()
+	stopPipeline()
+	<-pipeDone
+	for _, cl := range c.clients {
+		cl.Close()
+	}
+	if err := c.nc.FlushTimeout(c.cfg.ShutdownTimeout); err != nil {
+		c.log.Warn("nats flush", "err", err)
+	}
+	ctx, cancel = context.WithTimeout(context.Background(), c.cfg.ShutdownTimeout)
+	if err := adminSrv.Shutdown(ctx); err != nil {
+		adminSrv.Close()
+	}
+	cancel()
+}
+
+// close releases everything New opened; safe on a partly built cell.
+func (c *Cell) close() {
+	for _, ln := range []net.Listener{c.intakeLn, c.adminLn} {
+		if ln != nil {
+			ln.Close()
+		}
+	}
+	for _, cl := range c.clients {
+		cl.Close()
+	}
+	if c.nc != nil {
+		c.nc.Close()
+	}
+	if c.ns != nil {
+		c.ns.Shutdown()
+		c.ns = nil
+	}
+	if c.registry != nil {
+		c.registry.Close()
+	}
+	if c.unlock != nil {
+		c.unlock()
+		c.unlock = nil
+	}
+}
+
+// waitForMap blocks until the follower has a map that names this cell.
+func (c *Cell) waitForMap(ctx context.Context) bool {
+	logEvery := time.NewTicker(10 * time.Second)
+	defer logEvery.Stop()
+	logged := false
+	for {
+		changed := c.follower.Changed()
+		m := c.follower.Map()
+		if m != nil {
+			if _, ok := m.Cell(c.cfg.ID); ok {
+				c.applyQuotas(m)
+				return true
+			}
+		}
+		if !logged {
+			if m == nil {
+				c.log.Info("waiting for the cell map", "registry", c.registry.Describe())
+			} else {
+				c.log.Warn("waiting for a cell map that names this cell", "registry", c.registry.Describe(), "map_version", m.Version())
+			}
+			logged = true
+		}
+		select {
+		case <-changed:
+		case <-logEvery.C:
+			logged = false
+		case <-ctx.Done():
+			return false
+		}
+	}
+}
+
+// followQuotas resizes the session pools to every new map's quotas.
+func (c *Cell) followQuotas(ctx context.Context) {
+	for {
+		select {
+		case <-c.follower.Changed():
+			if m := c.follower.Map(); m != nil {
+				c.applyQuotas(m)
+			}
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+func (c *Cell) applyQuotas(m *slotmap.Map) {
+	c.quotaMu.Lock()
+	defer c.quotaMu.Unlock()
+	for _, name := range c.names {
+		q := m.Quota(c.cfg.ID, name)
+		if old, ok := c.quota[name]; ok && old == q {
+			continue
+		}
+		c.log.Info("agency session quota", "agency", name, "sessions", q, "map_version", m.Version())
+		c.quota[name] = q
+		c.clients[name].Resize(q)
+		c.pipe.Resize(name, q)
+	}
+}
+
+// sampleLoop observes the queue for the shedder, readiness and metrics.
+func (c *Cell) sampleLoop(ctx context.Context) {
+	t := time.NewTicker(c.cfg.SampleInterval)
+	defer t.Stop()
+	var lastFailed time.Time
+	var failed, dead int
+	for {
+		s := &sample{At: time.Now()}
+		mark := c.shed.Mark()
+		qctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		s.Stats, s.Err = c.queue.Stats(qctx)
+		if s.Err == nil && time.Since(lastFailed) >= time.Second {
+			if f, d, err := c.queue.FailedCounts(qctx); err == nil {
+				failed, dead, lastFailed = f, d, time.Now()
+			}
+		}
+		cancel()
+		s.Failed, s.Dead = failed, dead
+		if s.Err == nil {
+			depth := 0
+			for _, n := range s.Depth {
+				depth += n
+			}
+			c.shed.Observe(shed.Sample{Depth: depth, Oldest: s.Oldest, At: s.At, Mark: mark})
+		}
+		c.sample.Store(s)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			return
+		}
+	}
+}

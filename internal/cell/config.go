@@ -1,0 +1,130 @@
+package cell
+
+import (
+	"errors"
+	"fmt"
+	"path/filepath"
+	"time"
+
+	"github.com/cellkit/cellkit/internal/breaker"
+	"github.com/cellkit/cellkit/internal/pipeline"
+	"github.com/cellkit/cellkit/internal/shed"
+	"github.com/cellkit/cellkit/internal/slotmap"
+)
+
+// AgencyAddr is one agency the cell calls.
+type AgencyAddr struct {
+	Name string // as in the cell map ("nice", "kcb"); also picks the telegram profile
+	Addr string // host:port
+}
+
+// Config is everything a cell needs. Zero values mean the defaults in
+// brackets.
+type Config struct {
+	// ID is the cell id, as in the cell map. Required.
+	ID string
+	// IntakeAddr is the public API's listen address [127.0.0.1:8081].
+	IntakeAddr string
+	// AdminAddr is the admin API's listen address [127.0.0.1:9081].
+	AdminAddr string
+	// AdminToken, if set, is required as "Authorization: Bearer TOKEN" on
+	// /v1/admin/*. The probes and /metrics stay open.
+	AdminToken string
+	// Registry is the cell map registry URL (file:PATH, consul://...);
+	// empty means $CELLKIT_REGISTRY.
+	Registry string
+	// StoreDir holds the embedded NATS store, the map cache and the lock
+	// [var/cells/<ID>].
+	StoreDir string
+	// NATSURL, if set, is an external NATS server or cluster with JetStream;
+	// otherwise NATS runs embedded with its store under StoreDir.
+	NATSURL string
+	// NATSPort is the embedded server's loopback port: 0 a free one, -1 no
+	// listener (in-process clients only).
+	NATSPort int
+	// Agencies are the agencies to call; the pool size of each is this
+	// cell's quota in the map. Required.
+	Agencies []AgencyAddr
+	// CallTimeout bounds one agency call [2s].
+	CallTimeout time.Duration
+	// BorrowTimeout bounds the wait for an agency session [1s].
+	BorrowTimeout time.Duration
+	// Breaker tunes every agency's circuit breaker (see package breaker).
+	Breaker breaker.Config
+	// Pipeline tunes the workers (see package pipeline).
+	Pipeline pipeline.Config
+	// Shed holds the intake budgets: oldest pending age [60s] and queue
+	// depth [10000].
+	Shed shed.Config
+	// QueueMaxMsgs and QueueMaxBytes are the work stream's hard limits
+	// [10 × Shed.MaxDepth, 256 MiB].
+	QueueMaxMsgs  int64
+	QueueMaxBytes int64
+	// AckWait is the work consumers' ack wait [30s].
+	AckWait time.Duration
+	// RecordTTL is how long inquiry records, failures and dead letters are
+	// kept [7 days].
+	RecordTTL time.Duration
+	// CSSLatency and CoreLatency are the latencies of the in-process CSS
+	// and core banking steps [5ms, 10ms].
+	CSSLatency, CoreLatency time.Duration
+	// SampleInterval is how often the queue is sampled for shedding,
+	// readiness and metrics [250ms].
+	SampleInterval time.Duration
+	// ShutdownTimeout bounds each shutdown phase other than the pipeline's
+	// drain (Pipeline.DrainTimeout) [10s].
+	ShutdownTimeout time.Duration
+}
+
+func (c *Config) defaults() error {
+	if !slotmap.ValidCellID(c.ID) {
+		return fmt.Errorf("cell id %q: want 1–32 of [a-z0-9-], starting and ending with a letter or digit", c.ID)
+	}
+	if len(c.Agencies) == 0 {
+		return errors.New("no agencies: give at least one (--agency nice=HOST:PORT)")
+	}
+	seen := map[string]bool{}
+	for _, a := range c.Agencies {
+		if a.Name == "" || a.Addr == "" || seen[a.Name] {
+			return fmt.Errorf("agency %q at %q: want a unique name and an address", a.Name, a.Addr)
+		}
+		seen[a.Name] = true
+	}
+	if c.IntakeAddr == "" {
+		c.IntakeAddr = "127.0.0.1:8081"
+	}
+	if c.AdminAddr == "" {
+		c.AdminAddr = "127.0.0.1:9081"
+	}
+	if c.StoreDir == "" {
+		c.StoreDir = filepath.Join("var", "cells", c.ID)
+	}
+	if c.CallTimeout <= 0 {
+		c.CallTimeout = 2 * time.Second
+	}
+	if c.BorrowTimeout <= 0 {
+		c.BorrowTimeout = time.Second
+	}
+	if c.Shed.MaxAge <= 0 {
+		c.Shed.MaxAge = 60 * time.Second
+	}
+	if c.Shed.MaxDepth <= 0 {
+		c.Shed.MaxDepth = 10_000
+	}
+	if c.QueueMaxMsgs <= 0 {
+		c.QueueMaxMsgs = 10 * int64(c.Shed.MaxDepth)
+	}
+	if c.CSSLatency == 0 {
+		c.CSSLatency = 5 * time.Millisecond
+	}
+	if c.CoreLatency == 0 {
+		c.CoreLatency = 10 * time.Millisecond
+	}
+	if c.SampleInterval <= 0 {
+		c.SampleInterval = 250 * time.Millisecond
+	}
+	if c.ShutdownTimeout <= 0 {
+		c.ShutdownTimeout = 10 * time.Second
+	}
+	return nil
+}

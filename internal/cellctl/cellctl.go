@@ -1,0 +1,333 @@
+// Package cellctl is the operator's control plane for cellkit: the commands
+// of the cellctl program, which change the cell map in the registry and talk
+// to the cells' admin APIs.
+//
+// Guarantees:
+//   - Every command that changes the map prints its plan (slot moves as
+//     ranges, the share of users that move, slots and session quotas per
+//     cell before → after) before it applies it, and --dry-run stops there.
+//   - A change is applied with a compare-and-swap on the map version while the
+//     registry's writer lock is held. A lost race is re-planned against the
+//     new map (up to 3 times), never overwritten; a refused change (unknown
+//     cell, last active cell, quota over the limit, bad weight or URL...)
+//     writes nothing.
+//   - Exit status 0 is success, 1 a failure or refusal, 2 a usage error; a
+//     failure is one line on stderr.
+//
+// Run is the whole program; cellctl/main.go only wires it to the process.
+package cellctl
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/user"
+	"strings"
+	"time"
+
+	"github.com/cellkit/cellkit/internal/registry"
+	"github.com/cellkit/cellkit/internal/slotmap"
+)
+
+// Exit statuses.
+const (
+	ExitOK      = 0
+	ExitFailure = 1
+	ExitUsage   = 2
+)
+
+// EnvAdminToken names the environment variable holding the bearer token sent
+// to cells' and routers' admin APIs when --admin-token is not given.
+const EnvAdminToken = "CELLKIT_ADMIN_TOKEN"
+
+// DefaultTimeout bounds a command (registry calls, lock wait, admin calls)
+// unless --timeout says otherwise. `drain --wait` has no default bound.
+const DefaultTimeout = 30 * time.Second
+
+// CLI holds what cellctl takes from its environment. The zero value uses the
+// real ones; tests replace them.
+type CLI struct {
+	// Now is the clock: it stamps committed maps and measures ages.
+	// Nil means time.Now.
+	Now func() time.Time
+	// Getenv reads the environment. Nil means os.Getenv.
+	Getenv func(string) string
+	// OpenRegistry opens a registry URL (already resolved from the flag or
+	// CELLKIT_REGISTRY). Nil means registry.Open.
+	OpenRegistry func(url string) (registry.Registry, error)
+	// HTTP talks to admin APIs. Nil means a client without a global timeout
+	// (every call carries a deadline of its own).
+	HTTP *http.Client
+	// Terminal reports whether w is an interactive terminal, where progress
+	// lines overwrite themselves. Nil means: w is an *os.File on a character
+	// device.
+	Terminal func(w io.Writer) bool
+}
+
+// Run runs cellctl with args (without the program name) and returns the
+// exit status.
+func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	return (&CLI{}).Run(ctx, args, stdout, stderr)
+}
+
+func (c *CLI) now() time.Time {
+	if c.Now != nil {
+		return c.Now()
+	}
+	return time.Now()
+}
+
+func (c *CLI) getenv(k string) string {
+	if c.Getenv != nil {
+		return c.Getenv(k)
+	}
+	return os.Getenv(k)
+}
+
+func (c *CLI) httpClient() *http.Client {
+	if c.HTTP != nil {
+		return c.HTTP
+	}
+	return http.DefaultClient
+}
+
+func (c *CLI) terminal(w io.Writer) bool {
+	if c.Terminal != nil {
+		return c.Terminal(w)
+	}
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	info, err := f.Stat()
+	return err == nil && info.Mode()&os.ModeCharDevice != 0
+}
+
+// globals are the flags every command takes.
+type globals struct {
+	registry   string
+	json       bool
+	timeout    time.Duration
+	adminToken string
+}
+
+func (g *globals) register(fs *flag.FlagSet) {
+	fs.StringVar(&g.registry, "registry", g.registry, "")
+	fs.BoolVar(&g.json, "json", g.json, "")
+	fs.DurationVar(&g.timeout, "timeout", g.timeout, "")
+	fs.StringVar(&g.adminToken, "admin-token", g.adminToken, "")
+}
+
+const globalFlagsHelp = `Global flags (before or after the command):
+  --registry URL       the registry: file:PATH or consul://HOST:PORT/PREFIX
+                       (default $CELLKIT_REGISTRY)
+  --json               print JSON for machines instead of tables
+  --timeout D          give up after D (default 30s; drain --wait: no limit)
+  --admin-token TOKEN  bearer token for admin APIs (default $CELLKIT_ADMIN_TOKEN)
+  -h, --help           help for the command
+`
+
+// inv is one invocation: the parsed globals, the streams and the command.
+type inv struct {
+	cli     *CLI
+	g       globals
+	out     io.Writer
+	errw    io.Writer
+	cmd     *command
+	timeout bool // --timeout was given explicitly
+}
+
+// usageError is a bad command line: exit status 2.
+type usageError struct{ msg string }
+
+func (e usageError) Error() string { return e.msg }
+
+func usagef(format string, args ...any) error {
+	return usageError{msg: fmt.Sprintf(format, args...)}
+}
+
+// Run runs one command line; see the package Run.
+func (c *CLI) Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	x := &inv{cli: c, out: stdout, errw: stderr, g: globals{timeout: DefaultTimeout}}
+	top := flag.NewFlagSet("cellctl", flag.ContinueOnError)
+	top.SetOutput(io.Discard)
+	x.g.register(top)
+	if err := top.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			writeOverview(stdout)
+			return ExitOK
+		}
+		return x.fail("cellctl", usagef("%v (see 'cellctl help')", err))
+	}
+	rest := top.Args()
+	if len(rest) == 0 {
+		writeOverview(stderr)
+		return ExitUsage
+	}
+	top.Visit(func(f *flag.Flag) {
+		if f.Name == "timeout" {
+			x.timeout = true
+		}
+	})
+
+	cmds := commands()
+	if rest[0] == "help" {
+		return x.help(cmds, rest[1:])
+	}
+	cmd, n := lookup(cmds, rest)
+	if cmd == nil {
+		if grp := group(cmds, rest[0]); grp != nil {
+			return x.fail("cellctl "+rest[0], usagef("want one of: %s (see 'cellctl help %s')", strings.Join(grp, ", "), rest[0]))
+		}
+		return x.fail("cellctl", usagef("unknown command %q (see 'cellctl help')", rest[0]))
+	}
+	x.cmd = cmd
+	name := "cellctl " + cmd.name
+
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	x.g.register(fs)
+	if cmd.mutates {
+		fs.BoolVar(&cmd.dryRun, "dry-run", false, "print the plan, change nothing")
+	}
+	if cmd.flags != nil {
+		cmd.flags(fs)
+	}
+	pos, err := parseInterspersed(fs, rest[n:])
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			writeHelp(stdout, cmd, fs)
+			return ExitOK
+		}
+		return x.fail(name, usagef("%v (see 'cellctl help %s')", err, cmd.name))
+	}
+	fs.Visit(func(f *flag.Flag) {
+		if f.Name == "timeout" {
+			x.timeout = true
+		}
+	})
+	if len(pos) < cmd.minArgs || (cmd.maxArgs >= 0 && len(pos) > cmd.maxArgs) {
+		return x.fail(name, usagef("%s (see 'cellctl help %s')", argCountMsg(cmd, len(pos)), cmd.name))
+	}
+	if x.g.timeout < 0 {
+		return x.fail(name, usagef("--timeout %v must not be negative", x.g.timeout))
+	}
+	if x.g.adminToken == "" {
+		x.g.adminToken = c.getenv(EnvAdminToken)
+	}
+
+	// The command's deadline: --timeout, or DefaultTimeout unless the
+	// command waits for as long as it takes (drain --wait) and no
+	// --timeout was given. Zero means none.
+	if d := x.g.timeout; d > 0 && (x.timeout || cmd.unbounded == nil || !cmd.unbounded()) {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, d)
+		defer cancel()
+	}
+	if err := cmd.run(ctx, x, pos); err != nil {
+		return x.fail(name, err)
+	}
+	return ExitOK
+}
+
+func argCountMsg(cmd *command, got int) string {
+	want := cmd.argsUsage
+	if want == "" {
+		return fmt.Sprintf("takes no arguments, got %d", got)
+	}
+	return fmt.Sprintf("want %s, got %d argument%s", want, got, plural(got))
+}
+
+func plural(n int) string {
+	if n == 1 {
+		return ""
+	}
+	return "s"
+}
+
+// fail prints err as one line and returns its exit status.
+func (x *inv) fail(name string, err error) int {
+	msg := strings.Join(strings.Fields(strings.ReplaceAll(err.Error(), "\n", "; ")), " ")
+	fmt.Fprintf(x.errw, "%s: %s\n", name, msg)
+	var u usageError
+	if errors.As(err, &u) {
+		return ExitUsage
+	}
+	return ExitFailure
+}
+
+// warnf prints a warning line on stderr; the command goes on.
+func (x *inv) warnf(format string, args ...any) {
+	fmt.Fprintf(x.errw, "warning: "+format+"\n", args...)
+}
+
+// notef prints a progress note on stderr (kept off stdout so that --json
+// output stays one document).
+func (x *inv) notef(format string, args ...any) {
+	fmt.Fprintf(x.errw, format+"\n", args...)
+}
+
+// openRegistry opens the registry named by --registry or CELLKIT_REGISTRY.
+func (x *inv) openRegistry() (registry.Registry, error) {
+	url := x.g.registry
+	if url == "" {
+		url = x.cli.getenv(registry.EnvRegistry)
+	}
+	if url == "" {
+		return nil, usagef("no registry: pass --registry URL or set %s (file:PATH or consul://HOST:PORT/PREFIX)", registry.EnvRegistry)
+	}
+	open := x.cli.OpenRegistry
+	if open == nil {
+		open = func(u string) (registry.Registry, error) { return registry.Open(u, registry.Options{}) }
+	}
+	reg, err := open(url)
+	if err != nil {
+		return nil, usageError{msg: err.Error()}
+	}
+	return reg, nil
+}
+
+// load reads the map, turning registry errors into messages that say which
+// registry failed and what to do.
+func (x *inv) load(ctx context.Context, reg registry.Registry) (*slotmap.Map, error) {
+	m, err := reg.Load(ctx)
+	if err != nil {
+		return nil, registryError(reg, err)
+	}
+	return m, nil
+}
+
+// registryError explains a failed registry call.
+func registryError(reg registry.Registry, err error) error {
+	var locked *registry.LockedError
+	switch {
+	case errors.Is(err, registry.ErrNoMap):
+		return fmt.Errorf("registry %s holds no map yet: create one with 'cellctl init'", reg.Describe())
+	case errors.As(err, &locked):
+		return fmt.Errorf("gave up waiting for the writer lock of %s: %v; nothing changed (wait for that run to finish, or raise --timeout)", reg.Describe(), err)
+	case errors.Is(err, slotmap.ErrInvalid):
+		return fmt.Errorf("registry %s holds an invalid map, which cellctl will not overwrite: %v", reg.Describe(), err)
+	case errors.Is(err, context.DeadlineExceeded):
+		return fmt.Errorf("registry %s did not answer in time (--timeout): %v; is it up and reachable from here?", reg.Describe(), err)
+	case errors.Is(err, context.Canceled):
+		return fmt.Errorf("interrupted while talking to registry %s", reg.Describe())
+	}
+	return fmt.Errorf("registry %s cannot be reached: %v; check that it is up and that --registry or %s names it", reg.Describe(), err, registry.EnvRegistry)
+}
+
+// holder describes this run for the writer lock.
+func holder(cmd string) string {
+	who := os.Getenv("USER")
+	if u, err := user.Current(); err == nil && u.Username != "" {
+		who = u.Username
+	}
+	host, _ := os.Hostname()
+	if who == "" {
+		who = "unknown"
+	}
+	return fmt.Sprintf("cellctl %s by %s@%s", cmd, who, host)
+}

@@ -1,0 +1,361 @@
+package cellctl
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"maps"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/cellkit/cellkit/internal/registry"
+	"github.com/cellkit/cellkit/internal/slotmap"
+)
+
+// mapAt reads the map a VERSION|FILE argument names: a version number from
+// the history, or a file holding a map document ('map show --json > FILE').
+func (x *inv) mapAt(ctx context.Context, reg registry.Registry, ref string) (*slotmap.Map, error) {
+	if v, err := strconv.ParseInt(ref, 10, 64); err == nil {
+		h := historyFor(reg)
+		if h == nil {
+			return nil, fmt.Errorf("registry %s keeps no history: diff against a saved file instead", reg.Describe())
+		}
+		m, err := h.load(ctx, v)
+		if errors.Is(err, errNotInHistory) {
+			vs, _ := h.versions(ctx)
+			return nil, fmt.Errorf("map version %d is not in the history %s (%s); save maps with 'cellctl map show --json > FILE' and diff against the file", v, h.describe(), versionsStr(vs))
+		}
+		if err != nil {
+			return nil, fmt.Errorf("read version %d from the history %s: %v", v, h.describe(), err)
+		}
+		return m, nil
+	}
+	data, err := os.ReadFile(ref)
+	if err != nil {
+		return nil, fmt.Errorf("read saved map: %v", err)
+	}
+	m, err := slotmap.Decode(data)
+	if err != nil {
+		return nil, fmt.Errorf("%s holds no valid map: %s", ref, invalidReason(err))
+	}
+	return m, nil
+}
+
+func versionsStr(vs []int64) string {
+	switch len(vs) {
+	case 0:
+		return "it is empty"
+	case 1:
+		return fmt.Sprintf("it has version %d", vs[0])
+	}
+	return fmt.Sprintf("it has versions %d to %d", vs[0], vs[len(vs)-1])
+}
+
+func (x *inv) loadOnly(ctx context.Context) (registry.Registry, *slotmap.Map, error) {
+	reg, err := x.openRegistry()
+	if err != nil {
+		return nil, nil, err
+	}
+	m, err := x.load(ctx, reg)
+	if err != nil {
+		reg.Close()
+		return nil, nil, err
+	}
+	return reg, m, nil
+}
+
+// mapHeader is the first line of map views.
+func (x *inv) mapHeader(m *slotmap.Map) string {
+	s := fmt.Sprintf("Map version %d", m.Version())
+	if m.Change() != "" {
+		s += " (" + m.Change() + ")"
+	}
+	if !m.Updated().IsZero() {
+		ago := "just now"
+		if d := x.cli.now().Sub(m.Updated()).Truncate(time.Second); d >= time.Second {
+			ago = human(d) + " ago"
+		}
+		s += fmt.Sprintf(", updated %s (%s)", m.Updated().Format(time.RFC3339), ago)
+	}
+	return s
+}
+
+func mapShowCommand() *command {
+	var version int64
+	c := &command{
+		name:    "map show",
+		section: secInspect,
+		summary: "show the map: cells, endpoints, quotas, overrides",
+		help: `Shows the live map (or --version N from the history cellctl keeps next to the
+registry): its cells with state, weight, slots, share of users, session quotas
+and endpoints, the agencies' limits and the overrides. With --json it prints
+the map document itself, which 'cellctl map diff FILE' can compare against
+later.`,
+		examples: `cellctl map show
+cellctl map show --json > map-before-drain.json
+cellctl map show --version 7`,
+		maxArgs: 0,
+		flags: func(fs *flag.FlagSet) {
+			fs.Int64Var(&version, "version", 0, "show version `N` from the history instead of the live map")
+		},
+	}
+	c.run = func(ctx context.Context, x *inv, _ []string) error {
+		reg, m, err := x.loadOnly(ctx)
+		if err != nil {
+			return err
+		}
+		defer reg.Close()
+		if version != 0 && version != m.Version() {
+			if m, err = x.mapAt(ctx, reg, strconv.FormatInt(version, 10)); err != nil {
+				return err
+			}
+		}
+		if x.g.json {
+			data, err := m.Encode()
+			if err != nil {
+				return err
+			}
+			_, err = x.out.Write(append(data, '\n'))
+			return err
+		}
+		x.writeMap(m, reg.Describe())
+		return nil
+	}
+	return c
+}
+
+func (x *inv) writeMap(m *slotmap.Map, where string) {
+	w := x.out
+	fmt.Fprintf(w, "%s\n", x.mapHeader(m))
+	fmt.Fprintf(w, "Registry %s, %d slots, agency session limits: %s\n\n", where, m.Slots(), limitsStr(m.Agencies()))
+	agencies := m.AgencyNames()
+	header := []string{"CELL", "STATE", "WEIGHT", "SLOTS", "USERS"}
+	for _, a := range agencies {
+		header = append(header, strings.ToUpper(a))
+	}
+	header = append(header, "INTAKE", "ADMIN")
+	counts := m.SlotCounts()
+	cells := m.Cells()
+	if len(cells) == 0 {
+		fmt.Fprintf(w, "No cells yet: add one with 'cellctl provision'.\n")
+	} else {
+		t := newTable(w, header...)
+		for _, c := range cells {
+			row := []string{c.ID, string(c.State), itoa(c.Weight), itoa(counts[c.ID]), pct(counts[c.ID], m.Slots())}
+			for _, a := range agencies {
+				s := itoa(c.Quota[a])
+				if _, ok := c.FixedQuota[a]; ok {
+					s += "*"
+				}
+				row = append(row, s)
+			}
+			row = append(row, c.Intake, c.Admin)
+			t.row(row...)
+		}
+		t.flush()
+	}
+	ov := m.Overrides()
+	if len(ov) > 0 {
+		fmt.Fprintf(w, "\nOverrides (%d):\n", len(ov))
+		t := newTable(w)
+		users := slices.Sorted(maps.Keys(ov))
+		for _, u := range users[:min(len(users), 10)] {
+			t.row("  "+u, "→ "+ov[u])
+		}
+		t.flush()
+		if len(users) > 10 {
+			fmt.Fprintf(w, "  … and %d more ('cellctl override list')\n", len(users)-10)
+		}
+	}
+}
+
+type lookupJSON struct {
+	User      string        `json:"user"`
+	Slot      int           `json:"slot"`
+	Cell      string        `json:"cell"`
+	State     slotmap.State `json:"state,omitempty"`
+	Override  bool          `json:"override"`
+	SlotOwner string        `json:"slot_owner"`
+	Pinned    string        `json:"pinned_to,omitempty"` // a pin that is not in effect
+	Version   int64         `json:"version"`
+}
+
+func mapLookupCommand() *command {
+	c := &command{
+		name:      "map lookup",
+		argsUsage: "USER...",
+		section:   secInspect,
+		summary:   "where users go: slot, cell, override or not",
+		help: `Shows where each USER's requests go under the live map: the slot the user id
+hashes to, the cell that serves it, and whether an override pins the user
+there (and which cell owns the slot otherwise).`,
+		examples: `cellctl map lookup user-42
+cellctl map lookup user-42 vip-user-17 --json`,
+		minArgs: 1, maxArgs: -1,
+	}
+	c.run = func(ctx context.Context, x *inv, args []string) error {
+		reg, m, err := x.loadOnly(ctx)
+		if err != nil {
+			return err
+		}
+		defer reg.Close()
+		ov := m.Overrides()
+		var rows []lookupJSON
+		for _, u := range args {
+			if !slotmap.ValidUserID(u) {
+				return usagef("user id %q must be 1-%d of [A-Za-z0-9_-]", u, slotmap.MaxUserID)
+			}
+			r := m.Lookup(u)
+			l := lookupJSON{User: u, Slot: r.Slot, Cell: r.Cell, Override: r.Override, SlotOwner: m.Owner(r.Slot), Version: m.Version()}
+			if c, ok := m.Cell(r.Cell); ok {
+				l.State = c.State
+			}
+			if pin, ok := ov[u]; ok && !r.Override {
+				l.Pinned = pin
+			}
+			rows = append(rows, l)
+		}
+		if x.g.json {
+			if len(rows) == 1 {
+				return writeJSON(x.out, rows[0])
+			}
+			return writeJSON(x.out, rows)
+		}
+		fmt.Fprintf(x.out, "Map version %d:\n", m.Version())
+		t := newTable(x.out, "USER", "SLOT", "CELL", "OVERRIDE")
+		for _, l := range rows {
+			o := "no"
+			switch {
+			case l.Override:
+				o = "yes (slot owner " + orNone(l.SlotOwner) + ")"
+			case l.Pinned != "":
+				o = "pinned to " + l.Pinned + ", ignored (not active)"
+			}
+			t.row(l.User, itoa(l.Slot), orNone(l.Cell), o)
+		}
+		t.flush()
+		return nil
+	}
+	return c
+}
+
+func mapDiffCommand() *command {
+	var to string
+	c := &command{
+		name:      "map diff",
+		argsUsage: "VERSION|FILE",
+		section:   secInspect,
+		summary:   "what changed since a version or a saved map",
+		help: `Shows what changed from an earlier map to the live one (or to --to): slot
+moves as ranges, the share of users that moved, cells' slots and quotas, and
+overrides. The earlier map is a version number (from the last 50 versions
+cellctl keeps next to the registry) or a file saved with
+'cellctl map show --json > FILE'.`,
+		examples: `cellctl map diff 7
+cellctl map diff map-before-drain.json
+cellctl map diff 7 --to 9 --json`,
+		minArgs: 1, maxArgs: 1,
+		flags: func(fs *flag.FlagSet) {
+			fs.StringVar(&to, "to", "", "compare against `VERSION|FILE` instead of the live map")
+		},
+	}
+	c.run = func(ctx context.Context, x *inv, args []string) error {
+		reg, cur, err := x.loadOnly(ctx)
+		if err != nil {
+			return err
+		}
+		defer reg.Close()
+		from, err := x.mapAt(ctx, reg, args[0])
+		if err != nil {
+			return err
+		}
+		if to != "" {
+			if cur, err = x.mapAt(ctx, reg, to); err != nil {
+				return err
+			}
+		}
+		p, err := slotmap.Compare(from, cur)
+		if err != nil {
+			return errors.New(invalidReason(err))
+		}
+		if x.g.json {
+			return writeJSON(x.out, toPlanJSON(p))
+		}
+		fmt.Fprintf(x.out, "Changes from map version %d to %d", from.Version(), cur.Version())
+		if cur.Change() != "" {
+			fmt.Fprintf(x.out, " (latest: %s)", cur.Change())
+		}
+		fmt.Fprintln(x.out, ":")
+		writeMoves(x.out, p)
+		writeCellChanges(x.out, p)
+		writeOverrideChanges(x.out, p)
+		return nil
+	}
+	return c
+}
+
+type historyRow struct {
+	Version int64     `json:"version"`
+	Updated time.Time `json:"updated,omitzero"`
+	Change  string    `json:"change"`
+	Cells   int       `json:"cells"`
+	Active  int       `json:"active"`
+}
+
+func mapHistoryCommand() *command {
+	c := &command{
+		name:    "map history",
+		section: secInspect,
+		summary: "the map versions kept for 'map diff'",
+		help: `Lists the map versions cellctl keeps next to the registry (the last 50 it
+committed or planned against), with when and by which change they were made.`,
+		examples: `cellctl map history`,
+		maxArgs:  0,
+	}
+	c.run = func(ctx context.Context, x *inv, _ []string) error {
+		reg, err := x.openRegistry()
+		if err != nil {
+			return err
+		}
+		defer reg.Close()
+		h := historyFor(reg)
+		if h == nil {
+			return fmt.Errorf("registry %s keeps no history", reg.Describe())
+		}
+		vs, err := h.versions(ctx)
+		if err != nil {
+			return registryError(reg, err)
+		}
+		rows := []historyRow{}
+		for _, v := range vs {
+			m, err := h.load(ctx, v)
+			if err != nil {
+				x.warnf("version %d in the history: %v", v, err)
+				continue
+			}
+			rows = append(rows, historyRow{Version: v, Updated: m.Updated(), Change: m.Change(), Cells: len(m.Cells()), Active: len(m.ActiveCells())})
+		}
+		if x.g.json {
+			return writeJSON(x.out, rows)
+		}
+		if len(rows) == 0 {
+			fmt.Fprintf(x.out, "The history %s is empty.\n", h.describe())
+			return nil
+		}
+		t := newTable(x.out, "VERSION", "UPDATED", "CELLS", "CHANGE")
+		for _, r := range rows {
+			up := "-"
+			if !r.Updated.IsZero() {
+				up = r.Updated.Format(time.RFC3339)
+			}
+			t.row(strconv.FormatInt(r.Version, 10), up, fmt.Sprintf("%d (%d active)", r.Cells, r.Active), r.Change)
+		}
+		t.flush()
+		return nil
+	}
+	return c
+}

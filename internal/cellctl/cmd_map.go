@@ -1,0 +1,695 @@
+package cellctl
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/cellkit/cellkit/internal/registry"
+	"github.com/cellkit/cellkit/internal/slotmap"
+)
+
+// agencyFlag collects repeated --agency NAME=LIMIT.
+type agencyFlag map[string]int
+
+func (a agencyFlag) String() string {
+	var parts []string
+	for _, k := range slices.Sorted(maps.Keys(a)) {
+		parts = append(parts, k+"="+strconv.Itoa(a[k]))
+	}
+	return strings.Join(parts, ",")
+}
+
+func (a agencyFlag) Set(s string) error {
+	name, limit, ok := strings.Cut(s, "=")
+	n, err := strconv.Atoi(limit)
+	if !ok || name == "" || err != nil {
+		return fmt.Errorf("want NAME=SESSIONS, like nice=80")
+	}
+	if _, dup := a[name]; dup {
+		return fmt.Errorf("agency %q given twice", name)
+	}
+	a[name] = n
+	return nil
+}
+
+// intArg parses a whole-number argument; anything else is a usage error.
+func intArg(what, s string) (int, error) {
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		return 0, usagef("%s %q is not a whole number", what, s)
+	}
+	return n, nil
+}
+
+// renumber returns m as version v (for a map that replaces another: followers
+// only take versions that go up).
+func renumber(m *slotmap.Map, v int64) (*slotmap.Map, error) {
+	data, err := m.Encode()
+	if err != nil {
+		return nil, err
+	}
+	var doc map[string]json.RawMessage
+	if err := json.Unmarshal(data, &doc); err != nil {
+		return nil, err
+	}
+	doc["version"] = json.RawMessage(strconv.FormatInt(v, 10))
+	if data, err = json.Marshal(doc); err != nil {
+		return nil, err
+	}
+	return slotmap.Decode(data)
+}
+
+func initCommand() *command {
+	var slots int
+	agencies := agencyFlag{}
+	var force bool
+	c := &command{
+		name:    "init",
+		section: secMap,
+		summary: "create the map (refuses if one exists, unless --force)",
+		help: `Creates version 1 of the cell map: the slot count and each agency's global
+session limit, no cells yet (add them with 'cellctl provision'). Refuses when
+the registry already holds a map; --force replaces it with an empty one whose
+version continues from the old (every cell and override is forgotten).`,
+		examples: `cellctl init --registry file:var/map.json --agency nice=80 --agency kcb=40
+cellctl init --slots 4096 --agency nice=80 --dry-run`,
+		maxArgs: 0,
+		mutates: true,
+		flags: func(fs *flag.FlagSet) {
+			fs.IntVar(&slots, "slots", slotmap.DefaultSlots, "number of `N` slots users hash to (fixed for the map's life)")
+			fs.Var(agencies, "agency", "an agency and its global session limit, `NAME=SESSIONS` (repeatable)")
+			fs.BoolVar(&force, "force", false, "replace an existing map with an empty one")
+		},
+	}
+	c.run = func(ctx context.Context, x *inv, _ []string) error {
+		fresh, err := slotmap.New(slots, agencies)
+		if err != nil {
+			return refusedError{err: err}.withoutMap()
+		}
+		reg, err := x.openRegistry()
+		if err != nil {
+			return err
+		}
+		defer reg.Close()
+		if !c.dryRun {
+			_, release, err := x.lockRegistry(ctx, reg)
+			if err != nil {
+				return err
+			}
+			defer release()
+		}
+		for attempt := 0; ; attempt++ {
+			cur, err := reg.Load(ctx)
+			var old int64
+			switch {
+			case errors.Is(err, registry.ErrNoMap):
+			case err != nil:
+				return registryError(reg, err)
+			case !force:
+				return fmt.Errorf("refused: registry %s already holds map version %d with %d cell%s; --force replaces it with an empty map",
+					reg.Describe(), cur.Version(), len(cur.Cells()), plural(len(cur.Cells())))
+			default:
+				old = cur.Version()
+			}
+			next := fresh
+			if old > 0 {
+				if next, err = renumber(fresh, old+1); err != nil {
+					return err
+				}
+			}
+			res := initResult{DryRun: c.dryRun, Version: next.Version(), Slots: next.Slots(), Agencies: next.Agencies(), Replaces: old}
+			if !x.g.json {
+				if old == 0 {
+					fmt.Fprintf(x.out, "Plan: init (a new map, version 1)\n")
+				} else {
+					fmt.Fprintf(x.out, "Plan: init --force (map version %d → %d)\n", old, next.Version())
+				}
+				fmt.Fprintf(x.out, "  %d slots, agency session limits: %s, no cells.\n", next.Slots(), limitsStr(next.Agencies()))
+				if cur != nil {
+					fmt.Fprintf(x.out, "  Replaces version %d: its %d cell%s and %d override%s are forgotten.\n",
+						old, len(cur.Cells()), plural(len(cur.Cells())), len(cur.Overrides()), plural(len(cur.Overrides())))
+				}
+			}
+			if c.dryRun {
+				if x.g.json {
+					return writeJSON(x.out, res)
+				}
+				fmt.Fprintf(x.out, "\nDry run: nothing applied.\n")
+				return nil
+			}
+			next = next.Stamped(x.cli.now())
+			err = reg.CompareAndSwap(ctx, old, next)
+			if errors.Is(err, registry.ErrConflict) && attempt < maxReplans {
+				x.notef("The map changed while this plan was made (%v): planning again (%d of %d).", err, attempt+1, maxReplans)
+				continue
+			}
+			if err != nil {
+				return fmt.Errorf("commit to registry %s failed: %v", reg.Describe(), err)
+			}
+			if h := historyFor(reg); h != nil {
+				if err := h.save(ctx, next); err != nil {
+					x.warnf("keep version %d in the history %s: %v", next.Version(), h.describe(), err)
+				}
+			}
+			res.Applied = true
+			if x.g.json {
+				return writeJSON(x.out, res)
+			}
+			fmt.Fprintf(x.out, "\nApplied: map version %d (init).\n", next.Version())
+			return nil
+		}
+	}
+	return c
+}
+
+type initResult struct {
+	DryRun   bool           `json:"dry_run"`
+	Applied  bool           `json:"applied"`
+	Version  int64          `json:"version"`
+	Replaces int64          `json:"replaces,omitempty"`
+	Slots    int            `json:"slots"`
+	Agencies map[string]int `json:"agencies"`
+}
+
+// limitsStr renders agency limits: "kcb 40, nice 80".
+func limitsStr(limits map[string]int) string {
+	if len(limits) == 0 {
+		return "none"
+	}
+	var parts []string
+	for _, a := range slices.Sorted(maps.Keys(limits)) {
+		parts = append(parts, fmt.Sprintf("%s %d", a, limits[a]))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// withoutMap is a refusal made before any map was read.
+func (e refusedError) withoutMap() error {
+	return errors.New("refused: " + invalidReason(e.err))
+}
+
+func provisionCommand() *command {
+	var intake, admin string
+	var weight int
+	c := &command{
+		name:      "provision",
+		argsUsage: "CELL",
+		section:   secMap,
+		summary:   "add an active cell; slots move only onto it",
+		help: `Adds CELL to the map as an active cell with its intake and admin URLs. It
+takes about weight/Σweights of the slots, only from the other cells (weighted
+rendezvous hashing), and its share of every agency's session quota.
+
+CELL is 1-32 of [a-z0-9-]; it prefixes the ids of the cell's inquiries, so it
+cannot be reused while the old cell is in the map.`,
+		examples: `cellctl provision c4 --intake http://10.0.1.8:8081 --admin http://10.0.1.8:9081
+cellctl provision c5 --intake http://c5:8081 --admin http://c5:9081 --weight 2 --dry-run`,
+		minArgs: 1, maxArgs: 1,
+		mutates: true,
+		flags: func(fs *flag.FlagSet) {
+			fs.StringVar(&intake, "intake", "", "base `URL` of the cell's intake API (required)")
+			fs.StringVar(&admin, "admin", "", "base `URL` of the cell's admin API (required)")
+			fs.IntVar(&weight, "weight", 1, "relative share of slots and sessions, `W` ≥ 1")
+		},
+	}
+	c.run = func(ctx context.Context, x *inv, args []string) error {
+		if intake == "" || admin == "" {
+			return usagef("--intake URL and --admin URL are required")
+		}
+		id := args[0]
+		return x.applyAndReport(ctx, func(m *slotmap.Map) (*slotmap.Plan, error) {
+			if !slotmap.ValidCellID(id) {
+				return nil, fmt.Errorf("%w: cell id %q must be 1-32 of [a-z0-9-], starting and ending with a letter or digit", slotmap.ErrInvalid, id)
+			}
+			if weight <= 0 || weight > slotmap.MaxWeight {
+				return nil, fmt.Errorf("%w: weight %d must be in 1..%d", slotmap.ErrInvalid, weight, slotmap.MaxWeight)
+			}
+			if err := slotmap.CheckURL(intake); err != nil {
+				return nil, fmt.Errorf("%w: --intake: %s", slotmap.ErrInvalid, invalidReason(err))
+			}
+			if err := slotmap.CheckURL(admin); err != nil {
+				return nil, fmt.Errorf("%w: --admin: %s", slotmap.ErrInvalid, invalidReason(err))
+			}
+			return m.AddCell(slotmap.Cell{ID: id, Weight: weight, Intake: intake, Admin: admin})
+		})
+	}
+	return c
+}
+
+// knownCell refuses an unknown cell id with the list of cells.
+func knownCell(m *slotmap.Map, id string) error {
+	if _, ok := m.Cell(id); ok {
+		return nil
+	}
+	var ids []string
+	for _, c := range m.Cells() {
+		ids = append(ids, c.ID)
+	}
+	if len(ids) == 0 {
+		return fmt.Errorf("%w: unknown cell %q (the map has no cells)", slotmap.ErrInvalid, id)
+	}
+	return fmt.Errorf("%w: unknown cell %q (cells: %s)", slotmap.ErrInvalid, id, strings.Join(ids, ", "))
+}
+
+func undrainCommand() *command {
+	c := &command{
+		name:      "undrain",
+		argsUsage: "CELL",
+		section:   secMap,
+		summary:   "make a draining or drained cell active again",
+		help: `Makes CELL active again: it takes back exactly the slots it had before its
+drain (drain then undrain is the identity), its session quota is derived again,
+and its intake is reopened through its admin API (a warning if that cannot be
+reached: reopen it later with another undrain, or on the cell).`,
+		examples: `cellctl undrain c2
+cellctl undrain c2 --dry-run`,
+		minArgs: 1, maxArgs: 1,
+		mutates: true,
+	}
+	c.run = func(ctx context.Context, x *inv, args []string) error {
+		id := args[0]
+		reg, err := x.openRegistry()
+		if err != nil {
+			return err
+		}
+		defer reg.Close()
+		res, err := x.apply(ctx, reg, func(m *slotmap.Map) (*slotmap.Plan, error) {
+			if err := knownCell(m, id); err != nil {
+				return nil, err
+			}
+			return m.Undrain(id)
+		})
+		if err != nil {
+			return err
+		}
+		out := struct {
+			*applyResult
+			Intake string `json:"intake,omitempty"`
+		}{applyResult: res}
+		if res.Applied {
+			cell, _ := res.Plan.After.Cell(id)
+			if err := x.admin().setIntake(ctx, cell.Admin, true); err != nil {
+				x.warnf("cell %s is active again, but its intake could not be reopened: %v", id, err)
+				out.Intake = "unknown"
+			} else {
+				out.Intake = "open"
+				if !x.g.json {
+					fmt.Fprintf(x.out, "Intake of %s reopened.\n", id)
+				}
+			}
+		}
+		if x.g.json {
+			return writeJSON(x.out, out)
+		}
+		return nil
+	}
+	return c
+}
+
+func weightCommand() *command {
+	c := &command{
+		name:      "weight",
+		argsUsage: "CELL W",
+		section:   secMap,
+		summary:   "set a cell's weight; only slots to or from it move",
+		help: `Sets CELL's weight, its relative share of slots and of derived session quotas
+(1..1000000). Only slots that move to or from CELL change owner.`,
+		examples: `cellctl weight c3 2
+cellctl weight c3 1 --dry-run`,
+		minArgs: 2, maxArgs: 2,
+		mutates: true,
+	}
+	c.run = func(ctx context.Context, x *inv, args []string) error {
+		id := args[0]
+		w, err := intArg("weight", args[1])
+		if err != nil {
+			return err
+		}
+		return x.applyAndReport(ctx, func(m *slotmap.Map) (*slotmap.Plan, error) {
+			if err := knownCell(m, id); err != nil {
+				return nil, err
+			}
+			return m.SetWeight(id, w)
+		})
+	}
+	return c
+}
+
+func rebalanceCommand() *command {
+	c := &command{
+		name:    "rebalance",
+		section: secMap,
+		summary: "move every slot to its weighted-rendezvous target",
+		help: `Moves every slot whose owner differs from its target (weighted rendezvous
+over the active cells) to the target. A map changed only through cellctl has
+no such drift; 'cellctl verify' shows it when there is some.`,
+		examples: `cellctl rebalance --dry-run
+cellctl rebalance`,
+		maxArgs: 0,
+		mutates: true,
+	}
+	c.run = func(ctx context.Context, x *inv, _ []string) error {
+		return x.applyAndReport(ctx, func(m *slotmap.Map) (*slotmap.Plan, error) { return m.Rebalance() })
+	}
+	return c
+}
+
+func removeCommand() *command {
+	c := &command{
+		name:      "remove",
+		argsUsage: "CELL",
+		section:   secMap,
+		summary:   "delete a drained cell from the map",
+		help: `Deletes a drained cell from the map (its id becomes free again). Refused for
+a cell that is not drained or that users are still pinned to.`,
+		examples: `cellctl remove c2`,
+		minArgs:  1, maxArgs: 1,
+		mutates: true,
+	}
+	c.run = func(ctx context.Context, x *inv, args []string) error {
+		return x.applyAndReport(ctx, func(m *slotmap.Map) (*slotmap.Plan, error) {
+			if err := knownCell(m, args[0]); err != nil {
+				return nil, err
+			}
+			return m.RemoveCell(args[0])
+		})
+	}
+	return c
+}
+
+func endpointsCommand() *command {
+	var intake, admin string
+	c := &command{
+		name:      "endpoints",
+		argsUsage: "CELL",
+		section:   secMap,
+		summary:   "change a cell's intake or admin URL",
+		help:      `Changes the intake and/or admin URL of CELL. No slot moves.`,
+		examples:  `cellctl endpoints c1 --intake http://10.0.1.9:8081 --admin http://10.0.1.9:9081`,
+		minArgs:   1, maxArgs: 1,
+		mutates: true,
+		flags: func(fs *flag.FlagSet) {
+			fs.StringVar(&intake, "intake", "", "new base `URL` of the intake API")
+			fs.StringVar(&admin, "admin", "", "new base `URL` of the admin API")
+		},
+	}
+	c.run = func(ctx context.Context, x *inv, args []string) error {
+		if intake == "" && admin == "" {
+			return usagef("give --intake URL, --admin URL or both")
+		}
+		id := args[0]
+		return x.applyAndReport(ctx, func(m *slotmap.Map) (*slotmap.Plan, error) {
+			if err := knownCell(m, id); err != nil {
+				return nil, err
+			}
+			cell, _ := m.Cell(id)
+			in, ad := cell.Intake, cell.Admin
+			if intake != "" {
+				in = intake
+			}
+			if admin != "" {
+				ad = admin
+			}
+			for _, f := range [][2]string{{"--intake", in}, {"--admin", ad}} {
+				if err := slotmap.CheckURL(f[1]); err != nil {
+					return nil, fmt.Errorf("%w: %s: %s", slotmap.ErrInvalid, f[0], invalidReason(err))
+				}
+			}
+			return m.SetEndpoints(id, in, ad)
+		})
+	}
+	return c
+}
+
+func overrideSetCommand() *command {
+	c := &command{
+		name:      "override set",
+		argsUsage: "USER CELL",
+		section:   secMap,
+		summary:   "pin a user to an active cell",
+		help: `Pins USER to CELL, whatever slot the user hashes to (for hot users: see
+'cellctl hotkeys'). CELL must be active. No slot moves; only that user's new
+requests go to CELL (their earlier inquiries stay readable where they are).`,
+		examples: `cellctl override set vip-user-17 c3`,
+		minArgs:  2, maxArgs: 2,
+		mutates: true,
+	}
+	c.run = func(ctx context.Context, x *inv, args []string) error {
+		return x.applyAndReport(ctx, func(m *slotmap.Map) (*slotmap.Plan, error) {
+			if err := knownCell(m, args[1]); err != nil {
+				return nil, err
+			}
+			return m.SetOverride(args[0], args[1])
+		})
+	}
+	return c
+}
+
+func overrideClearCommand() *command {
+	c := &command{
+		name:      "override clear",
+		argsUsage: "USER",
+		section:   secMap,
+		summary:   "remove a user's pin",
+		help:      `Removes USER's pin: the user goes back to the owner of their slot.`,
+		examples:  `cellctl override clear vip-user-17`,
+		minArgs:   1, maxArgs: 1,
+		mutates: true,
+	}
+	c.run = func(ctx context.Context, x *inv, args []string) error {
+		return x.applyAndReport(ctx, func(m *slotmap.Map) (*slotmap.Plan, error) { return m.ClearOverride(args[0]) })
+	}
+	return c
+}
+
+type overrideRow struct {
+	User   string `json:"user"`
+	Slot   int    `json:"slot"`
+	Cell   string `json:"cell"`
+	State  string `json:"state"`
+	Active bool   `json:"in_effect"`
+}
+
+func overrideListCommand() *command {
+	c := &command{
+		name:     "override list",
+		section:  secInspect,
+		summary:  "list the pinned users",
+		help:     `Lists every pinned user, their slot, their cell and whether the pin is in effect (pins to a cell that is not active are kept but ignored).`,
+		examples: `cellctl override list`,
+		maxArgs:  0,
+	}
+	c.run = func(ctx context.Context, x *inv, _ []string) error {
+		reg, err := x.openRegistry()
+		if err != nil {
+			return err
+		}
+		defer reg.Close()
+		m, err := x.load(ctx, reg)
+		if err != nil {
+			return err
+		}
+		ov := m.Overrides()
+		rows := []overrideRow{}
+		for _, u := range slices.Sorted(maps.Keys(ov)) {
+			cell, _ := m.Cell(ov[u])
+			rows = append(rows, overrideRow{User: u, Slot: m.SlotOf(u), Cell: ov[u], State: string(cell.State), Active: cell.State == slotmap.Active})
+		}
+		if x.g.json {
+			return writeJSON(x.out, rows)
+		}
+		if len(rows) == 0 {
+			fmt.Fprintf(x.out, "No overrides (map version %d).\n", m.Version())
+			return nil
+		}
+		t := newTable(x.out, "USER", "SLOT", "CELL", "IN EFFECT")
+		for _, r := range rows {
+			eff := "yes"
+			if !r.Active {
+				eff = "no (cell " + r.State + ")"
+			}
+			t.row(r.User, itoa(r.Slot), r.Cell, eff)
+		}
+		t.flush()
+		return nil
+	}
+	return c
+}
+
+type quotaJSON struct {
+	Version  int64                  `json:"version"`
+	Agencies map[string]agencyQuota `json:"agencies"`
+	Cells    []quotaCell            `json:"cells"`
+}
+
+type agencyQuota struct {
+	Limit     int `json:"limit"`
+	Allocated int `json:"allocated"`
+}
+
+type quotaCell struct {
+	ID         string         `json:"id"`
+	State      slotmap.State  `json:"state"`
+	Weight     int            `json:"weight"`
+	Quota      map[string]int `json:"quota"`
+	FixedQuota map[string]int `json:"fixed_quota,omitempty"`
+}
+
+func quotaShowCommand(name string, hidden bool) *command {
+	c := &command{
+		name:    name,
+		section: secInspect,
+		hidden:  hidden,
+		summary: "show every cell's session quota per agency",
+		help: `Shows each cell's session quota per agency, the agencies' global limits and
+how much of them is allocated. Quotas are derived (the limit split by weight
+over active and draining cells) unless fixed with 'cellctl quota set' (marked *).
+Change them with 'quota set AGENCY CELL N', 'quota clear AGENCY CELL' and
+'quota limit AGENCY N'.`,
+		examples: `cellctl quota
+cellctl quota --json`,
+		maxArgs: 0,
+	}
+	c.run = func(ctx context.Context, x *inv, _ []string) error {
+		reg, err := x.openRegistry()
+		if err != nil {
+			return err
+		}
+		defer reg.Close()
+		m, err := x.load(ctx, reg)
+		if err != nil {
+			return err
+		}
+		q := quotaJSON{Version: m.Version(), Agencies: map[string]agencyQuota{}, Cells: []quotaCell{}}
+		agencies := m.AgencyNames()
+		for _, a := range agencies {
+			q.Agencies[a] = agencyQuota{Limit: m.Agencies()[a]}
+		}
+		for _, cell := range m.Cells() {
+			qc := quotaCell{ID: cell.ID, State: cell.State, Weight: cell.Weight, Quota: map[string]int{}, FixedQuota: cell.FixedQuota}
+			for _, a := range agencies {
+				qc.Quota[a] = cell.Quota[a]
+				aq := q.Agencies[a]
+				aq.Allocated += cell.Quota[a]
+				q.Agencies[a] = aq
+			}
+			q.Cells = append(q.Cells, qc)
+		}
+		if x.g.json {
+			return writeJSON(x.out, q)
+		}
+		fmt.Fprintf(x.out, "Session quotas, map version %d:\n", m.Version())
+		header := []string{"CELL", "STATE", "WEIGHT"}
+		for _, a := range agencies {
+			header = append(header, strings.ToUpper(a))
+		}
+		t := newTable(x.out, header...)
+		fixed := false
+		for _, qc := range q.Cells {
+			row := []string{qc.ID, string(qc.State), itoa(qc.Weight)}
+			for _, a := range agencies {
+				s := itoa(qc.Quota[a])
+				if _, ok := qc.FixedQuota[a]; ok {
+					s += "*"
+					fixed = true
+				}
+				row = append(row, s)
+			}
+			t.row(row...)
+		}
+		alloc, limit := []string{"allocated", "", ""}, []string{"limit", "", ""}
+		for _, a := range agencies {
+			alloc = append(alloc, itoa(q.Agencies[a].Allocated))
+			limit = append(limit, itoa(q.Agencies[a].Limit))
+		}
+		t.row(alloc...)
+		t.row(limit...)
+		t.flush()
+		if fixed {
+			fmt.Fprintf(x.out, "* fixed with 'cellctl quota set'\n")
+		}
+		return nil
+	}
+	return c
+}
+
+func quotaSetCommand() *command {
+	c := &command{
+		name:      "quota set",
+		argsUsage: "AGENCY CELL N",
+		section:   secMap,
+		summary:   "fix a cell's session quota for an agency",
+		help: `Fixes CELL's quota of AGENCY sessions at N; the rest of the agency's limit is
+split by weight over the cells without a fixed quota. Refused when N or the
+sum of fixed quotas would exceed the agency's global limit.`,
+		examples: `cellctl quota set nice c1 30
+cellctl quota set kcb c2 0 --dry-run`,
+		minArgs: 3, maxArgs: 3,
+		mutates: true,
+	}
+	c.run = func(ctx context.Context, x *inv, args []string) error {
+		n, err := intArg("quota", args[2])
+		if err != nil {
+			return err
+		}
+		return x.applyAndReport(ctx, func(m *slotmap.Map) (*slotmap.Plan, error) {
+			if err := knownCell(m, args[1]); err != nil {
+				return nil, err
+			}
+			return m.SetQuota(args[0], args[1], n)
+		})
+	}
+	return c
+}
+
+func quotaClearCommand() *command {
+	c := &command{
+		name:      "quota clear",
+		argsUsage: "AGENCY CELL",
+		section:   secMap,
+		summary:   "return a fixed quota to the derived share",
+		help:      `Drops CELL's fixed quota for AGENCY: it gets its share by weight again.`,
+		examples:  `cellctl quota clear nice c1`,
+		minArgs:   2, maxArgs: 2,
+		mutates: true,
+	}
+	c.run = func(ctx context.Context, x *inv, args []string) error {
+		return x.applyAndReport(ctx, func(m *slotmap.Map) (*slotmap.Plan, error) {
+			if err := knownCell(m, args[1]); err != nil {
+				return nil, err
+			}
+			return m.ClearQuota(args[0], args[1])
+		})
+	}
+	return c
+}
+
+func quotaLimitCommand() *command {
+	c := &command{
+		name:      "quota limit",
+		argsUsage: "AGENCY N",
+		section:   secMap,
+		summary:   "set (or add) an agency's global session limit",
+		help: `Sets AGENCY's global session limit to N (adding the agency if it is new); the
+cells' derived quotas are split again. Refused if the fixed quotas no longer fit.`,
+		examples: `cellctl quota limit nice 100
+cellctl quota limit css 20 --dry-run`,
+		minArgs: 2, maxArgs: 2,
+		mutates: true,
+	}
+	c.run = func(ctx context.Context, x *inv, args []string) error {
+		n, err := intArg("limit", args[1])
+		if err != nil {
+			return err
+		}
+		return x.applyAndReport(ctx, func(m *slotmap.Map) (*slotmap.Plan, error) { return m.SetAgency(args[0], n) })
+	}
+	return c
+}

@@ -1,0 +1,259 @@
+package cellctl
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/cellkit/cellkit/internal/agencysim"
+	"github.com/cellkit/cellkit/internal/slotmap"
+	"github.com/cellkit/cellkit/internal/telegram"
+)
+
+// The real cell runs as its own binary, built once per test run: cellctl
+// does not import the cell, and a process is what cellctl drains in life.
+var (
+	cellBinOnce sync.Once
+	cellBin     string
+	cellBinErr  error
+)
+
+func buildCell(t *testing.T) string {
+	t.Helper()
+	cellBinOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "cellctl-test-cell-")
+		if err != nil {
+			cellBinErr = err
+			return
+		}
+		cellBin = filepath.Join(dir, "cell")
+		out, err := exec.Command("go", "build", "-o", cellBin, "github.com/cellkit/cellkit/cell").CombinedOutput()
+		if err != nil {
+			cellBinErr = fmt.Errorf("go build ./cell: %v\n%s", err, out)
+		}
+	})
+	if cellBinErr != nil {
+		t.Fatal(cellBinErr)
+	}
+	return cellBin
+}
+
+// startSim runs an agency simulator on a loopback port.
+func startSim(t *testing.T, p telegram.Profile, cfg agencysim.Config) string {
+	t.Helper()
+	srv := agencysim.New(p, cfg, agencysim.Options{Logger: slog.New(slog.DiscardHandler)})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	t.Cleanup(func() {
+		srv.Close()
+		if err := <-served; !errors.Is(err, agencysim.ErrServerClosed) {
+			t.Errorf("agency simulator: %v", err)
+		}
+	})
+	return ln.Addr().String()
+}
+
+func freePort(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// realCell is a cell process.
+type realCell struct {
+	intake, admin string // base URLs
+	cmd           *exec.Cmd
+	log           *bytes.Buffer
+}
+
+// startCell runs the cell binary as cell id against the registry url and
+// waits until it is ready.
+func startCell(t *testing.T, id, registryURL, intakeAddr, adminAddr, nice, kcb string) *realCell {
+	t.Helper()
+	bin := buildCell(t)
+	c := &realCell{intake: "http://" + intakeAddr, admin: "http://" + adminAddr, log: &bytes.Buffer{}}
+	c.cmd = exec.Command(bin,
+		"--cell", id, "--registry", registryURL, "--store", t.TempDir(),
+		"--intake", intakeAddr, "--admin", adminAddr, "--nats-port", "-1",
+		"--agency", "nice="+nice, "--agency", "kcb="+kcb,
+		"--workers", "2", "--css-latency", "1ms", "--core-latency", "1ms", "--log-level", "warn")
+	// The cell reads CELLKIT_* variables: keep the developer's out.
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "CELLKIT_") {
+			c.cmd.Env = append(c.cmd.Env, kv)
+		}
+	}
+	c.cmd.Stdout, c.cmd.Stderr = c.log, c.log
+	if err := c.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	go func() { c.cmd.Wait(); close(exited) }()
+	t.Cleanup(func() {
+		c.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-exited:
+		case <-time.After(20 * time.Second):
+			c.cmd.Process.Kill()
+			<-exited
+		}
+		if t.Failed() {
+			t.Logf("cell %s log:\n%s", id, c.log)
+		}
+	})
+	waitFor(t, 30*time.Second, "cell "+id+" to be ready", func() bool {
+		select {
+		case <-exited:
+			t.Fatalf("cell %s exited: %v\n%s", id, c.cmd.ProcessState, c.log)
+		default:
+		}
+		resp, err := http.Get(c.admin + "/readyz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
+	return c
+}
+
+// post sends one inquiry and returns its id.
+func (c *realCell) post(t *testing.T, user, priority string) string {
+	t.Helper()
+	body := fmt.Sprintf(`{"user_id":%q,"product":"credit_loan","amount":5000000,"priority":%q}`, user, priority)
+	resp, err := http.Post(c.intake+"/v1/inquiries", "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var out struct {
+		ID     string `json:"id"`
+		Detail string `json:"detail"`
+	}
+	json.NewDecoder(resp.Body).Decode(&out)
+	if resp.StatusCode != http.StatusAccepted {
+		t.Fatalf("POST inquiry for %s = %d %s", user, resp.StatusCode, out.Detail)
+	}
+	return out.ID
+}
+
+func (c *realCell) inquiryStatus(t *testing.T, id string) string {
+	t.Helper()
+	resp, err := http.Get(c.intake + "/v1/inquiries/" + id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var v struct {
+		Status string `json:"status"`
+	}
+	json.NewDecoder(resp.Body).Decode(&v)
+	return v.Status
+}
+
+// TestDrainWaitRealCell drains a real cell (its binary, embedded NATS, two
+// agency simulators answering in 150 ms) that has a queue of work: drain
+// --wait returns only once the queue is empty and every inquiry is done,
+// and only then is the cell marked drained.
+func TestDrainWaitRealCell(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the cell binary")
+	}
+	sim := agencysim.Config{Latency: agencysim.FixedLatency(150 * time.Millisecond)}
+	nice := startSim(t, telegram.NICE(), sim)
+	kcb := startSim(t, telegram.KCB(), sim)
+	forEachBackend(t, func(t *testing.T, e *env) {
+		intakeAddr, adminAddr := freePort(t), freePort(t)
+		// Two sessions per agency for c1: with two workers, about 10
+		// inquiries a second.
+		e.ok("init", "--agency", "nice=4", "--agency", "kcb=4", "--slots", "4096")
+		e.ok("provision", "c1", "--intake", "http://"+intakeAddr, "--admin", "http://"+adminAddr)
+		e.ok("provision", "c2", "--intake", "http://127.0.0.1:1", "--admin", "http://127.0.0.1:1")
+		cell := startCell(t, "c1", e.url, intakeAddr, adminAddr, nice, kcb)
+
+		m := e.load()
+		var ids []string
+		for i := 0; len(ids) < 30; i++ {
+			u := fmt.Sprintf("user-%d", i)
+			if m.Lookup(u).Cell != "c1" {
+				continue
+			}
+			prio := "normal"
+			if len(ids)%4 == 0 {
+				prio = "high"
+			}
+			ids = append(ids, cell.post(t, u, prio))
+		}
+
+		var st statusJSON
+		e.json(&st, "status")
+		if c := st.Cells[0]; c.Status == nil || c.Status.Pending() == 0 {
+			t.Fatalf("c1 has no queued work before the drain: %+v", c)
+		}
+
+		r := e.ok("drain", "c1", "--wait", "--interval", "200ms")
+		t.Logf("drain --wait:\n%s", r.stdout)
+
+		// Finished only when the queue was empty: every inquiry is done.
+		for _, id := range ids {
+			if s := cell.inquiryStatus(t, id); s != "done" {
+				t.Errorf("inquiry %s is %q after drain --wait, want done", id, s)
+			}
+		}
+		var after CellStatus
+		if err := (adminClient{http: http.DefaultClient}).call(context.Background(), http.MethodGet, cell.admin, "/v1/admin/status", nil, &after); err != nil {
+			t.Fatal(err)
+		}
+		if after.Pending() != 0 || after.IntakeOpen() {
+			t.Errorf("cell after drain --wait: pending %d, intake %s", after.Pending(), after.Intake)
+		}
+		if !strings.Contains(r.stdout, "Intake of c1 closed.") || !strings.Contains(r.stdout, "c1's queue and in-flight work are empty after") ||
+			!regexpMatch(`waiting for c1: queue high \d+ normal [1-9]\d*`, r.stdout) {
+			t.Errorf("drain output lacks the intake close, a non-empty progress line or the end of the wait:\n%s", r.stdout)
+		}
+		m = e.load()
+		if c, _ := m.Cell("c1"); c.State != slotmap.Drained || len(c.Quota) != 0 || m.Quota("c2", "nice") != 4 {
+			t.Errorf("after drain --wait: c1 %+v, c2 nice quota %d", c, m.Quota("c2", "nice"))
+		}
+
+		// The cell's other admin calls, for real.
+		r = e.ok("circuit", "c1", "nice", "open")
+		if r.stdout != "c1 nice breaker: forced_open (open).\n" {
+			t.Errorf("circuit open: %q", r.stdout)
+		}
+		e.ok("circuit", "c1", "nice", "reset")
+		var failed []FailedInquiry
+		e.json(&failed, "failed", "list", "c1")
+		if len(failed) != 0 {
+			t.Errorf("failed inquiries after a clean drain: %+v", failed)
+		}
+		r = e.run("failed", "retry", "c1", "c1-nosuchinquiry")
+		if r.code != ExitFailure || !strings.Contains(r.stdout, "c1-nosuchinquiry: not retried:") {
+			t.Errorf("%v", r)
+		}
+	})
+}
+
+func regexpMatch(pattern, s string) bool { return regexp.MustCompile(pattern).MatchString(s) }

@@ -1,0 +1,66 @@
+package inquiry
+
+import (
+	"crypto/sha256"
+	"encoding/base32"
+	"strings"
+
+	"github.com/rs/xid"
+
+	"github.com/cellkit/cellkit/internal/slotmap"
+)
+
+// An inquiry id is "<cell>-<unique>": the cell id (which may itself hold
+// '-') and 20 characters of lower-case base32hex ([0-9a-v]) that hold no
+// '-'. The cell is everything before the last '-', so the router can route
+// GET /v1/inquiries/{id} without a lookup.
+const uniqueLen = 20
+
+var b32 = base32.HexEncoding.WithPadding(base32.NoPadding)
+
+// NewID returns a fresh id: an xid (time-ordered, unique without
+// coordination) after the cell id.
+func NewID(cell string) string { return cell + "-" + xid.New().String() }
+
+// KeyID returns the id an Idempotency-Key stands for: the same user and key
+// always give the same id, so a retried request finds its inquiry.
+func KeyID(cell, userID, key string) string {
+	h := sha256.Sum256([]byte(userID + "\x00" + key))
+	return cell + "-" + strings.ToLower(b32.EncodeToString(h[:]))[:uniqueLen]
+}
+
+// NewJob returns a fresh enqueue token (see Record.Job).
+func NewJob() string { return xid.New().String() }
+
+// CellOf returns the cell an id belongs to, and whether the id is well
+// formed.
+func CellOf(id string) (string, bool) {
+	i := strings.LastIndexByte(id, '-')
+	if i <= 0 || len(id)-i-1 != uniqueLen {
+		return "", false
+	}
+	cell, unique := id[:i], id[i+1:]
+	if !slotmap.ValidCellID(cell) {
+		return "", false
+	}
+	for j := 0; j < len(unique); j++ {
+		if c := unique[j]; !(c >= '0' && c <= '9') && !(c >= 'a' && c <= 'v') {
+			return "", false
+		}
+	}
+	return cell, true
+}
+
+// ValidIdempotencyKey reports whether k is usable: 1–255 bytes of printable
+// ASCII.
+func ValidIdempotencyKey(k string) bool {
+	if len(k) == 0 || len(k) > 255 {
+		return false
+	}
+	for i := 0; i < len(k); i++ {
+		if k[i] < 0x20 || k[i] > 0x7e {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,159 @@
+package inquiry
+
+import (
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestDecodeRequest(t *testing.T) {
+	for _, tc := range []struct {
+		body  string
+		field string // "" for a valid request; "!" for a syntax error
+		want  Request
+	}{
+		{`{"user_id":"u-1_A","product":"credit_loan","amount":1}`, "", Request{UserID: "u-1_A", Product: "credit_loan", Amount: 1, Priority: Normal}},
+		{`{"user_id":"u","product":"p","amount":1000000000000,"priority":"high","callback_url":"https://x.test/cb"}`, "", Request{UserID: "u", Product: "p", Amount: MaxAmount, Priority: High, CallbackURL: "https://x.test/cb"}},
+		{`{"user_id":"u","product":"p","amount":1,"priority":null}`, "", Request{UserID: "u", Product: "p", Amount: 1, Priority: Normal}},
+		{`{"user_id":"u","product":"p","amount":1} x`, "!", Request{}},
+		{`"str"`, "!", Request{}},
+		{`{"user_id":"u","product":"p","amount":1,"extra":true}`, "extra", Request{}},
+		{`{"user_id":"","product":"p","amount":1}`, "user_id", Request{}},
+		{`{"user_id":"` + strings.Repeat("a", 64) + `","product":"p","amount":1}`, "", Request{UserID: strings.Repeat("a", 64), Product: "p", Amount: 1, Priority: Normal}},
+		{`{"user_id":"` + strings.Repeat("a", 65) + `","product":"p","amount":1}`, "user_id", Request{}},
+		{`{"user_id":"u","product":"` + strings.Repeat("p", 32) + `","amount":1}`, "", Request{UserID: "u", Product: strings.Repeat("p", 32), Amount: 1, Priority: Normal}},
+		{`{"user_id":"u","product":"p-1","amount":1}`, "product", Request{}},
+		{`{"user_id":"u","product":"p","amount":true}`, "amount", Request{}},
+		{`{"user_id":"u","product":"p","amount":01}`, "!", Request{}},
+		{`{"user_id":"u","product":"p","amount":-0}`, "amount", Request{}},
+		{`{"user_id":"u","product":"p","amount":99999999999999999999}`, "amount", Request{}},
+		{`{"user_id":"u","product":"p","amount":1,"priority":"low"}`, "priority", Request{}},
+		{`{"user_id":"u","product":"p","amount":1,"callback_url":"http://user:pw@x/"}`, "callback_url", Request{}},
+		{`{"user_id":"u","product":"p","amount":1,"callback_url":"/relative"}`, "callback_url", Request{}},
+	} {
+		got, err := DecodeRequest([]byte(tc.body))
+		var fe *FieldError
+		switch {
+		case tc.field == "":
+			if err != nil || got != tc.want {
+				t.Errorf("DecodeRequest(%s) = %+v, %v, want %+v", tc.body, got, err, tc.want)
+			}
+		case tc.field == "!":
+			if !errors.Is(err, ErrSyntax) {
+				t.Errorf("DecodeRequest(%s) = %v, want a syntax error", tc.body, err)
+			}
+		case !errors.As(err, &fe) || fe.Field != tc.field:
+			t.Errorf("DecodeRequest(%s) = %v, want an error on %s", tc.body, err, tc.field)
+		}
+	}
+}
+
+func TestIDs(t *testing.T) {
+	for _, cell := range []string{"c1", "eu-west-1"} {
+		id := NewID(cell)
+		if got, ok := CellOf(id); !ok || got != cell || strings.Contains(id[len(cell)+1:], "-") {
+			t.Errorf("CellOf(%q) = %q, %v, want %q", id, got, ok, cell)
+		}
+		k := KeyID(cell, "u1", "key")
+		if k != KeyID(cell, "u1", "key") || k == KeyID(cell, "u2", "key") || k == KeyID(cell, "u1", "key2") {
+			t.Errorf("KeyID is not a function of (user, key)")
+		}
+		if got, ok := CellOf(k); !ok || got != cell {
+			t.Errorf("CellOf(%q) = %q, %v", k, got, ok)
+		}
+	}
+	for _, bad := range []string{"", "c1", "c1-", "-0123456789abcdefghij", "c1-0123456789abcdefghi", "c1-0123456789abcdefghiz", "C1-0123456789abcdefghij", "c1-0123456789ABCDEFGHIJ"} {
+		if _, ok := CellOf(bad); ok {
+			t.Errorf("CellOf(%q) accepted", bad)
+		}
+	}
+	a, b := NewID("c1"), NewID("c1")
+	j1, j2 := NewJob(), NewJob()
+	if a == b || j1 == j2 {
+		t.Error("ids repeat")
+	}
+}
+
+func TestScoring(t *testing.T) {
+	if k := AgencyKey("short"); k != "short" {
+		t.Errorf("AgencyKey(short) = %q", k)
+	}
+	long := strings.Repeat("x", 64)
+	if k := AgencyKey(long); len(k) != 20 || k != AgencyKey(long) || k == AgencyKey(long[1:]) {
+		t.Errorf("AgencyKey(long) = %q", k)
+	}
+	prevRate := MaxRateBps + 1
+	var prevLimit int64 = -1
+	for s := MinScore; s <= MaxScore; s += 13 {
+		rate, limit := Decide(map[string]int{"a": s}, 1<<40)
+		if rate > prevRate || limit < prevLimit || rate < MinRateBps || rate > MaxRateBps {
+			t.Fatalf("score %d: rate %d limit %d after %d %d: want monotonic and in range", s, rate, limit, prevRate, prevLimit)
+		}
+		prevRate, prevLimit = rate, limit
+	}
+	if _, limit := Decide(map[string]int{"a": MaxScore}, 5); limit != 5 {
+		t.Errorf("limit %d over the amount asked (5)", limit)
+	}
+	if s := CSSScore("u"); s < MinScore || s > MaxScore || s != CSSScore("u") {
+		t.Errorf("CSSScore = %d", s)
+	}
+}
+
+func TestRecordLifecycle(t *testing.T) {
+	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	r := NewRecord("c1-0123456789abcdefghij", "c1", Request{UserID: "u", Product: "p", Amount: 9, Priority: High}, now)
+	if r.Status != Pending || r.Job == "" || r.MsgID() != r.ID+"."+r.Job || r.Fingerprint == "" {
+		t.Fatalf("new record %+v", r)
+	}
+	r.Fail("nope", now.Add(time.Second))
+	if v := r.View(); v.Status != Failed || v.Reason != "nope" || v.CompletedAt == nil {
+		t.Fatalf("failed view %+v", v)
+	}
+	job := r.Job
+	r.Requeue(now.Add(2 * time.Second))
+	if r.Status != Pending || r.Job == job || r.Reason != "" || r.Completed != nil {
+		t.Fatalf("requeued %+v", r)
+	}
+	r.Complete(Result{RateBps: 1, Limit: 2}, now.Add(3*time.Second))
+	b, _ := json.Marshal(r.View())
+	if strings.Contains(string(b), "job") || strings.Contains(string(b), "fingerprint") {
+		t.Errorf("public view leaks internals: %s", b)
+	}
+}
+
+func FuzzDecodeRequest(f *testing.F) {
+	for _, s := range []string{
+		`{"user_id":"u","product":"p","amount":1}`,
+		`{"user_id":"u","product":"p","amount":1,"priority":"high","callback_url":"http://x/"}`,
+		`{"amount":1e3}`, `[]`, `{"user_id":7}`, ``,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		r, err := DecodeRequest(body)
+		if err != nil {
+			return
+		}
+		// Whatever is accepted is valid and survives a round trip.
+		if err := r.Validate(); err != nil {
+			t.Fatalf("accepted an invalid request %+v: %v", r, err)
+		}
+		b, _ := json.Marshal(r)
+		r2, err := DecodeRequest(b)
+		if err != nil || r2 != r {
+			t.Fatalf("round trip of %+v: %+v, %v", r, r2, err)
+		}
+	})
+}
+
+func BenchmarkDecodeRequest(b *testing.B) {
+	body := []byte(`{"user_id":"user-0000000042","product":"credit_loan","amount":5000000,"priority":"high"}`)
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := DecodeRequest(body); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

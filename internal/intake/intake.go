@@ -1,0 +1,430 @@
+// Package intake is a cell's public API: POST /v1/inquiries takes an
+// inquiry, GET /v1/inquiries/{id} reports it.
+//
+// Guarantees:
+//   - 202 is answered only after the record is stored and the work message
+//     acknowledged by JetStream (synced to disk); every other answer
+//     accepted nothing (see package queue for the half-write rules).
+//   - The same Idempotency-Key (per user) always names the same inquiry: a
+//     retry gets the same id and enqueues nothing new; the key reused with
+//     another body is refused with 422.
+//   - Fencing: a request is taken only if this cell owns the user in the
+//     newest map it knows, unless the caller's Cellkit-Map-Version is newer
+//     than that map; otherwise 421 with the cell's map version.
+//   - Overload (the shedder's budgets), a closed intake and an unreachable
+//     NATS are answered at once with 503 and Retry-After.
+//   - Every error is an RFC 9457 problem naming the field at fault.
+package intake
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"mime"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/cellkit/cellkit/internal/inquiry"
+	"github.com/cellkit/cellkit/internal/problem"
+	"github.com/cellkit/cellkit/internal/queue"
+	"github.com/cellkit/cellkit/internal/shed"
+	"github.com/cellkit/cellkit/internal/slotmap"
+	"github.com/cellkit/cellkit/internal/store"
+)
+
+// Headers of the routing contract with the router.
+const (
+	HeaderMapVersion = "Cellkit-Map-Version"
+	HeaderSlot       = "Cellkit-Slot"
+	HeaderCell       = "Cellkit-Cell"
+	HeaderOverloaded = "Cellkit-Overloaded"
+	HeaderIdemKey    = "Idempotency-Key"
+)
+
+// Paths.
+const (
+	PathInquiries = "/v1/inquiries"
+	prefixByID    = PathInquiries + "/"
+)
+
+// Config tunes the intake. Zero values mean the defaults in brackets.
+type Config struct {
+	// Cell is this cell's id. Required.
+	Cell string
+	// ClosedRetryAfter is the Retry-After of a closed intake [5s].
+	ClosedRetryAfter time.Duration
+	// Timeout bounds the handling of one request, the wait for the PubAck
+	// included [5s].
+	Timeout time.Duration
+}
+
+// Options carry the intake's collaborators.
+type Options struct {
+	Logger     *slog.Logger
+	Registerer prometheus.Registerer
+	Labels     prometheus.Labels
+	Now        func() time.Time
+}
+
+// Handler serves the intake API. It starts closed: Open it once the cell
+// is ready.
+type Handler struct {
+	cfg  Config
+	q    *queue.Queue
+	st   *store.Store
+	shed *shed.Shedder
+	cmap func() *slotmap.Map
+	log  *slog.Logger
+	now  func() time.Time
+	open atomic.Bool
+	m    *metrics
+}
+
+// New builds the handler. cmap returns the newest map the cell knows (nil
+// before the first).
+func New(cfg Config, q *queue.Queue, sh *shed.Shedder, cmap func() *slotmap.Map, opts Options) (*Handler, error) {
+	if cfg.Cell == "" {
+		return nil, errors.New("intake: cell id is required")
+	}
+	if cfg.ClosedRetryAfter <= 0 {
+		cfg.ClosedRetryAfter = 5 * time.Second
+	}
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = 5 * time.Second
+	}
+	m, err := newMetrics(opts.Registerer, opts.Labels)
+	if err != nil {
+		return nil, err
+	}
+	h := &Handler{cfg: cfg, q: q, st: q.Store(), shed: sh, cmap: cmap, log: opts.Logger, now: opts.Now, m: m}
+	if h.log == nil {
+		h.log = slog.Default()
+	}
+	if h.now == nil {
+		h.now = time.Now
+	}
+	return h, nil
+}
+
+// Open lets new inquiries in.
+func (h *Handler) Open() { h.setOpen(true) }
+
+// Close turns new inquiries away with 503 (status reads still work).
+func (h *Handler) Close() { h.setOpen(false) }
+
+func (h *Handler) setOpen(v bool) {
+	if h.open.Swap(v) != v {
+		h.log.Info("intake " + map[bool]string{true: "opened", false: "closed"}[v])
+	}
+	h.m.open.Set(map[bool]float64{true: 1, false: 0}[v])
+}
+
+// IsOpen reports whether new inquiries are let in.
+func (h *Handler) IsOpen() bool { return h.open.Load() }
+
+// ServeHTTP routes the intake API.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	began := h.now()
+	rw := &statusWriter{ResponseWriter: w}
+	rw.Header().Set(HeaderCell, h.cfg.Cell)
+	route := "other"
+	switch {
+	case r.URL.Path == PathInquiries:
+		route = "post"
+		if r.Method != http.MethodPost {
+			methodNotAllowed(rw, http.MethodPost)
+			break
+		}
+		h.post(rw, r)
+	case strings.HasPrefix(r.URL.Path, prefixByID):
+		route = "get"
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			methodNotAllowed(rw, "GET, HEAD")
+			break
+		}
+		h.get(rw, r, strings.TrimPrefix(r.URL.Path, prefixByID))
+	default:
+		problem.Write(rw, problem.New(http.StatusNotFound, "not-found", "no such path: "+r.URL.Path))
+	}
+	h.m.requests.WithLabelValues(route, strconv.Itoa(rw.status())).Inc()
+	h.m.seconds.WithLabelValues(route).Observe(h.now().Sub(began).Seconds())
+}
+
+func methodNotAllowed(w http.ResponseWriter, allow string) {
+	w.Header().Set("Allow", allow)
+	problem.Write(w, problem.New(http.StatusMethodNotAllowed, "method-not-allowed", "allowed: "+allow))
+}
+
+// Accepted is the 202 body.
+type Accepted struct {
+	ID        string         `json:"id"`
+	Cell      string         `json:"cell"`
+	Status    inquiry.Status `json:"status"`
+	StatusURL string         `json:"status_url"`
+}
+
+func (h *Handler) shedNow(w http.ResponseWriter, reason, detail string, after time.Duration) {
+	h.m.shed.WithLabelValues(reason).Inc()
+	w.Header().Set(HeaderOverloaded, "true")
+	problem.WriteRetry(w, problem.New(http.StatusServiceUnavailable, reasonKind[reason], detail), after)
+}
+
+var reasonKind = map[string]string{
+	"closed": "intake-closed", "age": "overloaded", "depth": "overloaded", "wait": "overloaded",
+	"nats": "queue-unavailable", "full": "queue-full",
+}
+
+func (h *Handler) post(w http.ResponseWriter, r *http.Request) {
+	if !h.IsOpen() {
+		h.shedNow(w, "closed", "cell "+h.cfg.Cell+" is not taking new inquiries (draining or starting)", h.cfg.ClosedRetryAfter)
+		return
+	}
+	if d := h.shed.Admit(); !d.OK {
+		h.shedNow(w, d.Reason, fmt.Sprintf("cell %s is overloaded: oldest pending inquiry %s old, %d queued", h.cfg.Cell, d.Age.Round(time.Millisecond), d.Depth), d.RetryAfter)
+		return
+	}
+	if h.q.Conn().Status() != nats.CONNECTED {
+		h.shedNow(w, "nats", "cell "+h.cfg.Cell+" cannot reach its queue", h.shed.RetryAfter())
+		return
+	}
+	req, ok := h.readRequest(w, r)
+	if !ok {
+		return
+	}
+	idemKey := r.Header.Get(HeaderIdemKey)
+	if _, set := r.Header[http.CanonicalHeaderKey(HeaderIdemKey)]; set && !inquiry.ValidIdempotencyKey(idemKey) {
+		problem.Write(w, problem.New(http.StatusBadRequest, "invalid-header", "Idempotency-Key must be 1–255 printable ASCII characters").WithField(HeaderIdemKey))
+		return
+	}
+	if !h.fence(w, r, req.UserID) {
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), h.cfg.Timeout)
+	defer cancel()
+	id := inquiry.NewID(h.cfg.Cell)
+	if idemKey != "" {
+		id = inquiry.KeyID(h.cfg.Cell, req.UserID, idemKey)
+	}
+	rec := inquiry.NewRecord(id, h.cfg.Cell, req, h.now())
+	got, err := h.q.Enqueue(ctx, &rec)
+	if errors.Is(err, store.ErrExists) {
+		h.replay(ctx, w, rec)
+		return
+	}
+	if err != nil {
+		h.enqueueFailed(w, rec.ID, err)
+		return
+	}
+	h.shed.Accepted()
+	h.accepted(w, got, false)
+}
+
+// replay answers a request whose Idempotency-Key names an existing
+// inquiry.
+func (h *Handler) replay(ctx context.Context, w http.ResponseWriter, want inquiry.Record) {
+	for range 3 {
+		cur, rev, err := h.st.Get(ctx, want.ID)
+		if errors.Is(err, store.ErrNotFound) {
+			// Rolled back meanwhile: take it as new.
+			got, err := h.q.Enqueue(ctx, &want)
+			if errors.Is(err, store.ErrExists) {
+				continue
+			}
+			if err != nil {
+				h.enqueueFailed(w, want.ID, err)
+				return
+			}
+			h.shed.Accepted()
+			h.accepted(w, got, false)
+			return
+		}
+		if err != nil {
+			h.enqueueFailed(w, want.ID, err)
+			return
+		}
+		if cur.Fingerprint != want.Fingerprint {
+			problem.Write(w, problem.New(http.StatusUnprocessableEntity, "idempotency-key-reused",
+				"this Idempotency-Key was used for a different request (inquiry "+cur.ID+")").WithField(HeaderIdemKey))
+			return
+		}
+		if cur.Status == inquiry.Pending {
+			// Make sure it has its message (the first attempt may have
+			// died between record and message).
+			err := h.q.Replay(ctx, cur, rev)
+			if errors.Is(err, store.ErrConflict) {
+				continue
+			}
+			if err != nil {
+				h.enqueueFailed(w, want.ID, err)
+				return
+			}
+		}
+		h.accepted(w, cur, true)
+		return
+	}
+	h.enqueueFailed(w, want.ID, queue.ErrUncertain)
+}
+
+func (h *Handler) enqueueFailed(w http.ResponseWriter, id string, err error) {
+	if errors.Is(err, queue.ErrFull) {
+		h.shedNow(w, "full", "cell "+h.cfg.Cell+" queue is full", h.shed.RetryAfter())
+		return
+	}
+	h.log.Warn("inquiry not accepted", "id", id, "err", err)
+	h.shedNow(w, "nats", "cell "+h.cfg.Cell+" could not queue the inquiry; nothing was accepted", h.shed.RetryAfter())
+}
+
+func (h *Handler) accepted(w http.ResponseWriter, rec inquiry.Record, replayed bool) {
+	body := Accepted{ID: rec.ID, Cell: h.cfg.Cell, Status: rec.Status, StatusURL: prefixByID + rec.ID}
+	w.Header().Set("Location", body.StatusURL)
+	if replayed {
+		w.Header().Set("Idempotent-Replayed", "true")
+	}
+	writeJSON(w, http.StatusAccepted, body)
+}
+
+// readRequest checks the content type and size and decodes the body.
+func (h *Handler) readRequest(w http.ResponseWriter, r *http.Request) (inquiry.Request, bool) {
+	ct := r.Header.Get("Content-Type")
+	mt, _, err := mime.ParseMediaType(ct)
+	if ct == "" || err != nil || (mt != "application/json" && !(strings.HasPrefix(mt, "application/") && strings.HasSuffix(mt, "+json"))) {
+		problem.Write(w, problem.New(http.StatusUnsupportedMediaType, "unsupported-media-type", "send application/json, not "+strconv.Quote(ct)).WithField("Content-Type"))
+		return inquiry.Request{}, false
+	}
+	tooLarge := problem.New(http.StatusRequestEntityTooLarge, "body-too-large", fmt.Sprintf("the body is over %d bytes", inquiry.MaxBodyBytes))
+	if r.ContentLength > inquiry.MaxBodyBytes {
+		problem.Write(w, tooLarge)
+		return inquiry.Request{}, false
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, inquiry.MaxBodyBytes))
+	var mbe *http.MaxBytesError
+	if errors.As(err, &mbe) {
+		problem.Write(w, tooLarge)
+		return inquiry.Request{}, false
+	}
+	if err != nil {
+		problem.Write(w, problem.New(http.StatusBadRequest, "invalid-body", "cannot read the body: "+err.Error()))
+		return inquiry.Request{}, false
+	}
+	req, err := inquiry.DecodeRequest(body)
+	var fe *inquiry.FieldError
+	switch {
+	case errors.As(err, &fe):
+		problem.Write(w, problem.New(http.StatusBadRequest, "invalid-field", fe.Error()).WithField(fe.Field))
+		return inquiry.Request{}, false
+	case err != nil:
+		problem.Write(w, problem.New(http.StatusBadRequest, "invalid-json", err.Error()))
+		return inquiry.Request{}, false
+	}
+	return req, true
+}
+
+// fence answers 421 unless this cell owns the user in its newest map or
+// the caller's map is newer.
+func (h *Handler) fence(w http.ResponseWriter, r *http.Request, user string) bool {
+	m := h.cmap()
+	if m == nil {
+		h.shedNow(w, "closed", "cell "+h.cfg.Cell+" has no cell map yet", h.cfg.ClosedRetryAfter)
+		return false
+	}
+	var theirs int64
+	if v := r.Header.Get(HeaderMapVersion); v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n <= 0 {
+			problem.Write(w, problem.New(http.StatusBadRequest, "invalid-header", HeaderMapVersion+" must be a positive integer").WithField(HeaderMapVersion))
+			return false
+		}
+		theirs = n
+	}
+	if v := r.Header.Get(HeaderSlot); v != "" {
+		if n, err := strconv.Atoi(v); err != nil || n < 0 || n >= m.Slots() {
+			problem.Write(w, problem.New(http.StatusBadRequest, "invalid-header", fmt.Sprintf("%s must be a slot in [0, %d)", HeaderSlot, m.Slots())).WithField(HeaderSlot))
+			return false
+		}
+	}
+	if theirs > m.Version() {
+		return true // the caller knows a newer map than ours
+	}
+	route := m.Lookup(user)
+	if route.Cell == h.cfg.Cell {
+		return true
+	}
+	h.m.misdirected.Inc()
+	w.Header().Set(HeaderMapVersion, strconv.FormatInt(m.Version(), 10))
+	owner := route.Cell
+	if owner == "" {
+		owner = "no active cell"
+	}
+	problem.Write(w, problem.New(http.StatusMisdirectedRequest, "misdirected",
+		fmt.Sprintf("cell %s does not own slot %d in map version %d (owner: %s); refresh the map", h.cfg.Cell, route.Slot, m.Version(), owner)).WithField(HeaderMapVersion))
+	return false
+}
+
+func (h *Handler) get(w http.ResponseWriter, r *http.Request, id string) {
+	cell, ok := inquiry.CellOf(id)
+	if !ok {
+		problem.Write(w, problem.New(http.StatusBadRequest, "invalid-id", "malformed inquiry id "+strconv.Quote(id)).WithField("id"))
+		return
+	}
+	if cell != h.cfg.Cell {
+		problem.Write(w, problem.New(http.StatusMisdirectedRequest, "misdirected", "inquiry "+id+" belongs to cell "+cell+", not "+h.cfg.Cell).WithField("id"))
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), h.cfg.Timeout)
+	defer cancel()
+	rec, _, err := h.st.Get(ctx, id)
+	if errors.Is(err, store.ErrNotFound) {
+		problem.Write(w, problem.New(http.StatusNotFound, "unknown-inquiry", "no inquiry "+id))
+		return
+	}
+	if err != nil {
+		h.log.Warn("cannot read inquiry", "id", id, "err", err)
+		problem.WriteRetry(w, problem.New(http.StatusServiceUnavailable, "store-unavailable", "cannot read the inquiry now"), time.Second)
+		return
+	}
+	writeJSON(w, http.StatusOK, rec.View())
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	body, _ := json.Marshal(v)
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", strconv.Itoa(len(body)+1))
+	w.WriteHeader(status)
+	w.Write(append(body, '\n'))
+}
+
+// statusWriter remembers the status for metrics.
+type statusWriter struct {
+	http.ResponseWriter
+	code int
+}
+
+func (s *statusWriter) WriteHeader(code int) {
+	if s.code == 0 {
+		s.code = code
+	}
+	s.ResponseWriter.WriteHeader(code)
+}
+
+func (s *statusWriter) Write(b []byte) (int, error) {
+	if s.code == 0 {
+		s.code = http.StatusOK
+	}
+	return s.ResponseWriter.Write(b)
+}
+
+func (s *statusWriter) status() int {
+	if s.code == 0 {
+		return http.StatusOK
+	}
+	return s.code
+}

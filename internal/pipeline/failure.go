@@ -1,0 +1,40 @@
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/cellkit/cellkit/internal/agency"
+)
+
+// failure is why an attempt did not produce a result.
+type failure struct {
+	kind   string // metric label: circuit_open, limited, no_session, agency_error, timeout, transport, css, core_banking, busy, store
+	reason string // for the record and the error stream
+	retry  bool   // transient: retry with backoff, dead-letter after the last attempt
+}
+
+func (f *failure) Error() string { return f.reason }
+
+// agencyFailure classifies an agency call's error. Every agency failure is
+// final for the attempt: the breaker and the adaptive limit exist to fail
+// fast, and the retry console re-enqueues such inquiries once the agency is
+// back.
+func agencyFailure(name string, err error) *failure {
+	var ce *agency.CodeError
+	switch {
+	case errors.Is(err, agency.ErrCircuitOpen):
+		return &failure{kind: "circuit_open", reason: name + ": circuit breaker open, agency calls suspended"}
+	case errors.Is(err, agency.ErrLimited):
+		return &failure{kind: "limited", reason: name + ": agency slowed down, concurrency limit reached"}
+	case errors.Is(err, agency.ErrPoolExhausted):
+		return &failure{kind: "no_session", reason: name + ": no agency session available (agency unreachable?)"}
+	case errors.As(err, &ce):
+		return &failure{kind: "agency_error", reason: fmt.Sprintf("%s: agency answered code %s", name, ce.Code)}
+	case errors.Is(err, context.DeadlineExceeded):
+		return &failure{kind: "timeout", reason: name + ": agency call timed out"}
+	default:
+		return &failure{kind: "transport", reason: name + ": " + err.Error()}
+	}
+}

@@ -1,0 +1,82 @@
+package pipeline
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func TestGate(t *testing.T) {
+	g := newGate(2)
+	ctx := context.Background()
+	for range 2 {
+		if err := g.acquire(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A third waits, in order, and gives up with its context.
+	short, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+	defer cancel()
+	if err := g.acquire(short); err == nil {
+		t.Fatal("acquired a third place of two")
+	}
+	got := make(chan int, 2)
+	for i := range 2 {
+		go func() {
+			if g.acquire(ctx) == nil {
+				got <- i
+			}
+		}()
+		waitWaiters(t, g, i+1)
+	}
+	g.release()
+	if first := <-got; first != 0 {
+		t.Fatalf("waiter %d served first, want 0 (FIFO)", first)
+	}
+	// Growing lets the next one in; shrinking keeps holders.
+	g.resize(3)
+	<-got
+	g.resize(1)
+	if s, h, w := g.stats(); s != 1 || h != 3 || w != 0 {
+		t.Fatalf("after shrinking: size %d held %d waiting %d", s, h, w)
+	}
+	g.release()
+	g.release()
+	if err := g.acquire(short); err == nil {
+		t.Fatal("acquired over the new size")
+	}
+	g.release()
+	if err := g.acquire(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func waitWaiters(t *testing.T, g *gate, n int) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		if _, _, w := g.stats(); w == n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no %d waiters", n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func BenchmarkGate(b *testing.B) {
+	g := newGate(1 << 20)
+	ctx := context.Background()
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			g.acquire(ctx)
+			g.release()
+		}
+	})
+}

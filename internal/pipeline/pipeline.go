@@ -1,0 +1,606 @@
+// Package pipeline is a cell's workers: they pull inquiries from the work
+// stream (high lane first), ask every agency and the internal score (CSS)
+// concurrently, register the decision in core banking and write the result.
+//
+// Guarantees:
+//   - A message is acked only after its record holds the outcome; a crash
+//     at any point leaves the message for redelivery.
+//   - Handling is idempotent: a redelivered inquiry that is already done or
+//     failed is acked without calling anyone, a stale message (its enqueue
+//     was rolled back or superseded) is dropped, and record writes are
+//     compare-and-swap, so an inquiry never gets a second, different result.
+//   - Agency failures (breaker open, adaptive limit, agency error, timeout,
+//     no session) fail the inquiry at once with the reason, onto the error
+//     stream. An agency that is down trips its breaker (see
+//     countUnreachable), so that inquiries then fail in microseconds.
+//     Transient failures (core banking, the store, no free session within
+//     the step timeout) are retried with backoff; after MaxDeliver attempts
+//     the inquiry is failed and dead-lettered with its last reason.
+//   - Concurrency is bounded: Workers inquiries at a time, and per agency no
+//     more calls than its session pool has sessions (workers wait for a
+//     place, within the step timeout).
+//   - Run stops fetching when its context ends, lets inquiries in flight
+//     finish for DrainTimeout, then abandons the rest: they are nak'ed, and
+//     after a restart the server redelivers them once their ack wait
+//     expires (a nak is not persisted). Attempts are counted by the server's
+//     delivery count, so an inquiry that crashes the process every time is
+//     still dead-lettered after MaxDeliver deliveries.
+package pipeline
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/cellkit/cellkit/internal/agency"
+	"github.com/cellkit/cellkit/internal/breaker"
+	"github.com/cellkit/cellkit/internal/inquiry"
+	"github.com/cellkit/cellkit/internal/queue"
+	"github.com/cellkit/cellkit/internal/store"
+)
+
+// Inquirer asks one agency for a score; *agency.Client is one.
+type Inquirer interface {
+	Inquire(ctx context.Context, userKey string) (agency.Result, error)
+}
+
+// Agency is one agency the pipeline asks.
+type Agency struct {
+	Name     string
+	Client   Inquirer
+	Sessions int // the pool size; Resize follows it
+}
+
+// Config tunes the pipeline. Zero values mean the defaults in brackets.
+type Config struct {
+	// Workers is how many inquiries are processed at once [64].
+	Workers int
+	// StepTimeout bounds each agency call, the wait for one of its
+	// sessions included, and each of CSS and core banking [3s].
+	StepTimeout time.Duration
+	// MaxDeliver is the number of attempts before an inquiry that keeps
+	// failing transiently is dead-lettered [5].
+	MaxDeliver int
+	// Backoff is the wait before attempt n+1 after a transient failure of
+	// attempt n (the last value repeats) [1s 5s 15s 30s].
+	Backoff []time.Duration
+	// DrainTimeout is how long Run lets inquiries in flight finish after
+	// its context ends [20s].
+	DrainTimeout time.Duration
+	// IdlePoll is how often empty lanes are polled for redeliveries; new
+	// messages wake the workers at once [250ms].
+	IdlePoll time.Duration
+	// CallbackTimeout bounds one callback POST [2s].
+	CallbackTimeout time.Duration
+}
+
+func (c *Config) defaults() {
+	if c.Workers <= 0 {
+		c.Workers = 64
+	}
+	if c.StepTimeout <= 0 {
+		c.StepTimeout = 3 * time.Second
+	}
+	if c.MaxDeliver <= 0 {
+		c.MaxDeliver = 5
+	}
+	if len(c.Backoff) == 0 {
+		c.Backoff = []time.Duration{time.Second, 5 * time.Second, 15 * time.Second, 30 * time.Second}
+	}
+	if c.DrainTimeout <= 0 {
+		c.DrainTimeout = 20 * time.Second
+	}
+	if c.IdlePoll <= 0 {
+		c.IdlePoll = 250 * time.Millisecond
+	}
+	if c.CallbackTimeout <= 0 {
+		c.CallbackTimeout = 2 * time.Second
+	}
+}
+
+// Options carry the pipeline's collaborators.
+type Options struct {
+	Logger     *slog.Logger          // nil: slog.Default()
+	Registerer prometheus.Registerer // nil: no metrics registered
+	Labels     prometheus.Labels     // constant labels ({"cell": id})
+	Now        func() time.Time      // nil: time.Now
+	// Drained is called once per message settled (acked with an outcome),
+	// for the shedder's drain rate. May be nil.
+	Drained func()
+	// CSS and Core default to LocalCSS and LocalCore without latency.
+	CSS  CSS
+	Core CoreBanking
+}
+
+// Pipeline is a cell's set of workers. Create it with New, run it with Run.
+type Pipeline struct {
+	cfg      Config
+	q        *queue.Queue
+	st       *store.Store
+	agencies []Agency
+	gates    map[string]*gate
+	css      CSS
+	core     CoreBanking
+	log      *slog.Logger
+	now      func() time.Time
+	drained  func()
+	m        *metrics
+	notify   *notifierQueue
+	inflight atomic.Int64
+}
+
+// New builds a pipeline over q with the given agencies.
+func New(q *queue.Queue, agencies []Agency, cfg Config, opts Options) (*Pipeline, error) {
+	cfg.defaults()
+	m, err := newMetrics(opts.Registerer, opts.Labels)
+	if err != nil {
+		return nil, fmt.Errorf("pipeline metrics: %w", err)
+	}
+	p := &Pipeline{
+		cfg: cfg, q: q, st: q.Store(), agencies: agencies, gates: map[string]*gate{},
+		css: opts.CSS, core: opts.Core, log: opts.Logger, now: opts.Now, drained: opts.Drained, m: m,
+	}
+	for _, a := range agencies {
+		p.gates[a.Name] = newGate(a.Sessions)
+	}
+	if p.css == nil {
+		p.css = LocalCSS{}
+	}
+	if p.core == nil {
+		p.core = LocalCore{}
+	}
+	if p.log == nil {
+		p.log = slog.Default()
+	}
+	if p.now == nil {
+		p.now = time.Now
+	}
+	if p.drained == nil {
+		p.drained = func() {}
+	}
+	p.notify = newNotifier(m, cfg.CallbackTimeout)
+	return p, nil
+}
+
+// Resize follows an agency's session quota.
+func (p *Pipeline) Resize(agencyName string, sessions int) {
+	if g, ok := p.gates[agencyName]; ok {
+		g.resize(sessions)
+	}
+}
+
+// Inflight is the number of inquiries being processed.
+func (p *Pipeline) Inflight() int { return int(p.inflight.Load()) }
+
+// Workers is the configured worker count.
+func (p *Pipeline) Workers() int { return p.cfg.Workers }
+
+// Run processes inquiries until ctx ends, then drains (see the package
+// doc). It returns nil after a clean stop.
+func (p *Pipeline) Run(ctx context.Context) error {
+	workCtx, abandon := context.WithCancel(context.WithoutCancel(ctx))
+	defer abandon()
+	notifyCtx, stopNotify := context.WithCancel(context.WithoutCancel(ctx))
+	p.notify.run(notifyCtx, 4)
+	defer func() { stopNotify(); p.notify.wait() }()
+
+	bell := make(chan struct{}, 1)
+	ring := func(*nats.Msg) {
+		select {
+		case bell <- struct{}{}:
+		default:
+		}
+	}
+	nc := p.q.Conn()
+	var subs []*nats.Subscription
+	for _, lane := range queue.Lanes {
+		sub, err := nc.Subscribe(queue.LaneSubject(p.q.Cell(), lane), ring)
+		if err != nil {
+			return fmt.Errorf("subscribe to new work: %w", err)
+		}
+		subs = append(subs, sub)
+	}
+	defer func() {
+		for _, s := range subs {
+			s.Unsubscribe()
+		}
+	}()
+
+	slots := make(chan struct{}, p.cfg.Workers)
+	var wg sync.WaitGroup
+	idle := time.NewTimer(p.cfg.IdlePoll)
+	defer idle.Stop()
+fetching:
+	for {
+		select {
+		case slots <- struct{}{}:
+		case <-ctx.Done():
+			break fetching
+		}
+		free := 1
+	grab:
+		for free < p.cfg.Workers {
+			select {
+			case slots <- struct{}{}:
+				free++
+			default:
+				break grab
+			}
+		}
+		msgs := p.fetch(free)
+		for _, m := range msgs {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				defer func() { <-slots }()
+				p.handle(workCtx, m)
+			}()
+		}
+		for range free - len(msgs) {
+			<-slots
+		}
+		if len(msgs) == 0 {
+			idle.Reset(p.cfg.IdlePoll)
+			select {
+			case <-bell:
+			case <-idle.C:
+			case <-ctx.Done():
+				break fetching
+			}
+		}
+	}
+
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	if n := p.Inflight(); n > 0 {
+		p.log.Info("pipeline draining", "inflight", n, "timeout", p.cfg.DrainTimeout)
+	}
+	t := time.NewTimer(p.cfg.DrainTimeout)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+		p.log.Warn("drain timeout: leaving unfinished inquiries for redelivery", "inflight", p.Inflight())
+		abandon()
+		<-done
+	}
+	return nil
+}
+
+// fetch pulls up to n messages, high lane first, without waiting.
+func (p *Pipeline) fetch(n int) []jetstream.Msg {
+	var out []jetstream.Msg
+	for _, lane := range queue.Lanes {
+		if len(out) >= n {
+			break
+		}
+		batch, err := p.q.Consumer(lane).FetchNoWait(n - len(out))
+		if err != nil {
+			p.log.Debug("fetch", "lane", lane, "err", err)
+			continue
+		}
+		for m := range batch.Messages() {
+			out = append(out, m)
+		}
+		if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) {
+			p.log.Debug("fetch", "lane", lane, "err", err)
+		}
+	}
+	return out
+}
+
+// writeTimeout bounds a record write or a failure-stream publish; they run
+// on their own context so that a drain timeout does not cut them half-way.
+const writeTimeout = 5 * time.Second
+
+// handle settles one message.
+func (p *Pipeline) handle(ctx context.Context, m jetstream.Msg) {
+	began := p.now()
+	p.inflight.Add(1)
+	p.m.inflight.Inc()
+	defer func() {
+		p.inflight.Add(-1)
+		p.m.inflight.Dec()
+	}()
+	outcome := p.settle(ctx, m)
+	p.m.inquiries.WithLabelValues(outcome).Inc()
+	p.m.seconds.WithLabelValues(outcome).Observe(p.now().Sub(began).Seconds())
+	switch outcome {
+	case "retry", "interrupted":
+	default:
+		p.drained()
+	}
+}
+
+func (p *Pipeline) settle(ctx context.Context, m jetstream.Msg) string {
+	md, err := m.Metadata()
+	var msg queue.Message
+	if err != nil || json.Unmarshal(m.Data(), &msg) != nil || msg.ID == "" {
+		p.log.Error("dropping a malformed work message", "subject", m.Subject(), "data", string(m.Data()))
+		m.Term()
+		return "malformed"
+	}
+	attempt := int(md.NumDelivered)
+	wctx, cancel := context.WithTimeout(context.Background(), writeTimeout)
+	rec, rev, err := p.st.Get(wctx, msg.ID)
+	cancel()
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		m.Ack() // its enqueue was rolled back
+		return "stale"
+	case err != nil:
+		p.log.Warn("cannot read inquiry record", "id", msg.ID, "err", err)
+		p.nak(m, attempt)
+		return "retry"
+	case rec.Job != msg.Job:
+		m.Ack() // superseded by a later enqueue of the same inquiry
+		return "stale"
+	case rec.Status == inquiry.Done:
+		m.Ack()
+		return "duplicate"
+	case rec.Status == inquiry.Failed:
+		// The failure may not have reached its stream before a crash.
+		wctx, cancel := context.WithTimeout(context.Background(), writeTimeout)
+		defer cancel()
+		if err := p.q.AddFailure(wctx, rec, rec.Dead); err != nil {
+			p.nak(m, attempt)
+			return "retry"
+		}
+		m.Ack()
+		return "duplicate"
+	case attempt > p.cfg.MaxDeliver:
+		// Attempts that never finished (crashes, drain timeouts).
+		return p.deadLetter(m, rec, rev, attempt, fmt.Sprintf("no attempt finished in %d deliveries", attempt-1))
+	}
+
+	stopProgress := p.keepAlive(m)
+	rec.Attempts = attempt
+	res, f := p.run(ctx, &rec)
+	stopProgress()
+	switch {
+	case f == nil:
+		rec.Complete(res, p.now())
+		return p.finish(m, rec, rev, attempt, "done")
+	case ctx.Err() != nil:
+		// Drain timeout: leave it for redelivery. The nak makes it
+		// available at once to this server; after a restart the server
+		// redelivers it when its ack wait expires.
+		m.Nak()
+		return "interrupted"
+	}
+	p.m.failures.WithLabelValues(f.kind).Inc()
+	if !f.retry {
+		rec.Fail(f.reason, p.now())
+		return p.finish(m, rec, rev, attempt, "failed")
+	}
+	if attempt >= p.cfg.MaxDeliver {
+		return p.deadLetter(m, rec, rev, attempt, f.reason)
+	}
+	rec.Reason, rec.Updated = f.reason, p.now().UTC()
+	p.write(m, &rec, rev) // keeps the partial scores; a lost write only costs calls
+	p.nak(m, attempt)
+	return "retry"
+}
+
+func (p *Pipeline) deadLetter(m jetstream.Msg, rec inquiry.Record, rev uint64, attempt int, reason string) string {
+	rec.Dead = true
+	rec.Fail(fmt.Sprintf("dead-lettered after %d attempts: %s", min(attempt, p.cfg.MaxDeliver), reason), p.now())
+	return p.finish(m, rec, rev, attempt, "dead")
+}
+
+// finish writes a final record, lists a failure, then acks.
+func (p *Pipeline) finish(m jetstream.Msg, rec inquiry.Record, rev uint64, attempt int, outcome string) string {
+	switch p.write(m, &rec, rev) {
+	case writeOK:
+	case writeSettled:
+		return "duplicate"
+	case writeStale:
+		return "stale"
+	case writeFailed:
+		p.nak(m, attempt)
+		return "retry"
+	}
+	if rec.Status == inquiry.Failed {
+		wctx, cancel := context.WithTimeout(context.Background(), writeTimeout)
+		err := p.q.AddFailure(wctx, rec, rec.Dead)
+		cancel()
+		if err != nil {
+			// The record is failed; the redelivery lists it (see settle).
+			p.log.Warn("cannot list failed inquiry", "id", rec.ID, "err", err)
+			p.nak(m, attempt)
+			return "retry"
+		}
+	}
+	m.Ack()
+	p.m.latency.Observe(p.now().Sub(rec.Created).Seconds())
+	p.notify.enqueue(rec)
+	return outcome
+}
+
+type writeResult int
+
+const (
+	writeOK      writeResult = iota
+	writeSettled             // someone else settled the record: ack
+	writeStale               // the record is gone or has another job: ack
+	writeFailed              // the store failed: retry later
+)
+
+// write stores rec over revision rev. On a conflict it re-reads: another
+// delivery may have settled it, a replay may have touched it (then it is
+// written over the new revision), or it may have been rolled back.
+func (p *Pipeline) write(m jetstream.Msg, rec *inquiry.Record, rev uint64) writeResult {
+	ctx, cancel := context.WithTimeout(context.Background(), writeTimeout)
+	defer cancel()
+	// Each lap loses to a concurrent replay (an idempotent retry of the
+	// request touches the record); there are only as many as the client
+	// sent at once.
+	for range 32 {
+		_, err := p.st.Update(ctx, rec, rev)
+		if err == nil {
+			return writeOK
+		}
+		if !errors.Is(err, store.ErrConflict) {
+			p.log.Warn("cannot write inquiry record", "id", rec.ID, "err", err)
+			return writeFailed
+		}
+		cur, curRev, err := p.st.Get(ctx, rec.ID)
+		switch {
+		case errors.Is(err, store.ErrNotFound) || (err == nil && cur.Job != rec.Job):
+			m.Ack()
+			return writeStale
+		case err != nil:
+			return writeFailed
+		case cur.Status != inquiry.Pending:
+			m.Ack()
+			return writeSettled
+		}
+		rev = curRev
+	}
+	return writeFailed
+}
+
+func (p *Pipeline) nak(m jetstream.Msg, attempt int) {
+	i := min(max(attempt-1, 0), len(p.cfg.Backoff)-1)
+	m.NakWithDelay(p.cfg.Backoff[i])
+}
+
+// keepAlive tells the server the message is in progress every third of the
+// ack wait, until stopped.
+func (p *Pipeline) keepAlive(m jetstream.Msg) (stop func()) {
+	every := p.q.AckWait() / 3
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				m.InProgress()
+			}
+		}
+	}()
+	return func() { close(done); wg.Wait() }
+}
+
+// run computes the result: every agency and CSS at once (scores kept from
+// an earlier attempt are not asked again), then core banking.
+func (p *Pipeline) run(ctx context.Context, rec *inquiry.Record) (inquiry.Result, *failure) {
+	var mu sync.Mutex
+	scores := maps.Clone(rec.Scores)
+	if scores == nil {
+		scores = map[string]int{}
+	}
+	known := maps.Clone(scores)
+	have := func(name string) bool { _, ok := known[name]; return ok }
+	put := func(name string, s int) {
+		mu.Lock()
+		scores[name] = s
+		mu.Unlock()
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	key := inquiry.AgencyKey(rec.UserID)
+	for _, a := range p.agencies {
+		if have(a.Name) {
+			continue
+		}
+		g.Go(func() error {
+			began := p.now()
+			defer func() { p.m.steps.WithLabelValues(a.Name).Observe(p.now().Sub(began).Seconds()) }()
+			sctx, cancel := context.WithTimeout(gctx, p.cfg.StepTimeout)
+			defer cancel()
+			gt := p.gates[a.Name]
+			if err := gt.acquire(sctx); err != nil {
+				return &failure{kind: "busy", reason: fmt.Sprintf("%s: no session free within %v", a.Name, p.cfg.StepTimeout), retry: true}
+			}
+			res, err := a.Client.Inquire(sctx, key)
+			gt.release()
+			if err != nil {
+				if errors.Is(err, agency.ErrPoolExhausted) {
+					p.countUnreachable(a)
+				}
+				return agencyFailure(a.Name, err)
+			}
+			put(a.Name, res.Score)
+			return nil
+		})
+	}
+	if !have("css") {
+		g.Go(func() error {
+			began := p.now()
+			defer func() { p.m.steps.WithLabelValues("css").Observe(p.now().Sub(began).Seconds()) }()
+			sctx, cancel := context.WithTimeout(gctx, p.cfg.StepTimeout)
+			defer cancel()
+			s, err := p.css.Score(sctx, rec.UserID)
+			if err != nil {
+				return &failure{kind: "css", reason: "css: " + err.Error()}
+			}
+			put("css", s)
+			return nil
+		})
+	}
+	err := g.Wait()
+	rec.Scores = scores // partial scores survive a failed attempt
+	if err != nil {
+		var f *failure
+		if !errors.As(err, &f) {
+			f = &failure{kind: "internal", reason: err.Error(), retry: true}
+		}
+		return inquiry.Result{}, f
+	}
+	rate, limit := inquiry.Decide(scores, rec.Amount)
+	res := inquiry.Result{Scores: maps.Clone(scores), RateBps: rate, Limit: limit}
+	began := p.now()
+	sctx, cancel := context.WithTimeout(ctx, p.cfg.StepTimeout)
+	ref, err := p.core.Register(sctx, *rec, res)
+	cancel()
+	p.m.steps.WithLabelValues("core_banking").Observe(p.now().Sub(began).Seconds())
+	if err != nil {
+		return inquiry.Result{}, &failure{kind: "core_banking", reason: "core banking: " + err.Error(), retry: true}
+	}
+	res.CoreRef = ref
+	return res, nil
+}
+
+// countUnreachable records an exhausted pool as a failure in the agency's
+// breaker. The agency client does not (a pool can run dry from its callers'
+// own excess), but behind the gate the pipeline never asks for more sessions
+// than the pool holds: an exhausted pool means its sessions broke and cannot
+// be redialled, that is the agency is down, and the breaker must open so
+// that inquiries fail at once instead of after the borrow timeout.
+func (p *Pipeline) countUnreachable(a Agency) {
+	b, ok := a.Client.(interface{ Breaker() *breaker.Breaker })
+	if !ok {
+		return
+	}
+	if permit, err := b.Breaker().Acquire(); err == nil {
+		permit.Done(true, 0)
+	}
+}
+
+// GateStats reports, per agency, the places, holders and waiters of its
+// gate.
+func (p *Pipeline) GateStats() map[string][3]int {
+	out := map[string][3]int{}
+	for name, g := range p.gates {
+		s, h, w := g.stats()
+		out[name] = [3]int{s, h, w}
+	}
+	return out
+}

@@ -1,0 +1,155 @@
+package queue_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/goleak"
+
+	"github.com/cellkit/cellkit/internal/celltest"
+	"github.com/cellkit/cellkit/internal/inquiry"
+	"github.com/cellkit/cellkit/internal/queue"
+	"github.com/cellkit/cellkit/internal/store"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func setup(t *testing.T, cfg queue.Config) (*queue.Queue, jetstream.JetStream) {
+	t.Helper()
+	_, js := celltest.NATS(t)
+	st, err := store.Open(context.Background(), js, "c1", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Cell = "c1"
+	q, err := queue.Setup(context.Background(), js, st, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return q, js
+}
+
+func newRecord(n int, prio inquiry.Priority) inquiry.Record {
+	req := inquiry.Request{UserID: "u" + string(rune('a'+n)), Product: "p", Amount: 1, Priority: prio}
+	return inquiry.NewRecord(inquiry.NewID("c1"), "c1", req, time.Now())
+}
+
+func fetchOne(t *testing.T, q *queue.Queue, lane inquiry.Priority) (jetstream.Msg, queue.Message) {
+	t.Helper()
+	b, err := q.Consumer(lane).Fetch(1, jetstream.FetchMaxWait(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, ok := <-b.Messages()
+	if !ok {
+		t.Fatalf("no message on the %s lane", lane)
+	}
+	var msg queue.Message
+	if err := json.Unmarshal(m.Data(), &msg); err != nil {
+		t.Fatal(err)
+	}
+	return m, msg
+}
+
+func TestEnqueueWritesRecordThenMessageOnItsLane(t *testing.T) {
+	q, _ := setup(t, queue.Config{})
+	ctx := context.Background()
+	hi, lo := newRecord(1, inquiry.High), newRecord(2, inquiry.Normal)
+	for _, r := range []*inquiry.Record{&lo, &hi} {
+		if _, err := q.Enqueue(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := q.Enqueue(ctx, &hi); !errors.Is(err, store.ErrExists) {
+		t.Fatalf("second Enqueue of one id = %v, want ErrExists", err)
+	}
+	st, err := q.Stats(ctx)
+	if err != nil || st.Depth[inquiry.High] != 1 || st.Depth[inquiry.Normal] != 1 || st.Total != 2 || st.Oldest.IsZero() {
+		t.Fatalf("Stats = %+v, %v", st, err)
+	}
+	m, msg := fetchOne(t, q, inquiry.High)
+	if msg.ID != hi.ID || msg.Job != hi.Job || m.Headers().Get("Nats-Msg-Id") != hi.MsgID() {
+		t.Fatalf("high lane message %+v %v", msg, m.Headers())
+	}
+	m.Ack()
+	// Replaying the pending record republishes the same job: deduplicated.
+	got, rev, err := q.Store().Get(ctx, lo.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := q.Replay(ctx, got, rev); err != nil {
+		t.Fatal(err)
+	}
+	if st, _ := q.Stats(ctx); st.Total != 1 {
+		t.Fatalf("a replay within the duplicate window added a message: %+v", st)
+	}
+}
+
+func TestFullQueueRollsTheRecordBack(t *testing.T) {
+	q, _ := setup(t, queue.Config{MaxMsgs: 1})
+	ctx := context.Background()
+	first, second := newRecord(1, inquiry.Normal), newRecord(2, inquiry.Normal)
+	if _, err := q.Enqueue(ctx, &first); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := q.Enqueue(ctx, &second); !errors.Is(err, queue.ErrFull) {
+		t.Fatalf("Enqueue on a full stream = %v, want ErrFull", err)
+	}
+	if _, _, err := q.Store().Get(ctx, second.ID); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("record of a refused inquiry: %v, want it rolled back", err)
+	}
+	// The id can be used again once there is room (an idempotent retry).
+	m, _ := fetchOne(t, q, inquiry.Normal)
+	if err := m.DoubleAck(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := q.Enqueue(ctx, &second); err != nil {
+		t.Fatalf("retry after the rollback: %v", err)
+	}
+}
+
+func TestFailuresAndRetry(t *testing.T) {
+	q, _ := setup(t, queue.Config{})
+	ctx := context.Background()
+	rec := newRecord(1, inquiry.High)
+	if _, err := q.Enqueue(ctx, &rec); err != nil {
+		t.Fatal(err)
+	}
+	m, _ := fetchOne(t, q, inquiry.High)
+	cur, rev, _ := q.Store().Get(ctx, rec.ID)
+	cur.Fail("nice: agency answered code 5001", time.Now())
+	if _, err := q.Store().Update(ctx, &cur, rev); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 { // listed once however often it is added
+		if err := q.AddFailure(ctx, cur, false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m.Ack()
+	list, err := q.Failed(ctx, 10)
+	if err != nil || len(list) != 1 || list[0].ID != rec.ID || list[0].Set != queue.SetError || list[0].Reason != cur.Reason {
+		t.Fatalf("Failed = %+v, %v", list, err)
+	}
+	if f, d, err := q.FailedCounts(ctx); err != nil || f != 1 || d != 0 {
+		t.Fatalf("FailedCounts = %d %d %v", f, d, err)
+	}
+	if err := q.Retry(ctx, rec.ID); err != nil {
+		t.Fatal(err)
+	}
+	if err := q.Retry(ctx, rec.ID); !errors.Is(err, queue.ErrNotFailed) {
+		t.Fatalf("retry of a pending inquiry = %v, want ErrNotFailed", err)
+	}
+	got, _, _ := q.Store().Get(ctx, rec.ID)
+	_, msg := fetchOne(t, q, inquiry.High)
+	if got.Status != inquiry.Pending || got.Job == rec.Job || msg.Job != got.Job {
+		t.Fatalf("after retry: record %+v, message %+v", got, msg)
+	}
+	if list, _ := q.Failed(ctx, 10); len(list) != 0 {
+		t.Fatalf("still listed after retry: %+v", list)
+	}
+}

@@ -1,0 +1,198 @@
+// Package shed decides whether a cell takes new work: it sheds intake when
+// the oldest pending message is older than its budget, when the queue is at
+// its depth limit, or when what is queued would take longer than the budget
+// to drain at the measured rate (so that the oldest pending age stays under
+// the budget instead of overshooting it by the backlog admitted before the
+// budget ran out). It tells callers when to come back, from the drain rate.
+//
+// It is pure and cheap on the request path: a sampler feeds it snapshots of
+// the queue (Observe) and the pipeline reports what it finished (Drained);
+// Admit reads them under a mutex, with no I/O. Between two snapshots the
+// inquiries accepted meanwhile count towards the depth, so a burst cannot
+// overshoot the depth limit.
+package shed
+
+import (
+	"math"
+	"sync"
+	"time"
+)
+
+// Config sets the budgets. Zero values mean the defaults in brackets.
+type Config struct {
+	// MaxAge is the budget of the oldest pending message [60s]: past it,
+	// new work would wait longer than the budget, so it is refused.
+	MaxAge time.Duration
+	// MaxDepth is the queue depth limit, in messages [10000].
+	MaxDepth int
+	// MaxRetryAfter caps the Retry-After advice [MaxAge].
+	MaxRetryAfter time.Duration
+}
+
+// Sample is one observation of the queue.
+type Sample struct {
+	Depth  int       // messages not yet acked
+	Oldest time.Time // when the oldest of them was stored; zero if none
+	At     time.Time // when the sample was taken
+	// Mark is Mark() read before the queue was: inquiries accepted after
+	// it may be missing from Depth, so they are added to it.
+	Mark uint64
+}
+
+// Decision is Admit's answer.
+type Decision struct {
+	OK         bool
+	Reason     string        // when shed: "age", "depth" or "wait" (projected drain time over budget)
+	RetryAfter time.Duration // when shed: the time the queue needs to drain
+	Age        time.Duration // age of the oldest pending message
+	Depth      int           // estimated depth
+}
+
+// Shedder is safe for concurrent use.
+type Shedder struct {
+	cfg Config
+	now func() time.Time
+
+	mu       sync.Mutex
+	sample   Sample
+	accepted uint64  // accepted since New
+	drained  int     // finished since the last rate update
+	rate     float64 // drain rate, messages per second (EWMA)
+	rateAt   time.Time
+}
+
+// New returns a shedder that admits everything until the first Observe.
+// now is the clock (nil: time.Now).
+func New(cfg Config, now func() time.Time) *Shedder {
+	if cfg.MaxAge <= 0 {
+		cfg.MaxAge = 60 * time.Second
+	}
+	if cfg.MaxDepth <= 0 {
+		cfg.MaxDepth = 10_000
+	}
+	if cfg.MaxRetryAfter <= 0 {
+		cfg.MaxRetryAfter = cfg.MaxAge
+	}
+	if now == nil {
+		now = time.Now
+	}
+	return &Shedder{cfg: cfg, now: now}
+}
+
+// Config returns the budgets in force.
+func (s *Shedder) Config() Config { return s.cfg }
+
+// waitShare is the share of the age budget that the projected drain time
+// of the backlog may take: the margin absorbs the error of the rate
+// estimate (the pipeline drains faster while intake is shed, as both
+// compete for the disk).
+const waitShare = 0.8
+
+// rateWindow is the time constant of the drain rate's moving average.
+const rateWindow = 5 * time.Second
+
+// Observe installs a new sample of the queue and updates the drain rate.
+func (s *Shedder) Observe(sm Sample) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	// The drain rate is measured only over intervals that began with work
+	// queued: an idle queue drains what arrives, which says nothing of what
+	// the pipeline can do, and would make a burst after a quiet spell look
+	// like a backlog that never drains.
+	if !s.rateAt.IsZero() && s.sample.Depth > 0 {
+		if dt := sm.At.Sub(s.rateAt).Seconds(); dt > 0 {
+			inst := float64(s.drained) / dt
+			if s.rate == 0 {
+				s.rate = inst
+			} else {
+				// An average over about rateWindow, whatever the sampling
+				// period: a stall of a second (every worker waiting on a
+				// slow call) must not read as a queue that never drains.
+				a := 1 - math.Exp(-dt/rateWindow.Seconds())
+				s.rate = a*inst + (1-a)*s.rate
+			}
+		}
+	}
+	s.rateAt, s.drained = sm.At, 0
+	s.sample = sm
+}
+
+// Mark returns the count of accepted inquiries, to put in the next Sample.
+func (s *Shedder) Mark() uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.accepted
+}
+
+// Drained records n messages finished by the pipeline.
+func (s *Shedder) Drained(n int) {
+	s.mu.Lock()
+	s.drained += n
+	s.mu.Unlock()
+}
+
+// Accepted records one inquiry taken in.
+func (s *Shedder) Accepted() {
+	s.mu.Lock()
+	s.accepted++
+	s.mu.Unlock()
+}
+
+// Rate is the drain rate in messages per second.
+func (s *Shedder) Rate() float64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.rate
+}
+
+// Admit decides on one new inquiry.
+func (s *Shedder) Admit() Decision {
+	now := s.now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	d := Decision{OK: true, Depth: s.depthLocked()}
+	if !s.sample.Oldest.IsZero() {
+		d.Age = max(now.Sub(s.sample.Oldest), 0)
+	}
+	switch {
+	case d.Age > s.cfg.MaxAge:
+		d.OK, d.Reason = false, "age"
+	case d.Depth >= s.cfg.MaxDepth:
+		d.OK, d.Reason = false, "depth"
+	case s.rate > 0 && float64(d.Depth)/s.rate > waitShare*s.cfg.MaxAge.Seconds():
+		// Not over budget yet, but a new inquiry would be: what is queued
+		// takes longer than (most of) the budget to drain at the current
+		// rate.
+		d.OK, d.Reason = false, "wait"
+	default:
+		return d
+	}
+	d.RetryAfter = s.retryAfterLocked(d.Depth)
+	return d
+}
+
+// RetryAfter is the advice for a caller turned away now for any reason: the
+// time the queue needs to drain at the current rate, within [1s,
+// MaxRetryAfter].
+func (s *Shedder) RetryAfter() time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.retryAfterLocked(s.depthLocked())
+}
+
+// depthLocked estimates the depth now: the sample plus what was accepted
+// after its mark (which may count a few twice: an overestimate is safe).
+func (s *Shedder) depthLocked() int {
+	return s.sample.Depth + int(s.accepted-min(s.sample.Mark, s.accepted))
+}
+
+func (s *Shedder) retryAfterLocked(depth int) time.Duration {
+	if s.rate <= 0 {
+		if depth == 0 {
+			return time.Second
+		}
+		return s.cfg.MaxRetryAfter
+	}
+	d := time.Duration(float64(depth) / s.rate * float64(time.Second))
+	return min(max(d, time.Second), s.cfg.MaxRetryAfter)
+}
