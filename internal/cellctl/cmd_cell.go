@@ -154,7 +154,6 @@ func pluralY(n int) string {
 	return "ies"
 }
 
-
 func circuitCommand() *command {
 	c := &command{
 		name:      "circuit",
