@@ -1,0 +1,188 @@
+package router
+
+import (
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/base64"
+	"encoding/binary"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"strconv"
+)
+
+// MaxClients bounds the keys file, and so the number of rate limiters.
+const MaxClients = 10_000
+
+// maxKeyLen bounds the X-API-Key header: longer keys are unknown without
+// being hashed.
+const maxKeyLen = 256
+
+// KeyEntry is one line of the keys file (a JSON array of them).
+type KeyEntry struct {
+	// Client names the platform the key belongs to: 1–64 of [A-Za-z0-9._-].
+	// A client may hold several keys (rotation); they share one rate limit.
+	Client string `json:"client"`
+	// KeySHA256 is the hex SHA-256 of the key. The key itself is never stored.
+	KeySHA256 string `json:"key_sha256"`
+	// Rate is the client's sustained limit in requests per second (> 0).
+	Rate float64 `json:"rate"`
+	// Burst is how many requests the client may send at once (≥ 1).
+	Burst int `json:"burst"`
+}
+
+// Client is an authenticated platform.
+type Client struct {
+	ID    string
+	Rate  float64
+	Burst int
+
+	index     int    // position in Keys.clients, which indexes the limiters
+	limitText []byte // X-RateLimit-Limit value
+	idBytes   []byte // ID, for the Cellkit-Client header
+}
+
+// Keys is the parsed keys file.
+type Keys struct {
+	byPrefix map[uint64]storedKey // first 8 bytes of the digest → the key
+	clients  []*Client
+}
+
+// storedKey is one key of the file: its digest and its client.
+type storedKey struct {
+	digest [sha256.Size]byte
+	client *Client
+}
+
+func digestPrefix(d *[sha256.Size]byte) uint64 { return binary.LittleEndian.Uint64(d[:8]) }
+
+// authResult is the outcome of Authenticate.
+type authResult uint8
+
+const (
+	authOK authResult = iota
+	authMissing
+	authUnknown
+)
+
+// ParseKeys parses and validates a keys file.
+func ParseKeys(data []byte) (*Keys, error) {
+	var entries []KeyEntry
+	if err := json.Unmarshal(data, &entries); err != nil {
+		return nil, fmt.Errorf("keys: %w", err)
+	}
+	if len(entries) > MaxClients {
+		return nil, fmt.Errorf("keys: %d entries, at most %d", len(entries), MaxClients)
+	}
+	k := &Keys{byPrefix: make(map[uint64]storedKey, len(entries))}
+	byID := map[string]*Client{}
+	for i, e := range entries {
+		if !validClientID(e.Client) {
+			return nil, fmt.Errorf("keys: entry %d: client %q: want 1-64 of [A-Za-z0-9._-]", i, e.Client)
+		}
+		raw, err := hex.DecodeString(e.KeySHA256)
+		if err != nil || len(raw) != sha256.Size {
+			return nil, fmt.Errorf("keys: entry %d (%s): key_sha256 must be 64 hex digits", i, e.Client)
+		}
+		if !(e.Rate > 0) || math.IsInf(e.Rate, 0) {
+			return nil, fmt.Errorf("keys: entry %d (%s): rate must be > 0", i, e.Client)
+		}
+		if e.Burst < 1 {
+			return nil, fmt.Errorf("keys: entry %d (%s): burst must be ≥ 1", i, e.Client)
+		}
+		d := [sha256.Size]byte(raw)
+		if _, dup := k.byPrefix[digestPrefix(&d)]; dup {
+			// The same key twice, or (with odds of 2^-64) two keys
+			// sharing a prefix: either way, issue another key.
+			return nil, fmt.Errorf("keys: entry %d (%s): duplicate key", i, e.Client)
+		}
+		c, seen := byID[e.Client]
+		switch {
+		case !seen:
+			c = &Client{ID: e.Client, Rate: e.Rate, Burst: e.Burst, index: len(k.clients),
+				limitText: strconv.AppendFloat(nil, e.Rate, 'f', -1, 64), idBytes: []byte(e.Client)}
+			byID[e.Client] = c
+			k.clients = append(k.clients, c)
+		case c.Rate != e.Rate || c.Burst != e.Burst:
+			return nil, fmt.Errorf("keys: entry %d: client %s has keys with different limits", i, e.Client)
+		}
+		k.byPrefix[digestPrefix(&d)] = storedKey{digest: d, client: c}
+	}
+	if len(k.clients) == 0 {
+		return nil, errNoKeys
+	}
+	return k, nil
+}
+
+// LoadKeys reads the keys file at path.
+func LoadKeys(path string) (*Keys, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("keys: %w", err)
+	}
+	return ParseKeys(data)
+}
+
+// Clients returns the clients, in file order.
+func (k *Keys) Clients() []*Client { return k.clients }
+
+// Authenticate finds the client holding key.
+//
+// The key is hashed; the first 8 bytes of the hash pick the candidate stored
+// key and the whole hash is then compared with crypto/subtle in constant
+// time. What the lookup's timing can depend on is the hash of the presented
+// key, which says nothing usable about any stored key; raw keys are never
+// held in memory.
+func (k *Keys) Authenticate(key []byte) (*Client, authResult) {
+	if len(key) == 0 {
+		return nil, authMissing
+	}
+	if len(key) > maxKeyLen {
+		return nil, authUnknown
+	}
+	d := sha256.Sum256(key)
+	sk, ok := k.byPrefix[digestPrefix(&d)]
+	if !ok || subtle.ConstantTimeCompare(sk.digest[:], d[:]) != 1 {
+		return nil, authUnknown
+	}
+	return sk.client, authOK
+}
+
+// KeyPrefix starts every generated key, so that leaked keys are easy to scan for.
+const KeyPrefix = "ck_"
+
+// GenerateKey returns a new random API key (256 bits) and the hex SHA-256
+// that goes into the keys file.
+func GenerateKey() (key, sha string, err error) {
+	var b [32]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", "", fmt.Errorf("generate key: %w", err)
+	}
+	key = KeyPrefix + base64.RawURLEncoding.EncodeToString(b[:])
+	return key, HashKey(key), nil
+}
+
+// HashKey is the hex SHA-256 of key, as stored in the keys file.
+func HashKey(key string) string {
+	d := sha256.Sum256([]byte(key))
+	return hex.EncodeToString(d[:])
+}
+
+func validClientID(id string) bool {
+	if len(id) == 0 || len(id) > 64 {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+var errNoKeys = errors.New("keys file holds no keys")

@@ -1,0 +1,102 @@
+package router
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+)
+
+func TestParseKeys(t *testing.T) {
+	h1, h2 := HashKey("k1"), HashKey("k2")
+	for _, tc := range []struct {
+		name, file string
+		err        string // "" for valid
+		clients    int
+	}{
+		{"one", `[{"client":"platform-a","key_sha256":"` + h1 + `","rate":100,"burst":200}]`, "", 1},
+		{"rotation shares a client", `[{"client":"a","key_sha256":"` + h1 + `","rate":1,"burst":1},{"client":"a","key_sha256":"` + h2 + `","rate":1,"burst":1}]`, "", 1},
+		{"two clients", `[{"client":"a","key_sha256":"` + h1 + `","rate":1,"burst":1},{"client":"b","key_sha256":"` + h2 + `","rate":0.5,"burst":3}]`, "", 2},
+		{"upper-case hex", `[{"client":"a","key_sha256":"` + strings.ToUpper(h1) + `","rate":1,"burst":1}]`, "", 1},
+		{"empty", `[]`, "holds no keys", 0},
+		{"not json", `{`, "keys:", 0},
+		{"unknown field", `[{"client":"a","key":"` + h1 + `","rate":1,"burst":1}]`, "key_sha256", 0},
+		{"bad client", `[{"client":"a b","key_sha256":"` + h1 + `","rate":1,"burst":1}]`, "client", 0},
+		{"short hash", `[{"client":"a","key_sha256":"abcd","rate":1,"burst":1}]`, "64 hex", 0},
+		{"zero rate", `[{"client":"a","key_sha256":"` + h1 + `","rate":0,"burst":1}]`, "rate", 0},
+		{"zero burst", `[{"client":"a","key_sha256":"` + h1 + `","rate":1,"burst":0}]`, "burst", 0},
+		{"duplicate key", `[{"client":"a","key_sha256":"` + h1 + `","rate":1,"burst":1},{"client":"b","key_sha256":"` + h1 + `","rate":1,"burst":1}]`, "duplicate", 0},
+		{"limits disagree", `[{"client":"a","key_sha256":"` + h1 + `","rate":1,"burst":1},{"client":"a","key_sha256":"` + h2 + `","rate":2,"burst":1}]`, "different limits", 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			k, err := ParseKeys([]byte(tc.file))
+			if tc.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.err) {
+					t.Fatalf("ParseKeys = %v, want an error about %q", err, tc.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("ParseKeys: %v", err)
+			}
+			if len(k.Clients()) != tc.clients {
+				t.Errorf("%d clients, want %d", len(k.Clients()), tc.clients)
+			}
+		})
+	}
+}
+
+func TestAuthenticate(t *testing.T) {
+	key, sum, err := GenerateKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(key, KeyPrefix) || len(key) < 40 || sum != HashKey(key) {
+		t.Fatalf("GenerateKey = %q, %q", key, sum)
+	}
+	other, _, _ := GenerateKey()
+	if other == key {
+		t.Fatal("GenerateKey repeats itself")
+	}
+	k, err := ParseKeys([]byte(fmt.Sprintf(`[{"client":"platform-a","key_sha256":%q,"rate":100,"burst":200},{"client":"platform-b","key_sha256":%q,"rate":1,"burst":1}]`, sum, HashKey("second"))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name, key string
+		want      authResult
+		client    string
+	}{
+		{"valid", key, authOK, "platform-a"},
+		{"second client", "second", authOK, "platform-b"},
+		{"missing", "", authMissing, ""},
+		{"unknown", "ck_wrong", authUnknown, ""},
+		{"one byte off", key[:len(key)-1] + "x", authUnknown, ""},
+		{"prefix of a key", key[:10], authUnknown, ""},
+		{"too long", strings.Repeat("a", maxKeyLen+1), authUnknown, ""},
+		{"hash instead of key", sum, authUnknown, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, res := k.Authenticate([]byte(tc.key))
+			if res != tc.want || (c != nil) != (tc.client != "") || (c != nil && c.ID != tc.client) {
+				t.Errorf("Authenticate(%q) = %v, %v; want %v, %q", tc.key, c, res, tc.want, tc.client)
+			}
+		})
+	}
+	kb := []byte(key)
+	if n := testing.AllocsPerRun(100, func() { k.Authenticate(kb) }); n != 0 {
+		t.Errorf("Authenticate allocates %.1f times", n)
+	}
+}
+
+func BenchmarkAuthenticate(b *testing.B) {
+	key, sum, _ := GenerateKey()
+	k, err := ParseKeys([]byte(fmt.Sprintf(`[{"client":"a","key_sha256":%q,"rate":1,"burst":1}]`, sum)))
+	if err != nil {
+		b.Fatal(err)
+	}
+	kb := []byte(key)
+	b.ReportAllocs()
+	for b.Loop() {
+		k.Authenticate(kb)
+	}
+}

@@ -1,0 +1,162 @@
+package router
+
+import (
+	"strconv"
+	"sync"
+	"sync/atomic"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// noCell labels answers given before a request was routed to a cell
+// (401, 403, 429, 400, 404).
+const noCell = "none"
+
+// metrics are the router's Prometheus series (cellkit_router_*). Everything
+// the request path touches is resolved once per cell, so an answer costs a
+// few atomic adds and no label lookups.
+type metrics struct {
+	requests   *prometheus.CounterVec
+	duration   *prometheus.HistogramVec
+	limited    *prometheus.CounterVec
+	shed       *prometheus.CounterVec
+	authFail   *prometheus.CounterVec
+	upstream   *prometheus.CounterVec
+	misdirects *prometheus.CounterVec
+	refreshes  *prometheus.CounterVec
+
+	mu     sync.Mutex
+	byCell map[string]*cellMetrics
+}
+
+// cellMetrics are one cell's series, resolved.
+type cellMetrics struct {
+	m        *metrics
+	cell     string
+	codes    [600]atomic.Pointer[codeCounter]
+	duration prometheus.Observer
+	shed     [shedReasons]prometheus.Counter
+	timeout  prometheus.Counter
+	connErr  prometheus.Counter
+	misdir   prometheus.Counter
+}
+
+type codeCounter struct{ prometheus.Counter }
+
+func newMetrics(reg prometheus.Registerer, gauges prometheus.Collector) (*metrics, error) {
+	m := &metrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "cellkit_router_requests_total",
+			Help: "Answers by cell and status code (cell \"none\": answered before routing).",
+		}, []string{"cell", "code"}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "cellkit_router_request_duration_seconds",
+			Help:    "Time from the request's arrival to its answer, by cell.",
+			Buckets: []float64{0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10},
+		}, []string{"cell"}),
+		limited: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "cellkit_router_limited_total",
+			Help: "Requests refused with 429 by the client's rate limit.",
+		}, []string{"client"}),
+		shed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "cellkit_router_shed_total",
+			Help: "Requests answered 503 at once by a cell's guard: reason breaker (open), bulkhead (full) or no_cell (no active cell).",
+		}, []string{"cell", "reason"}),
+		authFail: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "cellkit_router_auth_failures_total",
+			Help: "Requests refused for a missing (401) or unknown (403) API key.",
+		}, []string{"reason"}),
+		upstream: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "cellkit_router_upstream_errors_total",
+			Help: "Calls to a cell that got no answer: kind timeout or connection.",
+		}, []string{"cell", "kind"}),
+		misdirects: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "cellkit_router_misdirected_total",
+			Help: "421 Misdirected Request answers from a cell (each refreshes the map and retries once).",
+		}, []string{"cell"}),
+		refreshes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "cellkit_router_map_refreshes_total",
+			Help: "Registry reads forced by a 421: result newer, same or error.",
+		}, []string{"result"}),
+		byCell: map[string]*cellMetrics{},
+	}
+	if reg != nil {
+		for _, c := range []prometheus.Collector{m.requests, m.duration, m.limited, m.shed, m.authFail, m.upstream, m.misdirects, m.refreshes, gauges} {
+			if err := reg.Register(c); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return m, nil
+}
+
+// cell returns the resolved series of a cell, creating them once.
+func (m *metrics) cell(id string) *cellMetrics {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if cm, ok := m.byCell[id]; ok {
+		return cm
+	}
+	cm := &cellMetrics{
+		m:        m,
+		cell:     id,
+		duration: m.duration.WithLabelValues(id),
+		timeout:  m.upstream.WithLabelValues(id, "timeout"),
+		connErr:  m.upstream.WithLabelValues(id, "connection"),
+		misdir:   m.misdirects.WithLabelValues(id),
+	}
+	for r := range shedReasons {
+		cm.shed[r] = m.shed.WithLabelValues(id, r.String())
+	}
+	m.byCell[id] = cm
+	return cm
+}
+
+// answered records one answer.
+func (cm *cellMetrics) answered(code int, seconds float64) {
+	if code < 0 || code >= len(cm.codes) {
+		code = 0
+	}
+	c := cm.codes[code].Load()
+	if c == nil {
+		c = &codeCounter{cm.m.requests.WithLabelValues(cm.cell, strconv.Itoa(code))}
+		if !cm.codes[code].CompareAndSwap(nil, c) {
+			c = cm.codes[code].Load()
+		}
+	}
+	c.Inc()
+	cm.duration.Observe(seconds)
+}
+
+// guardGauges exports every guard's state at scrape time: in flight,
+// bulkhead size and breaker state per cell.
+type guardGauges struct {
+	guards   func() []*guard
+	inFlight *prometheus.Desc
+	limit    *prometheus.Desc
+	state    *prometheus.Desc
+}
+
+func newGuardGauges(guards func() []*guard) *guardGauges {
+	return &guardGauges{
+		guards:   guards,
+		inFlight: prometheus.NewDesc("cellkit_router_in_flight", "Requests being proxied to the cell.", []string{"cell"}, nil),
+		limit:    prometheus.NewDesc("cellkit_router_bulkhead_limit", "Most requests the router proxies to the cell at once.", []string{"cell"}, nil),
+		state: prometheus.NewDesc("cellkit_router_breaker_state",
+			"The cell's circuit breaker: 0 closed, 1 open, 2 half-open, 3 forced open, 4 forced closed.", []string{"cell"}, nil),
+	}
+}
+
+func (g *guardGauges) Describe(ch chan<- *prometheus.Desc) {
+	ch <- g.inFlight
+	ch <- g.limit
+	ch <- g.state
+}
+
+func (g *guardGauges) Collect(ch chan<- prometheus.Metric) {
+	for _, gd := range g.guards() {
+		ch <- prometheus.MustNewConstMetric(g.inFlight, prometheus.GaugeValue, float64(gd.inFlight.Load()), gd.cell)
+		ch <- prometheus.MustNewConstMetric(g.limit, prometheus.GaugeValue, float64(gd.limit), gd.cell)
+		ch <- prometheus.MustNewConstMetric(g.state, prometheus.GaugeValue, float64(gd.br.State()), gd.cell)
+	}
+}

@@ -1,0 +1,188 @@
+package router
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/cellkit/cellkit/internal/registry"
+	"github.com/cellkit/cellkit/internal/slotmap"
+)
+
+// TestMisdirectedRefreshesAndRetriesOnce: the follower is too slow to see
+// a move (it polls hourly here), the old owner answers 421, and the router
+// reads the registry itself and retries once on the new owner.
+func TestMisdirectedRefreshesAndRetriesOnce(t *testing.T) {
+	w := newWorld(t, worldOptions{
+		regOpts: registry.Options{PollInterval: time.Hour},
+		cfg:     Config{RefreshInterval: time.Millisecond},
+	})
+	m1 := w.currentMap()
+
+	t.Run("moved", func(t *testing.T) {
+		user := userIn(t, m1, "c1", 0)
+		m2 := w.publish(func(m *slotmap.Map) (*slotmap.Plan, error) { return m.SetOverride(user, "c2") })
+		w.backends["c1"].minVersion.Store(m2.Version())
+		a := w.create(user)
+		if a.status != http.StatusAccepted || a.header.Get("Cellkit-Cell") != "c2" {
+			t.Fatalf("moved user: %v from %q, want 202 from c2", a, a.header.Get("Cellkit-Cell"))
+		}
+		if c1, c2 := w.backends["c1"].calls.Load(), w.backends["c2"].calls.Load(); c1 != 1 || c2 != 1 {
+			t.Errorf("calls c1 %d, c2 %d; want one each", c1, c2)
+		}
+		req, body := w.backends["c2"].lastRequest()
+		if req.Header.Get("Cellkit-Map-Version") != strconv.FormatInt(m2.Version(), 10) || string(body) != inquiryBody(user) {
+			t.Errorf("retry carried map version %s and body %q", req.Header.Get("Cellkit-Map-Version"), body)
+		}
+		if w.follower.Map().Version() != m1.Version() || w.currentMap().Version() != m2.Version() {
+			t.Errorf("follower at %d, router at %d; want the router ahead", w.follower.Map().Version(), w.currentMap().Version())
+		}
+		// The next request goes straight to the new owner.
+		if a := w.create(user); a.header.Get("Cellkit-Cell") != "c2" || w.backends["c1"].calls.Load() != 1 {
+			t.Errorf("second request: %v from %q", a, a.header.Get("Cellkit-Cell"))
+		}
+	})
+
+	t.Run("no newer map", func(t *testing.T) {
+		user := userIn(t, m1, "c3", 0)
+		w.backends["c3"].minVersion.Store(1 << 40)
+		before := w.backends["c3"].calls.Load()
+		a := w.create(user)
+		if a.status != http.StatusServiceUnavailable || a.header.Get("Cellkit-Cell") != "c3" || a.header.Get("Retry-After") != "1" {
+			t.Fatalf("%v %v, want 503 with Retry-After", a, a.header)
+		}
+		if p := problemOf(t, a); p["type"] != "https://cellkit.dev/problems/map-moving" {
+			t.Errorf("type %v", p["type"])
+		}
+		if n := w.backends["c3"].calls.Load() - before; n != 1 {
+			t.Errorf("c3 got %d calls, want 1", n)
+		}
+		w.backends["c3"].minVersion.Store(0)
+	})
+
+	t.Run("retried once only", func(t *testing.T) {
+		user := userIn(t, w.currentMap(), "c3", 100)
+		m3 := w.publish(func(m *slotmap.Map) (*slotmap.Plan, error) { return m.SetOverride(user, "c4") })
+		w.backends["c3"].minVersion.Store(m3.Version())
+		w.backends["c4"].minVersion.Store(1 << 40)
+		c3, c4 := w.backends["c3"].calls.Load(), w.backends["c4"].calls.Load()
+		a := w.create(user)
+		if a.status != http.StatusServiceUnavailable || a.header.Get("Cellkit-Cell") != "c4" {
+			t.Fatalf("%v from %q, want 503 naming c4", a, a.header.Get("Cellkit-Cell"))
+		}
+		if d3, d4 := w.backends["c3"].calls.Load()-c3, w.backends["c4"].calls.Load()-c4; d3 != 1 || d4 != 1 {
+			t.Errorf("calls c3 +%d, c4 +%d; want one each", d3, d4)
+		}
+	})
+	assertMetric(t, w, `cellkit_router_map_refreshes_total{result="newer"} 2`)
+	assertMetric(t, w, `cellkit_router_misdirected_total{cell="c1"} 1`)
+}
+
+// TestStaticStability: the registry disappears, the router keeps routing
+// with its last good map and says the map is stale; the registry returns
+// with a new map, and the router uses it within a second.
+func TestStaticStability(t *testing.T) {
+	w := newWorld(t, worldOptions{staleAfter: 300 * time.Millisecond, regOpts: registry.Options{PollInterval: 20 * time.Millisecond}})
+	m1 := w.currentMap()
+	user := userIn(t, m1, "c2", 0)
+	admin := httptest.NewServer(w.router.AdminHandler(w.metrics))
+	defer admin.Close()
+	readyz := func() (int, Readiness) {
+		t.Helper()
+		resp, err := http.Get(admin.URL + "/readyz")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var rd Readiness
+		b, _ := io.ReadAll(resp.Body)
+		if err := json.Unmarshal(b, &rd); err != nil {
+			t.Fatalf("readyz %q: %v", b, err)
+		}
+		return resp.StatusCode, rd
+	}
+	age := func() float64 {
+		t.Helper()
+		mfs, err := w.metrics.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mf := range mfs {
+			if mf.GetName() == "cellkit_router_map_age_seconds" {
+				return mf.GetMetric()[0].GetGauge().GetValue()
+			}
+		}
+		t.Fatal("no cellkit_router_map_age_seconds")
+		return 0
+	}
+
+	// The registry goes away.
+	dir := filepath.Dir(w.regPath)
+	if err := os.RemoveAll(dir); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 5*time.Second, "the follower notices", func() bool { return w.follower.Status().LastError != "" })
+	eventually(t, 5*time.Second, "the map turns stale", func() bool { return w.follower.Status().Stale })
+	a1 := age()
+	for range 10 {
+		if a := w.create(user); a.status != http.StatusAccepted || a.header.Get("Cellkit-Cell") != "c2" {
+			t.Fatalf("registry down: %v, want 202 from c2", a)
+		}
+	}
+	code, rd := readyz()
+	if code != 200 || !rd.Ready || !rd.Stale || rd.MapVersion != m1.Version() || rd.LastError == "" {
+		t.Errorf("readyz while the registry is down = %d %+v, want ready and stale", code, rd)
+	}
+	eventually(t, 5*time.Second, "map age grows", func() bool { return age() > a1 })
+
+	// It comes back, with a map that drains c2.
+	m2 := mustPlan(t)(m1.Drain("c2"))
+	reg, err := registry.NewFile(w.regPath, registry.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := reg.CompareAndSwap(context.Background(), 0, m2); err != nil {
+		t.Fatal(err)
+	}
+	back := time.Now()
+	eventually(t, time.Second, "new map in use within 1 s", func() bool { return w.currentMap().Version() == m2.Version() })
+	t.Logf("new map in use %v after the registry came back", time.Since(back))
+	want := m2.Lookup(user).Cell
+	if a := w.create(user); a.status != http.StatusAccepted || a.header.Get("Cellkit-Cell") != want || want == "c2" {
+		t.Errorf("after the drain: %v from %q, want %q", a, a.header.Get("Cellkit-Cell"), want)
+	}
+	// Reads of c2's inquiries still reach it: results stay readable.
+	if a := w.do("GET", "/v1/inquiries/c2-0001", ""); a.status != http.StatusOK || a.header.Get("Cellkit-Cell") != "c2" {
+		t.Errorf("read from the draining cell: %v", a)
+	}
+	eventually(t, 5*time.Second, "fresh again", func() bool { _, rd := readyz(); return !rd.Stale })
+}
+
+// TestStartsWithoutMapAnswers503: before any map the router refuses with a
+// problem rather than guessing (the program waits for the map before it
+// listens, so this is the library's guard).
+func TestNoMapIs503(t *testing.T) {
+	keys, _ := ParseKeys([]byte(`[{"client":"a","key_sha256":"` + HashKey("k") + `","rate":10,"burst":10}]`))
+	r, err := New(Config{Maps: emptySource{}, Keys: keys})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.table() != nil {
+		t.Fatal("table without a map")
+	}
+	if rd := r.Readiness(); rd.Ready {
+		t.Errorf("ready without a map: %+v", rd)
+	}
+}
+
+type emptySource struct{}
+
+func (emptySource) Map() *slotmap.Map               { return nil }
+func (emptySource) Status() registry.FollowerStatus { return registry.FollowerStatus{Stale: true} }

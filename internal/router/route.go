@@ -1,0 +1,361 @@
+package router
+
+import (
+	"bytes"
+	"encoding/json"
+	"strings"
+	"unsafe"
+
+	"github.com/cellkit/cellkit/internal/slotmap"
+)
+
+// The public API the router serves.
+const (
+	pathInquiries  = "/v1/inquiries"
+	pathInquiryPre = "/v1/inquiries/"
+	maxInquiryID   = 128
+)
+
+// routeKind is what a request path asks for.
+type routeKind uint8
+
+const (
+	routeNotFound   routeKind = iota
+	routeBadMethod            // a known path with the wrong method
+	routeCreate               // POST /v1/inquiries: routed by the user_id in the body
+	routeRead                 // GET|HEAD /v1/inquiries/{id}: routed by the cell in the id
+	routeBadInquiry           // /v1/inquiries/{id} with an id that names no cell
+)
+
+// classify maps a (normalised) path and method to a route. For routeRead it
+// returns the cell id inside the inquiry id.
+func classify(method, path []byte) (routeKind, []byte) {
+	switch {
+	case string(path) == pathInquiries:
+		if string(method) != "POST" {
+			return routeBadMethod, nil
+		}
+		return routeCreate, nil
+	case bytes.HasPrefix(path, []byte(pathInquiryPre)):
+		if string(method) != "GET" && string(method) != "HEAD" {
+			return routeBadMethod, nil
+		}
+		cell, ok := cellOfInquiry(path[len(pathInquiryPre):])
+		if !ok {
+			return routeBadInquiry, nil
+		}
+		return routeRead, cell
+	}
+	return routeNotFound, nil
+}
+
+// cellOfInquiry returns the cell named by an inquiry id "<cell>-<unique>":
+// everything before the last '-'. The id must be 1–128 of [A-Za-z0-9_-].
+func cellOfInquiry(id []byte) ([]byte, bool) {
+	if len(id) == 0 || len(id) > maxInquiryID {
+		return nil, false
+	}
+	for _, c := range id {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
+			return nil, false
+		}
+	}
+	dash := bytes.LastIndexByte(id, '-')
+	if dash <= 0 || dash == len(id)-1 {
+		return nil, false
+	}
+	cell := id[:dash]
+	if !slotmap.ValidCellID(bstr(cell)) {
+		return nil, false
+	}
+	return cell, true
+}
+
+// inquiryUser is what the router needs from an inquiry body; the cell
+// decodes the same body with encoding/json into a struct with this field
+// (internal/inquiry: a *string, so a later "user_id": null clears it).
+type inquiryUser struct {
+	UserID *string `json:"user_id"`
+}
+
+func (u inquiryUser) id() string {
+	if u.UserID == nil {
+		return ""
+	}
+	return *u.UserID
+}
+
+// userIDFrom returns the user id of an inquiry body and whether it is a valid
+// one. The result is always what encoding/json decodes into inquiryUser
+// (the cell routes nothing, but must see the same user the router routed):
+// a scanner handles plain bodies without allocating and leaves everything
+// unusual (escapes, non-ASCII or case-folded keys, type errors, deep nesting,
+// invalid JSON) to encoding/json. FuzzUserID holds the two together.
+func userIDFrom(body []byte) ([]byte, bool) {
+	if id, ok := scanUserID(body); ok {
+		return id, slotmap.ValidUserID(bstr(id))
+	}
+	var v inquiryUser
+	if err := json.Unmarshal(body, &v); err != nil {
+		return nil, false
+	}
+	return []byte(v.id()), slotmap.ValidUserID(v.id())
+}
+
+// scanUserID is the fast path of userIDFrom. ok means body is a JSON object
+// that encoding/json decodes into inquiryUser without error and id is the
+// value it yields (nil for none); !ok means "ask encoding/json".
+func scanUserID(b []byte) (id []byte, ok bool) {
+	i := skipWS(b, 0)
+	if i >= len(b) || b[i] != '{' {
+		return nil, false
+	}
+	i = skipWS(b, i+1)
+	if i < len(b) && b[i] == '}' {
+		return nil, skipWS(b, i+1) == len(b)
+	}
+	for {
+		key, j, ok := plainString(b, i)
+		if !ok {
+			return nil, false
+		}
+		i = skipWS(b, j)
+		if i >= len(b) || b[i] != ':' {
+			return nil, false
+		}
+		i = skipWS(b, i+1)
+		switch {
+		case string(key) == "user_id":
+			if i < len(b) && b[i] == '"' {
+				v, j, ok := plainString(b, i)
+				if !ok {
+					return nil, false
+				}
+				id, i = v, j
+			} else if bytes.HasPrefix(b[i:], []byte("null")) {
+				id, i = nil, i+4 // null clears a *string field
+			} else {
+				return nil, false // a type error: encoding/json says what
+			}
+		case len(key) == len("user_id") && strings.EqualFold(bstr(key), "user_id"):
+			return nil, false // encoding/json matches keys case-insensitively
+		default:
+			if i, ok = skipValue(b, i, 0); !ok {
+				return nil, false
+			}
+		}
+		i = skipWS(b, i)
+		if i >= len(b) {
+			return nil, false
+		}
+		switch b[i] {
+		case ',':
+			i = skipWS(b, i+1)
+			continue
+		case '}':
+			return id, skipWS(b, i+1) == len(b)
+		}
+		return nil, false
+	}
+}
+
+// plainString reads a JSON string at b[i] made only of printable ASCII
+// without escapes, returning its content and the index after it.
+func plainString(b []byte, i int) ([]byte, int, bool) {
+	if i >= len(b) || b[i] != '"' {
+		return nil, 0, false
+	}
+	for j := i + 1; j < len(b); j++ {
+		switch c := b[j]; {
+		case c == '"':
+			return b[i+1 : j], j + 1, true
+		case c == '\\' || c < 0x20 || c >= 0x80:
+			return nil, 0, false
+		}
+	}
+	return nil, 0, false
+}
+
+func skipWS(b []byte, i int) int {
+	for i < len(b) {
+		switch b[i] {
+		case ' ', '\t', '\n', '\r':
+			i++
+		default:
+			return i
+		}
+	}
+	return i
+}
+
+// maxScanDepth bounds the scanner's recursion; deeper bodies go to
+// encoding/json, which has its own limit.
+const maxScanDepth = 64
+
+// skipValue checks and skips one JSON value at b[i] with the grammar
+// encoding/json accepts, returning the index after it.
+func skipValue(b []byte, i, depth int) (int, bool) {
+	if i >= len(b) || depth > maxScanDepth {
+		return 0, false
+	}
+	switch c := b[i]; {
+	case c == '"':
+		return skipString(b, i)
+	case c == '{':
+		i = skipWS(b, i+1)
+		if i < len(b) && b[i] == '}' {
+			return i + 1, true
+		}
+		for {
+			var ok bool
+			if i >= len(b) || b[i] != '"' {
+				return 0, false
+			}
+			if i, ok = skipString(b, i); !ok {
+				return 0, false
+			}
+			i = skipWS(b, i)
+			if i >= len(b) || b[i] != ':' {
+				return 0, false
+			}
+			if i, ok = skipValue(b, skipWS(b, i+1), depth+1); !ok {
+				return 0, false
+			}
+			i = skipWS(b, i)
+			if i >= len(b) {
+				return 0, false
+			}
+			if b[i] == '}' {
+				return i + 1, true
+			}
+			if b[i] != ',' {
+				return 0, false
+			}
+			i = skipWS(b, i+1)
+		}
+	case c == '[':
+		i = skipWS(b, i+1)
+		if i < len(b) && b[i] == ']' {
+			return i + 1, true
+		}
+		for {
+			var ok bool
+			if i, ok = skipValue(b, i, depth+1); !ok {
+				return 0, false
+			}
+			i = skipWS(b, i)
+			if i >= len(b) {
+				return 0, false
+			}
+			if b[i] == ']' {
+				return i + 1, true
+			}
+			if b[i] != ',' {
+				return 0, false
+			}
+			i = skipWS(b, i+1)
+		}
+	case c == '-' || c >= '0' && c <= '9':
+		return skipNumber(b, i)
+	case c == 't':
+		return skipLiteral(b, i, "true")
+	case c == 'f':
+		return skipLiteral(b, i, "false")
+	case c == 'n':
+		return skipLiteral(b, i, "null")
+	}
+	return 0, false
+}
+
+func skipLiteral(b []byte, i int, lit string) (int, bool) {
+	if !bytes.HasPrefix(b[i:], []byte(lit)) {
+		return 0, false
+	}
+	return i + len(lit), true
+}
+
+// skipString skips a string: no control characters, only JSON's escapes.
+// Other bytes, even invalid UTF-8, are accepted as encoding/json does.
+func skipString(b []byte, i int) (int, bool) {
+	for j := i + 1; j < len(b); j++ {
+		switch c := b[j]; {
+		case c == '"':
+			return j + 1, true
+		case c < 0x20:
+			return 0, false
+		case c == '\\':
+			j++
+			if j >= len(b) {
+				return 0, false
+			}
+			switch b[j] {
+			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+			case 'u':
+				if j+4 >= len(b) {
+					return 0, false
+				}
+				for _, h := range b[j+1 : j+5] {
+					if !(h >= '0' && h <= '9' || h >= 'a' && h <= 'f' || h >= 'A' && h <= 'F') {
+						return 0, false
+					}
+				}
+				j += 4
+			default:
+				return 0, false
+			}
+		}
+	}
+	return 0, false
+}
+
+// skipNumber skips -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?.
+func skipNumber(b []byte, i int) (int, bool) {
+	if b[i] == '-' {
+		i++
+	}
+	switch {
+	case i < len(b) && b[i] == '0':
+		i++
+	case i < len(b) && b[i] >= '1' && b[i] <= '9':
+		i = skipDigits(b, i)
+	default:
+		return 0, false
+	}
+	if i < len(b) && b[i] == '.' {
+		j := skipDigits(b, i+1)
+		if j == i+1 {
+			return 0, false
+		}
+		i = j
+	}
+	if i < len(b) && (b[i] == 'e' || b[i] == 'E') {
+		i++
+		if i < len(b) && (b[i] == '+' || b[i] == '-') {
+			i++
+		}
+		j := skipDigits(b, i)
+		if j == i {
+			return 0, false
+		}
+		i = j
+	}
+	return i, true
+}
+
+func skipDigits(b []byte, i int) int {
+	for i < len(b) && b[i] >= '0' && b[i] <= '9' {
+		i++
+	}
+	return i
+}
+
+// bstr views b as a string without copying. The caller must not keep the
+// string beyond b's lifetime nor change b while it is in use: it is only
+// passed to functions that read it and keep nothing (map lookups, hashing,
+// validation).
+func bstr(b []byte) string {
+	if len(b) == 0 {
+		return ""
+	}
+	return unsafe.String(unsafe.SliceData(b), len(b))
+}

@@ -1,0 +1,175 @@
+package router
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/cellkit/cellkit/internal/slotmap"
+)
+
+// referenceUserID is what the cell sees: encoding/json into the same struct.
+func referenceUserID(body []byte) (string, bool) {
+	var v inquiryUser
+	if err := json.Unmarshal(body, &v); err != nil {
+		return "", false
+	}
+	return v.id(), slotmap.ValidUserID(v.id())
+}
+
+var userIDCases = []struct {
+	name, body string
+	want       string // "" with ok false
+	ok         bool
+	fast       bool // the scanner decides without encoding/json
+}{
+	{"plain", `{"user_id":"u-123","product":"loan","amount":1000}`, "u-123", true, true},
+	{"spaces", " \n{ \"amount\" : 1.5e3 , \"user_id\" :\t\"U_9\" }\r\n", "U_9", true, true},
+	{"nested before", `{"meta":{"a":[1,{"b":null}],"c":"x\"y\u00e9"},"user_id":"a"}`, "a", true, true},
+	{"last wins", `{"user_id":"first","user_id":"second"}`, "second", true, true},
+	{"null clears", `{"user_id":"gone","user_id":null}`, "", false, true},
+	{"null then value", `{"user_id":null,"user_id":"back"}`, "back", true, true},
+	{"null only", `{"user_id":null}`, "", false, true},
+	{"missing", `{"product":"loan"}`, "", false, true},
+	{"empty object", `{}`, "", false, true},
+	{"empty id", `{"user_id":""}`, "", false, true},
+	{"bad chars", `{"user_id":"a b"}`, "", false, true},
+	{"too long", `{"user_id":"` + strings.Repeat("x", 65) + `"}`, "", false, true},
+	{"max length", `{"user_id":"` + strings.Repeat("x", 64) + `"}`, strings.Repeat("x", 64), true, true},
+	{"number", `{"user_id":123}`, "", false, false},
+	{"number then string", `{"user_id":1,"user_id":"a"}`, "", false, false},
+	{"escaped value", `{"user_id":"\u0041bc"}`, "Abc", true, false},
+	{"escaped key", `{"user\u005fid":"abc"}`, "abc", true, false},
+	{"folded key", `{"USER_ID":"abc"}`, "abc", true, false},
+	{"folded key last", `{"user_id":"a","User_Id":"b"}`, "b", true, false},
+	{"kelvin fold", `{"user_id":"a","uſer_id":"b"}`, "b", true, false},
+	{"trailing garbage", `{"user_id":"a"} x`, "", false, false},
+	{"trailing comma", `{"user_id":"a",}`, "", false, false},
+	{"leading zero", `{"n":01,"user_id":"a"}`, "", false, false},
+	{"bad literal", `{"n":tru,"user_id":"a"}`, "", false, false},
+	{"control char", "{\"n\":\"a\x01\",\"user_id\":\"a\"}", "", false, false},
+	{"invalid utf8 elsewhere", "{\"n\":\"\xff\xfe\",\"user_id\":\"a\"}", "a", true, true},
+	{"array", `[{"user_id":"a"}]`, "", false, false},
+	{"top null", `null`, "", false, false},
+	{"empty", ``, "", false, false},
+	{"truncated", `{"user_id":"a"`, "", false, false},
+	{"deep", `{"x":` + strings.Repeat("[", 100) + strings.Repeat("]", 100) + `,"user_id":"a"}`, "a", true, false},
+}
+
+func TestUserIDFrom(t *testing.T) {
+	for _, tc := range userIDCases {
+		t.Run(tc.name, func(t *testing.T) {
+			id, ok := userIDFrom([]byte(tc.body))
+			if ok != tc.ok || (ok && string(id) != tc.want) {
+				t.Errorf("userIDFrom(%q) = %q, %v; want %q, %v", tc.body, id, ok, tc.want, tc.ok)
+			}
+			if want, wantOK := referenceUserID([]byte(tc.body)); ok != wantOK || (ok && string(id) != want) {
+				t.Errorf("userIDFrom(%q) = %q, %v; encoding/json gives %q, %v", tc.body, id, ok, want, wantOK)
+			}
+			if _, fast := scanUserID([]byte(tc.body)); fast != tc.fast {
+				t.Errorf("scanUserID(%q) decided = %v, want %v", tc.body, fast, tc.fast)
+			}
+		})
+	}
+}
+
+func TestUserIDFastPathDoesNotAllocate(t *testing.T) {
+	body := []byte(`{"user_id":"user-000123","product":"credit-line","amount":5000000,"priority":"normal","callback_url":"https://p.example/cb"}`)
+	if n := testing.AllocsPerRun(1000, func() { userIDFrom(body) }); n != 0 {
+		t.Fatalf("userIDFrom allocates %.1f times, want 0", n)
+	}
+}
+
+// FuzzUserID holds the scanner to encoding/json: same user id, same verdict,
+// no panics, whatever the body.
+func FuzzUserID(f *testing.F) {
+	for _, tc := range userIDCases {
+		f.Add([]byte(tc.body))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		id, ok := userIDFrom(body)
+		want, wantOK := referenceUserID(body)
+		if ok != wantOK || (ok && string(id) != want) {
+			t.Fatalf("userIDFrom(%q) = %q, %v; encoding/json gives %q, %v", body, id, ok, want, wantOK)
+		}
+		if sid, fast := scanUserID(body); fast {
+			var v inquiryUser
+			if err := json.Unmarshal(body, &v); err != nil {
+				t.Fatalf("scanUserID(%q) decided, but encoding/json fails: %v", body, err)
+			}
+			if string(sid) != v.id() {
+				t.Fatalf("scanUserID(%q) = %q, encoding/json gives %q", body, sid, v.id())
+			}
+		}
+	})
+}
+
+func TestClassify(t *testing.T) {
+	for _, tc := range []struct {
+		method, path string
+		want         routeKind
+		cell         string
+	}{
+		{"POST", "/v1/inquiries", routeCreate, ""},
+		{"GET", "/v1/inquiries", routeBadMethod, ""},
+		{"PUT", "/v1/inquiries", routeBadMethod, ""},
+		{"GET", "/v1/inquiries/c1-01JDXYZ", routeRead, "c1"},
+		{"HEAD", "/v1/inquiries/c1-01JDXYZ", routeRead, "c1"},
+		{"GET", "/v1/inquiries/cell-a-2-cu7h3kf0000000000000", routeRead, "cell-a-2"},
+		{"POST", "/v1/inquiries/c1-x", routeBadMethod, ""},
+		{"GET", "/v1/inquiries/", routeBadInquiry, ""},
+		{"GET", "/v1/inquiries/nodash", routeBadInquiry, ""},
+		{"GET", "/v1/inquiries/c1-", routeBadInquiry, ""},
+		{"GET", "/v1/inquiries/-abc", routeBadInquiry, ""},
+		{"GET", "/v1/inquiries/C1-abc", routeBadInquiry, ""}, // cell ids are lower case
+		{"GET", "/v1/inquiries/c1-a/b", routeBadInquiry, ""},
+		{"GET", "/v1/inquiries/c1-a.b", routeBadInquiry, ""},
+		{"GET", "/v1/inquiries/" + strings.Repeat("a", 130) + "-x", routeBadInquiry, ""},
+		{"GET", "/", routeNotFound, ""},
+		{"GET", "/v1/inquiriesx", routeNotFound, ""},
+		{"GET", "/v2/inquiries", routeNotFound, ""},
+	} {
+		t.Run(tc.method+" "+tc.path, func(t *testing.T) {
+			got, cell := classify([]byte(tc.method), []byte(tc.path))
+			if got != tc.want || string(cell) != tc.cell {
+				t.Errorf("classify(%s %s) = %v, %q; want %v, %q", tc.method, tc.path, got, cell, tc.want, tc.cell)
+			}
+		})
+	}
+}
+
+func BenchmarkUserIDFrom(b *testing.B) {
+	body := []byte(`{"user_id":"user-000123","product":"credit-line","amount":5000000,"priority":"normal"}`)
+	b.ReportAllocs()
+	b.SetBytes(int64(len(body)))
+	for b.Loop() {
+		userIDFrom(body)
+	}
+}
+
+func BenchmarkUserIDEncodingJSON(b *testing.B) {
+	body := []byte(`{"user_id":"user-000123","product":"credit-line","amount":5000000,"priority":"normal"}`)
+	b.ReportAllocs()
+	b.SetBytes(int64(len(body)))
+	for b.Loop() {
+		referenceUserID(body)
+	}
+}
+
+// FuzzClassify: any method and path classify without panicking, and a
+// read always names a valid cell that prefixes the id.
+func FuzzClassify(f *testing.F) {
+	f.Add("GET", "/v1/inquiries/c1-abc")
+	f.Add("POST", "/v1/inquiries")
+	f.Add("GET", "/v1/inquiries/a-b-c-")
+	f.Add("HEAD", "/v1/inquiries/-")
+	f.Fuzz(func(t *testing.T, method, path string) {
+		kind, cell := classify([]byte(method), []byte(path))
+		if kind == routeRead {
+			id := strings.TrimPrefix(path, pathInquiryPre)
+			if !slotmap.ValidCellID(string(cell)) || !strings.HasPrefix(id, string(cell)+"-") || len(id) <= len(cell)+1 {
+				t.Fatalf("classify(%q, %q) = read of cell %q", method, path, cell)
+			}
+		}
+	})
+}

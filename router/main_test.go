@@ -1,0 +1,231 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"flag"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/cellkit/cellkit/internal/registry"
+	"github.com/cellkit/cellkit/internal/router"
+	"github.com/cellkit/cellkit/internal/slotmap"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m,
+		goleak.IgnoreTopFunction("net/http.(*persistConn).readLoop"),
+		goleak.IgnoreTopFunction("net/http.(*persistConn).writeLoop"),
+		// fasthttp: the worker pool cleaner exits within 10 s of Shutdown,
+		// and one goroutine per process refreshes the Date header.
+		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*workerPool).Start.func2"),
+		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.updateServerDate.func1"),
+		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*HostClient).connsCleaner"),
+	)
+}
+
+// syncBuffer is a log sink safe for concurrent writes.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func TestKeygen(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "keys.json")
+	var keys []string
+	for _, client := range []string{"dev", "platform-b"} {
+		var out, errOut bytes.Buffer
+		if err := run(context.Background(), []string{"keygen", "-client", client, "-rate", "50", "-burst", "100", "-keys", path}, &out, &errOut, nil); err != nil {
+			t.Fatalf("keygen: %v (%s)", err, errOut.String())
+		}
+		keys = append(keys, strings.TrimSpace(out.String()))
+	}
+	k, err := router.LoadKeys(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(k.Clients()) != 2 {
+		t.Fatalf("%d clients in the keys file, want 2", len(k.Clients()))
+	}
+	info, _ := os.Stat(path)
+	if info.Mode().Perm()&0o077 != 0 {
+		t.Errorf("keys file mode %v, want private", info.Mode())
+	}
+	data, _ := os.ReadFile(path)
+	for _, key := range keys {
+		if strings.Contains(string(data), key) {
+			t.Errorf("the keys file holds the key itself")
+		}
+	}
+	// Without -keys: the entry goes to stderr for a human to paste.
+	var out, errOut bytes.Buffer
+	if err := run(context.Background(), []string{"keygen", "-client", "x"}, &out, &errOut, nil); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(errOut.String(), router.HashKey(strings.TrimSpace(out.String()))) {
+		t.Errorf("stderr %q lacks the key's hash", errOut.String())
+	}
+	if err := run(context.Background(), []string{"keygen"}, &out, &errOut, nil); err == nil {
+		t.Error("keygen without -client succeeded")
+	}
+}
+
+func TestFlagsFromEnvironment(t *testing.T) {
+	env := map[string]string{
+		"CELLKIT_ROUTER_LISTEN":              "127.0.0.1:9999",
+		"CELLKIT_ROUTER_CELL_MAX_CONCURRENT": "7",
+		"CELLKIT_ROUTER_KEYS":                "/from/env",
+	}
+	fs := flag.NewFlagSet("t", flag.ContinueOnError)
+	listen := fs.String("listen", "", "")
+	keys := fs.String("keys", "", "")
+	n := fs.Int("cell-max-concurrent", 1, "")
+	if err := fs.Parse([]string{"-keys", "/from/flag"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := fromEnv(fs, func(k string) (string, bool) { v, ok := env[k]; return v, ok }); err != nil {
+		t.Fatal(err)
+	}
+	if *listen != "127.0.0.1:9999" || *n != 7 || *keys != "/from/flag" {
+		t.Errorf("listen %q, max %d, keys %q: want env for the first two, the flag for keys", *listen, *n, *keys)
+	}
+	env["CELLKIT_ROUTER_CELL_MAX_CONCURRENT"] = "many"
+	fs2 := flag.NewFlagSet("t", flag.ContinueOnError)
+	fs2.Int("cell-max-concurrent", 1, "")
+	if err := fromEnv(fs2, func(k string) (string, bool) { v, ok := env[k]; return v, ok }); err == nil || !strings.Contains(err.Error(), "CELLKIT_ROUTER_CELL_MAX_CONCURRENT") {
+		t.Errorf("bad env value: %v", err)
+	}
+}
+
+// TestRunWaitsForTheMapThenServesAndShutsDown runs the program against a
+// real file registry that holds no map at first.
+func TestRunWaitsForTheMapThenServesAndShutsDown(t *testing.T) {
+	dir := t.TempDir()
+	regPath := filepath.Join(dir, "map.json")
+	keysPath := filepath.Join(dir, "keys.json")
+	var keyOut bytes.Buffer
+	if err := run(context.Background(), []string{"keygen", "-client", "dev", "-keys", keysPath}, &keyOut, io.Discard, nil); err != nil {
+		t.Fatal(err)
+	}
+	key := strings.TrimSpace(keyOut.String())
+
+	cell := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusAccepted)
+		io.WriteString(w, `{"id":"c1-1"}`)
+	}))
+	defer cell.Close()
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	logs := &syncBuffer{}
+	readyCh := make(chan addrs, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, []string{
+			"-listen", "127.0.0.1:0", "-admin-listen", "127.0.0.1:0", "-registry", "file:" + regPath,
+			"-keys", keysPath, "-map-cache", filepath.Join(dir, "cache.json"), "-shutdown-timeout", "5s",
+		}, io.Discard, logs, func(a addrs) { readyCh <- a })
+	}()
+	select {
+	case <-readyCh:
+		t.Fatal("serving before there is a cell map")
+	case err := <-done:
+		t.Fatalf("run: %v\n%s", err, logs)
+	case <-time.After(300 * time.Millisecond): // the registry is polled every 100 ms
+	}
+
+	m, err := slotmap.New(0, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := m.AddCell(slotmap.Cell{ID: "c1", Weight: 1, Intake: cell.URL, Admin: cell.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg, err := registry.NewFile(regPath, registry.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := reg.CompareAndSwap(context.Background(), 0, p.After); err != nil {
+		t.Fatal(err)
+	}
+	var a addrs
+	select {
+	case a = <-readyCh:
+	case err := <-done:
+		t.Fatalf("run: %v\n%s", err, logs)
+	case <-time.After(10 * time.Second):
+		t.Fatalf("not serving 10 s after the map appeared\n%s", logs)
+	}
+
+	tr := &http.Transport{}
+	defer tr.CloseIdleConnections()
+	client := &http.Client{Transport: tr, Timeout: 5 * time.Second}
+	req, _ := http.NewRequest("POST", "http://"+a.Public.String()+"/v1/inquiries", strings.NewReader(`{"user_id":"u1"}`))
+	req.Header.Set("X-API-Key", key)
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusAccepted || resp.Header.Get("Cellkit-Cell") != "c1" {
+		t.Fatalf("POST: %d %v", resp.StatusCode, resp.Header)
+	}
+	resp, err = client.Get("http://" + a.Admin.String() + "/readyz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rd router.Readiness
+	json.NewDecoder(resp.Body).Decode(&rd)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || !rd.Ready || rd.MapVersion != 2 {
+		t.Errorf("readyz %d %+v", resp.StatusCode, rd)
+	}
+
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("run after cancel: %v\n%s", err, logs)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("run did not return after cancel")
+	}
+	if _, err := os.Stat(filepath.Join(dir, "cache.json")); err != nil {
+		t.Errorf("no map cache written: %v", err)
+	}
+	for _, want := range []string{`"msg":"router ready"`, `"msg":"shutting down"`} {
+		if !strings.Contains(logs.String(), want) {
+			t.Errorf("logs lack %s:\n%s", want, logs)
+		}
+	}
+}
+
+func TestRunNeedsKeys(t *testing.T) {
+	err := run(context.Background(), []string{"-registry", "file:" + filepath.Join(t.TempDir(), "m.json")}, io.Discard, io.Discard, nil)
+	if err == nil || !strings.Contains(err.Error(), "keys") {
+		t.Fatalf("run without keys: %v", err)
+	}
+}

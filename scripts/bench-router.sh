@@ -1,0 +1,266 @@
+#!/usr/bin/env bash
+# bench-router.sh — the edge router side by side with direct calls, NGINX
+# and a minimal httputil proxy, in one run on this machine (issue 7 §6):
+#
+#   (a) direct          wrk → the backends
+#   (b) nginx           wrk → NGINX from Debian (2 workers, upstream keep-alive) → backends
+#   (c) httputil        wrk → a minimal httputil.ReverseProxy → backends
+#   (d) router          wrk → the cellkit router (auth, rate limit, slot routing) → backends
+#   (e) router, 1 P     the same router with GOMAXPROCS=1 (one event loop, as an NGINX
+#                       worker is): for information, the target is (d)
+#
+# The backends are 4 trivial "cells" answering a small JSON at once. Every
+# target gets the same requests: POST /v1/inquiries with a JSON body naming
+# one of 1000 users and an X-API-Key.
+#
+# Throughput: wrk, 2 threads, 64 connections, DURATION s per target, ROUNDS
+# rounds in rotating order; the ratios are per round, the median is shown.
+# CPU: user+system seconds of the proxy's processes over the wrk run divided
+# by the requests served.
+# Latency: an open-loop generator at RATE req/s (latency from each request's
+# intended send time), LAT_DURATION s per target after a 2 s warm-up.
+#
+# Installs what it needs (nginx-light, wrk) with apt-get when missing.
+# Environment: ROUNDS (3), DURATION (10), RATE (2000), LAT_DURATION (10),
+# CONNS (64), LAT_ROUNDS (2). The machine should be otherwise idle: the
+# report prints the load average before and after.
+set -euo pipefail
+
+ROUNDS=${ROUNDS:-3}
+DURATION=${DURATION:-10}
+RATE=${RATE:-2000}
+LAT_DURATION=${LAT_DURATION:-10}
+LAT_ROUNDS=${LAT_ROUNDS:-2}
+CONNS=${CONNS:-64}
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+WORK=$(mktemp -d /tmp/bench-router.XXXXXX)
+PORTS=(19101 19102 19103 19104)
+NGINX_PORT=19300
+MINPROXY_PORT=19201
+ROUTER_PORT=19080
+ROUTER_ADMIN=19081
+ROUTER1_PORT=19090
+ROUTER1_ADMIN=19091
+PIDS=()
+
+log() { printf '%s\n' "$*" >&2; }
+
+cleanup() {
+  local pid
+  for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
+  for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+# --- tools ------------------------------------------------------------------
+install_missing() {
+  local missing=()
+  command -v nginx >/dev/null || [ -x /usr/sbin/nginx ] || missing+=(nginx-light)
+  command -v wrk >/dev/null || missing+=(wrk)
+  if [ ${#missing[@]} -gt 0 ]; then
+    log "installing ${missing[*]} with apt-get"
+    local sudo=""
+    [ "$(id -u)" -eq 0 ] || sudo=sudo
+    $sudo apt-get update -qq >/dev/null
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
+  fi
+}
+install_missing
+NGINX=$(command -v nginx || echo /usr/sbin/nginx)
+CLK_TCK=$(getconf CLK_TCK)
+
+log "building the router and the bench helper"
+(cd "$ROOT" && go build -o "$WORK/router" ./router && go build -o "$WORK/bench-router" ./scripts/bench-router)
+
+wait_port() { # host:port
+  local i
+  for i in $(seq 1 200); do
+    if (exec 3<>"/dev/tcp/${1%:*}/${1#*:}") 2>/dev/null; then return 0; fi
+    sleep 0.05
+  done
+  log "nothing listens on $1"; exit 1
+}
+
+# --- the targets ------------------------------------------------------------
+"$WORK/bench-router" backends -ports "$(IFS=,; echo "${PORTS[*]}")" &
+BACKENDS_PID=$!; PIDS+=("$BACKENDS_PID")
+BACKEND_URLS=()
+for p in "${PORTS[@]}"; do wait_port "127.0.0.1:$p"; BACKEND_URLS+=("http://127.0.0.1:$p"); done
+BACKEND_LIST=$(IFS=,; echo "${BACKEND_URLS[*]}")
+
+"$WORK/bench-router" mkmap -out "$WORK/registry/map.json" -backends "$BACKEND_LIST"
+KEY=$("$WORK/router" keygen -client bench -rate 10000000 -burst 10000000 -keys "$WORK/keys.json")
+
+ROUTER_ARGS=(-listen "127.0.0.1:$ROUTER_PORT" -admin-listen "127.0.0.1:$ROUTER_ADMIN"
+  -registry "file:$WORK/registry/map.json" -keys "$WORK/keys.json" -log-level warn)
+"$WORK/router" "${ROUTER_ARGS[@]}" 2>"$WORK/router.log" &
+ROUTER_PID=$!; PIDS+=("$ROUTER_PID")
+GOMAXPROCS=1 "$WORK/router" "${ROUTER_ARGS[@]}" -listen "127.0.0.1:$ROUTER1_PORT" -admin-listen "127.0.0.1:$ROUTER1_ADMIN" 2>"$WORK/router1.log" &
+ROUTER1_PID=$!; PIDS+=("$ROUTER1_PID")
+
+"$WORK/bench-router" minproxy -listen "127.0.0.1:$MINPROXY_PORT" -backends "$BACKEND_LIST" &
+MINPROXY_PID=$!; PIDS+=("$MINPROXY_PID")
+
+mkdir -p "$WORK/nginx"
+{
+  echo "worker_processes 2;"
+  echo "pid $WORK/nginx/nginx.pid;"
+  echo "error_log $WORK/nginx/error.log warn;"
+  echo "events { worker_connections 4096; }"
+  echo "http {"
+  echo "  access_log off;"
+  echo "  client_body_temp_path $WORK/nginx/body; proxy_temp_path $WORK/nginx/proxy;"
+  echo "  fastcgi_temp_path $WORK/nginx/fcgi; uwsgi_temp_path $WORK/nginx/uwsgi; scgi_temp_path $WORK/nginx/scgi;"
+  echo "  upstream cells {"
+  for p in "${PORTS[@]}"; do echo "    server 127.0.0.1:$p;"; done
+  echo "    keepalive 256;"
+  echo "  }"
+  echo "  server {"
+  echo "    listen 127.0.0.1:$NGINX_PORT backlog=4096;"
+  echo "    location / {"
+  echo "      proxy_pass http://cells;"
+  echo "      proxy_http_version 1.1;"
+  echo "      proxy_set_header Connection \"\";"
+  echo "      proxy_set_header X-Forwarded-For \$remote_addr;"
+  echo "    }"
+  echo "  }"
+  echo "}"
+} >"$WORK/nginx/nginx.conf"
+"$NGINX" -c "$WORK/nginx/nginx.conf" -p "$WORK/nginx" -e "$WORK/nginx/error.log" -g 'daemon off;' &
+NGINX_PID=$!; PIDS+=("$NGINX_PID")
+
+wait_port "127.0.0.1:$ROUTER_PORT"
+wait_port "127.0.0.1:$ROUTER1_PORT"
+wait_port "127.0.0.1:$MINPROXY_PORT"
+wait_port "127.0.0.1:$NGINX_PORT"
+
+# --- measuring --------------------------------------------------------------
+cat >"$WORK/req.lua" <<'EOF'
+local reqs = {}
+local i = 0
+init = function(args)
+  local key = os.getenv("BENCH_KEY") or ""
+  for k = 1, 1000 do
+    local body = string.format('{"user_id":"user-%06d","product":"credit-line","amount":5000000,"priority":"normal"}', k)
+    reqs[k] = wrk.format("POST", "/v1/inquiries", {["Content-Type"] = "application/json", ["X-API-Key"] = key}, body)
+  end
+end
+request = function() i = i % 1000 + 1; return reqs[i] end
+EOF
+
+# cpu_ticks PID... — user+system clock ticks of the processes and their children
+cpu_ticks() {
+  local total=0 pid child
+  for pid in "$@"; do
+    for child in "$pid" $(pgrep -P "$pid" || true); do
+      if [ -r "/proc/$child/stat" ]; then
+        total=$((total + $(awk '{print $14 + $15}' "/proc/$child/stat")))
+      fi
+    done
+  done
+  echo "$total"
+}
+
+declare -A URL PROCS
+URL[a]="http://127.0.0.1:${PORTS[0]}";  PROCS[a]="$BACKENDS_PID"
+URL[b]="http://127.0.0.1:$NGINX_PORT";  PROCS[b]="$NGINX_PID"
+URL[c]="http://127.0.0.1:$MINPROXY_PORT"; PROCS[c]="$MINPROXY_PID"
+URL[d]="http://127.0.0.1:$ROUTER_PORT"; PROCS[d]="$ROUTER_PID"
+URL[e]="http://127.0.0.1:$ROUTER1_PORT"; PROCS[e]="$ROUTER1_PID"
+declare -A NAME=([a]="direct" [b]="nginx" [c]="httputil" [d]="router" [e]="router-1P")
+
+# throughput TARGET ROUND — runs wrk, records req/s and proxy CPU µs/request
+RESULTS="$WORK/results.txt"
+: >"$RESULTS"
+throughput() {
+  local t=$1 round=$2 out t0 t1 b0 b1 rps reqs non2xx
+  # shellcheck disable=SC2086
+  t0=$(cpu_ticks ${PROCS[$t]}); b0=$(cpu_ticks "$BACKENDS_PID")
+  out=$(BENCH_KEY=$KEY wrk -t2 -c"$CONNS" -d"${DURATION}s" -s "$WORK/req.lua" "${URL[$t]}/v1/inquiries")
+  # shellcheck disable=SC2086
+  t1=$(cpu_ticks ${PROCS[$t]}); b1=$(cpu_ticks "$BACKENDS_PID")
+  rps=$(awk '/^Requests\/sec:/ {print $2}' <<<"$out")
+  reqs=$(awk '/requests in/ {print $1}' <<<"$out")
+  non2xx=$(awk '/Non-2xx/ {print $NF}' <<<"$out"); non2xx=${non2xx:-0}
+  if [ "$non2xx" != 0 ] || grep -q "Socket errors" <<<"$out"; then log "$out"; fi
+  awk -v t="$t" -v r="$round" -v rps="$rps" -v n="$reqs" -v p="$((t1 - t0))" -v b="$((b1 - b0))" -v hz="$CLK_TCK" -v bad="$non2xx" \
+    'BEGIN { printf "%s %s %.0f %.2f %.2f %s\n", t, r, rps, (t=="a" ? 0 : p/hz*1e6/n), b/hz*1e6/n, bad }' >>"$RESULTS"
+  log "round $round ${NAME[$t]}: $rps req/s ($non2xx non-2xx)"
+}
+
+
+LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
+log "warming up (load average $LOAD_BEFORE)"
+for t in a b c d e; do BENCH_KEY=$KEY wrk -t2 -c"$CONNS" -d2s -s "$WORK/req.lua" "${URL[$t]}/v1/inquiries" >/dev/null; done
+
+ORDERS=("a b c d e" "e d c b a" "b d a e c" "c e a d b")
+for round in $(seq 1 "$ROUNDS"); do
+  for t in ${ORDERS[$(((round - 1) % 4))]}; do throughput "$t" "$round"; done
+done
+
+LAT="$WORK/latency.txt"
+: >"$LAT"
+for lr in $(seq 1 "$LAT_ROUNDS"); do
+  for t in a b c d e; do
+    targets=${URL[$t]}
+    [ "$t" = a ] && targets=$BACKEND_LIST
+    "$WORK/bench-router" load -name "$t" -targets "$targets" -key "$KEY" -rate "$RATE" -duration "${LAT_DURATION}s" -conns "$CONNS" >>"$LAT"
+    log "latency round $lr ${NAME[$t]}: $(tail -1 "$LAT")"
+  done
+done
+
+# --- the report -------------------------------------------------------------
+echo
+echo "bench-router: load average before/after: $LOAD_BEFORE / $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "bench-router: $(nproc) cores, $(uname -r), $("$NGINX" -v 2>&1 | sed 's/.*: //'), $(go version | awk '{print $3}'), wrk -t2 -c$CONNS -d${DURATION}s x $ROUNDS rounds, open loop $RATE req/s x ${LAT_DURATION}s x $LAT_ROUNDS"
+echo
+awk '
+  function median(arr, n,   i, j, tmp) {
+    for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (arr[j] < arr[i]) { tmp = arr[i]; arr[i] = arr[j]; arr[j] = tmp }
+    return (n % 2) ? arr[(n + 1) / 2] : (arr[n / 2] + arr[n / 2 + 1]) / 2
+  }
+  { rps[$1, $2] = $3; cpu[$1, $2] = $4; bcpu[$1, $2] = $5; bad[$1] += $6; if ($2 > rounds) rounds = $2 }
+  END {
+    split("a b c d e", ts, " ")
+    name["a"] = "(a) direct"; name["b"] = "(b) nginx"; name["c"] = "(c) httputil"; name["d"] = "(d) router"; name["e"] = "(e) router, GOMAXPROCS=1"
+    printf "| target | req/s (median) | / direct | proxy CPU µs/req | backend CPU µs/req | non-2xx |\n|---|---:|---:|---:|---:|---:|\n"
+    for (k = 1; k <= 5; k++) {
+      t = ts[k]
+      for (r = 1; r <= rounds; r++) { x[r] = rps[t, r]; y[r] = rps[t, r] / rps["a", r]; c[r] = cpu[t, r]; bc[r] = bcpu[t, r] }
+      m = median(x, rounds); q = median(y, rounds); cc = median(c, rounds); bb = median(bc, rounds)
+      printf "| %s | %.0f | %.2f× | %s | %.1f | %d |\n", name[t], m, q, (t == "a" ? "–" : sprintf("%.1f", cc)), bb, bad[t]
+    }
+    for (r = 1; r <= rounds; r++) { db[r] = rps["d", r] / rps["b", r]; dc[r] = rps["d", r] / rps["c", r]; cb[r] = cpu["d", r] / cpu["b", r] }
+    printf "\n(d)/(b) router vs nginx: %.2f× (rounds:", median(db, rounds)
+    for (r = 1; r <= rounds; r++) printf " %.2f", rps["d", r] / rps["b", r]
+    printf ")\n(d)/(c) router vs httputil: %.2f×\n", median(dc, rounds)
+    printf "router CPU per request / nginx CPU per request: %.2f×\n", median(cb, rounds)
+    for (r = 1; r <= rounds; r++) { eb[r] = rps["e", r] / rps["b", r] }
+    printf "(e)/(b) router with GOMAXPROCS=1 vs nginx: %.2f×\n", median(eb, rounds)
+  }' "$RESULTS"
+echo
+awk '
+  function num(key,   m) { if (match($0, "\"" key "\":[0-9.]+")) { m = substr($0, RSTART, RLENGTH); sub(/.*:/, "", m); return m + 0 } return 0 }
+  function median(arr, n,   i, j, tmp) {
+    for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (arr[j] < arr[i]) { tmp = arr[i]; arr[i] = arr[j]; arr[j] = tmp }
+    return (n % 2) ? arr[(n + 1) / 2] : (arr[n / 2] + arr[n / 2 + 1]) / 2
+  }
+  {
+    match($0, /"name":"[a-e]"/); t = substr($0, RSTART + 8, 1)
+    n[t]++; p50[t, n[t]] = num("p50_us"); p99[t, n[t]] = num("p99_us"); p999[t, n[t]] = num("p999_us")
+    errs[t] += num("errors") + num("non_2xx") + num("late")
+  }
+  END {
+    split("a b c d e", ts, " ")
+    name["a"] = "(a) direct"; name["b"] = "(b) nginx"; name["c"] = "(c) httputil"; name["d"] = "(d) router"; name["e"] = "(e) router, GOMAXPROCS=1"
+    for (k = 1; k <= 5; k++) { t = ts[k]
+      for (r = 1; r <= n[t]; r++) { x[r] = p50[t, r]; y[r] = p99[t, r]; z[r] = p999[t, r] }
+      m50[t] = median(x, n[t]); m99[t] = median(y, n[t]); m999[t] = median(z, n[t]) }
+    printf "| target @ open loop | p50 µs | p99 µs | p99.9 µs | Δp50 µs | Δp99 µs | errors |\n|---|---:|---:|---:|---:|---:|---:|\n"
+    for (k = 1; k <= 5; k++) { t = ts[k]
+      printf "| %s | %.0f | %.0f | %.0f | %s | %s | %d |\n", name[t], m50[t], m99[t], m999[t],
+        (t == "a" ? "–" : sprintf("%+.0f", m50[t] - m50["a"])), (t == "a" ? "–" : sprintf("%+.0f", m99[t] - m99["a"])), errs[t] }
+  }' "$LAT"
+echo
+echo "targets: (d) ≥ 1.0× nginx; Δp50 ≤ 50 µs; Δp99 ≤ 150 µs (issue 7)"

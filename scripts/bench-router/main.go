@@ -1,0 +1,369 @@
+// Command bench-router holds the parts of `make bench-router`
+// (scripts/bench-router.sh) that are not the router or NGINX:
+//
+//	bench-router backends -ports 9101,9102,9103,9104    four trivial "cells"
+//	bench-router minproxy -listen ADDR -backends URL,...  a minimal httputil.ReverseProxy
+//	bench-router mkmap -out FILE -backends URL,...        a cell map with one cell per backend
+//	bench-router load -targets URL,... -rate 2000 ...      an open-loop load generator
+//
+// The load generator sends POST /v1/inquiries at a constant rate whatever
+// the answers do (open loop) and measures each latency from the request's
+// intended send time, so a stall is charged to every request it delays
+// (no coordinated omission). It prints one JSON line of percentiles.
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"os/signal"
+	"runtime/pprof"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/cellkit/cellkit/internal/registry"
+	"github.com/cellkit/cellkit/internal/slotmap"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:], os.Stdout)
+	stop()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "bench-router: %v\n", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, args []string, stdout io.Writer) error {
+	if len(args) == 0 {
+		return errors.New("usage: bench-router backends|minproxy|mkmap|load [flags]")
+	}
+	fs := flag.NewFlagSet("bench-router "+args[0], flag.ContinueOnError)
+	switch args[0] {
+	case "backends":
+		ports := fs.String("ports", "9101,9102,9103,9104", "loopback ports, one cell each")
+		if err := fs.Parse(args[1:]); err != nil {
+			return err
+		}
+		return backends(ctx, strings.Split(*ports, ","))
+	case "minproxy":
+		listen := fs.String("listen", "127.0.0.1:9201", "address")
+		targets := fs.String("backends", "", "backend URLs, comma-separated")
+		profile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
+		if err := fs.Parse(args[1:]); err != nil {
+			return err
+		}
+		if *profile != "" {
+			f, err := os.Create(*profile)
+			if err != nil {
+				return err
+			}
+			defer f.Close()
+			if err := pprof.StartCPUProfile(f); err != nil {
+				return err
+			}
+			defer pprof.StopCPUProfile()
+		}
+		return minproxy(ctx, *listen, strings.Split(*targets, ","))
+	case "mkmap":
+		out := fs.String("out", "", "registry file to write")
+		targets := fs.String("backends", "", "backend URLs, comma-separated: cells c1, c2...")
+		if err := fs.Parse(args[1:]); err != nil {
+			return err
+		}
+		return mkmap(ctx, *out, strings.Split(*targets, ","))
+	case "load":
+		var o loadOptions
+		targets := fs.String("targets", "", "base URLs, comma-separated; connections are spread over them")
+		fs.StringVar(&o.name, "name", "", "label of the result")
+		fs.StringVar(&o.key, "key", "", "X-API-Key to send")
+		fs.Float64Var(&o.rate, "rate", 2000, "requests per second")
+		fs.DurationVar(&o.duration, "duration", 10*time.Second, "measured time")
+		fs.DurationVar(&o.warmup, "warmup", 2*time.Second, "unmeasured time first")
+		fs.IntVar(&o.conns, "conns", 64, "keep-alive connections")
+		fs.IntVar(&o.users, "users", 1000, "distinct user ids")
+		if err := fs.Parse(args[1:]); err != nil {
+			return err
+		}
+		o.targets = strings.Split(*targets, ",")
+		res, err := load(ctx, o)
+		if err != nil {
+			return err
+		}
+		return json.NewEncoder(stdout).Encode(res)
+	}
+	return fmt.Errorf("unknown command %q", args[0])
+}
+
+// backends serves the trivial cells: each answers any request at once with
+// a small JSON naming itself (202 to POST, 200 otherwise).
+func backends(ctx context.Context, ports []string) error {
+	var servers []*http.Server
+	errc := make(chan error, len(ports))
+	for i, p := range ports {
+		body := []byte(fmt.Sprintf(`{"id":"c%d-0123456789abcdef","status":"pending"}`, i+1))
+		h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			io.Copy(io.Discard, r.Body)
+			w.Header().Set("Content-Type", "application/json")
+			if r.Method == http.MethodPost {
+				w.WriteHeader(http.StatusAccepted)
+			}
+			w.Write(body)
+		})
+		ln, err := net.Listen("tcp", "127.0.0.1:"+p)
+		if err != nil {
+			return err
+		}
+		srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second, IdleTimeout: 120 * time.Second}
+		servers = append(servers, srv)
+		go func() { errc <- srv.Serve(ln) }()
+	}
+	select {
+	case <-ctx.Done():
+	case err := <-errc:
+		return err
+	}
+	for _, s := range servers {
+		s.Close()
+	}
+	return nil
+}
+
+// minproxy is the smallest reasonable net/http reverse proxy: Rewrite with
+// SetURL round-robin over the backends and one tuned Transport.
+func minproxy(ctx context.Context, listen string, targets []string) error {
+	var urls []*url.URL
+	for _, t := range targets {
+		u, err := url.Parse(t)
+		if err != nil {
+			return err
+		}
+		urls = append(urls, u)
+	}
+	var n atomic.Uint64
+	rp := &httputil.ReverseProxy{
+		Transport: &http.Transport{MaxIdleConns: 1024, MaxIdleConnsPerHost: 256, IdleConnTimeout: 90 * time.Second},
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.SetURL(urls[n.Add(1)%uint64(len(urls))])
+			pr.SetXForwarded()
+		},
+		ErrorLog: log.New(io.Discard, "", 0), // wrk hangs up mid-request at the end of a run
+	}
+	srv := &http.Server{Addr: listen, Handler: rp, ReadHeaderTimeout: 5 * time.Second}
+	go func() { <-ctx.Done(); srv.Close() }()
+	if err := srv.ListenAndServe(); !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
+
+// mkmap writes a cell map with one cell per backend to a file registry.
+func mkmap(ctx context.Context, out string, targets []string) error {
+	m, err := slotmap.New(0, nil)
+	if err != nil {
+		return err
+	}
+	for i, t := range targets {
+		p, err := m.AddCell(slotmap.Cell{ID: fmt.Sprintf("c%d", i+1), Weight: 1, Intake: t, Admin: t})
+		if err != nil {
+			return err
+		}
+		m = p.After
+	}
+	reg, err := registry.NewFile(out, registry.Options{})
+	if err != nil {
+		return err
+	}
+	return reg.CompareAndSwap(ctx, 0, m) // a fresh registry: the script makes a new one each run
+}
+
+type loadOptions struct {
+	name     string
+	targets  []string
+	key      string
+	rate     float64
+	duration time.Duration
+	warmup   time.Duration
+	conns    int
+	users    int
+}
+
+// Result is the load generator's report; latencies in microseconds.
+type Result struct {
+	Name     string  `json:"name"`
+	Rate     float64 `json:"rate"`
+	Sent     int     `json:"sent"`
+	Measured int     `json:"measured"`
+	Errors   int     `json:"errors"`
+	Non2xx   int     `json:"non_2xx"`
+	Late     int     `json:"late"` // requests still queued at the end (not measured)
+	P50      float64 `json:"p50_us"`
+	P90      float64 `json:"p90_us"`
+	P99      float64 `json:"p99_us"`
+	P999     float64 `json:"p999_us"`
+	Max      float64 `json:"max_us"`
+}
+
+func load(ctx context.Context, o loadOptions) (Result, error) {
+	reqs := make([][]byte, o.users)
+	for i := range reqs {
+		body := fmt.Sprintf(`{"user_id":"user-%06d","product":"credit-line","amount":5000000,"priority":"normal"}`, i)
+		reqs[i] = fmt.Appendf(nil, "POST /v1/inquiries HTTP/1.1\r\nHost: bench\r\nContent-Type: application/json\r\nX-API-Key: %s\r\nContent-Length: %d\r\n\r\n%s", o.key, len(body), body)
+	}
+	total := int(o.rate * (o.warmup + o.duration).Seconds())
+	interval := time.Duration(float64(time.Second) / o.rate)
+	measureFrom := int(o.rate * o.warmup.Seconds())
+	lat := make([]time.Duration, total)
+	status := make([]int32, total) // 0 not done, >0 HTTP status, -1 error
+	work := make(chan int, total)
+
+	ctx, cancel := context.WithTimeout(ctx, o.warmup+o.duration+5*time.Second)
+	defer cancel()
+	start := time.Now().Add(50 * time.Millisecond)
+	var wg sync.WaitGroup
+	var dialErr atomic.Value
+	for c := range o.conns {
+		target := o.targets[c%len(o.targets)]
+		host := strings.TrimPrefix(strings.TrimPrefix(target, "http://"), "https://")
+		wg.Go(func() {
+			var conn net.Conn
+			var br *bufio.Reader
+			for i := range work {
+				intended := start.Add(time.Duration(i) * interval)
+				if conn == nil {
+					var err error
+					if conn, err = net.DialTimeout("tcp", host, time.Second); err != nil {
+						dialErr.Store(err)
+						status[i] = -1
+						conn = nil
+						continue
+					}
+					br = bufio.NewReaderSize(conn, 16<<10)
+				}
+				conn.SetDeadline(time.Now().Add(5 * time.Second))
+				code, err := roundTrip(conn, br, reqs[i%len(reqs)])
+				lat[i] = time.Since(intended)
+				if err != nil {
+					status[i] = -1
+					conn.Close()
+					conn = nil
+					continue
+				}
+				status[i] = int32(code)
+			}
+			if conn != nil {
+				conn.Close()
+			}
+		})
+	}
+	// The schedule: request i is due at start + i*interval, sent by the
+	// first free connection; a queued request's wait counts as latency.
+	sent := 0
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for i := 0; i < total; i++ {
+		due := start.Add(time.Duration(i) * interval)
+		if d := time.Until(due); d > 0 {
+			timer.Reset(d)
+			select {
+			case <-ctx.Done():
+			case <-timer.C:
+			}
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		work <- i
+		sent++
+	}
+	close(work)
+	wg.Wait()
+
+	res := Result{Name: o.name, Rate: o.rate, Sent: sent}
+	var ms []time.Duration
+	for i := measureFrom; i < sent; i++ {
+		switch s := status[i]; {
+		case s == 0:
+			res.Late++
+		case s < 0:
+			res.Errors++
+		default:
+			if s < 200 || s > 299 {
+				res.Non2xx++
+			}
+			ms = append(ms, lat[i])
+		}
+	}
+	if err, _ := dialErr.Load().(error); err != nil && len(ms) == 0 {
+		return res, err
+	}
+	slices.Sort(ms)
+	pct := func(p float64) float64 {
+		if len(ms) == 0 {
+			return 0
+		}
+		return float64(ms[min(int(p*float64(len(ms))), len(ms)-1)].Nanoseconds()) / 1e3
+	}
+	res.Measured = len(ms)
+	res.P50, res.P90, res.P99, res.P999, res.Max = pct(0.50), pct(0.90), pct(0.99), pct(0.999), pct(1)
+	return res, nil
+}
+
+// roundTrip writes one request and reads one response with a
+// Content-Length body (all the targets answer so).
+func roundTrip(conn net.Conn, br *bufio.Reader, req []byte) (int, error) {
+	if _, err := conn.Write(req); err != nil {
+		return 0, err
+	}
+	line, err := br.ReadSlice('\n')
+	if err != nil {
+		return 0, err
+	}
+	if len(line) < 12 || !bytes.HasPrefix(line, []byte("HTTP/1.")) {
+		return 0, fmt.Errorf("bad status line %q", line)
+	}
+	code, err := strconv.Atoi(string(line[9:12]))
+	if err != nil {
+		return 0, err
+	}
+	length := -1
+	for {
+		line, err = br.ReadSlice('\n')
+		if err != nil {
+			return 0, err
+		}
+		if len(bytes.TrimSpace(line)) == 0 {
+			break
+		}
+		if k, v, ok := bytes.Cut(line, []byte(":")); ok && bytes.EqualFold(bytes.TrimSpace(k), []byte("Content-Length")) {
+			if length, err = strconv.Atoi(string(bytes.TrimSpace(v))); err != nil {
+				return 0, err
+			}
+		}
+		if k, _, ok := bytes.Cut(line, []byte(":")); ok && bytes.EqualFold(bytes.TrimSpace(k), []byte("Transfer-Encoding")) {
+			return 0, errors.New("chunked answers are not supported")
+		}
+	}
+	if length < 0 {
+		return 0, errors.New("answer without Content-Length")
+	}
+	_, err = br.Discard(length)
+	return code, err
+}

@@ -1,0 +1,59 @@
+package main
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/cellkit/cellkit/internal/registry"
+)
+
+func TestLoadMeasuresAnOpenLoop(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("X-API-Key") != "k" || r.URL.Path != "/v1/inquiries" {
+			w.WriteHeader(http.StatusForbidden)
+		}
+		w.Write([]byte(`{}`))
+	}))
+	defer srv.Close()
+	res, err := load(context.Background(), loadOptions{name: "t", targets: []string{srv.URL}, key: "k",
+		rate: 500, duration: 400 * time.Millisecond, warmup: 100 * time.Millisecond, conns: 4, users: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Sent != 250 || res.Measured != 200 || res.Errors != 0 || res.Non2xx != 0 || res.P50 <= 0 || res.P99 < res.P50 || res.Max < res.P99 {
+		t.Fatalf("load = %+v", res)
+	}
+}
+
+func TestLoadCountsRefusals(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusTooManyRequests)
+	}))
+	defer srv.Close()
+	res, err := load(context.Background(), loadOptions{targets: []string{srv.URL}, rate: 200, duration: 200 * time.Millisecond, conns: 2, users: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Non2xx != res.Measured || res.Measured == 0 {
+		t.Fatalf("load = %+v, want every answer counted as non-2xx", res)
+	}
+}
+
+func TestMkmap(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "map.json")
+	if err := mkmap(context.Background(), path, []string{"http://127.0.0.1:1", "http://127.0.0.1:2"}); err != nil {
+		t.Fatal(err)
+	}
+	reg, _ := registry.NewFile(path, registry.Options{})
+	m, err := reg.Load(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ids := m.ActiveCells(); len(ids) != 2 || ids[0] != "c1" || ids[1] != "c2" {
+		t.Fatalf("cells %v", ids)
+	}
+}
