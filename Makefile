@@ -21,6 +21,10 @@ build: ## compile every package and command into ./bin
 	@cmds=$$(go list -f '{{if eq .Name "main"}}{{.ImportPath}}{{end}}' ./...); \
 	if [ -n "$$cmds" ]; then GOBIN=$(BIN) go install $$cmds; fi
 
+.PHONY: run
+run: build ## the local stack in the foreground: agency simulator, 4 cells, router on :8080, data in ./var (Ctrl-C stops it)
+	$(BIN)/cellctl dev up --foreground
+
 .PHONY: tools
 tools: ## install the programs the tests need into ./bin (a real Consul agent, built once)
 	./scripts/install-consul.sh $(CONSUL)

@@ -36,6 +36,7 @@ const (
 	secMap     = "Change the map"
 	secInspect = "Inspect"
 	secCells   = "Operate cells"
+	secDev     = "Local stack"
 )
 
 func commands() []*command {
@@ -50,6 +51,8 @@ func commands() []*command {
 		verifyCommand(),
 
 		statusCommand(), failedListCommand(), failedRetryCommand(), circuitCommand(), hotkeysCommand(),
+
+		devUpCommand(), devDownCommand(), devStatusCommand(),
 	}
 }
 
@@ -119,7 +122,7 @@ func writeOverview(w io.Writer) {
 Usage: cellctl [global flags] COMMAND [ARGS] [flags]
 `)
 	cmds := commands()
-	for _, sec := range []string{secMap, secInspect, secCells} {
+	for _, sec := range []string{secMap, secInspect, secCells, secDev} {
 		fmt.Fprintf(w, "\n%s:\n", sec)
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 		for _, c := range cmds {
@@ -130,7 +133,7 @@ Usage: cellctl [global flags] COMMAND [ARGS] [flags]
 		tw.Flush()
 	}
 	fmt.Fprint(w, "\n"+globalFlagsHelp+`
-A local stack to try this on: see 'make run'.
+A local stack to try this on: 'make run' (or 'cellctl dev up').
 Run 'cellctl help COMMAND' (or 'cellctl COMMAND -h') for a command's flags and examples.
 `)
 }

@@ -1,0 +1,219 @@
+package cellctl
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// TestDevStack runs the real stack as 'make run' does: cellctl, agencysim,
+// cell and router built into one bin dir. First detached (dev up, an inquiry
+// through the router, dev status, dev down), then in the foreground on the
+// same data (the inquiry and the key are still there) until SIGINT.
+func TestDevStack(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the whole local stack")
+	}
+	root := t.TempDir()
+	bin := filepath.Join(root, "bin")
+	for _, name := range []string{"cellctl", "agencysim", "cell", "router"} {
+		out, err := exec.Command("go", "build", "-o", filepath.Join(bin, name), "github.com/cellkit/cellkit/"+name).CombinedOutput()
+		if err != nil {
+			t.Fatalf("go build ./%s: %v\n%s", name, err, out)
+		}
+	}
+	cellctl := func(args ...string) *exec.Cmd {
+		cmd := exec.Command(filepath.Join(bin, "cellctl"), args...)
+		cmd.Dir = root
+		return cmd
+	}
+	run := func(args ...string) string {
+		t.Helper()
+		out, err := cellctl(args...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("cellctl %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+		return string(out)
+	}
+	ports := []string{"--router-port", "0", "--port-base", "0", "--agency-port", "0", "--cells", "4"}
+	var st *DevStack
+	t.Cleanup(func() {
+		// Whatever happened, leave no process behind.
+		if s, err := readDevStack(filepath.Join(root, "var")); err == nil {
+			stopProcesses(t.Context(), s.Processes, func(DevProcess, string) {})
+		}
+		if t.Failed() {
+			for _, name := range []string{"setup", "agencysim", "c1", "router"} {
+				b, _ := os.ReadFile(filepath.Join(root, "var", "logs", name+".log"))
+				t.Logf("%s.log:\n%s", name, b)
+			}
+		}
+	})
+
+	// Detached.
+	out := run(append([]string{"dev", "up"}, ports...)...)
+	st, err := readDevStack(filepath.Join(root, "var"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(st.Processes) != 6 {
+		t.Fatalf("dev.json lists %d processes, want 6 (agencysim, c1..c4, router)", len(st.Processes))
+	}
+	for _, want := range []string{st.APIKey, "curl -s -H 'X-API-Key: " + st.APIKey + "'", st.Router + "/v1/inquiries", st.RouterAdmin + "/metrics", "status"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("dev up output lacks %q:\n%s", want, out)
+		}
+	}
+	id := devInquiry(t, st, "u-42")
+
+	out = run("dev", "status")
+	for _, p := range st.Processes {
+		if !strings.Contains(out, p.Name) {
+			t.Errorf("dev status lacks %s:\n%s", p.Name, out)
+		}
+	}
+	if strings.Contains(out, " no ") {
+		t.Errorf("dev status shows a process down:\n%s", out)
+	}
+	out = run("dev", "down")
+	if !strings.Contains(out, "Stopped 6 processes") {
+		t.Errorf("dev down output:\n%s", out)
+	}
+	assertGone(t, st.Processes)
+	if err := cellctl("dev", "status").Run(); err == nil {
+		t.Error("dev status after dev down exits 0, want 1")
+	}
+
+	// Foreground, on the same data: Ctrl-C stops it with exit 0.
+	key := st.APIKey
+	fg := cellctl(append([]string{"dev", "up", "--foreground"}, ports...)...)
+	stdout, err := fg.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr bytes.Buffer
+	fg.Stderr = &stderr
+	if err := fg.Start(); err != nil {
+		t.Fatal(err)
+	}
+	lines := make(chan string, 100)
+	var rest bytes.Buffer
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+		close(lines)
+	}()
+	waitLine := func(prefix string, d time.Duration) {
+		t.Helper()
+		timeout := time.After(d)
+		for {
+			select {
+			case l, ok := <-lines:
+				if !ok {
+					t.Fatalf("dev up --foreground ended before %q; stderr:\n%s", prefix, stderr.String())
+				}
+				fmt.Fprintln(&rest, l)
+				if strings.HasPrefix(l, prefix) {
+					return
+				}
+			case <-timeout:
+				fg.Process.Kill()
+				t.Fatalf("no %q from dev up --foreground within %v; output:\n%s\nstderr:\n%s", prefix, d, rest.String(), stderr.String())
+			}
+		}
+	}
+	waitLine("cellkit local stack is ready", 60*time.Second)
+	if st, err = readDevStack(filepath.Join(root, "var")); err != nil {
+		t.Fatal(err)
+	}
+	if st.APIKey != key {
+		t.Errorf("second dev up made a new key %q, want the first one %q", st.APIKey, key)
+	}
+	if got := devGet(t, st, "/v1/inquiries/"+id); got["status"] != "done" {
+		t.Errorf("after a restart, inquiry %s = %v, want it done (the store is reused)", id, got)
+	}
+	devInquiry(t, st, "u-7")
+	if err := fg.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	waitLine("Stopped;", 60*time.Second)
+	if err := fg.Wait(); err != nil {
+		t.Fatalf("dev up --foreground after SIGINT: %v; stderr:\n%s", err, stderr.String())
+	}
+	assertGone(t, st.Processes)
+	if _, err := os.Stat(filepath.Join(root, "var", devStateFile)); !os.IsNotExist(err) {
+		t.Errorf("dev.json left after the foreground stack stopped: %v", err)
+	}
+}
+
+// devInquiry posts an inquiry through the router and polls its status_url
+// until it is done; it returns the id.
+func devInquiry(t *testing.T, st *DevStack, user string) string {
+	t.Helper()
+	body := fmt.Sprintf(`{"user_id":%q,"product":"credit_loan","amount":5000000,"priority":"high"}`, user)
+	req, _ := http.NewRequest(http.MethodPost, st.Router+"/v1/inquiries", strings.NewReader(body))
+	req.Header.Set("X-API-Key", st.APIKey)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusAccepted {
+		t.Fatalf("POST /v1/inquiries through the router = %d %s, want 202", resp.StatusCode, b)
+	}
+	var acc struct {
+		ID        string `json:"id"`
+		StatusURL string `json:"status_url"`
+	}
+	if err := json.Unmarshal(b, &acc); err != nil || acc.ID == "" || acc.StatusURL == "" {
+		t.Fatalf("202 body %s: %v", b, err)
+	}
+	var last map[string]any
+	waitFor(t, 30*time.Second, "inquiry "+acc.ID+" to be done", func() bool {
+		last = devGet(t, st, acc.StatusURL)
+		if last["status"] == "failed" {
+			t.Fatalf("inquiry %s failed: %v", acc.ID, last)
+		}
+		return last["status"] == "done"
+	})
+	return acc.ID
+}
+
+func devGet(t *testing.T, st *DevStack, path string) map[string]any {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodGet, st.Router+path, nil)
+	req.Header.Set("X-API-Key", st.APIKey)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var m map[string]any
+	if err := json.NewDecoder(resp.Body).Decode(&m); err != nil {
+		t.Fatalf("GET %s: %v", path, err)
+	}
+	return m
+}
+
+func assertGone(t *testing.T, procs []DevProcess) {
+	t.Helper()
+	for _, p := range procs {
+		if processAlive(p.PID) {
+			t.Errorf("%s (pid %d) still runs", p.Name, p.PID)
+		}
+	}
+}
