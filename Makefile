@@ -9,6 +9,7 @@ FUZZTIME   ?= 10s
 BENCHTIME  ?= 1s
 BENCHCOUNT ?= 1
 PKGS       ?= ./...
+DRILL_RATE ?= 100
 export CELLKIT_CONSUL := $(CONSUL)
 
 .PHONY: help
@@ -66,6 +67,15 @@ fuzz: ## run every fuzz target for FUZZTIME each (default 10s)
 	    go test -run '^$$' -fuzz "^$$target$$" -fuzztime $(FUZZTIME) -fuzzminimizetime 5s ./$$(dirname $$f); \
 	  done; \
 	done
+
+.PHONY: drill
+drill: build ## the chaos drills (kill, drain, agency-slow) on a fresh local stack each, at DRILL_RATE/s (default 100); reports in var/drill/
+	@mkdir -p var/drill; rc=0; \
+	for d in kill drain agency-slow; do \
+	  echo "== loadtest drill $$d"; \
+	  $(BIN)/loadtest drill $$d --bin $(BIN) --rate $(DRILL_RATE) --baseline 10s --after 10s \
+	    --json var/drill/$$d.json --svg var/drill/$$d.svg || rc=1; \
+	done; exit $$rc
 
 .PHONY: fmt
 fmt: ## gofmt every Go file

@@ -3,6 +3,7 @@ module github.com/cellkit/cellkit
 go 1.26.7
 
 require (
+	github.com/HdrHistogram/hdrhistogram-go v1.4.0
 	github.com/cespare/xxhash/v2 v2.3.0
 	github.com/failsafe-go/failsafe-go v0.9.8
 	github.com/hashicorp/consul/api v1.34.5

@@ -249,6 +249,10 @@ func (c *Cell) circuit(w http.ResponseWriter, r *http.Request) {
 func (c *Cell) intakeSwitch(w http.ResponseWriter, r *http.Request) {
 	switch r.PathValue("action") {
 	case "close":
+		// A drain closes the intake right after it moved the slots: catch
+		// up with the registry first (bounded), so that moved users get 421
+		// (the router retries them on their new cell) rather than 503.
+		c.awaitRegistryMap(r.Context(), time.Second)
 		c.intake.Close()
 	case "open":
 		if c.stopping.Load() || !c.ready.Load() {
@@ -353,4 +357,26 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
 	w.Write(append(body, '\n'))
+}
+
+// awaitRegistryMap waits, at most max, until the follower holds the
+// registry's current map version. An unreachable registry is not waited for.
+func (c *Cell) awaitRegistryMap(ctx context.Context, max time.Duration) {
+	ctx, cancel := context.WithTimeout(ctx, max)
+	defer cancel()
+	cur, err := c.registry.Load(ctx)
+	if err != nil {
+		return
+	}
+	for {
+		changed := c.follower.Changed()
+		if m := c.follower.Map(); m != nil && m.Version() >= cur.Version() {
+			return
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return
+		}
+	}
 }

@@ -632,3 +632,36 @@ func TestCallbackGetsTheFinalRecord(t *testing.T) {
 	}
 	assertMetric(t, h, `cellkit_cell_callbacks_total{cell="c1",outcome="ok"}`)
 }
+
+// A drain moves the slots, then closes the intake: users that moved must get
+// 421 (the router retries them on their new cell), not "intake closed".
+func TestClosedIntakeStillFencesMovedUsers(t *testing.T) {
+	h := start(t, setup{})
+	m := h.cell.follower.Map()
+	after, err := m.AddCell(celltest.TestCell("c2"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var moving, staying inquiry.Request
+	for i := 0; moving.UserID == "" || staying.UserID == ""; i++ {
+		if u := user(i); after.After.Lookup(u.UserID).Cell == "c2" {
+			moving = u
+		} else {
+			staying = u
+		}
+	}
+	h.reg.Change(func(m *slotmap.Map) (*slotmap.Plan, error) { return m.AddCell(celltest.TestCell("c2")) })
+	// The close waits for the cell to catch up with the registry.
+	if r := h.adminDo("POST", "/v1/admin/intake/close", nil); r.Status != 200 {
+		t.Fatalf("close = %d %s", r.Status, r.Body)
+	}
+	if v := h.cell.follower.Map().Version(); v != m.Version()+1 {
+		t.Fatalf("intake closed with map version %d, want the registry's %d", v, m.Version()+1)
+	}
+	if resp := h.post(moving, nil); resp.Status != http.StatusMisdirectedRequest {
+		t.Fatalf("moved user with the intake closed = %d %s, want 421", resp.Status, resp.Body)
+	}
+	if resp := h.post(staying, nil); resp.Status != http.StatusServiceUnavailable {
+		t.Fatalf("owned user with the intake closed = %d %s, want 503", resp.Status, resp.Body)
+	}
+}

@@ -185,6 +185,19 @@ var reasonKind = map[string]string{
 
 func (h *Handler) post(w http.ResponseWriter, r *http.Request) {
 	if !h.IsOpen() {
+		// A closed intake is usually a drain: a user this cell no longer
+		// owns gets 421, so that the router refreshes its map and retries on
+		// the new owner instead of failing the user; only users it still
+		// owns get the 503.
+		req, ok := h.readRequest(w, r)
+		if !ok {
+			return
+		}
+		if m := h.cmap(); m != nil {
+			if owner := m.Lookup(req.UserID).Cell; owner != "" && owner != h.cfg.Cell && !h.fence(w, r, req.UserID) {
+				return
+			}
+		}
 		h.shedNow(w, "closed", "cell "+h.cfg.Cell+" is not taking new inquiries (draining or starting)", h.cfg.ClosedRetryAfter)
 		return
 	}
