@@ -71,6 +71,7 @@ type Cell struct {
 	queue    *queue.Queue
 	registry registry.Registry
 	follower *registry.Follower
+	moves    *intake.Moves
 	clients  map[string]*agency.Client
 	names    []string
 	pipe     *pipeline.Pipeline
@@ -180,6 +181,8 @@ func New(ctx context.Context, cfg Config, opts Options) (_ *Cell, err error) {
 	if err != nil {
 		return nil, err
 	}
+	c.moves = intake.NewMoves(cfg.ID)
+	c.intake.TrackMoves(c.moves)
 	if err = c.registerMetrics(); err != nil {
 		return nil, err
 	}
@@ -237,6 +240,7 @@ func (c *Cell) Run(ctx context.Context) error {
 	intakeSrv := &http.Server{Handler: c.intake, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second, IdleTimeout: time.Minute}
 	adminSrv := &http.Server{Handler: c.adminHandler(), ReadHeaderTimeout: 5 * time.Second}
 	g.Go(func() error { return c.follower.Run(gctx) })
+	g.Go(func() error { c.moves.Follow(gctx, c.follower.Map, c.follower.Changed, time.Now); return nil })
 	g.Go(func() error { return serve(adminSrv, c.adminLn) })
 	g.Go(func() error { return serve(intakeSrv, c.intakeLn) })
 	g.Go(func() error { c.sampleLoop(gctx); return nil })

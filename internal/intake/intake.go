@@ -87,6 +87,16 @@ type Handler struct {
 	now  func() time.Time
 	open atomic.Bool
 	m    *metrics
+
+	moves *Moves       // nil: keyed retries are not checked against the slot's previous cell
+	peers *http.Client // asks other cells' intake APIs
+}
+
+// TrackMoves makes keyed requests for users whose slot moved here within
+// MoveWindow check the previous owner first (see Moves).
+func (h *Handler) TrackMoves(mv *Moves) {
+	h.moves = mv
+	h.peers = &http.Client{Timeout: time.Second}
 }
 
 // New builds the handler. cmap returns the newest map the cell knows (nil
@@ -223,6 +233,24 @@ func (h *Handler) post(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), h.cfg.Timeout)
 	defer cancel()
+	if idemKey != "" && h.moves != nil {
+		if prev, ok := h.moves.Previous(h.cmap().SlotOf(req.UserID), h.now()); ok {
+			// The user's slot came from another cell lately: a retry of a
+			// request that cell accepted must get that inquiry back, not a
+			// second one. If that cell cannot be asked, availability wins
+			// and the request is taken here (logged).
+			rec, found, err := h.askPrevious(ctx, prev, req.UserID, idemKey)
+			switch {
+			case found:
+				w.Header().Set("Location", rec.StatusURL)
+				w.Header().Set("Idempotent-Replayed", "true")
+				writeJSON(w, http.StatusAccepted, rec)
+				return
+			case err != nil:
+				h.log.Warn("cannot ask the slot's previous cell about an idempotency key; accepting here", "previous", prev, "err", err)
+			}
+		}
+	}
 	id := inquiry.NewID(h.cfg.Cell)
 	if idemKey != "" {
 		id = inquiry.KeyID(h.cfg.Cell, req.UserID, idemKey)
