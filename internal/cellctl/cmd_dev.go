@@ -69,9 +69,10 @@ type devOptions struct {
 	dir        string
 	cells      int
 	foreground bool
-	routerPort int // public; admin is +1
-	portBase   int // cell N: intake base+N, admin base+100+N
-	agencyPort int // simulator admin; NICE +1, KCB +2
+	routerPort int           // public; admin is +1
+	portBase   int           // cell N: intake base+N, admin base+100+N
+	agencyPort int           // simulator admin; NICE +1, KCB +2
+	ageBudget  time.Duration // the cells' oldest-pending budget; 0: the cell's default
 	binDir     string
 	readyWait  time.Duration
 }
@@ -116,6 +117,7 @@ cellctl dev up --cells 3 --dir /tmp/stack --router-port 0 --port-base 0 --agency
 			fs.IntVar(&o.portBase, "port-base", o.portBase, "cell N listens on `BASE`+N (intake) and BASE+100+N (admin); 0: free ports")
 			fs.IntVar(&o.agencyPort, "agency-port", o.agencyPort, "simulator admin `PORT` (NICE +1, KCB +2; 0: free ports)")
 			fs.StringVar(&o.binDir, "bin", "", "`DIR` holding agencysim, cell and router (default: next to cellctl, else ./bin)")
+			fs.DurationVar(&o.ageBudget, "age-budget", 0, "the cells' shedding budget for the oldest pending inquiry (`D`; 0: the cell's default)")
 			fs.DurationVar(&o.readyWait, "ready-timeout", o.readyWait, "give up if the stack is not ready within `D`")
 		},
 	}
@@ -289,11 +291,15 @@ func (x *inv) devUp(ctx context.Context, o devOptions) error {
 	}}
 	for i := 1; i <= o.cells; i++ {
 		id := cellName(i)
+		args := []string{"--cell", id, "--registry", regURL, "--store", filepath.Join(dir, "cells", id),
+			"--intake", ports.intake[i-1], "--admin", ports.admin[i-1],
+			"--agency", "nice=" + ports.nice, "--agency", "kcb=" + ports.kcb}
+		if o.ageBudget > 0 {
+			args = append(args, "--age-budget", o.ageBudget.String())
+		}
 		procs = append(procs, DevProcess{
 			Name: id, Bin: bins["cell"],
-			Args: []string{"--cell", id, "--registry", regURL, "--store", filepath.Join(dir, "cells", id),
-				"--intake", ports.intake[i-1], "--admin", ports.admin[i-1],
-				"--agency", "nice=" + ports.nice, "--agency", "kcb=" + ports.kcb},
+			Args:  args,
 			Ready: "http://" + ports.admin[i-1] + "/readyz",
 			Addrs: map[string]string{"intake": ports.intake[i-1], "admin": ports.admin[i-1]},
 		})

@@ -145,6 +145,8 @@ func cmdDrill(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.DurationVar(&c.IntakeP99, "intake-p99", 250*time.Millisecond, "agency-slow: intake p99 bound while slow")
 	fs.DurationVar(&c.VerifyWithin, "verify-within", 120*time.Second, "how long to poll accepted ids until final")
 	fs.BoolVar(&quiet, "quiet", false, "no progress lines")
+	var ageBudget time.Duration
+	fs.DurationVar(&ageBudget, "age-budget", 0, "the cells' oldest-pending budget for a stack the drill starts (`D`; 0: the cell's default)")
 	out.register(fs)
 	if err := fs.Parse(args[1:]); err != nil {
 		return err
@@ -158,7 +160,11 @@ func cmdDrill(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		st, err = LoadStack(devJSON, filepath.Join(bin, "cellctl"))
 	} else {
 		fmt.Fprintln(stderr, "drill: starting a local stack (cellctl dev up on free ports)...")
-		st, err = StartStack(ctx, bin)
+		var extra []string
+		if ageBudget > 0 {
+			extra = append(extra, "--age-budget", ageBudget.String())
+		}
+		st, err = StartStack(ctx, bin, extra...)
 		if err == nil {
 			defer func() {
 				if err := st.Stop(context.WithoutCancel(ctx)); err != nil {

@@ -59,8 +59,9 @@ func LoadStack(path, cellctl string) (*Stack, error) {
 }
 
 // StartStack runs `cellctl dev up` detached in a fresh temporary directory
-// on free ports, with the binaries in binDir, and returns the stack.
-func StartStack(ctx context.Context, binDir string) (*Stack, error) {
+// on free ports, with the binaries in binDir and any extra dev up flags, and
+// returns the stack.
+func StartStack(ctx context.Context, binDir string, devUpArgs ...string) (*Stack, error) {
 	cellctl, err := filepath.Abs(filepath.Join(binDir, "cellctl"))
 	if err != nil {
 		return nil, err
@@ -69,8 +70,8 @@ func StartStack(ctx context.Context, binDir string) (*Stack, error) {
 	if err != nil {
 		return nil, err
 	}
-	out, err := exec.CommandContext(ctx, cellctl, "dev", "up", "--dir", dir,
-		"--router-port", "0", "--port-base", "0", "--agency-port", "0").CombinedOutput()
+	args := append([]string{"dev", "up", "--dir", dir, "--router-port", "0", "--port-base", "0", "--agency-port", "0"}, devUpArgs...)
+	out, err := exec.CommandContext(ctx, cellctl, args...).CombinedOutput()
 	if err != nil {
 		os.RemoveAll(dir)
 		return nil, fmt.Errorf("cellctl dev up: %v: %s", err, bytes.TrimSpace(out))
