@@ -17,6 +17,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/cellkit/cellkit/internal/devstack"
 	"github.com/cellkit/cellkit/internal/registry"
 )
 
@@ -38,31 +39,11 @@ const (
 	devStopTimeout = 30 * time.Second // SIGTERM → SIGKILL; a cell drains for up to 20 s
 )
 
-// DevStack is var/dev.json: what dev up started, for dev status, dev down
-// and the drills.
-type DevStack struct {
-	Dir         string       `json:"dir"`
-	Registry    string       `json:"registry"`
-	Router      string       `json:"router"`       // public base URL
-	RouterAdmin string       `json:"router_admin"` // admin base URL (metrics, readyz)
-	AgencyAdmin string       `json:"agency_admin"` // the simulator's admin API
-	APIKey      string       `json:"api_key"`
-	Foreground  bool         `json:"foreground"`
-	StartedAt   time.Time    `json:"started_at"`
-	Processes   []DevProcess `json:"processes"`
-}
+// DevStack is var/dev.json (see internal/devstack).
+type DevStack = devstack.Stack
 
 // DevProcess is one process of the stack.
-type DevProcess struct {
-	Name  string   `json:"name"` // agencysim, c1..cN, router
-	PID   int      `json:"pid"`
-	Bin   string   `json:"bin"`
-	Args  []string `json:"args"` // to restart it as it was (drills)
-	Log   string   `json:"log"`
-	Ready string   `json:"ready"` // URL answering 200 when ready
-	// Addrs are its listen addresses by role (intake, admin, nice, kcb...).
-	Addrs map[string]string `json:"addrs"`
-}
+type DevProcess = devstack.Process
 
 // devOptions are dev up's flags.
 type devOptions struct {
@@ -194,7 +175,7 @@ cellctl dev status --json | jq '.processes[] | select(.ready == false)'`,
 		var rows []row
 		bad := 0
 		for _, p := range st.Processes {
-			r := row{DevProcess: p, Alive: processAlive(p.PID)}
+			r := row{DevProcess: p, Alive: devstack.Alive(p.PID)}
 			r.Ready = r.Alive && probeReady(ctx, x.cli.httpClient(), p.Ready)
 			if !r.Ready {
 				bad++
@@ -254,7 +235,7 @@ func (x *inv) devUp(ctx context.Context, o devOptions) error {
 	}
 	if old, err := readDevStack(dir); err == nil {
 		for _, p := range old.Processes {
-			if processAlive(p.PID) {
+			if devstack.Alive(p.PID) {
 				return fmt.Errorf("a stack from %s is already running (%s pid %d): see 'cellctl dev status --dir %s', stop it with 'cellctl dev down --dir %s'",
 					filepath.Join(dir, devStateFile), p.Name, p.PID, o.dir, o.dir)
 			}
@@ -530,7 +511,7 @@ func devKey(ctx context.Context, routerBin, dir string) (string, error) {
 	}
 	var out, errb bytes.Buffer
 	cmd := exec.CommandContext(ctx, routerBin, "keygen", "-client", devKeyClient, "-rate", "1000", "-burst", "2000", "-keys", keysFile)
-	cmd.Stdout, cmd.Stderr, cmd.Env = &out, &errb, childEnv()
+	cmd.Stdout, cmd.Stderr, cmd.Env = &out, &errb, devstack.ChildEnv()
 	if err := cmd.Run(); err != nil {
 		return "", fmt.Errorf("router keygen: %v: %s", err, strings.TrimSpace(errb.String()))
 	}
@@ -544,19 +525,6 @@ func devKey(ctx context.Context, routerBin, dir string) (string, error) {
 	return key, nil
 }
 
-// childEnv is the environment of the stack's processes: this one without
-// CELLKIT_* variables, so that the flags dev up passes are the whole
-// configuration.
-func childEnv() []string {
-	var env []string
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "CELLKIT_") {
-			env = append(env, kv)
-		}
-	}
-	return env
-}
-
 // startProcess starts p in its own session (a terminal's Ctrl-C reaches
 // dev up only, which then stops the processes in order) with its output
 // appended to its log. The channel gets the process's exit.
@@ -567,7 +535,7 @@ func startProcess(p DevProcess) (chan error, int, error) {
 	}
 	defer logf.Close()
 	cmd := exec.Command(p.Bin, p.Args...)
-	cmd.Stdout, cmd.Stderr, cmd.Env = logf, logf, childEnv()
+	cmd.Stdout, cmd.Stderr, cmd.Env = logf, logf, devstack.ChildEnv()
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if err := cmd.Start(); err != nil {
 		return nil, 0, fmt.Errorf("start %s: %w", p.Name, err)
@@ -645,29 +613,13 @@ func logTail(path string, n int) string {
 	return strings.Join(lines, " | ")
 }
 
-// processAlive reports whether pid runs (a zombie does not).
-func processAlive(pid int) bool {
-	if pid <= 0 || syscall.Kill(pid, 0) != nil {
-		return false
-	}
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return !errors.Is(err, os.ErrNotExist)
-	}
-	// pid (comm) S ...: the state follows the last ')'.
-	if i := bytes.LastIndexByte(b, ')'); i >= 0 && i+2 < len(b) {
-		return b[i+2] != 'Z' && b[i+2] != 'X'
-	}
-	return true
-}
-
 // stopProcesses stops procs in reverse order of start: SIGTERM, then
 // SIGKILL after devStopTimeout. It returns how many it stopped.
 func stopProcesses(ctx context.Context, procs []DevProcess, report func(p DevProcess, how string)) int {
 	n := 0
 	for i := len(procs) - 1; i >= 0; i-- {
 		p := procs[i]
-		if !processAlive(p.PID) || !sameProgram(p) {
+		if !devstack.Alive(p.PID) || !sameProgram(p) {
 			report(p, "not running")
 			continue
 		}
@@ -675,11 +627,11 @@ func stopProcesses(ctx context.Context, procs []DevProcess, report func(p DevPro
 		start := time.Now()
 		syscall.Kill(p.PID, syscall.SIGTERM)
 		how := ""
-		for processAlive(p.PID) {
+		for devstack.Alive(p.PID) {
 			if time.Since(start) > devStopTimeout || ctx.Err() != nil {
 				syscall.Kill(p.PID, syscall.SIGKILL)
 				how = "killed (SIGKILL) after " + devStopTimeout.String()
-				for deadline := time.Now().Add(5 * time.Second); processAlive(p.PID) && time.Now().Before(deadline); {
+				for deadline := time.Now().Add(5 * time.Second); devstack.Alive(p.PID) && time.Now().Before(deadline); {
 					time.Sleep(20 * time.Millisecond)
 				}
 				break

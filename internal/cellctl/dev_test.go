@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/cellkit/cellkit/internal/devstack"
 )
 
 // TestDevStack runs the real stack as 'make run' does: cellctl, agencysim,
@@ -212,7 +214,7 @@ func devGet(t *testing.T, st *DevStack, path string) map[string]any {
 func assertGone(t *testing.T, procs []DevProcess) {
 	t.Helper()
 	for _, p := range procs {
-		if processAlive(p.PID) {
+		if devstack.Alive(p.PID) {
 			t.Errorf("%s (pid %d) still runs", p.Name, p.PID)
 		}
 	}

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/http"
 	"os"
@@ -14,18 +13,13 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/cellkit/cellkit/internal/devstack"
 )
 
-// Stack is the local stack recorded by `cellctl dev up` in dev.json (the
-// fields the drills use; the file itself is cellctl's).
+// Stack is a running local stack, as recorded in its dev.json.
 type Stack struct {
-	Dir         string    `json:"dir"`
-	Registry    string    `json:"registry"`
-	Router      string    `json:"router"`
-	RouterAdmin string    `json:"router_admin"`
-	AgencyAdmin string    `json:"agency_admin"`
-	APIKey      string    `json:"api_key"`
-	Processes   []Process `json:"processes"`
+	devstack.Stack
 
 	path    string // dev.json
 	cellctl string // the cellctl binary
@@ -33,15 +27,7 @@ type Stack struct {
 }
 
 // Process is one process of the stack.
-type Process struct {
-	Name  string            `json:"name"`
-	PID   int               `json:"pid"`
-	Bin   string            `json:"bin"`
-	Args  []string          `json:"args"`
-	Log   string            `json:"log"`
-	Ready string            `json:"ready"`
-	Addrs map[string]string `json:"addrs"`
-}
+type Process = devstack.Process
 
 // LoadStack reads a running stack's dev.json; cellctl is the cellctl binary
 // the drills call (drain, undrain).
@@ -124,13 +110,13 @@ func (st *Stack) Kill(ctx context.Context, name string) error {
 	if err != nil {
 		return err
 	}
-	if !alive(p.PID) {
+	if !devstack.Alive(p.PID) {
 		return fmt.Errorf("%s (pid %d) is not running", name, p.PID)
 	}
 	if err := syscall.Kill(p.PID, syscall.SIGKILL); err != nil {
 		return fmt.Errorf("kill %s: %w", name, err)
 	}
-	return pollUntil(ctx, 10*time.Second, func() bool { return !alive(p.PID) })
+	return pollUntil(ctx, 10*time.Second, func() bool { return !devstack.Alive(p.PID) })
 }
 
 // Restart starts the process again with the binary and arguments recorded
@@ -147,7 +133,7 @@ func (st *Stack) Restart(name string) error {
 	defer logf.Close()
 	cmd := exec.Command(p.Bin, p.Args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.Env = childEnv()
+	cmd.Env = devstack.ChildEnv()
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("restart %s: %w", name, err)
@@ -235,31 +221,6 @@ func (st *Stack) Status(ctx context.Context, cell string) (CellStatus, error) {
 	}
 	err = getJSON(ctx, "http://"+p.Addrs["admin"]+"/v1/admin/status", &cs)
 	return cs, err
-}
-
-func childEnv() []string {
-	var env []string
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "CELLKIT_") {
-			env = append(env, kv)
-		}
-	}
-	return env
-}
-
-// alive reports whether pid runs (a zombie does not).
-func alive(pid int) bool {
-	if pid <= 0 || syscall.Kill(pid, 0) != nil {
-		return false
-	}
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return !errors.Is(err, os.ErrNotExist)
-	}
-	if i := bytes.LastIndexByte(b, ')'); i >= 0 && i+2 < len(b) {
-		return b[i+2] != 'Z' && b[i+2] != 'X'
-	}
-	return true
 }
 
 // pollUntil calls ok every 50 ms until it holds, ctx ends or within passes.
