@@ -3,7 +3,6 @@ package cellctl
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -310,7 +309,7 @@ func (x *inv) devUp(ctx context.Context, o devOptions) error {
 	for i := range procs {
 		p := &procs[i]
 		p.Log = filepath.Join(dir, "logs", p.Name+".log")
-		done, pid, err := startProcess(*p)
+		done, pid, err := devstack.Start(*p)
 		if err != nil {
 			return fail(err)
 		}
@@ -525,26 +524,6 @@ func devKey(ctx context.Context, routerBin, dir string) (string, error) {
 	return key, nil
 }
 
-// startProcess starts p in its own session (a terminal's Ctrl-C reaches
-// dev up only, which then stops the processes in order) with its output
-// appended to its log. The channel gets the process's exit.
-func startProcess(p DevProcess) (chan error, int, error) {
-	logf, err := os.OpenFile(p.Log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		return nil, 0, err
-	}
-	defer logf.Close()
-	cmd := exec.Command(p.Bin, p.Args...)
-	cmd.Stdout, cmd.Stderr, cmd.Env = logf, logf, devstack.ChildEnv()
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-	if err := cmd.Start(); err != nil {
-		return nil, 0, fmt.Errorf("start %s: %w", p.Name, err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	return done, cmd.Process.Pid, nil
-}
-
 // waitReady polls every process's readiness URL until all answer 200. A
 // process that exits meanwhile fails the wait with the end of its log.
 func waitReady(ctx context.Context, hc *http.Client, procs []DevProcess, exited []chan error, within time.Duration) error {
@@ -659,30 +638,15 @@ func sameProgram(p DevProcess) bool {
 
 func readDevStack(dir string) (*DevStack, error) {
 	path := filepath.Join(dir, devStateFile)
-	b, err := os.ReadFile(path)
+	st, err := devstack.Read(path)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, fmt.Errorf("no local stack recorded in %s: start one with 'cellctl dev up' (or 'make run')", path)
 	}
-	if err != nil {
-		return nil, err
-	}
-	var st DevStack
-	if err := json.Unmarshal(b, &st); err != nil {
-		return nil, fmt.Errorf("read %s: %w", path, err)
-	}
-	return &st, nil
+	return st, err
 }
 
 func writeDevStack(dir string, st *DevStack) error {
-	b, err := json.MarshalIndent(st, "", "  ")
-	if err != nil {
-		return err
-	}
-	tmp := filepath.Join(dir, devStateFile+".tmp")
-	if err := os.WriteFile(tmp, append(b, '\n'), 0o600); err != nil {
-		return err
-	}
-	return os.Rename(tmp, filepath.Join(dir, devStateFile))
+	return devstack.Write(filepath.Join(dir, devStateFile), st)
 }
 
 // writeDevBanner prints what to do with a ready stack.

@@ -5,8 +5,11 @@ package devstack
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
+	"os/exec"
 	"strconv"
 	"strings"
 	"syscall"
@@ -66,4 +69,50 @@ func Alive(pid int) bool {
 		return b[i+2] != 'Z' && b[i+2] != 'X'
 	}
 	return true
+}
+
+// Read reads a stack record (dev.json).
+func Read(path string) (*Stack, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var st Stack
+	if err := json.Unmarshal(b, &st); err != nil {
+		return nil, fmt.Errorf("read %s: %w", path, err)
+	}
+	return &st, nil
+}
+
+// Write replaces the stack record at path (temp file, then rename).
+func Write(path string, st *Stack) error {
+	b, err := json.MarshalIndent(st, "", "  ")
+	if err != nil {
+		return err
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, append(b, '\n'), 0o600); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
+
+// Start starts p in its own session (a terminal's Ctrl-C reaches only the
+// caller, which stops the processes in order) with its output appended to
+// its log, and without CELLKIT_* variables. The channel gets its exit.
+func Start(p Process) (done chan error, pid int, err error) {
+	logf, err := os.OpenFile(p.Log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, 0, err
+	}
+	defer logf.Close()
+	cmd := exec.Command(p.Bin, p.Args...)
+	cmd.Stdout, cmd.Stderr, cmd.Env = logf, logf, ChildEnv()
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		return nil, 0, fmt.Errorf("start %s: %w", p.Name, err)
+	}
+	done = make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	return done, cmd.Process.Pid, nil
 }

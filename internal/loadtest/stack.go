@@ -9,7 +9,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -32,16 +31,11 @@ type Process = devstack.Process
 // LoadStack reads a running stack's dev.json; cellctl is the cellctl binary
 // the drills call (drain, undrain).
 func LoadStack(path, cellctl string) (*Stack, error) {
-	b, err := os.ReadFile(path)
+	rec, err := devstack.Read(path)
 	if err != nil {
 		return nil, fmt.Errorf("read the stack: %w (start one with 'cellctl dev up')", err)
 	}
-	var st Stack
-	if err := json.Unmarshal(b, &st); err != nil {
-		return nil, fmt.Errorf("read %s: %w", path, err)
-	}
-	st.path, st.cellctl = path, cellctl
-	return &st, nil
+	return &Stack{Stack: *rec, path: path, cellctl: cellctl}, nil
 }
 
 // StartStack runs `cellctl dev up` detached in a fresh temporary directory
@@ -126,56 +120,10 @@ func (st *Stack) Restart(name string) error {
 	if err != nil {
 		return err
 	}
-	logf, err := os.OpenFile(p.Log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		return err
-	}
-	defer logf.Close()
-	cmd := exec.Command(p.Bin, p.Args...)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.Env = devstack.ChildEnv()
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-	if err := cmd.Start(); err != nil {
+	if _, p.PID, err = devstack.Start(*p); err != nil { // its exit is reaped by Start
 		return fmt.Errorf("restart %s: %w", name, err)
 	}
-	p.PID = cmd.Process.Pid
-	go cmd.Wait() // reap it if it ends while the drill runs
-	return st.savePID(name, p.PID)
-}
-
-// savePID rewrites dev.json with name's new pid, keeping every other field
-// as cellctl wrote it.
-func (st *Stack) savePID(name string, pid int) error {
-	b, err := os.ReadFile(st.path)
-	if err != nil {
-		return err
-	}
-	var doc map[string]json.RawMessage
-	if err := json.Unmarshal(b, &doc); err != nil {
-		return err
-	}
-	var procs []map[string]json.RawMessage
-	if err := json.Unmarshal(doc["processes"], &procs); err != nil {
-		return err
-	}
-	for _, p := range procs {
-		var n string
-		if json.Unmarshal(p["name"], &n) == nil && n == name {
-			p["pid"] = json.RawMessage(strconv.Itoa(pid))
-		}
-	}
-	if doc["processes"], err = json.Marshal(procs); err != nil {
-		return err
-	}
-	out, err := json.MarshalIndent(doc, "", "  ")
-	if err != nil {
-		return err
-	}
-	tmp := st.path + ".tmp"
-	if err := os.WriteFile(tmp, append(out, '\n'), 0o600); err != nil {
-		return err
-	}
-	return os.Rename(tmp, st.path)
+	return devstack.Write(st.path, &st.Stack)
 }
 
 // WaitReady polls the process's readiness URL until it answers 200.

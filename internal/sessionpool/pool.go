@@ -363,28 +363,26 @@ func (p *Pool[C]) closeLocked(s *Session[C], why string) {
 		s.conn.Close() // nobody waits for stragglers after Close
 		return
 	}
-	p.closing++
-	p.wg.Add(1)
-	go func() {
-		defer p.wg.Done()
-		s.conn.Close()
-		p.mu.Lock()
-		p.closing--
-		p.fillLocked()
-		p.mu.Unlock()
-	}()
+	p.closeAsync(s, &p.closing)
 }
 
 // retireLocked replaces an old session, one at a time.
 func (p *Pool[C]) retireLocked(s *Session[C]) {
-	p.retiring++
 	p.stats.Retired++
+	p.closeAsync(s, &p.retiring)
+}
+
+// closeAsync closes s in the background. *counter (closing or retiring)
+// counts it against Size until its Close returns; then a replacement is
+// dialled.
+func (p *Pool[C]) closeAsync(s *Session[C], counter *int) {
+	*counter++
 	p.wg.Add(1)
 	go func() {
 		defer p.wg.Done()
 		s.conn.Close()
 		p.mu.Lock()
-		p.retiring--
+		*counter--
 		p.fillLocked()
 		p.mu.Unlock()
 	}()
