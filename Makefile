@@ -69,13 +69,17 @@ fuzz: ## run every fuzz target for FUZZTIME each (default 10s)
 	done
 
 .PHONY: drill
-drill: build ## the chaos drills (kill, drain, agency-slow) on a fresh local stack each, at DRILL_RATE/s (default 100); reports in var/drill/
+drill: build ## the chaos drills (kill, drain, agency-slow at DRILL_RATE/s, default 100; agency-slow again at 250/s with a 5 s age budget, where the cells must shed) on a fresh local stack each; reports in var/drill/
 	@mkdir -p var/drill; rc=0; \
 	for d in kill drain agency-slow; do \
 	  echo "== loadtest drill $$d"; \
 	  $(BIN)/loadtest drill $$d --bin $(BIN) --rate $(DRILL_RATE) --baseline 10s --after 10s \
 	    --json var/drill/$$d.json --svg var/drill/$$d.svg || rc=1; \
-	done; exit $$rc
+	done; \
+	echo "== loadtest drill agency-slow, overloaded: 250/s, age budget 5s"; \
+	$(BIN)/loadtest drill agency-slow --bin $(BIN) --rate 250 --age-budget 5s --baseline 8s --after 8s \
+	  --json var/drill/agency-slow-overload.json --svg var/drill/agency-slow-overload.svg || rc=1; \
+	exit $$rc
 
 .PHONY: fmt
 fmt: ## gofmt every Go file

@@ -249,3 +249,7 @@ func (c *Client) Status() Status {
 
 // Close closes the pool's sessions. Call it after the callers are done.
 func (c *Client) Close() error { return c.pool.Close() }
+
+// Limit is the adaptive concurrency limit now: callers that queue for the
+// agency (the pipeline's gate) hold themselves to it.
+func (c *Client) Limit() int { return c.limiter.Load().Limit() }

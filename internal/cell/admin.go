@@ -172,6 +172,7 @@ type QueueStatus struct {
 	Messages         int                      `json:"messages"`
 	OldestAgeSeconds float64                  `json:"oldest_age_seconds"`
 	DrainRate        float64                  `json:"drain_rate"`
+	ServiceSeconds   float64                  `json:"service_seconds"` // recent peak service time of one inquiry
 	AgeBudgetSeconds float64                  `json:"age_budget_seconds"`
 	DepthLimit       int                      `json:"depth_limit"`
 }
@@ -201,7 +202,7 @@ func (c *Cell) Status() Status {
 		st.Map.OwnedSlots = m.SlotCounts()[c.cfg.ID]
 	}
 	shedCfg := c.shed.Config()
-	st.Queue = QueueStatus{DrainRate: c.shed.Rate(), AgeBudgetSeconds: shedCfg.MaxAge.Seconds(), DepthLimit: shedCfg.MaxDepth}
+	st.Queue = QueueStatus{DrainRate: c.shed.Rate(), ServiceSeconds: c.shed.Service().Seconds(), AgeBudgetSeconds: shedCfg.MaxAge.Seconds(), DepthLimit: shedCfg.MaxDepth}
 	if s := c.sample.Load(); s != nil {
 		st.Sampled = s.At
 		if s.Err != nil {

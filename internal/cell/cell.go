@@ -171,7 +171,7 @@ func New(ctx context.Context, cfg Config, opts Options) (_ *Cell, err error) {
 	}
 	c.pipe, err = pipeline.New(c.queue, agencies, cfg.Pipeline, pipeline.Options{
 		Logger: c.log, Registerer: c.reg, Labels: c.lbls,
-		Drained: func() { c.shed.Drained(1) }, CSS: css, Core: core,
+		Drained: func(service time.Duration) { c.shed.Drained(1); c.shed.Served(service) }, CSS: css, Core: core,
 	})
 	if err != nil {
 		return nil, err

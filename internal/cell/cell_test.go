@@ -257,6 +257,34 @@ func TestAgencyDownOpensTheBreakerAndFailsFast(t *testing.T) {
 	}
 }
 
+// A slow agency slows the cell down; it does not fail the work it accepted.
+// Two sessions per agency at 150 ms serve about 13 inquiries a second, so
+// the last of 30 waits about 2 s for a session, twice the step timeout:
+// the wait for a place at the gate is not the call's time, and the gate
+// follows the adaptive limit, so nothing is refused for being slow.
+func TestASlowAgencyDelaysWorkWithoutFailingIt(t *testing.T) {
+	h := start(t, setup{
+		sessions: 2,
+		sim:      agencysim.Config{Latency: agencysim.FixedLatency(150 * time.Millisecond)},
+		config:   func(c *Config) { c.Pipeline.StepTimeout = time.Second },
+	})
+	var ids []string
+	for i := range 30 {
+		ids = append(ids, h.accept(user(i), nil))
+	}
+	for _, id := range ids {
+		if v := h.settled(id); v.Status != inquiry.Done || v.Attempts != 1 {
+			t.Fatalf("%s: %+v, want done at the first attempt", id, v)
+		}
+	}
+	body := string(celltest.Do(t, h.client, "GET", h.admin+"/metrics", nil, nil).Body)
+	for _, line := range strings.Split(body, "\n") {
+		if strings.HasPrefix(line, "cellkit_cell_failures_total{") && !strings.HasSuffix(line, " 0") {
+			t.Errorf("failures: %s", line)
+		}
+	}
+}
+
 // blockingCSS holds every CSS call until released, to stall the pipeline.
 type blockingCSS struct{ release chan struct{} }
 

@@ -111,6 +111,11 @@ func (c *Config) defaults() error {
 	if c.Shed.MaxDepth <= 0 {
 		c.Shed.MaxDepth = 10_000
 	}
+	if c.Pipeline.GateWait <= 0 {
+		// An inquiry that waited its whole age budget for an agency is
+		// retried later rather than holding a worker for ever.
+		c.Pipeline.GateWait = c.Shed.MaxAge
+	}
 	if c.QueueMaxMsgs <= 0 {
 		c.QueueMaxMsgs = 10 * int64(c.Shed.MaxDepth)
 	}

@@ -17,17 +17,19 @@ type failure struct {
 
 func (f *failure) Error() string { return f.reason }
 
-// agencyFailure classifies an agency call's error. Every agency failure is
-// final for the attempt: the breaker and the adaptive limit exist to fail
-// fast, and the retry console re-enqueues such inquiries once the agency is
-// back.
+// agencyFailure classifies an agency call's error. An agency failure is
+// final for the attempt: the breaker exists to fail fast, and the retry
+// console re-enqueues such inquiries once the agency is back. The one
+// exception is a permit refused by the adaptive limit: the gate follows
+// the limit, so a refusal is a race with a limit that just shrank, and the
+// inquiry is retried rather than failed for the agency being slow.
 func agencyFailure(name string, err error) *failure {
 	var ce *agency.CodeError
 	switch {
 	case errors.Is(err, agency.ErrCircuitOpen):
 		return &failure{kind: "circuit_open", reason: name + ": circuit breaker open, agency calls suspended"}
 	case errors.Is(err, agency.ErrLimited):
-		return &failure{kind: "limited", reason: name + ": agency slowed down, concurrency limit reached"}
+		return &failure{kind: "limited", reason: name + ": agency slowed down, concurrency limit reached", retry: true}
 	case errors.Is(err, agency.ErrPoolExhausted):
 		return &failure{kind: "no_session", reason: name + ": no agency session available (agency unreachable?)"}
 	case errors.As(err, &ce):

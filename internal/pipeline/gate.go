@@ -5,23 +5,36 @@ import (
 	"sync"
 )
 
-// gate is a resizable semaphore: at most size holders, waiters served in
-// FIFO order. A pipeline keeps one per agency, sized to the session pool, so
-// that workers queue here (bounded by their step timeout) instead of being
-// rejected by the agency client for want of a session.
+// gate is a resizable semaphore: at most min(size, limit()) holders,
+// waiters served in FIFO order. A pipeline keeps one per agency, sized to
+// the session pool and held to the agency client's adaptive concurrency
+// limit, so that workers queue here instead of being rejected by the agency
+// client for want of a session or of a permit.
 type gate struct {
 	mu      sync.Mutex
 	size    int
+	limit   func() int // the agency's adaptive limit; nil: none
 	held    int
 	waiters []chan struct{}
 }
 
-func newGate(size int) *gate { return &gate{size: max(size, 0)} }
+func newGate(size int, limit func() int) *gate {
+	return &gate{size: max(size, 0), limit: limit}
+}
+
+// placesLocked is the number of holders allowed now. The limit is read on
+// every decision: when it grows, the next acquire or release lets more in.
+func (g *gate) placesLocked() int {
+	if g.limit == nil {
+		return g.size
+	}
+	return min(g.size, max(g.limit(), 1))
+}
 
 // acquire waits for a free place or ctx.
 func (g *gate) acquire(ctx context.Context) error {
 	g.mu.Lock()
-	if g.held < g.size && len(g.waiters) == 0 {
+	if g.held < g.placesLocked() && len(g.waiters) == 0 {
 		g.held++
 		g.mu.Unlock()
 		return nil
@@ -65,7 +78,8 @@ func (g *gate) resize(n int) {
 }
 
 func (g *gate) wakeLocked() {
-	for g.held < g.size && len(g.waiters) > 0 {
+	places := g.placesLocked()
+	for g.held < places && len(g.waiters) > 0 {
 		ch := g.waiters[0]
 		g.waiters = g.waiters[1:]
 		g.held++
@@ -73,8 +87,8 @@ func (g *gate) wakeLocked() {
 	}
 }
 
-func (g *gate) stats() (size, held, waiting int) {
+func (g *gate) stats() (places, held, waiting int) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	return g.size, g.held, len(g.waiters)
+	return g.placesLocked(), g.held, len(g.waiters)
 }

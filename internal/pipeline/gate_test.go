@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -11,7 +12,7 @@ import (
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 func TestGate(t *testing.T) {
-	g := newGate(2)
+	g := newGate(2, nil)
 	ctx := context.Background()
 	for range 2 {
 		if err := g.acquire(ctx); err != nil {
@@ -55,6 +56,47 @@ func TestGate(t *testing.T) {
 	}
 }
 
+// The adaptive limit below the size holds the gate to it: workers wait here
+// rather than being refused by the agency client; a raised limit lets the
+// waiters in on the next release.
+func TestGateFollowsLimit(t *testing.T) {
+	var limit atomic.Int64
+	limit.Store(1)
+	g := newGate(3, func() int { return int(limit.Load()) })
+	ctx := context.Background()
+	if err := g.acquire(ctx); err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan int, 2)
+	for i := range 2 {
+		go func() {
+			if g.acquire(ctx) == nil {
+				got <- i
+			}
+		}()
+		waitWaiters(t, g, i+1)
+	}
+	if p, h, w := g.stats(); p != 1 || h != 1 || w != 2 {
+		t.Fatalf("limit 1: places %d held %d waiting %d, want 1 1 2", p, h, w)
+	}
+	limit.Store(5) // over the size: the size binds
+	g.release()
+	<-got
+	<-got
+	if p, h, w := g.stats(); p != 3 || h != 2 || w != 0 {
+		t.Fatalf("limit 5 of size 3: places %d held %d waiting %d, want 3 2 0", p, h, w)
+	}
+	limit.Store(0) // a limit never closes the gate
+	g.release()
+	g.release()
+	if err := g.acquire(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if p, _, _ := g.stats(); p != 1 {
+		t.Fatalf("limit 0: %d places, want 1", p)
+	}
+}
+
 func waitWaiters(t *testing.T, g *gate, n int) {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
@@ -70,7 +112,7 @@ func waitWaiters(t *testing.T, g *gate, n int) {
 }
 
 func BenchmarkGate(b *testing.B) {
-	g := newGate(1 << 20)
+	g := newGate(1<<20, nil)
 	ctx := context.Background()
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {

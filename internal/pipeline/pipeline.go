@@ -9,16 +9,20 @@
 //     failed is acked without calling anyone, a stale message (its enqueue
 //     was rolled back or superseded) is dropped, and record writes are
 //     compare-and-swap, so an inquiry never gets a second, different result.
-//   - Agency failures (breaker open, adaptive limit, agency error, timeout,
-//     no session) fail the inquiry at once with the reason, onto the error
-//     stream. An agency that is down trips its breaker (see
-//     countUnreachable), so that inquiries then fail in microseconds.
-//     Transient failures (core banking, the store, no free session within
-//     the step timeout) are retried with backoff; after MaxDeliver attempts
-//     the inquiry is failed and dead-lettered with its last reason.
+//   - Agency failures (breaker open, agency error, timeout, no session)
+//     fail the inquiry at once with the reason, onto the error stream. An
+//     agency that is down trips its breaker (see countUnreachable), so that
+//     inquiries then fail in microseconds. Transient failures (core banking,
+//     the store, no free place at an agency within GateWait, a permit
+//     refused by the adaptive limit) are retried with backoff; after
+//     MaxDeliver attempts the inquiry is failed and dead-lettered with its
+//     last reason.
 //   - Concurrency is bounded: Workers inquiries at a time, and per agency no
-//     more calls than its session pool has sessions (workers wait for a
-//     place, within the step timeout).
+//     more calls than its session pool has sessions and its adaptive limit
+//     allows (workers wait for a place at the agency's gate, up to
+//     GateWait; the call itself then has StepTimeout). A slow agency thus
+//     slows the pipeline down instead of failing the work it accepted; the
+//     shedder turns new work away meanwhile.
 //   - Run stops fetching when its context ends, lets inquiries in flight
 //     finish for DrainTimeout, then abandons the rest: they are nak'ed, and
 //     after a restart the server redelivers them once their ack wait
@@ -66,9 +70,13 @@ type Agency struct {
 type Config struct {
 	// Workers is how many inquiries are processed at once [64].
 	Workers int
-	// StepTimeout bounds each agency call, the wait for one of its
-	// sessions included, and each of CSS and core banking [3s].
+	// StepTimeout bounds each agency call (after its place at the gate),
+	// and each of CSS and core banking [3s].
 	StepTimeout time.Duration
+	// GateWait bounds the wait for a place at an agency's gate; past it the
+	// attempt is retried with backoff [30s]. The cell sets it to its age
+	// budget: an inquiry that waited that long is past its budget anyway.
+	GateWait time.Duration
 	// MaxDeliver is the number of attempts before an inquiry that keeps
 	// failing transiently is dead-lettered [5].
 	MaxDeliver int
@@ -91,6 +99,9 @@ func (c *Config) defaults() {
 	}
 	if c.StepTimeout <= 0 {
 		c.StepTimeout = 3 * time.Second
+	}
+	if c.GateWait <= 0 {
+		c.GateWait = 30 * time.Second
 	}
 	if c.MaxDeliver <= 0 {
 		c.MaxDeliver = 5
@@ -116,8 +127,10 @@ type Options struct {
 	Labels     prometheus.Labels     // constant labels ({"cell": id})
 	Now        func() time.Time      // nil: time.Now
 	// Drained is called once per message settled (acked with an outcome),
-	// for the shedder's drain rate. May be nil.
-	Drained func()
+	// for the shedder's drain rate, with the message's service time: its
+	// slowest call (agency or CSS, the wait for a place at the gate not
+	// included) plus core banking. May be nil.
+	Drained func(service time.Duration)
 	// CSS and Core default to LocalCSS and LocalCore without latency.
 	CSS  CSS
 	Core CoreBanking
@@ -134,7 +147,7 @@ type Pipeline struct {
 	core     CoreBanking
 	log      *slog.Logger
 	now      func() time.Time
-	drained  func()
+	drained  func(time.Duration)
 	m        *metrics
 	notify   *notifierQueue
 	inflight atomic.Int64
@@ -152,7 +165,11 @@ func New(q *queue.Queue, agencies []Agency, cfg Config, opts Options) (*Pipeline
 		css: opts.CSS, core: opts.Core, log: opts.Logger, now: opts.Now, drained: opts.Drained, m: m,
 	}
 	for _, a := range agencies {
-		p.gates[a.Name] = newGate(a.Sessions)
+		var limit func() int
+		if l, ok := a.Client.(interface{ Limit() int }); ok {
+			limit = l.Limit
+		}
+		p.gates[a.Name] = newGate(a.Sessions, limit)
 	}
 	if p.css == nil {
 		p.css = LocalCSS{}
@@ -167,7 +184,7 @@ func New(q *queue.Queue, agencies []Agency, cfg Config, opts Options) (*Pipeline
 		p.now = time.Now
 	}
 	if p.drained == nil {
-		p.drained = func() {}
+		p.drained = func(time.Duration) {}
 	}
 	p.notify = newNotifier(m, cfg.CallbackTimeout)
 	return p, nil
@@ -313,17 +330,20 @@ func (p *Pipeline) handle(ctx context.Context, m jetstream.Msg) {
 		p.inflight.Add(-1)
 		p.m.inflight.Dec()
 	}()
-	outcome := p.settle(ctx, m)
+	var service time.Duration
+	outcome := p.settle(ctx, m, &service)
 	p.m.inquiries.WithLabelValues(outcome).Inc()
 	p.m.seconds.WithLabelValues(outcome).Observe(p.now().Sub(began).Seconds())
 	switch outcome {
 	case "retry", "interrupted":
 	default:
-		p.drained()
+		p.drained(service)
 	}
 }
 
-func (p *Pipeline) settle(ctx context.Context, m jetstream.Msg) string {
+// settle handles m and returns the outcome; *service is set to the
+// attempt's service time (see Options.Drained) when it made one.
+func (p *Pipeline) settle(ctx context.Context, m jetstream.Msg, service *time.Duration) string {
 	md, err := m.Metadata()
 	var msg queue.Message
 	if err != nil || json.Unmarshal(m.Data(), &msg) != nil || msg.ID == "" {
@@ -366,7 +386,7 @@ func (p *Pipeline) settle(ctx context.Context, m jetstream.Msg) string {
 
 	stopProgress := p.keepAlive(m)
 	rec.Attempts = attempt
-	res, f := p.run(ctx, &rec)
+	res, f := p.run(ctx, &rec, service)
 	stopProgress()
 	switch {
 	case f == nil:
@@ -500,9 +520,17 @@ func (p *Pipeline) keepAlive(m jetstream.Msg) (stop func()) {
 }
 
 // run computes the result: every agency and CSS at once (scores kept from
-// an earlier attempt are not asked again), then core banking.
-func (p *Pipeline) run(ctx context.Context, rec *inquiry.Record) (inquiry.Result, *failure) {
+// an earlier attempt are not asked again), then core banking. It sets
+// *service to the slowest call plus core banking.
+func (p *Pipeline) run(ctx context.Context, rec *inquiry.Record, service *time.Duration) (inquiry.Result, *failure) {
 	var mu sync.Mutex
+	var slowest time.Duration // the slowest call, gate waits excluded
+	served := func(d time.Duration) {
+		mu.Lock()
+		slowest = max(slowest, d)
+		mu.Unlock()
+	}
+	defer func() { *service += slowest }()
 	scores := maps.Clone(rec.Scores)
 	if scores == nil {
 		scores = map[string]int{}
@@ -523,14 +551,19 @@ func (p *Pipeline) run(ctx context.Context, rec *inquiry.Record) (inquiry.Result
 		g.Go(func() error {
 			began := p.now()
 			defer func() { p.m.steps.WithLabelValues(a.Name).Observe(p.now().Sub(began).Seconds()) }()
+			gt := p.gates[a.Name]
+			wctx, cancelWait := context.WithTimeout(gctx, p.cfg.GateWait)
+			err := gt.acquire(wctx)
+			cancelWait()
+			if err != nil {
+				return &failure{kind: "busy", reason: fmt.Sprintf("%s: no session free within %v", a.Name, p.cfg.GateWait), retry: true}
+			}
 			sctx, cancel := context.WithTimeout(gctx, p.cfg.StepTimeout)
 			defer cancel()
-			gt := p.gates[a.Name]
-			if err := gt.acquire(sctx); err != nil {
-				return &failure{kind: "busy", reason: fmt.Sprintf("%s: no session free within %v", a.Name, p.cfg.StepTimeout), retry: true}
-			}
+			called := p.now()
 			res, err := a.Client.Inquire(sctx, key)
 			gt.release()
+			served(p.now().Sub(called))
 			if err != nil {
 				if errors.Is(err, agency.ErrPoolExhausted) {
 					p.countUnreachable(a)
@@ -548,6 +581,7 @@ func (p *Pipeline) run(ctx context.Context, rec *inquiry.Record) (inquiry.Result
 			sctx, cancel := context.WithTimeout(gctx, p.cfg.StepTimeout)
 			defer cancel()
 			s, err := p.css.Score(sctx, rec.UserID)
+			served(p.now().Sub(began))
 			if err != nil {
 				return &failure{kind: "css", reason: "css: " + err.Error()}
 			}
@@ -571,6 +605,7 @@ func (p *Pipeline) run(ctx context.Context, rec *inquiry.Record) (inquiry.Result
 	ref, err := p.core.Register(sctx, *rec, res)
 	cancel()
 	p.m.steps.WithLabelValues("core_banking").Observe(p.now().Sub(began).Seconds())
+	*service += p.now().Sub(began)
 	if err != nil {
 		return inquiry.Result{}, &failure{kind: "core_banking", reason: "core banking: " + err.Error(), retry: true}
 	}

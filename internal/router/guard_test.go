@@ -132,6 +132,30 @@ func TestBreakerOpensOnServerErrors(t *testing.T) {
 	}
 }
 
+// A cell shedding its own load answers 503 with Retry-After and
+// Cellkit-Overloaded at once: it is healthy and deciding, so its answers
+// pass through and do not trip the router's breaker. Counting them as
+// failures opened the breaker in the agency-slow drill and refused every
+// user of the cell for OpenFor, the part it was still admitting included.
+func TestCellSheddingDoesNotTripTheBreaker(t *testing.T) {
+	w := newWorld(t, guardWorld(time.Second, 16, "c1"))
+	w.backends["c1"].mode.Store(modeShed)
+	for i := range 20 {
+		a := w.create("u1")
+		if a.status != http.StatusServiceUnavailable || a.header.Get("Retry-After") != "7" || a.header.Get("Cellkit-Overloaded") != "true" {
+			t.Fatalf("call %d: %v %v, want the cell's 503 with its Retry-After 7", i, a, a.header)
+		}
+	}
+	w.backends["c1"].mode.Store(modeOK)
+	if a := w.create("u1"); a.status != http.StatusAccepted {
+		t.Fatalf("after 20 shed answers: %v, want the cell reached (breaker closed)", a)
+	}
+	if calls := w.backends["c1"].calls.Load(); calls != 21 {
+		t.Errorf("the cell got %d calls, want 21", calls)
+	}
+	assertMetric(t, w, `cellkit_router_breaker_state{cell="c1"} 0`)
+}
+
 func guardWorld(timeout time.Duration, bulkhead int, cells ...string) worldOptions {
 	return worldOptions{cells: cells, cfg: guardConfig(timeout, bulkhead)}
 }

@@ -65,6 +65,7 @@ const (
 	modeOK int32 = iota
 	modeHang
 	modeFail
+	modeShed // the cell's own load shedding: 503, Retry-After, Cellkit-Overloaded
 )
 
 func newBackend(t *testing.T, cell string) *backend {
@@ -97,6 +98,13 @@ func (b *backend) serve(w http.ResponseWriter, r *http.Request) {
 		return
 	case modeFail:
 		http.Error(w, "boom", http.StatusInternalServerError)
+		return
+	case modeShed:
+		w.Header().Set("Retry-After", "7")
+		w.Header().Set("Cellkit-Overloaded", "true")
+		w.Header().Set("Content-Type", "application/problem+json")
+		w.WriteHeader(http.StatusServiceUnavailable)
+		fmt.Fprintf(w, `{"type":"https://cellkit.dev/problems/overloaded","title":"cell %s is shedding load","status":503}`, b.cell)
 		return
 	}
 	if v, _ := strconv.ParseInt(r.Header.Get("Cellkit-Map-Version"), 10, 64); v < b.minVersion.Load() {

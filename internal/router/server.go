@@ -464,7 +464,12 @@ func (r *Router) call(ctx *fasthttp.RequestCtx, u *upstream) int {
 		return p.status
 	}
 	status := ctx.Response.StatusCode()
-	u.guard.leave(permit, status >= 500, took)
+	// A 503 marked Cellkit-Overloaded is the cell shedding its own load:
+	// a quick, deliberate answer from a healthy cell. Counted as a failure
+	// it would open the breaker and refuse all of the cell's users, the
+	// share it still admits included, for OpenFor.
+	shedByCell := status == fasthttp.StatusServiceUnavailable && bytes.Equal(ctx.Response.Header.PeekBytes(hdrOverloaded), valTrue)
+	u.guard.leave(permit, status >= 500 && !shedByCell, took)
 	cleanResponse(&ctx.Response)
 	return status
 }

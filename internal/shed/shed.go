@@ -1,9 +1,10 @@
 // Package shed decides whether a cell takes new work: it sheds intake when
 // the oldest pending message is older than its budget, when the queue is at
 // its depth limit, or when what is queued would take longer than the budget
-// to drain at the measured rate (so that the oldest pending age stays under
-// the budget instead of overshooting it by the backlog admitted before the
-// budget ran out). It tells callers when to come back, from the drain rate.
+// to drain at the measured rate and be served (so that the oldest pending
+// age stays under the budget instead of overshooting it by the backlog
+// admitted before the budget ran out). It tells callers when to come back,
+// from the drain rate.
 //
 // It is pure and cheap on the request path: a sampler feeds it snapshots of
 // the queue (Observe) and the pipeline reports what it finished (Drained);
@@ -57,7 +58,9 @@ type Shedder struct {
 	sample   Sample
 	accepted uint64  // accepted since New
 	drained  int     // finished since the last rate update
-	rate     float64 // drain rate, messages per second (EWMA)
+	rate     float64 // drain rate, messages per second (EWMA over rateWindow)
+	fast     float64 // the same over fastWindow
+	service  float64 // recent peak service time, seconds, decaying over rateWindow
 	rateAt   time.Time
 }
 
@@ -88,8 +91,18 @@ func (s *Shedder) Config() Config { return s.cfg }
 // compete for the disk).
 const waitShare = 0.8
 
-// rateWindow is the time constant of the drain rate's moving average.
-const rateWindow = 5 * time.Second
+// rateWindow is the time constant of the drain rate's moving average, the
+// one the Retry-After advice comes from; fastWindow is that of a second
+// average that follows a change of pace within about a second. Admission
+// takes the smaller of the two: when the agencies slow down ×10 the slow
+// average would still promise the old pace for seconds while the cell
+// takes in work it cannot finish within the budget; when they recover, the
+// slow one holds admission back for a few seconds, which costs little
+// because the faster drain empties the queue meanwhile.
+const (
+	rateWindow = 5 * time.Second
+	fastWindow = 500 * time.Millisecond
+)
 
 // Observe installs a new sample of the queue and updates the drain rate.
 func (s *Shedder) Observe(sm Sample) {
@@ -103,18 +116,29 @@ func (s *Shedder) Observe(sm Sample) {
 		if dt := sm.At.Sub(s.rateAt).Seconds(); dt > 0 {
 			inst := float64(s.drained) / dt
 			if s.rate == 0 {
-				s.rate = inst
+				s.rate, s.fast = inst, inst
 			} else {
-				// An average over about rateWindow, whatever the sampling
-				// period: a stall of a second (every worker waiting on a
-				// slow call) must not read as a queue that never drains.
-				a := 1 - math.Exp(-dt/rateWindow.Seconds())
-				s.rate = a*inst + (1-a)*s.rate
+				// Averages over about their windows, whatever the sampling
+				// period.
+				s.rate = ewma(s.rate, inst, dt, rateWindow)
+				s.fast = ewma(s.fast, inst, dt, fastWindow)
 			}
+		}
+	}
+	if !s.rateAt.IsZero() {
+		if dt := sm.At.Sub(s.rateAt).Seconds(); dt > 0 {
+			s.service *= math.Exp(-dt / rateWindow.Seconds())
 		}
 	}
 	s.rateAt, s.drained = sm.At, 0
 	s.sample = sm
+}
+
+// ewma moves avg towards inst, observed over dt seconds, with time
+// constant w.
+func ewma(avg, inst, dt float64, w time.Duration) float64 {
+	a := 1 - math.Exp(-dt/w.Seconds())
+	return a*inst + (1-a)*avg
 }
 
 // Mark returns the count of accepted inquiries, to put in the next Sample.
@@ -129,6 +153,24 @@ func (s *Shedder) Drained(n int) {
 	s.mu.Lock()
 	s.drained += n
 	s.mu.Unlock()
+}
+
+// Served records the service time of one finished inquiry: the time its
+// slowest call took, queueing excluded. The shedder keeps the recent peak
+// (decaying over rateWindow): a new inquiry waits for the backlog to drain
+// and is then served itself, and the oldest pending one is the unlucky one
+// with the slowest calls, so the predicted age adds the peak, not the mean.
+func (s *Shedder) Served(d time.Duration) {
+	s.mu.Lock()
+	s.service = max(s.service, d.Seconds())
+	s.mu.Unlock()
+}
+
+// Service is the recent peak service time.
+func (s *Shedder) Service() time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return time.Duration(s.service * float64(time.Second))
 }
 
 // Accepted records one inquiry taken in.
@@ -159,10 +201,10 @@ func (s *Shedder) Admit() Decision {
 		d.OK, d.Reason = false, "age"
 	case d.Depth >= s.cfg.MaxDepth:
 		d.OK, d.Reason = false, "depth"
-	case s.rate > 0 && float64(d.Depth)/s.rate > waitShare*s.cfg.MaxAge.Seconds():
+	case s.rate > 0 && float64(d.Depth)/min(s.rate, s.fast)+s.service > waitShare*s.cfg.MaxAge.Seconds():
 		// Not over budget yet, but a new inquiry would be: what is queued
 		// takes longer than (most of) the budget to drain at the current
-		// rate.
+		// pace (see rateWindow), and then the new one must be served.
 		d.OK, d.Reason = false, "wait"
 	default:
 		return d

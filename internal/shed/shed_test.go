@@ -147,3 +147,78 @@ func TestAShortStallKeepsMostOfTheRate(t *testing.T) {
 		t.Fatalf("rate after a 1 s stall %v, want about 100·e^(-1/5) ≈ 82/s", r)
 	}
 }
+
+// A sudden ×10 slowdown: the backlog that was 2 s of work becomes 20 s.
+// Admission must notice within about a second, not after the 5 s average
+// catches up (the agency-slow drill overshot the budget by 50 % that way).
+func TestASuddenSlowdownShedsWithinASecond(t *testing.T) {
+	clk := &clock{now: time.Unix(1000, 0)}
+	s := New(Config{MaxAge: 5 * time.Second, MaxDepth: 1_000_000}, clk.Now)
+	step := func(drained, depth int) {
+		clk.Add(250 * time.Millisecond)
+		s.Drained(drained)
+		s.Observe(Sample{Depth: depth, Oldest: clk.Now().Add(-time.Second), At: clk.Now(), Mark: s.Mark()})
+	}
+	for range 40 { // 10 s at 100/s with 200 queued: 2 s of work
+		step(25, 200)
+	}
+	if d := s.Admit(); !d.OK {
+		t.Fatalf("200 queued at 100/s with a 5 s budget: %+v", d)
+	}
+	shedAt := time.Duration(0)
+	for i := range 8 { // now 10/s
+		step([]int{3, 2}[i%2], 200)
+		if d := s.Admit(); !d.OK && shedAt == 0 {
+			if d.Reason != "wait" {
+				t.Fatalf("shed for %q, want wait", d.Reason)
+			}
+			shedAt = time.Duration(i+1) * 250 * time.Millisecond
+		}
+	}
+	if shedAt == 0 || shedAt > time.Second {
+		t.Fatalf("200 queued at 10/s (20 s of work, 5 s budget) admitted for %v after the slowdown, want shed within 1 s (rate %.0f/s)", 2*time.Second, s.Rate())
+	}
+	// The slow average still says about 70/s: that is what Retry-After
+	// advises (a shed client comes back when the backlog could be gone).
+	if r := s.Rate(); r < 50 {
+		t.Fatalf("Retry-After rate %.0f/s after 2 s of the slowdown, want the slow average (> 50/s)", r)
+	}
+	// Recovery: back to 100/s, the backlog drains; once it is a second of
+	// work, intake opens although the slow average is still low.
+	for range 8 {
+		step(25, 50)
+	}
+	if d := s.Admit(); !d.OK {
+		t.Fatalf("50 queued after recovering to 100/s: %+v (rate %.0f/s)", d, s.Rate())
+	}
+}
+
+// The predicted age of a new inquiry is the backlog's drain time plus its
+// own service: with slow calls (1.5 s) a backlog of 3 s is already over 80 %
+// of a 5 s budget. The peak decays once calls are quick again.
+func TestServiceTimeCountsTowardsTheWait(t *testing.T) {
+	clk := &clock{now: time.Unix(1000, 0)}
+	s := New(Config{MaxAge: 5 * time.Second, MaxDepth: 1_000_000}, clk.Now)
+	step := func() {
+		clk.Add(250 * time.Millisecond)
+		s.Drained(25)
+		s.Observe(Sample{Depth: 300, Oldest: clk.Now().Add(-time.Second), At: clk.Now(), Mark: s.Mark()})
+	}
+	for range 20 { // 100/s, 300 queued: 3 s
+		step()
+	}
+	s.Served(500 * time.Millisecond)
+	if d := s.Admit(); !d.OK {
+		t.Fatalf("3 s of backlog + 0.5 s service, 5 s budget: %+v", d)
+	}
+	s.Served(1500 * time.Millisecond)
+	if d := s.Admit(); d.OK || d.Reason != "wait" {
+		t.Fatalf("3 s of backlog + 1.5 s service, 5 s budget: %+v, want shed for wait", d)
+	}
+	for range 40 { // 10 s of quick calls
+		step()
+	}
+	if d := s.Admit(); !d.OK || s.Service() > 300*time.Millisecond {
+		t.Fatalf("10 s after the last slow call: %+v, service peak %v", d, s.Service())
+	}
+}
