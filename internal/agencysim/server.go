@@ -113,6 +113,7 @@ type Server struct {
 	accepted, refused, calls, errs, garbage, resets atomic.Int64
 	idleCuts, heartbeats, malformed, bytesOut       atomic.Int64
 	delay                                           prometheus.Histogram
+	slack                                           slack
 }
 
 // New returns a server of the given profile. An invalid cfg is reported by

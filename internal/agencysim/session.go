@@ -82,6 +82,7 @@ func (s *Server) serve(sess *session) {
 	var out []byte
 	for s.awaitNext(sess) {
 		body, err := r.ReadFrame()
+		arrived := time.Now()
 		if err != nil {
 			switch {
 			case errors.Is(err, os.ErrDeadlineExceeded):
@@ -106,7 +107,7 @@ func (s *Server) serve(sess *session) {
 				Type: telegram.HeartbeatAck, TraceNo: m.TraceNo, UserKey: m.UserKey, RespCode: telegram.CodeOK,
 			})
 		case telegram.Request:
-			out, ok = s.request(sess, out, &m)
+			out, ok = s.request(sess, out, &m, arrived)
 		default:
 			s.malformedFrame(sess, errors.New("unexpected message type "+string(m.Type)))
 			return
@@ -150,9 +151,9 @@ func (s *Server) answer(sess *session, buf []byte, m *telegram.Message) ([]byte,
 	return buf, s.write(sess.conn, buf) == nil
 }
 
-// request answers one request after its latency, with the outcome the
-// configured rates draw.
-func (s *Server) request(sess *session, buf []byte, m *telegram.Message) ([]byte, bool) {
+// request answers one request its latency after it arrived, with the
+// outcome the configured rates draw.
+func (s *Server) request(sess *session, buf []byte, m *telegram.Message, arrived time.Time) ([]byte, bool) {
 	s.calls.Add(1)
 	cfg := s.Config()
 	s.rngMu.Lock()
@@ -165,7 +166,7 @@ func (s *Server) request(sess *session, buf []byte, m *telegram.Message) ([]byte
 	s.rngMu.Unlock()
 
 	s.delay.Observe(delay.Seconds())
-	if delay > 0 && !s.sleep(delay) {
+	if delay > 0 && !s.sleepUntil(arrived.Add(delay)) {
 		return buf, false
 	}
 	switch {

@@ -1,8 +1,10 @@
 package cell
 
 import (
+	"fmt"
 	"net/http"
 	"os"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -89,14 +91,18 @@ func BenchmarkPipelineAgencyBound(b *testing.B) {
 		secs = v
 	}
 	window := time.Duration(secs) * time.Second
+	dir := benchStore(b)
 	h := start(b, setup{
-		sessions: sessions, storeDir: benchStore(b),
+		sessions: sessions, storeDir: dir,
 		sim: agencysim.Config{MaxSessions: sessions, Latency: agencysim.FixedLatency(latency)},
 		config: func(c *Config) {
 			c.Shed.MaxAge = budget
 			c.CSSLatency, c.CoreLatency = 5*time.Millisecond, 10*time.Millisecond
 			c.SampleInterval = 100 * time.Millisecond
 			c.Pipeline.Backoff = nil
+			if v, err := strconv.Atoi(os.Getenv("CELLKIT_BENCH_WORKERS")); err == nil {
+				c.Pipeline.Workers = v
+			}
 			c.Breaker.MinCalls, c.Breaker.Window = 0, 0
 		},
 	})
@@ -125,9 +131,14 @@ func BenchmarkPipelineAgencyBound(b *testing.B) {
 				}
 			}()
 		}
+		probe := startFsyncProbe(b, dir)
 		doneBefore := counter(b, h, "cellkit_cell_deliveries_total", "outcome", "done")
 		began := time.Now()
 		var maxAge time.Duration
+		// Per agency, summed over the ticks: places at the gate (the
+		// adaptive limit), calls holding one, inquiries waiting for one.
+		gates := map[string]*[3]float64{}
+		ticks := 0
 		tick := time.NewTicker(10 * time.Millisecond)
 		sent := 0
 		for now := range tick.C {
@@ -145,9 +156,19 @@ func BenchmarkPipelineAgencyBound(b *testing.B) {
 			if s := h.cell.sample.Load(); s != nil && !s.Oldest.IsZero() {
 				maxAge = max(maxAge, now.Sub(s.Oldest))
 			}
+			ticks++
+			for name, g := range h.cell.pipe.GateStats() {
+				if gates[name] == nil {
+					gates[name] = &[3]float64{}
+				}
+				for i := range g {
+					gates[name][i] += float64(g[i])
+				}
+			}
 		}
 		tick.Stop()
 		elapsed := time.Since(began)
+		fsyncs := probe()
 		done := counter(b, h, "cellkit_cell_deliveries_total", "outcome", "done") - doneBefore
 		close(jobs)
 		wg.Wait()
@@ -160,7 +181,58 @@ func BenchmarkPipelineAgencyBound(b *testing.B) {
 		b.Logf("window %v: offered %d (%.0f/s), accepted %d, shed %d, other %d, generator dropped %d, done %.0f (%.1f/s = %.3f of the bound %.0f/s), oldest pending at most %v (budget %v)",
 			elapsed.Round(time.Millisecond), sent, float64(sent)/elapsed.Seconds(), accepted.Load(), shed.Load(), other.Load(), dropped.Load(),
 			done, rate, rate/bound, bound, maxAge.Round(time.Millisecond), budget)
+		for name, g := range gates {
+			b.Logf("%s: mean places %.1f, busy %.1f (%.0f%% of %d sessions), waiting %.1f",
+				name, g[0]/float64(ticks), g[1]/float64(ticks), 100*g[1]/float64(ticks)/sessions, sessions, g[2]/float64(ticks))
+		}
+		for _, name := range []string{"nice", "kcb"} {
+			b.Logf("%s: mean call %.2f ms (the simulator's latency %v; the rest is the link's own cost)", name, 1000*meanOf(b, h, "cellkit_agency_call_seconds", "agency", name), latency)
+		}
+		b.Logf("the store's disk meanwhile: %s", fsyncs)
 		b.Logf("deliveries %v, failures %v", series(b, h, "cellkit_cell_deliveries_total", "outcome"), series(b, h, "cellkit_cell_failures_total", "kind"))
+	}
+}
+
+// startFsyncProbe writes and fsyncs 4 KiB in dir every 20 ms until the
+// returned function is called, which reports the fsync latencies: the
+// on-disk figures depend on them (every JetStream write is synced), and on a
+// shared machine they move with the neighbours' I/O.
+func startFsyncProbe(tb testing.TB, dir string) func() string {
+	tb.Helper()
+	f, err := os.CreateTemp(dir, "fsync-probe")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	stop, done := make(chan struct{}), make(chan []time.Duration)
+	go func() {
+		defer f.Close()
+		defer os.Remove(f.Name())
+		var lat []time.Duration
+		buf := make([]byte, 4096)
+		t := time.NewTicker(20 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-stop:
+				done <- lat
+				return
+			case <-t.C:
+			}
+			t0 := time.Now()
+			if _, err := f.Write(buf); err == nil && f.Sync() == nil {
+				lat = append(lat, time.Since(t0))
+			}
+		}
+	}()
+	return func() string {
+		close(stop)
+		lat := <-done
+		if len(lat) == 0 {
+			return "no fsync measured"
+		}
+		slices.Sort(lat)
+		q := func(p float64) time.Duration { return lat[int(p*float64(len(lat)-1))].Round(time.Microsecond) }
+		return fmt.Sprintf("4 KiB write+fsync p50 %v, p99 %v, max %v (%d probes)", q(0.5), q(0.99), lat[len(lat)-1].Round(time.Microsecond), len(lat))
 	}
 }
 
@@ -205,6 +277,28 @@ func series(tb testing.TB, h *harness, name, label string) map[string]float64 {
 		}
 	}
 	return out
+}
+
+// meanOf is the mean of a histogram's series with the label (all outcomes).
+func meanOf(tb testing.TB, h *harness, name, label, value string) float64 {
+	tb.Helper()
+	mfs, err := h.cell.reg.Gather()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	var sum, n float64
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.Metric {
+			if hasLabel(m, label, value) {
+				sum += m.GetHistogram().GetSampleSum()
+				n += float64(m.GetHistogram().GetSampleCount())
+			}
+		}
+	}
+	return sum / max(n, 1)
 }
 
 func hasLabel(m *dto.Metric, name, value string) bool {

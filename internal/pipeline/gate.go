@@ -6,7 +6,9 @@ import (
 )
 
 // gate is a resizable semaphore: at most min(size, limit()) holders,
-// waiters served in FIFO order. A pipeline keeps one per agency, sized to
+// waiters served high lane first, each lane in FIFO order (workers hold
+// fetched inquiries while they wait here, so without the lanes a high one
+// would queue behind every normal one fetched before it). A pipeline keeps one per agency, sized to
 // the session pool and held to the agency client's adaptive concurrency
 // limit, so that workers queue here instead of being rejected by the agency
 // client for want of a session or of a permit.
@@ -15,7 +17,7 @@ type gate struct {
 	size    int
 	limit   func() int // the agency's adaptive limit; nil: none
 	held    int
-	waiters []chan struct{}
+	waiters [2][]chan struct{} // [0] high, [1] normal
 }
 
 func newGate(size int, limit func() int) *gate {
@@ -31,16 +33,22 @@ func (g *gate) placesLocked() int {
 	return min(g.size, max(g.limit(), 1))
 }
 
-// acquire waits for a free place or ctx.
-func (g *gate) acquire(ctx context.Context) error {
+func (g *gate) waitingLocked() int { return len(g.waiters[0]) + len(g.waiters[1]) }
+
+// acquire waits for a free place or ctx; high waiters go first.
+func (g *gate) acquire(ctx context.Context, high bool) error {
+	lane := 1
+	if high {
+		lane = 0
+	}
 	g.mu.Lock()
-	if g.held < g.placesLocked() && len(g.waiters) == 0 {
+	if g.held < g.placesLocked() && g.waitingLocked() == 0 {
 		g.held++
 		g.mu.Unlock()
 		return nil
 	}
 	ch := make(chan struct{})
-	g.waiters = append(g.waiters, ch)
+	g.waiters[lane] = append(g.waiters[lane], ch)
 	g.mu.Unlock()
 	select {
 	case <-ch:
@@ -48,9 +56,10 @@ func (g *gate) acquire(ctx context.Context) error {
 	case <-ctx.Done():
 		g.mu.Lock()
 		defer g.mu.Unlock()
-		for i, w := range g.waiters {
+		q := g.waiters[lane]
+		for i, w := range q {
 			if w == ch {
-				g.waiters = append(g.waiters[:i], g.waiters[i+1:]...)
+				g.waiters[lane] = append(q[:i], q[i+1:]...)
 				return ctx.Err()
 			}
 		}
@@ -79,9 +88,13 @@ func (g *gate) resize(n int) {
 
 func (g *gate) wakeLocked() {
 	places := g.placesLocked()
-	for g.held < places && len(g.waiters) > 0 {
-		ch := g.waiters[0]
-		g.waiters = g.waiters[1:]
+	for g.held < places && g.waitingLocked() > 0 {
+		lane := 0
+		if len(g.waiters[0]) == 0 {
+			lane = 1
+		}
+		ch := g.waiters[lane][0]
+		g.waiters[lane] = g.waiters[lane][1:]
 		g.held++
 		close(ch)
 	}
@@ -90,5 +103,5 @@ func (g *gate) wakeLocked() {
 func (g *gate) stats() (places, held, waiting int) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	return g.placesLocked(), g.held, len(g.waiters)
+	return g.placesLocked(), g.held, g.waitingLocked()
 }

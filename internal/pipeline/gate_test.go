@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"context"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -15,20 +16,20 @@ func TestGate(t *testing.T) {
 	g := newGate(2, nil)
 	ctx := context.Background()
 	for range 2 {
-		if err := g.acquire(ctx); err != nil {
+		if err := g.acquire(ctx, false); err != nil {
 			t.Fatal(err)
 		}
 	}
 	// A third waits, in order, and gives up with its context.
 	short, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
 	defer cancel()
-	if err := g.acquire(short); err == nil {
+	if err := g.acquire(short, false); err == nil {
 		t.Fatal("acquired a third place of two")
 	}
 	got := make(chan int, 2)
 	for i := range 2 {
 		go func() {
-			if g.acquire(ctx) == nil {
+			if g.acquire(ctx, false) == nil {
 				got <- i
 			}
 		}()
@@ -47,11 +48,11 @@ func TestGate(t *testing.T) {
 	}
 	g.release()
 	g.release()
-	if err := g.acquire(short); err == nil {
+	if err := g.acquire(short, false); err == nil {
 		t.Fatal("acquired over the new size")
 	}
 	g.release()
-	if err := g.acquire(ctx); err != nil {
+	if err := g.acquire(ctx, false); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -64,13 +65,13 @@ func TestGateFollowsLimit(t *testing.T) {
 	limit.Store(1)
 	g := newGate(3, func() int { return int(limit.Load()) })
 	ctx := context.Background()
-	if err := g.acquire(ctx); err != nil {
+	if err := g.acquire(ctx, false); err != nil {
 		t.Fatal(err)
 	}
 	got := make(chan int, 2)
 	for i := range 2 {
 		go func() {
-			if g.acquire(ctx) == nil {
+			if g.acquire(ctx, false) == nil {
 				got <- i
 			}
 		}()
@@ -89,11 +90,42 @@ func TestGateFollowsLimit(t *testing.T) {
 	limit.Store(0) // a limit never closes the gate
 	g.release()
 	g.release()
-	if err := g.acquire(ctx); err != nil {
+	if err := g.acquire(ctx, false); err != nil {
 		t.Fatal(err)
 	}
 	if p, _, _ := g.stats(); p != 1 {
 		t.Fatalf("limit 0: %d places, want 1", p)
+	}
+}
+
+// A high inquiry waiting for a place goes before the normal ones that
+// waited longer; within a lane the order is FIFO.
+func TestGateServesTheHighLaneFirst(t *testing.T) {
+	g := newGate(1, nil)
+	ctx := context.Background()
+	if err := g.acquire(ctx, false); err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan string, 4)
+	for i, w := range []struct {
+		name string
+		high bool
+	}{{"n1", false}, {"n2", false}, {"h1", true}, {"h2", true}} {
+		go func() {
+			if g.acquire(ctx, w.high) == nil {
+				got <- w.name
+				g.release()
+			}
+		}()
+		waitWaiters(t, g, i+1)
+	}
+	g.release()
+	var order []string
+	for range 4 {
+		order = append(order, <-got)
+	}
+	if want := []string{"h1", "h2", "n1", "n2"}; !slices.Equal(order, want) {
+		t.Fatalf("served %v, want %v", order, want)
 	}
 }
 
@@ -117,7 +149,7 @@ func BenchmarkGate(b *testing.B) {
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
-			g.acquire(ctx)
+			g.acquire(ctx, false)
 			g.release()
 		}
 	})

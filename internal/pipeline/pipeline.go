@@ -553,7 +553,7 @@ func (p *Pipeline) run(ctx context.Context, rec *inquiry.Record, service *time.D
 			defer func() { p.m.steps.WithLabelValues(a.Name).Observe(p.now().Sub(began).Seconds()) }()
 			gt := p.gates[a.Name]
 			wctx, cancelWait := context.WithTimeout(gctx, p.cfg.GateWait)
-			err := gt.acquire(wctx)
+			err := gt.acquire(wctx, rec.Priority == inquiry.High)
 			cancelWait()
 			if err != nil {
 				return &failure{kind: "busy", reason: fmt.Sprintf("%s: no session free within %v", a.Name, p.cfg.GateWait), retry: true}
