@@ -84,6 +84,9 @@ func DecodeRequest(body []byte) (Request, error) {
 	if _, err := dec.Token(); err != io.EOF {
 		return Request{}, fmt.Errorf("%w: data after the object", ErrSyntax)
 	}
+	if err := checkKeys(body); err != nil {
+		return Request{}, err
+	}
 	var r Request
 	if w.UserID != nil {
 		r.UserID = *w.UserID
@@ -118,6 +121,41 @@ func jsonKind(field string) string {
 }
 
 // unknownField extracts the name from encoding/json's unknown field error.
+// requestFields are the request's field names, exactly.
+var requestFields = map[string]bool{"user_id": true, "product": true, "amount": true, "priority": true, "callback_url": true}
+
+// checkKeys refuses what encoding/json lets through: a field name in
+// another case ("USER_ID") or a field given twice (json keeps the last
+// one). Either would let two readers of one body see different requests:
+// the router routes by the first user_id it finds, exactly spelt. body is
+// known to hold one well-formed object.
+func checkKeys(body []byte) error {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	if _, err := dec.Token(); err != nil { // {
+		return fmt.Errorf("%w: %v", ErrSyntax, err)
+	}
+	seen := map[string]bool{}
+	for dec.More() {
+		t, err := dec.Token()
+		if err != nil {
+			return fmt.Errorf("%w: %v", ErrSyntax, err)
+		}
+		key, _ := t.(string)
+		switch {
+		case !requestFields[key]:
+			return &FieldError{Field: key, Reason: "unknown field (field names are case-sensitive)"}
+		case seen[key]:
+			return &FieldError{Field: key, Reason: "given more than once"}
+		}
+		seen[key] = true
+		var skip json.RawMessage
+		if err := dec.Decode(&skip); err != nil {
+			return fmt.Errorf("%w: %v", ErrSyntax, err)
+		}
+	}
+	return nil
+}
+
 func unknownField(err error) (string, bool) {
 	const prefix = `json: unknown field "`
 	s := err.Error()

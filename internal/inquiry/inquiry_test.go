@@ -32,6 +32,13 @@ func TestDecodeRequest(t *testing.T) {
 		{`{"user_id":"u","product":"p","amount":1,"priority":"low"}`, "priority", Request{}},
 		{`{"user_id":"u","product":"p","amount":1,"callback_url":"http://user:pw@x/"}`, "callback_url", Request{}},
 		{`{"user_id":"u","product":"p","amount":1,"callback_url":"/relative"}`, "callback_url", Request{}},
+		// encoding/json matches names in any case and keeps the last of
+		// two: both are refused, so that the router (which routes by the
+		// first user_id, exactly spelt) and the cell read the same request.
+		{`{"USER_ID":"u","product":"p","amount":1}`, "USER_ID", Request{}},
+		{`{"user_id":"u","Product":"p","amount":1}`, "Product", Request{}},
+		{`{"user_id":"a","product":"p","amount":1,"user_id":"b"}`, "user_id", Request{}},
+		{`{"user_id":"u","product":"p","amount":1,"amount":2}`, "amount", Request{}},
 	} {
 		got, err := DecodeRequest([]byte(tc.body))
 		var fe *FieldError

@@ -239,8 +239,11 @@ func (h *Handler) post(w http.ResponseWriter, r *http.Request) {
 			// request that cell accepted must get that inquiry back, not a
 			// second one. If that cell cannot be asked, availability wins
 			// and the request is taken here (logged).
-			rec, found, err := h.askPrevious(ctx, prev, req.UserID, idemKey)
+			rec, found, err := h.askPrevious(ctx, prev, req.UserID, idemKey, inquiry.Fingerprint(req))
 			switch {
+			case errors.Is(err, errKeyReused):
+				problem.Write(w, keyReused(inquiry.KeyID(prev, req.UserID, idemKey)))
+				return
 			case found:
 				w.Header().Set("Location", rec.StatusURL)
 				w.Header().Set("Idempotent-Replayed", "true")
@@ -293,8 +296,7 @@ func (h *Handler) replay(ctx context.Context, w http.ResponseWriter, want inquir
 			return
 		}
 		if cur.Fingerprint != want.Fingerprint {
-			problem.Write(w, problem.New(http.StatusUnprocessableEntity, "idempotency-key-reused",
-				"this Idempotency-Key was used for a different request (inquiry "+cur.ID+")").WithField(HeaderIdemKey))
+			problem.Write(w, keyReused(cur.ID))
 			return
 		}
 		if cur.Status == inquiry.Pending {
@@ -432,7 +434,24 @@ func (h *Handler) get(w http.ResponseWriter, r *http.Request, id string) {
 		problem.WriteRetry(w, problem.New(http.StatusServiceUnavailable, "store-unavailable", "cannot read the inquiry now"), time.Second)
 		return
 	}
+	if fp := r.Header.Get(headerFingerprint); fp != "" && fp != rec.Fingerprint {
+		// A cell that gained the user's slot asks on behalf of a keyed
+		// retry (see askPrevious): the key was used for another request.
+		problem.Write(w, keyReused(rec.ID))
+		return
+	}
 	writeJSON(w, http.StatusOK, rec.View())
+}
+
+// headerFingerprint carries a request's fingerprint when a cell asks the
+// slot's previous owner for the inquiry of an Idempotency-Key.
+const headerFingerprint = "Cellkit-Fingerprint"
+
+// keyReused is the problem for an Idempotency-Key sent again with another
+// request.
+func keyReused(id string) problem.Details {
+	return problem.New(http.StatusUnprocessableEntity, "idempotency-key-reused",
+		"this Idempotency-Key was used for a different request (inquiry "+id+")").WithField(HeaderIdemKey)
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

@@ -3,6 +3,7 @@ package intake
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"sync"
@@ -84,11 +85,16 @@ func (mv *Moves) Follow(ctx context.Context, current func() *slotmap.Map, change
 	}
 }
 
+// errKeyReused: the previous cell holds the key's inquiry, made by another
+// request.
+var errKeyReused = errors.New("idempotency key used for another request")
+
 // askPrevious looks for the inquiry a keyed request made at the cell that
 // owned the user's slot before: its id is deterministic in (cell, user,
-// key). found is false when that cell has none; an error means it could not
-// be asked.
-func (h *Handler) askPrevious(ctx context.Context, prev, user, key string) (rec Accepted, found bool, err error) {
+// key). found is false when that cell has none; errKeyReused means it has
+// one with another fingerprint than fp; another error means it could not be
+// asked.
+func (h *Handler) askPrevious(ctx context.Context, prev, user, key, fp string) (rec Accepted, found bool, err error) {
 	m := h.cmap()
 	c, ok := m.Cell(prev)
 	if !ok {
@@ -101,6 +107,7 @@ func (h *Handler) askPrevious(ctx context.Context, prev, user, key string) (rec 
 	if err != nil {
 		return rec, false, err
 	}
+	req.Header.Set(headerFingerprint, fp)
 	resp, err := h.peers.Do(req)
 	if err != nil {
 		return rec, false, err
@@ -118,6 +125,8 @@ func (h *Handler) askPrevious(ctx context.Context, prev, user, key string) (rec 
 		return Accepted{ID: id, Cell: prev, Status: got.Status, StatusURL: prefixByID + id}, true, nil
 	case http.StatusNotFound:
 		return rec, false, nil
+	case http.StatusUnprocessableEntity:
+		return rec, false, errKeyReused
 	default:
 		return rec, false, fmt.Errorf("cell %s answered %d for inquiry %s", prev, resp.StatusCode, id)
 	}

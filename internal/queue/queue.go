@@ -105,8 +105,17 @@ var Lanes = []inquiry.Priority{inquiry.High, inquiry.Normal}
 func WorkStream(cell string) string  { return "cellkit-" + cell + "-work" }
 func ErrorStream(cell string) string { return "cellkit-" + cell + "-errors" }
 func DLQStream(cell string) string   { return "cellkit-" + cell + "-dlq" }
+
+// LaneSubject is the subject filter of a lane: its messages have one
+// subject per inquiry (MessageSubject), so that Replay can tell whether an
+// inquiry's message is still queued.
 func LaneSubject(cell string, lane inquiry.Priority) string {
-	return "cellkit." + cell + ".work." + string(lane)
+	return "cellkit." + cell + ".work." + string(lane) + ".*"
+}
+
+// MessageSubject is the subject of an inquiry's work message.
+func MessageSubject(cell string, lane inquiry.Priority, id string) string {
+	return "cellkit." + cell + ".work." + string(lane) + "." + id
 }
 func LaneConsumer(lane inquiry.Priority) string { return "work-" + string(lane) }
 func errorSubject(cell, id string) string       { return "cellkit." + cell + ".errors." + id }
@@ -223,11 +232,7 @@ func (q *Queue) publish(ctx context.Context, rec *inquiry.Record) error {
 	}
 	ctx, cancel := q.pubCtx(ctx)
 	defer cancel()
-	lane := rec.Priority
-	if lane != inquiry.High {
-		lane = inquiry.Normal
-	}
-	msg := &nats.Msg{Subject: LaneSubject(q.cfg.Cell, lane), Data: data, Header: nats.Header{}}
+	msg := &nats.Msg{Subject: q.subject(rec), Data: data, Header: nats.Header{}}
 	_, err = q.js.PublishMsg(ctx, msg, jetstream.WithMsgID(rec.MsgID()), jetstream.WithRetryAttempts(0))
 	if err != nil {
 		if isFull(err) {
@@ -236,6 +241,15 @@ func (q *Queue) publish(ctx context.Context, rec *inquiry.Record) error {
 		return err
 	}
 	return nil
+}
+
+// subject is the subject of rec's work message.
+func (q *Queue) subject(rec *inquiry.Record) string {
+	lane := rec.Priority
+	if lane != inquiry.High {
+		lane = inquiry.Normal
+	}
+	return MessageSubject(q.cfg.Cell, lane, rec.ID)
 }
 
 func isFull(err error) bool {
@@ -289,14 +303,38 @@ func (q *Queue) rollback(id string, rev uint64, cause error) (inquiry.Record, er
 
 // Replay makes sure a pending record read at rev has its work message: it
 // touches the record (so that a concurrent rollback of the first attempt
-// fails instead of deleting it) and publishes its job again, which the
-// duplicate window absorbs if the first publish got through.
+// fails instead of deleting it), then publishes its job again unless the
+// stream still holds the job's message. The duplicate window alone would
+// let a retry that comes after it add a second message for the same job.
 func (q *Queue) Replay(ctx context.Context, rec inquiry.Record, rev uint64) error {
 	rec.Updated = q.now().UTC()
 	if _, err := q.store.Update(ctx, &rec, rev); err != nil {
 		return err
 	}
+	queued, err := q.queued(ctx, &rec)
+	if err != nil {
+		return fmt.Errorf("%w: %v", ErrUncertain, err)
+	}
+	if queued {
+		return nil
+	}
 	return q.publish(ctx, &rec)
+}
+
+// queued reports whether the work stream holds the message of rec's job
+// (not yet acked: acked messages leave a work-queue stream).
+func (q *Queue) queued(ctx context.Context, rec *inquiry.Record) (bool, error) {
+	ctx, cancel := q.pubCtx(ctx)
+	defer cancel()
+	m, err := q.work.GetLastMsgForSubject(ctx, q.subject(rec))
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	var msg Message
+	return json.Unmarshal(m.Data, &msg) == nil && msg.Job == rec.Job, nil
 }
 
 // Stats is a snapshot of the work stream.
