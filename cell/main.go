@@ -21,6 +21,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/netip"
 	"os"
 	"os/signal"
 	"strings"
@@ -65,10 +66,33 @@ func (a *agencyFlag) Set(v string) error {
 	return nil
 }
 
+// prefixFlag collects --callback-allow CIDR[,CIDR...].
+type prefixFlag []netip.Prefix
+
+func (p *prefixFlag) String() string {
+	var parts []string
+	for _, x := range *p {
+		parts = append(parts, x.String())
+	}
+	return strings.Join(parts, ",")
+}
+
+func (p *prefixFlag) Set(v string) error {
+	for _, item := range strings.Split(v, ",") {
+		prefix, err := netip.ParsePrefix(strings.TrimSpace(item))
+		if err != nil {
+			return fmt.Errorf("want CIDR[,CIDR...], got %q", item)
+		}
+		*p = append(*p, prefix.Masked())
+	}
+	return nil
+}
+
 func parseFlags(args []string, getenv func(string) string, output io.Writer) (cell.Config, slog.Level, error) {
 	var c cell.Config
 	var level slog.Level
 	var agencies agencyFlag
+	var callbackAllow prefixFlag
 	fs := flag.NewFlagSet("cell", flag.ContinueOnError)
 	fs.SetOutput(output)
 	fs.StringVar(&c.ID, "cell", "", "cell id, as in the cell map (required)")
@@ -93,6 +117,8 @@ func parseFlags(args []string, getenv func(string) string, output io.Writer) (ce
 	fs.DurationVar(&c.CSSLatency, "css-latency", 5*time.Millisecond, "latency of the in-process CSS step")
 	fs.DurationVar(&c.CoreLatency, "core-latency", 10*time.Millisecond, "latency of the in-process core banking step")
 	fs.DurationVar(&c.Pipeline.DrainTimeout, "drain-timeout", 20*time.Second, "at shutdown, how long work in flight may finish")
+	fs.IntVar(&c.Pipeline.CallbackAttempts, "callback-attempts", 4, "tries of a callback POST (connection errors, timeouts, 5xx and 429 are retried after about 1s, 2s, 4s...)")
+	fs.Var(&callbackAllow, "callback-allow", "internal prefixes callbacks may reach, as `CIDR[,CIDR...]`; callbacks to other loopback, private, link-local or CGNAT addresses are refused (cellctl dev up passes 127.0.0.0/8,::1/128 for a receiver on the same machine)")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", 10*time.Second, "at shutdown, how long requests in flight may finish")
 	fs.TextVar(&level, "log-level", slog.LevelInfo, "log level: debug, info, warn or error")
 	if err := fs.Parse(args); err != nil {
@@ -116,6 +142,7 @@ func parseFlags(args []string, getenv func(string) string, output io.Writer) (ce
 		return c, level, envErr
 	}
 	c.Agencies = agencies
+	c.Pipeline.CallbackAllow = callbackAllow
 	if c.ID == "" {
 		return c, level, errors.New("--cell (or CELLKIT_CELL) is required")
 	}

@@ -56,6 +56,20 @@ func TestFlagsAndEnvironment(t *testing.T) {
 	if err := run(context.Background(), []string{"--cell", "C1", "--agency", "nice=x:1"}, func(string) string { return "" }, io.Discard); err == nil {
 		t.Error("run accepted an invalid cell id")
 	}
+	// Callbacks: allowed internal prefixes (masked), attempts; a bad CIDR
+	// is an error.
+	cfg, _, err = parseFlags([]string{"--cell", "c1", "--agency", "nice=x:1", "--callback-allow", "127.0.0.1/8, ::1/128", "--callback-attempts", "2"},
+		func(string) string { return "" }, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := fmt.Sprint(cfg.Pipeline.CallbackAllow); got != "[127.0.0.0/8 ::1/128]" || cfg.Pipeline.CallbackAttempts != 2 {
+		t.Fatalf("callback allow %s, attempts %d", got, cfg.Pipeline.CallbackAttempts)
+	}
+	if _, _, err := parseFlags([]string{"--cell", "c1", "--agency", "nice=x:1", "--callback-allow", "10.0.0.0/8,bogus"},
+		func(string) string { return "" }, io.Discard); err == nil || !strings.Contains(err.Error(), `"bogus"`) {
+		t.Fatalf("a bad CIDR: %v, want an error naming it", err)
+	}
 }
 
 // proc is one run of the built cell binary.

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -646,7 +647,7 @@ func TestCallbackGetsTheFinalRecord(t *testing.T) {
 		}
 	}))
 	t.Cleanup(srv.Close) // after the cell: its callbacks end first
-	h := start(t, setup{})
+	h := start(t, setup{config: loopbackCallbacks})
 	req := user(1)
 	req.CallbackURL = srv.URL + "/done"
 	id := h.accept(req, nil)
@@ -659,6 +660,25 @@ func TestCallbackGetsTheFinalRecord(t *testing.T) {
 		t.Fatal("no callback")
 	}
 	assertMetric(t, h, `cellkit_cell_callbacks_total{cell="c1",outcome="ok"}`)
+}
+
+// By default a callback to an internal address (here loopback) is refused
+// when dialled: the receiver gets nothing, the inquiry is still done.
+func TestCallbackToLoopbackRefusedByDefault(t *testing.T) {
+	var hits atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { hits.Add(1) }))
+	t.Cleanup(srv.Close)
+	h := start(t, setup{})
+	req := user(1)
+	req.CallbackURL = srv.URL + "/done"
+	id := h.accept(req, nil)
+	if v := h.settled(id); v.Status != inquiry.Done {
+		t.Fatalf("%+v, want done", v)
+	}
+	assertMetric(t, h, `cellkit_cell_callbacks_total{cell="c1",outcome="refused"}`)
+	if n := hits.Load(); n != 0 {
+		t.Fatalf("the receiver on loopback got %d requests", n)
+	}
 }
 
 // A drain moves the slots, then closes the intake: users that moved must get

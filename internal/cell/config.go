@@ -51,7 +51,10 @@ type Config struct {
 	BorrowTimeout time.Duration
 	// Breaker tunes every agency's circuit breaker (see package breaker).
 	Breaker breaker.Config
-	// Pipeline tunes the workers (see package pipeline).
+	// Pipeline tunes the workers and the callbacks (see package pipeline):
+	// Pipeline.CallbackAttempts [4], and Pipeline.CallbackAllow, the
+	// internal prefixes callbacks may reach [none: callbacks to loopback,
+	// private, link-local or CGNAT addresses are refused].
 	Pipeline pipeline.Config
 	// Shed holds the intake budgets: oldest pending age [60s] and queue
 	// depth [10000].

@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"net/http"
+	"net/netip"
 	"os"
 	"strconv"
 	"testing"
@@ -124,6 +125,12 @@ func start(t testing.TB, s setup) *harness {
 		h.waitReady()
 	}
 	return h
+}
+
+// loopbackCallbacks, as setup.config, lets the cell's callbacks reach a
+// receiver on 127.0.0.1; by default the cell refuses them.
+func loopbackCallbacks(c *Config) {
+	c.Pipeline.CallbackAllow = []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}
 }
 
 func (h *harness) waitReady() {

@@ -68,7 +68,9 @@ KCB 40, p50 50 ms), a file registry under --dir with a map of --cells cells
 (created with 'init' and 'provision' the first time), one 'cell' process per
 cell (own store dir and embedded NATS) and the router with a dev API key.
 Waits until every process is ready, then prints the key, a curl line to try
-and where the metrics are.
+and where the metrics are. The cells may post callbacks to loopback
+(--callback-allow 127.0.0.0/8,::1/128), so that a receiver on this machine
+works; a cell refuses internal callback addresses by default.
 
 The binaries (agencysim, cell, router) are taken from the directory of this
 cellctl, else ./bin ('make build' puts them there). Everything is kept under
@@ -273,7 +275,8 @@ func (x *inv) devUp(ctx context.Context, o devOptions) error {
 		id := cellName(i)
 		args := []string{"--cell", id, "--registry", regURL, "--store", filepath.Join(dir, "cells", id),
 			"--intake", ports.intake[i-1], "--admin", ports.admin[i-1],
-			"--agency", "nice=" + ports.nice, "--agency", "kcb=" + ports.kcb}
+			"--agency", "nice=" + ports.nice, "--agency", "kcb=" + ports.kcb,
+			"--callback-allow", "127.0.0.0/8,::1/128"} // a callback receiver on this machine
 		if o.ageBudget > 0 {
 			args = append(args, "--age-budget", o.ageBudget.String())
 		}

@@ -45,7 +45,7 @@ func newMetrics(reg prometheus.Registerer, labels prometheus.Labels) (*metrics, 
 		}),
 		callbacks: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "cellkit_cell_callbacks_total", ConstLabels: labels,
-			Help: "Callback deliveries, by outcome: ok, error, dropped.",
+			Help: "Callbacks, by outcome: ok (delivered), retry (an attempt failed transiently and is tried again), error (failed for good), refused (an internal address), dropped (queue full).",
 		}, []string{"outcome"}),
 	}
 	if reg != nil {

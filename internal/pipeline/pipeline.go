@@ -38,6 +38,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"net/netip"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -91,6 +92,17 @@ type Config struct {
 	IdlePoll time.Duration
 	// CallbackTimeout bounds one callback POST [2s].
 	CallbackTimeout time.Duration
+	// CallbackAttempts is how many times a callback is tried: connection
+	// errors, timeouts, 5xx and 429 are retried after about 1s, 2s, 4s...
+	// (with jitter); other failures are final. Callbacks are best effort
+	// (the client can always poll the status URL): those still waiting
+	// when the pipeline stops are dropped [4].
+	CallbackAttempts int
+	// CallbackAllow lists the prefixes callbacks may connect to although
+	// they are internal; any other loopback, private, link-local (cloud
+	// metadata), unspecified, multicast or CGNAT address is refused when
+	// dialled, IPv4-mapped forms included [none].
+	CallbackAllow []netip.Prefix
 }
 
 func (c *Config) defaults() {
@@ -117,6 +129,9 @@ func (c *Config) defaults() {
 	}
 	if c.CallbackTimeout <= 0 {
 		c.CallbackTimeout = 2 * time.Second
+	}
+	if c.CallbackAttempts <= 0 {
+		c.CallbackAttempts = 4
 	}
 }
 
@@ -186,7 +201,9 @@ func New(q *queue.Queue, agencies []Agency, cfg Config, opts Options) (*Pipeline
 	if p.drained == nil {
 		p.drained = func(time.Duration) {}
 	}
-	p.notify = newNotifier(m, cfg.CallbackTimeout)
+	p.notify = newNotifier(m, p.log, notifierConfig{
+		timeout: cfg.CallbackTimeout, attempts: cfg.CallbackAttempts, allow: cfg.CallbackAllow,
+	})
 	return p, nil
 }
 
