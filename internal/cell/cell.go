@@ -428,7 +428,7 @@ func (c *Cell) sampleLoop(ctx context.Context) {
 			for _, n := range s.Depth {
 				depth += n
 			}
-			c.shed.Observe(shed.Sample{Depth: depth, Oldest: s.Oldest, At: s.At, Mark: mark})
+			c.shed.Observe(shed.Sample{Depth: depth, Oldest: s.Oldest, At: s.At, Mark: mark, Capacity: c.pipe.Capacity()})
 		}
 		c.sample.Store(s)
 		select {

@@ -3,6 +3,7 @@ package pipeline
 import (
 	"context"
 	"sync"
+	"time"
 )
 
 // gate is a resizable semaphore: at most min(size, limit()) holders,
@@ -18,6 +19,11 @@ type gate struct {
 	limit   func() int // the agency's adaptive limit; nil: none
 	held    int
 	waiters [2][]chan struct{} // [0] high, [1] normal
+
+	// The pace of the calls made through the gate, for capacity.
+	mean     float64 // seconds per call, moving average
+	calls    int     // calls in flight
+	sumStart float64 // their start times, unix seconds, summed
 }
 
 func newGate(size int, limit func() int) *gate {
@@ -105,3 +111,56 @@ func (g *gate) stats() (places, held, waiting int) {
 	defer g.mu.Unlock()
 	return g.placesLocked(), g.held, g.waitingLocked()
 }
+
+// paceWindow is about how many calls the mean call time averages.
+const paceWindow = 16
+
+// began records a call started at t.
+func (g *gate) began(t time.Time) {
+	g.mu.Lock()
+	g.calls++
+	g.sumStart += unixSeconds(t)
+	g.mu.Unlock()
+}
+
+// ended records the end of the call started at t, after took.
+func (g *gate) ended(t time.Time, took time.Duration) {
+	g.mu.Lock()
+	g.calls--
+	g.sumStart -= unixSeconds(t)
+	if g.calls == 0 {
+		g.sumStart = 0 // no drift from rounding
+	}
+	if g.mean == 0 {
+		g.mean = took.Seconds()
+	} else {
+		g.mean += (took.Seconds() - g.mean) / paceWindow
+	}
+	g.mu.Unlock()
+}
+
+// capacity estimates the calls per second the gate can pass now (Little's
+// law: places ÷ time per call), 0 when it has seen no call yet. The time
+// per call is the larger of the recent mean and twice the mean age of the
+// calls in flight: when the agency slows down, nothing completes for a
+// while and the mean of completed calls says nothing yet, but the calls in
+// flight age at once. (At a steady pace twice their mean age is about the
+// mean call time: more with variable call times, so the estimate errs on
+// the low side, which is the side the shedder needs.)
+func (g *gate) capacity(now time.Time) float64 {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.mean == 0 {
+		return 0
+	}
+	per := g.mean
+	if g.calls > 0 {
+		per = max(per, 2*(unixSeconds(now)-g.sumStart/float64(g.calls)))
+	}
+	if per <= 0 {
+		return 0
+	}
+	return float64(g.placesLocked()) / per
+}
+
+func unixSeconds(t time.Time) float64 { return float64(t.UnixNano()) / 1e9 }

@@ -154,3 +154,43 @@ func BenchmarkGate(b *testing.B) {
 		}
 	})
 }
+
+// Capacity is places ÷ time per call: the mean of finished calls at a
+// steady pace, and twice the mean age of the calls in flight as soon as
+// they run longer than that (an agency that just slowed down).
+func TestGateCapacity(t *testing.T) {
+	g := newGate(10, nil)
+	t0 := time.Unix(1000, 0)
+	if c := g.capacity(t0); c != 0 {
+		t.Fatalf("capacity %v before any call, want 0 (unknown)", c)
+	}
+	for i := range 100 { // 50 ms calls
+		start := t0.Add(time.Duration(i) * 10 * time.Millisecond)
+		g.began(start)
+		g.ended(start, 50*time.Millisecond)
+	}
+	if c := g.capacity(t0.Add(time.Second)); c < 199 || c > 201 {
+		t.Fatalf("capacity %v at 50 ms per call over 10 places, want 200/s", c)
+	}
+	// Ten calls start 10 ms apart and are still running 300 ms after the
+	// last: mean age 345 ms, so about 690 ms per call: 14.5/s.
+	now := t0.Add(2 * time.Second)
+	for i := range 10 {
+		g.began(now.Add(time.Duration(i-9) * 10 * time.Millisecond))
+	}
+	now = now.Add(300 * time.Millisecond)
+	if c := g.capacity(now); c < 14 || c > 15 {
+		t.Fatalf("capacity %v with ten calls in flight for 300-390 ms, want about 14.5/s", c)
+	}
+	// They finish; the mean moves towards their duration.
+	for i := range 10 {
+		start := now.Add(time.Duration(i-39) * 10 * time.Millisecond)
+		g.ended(start, 700*time.Millisecond)
+	}
+	if c := g.capacity(now); c >= 200 || c <= 14 {
+		t.Fatalf("capacity %v after ten 700 ms calls, want between the two paces", c)
+	}
+	if _, _, w := g.stats(); w != 0 || g.calls != 0 || g.sumStart != 0 {
+		t.Fatalf("calls %d, sum %v left after all ended", g.calls, g.sumStart)
+	}
+}

@@ -578,9 +578,12 @@ func (p *Pipeline) run(ctx context.Context, rec *inquiry.Record, service *time.D
 			sctx, cancel := context.WithTimeout(gctx, p.cfg.StepTimeout)
 			defer cancel()
 			called := p.now()
+			gt.began(called)
 			res, err := a.Client.Inquire(sctx, key)
+			took := p.now().Sub(called)
+			gt.ended(called, took)
 			gt.release()
-			served(p.now().Sub(called))
+			served(took)
 			if err != nil {
 				if errors.Is(err, agency.ErrPoolExhausted) {
 					p.countUnreachable(a)
@@ -644,6 +647,20 @@ func (p *Pipeline) countUnreachable(a Agency) {
 	if permit, err := b.Breaker().Acquire(); err == nil {
 		permit.Done(true, 0)
 	}
+}
+
+// Capacity estimates the inquiries per second the agencies can take now:
+// the least of their gates' capacities (see gate.capacity); 0 while no
+// call has been made.
+func (p *Pipeline) Capacity() float64 {
+	now := p.now()
+	out := 0.0
+	for _, g := range p.gates {
+		if c := g.capacity(now); c > 0 && (out == 0 || c < out) {
+			out = c
+		}
+	}
+	return out
 }
 
 // GateStats reports, per agency, the places, holders and waiters of its
