@@ -125,35 +125,73 @@ func jsonKind(field string) string {
 var requestFields = map[string]bool{"user_id": true, "product": true, "amount": true, "priority": true, "callback_url": true}
 
 // checkKeys refuses what encoding/json lets through: a field name in
-// another case ("USER_ID") or a field given twice (json keeps the last
-// one). Either would let two readers of one body see different requests:
-// the router routes by the first user_id it finds, exactly spelt. body is
-// known to hold one well-formed object.
+// another case ("USER_ID") or with escapes ("\u0075ser_id"), or a field
+// given twice (json keeps the last one). Either would let two readers of one
+// body see different requests: the router routes by the first user_id it
+// finds, exactly spelt. body is known to hold one well-formed object, so a
+// scan for the top-level keys is enough; it allocates nothing.
 func checkKeys(body []byte) error {
-	dec := json.NewDecoder(bytes.NewReader(body))
-	if _, err := dec.Token(); err != nil { // {
-		return fmt.Errorf("%w: %v", ErrSyntax, err)
-	}
-	seen := map[string]bool{}
-	for dec.More() {
-		t, err := dec.Token()
-		if err != nil {
-			return fmt.Errorf("%w: %v", ErrSyntax, err)
+	var seen [5]bool
+	depth, inString, escaped, expectKey := 0, false, false, false
+	keyStart := -1
+	for i, c := range body {
+		if inString {
+			switch {
+			case escaped:
+				escaped = false
+			case c == '\\':
+				escaped = true
+			case c == '"':
+				inString = false
+				if keyStart >= 0 {
+					key := body[keyStart:i]
+					keyStart = -1
+					n := fieldIndex(key)
+					switch {
+					case n < 0:
+						return &FieldError{Field: string(key), Reason: "unknown field (field names are exact: lower case, no escapes)"}
+					case seen[n]:
+						return &FieldError{Field: string(key), Reason: "given more than once"}
+					}
+					seen[n] = true
+				}
+			}
+			continue
 		}
-		key, _ := t.(string)
-		switch {
-		case !requestFields[key]:
-			return &FieldError{Field: key, Reason: "unknown field (field names are case-sensitive)"}
-		case seen[key]:
-			return &FieldError{Field: key, Reason: "given more than once"}
-		}
-		seen[key] = true
-		var skip json.RawMessage
-		if err := dec.Decode(&skip); err != nil {
-			return fmt.Errorf("%w: %v", ErrSyntax, err)
+		switch c {
+		case '"':
+			inString = true
+			if depth == 1 && expectKey {
+				keyStart = i + 1
+				expectKey = false
+			}
+		case '{', '[':
+			depth++
+			expectKey = depth == 1 && c == '{'
+		case '}', ']':
+			depth--
+		case ',':
+			expectKey = depth == 1
 		}
 	}
 	return nil
+}
+
+// fieldIndex is the index of key among the request's fields, or -1.
+func fieldIndex(key []byte) int {
+	switch string(key) {
+	case "user_id":
+		return 0
+	case "product":
+		return 1
+	case "amount":
+		return 2
+	case "priority":
+		return 3
+	case "callback_url":
+		return 4
+	}
+	return -1
 }
 
 func unknownField(err error) (string, bool) {
