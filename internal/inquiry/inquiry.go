@@ -121,9 +121,6 @@ func jsonKind(field string) string {
 }
 
 // unknownField extracts the name from encoding/json's unknown field error.
-// requestFields are the request's field names, exactly.
-var requestFields = map[string]bool{"user_id": true, "product": true, "amount": true, "priority": true, "callback_url": true}
-
 // checkKeys refuses what encoding/json lets through: a field name in
 // another case ("USER_ID") or with escapes ("\u0075ser_id"), or a field
 // given twice (json keeps the last one). Either would let two readers of one
