@@ -120,7 +120,6 @@ func jsonKind(field string) string {
 	return "string"
 }
 
-// unknownField extracts the name from encoding/json's unknown field error.
 // checkKeys refuses what encoding/json lets through: a field name in
 // another case ("USER_ID") or with escapes ("\u0075ser_id"), or a field
 // given twice (json keeps the last one). Either would let two readers of one
@@ -191,6 +190,7 @@ func fieldIndex(key []byte) int {
 	return -1
 }
 
+// unknownField extracts the name from encoding/json's unknown field error.
 func unknownField(err error) (string, bool) {
 	const prefix = `json: unknown field "`
 	s := err.Error()
