@@ -181,7 +181,9 @@ func New(ctx context.Context, cfg Config, opts Options) (_ *Cell, err error) {
 	if err != nil {
 		return nil, err
 	}
-	c.moves = intake.NewMoves(cfg.ID)
+	if c.moves, err = intake.OpenMoves(cfg.ID, filepath.Join(cfg.StoreDir, "moves.json"), time.Now(), c.log); err != nil {
+		return nil, err
+	}
 	c.intake.TrackMoves(c.moves)
 	if err = c.registerMetrics(); err != nil {
 		return nil, err

@@ -5,7 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
 	"sync"
 	"time"
 
@@ -21,12 +25,17 @@ import (
 const MoveWindow = 10 * time.Minute
 
 // Moves remembers, for the slots this cell gained, which cell owned them
-// before and when they moved. It is fed every map the cell follows.
+// before and when they moved. It is fed every map the cell follows. With a
+// file (OpenMoves) it survives a restart: the moves are written to it
+// whenever they change, and read back within MoveWindow.
 type Moves struct {
 	cell string
+	path string // "" keeps the log in memory only
 	mu   sync.Mutex
 	prev *slotmap.Map
 	from map[int]moved
+	err  error        // the last failure to write path
+	log  *slog.Logger // for write failures; nil: none
 }
 
 type moved struct {
@@ -34,29 +43,115 @@ type moved struct {
 	at   time.Time
 }
 
-// NewMoves returns an empty log for cell.
+// movedJSON is one move in the file.
+type movedJSON struct {
+	Slot int       `json:"slot"`
+	From string    `json:"from"`
+	At   time.Time `json:"at"`
+}
+
+// NewMoves returns an empty log for cell, kept in memory.
 func NewMoves(cell string) *Moves { return &Moves{cell: cell, from: map[int]moved{}} }
 
+// OpenMoves returns the log of cell kept in the file at path, with the
+// moves it holds that are younger than MoveWindow at now. A missing file is
+// an empty log; an unreadable one is an error. Failures to write the file
+// later are logged to log (the moves stay in memory).
+func OpenMoves(cell, path string, now time.Time, log *slog.Logger) (*Moves, error) {
+	mv := &Moves{cell: cell, path: path, from: map[int]moved{}, log: log}
+	b, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return mv, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("slot moves: %w", err)
+	}
+	var list []movedJSON
+	if err := json.Unmarshal(b, &list); err != nil {
+		return nil, fmt.Errorf("slot moves %s: %w", path, err)
+	}
+	for _, e := range list {
+		if now.Sub(e.At) <= MoveWindow && e.From != "" && e.Slot >= 0 {
+			mv.from[e.Slot] = moved{cell: e.From, at: e.At}
+		}
+	}
+	return mv, nil
+}
+
 // Observe records the slots that m gives this cell and the map before did
-// not. The first map observed records nothing (a restart forgets).
+// not. The first map observed records nothing: the moves from before a
+// restart are those OpenMoves read back.
 func (mv *Moves) Observe(m *slotmap.Map, now time.Time) {
 	mv.mu.Lock()
 	defer mv.mu.Unlock()
+	changed := false
 	for s, e := range mv.from {
 		if now.Sub(e.at) > MoveWindow {
 			delete(mv.from, s)
+			changed = true
 		}
 	}
 	if mv.prev != nil && mv.prev.Slots() == m.Slots() && m.Version() > mv.prev.Version() {
 		for s := 0; s < m.Slots(); s++ {
 			if before := mv.prev.Owner(s); m.Owner(s) == mv.cell && before != "" && before != mv.cell {
 				mv.from[s] = moved{cell: before, at: now}
+				changed = true
 			}
 		}
 	}
 	if mv.prev == nil || m.Version() > mv.prev.Version() {
 		mv.prev = m
 	}
+	if changed && mv.path != "" {
+		mv.err = mv.saveLocked()
+		if mv.err != nil && mv.log != nil {
+			mv.log.Warn("cannot keep the slot moves across a restart", "err", mv.err)
+		}
+	}
+}
+
+// Err is the last failure to write the log's file (nil: written).
+func (mv *Moves) Err() error {
+	mv.mu.Lock()
+	defer mv.mu.Unlock()
+	return mv.err
+}
+
+// saveLocked writes the moves to mv.path: a temporary file, synced, renamed
+// over it, the directory synced.
+func (mv *Moves) saveLocked() error {
+	list := make([]movedJSON, 0, len(mv.from))
+	for s, e := range mv.from {
+		list = append(list, movedJSON{Slot: s, From: e.cell, At: e.at.UTC()})
+	}
+	slices.SortFunc(list, func(a, b movedJSON) int { return a.Slot - b.Slot })
+	b, err := json.Marshal(list)
+	if err != nil {
+		return err
+	}
+	dir := filepath.Dir(mv.path)
+	f, err := os.CreateTemp(dir, ".moves-*")
+	if err != nil {
+		return fmt.Errorf("slot moves: %w", err)
+	}
+	defer os.Remove(f.Name())
+	if _, err := f.Write(b); err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(f.Name(), mv.path)
+	}
+	if err != nil {
+		return fmt.Errorf("slot moves: %w", err)
+	}
+	if d, err := os.Open(dir); err == nil {
+		d.Sync()
+		d.Close()
+	}
+	return nil
 }
 
 // Previous returns the cell that owned slot within MoveWindow, if any.

@@ -1,6 +1,8 @@
 package intake
 
 import (
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -58,5 +60,64 @@ func TestMovesRemembersThePreviousOwnerForAWhile(t *testing.T) {
 	mv.Observe(m, now)
 	if mv.prev.Version() != p.After.Version() {
 		t.Fatal("an older map replaced the newer one")
+	}
+}
+
+// With a file, the moves survive a restart (the first map observed after
+// it records nothing by itself), within MoveWindow; a broken file is an
+// error, a missing one an empty log.
+func TestMovesSurviveARestart(t *testing.T) {
+	m := testMap(t)
+	p, err := m.Drain("c2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "moves.json")
+	now := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+	mv, err := OpenMoves("c1", path, now, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mv.Observe(m, now)
+	mv.Observe(p.After, now)
+	if err := mv.Err(); err != nil {
+		t.Fatal(err)
+	}
+	moved := -1
+	for s := 0; s < m.Slots(); s++ {
+		if m.Owner(s) == "c2" && p.After.Owner(s) == "c1" {
+			moved = s
+			break
+		}
+	}
+	if moved < 0 {
+		t.Fatal("the drain gave c1 no slots")
+	}
+	// The restart: a new log from the file, fed the current map first.
+	later := now.Add(5 * time.Minute)
+	again, err := OpenMoves("c1", path, later, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	again.Observe(p.After, later)
+	if prev, ok := again.Previous(moved, later); !ok || prev != "c2" {
+		t.Fatalf("after a restart, slot %d: Previous = %q, %v, want c2", moved, prev, ok)
+	}
+	// Past the window the file's moves are not read back.
+	gone, err := OpenMoves("c1", path, now.Add(MoveWindow+time.Second), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := gone.Previous(moved, now.Add(MoveWindow+time.Second)); ok {
+		t.Fatal("a move older than the window was read back")
+	}
+	if mv, err := OpenMoves("c1", filepath.Join(t.TempDir(), "none.json"), now, nil); err != nil || len(mv.from) != 0 {
+		t.Fatalf("missing file: %v, %d moves", err, len(mv.from))
+	}
+	if err := os.WriteFile(path, []byte("{broken"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := OpenMoves("c1", path, now, nil); err == nil {
+		t.Fatal("a broken file was accepted")
 	}
 }
