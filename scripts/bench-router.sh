@@ -82,6 +82,14 @@ wait_port() { # host:port
   log "nothing listens on $1"; exit 1
 }
 
+# Every port must be free: a stale process on one would answer in place of
+# the target (and its CPU would not be counted).
+for p in "${PORTS[@]}" $NGINX_PORT $MINPROXY_PORT $ROUTER_PORT $ROUTER_ADMIN $ROUTER1_PORT $ROUTER1_ADMIN; do
+  if (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
+    log "port $p is in use (a stale bench process?); free it first"; exit 1
+  fi
+done
+
 # --- the targets ------------------------------------------------------------
 "$WORK/bench-router" backends -ports "$(IFS=,; echo "${PORTS[*]}")" &
 BACKENDS_PID=$!; PIDS+=("$BACKENDS_PID")
