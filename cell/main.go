@@ -119,6 +119,12 @@ func parseFlags(args []string, getenv func(string) string, output io.Writer) (ce
 	fs.DurationVar(&c.Pipeline.DrainTimeout, "drain-timeout", 20*time.Second, "at shutdown, how long work in flight may finish")
 	fs.IntVar(&c.Pipeline.CallbackAttempts, "callback-attempts", 4, "tries of a callback POST (connection errors, timeouts, 5xx and 429 are retried after about 1s, 2s, 4s...)")
 	fs.Var(&callbackAllow, "callback-allow", "internal prefixes callbacks may reach, as `CIDR[,CIDR...]`; callbacks to other loopback, private, link-local or CGNAT addresses are refused (cellctl dev up passes 127.0.0.0/8,::1/128 for a receiver on the same machine)")
+	fs.IntVar(&c.Breaker.Window, "breaker-window", 100, "agency circuit breaker: outcomes remembered per agency")
+	fs.IntVar(&c.Breaker.MinCalls, "breaker-min-calls", 20, "agency circuit breaker: outcomes needed before it can open")
+	fs.Float64Var(&c.Breaker.FailureRate, "breaker-failure-rate", 0.2, "agency circuit breaker: open at this share of failed calls (agency errors, timeouts, broken sessions)")
+	fs.Float64Var(&c.Breaker.SlowRate, "breaker-slow-rate", 0.5, "agency circuit breaker: open at this share of slow calls")
+	fs.DurationVar(&c.Breaker.SlowCall, "breaker-slow-call", 5*time.Second, "agency circuit breaker: a call this long or longer is slow")
+	fs.DurationVar(&c.Breaker.OpenFor, "breaker-open-for", 30*time.Second, "agency circuit breaker: refuse calls this long, then probe")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", 10*time.Second, "at shutdown, how long requests in flight may finish")
 	fs.TextVar(&level, "log-level", slog.LevelInfo, "log level: debug, info, warn or error")
 	if err := fs.Parse(args); err != nil {
@@ -145,6 +151,15 @@ func parseFlags(args []string, getenv func(string) string, output io.Writer) (ce
 	c.Pipeline.CallbackAllow = callbackAllow
 	if c.ID == "" {
 		return c, level, errors.New("--cell (or CELLKIT_CELL) is required")
+	}
+	b := c.Breaker
+	switch {
+	case b.FailureRate <= 0 || b.FailureRate > 1 || b.SlowRate <= 0 || b.SlowRate > 1:
+		return c, level, fmt.Errorf("--breaker-failure-rate and --breaker-slow-rate must be in (0, 1], got %g and %g", b.FailureRate, b.SlowRate)
+	case b.Window < 1 || b.MinCalls < 1 || b.MinCalls > b.Window:
+		return c, level, fmt.Errorf("--breaker-min-calls must be in [1, --breaker-window], got %d of %d", b.MinCalls, b.Window)
+	case b.SlowCall <= 0 || b.OpenFor <= 0:
+		return c, level, errors.New("--breaker-slow-call and --breaker-open-for must be positive")
 	}
 	return c, level, nil
 }

@@ -66,6 +66,24 @@ func TestFlagsAndEnvironment(t *testing.T) {
 	if got := fmt.Sprint(cfg.Pipeline.CallbackAllow); got != "[127.0.0.0/8 ::1/128]" || cfg.Pipeline.CallbackAttempts != 2 {
 		t.Fatalf("callback allow %s, attempts %d", got, cfg.Pipeline.CallbackAttempts)
 	}
+	// The agencies' breaker: defaults, flags, environment, and nonsense
+	// refused.
+	if b := cfg.Breaker; b.Window != 100 || b.MinCalls != 20 || b.FailureRate != 0.2 || b.SlowRate != 0.5 || b.SlowCall != 5*time.Second || b.OpenFor != 30*time.Second {
+		t.Fatalf("default breaker %+v", b)
+	}
+	cfg, _, err = parseFlags([]string{"--cell", "c1", "--agency", "nice=x:1", "--breaker-failure-rate", "0.3", "--breaker-open-for", "10s"},
+		func(k string) string { return map[string]string{"CELLKIT_BREAKER_WINDOW": "40"}[k] }, io.Discard)
+	if err != nil || cfg.Breaker.FailureRate != 0.3 || cfg.Breaker.OpenFor != 10*time.Second || cfg.Breaker.Window != 40 {
+		t.Fatalf("breaker flags: %+v, %v", cfg.Breaker, err)
+	}
+	for _, bad := range [][]string{
+		{"--breaker-failure-rate", "0"}, {"--breaker-failure-rate", "1.5"}, {"--breaker-slow-rate", "-1"},
+		{"--breaker-min-calls", "200"}, {"--breaker-window", "0"}, {"--breaker-open-for", "0s"},
+	} {
+		if _, _, err := parseFlags(append([]string{"--cell", "c1", "--agency", "nice=x:1"}, bad...), func(string) string { return "" }, io.Discard); err == nil {
+			t.Errorf("parseFlags(%q) accepted", bad)
+		}
+	}
 	if _, _, err := parseFlags([]string{"--cell", "c1", "--agency", "nice=x:1", "--callback-allow", "10.0.0.0/8,bogus"},
 		func(string) string { return "" }, io.Discard); err == nil || !strings.Contains(err.Error(), `"bogus"`) {
 		t.Fatalf("a bad CIDR: %v, want an error naming it", err)
