@@ -119,6 +119,7 @@ func parseFlags(args []string, getenv func(string) string, output io.Writer) (ce
 	fs.DurationVar(&c.Pipeline.DrainTimeout, "drain-timeout", 20*time.Second, "at shutdown, how long work in flight may finish")
 	fs.IntVar(&c.Pipeline.CallbackAttempts, "callback-attempts", 4, "tries of a callback POST (connection errors, timeouts, 5xx and 429 are retried after about 1s, 2s, 4s...)")
 	fs.Var(&callbackAllow, "callback-allow", "internal prefixes callbacks may reach, as `CIDR[,CIDR...]`; callbacks to other loopback, private, link-local or CGNAT addresses are refused (cellctl dev up passes 127.0.0.0/8,::1/128 for a receiver on the same machine)")
+	fs.IntVar(&c.Replicas, "replicas", 1, "replicas of the cell's streams and record bucket; more than 1 needs --nats-url (a JetStream cluster; 3 survives losing a node)")
 	fs.IntVar(&c.Breaker.Window, "breaker-window", 100, "agency circuit breaker: outcomes remembered per agency")
 	fs.IntVar(&c.Breaker.MinCalls, "breaker-min-calls", 20, "agency circuit breaker: outcomes needed before it can open")
 	fs.Float64Var(&c.Breaker.FailureRate, "breaker-failure-rate", 0.2, "agency circuit breaker: open at this share of failed calls (agency errors, timeouts, broken sessions)")

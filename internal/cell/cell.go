@@ -121,11 +121,11 @@ func New(ctx context.Context, cfg Config, opts Options) (_ *Cell, err error) {
 	if err = c.openNATS(); err != nil {
 		return nil, err
 	}
-	if c.store, err = store.Open(ctx, c.js, cfg.ID, cfg.RecordTTL); err != nil {
+	if c.store, err = store.OpenReplicated(ctx, c.js, cfg.ID, cfg.RecordTTL, cfg.Replicas); err != nil {
 		return nil, err
 	}
 	c.queue, err = queue.Setup(ctx, c.js, c.store, queue.Config{
-		Cell: cfg.ID, MaxMsgs: cfg.QueueMaxMsgs, MaxBytes: cfg.QueueMaxBytes, AckWait: cfg.AckWait,
+		Cell: cfg.ID, MaxMsgs: cfg.QueueMaxMsgs, MaxBytes: cfg.QueueMaxBytes, AckWait: cfg.AckWait, Replicas: cfg.Replicas,
 		MaxAckPending: max(1000, 2*cfg.Pipeline.Workers), Retention: cfg.RecordTTL,
 	})
 	if err != nil {

@@ -19,6 +19,7 @@ import (
 	"github.com/cellkit/cellkit/internal/natsembed"
 	"github.com/cellkit/cellkit/internal/queue"
 	"github.com/cellkit/cellkit/internal/slotmap"
+	"github.com/cellkit/cellkit/internal/store"
 )
 
 func TestHappyPathEndToEnd(t *testing.T) {
@@ -618,6 +619,55 @@ func assertMetric(t *testing.T, h *harness, series string) {
 			}
 		}
 		return false
+	})
+}
+
+// On a three-node JetStream cluster with --replicas 3 the cell's streams
+// and record bucket are replicated, and the cell keeps taking and finishing
+// work with one node gone. One node's embedded server cannot run replicas.
+func TestReplicatedOnACluster(t *testing.T) {
+	bad := Config{ID: "c1", Agencies: []AgencyAddr{{Name: "nice", Addr: "x:1"}}, Replicas: 3}
+	if err := bad.defaults(); err == nil || !strings.Contains(err.Error(), "--nats-url") {
+		t.Fatalf("replicas 3 on the embedded server: %v, want refused", err)
+	}
+	dirs := []string{t.TempDir(), t.TempDir(), t.TempDir()}
+	nodes, err := natsembed.StartCluster("cells", dirs, 30*time.Second, testLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { // after the cell's own cleanup
+		for _, n := range nodes {
+			n.Shutdown()
+		}
+	})
+	urls := nodes[0].ClientURL() + "," + nodes[1].ClientURL() + "," + nodes[2].ClientURL()
+	h := start(t, setup{config: func(c *Config) { c.NATSURL, c.Replicas = urls, 3 }})
+	if v := h.settled(h.accept(user(1), nil)); v.Status != inquiry.Done {
+		t.Fatalf("%+v", v)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for _, name := range []string{queue.WorkStream("c1"), queue.ErrorStream("c1"), queue.DLQStream("c1"), "KV_" + store.Bucket("c1")} {
+		st, err := h.cell.js.Stream(ctx, name)
+		if err != nil {
+			t.Fatalf("stream %s: %v", name, err)
+		}
+		info, err := st.Info(ctx)
+		if err != nil || info.Config.Replicas != 3 || info.Cluster == nil || len(info.Cluster.Replicas) != 2 {
+			t.Fatalf("stream %s: %+v, %v: want 3 replicas", name, info.Cluster, err)
+		}
+	}
+	nodes[2].Shutdown() // a quorum of two is left
+	celltest.WaitFor(t, 30*time.Second, "an inquiry accepted and done with one node down", func() bool {
+		r, err := celltest.Send(h.client, "POST", h.intake+"/v1/inquiries", user(2), nil)
+		if err != nil || r.Status != http.StatusAccepted {
+			return false
+		}
+		var a struct {
+			ID string `json:"id"`
+		}
+		r.JSON(t, &a)
+		return h.settled(a.ID).Status == inquiry.Done
 	})
 }
 

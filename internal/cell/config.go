@@ -39,6 +39,10 @@ type Config struct {
 	// NATSURL, if set, is an external NATS server or cluster with JetStream;
 	// otherwise NATS runs embedded with its store under StoreDir.
 	NATSURL string
+	// Replicas is the replica count of the cell's streams and record
+	// bucket [1]. More than 1 needs NATSURL: a JetStream cluster (3 is the
+	// usual: acknowledged work survives the loss of a node).
+	Replicas int
 	// NATSPort is the embedded server's loopback port: 0 a free one, -1 no
 	// listener (in-process clients only).
 	NATSPort int
@@ -85,6 +89,14 @@ func (c *Config) defaults() error {
 	}
 	if len(c.Agencies) == 0 {
 		return errors.New("no agencies: give at least one (--agency nice=HOST:PORT)")
+	}
+	switch {
+	case c.Replicas <= 0:
+		c.Replicas = 1
+	case c.Replicas > 1 && c.NATSURL == "":
+		return fmt.Errorf("--replicas %d needs --nats-url (a JetStream cluster): the embedded server is one node", c.Replicas)
+	case c.Replicas > 5:
+		return fmt.Errorf("--replicas %d: JetStream allows at most 5", c.Replicas)
 	}
 	seen := map[string]bool{}
 	for _, a := range c.Agencies {

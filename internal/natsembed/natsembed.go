@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"time"
@@ -42,6 +43,20 @@ type Config struct {
 	ReadyTimeout time.Duration
 	// Debug logs the server's debug lines.
 	Debug bool
+	// Cluster, when its Name is set, makes the server a node of a
+	// JetStream cluster (to run replicated streams, as in production, on
+	// one machine: tests and drills). Its listener is on Host too.
+	Cluster Cluster
+}
+
+// Cluster is the clustering of an embedded server.
+type Cluster struct {
+	Name string // the cluster's name, the same on every node
+	// Port is the route port; 0 a free one (see RouteURL).
+	Port int
+	// Routes are other nodes' route URLs (nats-route://127.0.0.1:PORT);
+	// one seed is enough, the nodes gossip the rest.
+	Routes []string
 }
 
 // Server is a running embedded NATS server.
@@ -97,6 +112,21 @@ func Start(cfg Config, log *slog.Logger) (*Server, error) {
 	if opts.JetStreamMaxStore == 0 {
 		opts.JetStreamMaxStore = -1
 	}
+	if cl := cfg.Cluster; cl.Name != "" {
+		opts.Cluster = server.ClusterOpts{Name: cl.Name, Host: cfg.Host, Port: cl.Port}
+		if cl.Port == 0 {
+			opts.Cluster.Port = server.RANDOM_PORT
+		}
+		for _, r := range cl.Routes {
+			u, err := url.Parse(r)
+			if err != nil {
+				return nil, fmt.Errorf("embedded nats: route %q: %w", r, err)
+			}
+			opts.Routes = append(opts.Routes, u)
+		}
+		// Clustered JetStream talks over the system account.
+		opts.NoSystemAccount = false
+	}
 	ns, err := server.NewServer(opts)
 	if err != nil {
 		return nil, fmt.Errorf("embedded nats: %w", err)
@@ -109,6 +139,73 @@ func Start(cfg Config, log *slog.Logger) (*Server, error) {
 		return nil, fmt.Errorf("embedded nats: not ready within %v (store %s)", cfg.ReadyTimeout, dir)
 	}
 	return &Server{ns: ns, cfg: cfg}, nil
+}
+
+// StartCluster starts len(dirs) clustered nodes on loopback, each with its
+// store in its dir, named name-0, name-1, …, and waits until JetStream is
+// usable on every node (within timeout). Clustered JetStream wants every
+// node's routes configured from the start, so free route ports are chosen
+// first. On error the nodes started are shut down.
+func StartCluster(name string, dirs []string, timeout time.Duration, log *slog.Logger) ([]*Server, error) {
+	var routes []string
+	var ports []int
+	for range dirs {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, fmt.Errorf("embedded nats cluster: %w", err)
+		}
+		ports = append(ports, ln.Addr().(*net.TCPAddr).Port)
+		ln.Close()
+		routes = append(routes, fmt.Sprintf("nats-route://127.0.0.1:%d", ports[len(ports)-1]))
+	}
+	var nodes []*Server
+	fail := func(err error) ([]*Server, error) {
+		for _, n := range nodes {
+			n.Shutdown()
+		}
+		return nil, err
+	}
+	for i, dir := range dirs {
+		n, err := Start(Config{
+			Name: fmt.Sprintf("%s-%d", name, i), StoreDir: dir,
+			Cluster: Cluster{Name: name, Port: ports[i], Routes: routes},
+		}, log)
+		if err != nil {
+			return fail(err)
+		}
+		nodes = append(nodes, n)
+	}
+	deadline := time.Now().Add(timeout)
+	for _, n := range nodes {
+		for !n.JetStreamReady() {
+			if time.Now().After(deadline) {
+				return fail(fmt.Errorf("embedded nats cluster %s: JetStream not ready within %v", name, timeout))
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	return nodes, nil
+}
+
+// RouteURL is the server's cluster route URL, "" when not clustered.
+func (s *Server) RouteURL() string {
+	a := s.ns.ClusterAddr()
+	if a == nil {
+		return ""
+	}
+	return "nats-route://" + a.String()
+}
+
+// JetStreamReady reports whether the server's JetStream is usable: in a
+// cluster, once the nodes have elected a meta leader.
+func (s *Server) JetStreamReady() bool {
+	if !s.ns.JetStreamEnabled() {
+		return false
+	}
+	if s.cfg.Cluster.Name == "" {
+		return true
+	}
+	return s.ns.JetStreamIsClustered() && s.ns.JetStreamIsCurrent()
 }
 
 // ClientURL is the server's nats:// URL, "" when it does not listen.

@@ -5,7 +5,9 @@ import (
 	"log/slog"
 	"net"
 	"net/url"
+	"os"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -74,5 +76,74 @@ func TestRefusesNonLoopbackAndMissingConfig(t *testing.T) {
 	}
 	if _, err := Start(Config{Name: "t"}, log); err == nil {
 		t.Error("started without a store dir")
+	}
+}
+
+// startCluster starts n clustered nodes, shut down at the end of the test.
+func startCluster(t *testing.T, n int) []*Server {
+	t.Helper()
+	var dirs []string
+	for range n {
+		dirs = append(dirs, t.TempDir())
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	nodes, err := StartCluster("test", dirs, 30*time.Second, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		for _, s := range nodes {
+			s.Shutdown()
+		}
+	})
+	return nodes
+}
+
+// A three-node cluster runs a replicated stream that keeps taking writes
+// with one node gone.
+func TestClusterReplicatesStreams(t *testing.T) {
+	nodes := startCluster(t, 3)
+	if nodes[0].RouteURL() == "" {
+		t.Fatal("no route URL")
+	}
+	nc, err := nats.Connect(nodes[0].ClientURL() + "," + nodes[1].ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var st jetstream.Stream
+	for { // the meta leader may need a moment after the nodes are current
+		st, err = js.CreateStream(ctx, jetstream.StreamConfig{Name: "r3", Subjects: []string{"r3"}, Storage: jetstream.FileStorage, Replicas: 3})
+		if err == nil || ctx.Err() != nil {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := st.Info(ctx)
+	if err != nil || info.Config.Replicas != 3 || info.Cluster == nil || len(info.Cluster.Replicas) != 2 {
+		t.Fatalf("stream info %+v, %v: want 3 replicas", info, err)
+	}
+	if _, err := js.Publish(ctx, "r3", []byte("one")); err != nil {
+		t.Fatal(err)
+	}
+	nodes[2].Shutdown() // one node of three gone: a quorum is left
+	for {
+		_, err = js.Publish(ctx, "r3", []byte("two"))
+		if err == nil || ctx.Err() != nil {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if err != nil {
+		t.Fatalf("publish with one node of three down: %v", err)
+	}
+	if info, err := st.Info(ctx); err != nil || info.State.Msgs != 2 {
+		t.Fatalf("stream state %+v, %v: want 2 messages", info.State, err)
 	}
 }

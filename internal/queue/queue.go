@@ -72,11 +72,17 @@ type Config struct {
 	// PublishTimeout bounds the wait for a PubAck when the caller's context
 	// has no earlier deadline [5s].
 	PublishTimeout time.Duration
+	// Replicas is the streams' replica count [1]: 3 on a JetStream
+	// cluster, so that a stored message survives the loss of a node.
+	Replicas int
 }
 
 func (c *Config) defaults() {
 	if c.MaxMsgs <= 0 {
 		c.MaxMsgs = 100_000
+	}
+	if c.Replicas <= 0 {
+		c.Replicas = 1
 	}
 	if c.MaxBytes <= 0 {
 		c.MaxBytes = 256 << 20
@@ -156,7 +162,7 @@ func Setup(ctx context.Context, js jetstream.JetStream, st *store.Store, cfg Con
 		MaxBytes:    cfg.MaxBytes,
 		Duplicates:  cfg.Duplicates,
 		Storage:     jetstream.FileStorage,
-		Replicas:    1,
+		Replicas:    cfg.Replicas,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("work stream: %w", err)
@@ -179,7 +185,7 @@ func Setup(ctx context.Context, js jetstream.JetStream, st *store.Store, cfg Con
 			MaxAge:            cfg.Retention,
 			Duplicates:        cfg.Duplicates,
 			Storage:           jetstream.FileStorage,
-			Replicas:          1,
+			Replicas:          cfg.Replicas,
 		})
 		if err != nil {
 			return nil, fmt.Errorf("stream %s: %w", set.name, err)

@@ -43,6 +43,15 @@ type Store struct {
 // Open creates or updates the bucket of cell with the given TTL (0: 7
 // days), in file storage with one replica.
 func Open(ctx context.Context, js jetstream.JetStream, cell string, ttl time.Duration) (*Store, error) {
+	return OpenReplicated(ctx, js, cell, ttl, 1)
+}
+
+// OpenReplicated is Open with the bucket kept on replicas nodes of a
+// JetStream cluster (3 in production: a record survives losing a node).
+func OpenReplicated(ctx context.Context, js jetstream.JetStream, cell string, ttl time.Duration, replicas int) (*Store, error) {
+	if replicas <= 0 {
+		replicas = 1
+	}
 	if ttl <= 0 {
 		ttl = DefaultTTL
 	}
@@ -52,7 +61,7 @@ func Open(ctx context.Context, js jetstream.JetStream, cell string, ttl time.Dur
 		History:     1,
 		TTL:         ttl,
 		Storage:     jetstream.FileStorage,
-		Replicas:    1,
+		Replicas:    replicas,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("open record bucket %s: %w", Bucket(cell), err)
