@@ -135,7 +135,7 @@ func (mv *Moves) saveLocked() error {
 		return fmt.Errorf("slot moves: %w", err)
 	}
 	defer os.Remove(f.Name())
-	if _, err := f.Write(b); err == nil {
+	if _, err = f.Write(b); err == nil {
 		err = f.Sync()
 	}
 	if cerr := f.Close(); err == nil {
