@@ -174,22 +174,31 @@ func DrillKill(ctx context.Context, c DrillConfig) (*Result, error) {
 	cells := userCells(res.Samples, 0, killAt)
 	victim := func(u int) bool { return cells[u] == c.Cell }
 
-	// Other cells: no errors from the kill on, p99 within the factor of
-	// their own baseline.
+	// Other cells: no errors from the kill on, each; p99 within the factor
+	// of the baseline, over the other cells together. A 10 s window at
+	// 100/s gives one cell about 250 samples, whose p99 is its third
+	// slowest request: on two shared cores it moved by ±40 % between quiet
+	// windows with nothing killed, so the per-cell p99s are reported as
+	// notes and the check uses the three times larger pool.
 	for _, cell := range st.Cells() {
 		if cell == c.Cell {
 			continue
 		}
 		mine := func(u int) bool { return cells[u] == cell }
-		base := stats(res.Samples, window{0, killAt, mine})
 		all := stats(res.Samples, window{killAt, end, mine})
-		during := stats(res.Samples, window{killAt, restartAt, mine})
 		d.check(cell+" errors from the kill on", all.Errors == 0, fmt.Sprintf("%d of %d %v", all.Errors, all.N, all.Status), "0")
-		limit := time.Duration(float64(base.P99) * c.P99Factor)
-		d.check(cell+" p99 while "+c.Cell+" is down", during.P99 <= limit,
-			fmt.Sprintf("%s (baseline %s)", msf(during.P99), msf(base.P99)), fmt.Sprintf("≤ %s (%.1f× baseline)", msf(limit), c.P99Factor))
-		d.note("%s p99 after the restart: %s", cell, msf(stats(res.Samples, window{restartAt, end, mine}).P99))
+		d.note("%s p99: baseline %s, while %s is down %s, after the restart %s", cell,
+			msf(stats(res.Samples, window{0, killAt, mine}).P99), c.Cell,
+			msf(stats(res.Samples, window{killAt, restartAt, mine}).P99),
+			msf(stats(res.Samples, window{restartAt, end, mine}).P99))
 	}
+	others := func(u int) bool { cell, ok := cells[u]; return ok && cell != "" && cell != c.Cell }
+	base := stats(res.Samples, window{0, killAt, others})
+	during := stats(res.Samples, window{killAt, restartAt, others})
+	limit := time.Duration(float64(base.P99) * c.P99Factor)
+	d.check("other cells' p99 while "+c.Cell+" is down", during.P99 <= limit,
+		fmt.Sprintf("%s of %d (baseline %s of %d)", msf(during.P99), during.N, msf(base.P99), base.N),
+		fmt.Sprintf("≤ %s (%.1f× baseline)", msf(limit), c.P99Factor))
 	down := stats(res.Samples, window{killAt, restartAt, victim})
 	d.check(c.Cell+"'s users while down: 503", down.N > 0 && down.Status["503"] == down.N,
 		fmt.Sprintf("%d of %d %v", down.Status["503"], down.N, down.Status), "all")
