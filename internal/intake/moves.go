@@ -8,12 +8,12 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
-	"path/filepath"
 	"slices"
 	"sync"
 	"time"
 
 	"github.com/cellkit/cellkit/internal/inquiry"
+	"github.com/cellkit/cellkit/internal/registry"
 	"github.com/cellkit/cellkit/internal/slotmap"
 )
 
@@ -117,8 +117,8 @@ func (mv *Moves) Err() error {
 	return mv.err
 }
 
-// saveLocked writes the moves to mv.path: a temporary file, synced, renamed
-// over it, the directory synced.
+// saveLocked writes the moves to mv.path, atomically (see
+// registry.WriteFileAtomic).
 func (mv *Moves) saveLocked() error {
 	list := make([]movedJSON, 0, len(mv.from))
 	for s, e := range mv.from {
@@ -129,27 +129,8 @@ func (mv *Moves) saveLocked() error {
 	if err != nil {
 		return err
 	}
-	dir := filepath.Dir(mv.path)
-	f, err := os.CreateTemp(dir, ".moves-*")
-	if err != nil {
+	if err := registry.WriteFileAtomic(mv.path, b); err != nil {
 		return fmt.Errorf("slot moves: %w", err)
-	}
-	defer os.Remove(f.Name())
-	if _, err = f.Write(b); err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(f.Name(), mv.path)
-	}
-	if err != nil {
-		return fmt.Errorf("slot moves: %w", err)
-	}
-	if d, err := os.Open(dir); err == nil {
-		d.Sync()
-		d.Close()
 	}
 	return nil
 }
