@@ -228,17 +228,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, ready fun
 			}
 			return err
 		}
-		ln, err := net.Listen("tcp", o.listen)
-		if err != nil {
-			return fmt.Errorf("listen: %w", err)
-		}
 		close(serving)
-		log.Info("router ready", "listen", ln.Addr().String(), "admin", adminLn.Addr().String(),
-			"map_version", follower.Map().Version(), "clients", len(keys.Clients()))
-		if ready != nil {
-			ready(addrs{Public: ln.Addr(), Admin: adminLn.Addr()})
-		}
-		return rt.Serve(ln)
+		return rt.ListenAndServe(o.listen, func(a net.Addr) {
+			log.Info("router ready", "listen", a.String(), "admin", adminLn.Addr().String(),
+				"map_version", follower.Map().Version(), "clients", len(keys.Clients()))
+			if ready != nil {
+				ready(addrs{Public: a, Admin: adminLn.Addr()})
+			}
+		})
 	})
 	g.Go(func() error {
 		<-gctx.Done()

@@ -2,13 +2,9 @@ package router
 
 import (
 	"encoding/json"
-	"errors"
-	"net"
 	"net/http"
 	"strconv"
 	"time"
-
-	"github.com/valyala/fasthttp"
 
 	"github.com/cellkit/cellkit/internal/problem"
 )
@@ -77,39 +73,163 @@ var (
 	ctProblem     = []byte("application/problem+json")
 )
 
-// write replaces whatever response was started with p, as problem.Write
-// does for net/http: the same headers and body.
-func (p prob) write(resp *fasthttp.Response) {
-	resp.Reset()
-	resp.SetStatusCode(p.status)
-	resp.Header.SetContentTypeBytes(ctProblem)
-	resp.Header.SetBytesKV(hdrNosniff, valNosniff)
+// statusLines are "HTTP/1.1 <code> <reason>\r\n" for every code.
+var statusLines = func() (l [600][]byte) {
+	for code := 100; code < len(l); code++ {
+		text := http.StatusText(code)
+		if text == "" {
+			text = "Status " + strconv.Itoa(code)
+		}
+		l[code] = []byte("HTTP/1.1 " + strconv.Itoa(code) + " " + text + "\r\n")
+	}
+	return l
+}()
+
+func appendStatus(b []byte, code int) []byte {
+	if code >= 100 && code < len(statusLines) {
+		return append(b, statusLines[code]...)
+	}
+	b = append(b, "HTTP/1.1 "...)
+	b = strconv.AppendInt(b, int64(code), 10)
+	return append(b, " Status\r\n"...)
+}
+
+func appendHeader(b, name, value []byte) []byte {
+	b = append(b, name...)
+	b = append(b, ':', ' ')
+	b = append(b, value...)
+	return append(b, '\r', '\n')
+}
+
+func appendHeaderInt(b, name []byte, v int64) []byte {
+	b = append(b, name...)
+	b = append(b, ':', ' ')
+	b = strconv.AppendInt(b, v, 10)
+	return append(b, '\r', '\n')
+}
+
+var (
+	hdrContentType   = []byte("Content-Type")
+	hdrContentLength = []byte("Content-Length")
+	hdrDate          = []byte("Date")
+	hdrConnection    = []byte("Connection")
+	hdrTE            = []byte("Transfer-Encoding")
+	hdrHost          = []byte("Host")
+	valClose         = []byte("close")
+	valKeepAlive     = []byte("keep-alive")
+)
+
+// problemAnswer is p as a whole answer to cl's request, as problem.Write
+// and problem.WriteRetry make it for net/http (Retry-After in whole
+// seconds, at least 1, when retry > 0), with the headers every answer
+// carries.
+func (lp *loop) problemAnswer(b []byte, cl *client, p *prob, retry time.Duration, allow []byte) []byte {
+	b = appendStatus(b, p.status)
+	b = appendHeader(b, hdrContentType, ctProblem)
+	b = appendHeader(b, hdrNosniff, valNosniff)
 	if p.overloaded {
-		resp.Header.SetBytesKV(hdrOverloaded, valTrue)
+		b = appendHeader(b, hdrOverloaded, valTrue)
 	}
-	resp.SetBodyRaw(p.body)
+	if retry > 0 {
+		secs := int64((retry + time.Second - 1) / time.Second)
+		b = appendHeaderInt(b, hdrRetryAfter, max(secs, 1))
+	}
+	if allow != nil {
+		b = appendHeader(b, hdrAllow, allow)
+	}
+	b = lp.common(b, cl, int64(len(p.body)), true)
+	if string(cl.head.method) != "HEAD" {
+		b = append(b, p.body...)
+	}
+	return b
 }
 
-// writeRetry is write with Retry-After in whole seconds, at least 1, as
-// problem.WriteRetry does.
-func (p prob) writeRetry(resp *fasthttp.Response, after time.Duration) {
-	p.write(resp)
-	secs := int64((after + time.Second - 1) / time.Second)
-	var b [20]byte
-	resp.Header.SetBytesKV(hdrRetryAfter, strconv.AppendInt(b[:0], max(secs, 1), 10))
+// proxyAnswer is a cell's answer to cl's request: its status and header
+// fields but the hop-by-hop ones and those the router sets, then the
+// router's, then the body.
+func (lp *loop) proxyAnswer(b []byte, cl *client, resp *respHead, body []byte) []byte {
+	b = appendStatus(b, resp.status)
+	hasDate := false
+	for i := range resp.hdrs {
+		f := &resp.hdrs[i]
+		if skipInAnswer(f.name) {
+			continue
+		}
+		if !hasDate && equalFold(f.name, "date") {
+			hasDate = true
+		}
+		b = appendHeader(b, f.name, f.value)
+	}
+	n := int64(len(body))
+	if string(cl.head.method) == "HEAD" {
+		n = resp.contentLength
+		body = nil
+	}
+	if resp.status == 204 || resp.status == 304 || resp.status < 200 {
+		n, body = -1, nil
+	}
+	b = lp.common(b, cl, n, !hasDate)
+	return append(b, body...)
 }
 
-// serverError answers a request fasthttp could not read.
-func serverError(ctx *fasthttp.RequestCtx, err error) prob {
-	var small *fasthttp.ErrSmallBuffer
-	var ne net.Error
+// skipInAnswer says whether a cell's header field stays out of the answer
+// to the client: hop-by-hop fields, the framing (the router sets its own),
+// and the fields the router owns.
+func skipInAnswer(name []byte) bool {
+	switch len(name) {
+	case 2:
+		return equalFold(name, "te")
+	case 7:
+		return equalFold(name, "upgrade") || equalFold(name, "trailer")
+	case 10:
+		return equalFold(name, "connection") || equalFold(name, "keep-alive")
+	case 12:
+		return equalFold(name, "x-request-id") || equalFold(name, "cellkit-cell")
+	case 14:
+		return equalFold(name, "content-length")
+	case 16:
+		return equalFold(name, "proxy-connection")
+	case 17:
+		return equalFold(name, "transfer-encoding") || equalFold(name, "x-ratelimit-limit")
+	case 18:
+		return equalFold(name, "proxy-authenticate")
+	case 19:
+		return equalFold(name, "proxy-authorization")
+	case 21:
+		return equalFold(name, "x-ratelimit-remaining")
+	}
+	return false
+}
+
+// common appends the fields every answer carries and ends the head:
+// X-Request-Id, the client's rate limit, the cell, the length (n < 0:
+// none), Date, and Connection when it differs from the default.
+func (lp *loop) common(b []byte, cl *client, n int64, date bool) []byte {
+	ex := &cl.ex
+	b = appendHeader(b, hdrRequestID, ex.rid)
+	if ex.client != nil {
+		b = appendHeader(b, hdrRLLimit, ex.client.limitText)
+		b = appendHeaderInt(b, hdrRLRemain, int64(ex.v.remaining))
+	}
+	if ex.cell != "" {
+		b = append(b, hdrCell...)
+		b = append(b, ':', ' ')
+		b = append(b, ex.cell...)
+		b = append(b, '\r', '\n')
+	}
+	if n >= 0 {
+		b = appendHeaderInt(b, hdrContentLength, n)
+	}
+	if date {
+		if d := lp.e.date.Load(); d != nil {
+			b = appendHeader(b, hdrDate, *d)
+		}
+	}
 	switch {
-	case errors.Is(err, fasthttp.ErrBodyTooLarge):
-		return probTooLarge
-	case errors.As(err, &small):
-		return probHeaderTooBig
-	case errors.Is(err, fasthttp.ErrTimeout), errors.As(err, &ne) && ne.Timeout():
-		return probReadTimeout
+	case cl.close || lp.e.draining.Load():
+		b = appendHeader(b, hdrConnection, valClose)
+	case cl.head.keepAlive10:
+		b = appendHeader(b, hdrConnection, valKeepAlive)
 	}
-	return probMalformed
+	return append(b, '\r', '\n')
 }

@@ -21,7 +21,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
-	"github.com/valyala/fasthttp"
 	"go.uber.org/goleak"
 
 	"github.com/cellkit/cellkit/internal/registry"
@@ -34,12 +33,10 @@ func TestMain(m *testing.M) {
 		// moment after CloseIdleConnections.
 		goleak.IgnoreTopFunction("net/http.(*persistConn).readLoop"),
 		goleak.IgnoreTopFunction("net/http.(*persistConn).writeLoop"),
-		// fasthttp's worker pool cleaner sleeps up to MaxIdleWorkerDuration
-		// (10 s) before it notices Shutdown and exits: bounded, not a leak.
-		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*workerPool).Start.func2"),
-		// fasthttp refreshes its cached Date header from one goroutine per
-		// process, started with the first server.
-		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.updateServerDate.func1"),
+		// gnet's process-wide goroutine pool (ants) keeps its cleaners.
+		goleak.IgnoreAnyFunction("github.com/panjf2000/ants/v2.(*poolCommon).purgeStaleWorkers"),
+		goleak.IgnoreAnyFunction("github.com/panjf2000/ants/v2.(*poolCommon).ticktock"),
+		goleak.IgnoreAnyFunction("github.com/panjf2000/ants/v2.(*goWorker).run.func1"),
 	)
 }
 
@@ -208,19 +205,19 @@ func newWorld(t *testing.T, o worldOptions) *world {
 	if !o.noRefresh {
 		cfg.Refresh = w.reg.Load
 	}
-	if cfg.Cell.IdleConnTimeout == 0 {
-		cfg.Cell.IdleConnTimeout = 200 * time.Millisecond // lets fasthttp's cleaners exit soon after the test
-	}
 	w.router, err = New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
 	served := make(chan error, 1)
-	go func() { served <- w.router.Serve(ln) }()
+	listening := make(chan net.Addr, 1)
+	go func() { served <- w.router.ListenAndServe("127.0.0.1:0", func(a net.Addr) { listening <- a }) }()
+	var addr net.Addr
+	select {
+	case addr = <-listening:
+	case err := <-served:
+		t.Fatalf("ListenAndServe: %v", err)
+	}
 	t.Cleanup(func() {
 		sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer scancel()
@@ -232,7 +229,7 @@ func newWorld(t *testing.T, o worldOptions) *world {
 		}
 		w.router.Close()
 	})
-	w.url = "http://" + ln.Addr().String()
+	w.url = "http://" + addr.String()
 	tr := &http.Transport{MaxIdleConnsPerHost: 64}
 	w.client = &http.Client{Transport: tr, Timeout: 10 * time.Second}
 	t.Cleanup(tr.CloseIdleConnections)
@@ -391,8 +388,6 @@ func (s *syncBuffer) String() string {
 	defer s.mu.Unlock()
 	return s.b.String()
 }
-
-func fasthttpResponse() *fasthttp.Response { return &fasthttp.Response{} }
 
 // exposition renders metric families as text lines.
 func exposition(mfs []*dto.MetricFamily) []string {

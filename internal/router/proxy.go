@@ -2,96 +2,52 @@ package router
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io"
 	"net"
-	"net/netip"
 	"net/url"
-	"slices"
-	"strconv"
 	"strings"
-	"syscall"
+	"sync/atomic"
 	"time"
-
-	"github.com/valyala/fasthttp"
 
 	"github.com/cellkit/cellkit/internal/slotmap"
 )
 
-// upstream is how the router reaches one cell: its intake endpoint and one
-// keep-alive connection pool sized to the cell's bulkhead.
+// upstream is how the router reaches one cell: its intake endpoint, its
+// guard, and (on each event loop) a keep-alive connection pool sized by
+// the bulkhead.
 type upstream struct {
-	cell   string
-	intake string // the map's Intake URL, to notice endpoint changes
-	scheme []byte
-	host   []byte // host[:port] as sent in Host
-	prefix string // path prefix of the intake URL, without the trailing '/'
-	hc     *fasthttp.HostClient
-	guard  *guard
-	m      *cellMetrics
-	probs  *cellProbs
+	cell    string
+	intake  string // the map's Intake URL, to notice endpoint changes
+	addr    string // host:port to dial
+	host    []byte // host[:port] as sent in Host
+	prefix  string // path prefix of the intake URL, without the trailing '/'
+	guard   *guard
+	m       *cellMetrics
+	probs   *cellProbs
+	retired atomic.Bool // no longer in the map: its connections close when next idle
 }
 
-func newUpstream(c slotmap.Cell, cfg CellLimits, g *guard, m *cellMetrics) (*upstream, error) {
+func newUpstream(c slotmap.Cell, g *guard, m *cellMetrics) (*upstream, error) {
 	u, err := url.Parse(c.Intake)
 	if err != nil {
 		return nil, fmt.Errorf("cell %s: intake %q: %w", c.ID, c.Intake, err)
 	}
-	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, fmt.Errorf("cell %s: intake %q: want http(s)://host[:port][/prefix]", c.ID, c.Intake)
+	if u.Scheme != "http" || u.Host == "" {
+		return nil, fmt.Errorf("cell %s: intake %q: want http://host[:port][/prefix]", c.ID, c.Intake)
 	}
 	addr := u.Host
 	if u.Port() == "" {
-		port := "80"
-		if u.Scheme == "https" {
-			port = "443"
-		}
-		addr = net.JoinHostPort(u.Hostname(), port)
+		addr = net.JoinHostPort(u.Hostname(), "80")
 	}
-	dialTimeout := cfg.DialTimeout
 	return &upstream{
 		cell:   c.ID,
 		intake: c.Intake,
-		scheme: []byte(u.Scheme),
+		addr:   addr,
 		host:   []byte(u.Host),
 		prefix: strings.TrimSuffix(u.EscapedPath(), "/"),
 		guard:  g,
 		m:      m,
-		hc: &fasthttp.HostClient{
-			Addr:  addr,
-			IsTLS: u.Scheme == "https",
-			DialTimeout: func(addr string, timeout time.Duration) (net.Conn, error) {
-				d := net.Dialer{Timeout: min(timeout, dialTimeout), KeepAlive: 30 * time.Second}
-				return d.Dial("tcp", addr)
-			},
-			NoDefaultUserAgentHeader:  true,
-			MaxConns:                  cfg.MaxConcurrent,
-			MaxIdleConnDuration:       cfg.IdleConnTimeout,
-			MaxResponseBodySize:       cfg.MaxResponseBytes,
-			MaxIdemponentCallAttempts: 2,
-			RetryIfErr:                retryStaleConn,
-			DisablePathNormalizing:    true, // the server normalised it already
-			SecureErrorLogMessage:     true,
-		},
 	}, nil
-}
-
-// retryStaleConn retries a request once when a kept-alive connection turned
-// out to be closed by the cell before it answered anything, and only when
-// repeating it is safe (GET, HEAD, or a POST with an Idempotency-Key, which
-// the cell dedupes), as net/http's Transport does.
-func retryStaleConn(req *fasthttp.Request, attempts int, err error) (resetTimeout, retry bool) {
-	if attempts > 1 {
-		return false, false
-	}
-	stale := errors.Is(err, io.EOF) || errors.Is(err, fasthttp.ErrConnectionClosed) ||
-		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
-	if !stale {
-		return false, false
-	}
-	idempotent := req.Header.IsGet() || req.Header.IsHead() || len(req.Header.Peek("Idempotency-Key")) > 0
-	return false, idempotent
 }
 
 // cellTable is what the router routes with: one map version and an
@@ -147,7 +103,7 @@ func (r *Router) rebuild(m *slotmap.Map) *cellTable {
 			g = r.newGuard(c.ID)
 			r.guards[c.ID] = g
 		}
-		u, err := newUpstream(c, r.cfg.Cell, g, r.metrics.cell(c.ID))
+		u, err := newUpstream(c, g, r.metrics.cell(c.ID))
 		if err != nil {
 			// slotmap validates URLs, so this is not expected; the cell's
 			// users get 503 until the map is fixed.
@@ -160,7 +116,7 @@ func (r *Router) rebuild(m *slotmap.Map) *cellTable {
 	if old != nil {
 		for id, u := range old.byID {
 			if t.byID[id] != u {
-				u.hc.CloseIdleConnections()
+				u.retired.Store(true)
 			}
 			if _, ok := t.byID[id]; !ok {
 				delete(r.guards, id)
@@ -238,64 +194,64 @@ var (
 	hdrAPIKey     = []byte("X-Api-Key")
 )
 
-// hopByHop are the headers that describe one connection, not the message
-// (RFC 9110 §7.6.1); Connection itself is handled by fasthttp.
-var hopByHop = [][]byte{
-	[]byte("Keep-Alive"), []byte("Proxy-Connection"), []byte("Proxy-Authorization"),
-	[]byte("Proxy-Authenticate"), []byte("Te"), []byte("Trailer"), []byte("Upgrade"),
+// dropped are the request header fields that never reach a cell:
+// hop-by-hop ones (RFC 9110 §7.6.1), the framing and Host (the router sets
+// its own), Expect (the body is already read), the API key, and the ones
+// the router sets itself (the client's claims are replaced, not trusted).
+var dropped = []string{
+	"connection", "keep-alive", "proxy-connection", "proxy-authorization", "proxy-authenticate",
+	"te", "trailer", "upgrade", "transfer-encoding", "content-length", "host", "expect",
+	"x-api-key", "forwarded", "x-forwarded-for", "x-forwarded-host", "x-forwarded-proto",
+	"cellkit-client", "x-request-id", "cellkit-map-version", "cellkit-slot",
 }
 
-// dropped are the request headers that never reach a cell, as fasthttp
-// normalises their names: hop-by-hop ones, Expect (the body is already
-// read), the API key, and the ones the router sets itself (the client's
-// claims are replaced, not trusted).
-var dropped = append(slices.Clone(hopByHop), []byte("Expect"), hdrAPIKey, hdrForwarded, hdrXFF, hdrXFHost, hdrXFProto,
-	hdrClient, hdrRequestID, hdrMapVersion, hdrSlot)
-
-// droppedIndex returns k's index in dropped, or -1.
-func droppedIndex(k []byte) int {
-	for i, d := range dropped {
-		if len(d) == len(k) && string(d) == string(k) {
-			return i
+func isDropped(name []byte) bool {
+	for _, d := range dropped {
+		if len(d) == len(name) && equalFold(name, d) {
+			return true
 		}
 	}
-	return -1
+	return false
 }
 
-// prepare rewrites the client's request, in place, into the request to the
-// cells: the API key and hop-by-hop headers go, the client's own
-// forwarding claims are replaced by what the router saw, and the router's
-// identification headers are added. It returns whether the client asked to
-// close its connection (the cell connection stays open regardless).
-//
-// It scans the header once; headers are only deleted when present and the
-// router's own are appended, not searched for.
-func prepare(ctx *fasthttp.RequestCtx, client *Client, rid []byte) (clientClose bool) {
-	h := &ctx.Request.Header
-	clientClose = h.ConnectionClose()
-	h.ResetConnectionClose()
-	var present uint64
-	for k := range h.All() {
-		if i := droppedIndex(k); i >= 0 {
-			present |= 1 << i
+var protoHTTP = []byte("http")
+
+// forward is cl's request as it goes to its cell: the client's request
+// line and fields but the dropped ones, the forwarding claims the router
+// makes from what it saw, the router's identification fields, and the body
+// (a chunked body goes with its length).
+func (r *Router) forward(b []byte, cl *client) []byte {
+	h := &cl.head
+	ex := &cl.ex
+	u := ex.u
+	b = append(b, h.method...)
+	b = append(b, ' ')
+	b = append(b, u.prefix...)
+	b = append(b, h.path...)
+	b = append(b, h.query...)
+	b = append(b, " HTTP/1.1\r\nHost: "...)
+	b = append(b, u.host...)
+	b = append(b, '\r', '\n')
+	for i := range h.hdrs {
+		f := &h.hdrs[i]
+		if !isDropped(f.name) {
+			b = appendHeader(b, f.name, f.value)
 		}
 	}
-	for i := 0; present != 0; i++ {
-		if present&(1<<i) != 0 {
-			h.DelBytes(dropped[i])
-			present &^= 1 << i
-		}
+	ip := cl.remote
+	b = append(b, hdrXFF...)
+	b = append(b, ':', ' ')
+	b = ip.AppendTo(b)
+	b = append(b, '\r', '\n')
+	host := h.host
+	okHost := validHost(host)
+	if okHost {
+		b = appendHeader(b, hdrXFHost, host)
 	}
-	var buf [160]byte
-	ip := remoteIP(ctx)
-	host := ctx.Host()
-	h.AddBytesKV(hdrXFF, ip.AppendTo(buf[:0]))
-	if validHost(host) {
-		h.AddBytesKV(hdrXFHost, host)
-	}
-	h.AddBytesKV(hdrXFProto, proto(ctx))
+	b = appendHeader(b, hdrXFProto, protoHTTP)
 	// Forwarded: for=v4 or for="[v6]", the host asked for, the protocol.
-	b := append(buf[:0], "for="...)
+	b = append(b, hdrForwarded...)
+	b = append(b, ": for="...)
 	if ip.Is6() {
 		b = append(b, `"[`...)
 		b = ip.AppendTo(b)
@@ -303,38 +259,23 @@ func prepare(ctx *fasthttp.RequestCtx, client *Client, rid []byte) (clientClose 
 	} else {
 		b = ip.AppendTo(b)
 	}
-	if validHost(host) {
+	if okHost {
 		b = append(b, `;host="`...)
 		b = append(b, host...)
 		b = append(b, '"')
 	}
-	b = append(b, ";proto="...)
-	b = append(b, proto(ctx)...)
-	h.AddBytesKV(hdrForwarded, b)
-	h.AddBytesKV(hdrClient, client.idBytes)
-	h.AddBytesKV(hdrRequestID, rid)
-	return clientClose
-}
-
-var (
-	protoHTTP  = []byte("http")
-	protoHTTPS = []byte("https")
-)
-
-func proto(ctx *fasthttp.RequestCtx) []byte {
-	if ctx.IsTLS() {
-		return protoHTTPS
+	b = append(b, ";proto=http\r\n"...)
+	b = appendHeader(b, hdrClient, ex.client.idBytes)
+	b = appendHeader(b, hdrRequestID, ex.rid)
+	b = appendHeaderInt(b, hdrMapVersion, ex.version)
+	if ex.slot >= 0 {
+		b = appendHeaderInt(b, hdrSlot, int64(ex.slot))
 	}
-	return protoHTTP
-}
-
-func remoteIP(ctx *fasthttp.RequestCtx) netip.Addr {
-	if a, ok := ctx.RemoteAddr().(*net.TCPAddr); ok {
-		if ip, ok := netip.AddrFromSlice(a.IP); ok {
-			return ip.Unmap()
-		}
+	if len(cl.body) > 0 || h.contentLength >= 0 || h.chunked {
+		b = appendHeaderInt(b, hdrContentLength, int64(len(cl.body)))
 	}
-	return netip.IPv4Unspecified()
+	b = append(b, '\r', '\n')
+	return append(b, cl.body...)
 }
 
 // validHost accepts what may appear inside a quoted Forwarded host: a host
@@ -349,46 +290,4 @@ func validHost(h []byte) bool {
 		}
 	}
 	return true
-}
-
-// target points the prepared request at a cell for one attempt.
-func target(req *fasthttp.Request, u *upstream, version int64, slot int, path []byte) {
-	uri := req.URI()
-	uri.SetSchemeBytes(u.scheme)
-	uri.SetHostBytes(u.host)
-	if u.prefix != "" {
-		var buf [256]byte
-		uri.SetPathBytes(append(append(buf[:0], u.prefix...), path...))
-	}
-	req.Header.SetHostBytes(u.host)
-	var num [20]byte
-	req.Header.SetBytesKV(hdrMapVersion, strconv.AppendInt(num[:0], version, 10))
-	if slot >= 0 {
-		req.Header.SetBytesKV(hdrSlot, strconv.AppendInt(num[:0], int64(slot), 10))
-	} else {
-		req.Header.DelBytes(hdrSlot)
-	}
-}
-
-// cleanResponse drops the cell's hop-by-hop headers from its answer.
-func cleanResponse(resp *fasthttp.Response) {
-	resp.Header.ResetConnectionClose()
-	for _, k := range hopByHop {
-		resp.Header.DelBytes(k)
-	}
-}
-
-// isTimeout says whether a call to a cell got no answer in time (as
-// opposed to a refused, unreachable or broken connection: a dial timeout
-// counts as unreachable).
-func isTimeout(err error) bool {
-	var oe *net.OpError
-	if errors.Is(err, fasthttp.ErrDialTimeout) || errors.As(err, &oe) && oe.Op == "dial" {
-		return false
-	}
-	if errors.Is(err, fasthttp.ErrTimeout) {
-		return true
-	}
-	var ne net.Error
-	return errors.As(err, &ne) && ne.Timeout()
 }

@@ -39,7 +39,6 @@
 package router
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -47,13 +46,12 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/valyala/fasthttp"
+	"github.com/panjf2000/gnet/v2"
 
 	"github.com/cellkit/cellkit/internal/breaker"
 	"github.com/cellkit/cellkit/internal/hotkeys"
@@ -189,7 +187,7 @@ type Router struct {
 	metrics *metrics
 	noCell  *cellMetrics
 	log     *slog.Logger
-	srv     *fasthttp.Server
+	eng     *engine
 
 	ridPrefix [17]byte // 16 hex digits of randomness and '-'
 	ridSeq    atomic.Uint64
@@ -237,42 +235,27 @@ func New(cfg Config) (*Router, error) {
 	}
 	r.metrics = m
 	r.noCell = m.cell(noCell)
-	s := cfg.Server
-	r.srv = &fasthttp.Server{
-		Handler:      r.handle,
-		ErrorHandler: r.handleServerError,
-		HeaderReceived: func(*fasthttp.RequestHeader) fasthttp.RequestConfig {
-			return fasthttp.RequestConfig{ReadTimeout: s.ReadTimeout}
-		},
-		ReadTimeout:                   s.ReadHeaderTimeout,
-		WriteTimeout:                  s.WriteTimeout,
-		IdleTimeout:                   s.IdleTimeout,
-		ReadBufferSize:                s.MaxHeaderBytes,
-		MaxRequestBodySize:            s.MaxBodyBytes,
-		Concurrency:                   s.MaxConns,
-		NoDefaultServerHeader:         true,
-		NoDefaultContentType:          true,
-		DisablePreParseMultipartForm:  true,
-		DisableHeaderNamesNormalizing: false,
-		CloseOnShutdown:               true,
-		SecureErrorLogMessage:         true,
-		Logger:                        fasthttpLogger{cfg.Logger},
-	}
+	r.eng = &engine{r: r, booted: make(chan struct{}), stopped: make(chan struct{}), done: make(chan struct{}), loops: map[gnet.EventLoop]*loop{}}
 	return r, nil
 }
 
-// Serve answers requests on ln until Shutdown.
-func (r *Router) Serve(ln net.Listener) error { return r.srv.Serve(ln) }
+// ListenAndServe answers requests on addr (host:port) until Shutdown,
+// from one event loop per GOMAXPROCS. Once it listens it calls ready, if
+// not nil, with the address it listens on.
+func (r *Router) ListenAndServe(addr string, ready func(net.Addr)) error {
+	return r.eng.serve(addr, ready)
+}
 
-// Shutdown stops accepting connections, closes idle ones and waits for the
-// requests in flight until ctx ends.
-func (r *Router) Shutdown(ctx context.Context) error { return r.srv.ShutdownWithContext(ctx) }
+// Shutdown stops taking connections, closes idle ones and waits for the
+// requests in flight until ctx ends; then it closes every connection.
+func (r *Router) Shutdown(ctx context.Context) error { return r.eng.shutdown(ctx) }
 
-// Close releases the connections to the cells.
+// Close marks every cell's connections for closing; ListenAndServe's end
+// closes them all in any case.
 func (r *Router) Close() {
 	if t := r.tbl.Load(); t != nil {
 		for _, u := range t.byID {
-			u.hc.CloseIdleConnections()
+			u.retired.Store(true)
 		}
 	}
 }
@@ -304,17 +287,6 @@ func (r *Router) cellProbsLocked(cell string) *cellProbs {
 	return p
 }
 
-// exchange is one request's state through the chain.
-type exchange struct {
-	start       time.Time
-	client      *Client
-	v           verdict
-	rid         []byte
-	cm          *cellMetrics
-	cell        string
-	clientClose bool
-}
-
 var (
 	hdrCell       = []byte("Cellkit-Cell")
 	hdrRLLimit    = []byte("X-RateLimit-Limit")
@@ -324,183 +296,6 @@ var (
 	allowRead     = []byte("GET, HEAD")
 	pathPrefixLen = len(pathInquiryPre)
 )
-
-// handle is the request chain.
-func (r *Router) handle(ctx *fasthttp.RequestCtx) {
-	var ridBuf [64]byte
-	ex := exchange{start: time.Now(), cm: r.noCell}
-	ex.rid = r.requestID(ctx, &ridBuf)
-	defer r.finish(ctx, &ex)
-
-	client, res := r.keys.Authenticate(ctx.Request.Header.PeekBytes(hdrAPIKey))
-	switch res {
-	case authMissing:
-		r.metrics.authFail.WithLabelValues("missing").Inc()
-		probMissingKey.write(&ctx.Response)
-		return
-	case authUnknown:
-		r.metrics.authFail.WithLabelValues("unknown").Inc()
-		probUnknownKey.write(&ctx.Response)
-		return
-	}
-	ex.client = client
-	ex.v = r.limits.take(client)
-	if !ex.v.ok {
-		r.metrics.limited.WithLabelValues(client.ID).Inc()
-		probRateLimit.writeRetry(&ctx.Response, ex.v.retryAfter)
-		return
-	}
-
-	kind, cellID := classify(ctx.Method(), ctx.Path())
-	switch kind {
-	case routeNotFound:
-		probNotFound.write(&ctx.Response)
-		return
-	case routeBadInquiry:
-		probBadInquiry.write(&ctx.Response)
-		return
-	case routeBadMethod:
-		probBadMethod.write(&ctx.Response)
-		if len(ctx.Path()) >= pathPrefixLen {
-			ctx.Response.Header.SetBytesKV(hdrAllow, allowRead)
-		} else {
-			ctx.Response.Header.SetBytesKV(hdrAllow, allowCreate)
-		}
-		return
-	}
-	t := r.table()
-	if t == nil {
-		probNoMap.writeRetry(&ctx.Response, time.Second)
-		return
-	}
-
-	var userID []byte
-	var u *upstream
-	slot := -1
-	if kind == routeCreate {
-		var ok bool
-		if userID, ok = userIDFrom(ctx.PostBody()); !ok {
-			probBadUser.write(&ctx.Response)
-			return
-		}
-		rt := t.m.Lookup(bstr(userID))
-		r.hot.Add(userID, uint64(rt.Slot)) // the slot's low bits are the hash's
-		if u = t.byID[rt.Cell]; u == nil {
-			r.noCell.shed[shedNoCell].Inc()
-			probNoCell.writeRetry(&ctx.Response, time.Second)
-			return
-		}
-		slot = rt.Slot
-	} else if u = t.byID[bstr(cellID)]; u == nil {
-		probBadInquiry.write(&ctx.Response)
-		return
-	}
-
-	ex.clientClose = prepare(ctx, client, ex.rid)
-	path, cloned := ctx.Path(), false
-	for attempt := 0; ; attempt++ {
-		ex.cell, ex.cm = u.cell, u.m
-		if u.prefix != "" && !cloned {
-			// target rewrites the URI's path buffer, which path views.
-			path, cloned = bytes.Clone(path), true
-		}
-		target(&ctx.Request, u, t.m.Version(), slot, path)
-		status := r.call(ctx, u)
-		if status != fasthttp.StatusMisdirectedRequest {
-			return
-		}
-		u.m.misdir.Inc()
-		var newer *slotmap.Map
-		if attempt == 0 {
-			newer = r.refreshAfter(t.m.Version())
-		}
-		if newer == nil {
-			u.probs.misdirected.writeRetry(&ctx.Response, time.Second)
-			return
-		}
-		t = r.table()
-		if kind == routeCreate {
-			rt := t.m.Lookup(bstr(userID))
-			u, slot = t.byID[rt.Cell], rt.Slot
-		} else {
-			u = t.byID[bstr(cellID)]
-		}
-		if u == nil {
-			r.noCell.shed[shedNoCell].Inc()
-			probNoCell.writeRetry(&ctx.Response, time.Second)
-			return
-		}
-	}
-}
-
-// call sends the prepared request through u's guard and returns the
-// status of the answer now in ctx.Response (the cell's, or the router's
-// problem when the guard refused or the call failed).
-func (r *Router) call(ctx *fasthttp.RequestCtx, u *upstream) int {
-	permit, why := u.guard.enter()
-	if why != admitted {
-		u.m.shed[why].Inc()
-		p := &u.probs.bulkhead
-		if why == shedBreaker {
-			p = &u.probs.breaker
-		}
-		p.writeRetry(&ctx.Response, u.guard.retryAfter(why))
-		return p.status
-	}
-	t0 := time.Now()
-	err := u.hc.DoTimeout(&ctx.Request, &ctx.Response, r.cfg.Cell.Timeout)
-	took := time.Since(t0)
-	if err != nil {
-		u.guard.leave(permit, true, took)
-		if isTimeout(err) {
-			u.m.timeout.Inc()
-			p := u.probs.timeout
-			p.write(&ctx.Response)
-			return p.status
-		}
-		u.m.connErr.Inc()
-		p := u.probs.unavailable
-		p.writeRetry(&ctx.Response, time.Second)
-		return p.status
-	}
-	status := ctx.Response.StatusCode()
-	// A 503 marked Cellkit-Overloaded is the cell shedding its own load:
-	// a quick, deliberate answer from a healthy cell. Counted as a failure
-	// it would open the breaker and refuse all of the cell's users, the
-	// share it still admits included, for OpenFor.
-	shedByCell := status == fasthttp.StatusServiceUnavailable && bytes.Equal(ctx.Response.Header.PeekBytes(hdrOverloaded), valTrue)
-	u.guard.leave(permit, status >= 500 && !shedByCell, took)
-	cleanResponse(&ctx.Response)
-	return status
-}
-
-// finish stamps the headers every answer carries and counts it.
-func (r *Router) finish(ctx *fasthttp.RequestCtx, ex *exchange) {
-	h := &ctx.Response.Header
-	h.SetBytesKV(hdrRequestID, ex.rid)
-	if ex.client != nil {
-		var b [20]byte
-		h.SetBytesKV(hdrRLLimit, ex.client.limitText)
-		h.SetBytesKV(hdrRLRemain, strconv.AppendInt(b[:0], int64(ex.v.remaining), 10))
-	}
-	if ex.cell != "" {
-		h.SetBytesK(hdrCell, ex.cell)
-	}
-	if ex.clientClose {
-		ctx.SetConnectionClose()
-	}
-	ex.cm.answered(ctx.Response.StatusCode(), time.Since(ex.start).Seconds())
-}
-
-// requestID is the client's X-Request-Id if it is a sane one, else a new
-// one: this process's random prefix and a sequence number.
-func (r *Router) requestID(ctx *fasthttp.RequestCtx, buf *[64]byte) []byte {
-	if v := ctx.Request.Header.PeekBytes(hdrRequestID); validRequestID(v) {
-		return append(buf[:0], v...)
-	}
-	b := append(buf[:0], r.ridPrefix[:]...)
-	return strconv.AppendUint(b, r.ridSeq.Add(1), 36)
-}
 
 func validRequestID(v []byte) bool {
 	if len(v) == 0 || len(v) > 64 {
@@ -512,48 +307,4 @@ func validRequestID(v []byte) bool {
 		}
 	}
 	return true
-}
-
-// handleServerError answers what fasthttp could not read (too large, too
-// slow, malformed); the connection is closed after it.
-func (r *Router) handleServerError(ctx *fasthttp.RequestCtx, err error) {
-	p := serverError(ctx, err)
-	if p.status == probTooLarge.status {
-		// The client may still be sending the body: read it away (a
-		// bounded amount, for a bounded time) before the answer, or closing
-		// on unread data resets the connection and the client never sees
-		// the 413.
-		drain(ctx.Conn(), 4*int64(r.cfg.Server.MaxBodyBytes), time.Second)
-	}
-	p.write(&ctx.Response)
-	var buf [64]byte
-	ctx.Response.Header.SetBytesKV(hdrRequestID, r.requestID(ctx, &buf))
-	r.noCell.answered(p.status, 0)
-}
-
-// drain discards what the peer sends, up to limit bytes and for at most
-// max, stopping once it has been silent for 50 ms.
-func drain(c net.Conn, limit int64, max time.Duration) {
-	end := time.Now().Add(max)
-	buf := make([]byte, 16<<10)
-	for limit > 0 && time.Now().Before(end) {
-		d := time.Now().Add(50 * time.Millisecond)
-		if d.After(end) {
-			d = end
-		}
-		c.SetReadDeadline(d)
-		n, err := c.Read(buf)
-		limit -= int64(n)
-		if err != nil {
-			return
-		}
-	}
-}
-
-// fasthttpLogger sends fasthttp's own messages (broken client connections
-// and the like) to the debug level.
-type fasthttpLogger struct{ log *slog.Logger }
-
-func (l fasthttpLogger) Printf(format string, args ...any) {
-	l.log.Debug(fmt.Sprintf(format, args...), "component", "fasthttp")
 }

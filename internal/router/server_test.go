@@ -2,6 +2,7 @@ package router
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/json"
 	"io"
 	"net"
@@ -184,15 +185,24 @@ func TestProblemBytesMatchProblemPackage(t *testing.T) {
 	if string(p.body) != rec.Body.String() {
 		t.Errorf("body %q, problem.Write %q", p.body, rec.Body.String())
 	}
-	var resp = fasthttpResponse()
-	p.writeRetry(resp, 1500*time.Millisecond)
+	lp := &loop{e: &engine{}}
+	cl := &client{}
+	raw := lp.problemAnswer(nil, cl, &p, 1500*time.Millisecond, nil)
+	resp, err := http.ReadResponse(bufio.NewReader(bytes.NewReader(raw)), nil)
+	if err != nil {
+		t.Fatalf("%q: %v", raw, err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	if string(body) != rec.Body.String() {
+		t.Errorf("answer body %q, problem.Write %q", body, rec.Body.String())
+	}
 	for _, h := range []string{"Content-Type", "X-Content-Type-Options", "Retry-After"} {
-		if got := string(resp.Header.Peek(h)); got != rec.Header().Get(h) {
+		if got := resp.Header.Get(h); got != rec.Header().Get(h) {
 			t.Errorf("%s = %q, problem.WriteRetry %q", h, got, rec.Header().Get(h))
 		}
 	}
-	if resp.StatusCode() != rec.Code {
-		t.Errorf("status %d, want %d", resp.StatusCode(), rec.Code)
+	if resp.StatusCode != rec.Code {
+		t.Errorf("status %d, want %d", resp.StatusCode, rec.Code)
 	}
 }
 

@@ -1,0 +1,1341 @@
+package router
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"runtime"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/panjf2000/gnet/v2"
+	"golang.org/x/sys/unix"
+
+	"github.com/cellkit/cellkit/internal/breaker"
+)
+
+// The router serves HTTP/1.1 from event loops (gnet: epoll, one loop per
+// core), as NGINX does: a loop owns its client connections and its own
+// keep-alive connections to the cells, so a request is read, routed,
+// forwarded, answered and its connections recycled on one goroutine with no
+// hand-off, no locks and no per-request allocation. Timeouts are deadlines
+// on intrusive lists, one list per kind of timeout: every entry of a list has
+// the same duration, so a list is ordered by deadline and a sweep every tick
+// pops only what expired.
+
+// tick is how often each loop sweeps its deadlines.
+const tick = 5 * time.Millisecond
+
+// timer is a deadline on one of a loop's lists.
+type timer struct {
+	prev, next *timer
+	list       *tlist
+	at         int64 // loop clock, ns
+	owner      any   // *client or *upconn
+}
+
+// tlist is a list of timers of one duration, ordered by deadline.
+type tlist struct {
+	head timer // sentinel
+	d    int64 // the duration of every timer on the list, ns
+}
+
+func (l *tlist) init(d time.Duration) {
+	l.head.prev, l.head.next = &l.head, &l.head
+	l.d = int64(d)
+}
+
+// arm puts t at the end of l with deadline now+l.d, off any list it was on.
+func (l *tlist) arm(t *timer, now int64) {
+	t.stop()
+	t.at = now + l.d
+	t.list = l
+	t.prev, t.next = l.head.prev, &l.head
+	l.head.prev.next = t
+	l.head.prev = t
+}
+
+// stop takes t off its list.
+func (t *timer) stop() {
+	if t.list == nil {
+		return
+	}
+	t.prev.next, t.next.prev = t.next, t.prev
+	t.prev, t.next, t.list = nil, nil, nil
+}
+
+// expired pops the first timer of l if its deadline has passed.
+func (l *tlist) expired(now int64) *timer {
+	t := l.head.next
+	if t == &l.head || t.at > now {
+		return nil
+	}
+	t.stop()
+	return t
+}
+
+// Client connection states.
+const (
+	stIdle   uint8 = iota // between requests
+	stHead                // reading a request head
+	stBody                // reading a request body
+	stBusy                // a request is being answered
+	stDrain               // answered with an error; reading away what the client still sends
+	stClosed
+)
+
+// client is one client connection on a loop.
+type client struct {
+	c      gnet.Conn
+	lp     *loop
+	remote netip.Addr
+	state  uint8
+	close   bool // close after the current answer
+	sent100 bool
+	inServe bool // serve is on the stack: it picks up pipelined requests itself
+
+	t  timer // the state's deadline: head, body, idle or drain
+	w  timer // an answer not yet written out
+	wt timer // waiting for a connection to the cell
+
+	in   []byte // bytes read and not yet consumed: the current request first
+	head reqHead
+	hdrs [maxHeaders]hdr
+	body []byte // the request body: a view of in, or chunked decoded
+	dec  []byte // a decoded chunked body
+	used int    // bytes of in the current request takes
+
+	drained   int64 // stDrain: bytes read away
+	drainMax  int64
+	lastInput int64
+
+	ex  exchange
+	seq uint64 // counts requests, to recognise a continuation's own request
+}
+
+// exchange is one request's state through the chain.
+type exchange struct {
+	start    time.Time
+	client   *Client
+	v        verdict
+	rid      []byte
+	ridBuf   [64]byte
+	cm       *cellMetrics
+	cell     string
+	kind     routeKind
+	cellID   []byte
+	userID   []byte
+	slot     int
+	version  int64
+	u        *upstream
+	permit   breaker.Permit
+	admitted bool
+	sentAt   time.Time
+	attempts int // calls made to the cell for this request (a stale connection is retried once)
+	retried  bool
+	uc       *upconn
+}
+
+// loop is one event loop's state. Only its goroutine touches it.
+type loop struct {
+	e     *engine
+	el    gnet.EventLoop
+	pools map[*upstream]*pool
+
+	heads, bodies, idles, drains, writes tlist // client timers
+	waits, calls, upIdles                   tlist // exchange and cell connection timers
+	dials                                   []*dialing
+
+	out []byte // an answer or request being built
+}
+
+// engine runs the router's event loops.
+type engine struct {
+	r    *Router
+	base time.Time
+
+	gnet.BuiltinEventEngine
+	eng     gnet.Engine
+	started atomic.Bool
+	booted  chan struct{} // closed by OnBoot
+	stopped chan struct{} // closed when serve returns
+	addrMu  sync.Mutex
+	addr    net.Addr
+
+	mu    sync.Mutex
+	loops map[gnet.EventLoop]*loop
+
+	conns    atomic.Int64 // client connections open
+	busy     atomic.Int64 // requests being answered
+	draining atomic.Bool
+	done     chan struct{}
+	date     atomic.Pointer[[]byte]
+}
+
+func (e *engine) now() int64 { return int64(time.Since(e.base)) }
+
+// loopOf returns the state of c's loop, making it on first sight.
+func (e *engine) loopOf(c gnet.Conn) *loop {
+	el := c.EventLoop()
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	lp := e.loops[el]
+	if lp == nil {
+		s := e.r.cfg.Server
+		lp = &loop{e: e, el: el, pools: map[*upstream]*pool{}}
+		lp.heads.init(s.ReadHeaderTimeout)
+		lp.bodies.init(s.ReadTimeout)
+		lp.idles.init(s.IdleTimeout)
+		lp.drains.init(time.Second)
+		lp.writes.init(s.WriteTimeout)
+		lp.waits.init(e.r.cfg.Cell.Timeout)
+		lp.calls.init(e.r.cfg.Cell.Timeout)
+		lp.upIdles.init(e.r.cfg.Cell.IdleConnTimeout)
+		e.loops[el] = lp
+	}
+	return lp
+}
+
+func (e *engine) OnBoot(eng gnet.Engine) gnet.Action {
+	e.eng = eng
+	close(e.booted)
+	return gnet.None
+}
+
+func (e *engine) OnOpen(c gnet.Conn) ([]byte, gnet.Action) {
+	if uc, ok := c.Context().(*upconn); ok {
+		uc.opened(c)
+		return nil, gnet.None
+	}
+	if e.draining.Load() || e.conns.Add(1) > int64(e.r.cfg.Server.MaxConns) {
+		if !e.draining.Load() {
+			e.conns.Add(-1)
+		}
+		return nil, gnet.Close
+	}
+	lp := e.loopOf(c)
+	cl := &client{c: c, lp: lp, remote: addrOf(c.RemoteAddr())}
+	cl.t.owner, cl.w.owner, cl.wt.owner = cl, cl, cl
+	cl.head.hdrs = cl.hdrs[:0]
+	c.SetContext(cl)
+	cl.state = stHead
+	lp.heads.arm(&cl.t, e.now()) // a new connection has ReadHeaderTimeout for its first request
+	return nil, gnet.None
+}
+
+func (e *engine) OnClose(c gnet.Conn, _ error) gnet.Action {
+	switch x := c.Context().(type) {
+	case *client:
+		x.lp.closed(x)
+	case *upconn:
+		x.closed()
+	}
+	return gnet.None
+}
+
+func (e *engine) OnTraffic(c gnet.Conn) gnet.Action {
+	switch x := c.Context().(type) {
+	case *client:
+		x.lp.traffic(x)
+	case *upconn:
+		x.traffic()
+	default:
+		c.Discard(-1)
+	}
+	return gnet.None
+}
+
+func addrOf(a net.Addr) netip.Addr {
+	if t, ok := a.(*net.TCPAddr); ok {
+		if ip, ok := netip.AddrFromSlice(t.IP); ok {
+			return ip.Unmap()
+		}
+	}
+	return netip.IPv4Unspecified()
+}
+
+// run ticks the loops until done: each sweeps its deadlines on its own
+// goroutine, and the Date header is refreshed.
+func (e *engine) run() {
+	t := time.NewTicker(tick)
+	defer t.Stop()
+	sweep := gnet.RunnableFunc(func(ctx context.Context) error {
+		ctx.Value(loopKey{}).(*loop).sweep()
+		return nil
+	})
+	var lps []*loop
+	for {
+		select {
+		case <-e.done:
+			return
+		case now := <-t.C:
+			e.setDate(now)
+		}
+		lps = lps[:0]
+		e.mu.Lock()
+		for _, lp := range e.loops {
+			lps = append(lps, lp)
+		}
+		e.mu.Unlock()
+		for _, lp := range lps {
+			lp.el.Execute(lp.sweepCtx(), sweep)
+		}
+	}
+}
+
+type loopKey struct{}
+
+func (lp *loop) sweepCtx() context.Context {
+	return context.WithValue(context.Background(), loopKey{}, lp)
+}
+
+func (e *engine) setDate(now time.Time) {
+	if d := e.date.Load(); d != nil && now.Unix() == lastDate.Load() {
+		return
+	}
+	lastDate.Store(now.Unix())
+	b := now.UTC().AppendFormat(nil, "Mon, 02 Jan 2006 15:04:05 GMT")
+	e.date.Store(&b)
+}
+
+var lastDate atomic.Int64
+
+// sweep acts on every expired deadline of the loop.
+func (lp *loop) sweep() {
+	now := lp.e.now()
+	for t := lp.heads.expired(now); t != nil; t = lp.heads.expired(now) {
+		cl := t.owner.(*client)
+		if len(cl.in) == 0 && cl.c.InboundBuffered() == 0 {
+			lp.closeClient(cl) // not a byte of a request: close quietly
+			continue
+		}
+		lp.refuse(cl, &probReadTimeout)
+	}
+	for t := lp.bodies.expired(now); t != nil; t = lp.bodies.expired(now) {
+		lp.refuse(t.owner.(*client), &probReadTimeout)
+	}
+	for t := lp.idles.expired(now); t != nil; t = lp.idles.expired(now) {
+		lp.closeClient(t.owner.(*client))
+	}
+	for t := lp.drains.expired(now); t != nil; t = lp.drains.expired(now) {
+		lp.closeClient(t.owner.(*client))
+	}
+	// A draining client that has been silent for 50 ms has sent all it
+	// will: close it (the list is by start, so scan it all; it is short).
+	for t := lp.drains.head.next; t != &lp.drains.head; {
+		next := t.next
+		if cl := t.owner.(*client); now-cl.lastInput > int64(50*time.Millisecond) {
+			t.stop()
+			lp.closeClient(cl)
+		}
+		t = next
+	}
+	for t := lp.writes.expired(now); t != nil; t = lp.writes.expired(now) {
+		if cl := t.owner.(*client); cl.c.OutboundBuffered() > 0 {
+			lp.closeClient(cl)
+		}
+	}
+	for t := lp.waits.expired(now); t != nil; t = lp.waits.expired(now) {
+		lp.waitExpired(t.owner.(*client))
+	}
+	for t := lp.calls.expired(now); t != nil; t = lp.calls.expired(now) {
+		t.owner.(*upconn).timedOut()
+	}
+	for t := lp.upIdles.expired(now); t != nil; t = lp.upIdles.expired(now) {
+		t.owner.(*upconn).shut()
+	}
+	lp.sweepDials(now)
+	if lp.e.draining.Load() {
+		lp.drainIdle()
+	}
+}
+
+// traffic reads what a client sent.
+func (lp *loop) traffic(cl *client) {
+	switch cl.state {
+	case stClosed:
+		cl.c.Discard(-1)
+		return
+	case stBusy:
+		// A pipelined request: it waits in gnet's buffer until the
+		// current one is answered. A client that sends far more than one
+		// request can hold while it waits is cut.
+		if cl.c.InboundBuffered() > lp.maxRequest()*2 {
+			lp.closeClient(cl)
+		}
+		return
+	case stDrain:
+		n, _ := cl.c.Discard(-1)
+		cl.drained += int64(n)
+		cl.lastInput = lp.e.now()
+		if cl.drained >= cl.drainMax {
+			lp.closeClient(cl)
+		}
+		return
+	}
+	lp.serve(cl)
+}
+
+func (lp *loop) maxRequest() int {
+	return lp.e.r.cfg.Server.MaxHeaderBytes + lp.e.r.cfg.Server.MaxBodyBytes
+}
+
+// pull moves what gnet holds for cl into cl.in.
+func (lp *loop) pull(cl *client) {
+	if cl.c.InboundBuffered() == 0 {
+		return
+	}
+	b, _ := cl.c.Peek(-1)
+	cl.in = append(cl.in, b...)
+	cl.c.Discard(-1)
+}
+
+// serve reads and answers the requests in cl's buffer, one at a time,
+// until one waits for a cell or for more bytes.
+func (lp *loop) serve(cl *client) {
+	s := &lp.e.r.cfg.Server
+	for {
+		lp.pull(cl)
+		if len(cl.in) == 0 {
+			return
+		}
+		if cl.state == stIdle {
+			cl.state = stHead
+			lp.heads.arm(&cl.t, lp.e.now())
+		}
+		n, err := parseRequest(cl.in, &cl.head, s.MaxHeaderBytes)
+		switch {
+		case err == errHeaderTooLarge:
+			lp.refuse(cl, &probHeaderTooBig)
+			return
+		case err != nil:
+			lp.refuse(cl, &probMalformed)
+			return
+		case n == 0:
+			return
+		}
+		h := &cl.head
+		var body []byte
+		used := n
+		switch {
+		case h.chunked:
+			dec, m, err := chunkedBody(cl.in[n:], cl.dec[:0], s.MaxBodyBytes)
+			switch {
+			case err == errBodyTooLarge:
+				lp.tooLarge(cl, -1)
+				return
+			case err != nil:
+				lp.refuse(cl, &probMalformed)
+				return
+			case m == 0:
+				lp.awaitBody(cl)
+				return
+			}
+			cl.dec = dec
+			body, used = dec, n+m
+		case h.contentLength > int64(s.MaxBodyBytes):
+			lp.tooLarge(cl, h.contentLength-int64(len(cl.in)-n))
+			return
+		case h.contentLength > 0:
+			if int64(len(cl.in)-n) < h.contentLength {
+				lp.awaitBody(cl)
+				return
+			}
+			used = n + int(h.contentLength)
+			body = cl.in[n:used]
+		}
+		cl.body, cl.used = body, used
+		cl.t.stop()
+		cl.state = stBusy
+		cl.seq++
+		lp.e.busy.Add(1)
+		cl.inServe = true
+		lp.handle(cl)
+		cl.inServe = false
+		if cl.state == stBusy || cl.state == stClosed {
+			return
+		}
+	}
+}
+
+// awaitBody waits for the rest of a request body, saying 100 Continue if
+// the client waits for it.
+func (lp *loop) awaitBody(cl *client) {
+	if cl.state != stBody {
+		cl.state = stBody
+		lp.bodies.arm(&cl.t, lp.e.now())
+	}
+	if cl.head.expectContinue && !cl.sent100 {
+		cl.sent100 = true
+		cl.c.Write(continue100)
+	}
+}
+
+var continue100 = []byte("HTTP/1.1 100 Continue\r\n\r\n")
+
+// tooLarge answers 413 and reads away up to 4× the body limit of what the
+// client still sends, for at most a second, so that it sees the answer
+// rather than a reset; then the connection is closed.
+func (lp *loop) tooLarge(cl *client, left int64) {
+	lp.refuse(cl, &probTooLarge)
+	if cl.state == stClosed {
+		return
+	}
+	cl.state = stDrain
+	cl.drained = 0
+	cl.drainMax = 4 * int64(lp.e.r.cfg.Server.MaxBodyBytes)
+	if left >= 0 && left < cl.drainMax {
+		cl.drainMax = left
+	}
+	cl.in = cl.in[:0]
+	cl.lastInput = lp.e.now()
+	lp.drains.arm(&cl.t, lp.e.now())
+	if cl.drainMax <= 0 {
+		lp.closeClient(cl)
+	}
+}
+
+// refuse answers a request the router could not read (or read in time)
+// and closes the connection after the answer, or (drain) leaves that to
+// the caller.
+func (lp *loop) refuse(cl *client, p *prob) {
+	if cl.state == stClosed {
+		return
+	}
+	cl.t.stop()
+	cl.ex = exchange{cm: lp.e.r.noCell}
+	cl.ex.rid = lp.e.r.newRequestID(&cl.ex.ridBuf)
+	cl.close = true
+	lp.out = lp.problemAnswer(lp.out[:0], cl, p, 0, nil)
+	cl.c.Write(lp.out)
+	lp.e.r.noCell.answered(p.status, 0)
+	if p != &probTooLarge {
+		lp.closeClient(cl)
+	}
+}
+
+// closeClient closes cl's connection (what was written is still sent).
+func (lp *loop) closeClient(cl *client) {
+	if cl.state == stClosed {
+		return
+	}
+	lp.el.Close(cl.c)
+}
+
+// closed is a client connection's end, whoever closed it.
+func (lp *loop) closed(cl *client) {
+	if cl.state == stClosed {
+		return
+	}
+	if cl.state == stBusy {
+		lp.e.busy.Add(-1)
+		lp.abandon(cl)
+	}
+	cl.state = stClosed
+	cl.t.stop()
+	cl.w.stop()
+	cl.wt.stop()
+	lp.e.conns.Add(-1)
+}
+
+// done ends cl's current request once its answer is written: the
+// connection is closed or goes back to reading.
+func (lp *loop) done(cl *client, status int) {
+	lp.e.busy.Add(-1)
+	ex := &cl.ex
+	ex.cm.answered(status, time.Since(ex.start).Seconds())
+	if cl.c.OutboundBuffered() > 0 {
+		lp.writes.arm(&cl.w, lp.e.now())
+	}
+	if cl.close || lp.e.draining.Load() {
+		cl.state = stIdle
+		lp.closeClient(cl)
+		return
+	}
+	rest := copy(cl.in, cl.in[cl.used:])
+	cl.in = cl.in[:rest]
+	cl.used, cl.body, cl.sent100 = 0, nil, false
+	cl.head.method = nil
+	cl.state = stIdle
+	lp.idles.arm(&cl.t, lp.e.now())
+	if cl.c.OutboundBuffered() > 4<<20 {
+		lp.closeClient(cl) // the client reads nothing of what it asked for
+	}
+}
+
+// drainIdle closes the loop's idle client connections (shutting down).
+func (lp *loop) drainIdle() {
+	for _, l := range []*tlist{&lp.idles, &lp.heads} {
+		for t := l.head.next; t != &l.head; {
+			next := t.next
+			cl := t.owner.(*client)
+			if cl.state == stIdle || cl.state == stHead && len(cl.in) == 0 && cl.c.InboundBuffered() == 0 {
+				t.stop()
+				lp.closeClient(cl)
+			}
+			t = next
+		}
+	}
+}
+
+// --- the request chain --------------------------------------------------
+
+// handle is the request chain for the request in cl.
+func (lp *loop) handle(cl *client) {
+	r := lp.e.r
+	h := &cl.head
+	ex := &cl.ex
+	*ex = exchange{start: time.Now(), cm: r.noCell, slot: -1}
+	cl.close = h.close
+	ex.rid = r.requestIDFrom(h, &ex.ridBuf)
+
+	client, res := r.keys.Authenticate(h.get(hdrAPIKey))
+	switch res {
+	case authMissing:
+		r.metrics.authFail.WithLabelValues("missing").Inc()
+		lp.answer(cl, &probMissingKey, 0, nil)
+		return
+	case authUnknown:
+		r.metrics.authFail.WithLabelValues("unknown").Inc()
+		lp.answer(cl, &probUnknownKey, 0, nil)
+		return
+	}
+	ex.client = client
+	ex.v = r.limits.take(client)
+	if !ex.v.ok {
+		r.metrics.limited.WithLabelValues(client.ID).Inc()
+		lp.answer(cl, &probRateLimit, ex.v.retryAfter, nil)
+		return
+	}
+	kind, cellID := classify(h.method, h.path)
+	ex.kind, ex.cellID = kind, cellID
+	switch kind {
+	case routeNotFound:
+		lp.answer(cl, &probNotFound, 0, nil)
+		return
+	case routeBadInquiry:
+		lp.answer(cl, &probBadInquiry, 0, nil)
+		return
+	case routeBadMethod:
+		allow := allowCreate
+		if len(h.path) >= pathPrefixLen {
+			allow = allowRead
+		}
+		lp.answer(cl, &probBadMethod, 0, allow)
+		return
+	}
+	t := r.table()
+	if t == nil {
+		lp.answer(cl, &probNoMap, time.Second, nil)
+		return
+	}
+	if kind == routeCreate {
+		id, ok := userIDFrom(cl.body)
+		if !ok {
+			lp.answer(cl, &probBadUser, 0, nil)
+			return
+		}
+		ex.userID = id
+		rt := t.m.Lookup(bstr(id))
+		r.hot.Add(id, uint64(rt.Slot)) // the slot's low bits are the hash's
+		ex.slot = rt.Slot
+		ex.u = t.byID[rt.Cell]
+		if ex.u == nil {
+			r.noCell.shed[shedNoCell].Inc()
+			lp.answer(cl, &probNoCell, time.Second, nil)
+			return
+		}
+	} else if ex.u = t.byID[bstr(cellID)]; ex.u == nil {
+		lp.answer(cl, &probBadInquiry, 0, nil)
+		return
+	}
+	ex.version = t.m.Version()
+	lp.call(cl)
+}
+
+// call sends the request through its cell's guard.
+func (lp *loop) call(cl *client) {
+	ex := &cl.ex
+	u := ex.u
+	ex.cell, ex.cm = u.cell, u.m
+	permit, why := u.guard.enter()
+	if why != admitted {
+		u.m.shed[why].Inc()
+		p := &u.probs.bulkhead
+		if why == shedBreaker {
+			p = &u.probs.breaker
+		}
+		lp.answer(cl, p, u.guard.retryAfter(why), nil)
+		return
+	}
+	ex.permit, ex.admitted = permit, true
+	ex.sentAt = time.Now()
+	ex.attempts = 0
+	lp.dispatch(cl)
+}
+
+// dispatch hands the request to a connection to its cell, or queues it
+// for one being dialled.
+func (lp *loop) dispatch(cl *client) {
+	p := lp.pool(cl.ex.u)
+	if uc := p.take(); uc != nil {
+		uc.send(cl)
+		return
+	}
+	p.waiters = append(p.waiters, cl)
+	lp.waits.arm(&cl.wt, lp.e.now()-int64(time.Since(cl.ex.sentAt)))
+	if p.dialing < len(p.waiters) {
+		p.dial()
+	}
+}
+
+// waitExpired: no connection to the cell within the call's timeout.
+func (lp *loop) waitExpired(cl *client) {
+	if cl.state != stBusy {
+		return
+	}
+	lp.pool(cl.ex.u).unwait(cl)
+	lp.failed(cl, true)
+}
+
+// failed ends a call that got no answer: a timeout (504) or a connection
+// that failed (503); both count against the cell.
+func (lp *loop) failed(cl *client, timeout bool) {
+	ex := &cl.ex
+	u := ex.u
+	ex.uc = nil
+	lp.leave(cl, true)
+	if timeout {
+		u.m.timeout.Inc()
+		lp.answer(cl, &u.probs.timeout, 0, nil)
+		return
+	}
+	u.m.connErr.Inc()
+	lp.answer(cl, &u.probs.unavailable, time.Second, nil)
+}
+
+func (lp *loop) leave(cl *client, failed bool) {
+	ex := &cl.ex
+	if ex.admitted {
+		ex.admitted = false
+		ex.u.guard.leave(ex.permit, failed, time.Since(ex.sentAt))
+	}
+}
+
+// abandon: the client went away while its request was being answered.
+func (lp *loop) abandon(cl *client) {
+	ex := &cl.ex
+	cl.wt.stop()
+	if ex.u != nil {
+		if p := lp.pools[ex.u]; p != nil {
+			p.unwait(cl)
+		}
+	}
+	if uc := ex.uc; uc != nil {
+		// The cell has the request: its answer will be read and dropped,
+		// and the connection reused.
+		uc.orphan = true
+		ex.uc = nil
+		return
+	}
+	lp.leave(cl, false)
+}
+
+// answered ends a call with the cell's answer in resp (the head) and body:
+// the answer goes to the client, a 421 is retried once with a newer map.
+func (lp *loop) answered(cl *client, resp *respHead, body []byte) {
+	ex := &cl.ex
+	u := ex.u
+	status := resp.status
+	shedByCell := status == 503 && bytes.Equal(resp.get(hdrOverloaded), valTrue)
+	lp.leave(cl, status >= 500 && !shedByCell)
+	ex.uc = nil
+	if status == 421 {
+		u.m.misdir.Inc()
+		if !ex.retried {
+			ex.retried = true
+			lp.retryMisdirected(cl)
+			return
+		}
+		lp.answer(cl, &u.probs.misdirected, time.Second, nil)
+		return
+	}
+	lp.out = lp.proxyAnswer(lp.out[:0], cl, resp, body)
+	lp.write(cl, status)
+}
+
+// retryMisdirected looks for a newer map (the registry read runs off the
+// loop) and sends the request once more with it.
+func (lp *loop) retryMisdirected(cl *client) {
+	r := lp.e.r
+	seen := cl.ex.version
+	if m := r.currentMap(); m != nil && m.Version() > seen {
+		lp.reroute(cl)
+		return
+	}
+	seq := cl.seq
+	go func() {
+		r.refreshAfter(seen)
+		lp.el.Execute(context.Background(), gnet.RunnableFunc(func(context.Context) error {
+			if cl.state == stBusy && cl.seq == seq {
+				lp.reroute(cl)
+			}
+			return nil
+		}))
+	}()
+}
+
+// reroute sends a misdirected request again with the newest map.
+func (lp *loop) reroute(cl *client) {
+	r := lp.e.r
+	ex := &cl.ex
+	t := r.table()
+	if t == nil || t.m.Version() <= ex.version {
+		lp.answer(cl, &ex.u.probs.misdirected, time.Second, nil)
+		return
+	}
+	var u *upstream
+	if ex.kind == routeCreate {
+		rt := t.m.Lookup(bstr(ex.userID))
+		u, ex.slot = t.byID[rt.Cell], rt.Slot
+	} else {
+		u = t.byID[bstr(ex.cellID)]
+	}
+	if u == nil {
+		r.noCell.shed[shedNoCell].Inc()
+		lp.answer(cl, &probNoCell, time.Second, nil)
+		return
+	}
+	ex.u, ex.version = u, t.m.Version()
+	lp.call(cl)
+}
+
+// answer sends one of the router's own problem answers.
+func (lp *loop) answer(cl *client, p *prob, retry time.Duration, allow []byte) {
+	lp.out = lp.problemAnswer(lp.out[:0], cl, p, retry, allow)
+	lp.write(cl, p.status)
+}
+
+// write sends lp.out, the answer to cl's request, and ends the request;
+// after an answer that came from a cell, a pipelined request is served.
+func (lp *loop) write(cl *client, status int) {
+	if cl.state != stBusy {
+		return
+	}
+	cl.c.Write(lp.out)
+	lp.done(cl, status)
+	if !cl.inServe && cl.state == stIdle && len(cl.in)+cl.c.InboundBuffered() > 0 {
+		lp.serve(cl)
+	}
+}
+
+// requestIDFrom is the client's X-Request-Id if it is a sane one, else a
+// new one.
+func (r *Router) requestIDFrom(h *reqHead, buf *[64]byte) []byte {
+	if v := h.get(hdrRequestID); validRequestID(v) {
+		return append(buf[:0], v...)
+	}
+	return r.newRequestID(buf)
+}
+
+// newRequestID is this process's random prefix and a sequence number.
+func (r *Router) newRequestID(buf *[64]byte) []byte {
+	b := append(buf[:0], r.ridPrefix[:]...)
+	return strconv.AppendUint(b, r.ridSeq.Add(1), 36)
+}
+
+// get returns the value of the first header field named name (any case).
+func (h *reqHead) get(name []byte) []byte {
+	for i := range h.hdrs {
+		if len(h.hdrs[i].name) == len(name) && bytes.EqualFold(h.hdrs[i].name, name) {
+			return h.hdrs[i].value
+		}
+	}
+	return nil
+}
+
+func (h *respHead) get(name []byte) []byte {
+	for i := range h.hdrs {
+		if len(h.hdrs[i].name) == len(name) && bytes.EqualFold(h.hdrs[i].name, name) {
+			return h.hdrs[i].value
+		}
+	}
+	return nil
+}
+
+// --- the connections to the cells ----------------------------------------
+
+// pool is one loop's keep-alive connections to one cell.
+type pool struct {
+	lp      *loop
+	u       *upstream
+	idle    []*upconn // most recently used last
+	waiters []*client
+	dialing int
+}
+
+func (lp *loop) pool(u *upstream) *pool {
+	p := lp.pools[u]
+	if p == nil {
+		p = &pool{lp: lp, u: u}
+		lp.pools[u] = p
+	}
+	return p
+}
+
+// take returns an idle connection, or nil.
+func (p *pool) take() *upconn {
+	for len(p.idle) > 0 {
+		uc := p.idle[len(p.idle)-1]
+		p.idle = p.idle[:len(p.idle)-1]
+		uc.t.stop()
+		if uc.dead {
+			continue
+		}
+		return uc
+	}
+	return nil
+}
+
+func (p *pool) unwait(cl *client) {
+	cl.wt.stop()
+	for i, w := range p.waiters {
+		if w == cl {
+			p.waiters = append(p.waiters[:i], p.waiters[i+1:]...)
+			return
+		}
+	}
+}
+
+// release puts a connection that finished a call back to work.
+func (p *pool) release(uc *upconn) {
+	if uc.dead {
+		return
+	}
+	if p.u.retired.Load() {
+		uc.shut()
+		return
+	}
+	for len(p.waiters) > 0 {
+		cl := p.waiters[0]
+		p.waiters = p.waiters[1:]
+		cl.wt.stop()
+		if cl.state == stBusy {
+			uc.send(cl)
+			return
+		}
+	}
+	p.idle = append(p.idle, uc)
+	p.lp.upIdles.arm(&uc.t, p.lp.e.now())
+}
+
+// dialing is one connection being opened to a cell.
+type dialing struct {
+	p   *pool
+	at  int64 // give up on it then
+	end bool
+}
+
+// dial opens one more connection to the cell, off the loop; it joins the
+// loop when connected, or the first waiter fails.
+func (p *pool) dial() {
+	lp := p.lp
+	d := &dialing{p: p, at: lp.e.now() + int64(lp.e.r.cfg.Cell.DialTimeout+time.Second)}
+	p.dialing++
+	lp.dials = append(lp.dials, d)
+	uc := &upconn{p: p, d: d}
+	uc.t.owner = uc
+	addr, timeout := p.u.addr, lp.e.r.cfg.Cell.DialTimeout
+	go func() {
+		dl := net.Dialer{Timeout: timeout, KeepAlive: 30 * time.Second}
+		c, err := dl.Dial("tcp", addr)
+		if err == nil {
+			var ch <-chan gnet.RegisteredResult
+			if ch, err = lp.el.Enroll(gnet.NewContext(context.Background(), uc), c); err == nil {
+				if res := <-ch; res.Err != nil {
+					err = res.Err
+				}
+			} else {
+				c.Close()
+			}
+		}
+		if err != nil {
+			lp.el.Execute(context.Background(), gnet.RunnableFunc(func(context.Context) error {
+				d.failed()
+				return nil
+			}))
+		}
+	}()
+}
+
+// dialDone marks d finished, once.
+func (d *dialing) finish() bool {
+	if d.end {
+		return false
+	}
+	d.end = true
+	d.p.dialing--
+	return true
+}
+
+// failed: the connection could not be opened; the first waiter gets 503.
+func (d *dialing) failed() {
+	if !d.finish() {
+		return
+	}
+	p := d.p
+	for len(p.waiters) > 0 {
+		cl := p.waiters[0]
+		p.waiters = p.waiters[1:]
+		cl.wt.stop()
+		if cl.state == stBusy {
+			p.lp.failed(cl, false)
+			return
+		}
+	}
+}
+
+// sweepDials gives up on dials that neither connected nor failed in time.
+func (lp *loop) sweepDials(now int64) {
+	keep := lp.dials[:0]
+	for _, d := range lp.dials {
+		if d.end {
+			continue
+		}
+		if d.at <= now {
+			d.failed()
+			continue
+		}
+		keep = append(keep, d)
+	}
+	clear(lp.dials[len(keep):])
+	lp.dials = keep
+}
+
+// upconn is one keep-alive connection to a cell, owned by a loop.
+type upconn struct {
+	c      gnet.Conn
+	p      *pool
+	d      *dialing
+	t      timer // the call's deadline, or the idle one
+	cl     *client
+	orphan bool // the client went away; drop the answer
+	dead   bool
+	got    bool // bytes of the answer arrived
+	head   respHead
+	hdrs   [maxHeaders]hdr
+	body   []byte
+}
+
+func (uc *upconn) opened(c gnet.Conn) {
+	uc.c = c
+	uc.head.hdrs = uc.hdrs[:0]
+	if uc.d != nil {
+		uc.d.finish()
+		uc.d = nil
+	}
+	uc.p.release(uc)
+}
+
+// send writes cl's request to the cell.
+func (uc *upconn) send(cl *client) {
+	lp := uc.p.lp
+	uc.cl, uc.orphan, uc.got = cl, false, false
+	cl.ex.uc = uc
+	cl.ex.attempts++
+	lp.calls.arm(&uc.t, lp.e.now()-int64(time.Since(cl.ex.sentAt)))
+	lp.out = lp.e.r.forward(lp.out[:0], cl)
+	if _, err := uc.c.Write(lp.out); err != nil {
+		uc.shut()
+	}
+}
+
+// traffic reads the cell's answer.
+func (uc *upconn) traffic() {
+	lp := uc.p.lp
+	buf, _ := uc.c.Peek(-1)
+	if uc.cl == nil {
+		uc.c.Discard(-1) // nothing was asked
+		uc.shut()
+		return
+	}
+	uc.got = true
+	max := lp.e.r.cfg.Cell.MaxResponseBytes
+	for {
+		n, err := parseResponse(buf, &uc.head, 16<<10)
+		if err != nil {
+			uc.broken()
+			return
+		}
+		if n == 0 {
+			return
+		}
+		h := &uc.head
+		if h.status >= 100 && h.status < 200 {
+			if h.status == 101 {
+				uc.broken()
+				return
+			}
+			uc.c.Discard(n)
+			buf = buf[n:]
+			continue
+		}
+		var body []byte
+		used := n
+		switch {
+		case uc.cl != nil && string(uc.cl.head.method) == "HEAD", h.status == 204, h.status == 304:
+		case h.chunked:
+			dec, m, err := chunkedBody(buf[n:], uc.body[:0], max)
+			if err != nil {
+				uc.broken()
+				return
+			}
+			if m == 0 {
+				return
+			}
+			uc.body = dec
+			body, used = dec, n+m
+		case h.contentLength > int64(max):
+			uc.broken()
+			return
+		case h.contentLength >= 0:
+			if int64(len(buf)-n) < h.contentLength {
+				return
+			}
+			used = n + int(h.contentLength)
+			body = buf[n:used]
+		default:
+			// The body runs to the end of the connection.
+			if len(buf)-n > max {
+				uc.broken()
+				return
+			}
+			return
+		}
+		uc.finish(body, used, len(buf) > used || h.close)
+		return
+	}
+}
+
+// finish ends the call with a whole answer; the connection is reused
+// unless the cell closes it or sent more than was asked.
+func (uc *upconn) finish(body []byte, used int, closeAfter bool) {
+	cl, orphan := uc.cl, uc.orphan
+	uc.cl, uc.orphan = nil, false
+	uc.t.stop()
+	if cl != nil {
+		if orphan {
+			// The client left: count the call, drop the answer.
+			h := &uc.head
+			cl.ex.u.guard.leave(cl.ex.permit, h.status >= 500, time.Since(cl.ex.sentAt))
+		} else {
+			uc.p.lp.answered(cl, &uc.head, body)
+		}
+	}
+	uc.c.Discard(used)
+	if closeAfter {
+		uc.shut()
+		return
+	}
+	uc.p.release(uc)
+}
+
+// broken: the cell's answer cannot be read; the call fails.
+func (uc *upconn) broken() {
+	cl, orphan := uc.cl, uc.orphan
+	uc.cl = nil
+	uc.shut()
+	switch {
+	case cl == nil:
+	case orphan:
+		cl.ex.u.guard.leave(cl.ex.permit, true, time.Since(cl.ex.sentAt))
+	default:
+		uc.p.lp.failed(cl, false)
+	}
+}
+
+// timedOut: the cell did not answer within the call's timeout.
+func (uc *upconn) timedOut() {
+	cl, orphan := uc.cl, uc.orphan
+	uc.cl = nil
+	uc.shut()
+	if cl == nil {
+		return
+	}
+	if orphan {
+		cl.ex.u.guard.leave(cl.ex.permit, true, time.Since(cl.ex.sentAt))
+		return
+	}
+	uc.p.lp.failed(cl, true)
+}
+
+// shut closes the connection; closed does the accounting.
+func (uc *upconn) shut() {
+	if uc.dead {
+		return
+	}
+	uc.p.lp.el.Close(uc.c)
+}
+
+// closed is the connection's end, whoever closed it. A call on it that got
+// no byte of answer is retried once on another connection when repeating
+// it is safe (GET, HEAD, or a POST with an Idempotency-Key, which the cell
+// dedupes), as net/http's Transport does for a kept-alive connection the
+// cell closed; otherwise it fails.
+func (uc *upconn) closed() {
+	if uc.dead {
+		return
+	}
+	uc.dead = true
+	uc.t.stop()
+	cl, orphan, got := uc.cl, uc.orphan, uc.got
+	uc.cl = nil
+	if cl == nil {
+		if i := slices.Index(uc.p.idle, uc); i >= 0 {
+			uc.p.idle = slices.Delete(uc.p.idle, i, i+1)
+		}
+		return
+	}
+	if orphan {
+		cl.ex.u.guard.leave(cl.ex.permit, true, time.Since(cl.ex.sentAt))
+		return
+	}
+	if cl.ex.uc != uc {
+		return // already answered (timeout, broken)
+	}
+	cl.ex.uc = nil
+	h := &uc.head
+	if got && h.status >= 200 && h.contentLength < 0 && !h.chunked {
+		// An answer delimited by the end of the connection.
+		buf, _ := uc.c.Peek(-1)
+		if n, err := parseResponse(buf, h, 16<<10); err == nil && n > 0 {
+			uc.p.lp.answered(cl, h, buf[n:])
+			return
+		}
+	}
+	if !got && cl.ex.attempts < 2 && idempotent(&cl.head) {
+		uc.p.lp.dispatch(cl)
+		return
+	}
+	uc.p.lp.failed(cl, false)
+}
+
+func idempotent(h *reqHead) bool {
+	m := string(h.method)
+	return m == "GET" || m == "HEAD" || len(h.get(hdrIdempotencyKey)) > 0
+}
+
+var hdrIdempotencyKey = []byte("Idempotency-Key")
+
+// serve runs the event loops until shutdown.
+func (e *engine) serve(addr string, ready func(net.Addr)) error {
+	if !e.started.CompareAndSwap(false, true) {
+		return errors.New("router: already serving")
+	}
+	defer close(e.stopped)
+	e.base = time.Now()
+	e.setDate(time.Now())
+	go e.run()
+	defer close(e.done)
+	go func() {
+		select {
+		case <-e.booted:
+		case <-e.stopped:
+			return
+		}
+		a, err := listenAddr(e.eng)
+		if err != nil {
+			e.r.log.Error("cannot read the listening address", "err", err)
+		}
+		e.addrMu.Lock()
+		e.addr = a
+		e.addrMu.Unlock()
+		if ready != nil {
+			ready(a)
+		}
+	}()
+	err := gnet.Run(e, "tcp://"+addr,
+		gnet.WithMulticore(true),
+		gnet.WithNumEventLoop(runtime.GOMAXPROCS(0)),
+		gnet.WithTCPNoDelay(gnet.TCPNoDelay),
+		gnet.WithTCPKeepAlive(3*time.Minute),
+		gnet.WithReuseAddr(true),
+		gnet.WithLogger(gnetLogger{e.r.log}),
+	)
+	if err != nil {
+		return fmt.Errorf("router: %w", err)
+	}
+	return nil
+}
+
+// listenAddr is the address the engine listens on.
+func listenAddr(eng gnet.Engine) (net.Addr, error) {
+	fd, err := eng.Dup()
+	if err != nil {
+		return nil, err
+	}
+	defer unix.Close(fd)
+	sa, err := unix.Getsockname(fd)
+	if err != nil {
+		return nil, err
+	}
+	switch a := sa.(type) {
+	case *unix.SockaddrInet4:
+		return &net.TCPAddr{IP: net.IP(a.Addr[:]), Port: a.Port}, nil
+	case *unix.SockaddrInet6:
+		return &net.TCPAddr{IP: net.IP(a.Addr[:]), Port: a.Port}, nil
+	}
+	return nil, fmt.Errorf("unexpected socket address %T", sa)
+}
+
+// shutdown refuses new connections, closes idle ones, waits for the
+// requests in flight (until ctx ends) and stops the loops.
+func (e *engine) shutdown(ctx context.Context) error {
+	if !e.started.Load() {
+		return nil
+	}
+	e.draining.Store(true)
+	select {
+	case <-e.booted:
+	case <-e.stopped:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	t := time.NewTicker(tick)
+	defer t.Stop()
+	var err error
+	for e.busy.Load() > 0 && err == nil {
+		select {
+		case <-ctx.Done():
+			err = ctx.Err()
+		case <-t.C:
+		}
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if serr := e.eng.Stop(sctx); serr != nil && err == nil {
+		err = serr
+	}
+	select {
+	case <-e.stopped:
+	case <-sctx.Done():
+	}
+	return err
+}
+
+// gnetLogger sends gnet's own messages to the router's log.
+type gnetLogger struct{ log *slog.Logger }
+
+func (l gnetLogger) Debugf(f string, a ...any) { l.log.Debug(fmt.Sprintf(f, a...), "component", "gnet") }
+func (l gnetLogger) Infof(f string, a ...any)  { l.log.Debug(fmt.Sprintf(f, a...), "component", "gnet") }
+func (l gnetLogger) Warnf(f string, a ...any)  { l.log.Warn(fmt.Sprintf(f, a...), "component", "gnet") }
+func (l gnetLogger) Errorf(f string, a ...any) { l.log.Error(fmt.Sprintf(f, a...), "component", "gnet") }
+func (l gnetLogger) Fatalf(f string, a ...any) { l.log.Error(fmt.Sprintf(f, a...), "component", "gnet") }
