@@ -149,6 +149,7 @@ type worldOptions struct {
 	regOpts    registry.Options // of the follower's registry
 	staleAfter time.Duration
 	noRefresh  bool
+	intake     map[string]string // cell → an intake URL other than its backend's
 }
 
 func newWorld(t *testing.T, o worldOptions) *world {
@@ -167,7 +168,11 @@ func newWorld(t *testing.T, o worldOptions) *world {
 	for _, id := range o.cells {
 		b := newBackend(t, id)
 		w.backends[id] = b
-		m = mustPlan(t)(m.AddCell(slotmap.Cell{ID: id, Weight: 1, Intake: b.srv.URL, Admin: b.srv.URL}))
+		intake := b.srv.URL
+		if u := o.intake[id]; u != "" {
+			intake = u
+		}
+		m = mustPlan(t)(m.AddCell(slotmap.Cell{ID: id, Weight: 1, Intake: intake, Admin: b.srv.URL}))
 	}
 	w.regPath = filepath.Join(t.TempDir(), "registry", "map.json")
 	w.reg, err = registry.NewFile(w.regPath, o.regOpts)

@@ -83,20 +83,20 @@ func (l *tlist) expired(now int64) *timer {
 
 // Client connection states.
 const (
-	stIdle   uint8 = iota // between requests
-	stHead                // reading a request head
-	stBody                // reading a request body
-	stBusy                // a request is being answered
-	stDrain               // answered with an error; reading away what the client still sends
+	stIdle  uint8 = iota // between requests
+	stHead               // reading a request head
+	stBody               // reading a request body
+	stBusy               // a request is being answered
+	stDrain              // answered with an error; reading away what the client still sends
 	stClosed
 )
 
 // client is one client connection on a loop.
 type client struct {
-	c      gnet.Conn
-	lp     *loop
-	remote netip.Addr
-	state  uint8
+	c       gnet.Conn
+	lp      *loop
+	remote  netip.Addr
+	state   uint8
 	close   bool // close after the current answer
 	sent100 bool
 	inServe bool // serve is on the stack: it picks up pipelined requests itself
@@ -150,8 +150,8 @@ type loop struct {
 	pools map[*upstream]*pool
 
 	heads, bodies, idles, drains, writes tlist // client timers
-	waits, calls, upIdles                   tlist // exchange and cell connection timers
-	dials                                   []*dialing
+	waits, calls, upIdles                tlist // exchange and cell connection timers
+	dials                                []*dialing
 
 	out []byte // an answer or request being built
 }
@@ -166,8 +166,6 @@ type engine struct {
 	started atomic.Bool
 	booted  chan struct{} // closed by OnBoot
 	stopped chan struct{} // closed when serve returns
-	addrMu  sync.Mutex
-	addr    net.Addr
 
 	mu    sync.Mutex
 	loops map[gnet.EventLoop]*loop
@@ -214,10 +212,11 @@ func (e *engine) OnOpen(c gnet.Conn) ([]byte, gnet.Action) {
 		uc.opened(c)
 		return nil, gnet.None
 	}
-	if e.draining.Load() || e.conns.Add(1) > int64(e.r.cfg.Server.MaxConns) {
-		if !e.draining.Load() {
-			e.conns.Add(-1)
-		}
+	if e.draining.Load() {
+		return nil, gnet.Close // shutting down: no new connections
+	}
+	if e.conns.Add(1) > int64(e.r.cfg.Server.MaxConns) {
+		e.conns.Add(-1)
 		return nil, gnet.Close
 	}
 	lp := e.loopOf(c)
@@ -561,6 +560,12 @@ func (lp *loop) done(cl *client, status int) {
 	}
 	rest := copy(cl.in, cl.in[cl.used:])
 	cl.in = cl.in[:rest]
+	if rest == 0 && cap(cl.in) > 16<<10 {
+		cl.in = nil // a large request's buffer is not kept for the connection's life
+	}
+	if cap(cl.dec) > 16<<10 {
+		cl.dec = nil
+	}
 	cl.used, cl.body, cl.sent100 = 0, nil, false
 	cl.head.method = nil
 	cl.state = stIdle
@@ -1211,11 +1216,13 @@ func (uc *upconn) closed() {
 		return // already answered (timeout, broken)
 	}
 	cl.ex.uc = nil
-	h := &uc.head
-	if got && h.status >= 200 && h.contentLength < 0 && !h.chunked {
-		// An answer delimited by the end of the connection.
+	if got {
+		// An answer delimited by the end of the connection is whole now.
+		h := &uc.head
 		buf, _ := uc.c.Peek(-1)
-		if n, err := parseResponse(buf, h, 16<<10); err == nil && n > 0 {
+		n, err := parseResponse(buf, h, 16<<10)
+		if err == nil && n > 0 && h.status >= 200 && h.contentLength < 0 && !h.chunked &&
+			len(buf)-n <= uc.p.lp.e.r.cfg.Cell.MaxResponseBytes {
 			uc.p.lp.answered(cl, h, buf[n:])
 			return
 		}
@@ -1254,9 +1261,6 @@ func (e *engine) serve(addr string, ready func(net.Addr)) error {
 		if err != nil {
 			e.r.log.Error("cannot read the listening address", "err", err)
 		}
-		e.addrMu.Lock()
-		e.addr = a
-		e.addrMu.Unlock()
 		if ready != nil {
 			ready(a)
 		}
@@ -1301,6 +1305,11 @@ func (e *engine) shutdown(ctx context.Context) error {
 	if !e.started.Load() {
 		return nil
 	}
+	select {
+	case <-e.stopped:
+		return nil
+	default:
+	}
 	e.draining.Store(true)
 	select {
 	case <-e.booted:
@@ -1334,8 +1343,14 @@ func (e *engine) shutdown(ctx context.Context) error {
 // gnetLogger sends gnet's own messages to the router's log.
 type gnetLogger struct{ log *slog.Logger }
 
-func (l gnetLogger) Debugf(f string, a ...any) { l.log.Debug(fmt.Sprintf(f, a...), "component", "gnet") }
-func (l gnetLogger) Infof(f string, a ...any)  { l.log.Debug(fmt.Sprintf(f, a...), "component", "gnet") }
-func (l gnetLogger) Warnf(f string, a ...any)  { l.log.Warn(fmt.Sprintf(f, a...), "component", "gnet") }
-func (l gnetLogger) Errorf(f string, a ...any) { l.log.Error(fmt.Sprintf(f, a...), "component", "gnet") }
-func (l gnetLogger) Fatalf(f string, a ...any) { l.log.Error(fmt.Sprintf(f, a...), "component", "gnet") }
+func (l gnetLogger) Debugf(f string, a ...any) {
+	l.log.Debug(fmt.Sprintf(f, a...), "component", "gnet")
+}
+func (l gnetLogger) Infof(f string, a ...any) { l.log.Debug(fmt.Sprintf(f, a...), "component", "gnet") }
+func (l gnetLogger) Warnf(f string, a ...any) { l.log.Warn(fmt.Sprintf(f, a...), "component", "gnet") }
+func (l gnetLogger) Errorf(f string, a ...any) {
+	l.log.Error(fmt.Sprintf(f, a...), "component", "gnet")
+}
+func (l gnetLogger) Fatalf(f string, a ...any) {
+	l.log.Error(fmt.Sprintf(f, a...), "component", "gnet")
+}

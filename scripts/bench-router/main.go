@@ -28,6 +28,7 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
+	"runtime"
 	"runtime/pprof"
 	"slices"
 	"strconv"
@@ -36,6 +37,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/cellkit/cellkit/internal/registry"
 	"github.com/cellkit/cellkit/internal/slotmap"
@@ -232,7 +235,7 @@ func load(ctx context.Context, o loadOptions) (Result, error) {
 	measureFrom := int(o.rate * o.warmup.Seconds())
 	lat := make([]time.Duration, total)
 	status := make([]int32, total) // 0 not done, >0 HTTP status, -1 error
-	work := make(chan int, total)
+	var sent atomic.Int64
 
 	ctx, cancel := context.WithTimeout(ctx, o.warmup+o.duration+5*time.Second)
 	defer cancel()
@@ -245,8 +248,15 @@ func load(ctx context.Context, o loadOptions) (Result, error) {
 		wg.Go(func() {
 			var conn net.Conn
 			var br *bufio.Reader
-			for i := range work {
+			runtime.LockOSThread()
+			defer runtime.UnlockOSThread()
+			for i := c; i < total; i += o.conns {
 				intended := start.Add(time.Duration(i) * interval)
+				sleepUntil(intended)
+				if ctx.Err() != nil {
+					break
+				}
+				sent.Add(1)
 				if conn == nil {
 					var err error
 					if conn, err = net.DialTimeout("tcp", host, time.Second); err != nil {
@@ -273,32 +283,11 @@ func load(ctx context.Context, o loadOptions) (Result, error) {
 			}
 		})
 	}
-	// The schedule: request i is due at start + i*interval, sent by the
-	// first free connection; a queued request's wait counts as latency.
-	sent := 0
-	timer := time.NewTimer(time.Hour)
-	defer timer.Stop()
-	for i := 0; i < total; i++ {
-		due := start.Add(time.Duration(i) * interval)
-		if d := time.Until(due); d > 0 {
-			timer.Reset(d)
-			select {
-			case <-ctx.Done():
-			case <-timer.C:
-			}
-		}
-		if ctx.Err() != nil {
-			break
-		}
-		work <- i
-		sent++
-	}
-	close(work)
 	wg.Wait()
 
-	res := Result{Name: o.name, Rate: o.rate, Sent: sent}
+	res := Result{Name: o.name, Rate: o.rate, Sent: int(sent.Load())}
 	var ms []time.Duration
-	for i := measureFrom; i < sent; i++ {
+	for i := measureFrom; i < total; i++ {
 		switch s := status[i]; {
 		case s == 0:
 			res.Late++
@@ -324,6 +313,17 @@ func load(ctx context.Context, o loadOptions) (Result, error) {
 	res.Measured = len(ms)
 	res.P50, res.P90, res.P99, res.P999, res.Max = pct(0.50), pct(0.90), pct(0.99), pct(0.999), pct(1)
 	return res, nil
+}
+
+// sleepUntil blocks the thread in nanosleep until t.
+func sleepUntil(t time.Time) {
+	d := time.Until(t)
+	if d <= 0 {
+		return
+	}
+	ts := unix.NsecToTimespec(int64(d))
+	for unix.Nanosleep(&ts, &ts) == unix.EINTR {
+	}
 }
 
 // roundTrip writes one request and reads one response with a

@@ -1,0 +1,366 @@
+package router
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// The event-loop server's own behaviour: HTTP/1.1 framing in both
+// directions, connections to the cells, and the connection lifecycle.
+
+// rawConn is a client connection that writes bytes as given and reads
+// answers with net/http's parser.
+type rawConn struct {
+	t  *testing.T
+	c  net.Conn
+	br *bufio.Reader
+}
+
+func (w *world) dial() *rawConn {
+	w.t.Helper()
+	c, err := net.Dial("tcp", strings.TrimPrefix(w.url, "http://"))
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	w.t.Cleanup(func() { c.Close() })
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	return &rawConn{t: w.t, c: c, br: bufio.NewReader(c)}
+}
+
+func (rc *rawConn) send(s string) {
+	rc.t.Helper()
+	if _, err := rc.c.Write([]byte(s)); err != nil {
+		rc.t.Fatal(err)
+	}
+}
+
+// read reads one answer; method is the request's (HEAD has no body).
+func (rc *rawConn) read(method string) (*http.Response, string) {
+	rc.t.Helper()
+	resp, err := http.ReadResponse(rc.br, &http.Request{Method: method})
+	if err != nil {
+		rc.t.Fatalf("reading an answer: %v", err)
+	}
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		rc.t.Fatalf("reading a body: %v", err)
+	}
+	return resp, string(body)
+}
+
+// closedWithin says whether the router closes the connection within d.
+func (rc *rawConn) closedWithin(d time.Duration) bool {
+	rc.c.SetReadDeadline(time.Now().Add(d))
+	_, err := io.Copy(io.Discard, rc.br)
+	return err == nil // EOF: closed; a timeout is an error
+}
+
+func postHead(key string, extra string) string {
+	return "POST /v1/inquiries HTTP/1.1\r\nHost: router.test\r\nX-API-Key: " + key + "\r\nContent-Type: application/json\r\n" + extra
+}
+
+func TestChunkedRequestGoesToTheCellWithItsLength(t *testing.T) {
+	w := newWorld(t, worldOptions{cells: []string{"c1"}})
+	rc := w.dial()
+	body := inquiryBody("u1")
+	half := len(body) / 2
+	rc.send(postHead(w.key, "Transfer-Encoding: chunked\r\n\r\n") +
+		fmt.Sprintf("%x;ext=1\r\n%s\r\n%x\r\n%s\r\n0\r\nX-Trailer: t\r\n\r\n", half, body[:half], len(body)-half, body[half:]))
+	resp, _ := rc.read("POST")
+	if resp.StatusCode != 202 {
+		t.Fatalf("status %d", resp.StatusCode)
+	}
+	req, got := w.backends["c1"].lastRequest()
+	if string(got) != body || req.ContentLength != int64(len(body)) || len(req.TransferEncoding) != 0 {
+		t.Errorf("the cell got %q (length %d, %v), want %q with its length", got, req.ContentLength, req.TransferEncoding, body)
+	}
+}
+
+func TestExpectContinueGetsA100First(t *testing.T) {
+	w := newWorld(t, worldOptions{cells: []string{"c1"}})
+	rc := w.dial()
+	body := inquiryBody("u1")
+	rc.send(postHead(w.key, "Expect: 100-continue\r\nContent-Length: "+strconv.Itoa(len(body))+"\r\n\r\n"))
+	line, err := rc.br.ReadString('\n')
+	if err != nil || line != "HTTP/1.1 100 Continue\r\n" {
+		t.Fatalf("first line %q, %v; want 100 Continue", line, err)
+	}
+	if blank, _ := rc.br.ReadString('\n'); blank != "\r\n" {
+		t.Fatalf("after 100 Continue: %q", blank)
+	}
+	rc.send(body)
+	if resp, _ := rc.read("POST"); resp.StatusCode != 202 {
+		t.Fatalf("status %d", resp.StatusCode)
+	}
+	if req, _ := w.backends["c1"].lastRequest(); req.Header.Get("Expect") != "" {
+		t.Errorf("Expect reached the cell")
+	}
+}
+
+func TestHTTP10Connections(t *testing.T) {
+	w := newWorld(t, worldOptions{cells: []string{"c1"}})
+	get := "GET /v1/inquiries/c1-abc HTTP/1.0\r\nX-API-Key: " + w.key + "\r\n"
+
+	rc := w.dial()
+	rc.send(get + "Connection: keep-alive\r\n\r\n")
+	resp, _ := rc.read("GET")
+	if resp.StatusCode != 200 || resp.Header.Get("Connection") != "keep-alive" {
+		t.Fatalf("keep-alive 1.0: %d, Connection %q", resp.StatusCode, resp.Header.Get("Connection"))
+	}
+	rc.send(get + "\r\n")
+	if resp, _ = rc.read("GET"); resp.StatusCode != 200 {
+		t.Fatalf("second request: %d", resp.StatusCode)
+	}
+	if !rc.closedWithin(2 * time.Second) {
+		t.Error("an HTTP/1.0 request without keep-alive: the connection stayed open")
+	}
+}
+
+func TestMalformedRequestsAre400AndClose(t *testing.T) {
+	w := newWorld(t, worldOptions{cells: []string{"c1"}})
+	body := inquiryBody("u1")
+	cl := "Content-Length: " + strconv.Itoa(len(body)) + "\r\n"
+	for name, req := range map[string]string{
+		"length and chunked":   postHead(w.key, cl+"Transfer-Encoding: chunked\r\n\r\n") + body,
+		"two lengths":          postHead(w.key, cl+"Content-Length: 5\r\n\r\n") + body,
+		"signed length":        postHead(w.key, "Content-Length: +5\r\n\r\n") + body,
+		"gzip transfer coding": postHead(w.key, "Transfer-Encoding: gzip, chunked\r\n\r\n") + "0\r\n\r\n",
+		"folded header":        postHead(w.key, cl+"X-A: b\r\n c\r\n\r\n") + body,
+		"space before colon":   postHead(w.key, cl+"X-A : b\r\n\r\n") + body,
+		"HTTP/2 request line":  "GET /v1/inquiries/c1-abc HTTP/2.0\r\nX-API-Key: " + w.key + "\r\n\r\n",
+		"bad chunk size":       postHead(w.key, "Transfer-Encoding: chunked\r\n\r\n") + "zz\r\n" + body + "\r\n0\r\n\r\n",
+	} {
+		t.Run(name, func(t *testing.T) {
+			rc := w.dial()
+			rc.send(req)
+			resp, b := rc.read("POST")
+			if resp.StatusCode != 400 || !strings.Contains(b, "malformed-request") {
+				t.Fatalf("%d %s", resp.StatusCode, b)
+			}
+			if !rc.closedWithin(2 * time.Second) {
+				t.Error("the connection stayed open after a malformed request")
+			}
+		})
+	}
+	if n := w.backends["c1"].calls.Load(); n != 0 {
+		t.Errorf("%d malformed requests reached the cell", n)
+	}
+}
+
+func TestIdleConnectionsAreClosedAfterIdleTimeout(t *testing.T) {
+	const idle = 300 * time.Millisecond
+	w := newWorld(t, worldOptions{cells: []string{"c1"}, cfg: Config{Server: ServerLimits{IdleTimeout: idle}}})
+	rc := w.dial()
+	rc.send("GET /v1/inquiries/c1-abc HTTP/1.1\r\nHost: x\r\nX-API-Key: " + w.key + "\r\n\r\n")
+	rc.read("GET")
+	start := time.Now()
+	if !rc.closedWithin(5 * idle) {
+		t.Fatal("an idle keep-alive connection was not closed")
+	}
+	if took := time.Since(start); took < idle*8/10 {
+		t.Errorf("closed after %v, before the idle timeout %v", took, idle)
+	}
+}
+
+// fakeCell is a cell that speaks HTTP/1.1 by hand, so that it can frame
+// its answers any legal way and close connections when told.
+type fakeCell struct {
+	ln      net.Listener
+	answer  func(n int, req *http.Request, body []byte) string // the bytes of the n-th answer (from 1) on all connections; "" closes without one
+	count   atomic.Int64
+	conns   atomic.Int64
+	wg      sync.WaitGroup
+	mu      sync.Mutex
+	bodies  []string
+	headers []http.Header
+}
+
+func newFakeCell(t *testing.T, answer func(n int, req *http.Request, body []byte) string) *fakeCell {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &fakeCell{ln: ln, answer: answer}
+	var open sync.Map
+	f.wg.Go(func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			f.conns.Add(1)
+			open.Store(c, true)
+			f.wg.Go(func() {
+				defer c.Close()
+				br := bufio.NewReader(c)
+				for {
+					req, err := http.ReadRequest(br)
+					if err != nil {
+						return
+					}
+					body, _ := io.ReadAll(req.Body)
+					f.mu.Lock()
+					f.bodies = append(f.bodies, string(body))
+					f.headers = append(f.headers, req.Header)
+					f.mu.Unlock()
+					a := f.answer(int(f.count.Add(1)), req, body)
+					if a == "" {
+						return
+					}
+					if _, err := c.Write([]byte(a)); err != nil || strings.Contains(a, "Connection: close") {
+						return
+					}
+				}
+			})
+		}
+	})
+	t.Cleanup(func() {
+		ln.Close()
+		open.Range(func(c, _ any) bool { c.(net.Conn).Close(); return true })
+		f.wg.Wait()
+	})
+	return f
+}
+
+func (f *fakeCell) url() string { return "http://" + f.ln.Addr().String() }
+
+func TestCellAnswersFramedAnyLegalWay(t *testing.T) {
+	body := `{"id":"c1-0001","status":"pending"}`
+	chunked := "HTTP/1.1 202 Accepted\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\nX-Cell: yes\r\n\r\n" +
+		fmt.Sprintf("5\r\n%s\r\n%x\r\n%s\r\n0\r\n\r\n", body[:5], len(body)-5, body[5:])
+	untilClose := "HTTP/1.1 202 Accepted\r\nContent-Type: application/json\r\nConnection: close\r\n\r\n" + body
+	continued := "HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 202 Accepted\r\nContent-Length: " + strconv.Itoa(len(body)) + "\r\n\r\n" + body
+	for name, answer := range map[string]string{"chunked": chunked, "until close": untilClose, "after a 100": continued} {
+		t.Run(name, func(t *testing.T) {
+			f := newFakeCell(t, func(int, *http.Request, []byte) string { return answer })
+			w := newWorld(t, worldOptions{cells: []string{"c1"}, intake: map[string]string{"c1": f.url()}})
+			for i := range 3 {
+				a := w.create("u1")
+				if a.status != 202 || string(a.body) != body {
+					t.Fatalf("answer %d: %v", i, a)
+				}
+				if a.header.Get("Content-Length") != strconv.Itoa(len(body)) || a.header.Get("Cellkit-Cell") != "c1" {
+					t.Errorf("answer %d headers: %v", i, a.header)
+				}
+			}
+		})
+	}
+}
+
+func TestCellAnswerTooLargeIs503(t *testing.T) {
+	big := strings.Repeat("x", 2048)
+	f := newFakeCell(t, func(int, *http.Request, []byte) string {
+		return "HTTP/1.1 200 OK\r\nContent-Length: " + strconv.Itoa(len(big)) + "\r\n\r\n" + big
+	})
+	w := newWorld(t, worldOptions{cells: []string{"c1"}, intake: map[string]string{"c1": f.url()},
+		cfg: Config{Cell: CellLimits{MaxResponseBytes: 1024}}})
+	a := w.do("GET", "/v1/inquiries/c1-abc", "")
+	if a.status != 503 || problemOf(t, a)["type"] != "https://cellkit.dev/problems/cell-unavailable" {
+		t.Fatalf("%v", a)
+	}
+}
+
+// TestStaleCellConnectionIsRetriedWhenSafe: a cell that closes a kept-alive
+// connection instead of answering costs nothing to a request that may be
+// repeated (GET, or POST with an Idempotency-Key); any other request gets
+// 503, since the cell may have taken it.
+func TestStaleCellConnectionIsRetriedWhenSafe(t *testing.T) {
+	ok := func(body string) string {
+		return "HTTP/1.1 202 Accepted\r\nContent-Length: " + strconv.Itoa(len(body)) + "\r\n\r\n" + body
+	}
+	// Every second request is dropped with its connection: the first
+	// request on a connection is answered, the second on it is not.
+	f := newFakeCell(t, func(n int, _ *http.Request, _ []byte) string {
+		if n%2 == 0 {
+			return "" // close the connection without an answer
+		}
+		return ok(`{"n":` + strconv.Itoa(n) + `}`)
+	})
+	w := newWorld(t, worldOptions{cells: []string{"c1"}, intake: map[string]string{"c1": f.url()}})
+	if a := w.do("GET", "/v1/inquiries/c1-abc", ""); a.status != 202 {
+		t.Fatalf("first GET: %v", a)
+	}
+	// The connection is kept; the next request on it is dropped (n=2) and
+	// the GET is retried on a new one (n=3).
+	if a := w.do("GET", "/v1/inquiries/c1-abc", ""); a.status != 202 {
+		t.Fatalf("GET on a stale connection: %v", a)
+	}
+	// Same with a keyed POST: n=4 dropped, n=5 answered.
+	if a := w.create("u1", "Idempotency-Key", "k-1"); a.status != 202 {
+		t.Fatalf("keyed POST on a stale connection: %v", a)
+	}
+	// An unkeyed POST is not repeated: n=6 dropped → 503.
+	a := w.create("u1")
+	if a.status != 503 || problemOf(t, a)["type"] != "https://cellkit.dev/problems/cell-unavailable" {
+		t.Fatalf("unkeyed POST on a stale connection: %v", a)
+	}
+	if n := f.count.Load(); n != 6 {
+		t.Errorf("the cell saw %d requests, want 6", n)
+	}
+}
+
+// TestClientLeavingMidCallFreesItsPlace: a client that goes away while its
+// request is at the cell does not keep the cell's bulkhead place: it is
+// freed when the cell answers, and the answer is dropped.
+func TestClientLeavingMidCallFreesItsPlace(t *testing.T) {
+	w := newWorld(t, worldOptions{cells: []string{"c1"}, cfg: Config{Cell: CellLimits{MaxConcurrent: 1}}})
+	b := w.backends["c1"]
+	b.delay.Store(int64(300 * time.Millisecond))
+	rc := w.dial()
+	body := inquiryBody("u1")
+	rc.send(postHead(w.key, "Content-Length: "+strconv.Itoa(len(body))+"\r\n\r\n") + body)
+	eventually(t, 2*time.Second, "the request reaches the cell", func() bool { return b.calls.Load() == 1 })
+	rc.c.Close()
+	// While the cell works, the bulkhead is full.
+	if a := w.create("u1"); a.status != 503 || problemOf(t, a)["type"] != "https://cellkit.dev/problems/overloaded" {
+		t.Fatalf("during the abandoned call: %v", a)
+	}
+	b.delay.Store(0)
+	eventually(t, 3*time.Second, "the place is freed once the cell answers", func() bool {
+		return w.create("u1").status == 202
+	})
+}
+
+// TestShutdownWaitsForRequestsInFlight: Shutdown answers what is in flight
+// (with Connection: close), refuses new connections and returns once done.
+func TestShutdownWaitsForRequestsInFlight(t *testing.T) {
+	b := newBackend(t, "slow")
+	b.delay.Store(int64(400 * time.Millisecond))
+	w := newWorld(t, worldOptions{cells: []string{"c1"}, intake: map[string]string{"c1": b.srv.URL}})
+	rc := w.dial()
+	body := inquiryBody("u1")
+	rc.send(postHead(w.key, "Content-Length: "+strconv.Itoa(len(body))+"\r\n\r\n") + body)
+	eventually(t, 2*time.Second, "the request reaches the cell", func() bool { return b.calls.Load() == 1 })
+	idle := w.dial()
+	done := make(chan error, 1)
+	start := time.Now()
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		done <- w.router.Shutdown(ctx)
+	}()
+	resp, got := rc.read("POST")
+	if resp.StatusCode != 202 || !resp.Close {
+		t.Fatalf("the request in flight: %d %q, Connection: close %v", resp.StatusCode, got, resp.Close)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("Shutdown: %v", err)
+	}
+	if took := time.Since(start); took < 200*time.Millisecond {
+		t.Errorf("Shutdown returned after %v, before the request in flight was answered", took)
+	}
+	if !idle.closedWithin(time.Second) {
+		t.Error("an idle connection survived Shutdown")
+	}
+}
