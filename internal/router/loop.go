@@ -138,7 +138,8 @@ type exchange struct {
 	permit   breaker.Permit
 	admitted bool
 	sentAt   time.Time
-	attempts int // calls made to the cell for this request (a stale connection is retried once)
+	attempts int  // calls made to the cell for this request (a stale connection is retried once)
+	tlsCall  bool // at an https cell, through its Transport
 	retried  bool
 	uc       *upconn
 }
@@ -351,6 +352,7 @@ func (lp *loop) sweep() {
 		t.owner.(*upconn).shut()
 	}
 	lp.sweepDials(now)
+	lp.sweepPools()
 	if lp.e.draining.Load() {
 		lp.drainIdle()
 	}
@@ -689,6 +691,10 @@ func (lp *loop) call(cl *client) {
 // dispatch hands the request to a connection to its cell, or queues it
 // for one being dialled.
 func (lp *loop) dispatch(cl *client) {
+	if cl.ex.u.tls != nil {
+		lp.callTLS(cl)
+		return
+	}
 	p := lp.pool(cl.ex.u)
 	if uc := p.take(); uc != nil {
 		uc.send(cl)
@@ -743,6 +749,7 @@ func (lp *loop) abandon(cl *client) {
 			p.unwait(cl)
 		}
 	}
+	ex.tlsCall = false
 	if uc := ex.uc; uc != nil {
 		// The cell has the request: its answer will be read and dropped,
 		// and the connection reused.
@@ -884,6 +891,7 @@ type pool struct {
 	idle    []*upconn // most recently used last
 	waiters []*client
 	dialing int
+	open    int // connections open
 }
 
 func (lp *loop) pool(u *upstream) *pool {
@@ -1007,6 +1015,22 @@ func (d *dialing) failed() {
 	}
 }
 
+// sweepPools closes the idle connections to cells that left the map (or
+// changed endpoint) and forgets their pools once nothing uses them.
+func (lp *loop) sweepPools() {
+	for u, p := range lp.pools {
+		if !u.retired.Load() {
+			continue
+		}
+		for uc := p.take(); uc != nil; uc = p.take() {
+			uc.shut()
+		}
+		if p.open == 0 && p.dialing == 0 && len(p.waiters) == 0 {
+			delete(lp.pools, u)
+		}
+	}
+}
+
 // sweepDials gives up on dials that neither connected nor failed in time.
 func (lp *loop) sweepDials(now int64) {
 	keep := lp.dials[:0]
@@ -1041,6 +1065,7 @@ type upconn struct {
 
 func (uc *upconn) opened(c gnet.Conn) {
 	uc.c = c
+	uc.p.open++
 	uc.head.hdrs = uc.hdrs[:0]
 	if uc.d != nil {
 		uc.d.finish()
@@ -1145,6 +1170,9 @@ func (uc *upconn) finish(body []byte, used int, closeAfter bool) {
 		}
 	}
 	uc.c.Discard(used)
+	if cap(uc.body) > 64<<10 {
+		uc.body = nil // a large chunked answer's buffer is not kept
+	}
 	if closeAfter {
 		uc.shut()
 		return
@@ -1199,6 +1227,7 @@ func (uc *upconn) closed() {
 		return
 	}
 	uc.dead = true
+	uc.p.open--
 	uc.t.stop()
 	cl, orphan, got := uc.cl, uc.orphan, uc.got
 	uc.cl = nil

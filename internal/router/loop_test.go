@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"strconv"
 	"strings"
 	"sync"
@@ -362,5 +363,34 @@ func TestShutdownWaitsForRequestsInFlight(t *testing.T) {
 	}
 	if !idle.closedWithin(time.Second) {
 		t.Error("an idle connection survived Shutdown")
+	}
+}
+
+// TestHTTPSCell: a cell whose intake is https is reached through net/http's
+// Transport (the loops speak plain HTTP/1.1) with the same chain: the
+// request as forwarded, the answer as proxied, the timeout as 504.
+func TestHTTPSCell(t *testing.T) {
+	b := &backend{cell: "c1", release: make(chan struct{})}
+	b.srv = httptest.NewTLSServer(http.HandlerFunc(b.serve))
+	t.Cleanup(func() { close(b.release); b.srv.CloseClientConnections(); b.srv.Close() })
+	roots := b.srv.Client().Transport.(*http.Transport).TLSClientConfig
+	w := newWorld(t, worldOptions{cells: []string{"c1"}, intake: map[string]string{"c1": b.srv.URL},
+		cfg: Config{Cell: CellLimits{TLS: roots, Timeout: 300 * time.Millisecond}}})
+	body := inquiryBody("u1")
+	a := w.do("POST", "/v1/inquiries", body, "X-Request-Id", "req-tls")
+	if a.status != 202 || a.header.Get("Cellkit-Cell") != "c1" || a.header.Get("X-Request-Id") != "req-tls" {
+		t.Fatalf("create over https: %v %v", a, a.header)
+	}
+	req, got := b.lastRequest()
+	if string(got) != body || req.Header.Get("Cellkit-Slot") == "" || req.Header.Get("X-Api-Key") != "" || req.TLS == nil {
+		t.Errorf("the cell got %q, headers %v, TLS %v", got, req.Header, req.TLS != nil)
+	}
+	if a := w.do("GET", "/v1/inquiries/c1-abc", ""); a.status != 200 {
+		t.Fatalf("read over https: %v", a)
+	}
+	b.mode.Store(modeHang)
+	start := time.Now()
+	if a := w.do("GET", "/v1/inquiries/c1-abc", ""); a.status != 504 || time.Since(start) > 3*time.Second {
+		t.Fatalf("a hanging https cell: %v after %v", a, time.Since(start))
 	}
 }

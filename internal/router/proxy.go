@@ -1,13 +1,21 @@
 package router
 
 import (
+	"bufio"
+	"bytes"
 	"context"
+	"crypto/tls"
+	"errors"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"net/url"
 	"strings"
 	"sync/atomic"
 	"time"
+
+	"github.com/panjf2000/gnet/v2"
 
 	"github.com/cellkit/cellkit/internal/slotmap"
 )
@@ -24,22 +32,41 @@ type upstream struct {
 	guard   *guard
 	m       *cellMetrics
 	probs   *cellProbs
-	retired atomic.Bool // no longer in the map: its connections close when next idle
+	retired atomic.Bool     // no longer in the map: its connections close when next idle
+	tls     *http.Transport // an https cell's connections (nil for http)
 }
 
-func newUpstream(c slotmap.Cell, g *guard, m *cellMetrics) (*upstream, error) {
+func newUpstream(c slotmap.Cell, cfg CellLimits, g *guard, m *cellMetrics) (*upstream, error) {
 	u, err := url.Parse(c.Intake)
 	if err != nil {
 		return nil, fmt.Errorf("cell %s: intake %q: %w", c.ID, c.Intake, err)
 	}
-	if u.Scheme != "http" || u.Host == "" {
-		return nil, fmt.Errorf("cell %s: intake %q: want http://host[:port][/prefix]", c.ID, c.Intake)
+	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("cell %s: intake %q: want http(s)://host[:port][/prefix]", c.ID, c.Intake)
 	}
 	addr := u.Host
 	if u.Port() == "" {
-		addr = net.JoinHostPort(u.Hostname(), "80")
+		port := "80"
+		if u.Scheme == "https" {
+			port = "443"
+		}
+		addr = net.JoinHostPort(u.Hostname(), port)
+	}
+	var tr *http.Transport
+	if u.Scheme == "https" {
+		d := &net.Dialer{Timeout: cfg.DialTimeout, KeepAlive: 30 * time.Second}
+		tr = &http.Transport{
+			DialContext:         d.DialContext,
+			TLSClientConfig:     cfg.TLS.Clone(),
+			TLSHandshakeTimeout: cfg.Timeout,
+			MaxConnsPerHost:     cfg.MaxConcurrent,
+			MaxIdleConnsPerHost: cfg.MaxConcurrent,
+			IdleConnTimeout:     cfg.IdleConnTimeout,
+			TLSNextProto:        map[string]func(string, *tls.Conn) http.RoundTripper{}, // HTTP/1.1, as to plain cells
+		}
 	}
 	return &upstream{
+		tls:    tr,
 		cell:   c.ID,
 		intake: c.Intake,
 		addr:   addr,
@@ -48,6 +75,65 @@ func newUpstream(c slotmap.Cell, g *guard, m *cellMetrics) (*upstream, error) {
 		guard:  g,
 		m:      m,
 	}, nil
+}
+
+// retire marks u's connections for closing: the loops close theirs when
+// idle, the Transport its idle ones now.
+func (u *upstream) retire() {
+	u.retired.Store(true)
+	if u.tls != nil {
+		u.tls.CloseIdleConnections()
+	}
+}
+
+// callTLS sends cl's request to an https cell through the upstream's
+// Transport, from a goroutine (the loops speak plain HTTP/1.1), and
+// brings the answer back to the loop.
+func (lp *loop) callTLS(cl *client) {
+	r := lp.e.r
+	u := cl.ex.u
+	raw := r.forward(nil, cl)
+	seq, scheme, host := cl.seq, "https", string(u.host)
+	timeout, max := r.cfg.Cell.Timeout, r.cfg.Cell.MaxResponseBytes
+	cl.ex.attempts++
+	cl.ex.tlsCall = true
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		defer cancel()
+		var resp *http.Response
+		var body []byte
+		req, err := http.ReadRequest(bufio.NewReader(bytes.NewReader(raw)))
+		if err == nil {
+			req.URL.Scheme, req.URL.Host, req.RequestURI = scheme, host, ""
+			resp, err = u.tls.RoundTrip(req.WithContext(ctx))
+		}
+		if err == nil {
+			body, err = io.ReadAll(io.LimitReader(resp.Body, int64(max)+1))
+			resp.Body.Close()
+			if err == nil && len(body) > max {
+				err = errors.New("answer too large")
+			}
+		}
+		timedOut := ctx.Err() != nil
+		lp.el.Execute(context.Background(), gnet.RunnableFunc(func(context.Context) error {
+			if cl.state != stBusy || cl.seq != seq || !cl.ex.tlsCall {
+				return nil // the client left: abandon released the place
+			}
+			cl.ex.tlsCall = false
+			if err != nil {
+				lp.failed(cl, timedOut)
+				return nil
+			}
+			h := respHead{status: resp.StatusCode, contentLength: int64(len(body))}
+			for k, vs := range resp.Header {
+				for _, v := range vs {
+					h.hdrs = append(h.hdrs, hdr{name: []byte(k), value: []byte(v)})
+				}
+			}
+			lp.answered(cl, &h, body)
+			return nil
+		}))
+	}()
 }
 
 // cellTable is what the router routes with: one map version and an
@@ -103,7 +189,7 @@ func (r *Router) rebuild(m *slotmap.Map) *cellTable {
 			g = r.newGuard(c.ID)
 			r.guards[c.ID] = g
 		}
-		u, err := newUpstream(c, g, r.metrics.cell(c.ID))
+		u, err := newUpstream(c, r.cfg.Cell, g, r.metrics.cell(c.ID))
 		if err != nil {
 			// slotmap validates URLs, so this is not expected; the cell's
 			// users get 503 until the map is fixed.
@@ -116,7 +202,7 @@ func (r *Router) rebuild(m *slotmap.Map) *cellTable {
 	if old != nil {
 		for id, u := range old.byID {
 			if t.byID[id] != u {
-				u.retired.Store(true)
+				u.retire()
 			}
 			if _, ok := t.byID[id]; !ok {
 				delete(r.guards, id)

@@ -27,11 +27,14 @@
 //
 // Every error answer is an RFC 9457 problem (see internal/problem).
 //
-// The HTTP stack is valyala/fasthttp, not net/http: profiled on the
-// benchmark of issue 7, a net/http ReverseProxy spent most of its time in
-// the Transport's per-connection goroutines and in allocation, and did not
-// reach half of NGINX's throughput before any feature was added (README,
-// "The router"). The behaviour is the one specified for net/http.
+// The router serves HTTP/1.1 from event loops (gnet: epoll, one loop per
+// GOMAXPROCS), with its own strict parser (h1.go), as NGINX does: each
+// loop owns its client connections and its own keep-alive connections to
+// the cells, and a request is read, routed, forwarded and answered without
+// a goroutine hand-off or an allocation (loop.go). Profiled on the
+// benchmark of issue 7, net/http's ReverseProxy and then fasthttp spent
+// most of their time in goroutine hand-offs, allocation and the netpoller,
+// and did not reach NGINX's throughput (README, "The router").
 //
 // Static stability: the router routes with the newest map its follower has
 // (the last good one while the registry is unreachable) or, after a 421,
@@ -41,6 +44,7 @@ package router
 import (
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -130,6 +134,10 @@ type CellLimits struct {
 	// MinCalls 10, FailureRate 0.5, SlowCall Timeout, SlowRate 0.5, OpenFor
 	// 5s, HalfOpenProbes 3 (see internal/breaker for the rule).
 	Breaker breaker.Config
+	// TLS is the client configuration for cells whose intake is https
+	// [nil: the system's roots]. Plain http cells are served by the event
+	// loops; https ones through net/http's Transport, off the loops.
+	TLS *tls.Config
 }
 
 func (c *Config) defaults() {
@@ -255,7 +263,7 @@ func (r *Router) Shutdown(ctx context.Context) error { return r.eng.shutdown(ctx
 func (r *Router) Close() {
 	if t := r.tbl.Load(); t != nil {
 		for _, u := range t.byID {
-			u.retired.Store(true)
+			u.retire()
 		}
 	}
 }
