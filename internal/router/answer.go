@@ -113,8 +113,6 @@ var (
 	hdrContentLength = []byte("Content-Length")
 	hdrDate          = []byte("Date")
 	hdrConnection    = []byte("Connection")
-	hdrTE            = []byte("Transfer-Encoding")
-	hdrHost          = []byte("Host")
 	valClose         = []byte("close")
 	valKeepAlive     = []byte("keep-alive")
 )
