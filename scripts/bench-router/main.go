@@ -248,6 +248,13 @@ func load(ctx context.Context, o loadOptions) (Result, error) {
 		wg.Go(func() {
 			var conn net.Conn
 			var br *bufio.Reader
+			// Request i is due at start + i*interval and goes out on
+			// connection i % conns; a request that waits for its
+			// connection counts the wait as latency. Each connection
+			// sleeps with nanosleep on its own thread: Go's timers wake
+			// up to a millisecond late when the process is otherwise idle
+			// (the runtime's epoll wait has millisecond resolution), which
+			// added ~0.4 ms of schedule lag to every target's latency.
 			runtime.LockOSThread()
 			defer runtime.UnlockOSThread()
 			for i := c; i < total; i += o.conns {
