@@ -150,6 +150,7 @@ type worldOptions struct {
 	staleAfter time.Duration
 	noRefresh  bool
 	intake     map[string]string // cell → an intake URL other than its backend's
+	wrapMaps   func(MapSource) MapSource
 }
 
 func newWorld(t *testing.T, o worldOptions) *world {
@@ -207,6 +208,9 @@ func newWorld(t *testing.T, o worldOptions) *world {
 	}
 	cfg := o.cfg
 	cfg.Maps, cfg.Keys, cfg.Registerer, cfg.Logger = w.follower, keys, w.metrics, log
+	if o.wrapMaps != nil {
+		cfg.Maps = o.wrapMaps(w.follower)
+	}
 	if !o.noRefresh {
 		cfg.Refresh = w.reg.Load
 	}

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/netip"
 	"runtime"
+	"runtime/debug"
 	"slices"
 	"strconv"
 	"sync"
@@ -231,6 +232,7 @@ func (e *engine) OnOpen(c gnet.Conn) ([]byte, gnet.Action) {
 }
 
 func (e *engine) OnClose(c gnet.Conn, _ error) gnet.Action {
+	defer func() { e.panicked("close", recover()) }()
 	switch x := c.Context().(type) {
 	case *client:
 		x.lp.closed(x)
@@ -240,7 +242,12 @@ func (e *engine) OnClose(c gnet.Conn, _ error) gnet.Action {
 	return gnet.None
 }
 
-func (e *engine) OnTraffic(c gnet.Conn) gnet.Action {
+func (e *engine) OnTraffic(c gnet.Conn) (action gnet.Action) {
+	defer func() {
+		if e.panicked("traffic", recover()) {
+			action = gnet.Close // the connection's state is not to be trusted
+		}
+	}()
 	switch x := c.Context().(type) {
 	case *client:
 		x.lp.traffic(x)
@@ -250,6 +257,19 @@ func (e *engine) OnTraffic(c gnet.Conn) gnet.Action {
 		c.Discard(-1)
 	}
 	return gnet.None
+}
+
+// panicked logs v, what recover returned in a loop callback, if it is a
+// panic, and says so. A bug in one request's handling must not end the
+// process, which serves every cell's users; net/http recovers its handlers
+// for the same reason.
+func (e *engine) panicked(where string, v any) bool {
+	if v == nil {
+		return false
+	}
+	e.r.metrics.panics.Inc()
+	e.r.log.Error("router panic recovered", "in", where, "panic", fmt.Sprint(v), "stack", string(debug.Stack()))
+	return true
 }
 
 func addrOf(a net.Addr) netip.Addr {
@@ -267,6 +287,7 @@ func (e *engine) run() {
 	t := time.NewTicker(tick)
 	defer t.Stop()
 	sweep := gnet.RunnableFunc(func(ctx context.Context) error {
+		defer func() { e.panicked("sweep", recover()) }()
 		ctx.Value(loopKey{}).(*loop).sweep()
 		return nil
 	})

@@ -14,6 +14,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/cellkit/cellkit/internal/slotmap"
 )
 
 // The event-loop server's own behaviour: HTTP/1.1 framing in both
@@ -392,5 +394,82 @@ func TestHTTPSCell(t *testing.T) {
 	start := time.Now()
 	if a := w.do("GET", "/v1/inquiries/c1-abc", ""); a.status != 504 || time.Since(start) > 3*time.Second {
 		t.Fatalf("a hanging https cell: %v after %v", a, time.Since(start))
+	}
+}
+
+// panickyMaps is a map source that panics while armed: a stand-in for a
+// bug anywhere in the request chain.
+type panickyMaps struct {
+	MapSource
+	armed atomic.Bool
+}
+
+func (p *panickyMaps) Map() *slotmap.Map {
+	if p.armed.Load() {
+		panic("injected")
+	}
+	return p.MapSource.Map()
+}
+
+// TestPanicClosesOneConnectionNotTheRouter: a panic in the chain closes
+// the connection it happened on, is logged and counted, and every other
+// request goes on being served.
+func TestPanicClosesOneConnectionNotTheRouter(t *testing.T) {
+	var maps *panickyMaps
+	w := newWorld(t, worldOptions{cells: []string{"c1"}, wrapMaps: func(m MapSource) MapSource {
+		maps = &panickyMaps{MapSource: m}
+		return maps
+	}})
+	if a := w.create("u1"); a.status != 202 {
+		t.Fatalf("before: %v", a)
+	}
+	maps.armed.Store(true)
+	rc := w.dial()
+	body := inquiryBody("u1")
+	rc.send(postHead(w.key, "Content-Length: "+strconv.Itoa(len(body))+"\r\n\r\n") + body)
+	if !rc.closedWithin(2 * time.Second) {
+		t.Fatal("the connection that panicked stayed open")
+	}
+	maps.armed.Store(false)
+	if a := w.create("u1"); a.status != 202 {
+		t.Fatalf("after: %v", a)
+	}
+	if !strings.Contains(w.logs.String(), "router panic recovered") {
+		t.Error("the panic was not logged")
+	}
+	mfs, err := w.metrics.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, line := range exposition(mfs) {
+		if line == "cellkit_router_panics_total 1" {
+			found = true
+		}
+	}
+	if !found {
+		t.Error("cellkit_router_panics_total is not 1")
+	}
+}
+
+// TestSlowBodyIsCutAfterReadTimeout: a client that sends its header and then
+// its body a trickle at a time gets 408 once the body's time is up.
+func TestSlowBodyIsCutAfterReadTimeout(t *testing.T) {
+	const bodyTimeout = 300 * time.Millisecond
+	w := newWorld(t, worldOptions{cells: []string{"c1"}, cfg: Config{Server: ServerLimits{ReadTimeout: bodyTimeout}}})
+	rc := w.dial()
+	body := inquiryBody("u1")
+	start := time.Now()
+	rc.send(postHead(w.key, "Content-Length: "+strconv.Itoa(len(body))+"\r\n\r\n") + body[:5])
+	resp, got := rc.read("POST")
+	took := time.Since(start)
+	if resp.StatusCode != 408 || !strings.Contains(got, "request-timeout") {
+		t.Fatalf("%d %s", resp.StatusCode, got)
+	}
+	if took < bodyTimeout*8/10 || took > 5*bodyTimeout {
+		t.Errorf("answered after %v, want about %v", took, bodyTimeout)
+	}
+	if n := w.backends["c1"].calls.Load(); n != 0 {
+		t.Errorf("a half-sent request reached the cell")
 	}
 }

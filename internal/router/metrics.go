@@ -21,6 +21,7 @@ type metrics struct {
 	limited    *prometheus.CounterVec
 	shed       *prometheus.CounterVec
 	authFail   *prometheus.CounterVec
+	panics     prometheus.Counter
 	upstream   *prometheus.CounterVec
 	misdirects *prometheus.CounterVec
 	refreshes  *prometheus.CounterVec
@@ -62,6 +63,10 @@ func newMetrics(reg prometheus.Registerer, gauges prometheus.Collector) (*metric
 			Name: "cellkit_router_shed_total",
 			Help: "Requests answered 503 at once by a cell's guard: reason breaker (open), bulkhead (full) or no_cell (no active cell).",
 		}, []string{"cell", "reason"}),
+		panics: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "cellkit_router_panics_total",
+			Help: "Panics recovered in the event loops (each closed the connection it happened on).",
+		}),
 		authFail: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "cellkit_router_auth_failures_total",
 			Help: "Requests refused for a missing (401) or unknown (403) API key.",
@@ -81,7 +86,7 @@ func newMetrics(reg prometheus.Registerer, gauges prometheus.Collector) (*metric
 		byCell: map[string]*cellMetrics{},
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.requests, m.duration, m.limited, m.shed, m.authFail, m.upstream, m.misdirects, m.refreshes, gauges} {
+		for _, c := range []prometheus.Collector{m.requests, m.duration, m.limited, m.shed, m.authFail, m.panics, m.upstream, m.misdirects, m.refreshes, gauges} {
 			if err := reg.Register(c); err != nil {
 				return nil, err
 			}
