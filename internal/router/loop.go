@@ -986,15 +986,20 @@ func (p *pool) dial() {
 	lp.dials = append(lp.dials, d)
 	uc := &upconn{p: p, d: d}
 	uc.t.owner = uc
-	addr, timeout := p.u.addr, lp.e.r.cfg.Cell.DialTimeout
+	addr, timeout, stopped := p.u.addr, lp.e.r.cfg.Cell.DialTimeout, lp.e.stopped
 	go func() {
 		dl := net.Dialer{Timeout: timeout, KeepAlive: 30 * time.Second}
 		c, err := dl.Dial("tcp", addr)
 		if err == nil {
 			var ch <-chan gnet.RegisteredResult
 			if ch, err = lp.el.Enroll(gnet.NewContext(context.Background(), uc), c); err == nil {
-				if res := <-ch; res.Err != nil {
+				// The loop registers the socket; if the engine stops first
+				// it never does, and the result never comes.
+				select {
+				case res := <-ch:
 					err = res.Err
+				case <-stopped:
+					return
 				}
 			} else {
 				c.Close()
