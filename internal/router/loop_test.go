@@ -3,6 +3,7 @@ package router
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -471,5 +472,50 @@ func TestSlowBodyIsCutAfterReadTimeout(t *testing.T) {
 	}
 	if n := w.backends["c1"].calls.Load(); n != 0 {
 		t.Errorf("a half-sent request reached the cell")
+	}
+}
+
+// TestClientThatReadsNothingIsCut: a client that asks for answers and does
+// not read them is closed once more than 4 MiB of them wait in the router
+// (the kernel's socket buffers hold the first few MiB), instead of holding
+// the router's memory; other clients are served meanwhile.
+func TestClientThatReadsNothingIsCut(t *testing.T) {
+	big := strings.Repeat("x", 512<<10)
+	f := newFakeCell(t, func(int, *http.Request, []byte) string {
+		return "HTTP/1.1 200 OK\r\nContent-Length: " + strconv.Itoa(len(big)) + "\r\n\r\n" + big
+	})
+	w := newWorld(t, worldOptions{cells: []string{"c1"}, intake: map[string]string{"c1": f.url()}})
+	c, err := net.Dial("tcp", strings.TrimPrefix(w.url, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	const asked = 40 // 20 MiB of answers
+	get := "GET /v1/inquiries/c1-abc HTTP/1.1\r\nHost: x\r\nX-API-Key: " + w.key + "\r\n\r\n"
+	if _, err := c.Write([]byte(strings.Repeat(get, asked))); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Second) // reading nothing
+	if a := w.do("GET", "/v1/inquiries/c1-abc", ""); a.status != 200 {
+		t.Fatalf("another client meanwhile: %v", a)
+	}
+	c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	br := bufio.NewReader(c)
+	got := 0
+	var rerr error
+	for ; got < asked; got++ {
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			rerr = err
+			break
+		}
+		if _, err := io.Copy(io.Discard, resp.Body); err != nil {
+			rerr = err
+			break
+		}
+	}
+	var ne net.Error
+	if got == asked || errors.As(rerr, &ne) && ne.Timeout() {
+		t.Fatalf("read %d of %d answers, then %v; want the connection closed midway", got, asked, rerr)
 	}
 }
