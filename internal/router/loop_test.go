@@ -519,3 +519,33 @@ func TestClientThatReadsNothingIsCut(t *testing.T) {
 		t.Fatalf("read %d of %d answers, then %v; want the connection closed midway", got, asked, rerr)
 	}
 }
+
+// TestAnswersWithoutBodyKeepTheFraming: a HEAD answer's Content-Length and
+// a 204 carry no body; the connection to the client and to the cell stay in
+// step for the next request.
+func TestAnswersWithoutBodyKeepTheFraming(t *testing.T) {
+	f := newFakeCell(t, func(_ int, req *http.Request, _ []byte) string {
+		switch {
+		case req.Method == "HEAD":
+			return "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 42\r\n\r\n"
+		case strings.HasSuffix(req.URL.Path, "-gone"):
+			return "HTTP/1.1 204 No Content\r\n\r\n"
+		}
+		return "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}"
+	})
+	w := newWorld(t, worldOptions{cells: []string{"c1"}, intake: map[string]string{"c1": f.url()}})
+	rc := w.dial()
+	get := func(method, id string) string {
+		return method + " /v1/inquiries/" + id + " HTTP/1.1\r\nHost: x\r\nX-API-Key: " + w.key + "\r\n\r\n"
+	}
+	rc.send(get("HEAD", "c1-abc") + get("GET", "c1-gone") + get("GET", "c1-abc"))
+	if resp, body := rc.read("HEAD"); resp.StatusCode != 200 || resp.ContentLength != 42 || body != "" {
+		t.Fatalf("HEAD: %d, length %d, body %q", resp.StatusCode, resp.ContentLength, body)
+	}
+	if resp, body := rc.read("GET"); resp.StatusCode != 204 || body != "" || resp.Header.Get("Content-Length") != "" {
+		t.Fatalf("204: %d, %q, %v", resp.StatusCode, body, resp.Header)
+	}
+	if resp, body := rc.read("GET"); resp.StatusCode != 200 || body != "{}" {
+		t.Fatalf("after them: %d %q", resp.StatusCode, body)
+	}
+}
