@@ -1,0 +1,404 @@
+package router
+
+import (
+	"context"
+	"net"
+	"slices"
+	"time"
+
+	"github.com/panjf2000/gnet/v2"
+)
+
+// The connections to the cells: each loop keeps its own keep-alive pool to
+// each cell, dials off the loop, and reads the cells' answers on it.
+
+// pool is one loop's keep-alive connections to one cell.
+type pool struct {
+	lp      *loop
+	u       *upstream
+	idle    []*upconn // most recently used last
+	waiters []*client
+	dialing int
+	open    int // connections open
+}
+
+func (lp *loop) pool(u *upstream) *pool {
+	p := lp.pools[u]
+	if p == nil {
+		p = &pool{lp: lp, u: u}
+		lp.pools[u] = p
+	}
+	return p
+}
+
+// take returns an idle connection, or nil.
+func (p *pool) take() *upconn {
+	for len(p.idle) > 0 {
+		uc := p.idle[len(p.idle)-1]
+		p.idle = p.idle[:len(p.idle)-1]
+		uc.t.stop()
+		if uc.dead {
+			continue
+		}
+		return uc
+	}
+	return nil
+}
+
+func (p *pool) unwait(cl *client) {
+	cl.wt.stop()
+	for i, w := range p.waiters {
+		if w == cl {
+			p.waiters = append(p.waiters[:i], p.waiters[i+1:]...)
+			return
+		}
+	}
+}
+
+// release puts a connection that finished a call back to work.
+func (p *pool) release(uc *upconn) {
+	if uc.dead {
+		return
+	}
+	if p.u.retired.Load() {
+		uc.shut()
+		return
+	}
+	for len(p.waiters) > 0 {
+		cl := p.waiters[0]
+		p.waiters = p.waiters[1:]
+		cl.wt.stop()
+		if cl.state == stBusy {
+			uc.send(cl)
+			return
+		}
+	}
+	p.idle = append(p.idle, uc)
+	p.lp.upIdles.arm(&uc.t, p.lp.e.now())
+}
+
+// dialing is one connection being opened to a cell.
+type dialing struct {
+	p   *pool
+	at  int64 // give up on it then
+	end bool
+}
+
+// dial opens one more connection to the cell, off the loop; it joins the
+// loop when connected, or the first waiter fails.
+func (p *pool) dial() {
+	lp := p.lp
+	d := &dialing{p: p, at: lp.e.now() + int64(lp.e.r.cfg.Cell.DialTimeout+time.Second)}
+	p.dialing++
+	lp.dials = append(lp.dials, d)
+	uc := &upconn{p: p, d: d}
+	uc.t.owner = uc
+	addr, timeout, stopped := p.u.addr, lp.e.r.cfg.Cell.DialTimeout, lp.e.stopped
+	go func() {
+		dl := net.Dialer{Timeout: timeout, KeepAlive: 30 * time.Second}
+		c, err := dl.Dial("tcp", addr)
+		if err == nil {
+			var ch <-chan gnet.RegisteredResult
+			if ch, err = lp.el.Enroll(gnet.NewContext(context.Background(), uc), c); err == nil {
+				// The loop registers the socket; if the engine stops first
+				// it never does, and the result never comes.
+				select {
+				case res := <-ch:
+					err = res.Err
+				case <-stopped:
+					return
+				}
+			} else {
+				c.Close()
+			}
+		}
+		if err != nil {
+			lp.el.Execute(context.Background(), gnet.RunnableFunc(func(context.Context) error {
+				d.failed()
+				return nil
+			}))
+		}
+	}()
+}
+
+// dialDone marks d finished, once.
+func (d *dialing) finish() bool {
+	if d.end {
+		return false
+	}
+	d.end = true
+	d.p.dialing--
+	return true
+}
+
+// failed: the connection could not be opened; the first waiter gets 503.
+func (d *dialing) failed() {
+	if !d.finish() {
+		return
+	}
+	p := d.p
+	for len(p.waiters) > 0 {
+		cl := p.waiters[0]
+		p.waiters = p.waiters[1:]
+		cl.wt.stop()
+		if cl.state == stBusy {
+			p.lp.failed(cl, false)
+			return
+		}
+	}
+}
+
+// sweepPools closes the idle connections to cells that left the map (or
+// changed endpoint) and forgets their pools once nothing uses them.
+func (lp *loop) sweepPools() {
+	for u, p := range lp.pools {
+		if !u.retired.Load() {
+			continue
+		}
+		for uc := p.take(); uc != nil; uc = p.take() {
+			uc.shut()
+		}
+		if p.open == 0 && p.dialing == 0 && len(p.waiters) == 0 {
+			delete(lp.pools, u)
+		}
+	}
+}
+
+// sweepDials gives up on dials that neither connected nor failed in time.
+func (lp *loop) sweepDials(now int64) {
+	keep := lp.dials[:0]
+	for _, d := range lp.dials {
+		if d.end {
+			continue
+		}
+		if d.at <= now {
+			d.failed()
+			continue
+		}
+		keep = append(keep, d)
+	}
+	clear(lp.dials[len(keep):])
+	lp.dials = keep
+}
+
+// upconn is one keep-alive connection to a cell, owned by a loop.
+type upconn struct {
+	c      gnet.Conn
+	p      *pool
+	d      *dialing
+	t      timer // the call's deadline, or the idle one
+	cl     *client
+	orphan bool // the client went away; drop the answer
+	dead   bool
+	got    bool // bytes of the answer arrived
+	head   respHead
+	hdrs   [maxHeaders]hdr
+	body   []byte
+}
+
+func (uc *upconn) opened(c gnet.Conn) {
+	uc.c = c
+	uc.p.open++
+	uc.head.hdrs = uc.hdrs[:0]
+	if uc.d != nil {
+		uc.d.finish()
+		uc.d = nil
+	}
+	uc.p.release(uc)
+}
+
+// send writes cl's request to the cell.
+func (uc *upconn) send(cl *client) {
+	lp := uc.p.lp
+	uc.cl, uc.orphan, uc.got = cl, false, false
+	cl.ex.uc = uc
+	cl.ex.attempts++
+	lp.calls.arm(&uc.t, lp.e.now()-int64(time.Since(cl.ex.sentAt)))
+	lp.out = lp.e.r.forward(lp.out[:0], cl)
+	if _, err := uc.c.Write(lp.out); err != nil {
+		uc.shut()
+	}
+}
+
+// traffic reads the cell's answer.
+func (uc *upconn) traffic() {
+	lp := uc.p.lp
+	buf, _ := uc.c.Peek(-1)
+	if uc.cl == nil {
+		uc.c.Discard(-1) // nothing was asked
+		uc.shut()
+		return
+	}
+	uc.got = true
+	max := lp.e.r.cfg.Cell.MaxResponseBytes
+	for {
+		n, err := parseResponse(buf, &uc.head, 16<<10)
+		if err != nil {
+			uc.broken()
+			return
+		}
+		if n == 0 {
+			return
+		}
+		h := &uc.head
+		if h.status >= 100 && h.status < 200 {
+			if h.status == 101 {
+				uc.broken()
+				return
+			}
+			uc.c.Discard(n)
+			buf = buf[n:]
+			continue
+		}
+		var body []byte
+		used := n
+		switch {
+		case uc.cl != nil && string(uc.cl.head.method) == "HEAD", h.status == 204, h.status == 304:
+		case h.chunked:
+			dec, m, err := chunkedBody(buf[n:], uc.body[:0], max)
+			if err != nil {
+				uc.broken()
+				return
+			}
+			if m == 0 {
+				return
+			}
+			uc.body = dec
+			body, used = dec, n+m
+		case h.contentLength > int64(max):
+			uc.broken()
+			return
+		case h.contentLength >= 0:
+			if int64(len(buf)-n) < h.contentLength {
+				return
+			}
+			used = n + int(h.contentLength)
+			body = buf[n:used]
+		default:
+			// The body runs to the end of the connection.
+			if len(buf)-n > max {
+				uc.broken()
+				return
+			}
+			return
+		}
+		uc.finish(body, used, len(buf) > used || h.close)
+		return
+	}
+}
+
+// finish ends the call with a whole answer; the connection is reused
+// unless the cell closes it or sent more than was asked.
+func (uc *upconn) finish(body []byte, used int, closeAfter bool) {
+	cl, orphan := uc.cl, uc.orphan
+	uc.cl, uc.orphan = nil, false
+	uc.t.stop()
+	if cl != nil {
+		if orphan {
+			// The client left: count the call, drop the answer.
+			h := &uc.head
+			cl.ex.u.guard.leave(cl.ex.permit, h.status >= 500, time.Since(cl.ex.sentAt))
+		} else {
+			uc.p.lp.answered(cl, &uc.head, body)
+		}
+	}
+	uc.c.Discard(used)
+	if cap(uc.body) > 64<<10 {
+		uc.body = nil // a large chunked answer's buffer is not kept
+	}
+	if closeAfter {
+		uc.shut()
+		return
+	}
+	uc.p.release(uc)
+}
+
+// broken: the cell's answer cannot be read; the call fails.
+func (uc *upconn) broken() {
+	cl, orphan := uc.cl, uc.orphan
+	uc.cl = nil
+	uc.shut()
+	switch {
+	case cl == nil:
+	case orphan:
+		cl.ex.u.guard.leave(cl.ex.permit, true, time.Since(cl.ex.sentAt))
+	default:
+		uc.p.lp.failed(cl, false)
+	}
+}
+
+// timedOut: the cell did not answer within the call's timeout.
+func (uc *upconn) timedOut() {
+	cl, orphan := uc.cl, uc.orphan
+	uc.cl = nil
+	uc.shut()
+	if cl == nil {
+		return
+	}
+	if orphan {
+		cl.ex.u.guard.leave(cl.ex.permit, true, time.Since(cl.ex.sentAt))
+		return
+	}
+	uc.p.lp.failed(cl, true)
+}
+
+// shut closes the connection; closed does the accounting.
+func (uc *upconn) shut() {
+	if uc.dead {
+		return
+	}
+	uc.p.lp.el.Close(uc.c)
+}
+
+// closed is the connection's end, whoever closed it. A call on it that got
+// no byte of answer is retried once on another connection when repeating
+// it is safe (GET, HEAD, or a POST with an Idempotency-Key, which the cell
+// dedupes), as net/http's Transport does for a kept-alive connection the
+// cell closed; otherwise it fails.
+func (uc *upconn) closed() {
+	if uc.dead {
+		return
+	}
+	uc.dead = true
+	uc.p.open--
+	uc.t.stop()
+	cl, orphan, got := uc.cl, uc.orphan, uc.got
+	uc.cl = nil
+	if cl == nil {
+		if i := slices.Index(uc.p.idle, uc); i >= 0 {
+			uc.p.idle = slices.Delete(uc.p.idle, i, i+1)
+		}
+		return
+	}
+	if orphan {
+		cl.ex.u.guard.leave(cl.ex.permit, true, time.Since(cl.ex.sentAt))
+		return
+	}
+	if cl.ex.uc != uc {
+		return // already answered (timeout, broken)
+	}
+	cl.ex.uc = nil
+	if got {
+		// An answer delimited by the end of the connection is whole now.
+		h := &uc.head
+		buf, _ := uc.c.Peek(-1)
+		n, err := parseResponse(buf, h, 16<<10)
+		if err == nil && n > 0 && h.status >= 200 && h.contentLength < 0 && !h.chunked &&
+			len(buf)-n <= uc.p.lp.e.r.cfg.Cell.MaxResponseBytes {
+			uc.p.lp.answered(cl, h, buf[n:])
+			return
+		}
+	}
+	if !got && cl.ex.attempts < 2 && idempotent(&cl.head) {
+		uc.p.lp.dispatch(cl)
+		return
+	}
+	uc.p.lp.failed(cl, false)
+}
+
+func idempotent(h *reqHead) bool {
+	m := string(h.method)
+	return m == "GET" || m == "HEAD" || len(h.get(hdrIdempotencyKey)) > 0
+}
+
+var hdrIdempotencyKey = []byte("Idempotency-Key")
