@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"io"
@@ -16,6 +15,7 @@ import (
 
 	"github.com/cellkit/cellkit/internal/agencysim"
 	"github.com/cellkit/cellkit/internal/telegram"
+	"github.com/cellkit/cellkit/internal/testlog"
 )
 
 func TestMain(m *testing.M) {
@@ -25,30 +25,12 @@ func TestMain(m *testing.M) {
 	)
 }
 
-// syncBuffer is a log sink safe for concurrent writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // startRun runs run() on loopback ports chosen by the kernel and returns
 // where it listens; stop cancels its context and returns run's error.
-func startRun(t *testing.T, extra ...string) (a addrs, logs *syncBuffer, stop func() error) {
+func startRun(t *testing.T, extra ...string) (a addrs, logs *testlog.Buffer, stop func() error) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	logs = &syncBuffer{}
+	logs = &testlog.Buffer{}
 	args := append([]string{
 		"-nice-listen", "127.0.0.1:0", "-kcb-listen", "127.0.0.1:0", "-admin-listen", "127.0.0.1:0",
 		"-latency-p50", "1ms", "-latency-p99", "5ms", "-shutdown-timeout", "5s",
@@ -226,12 +208,12 @@ func TestRunRejectsBadFlags(t *testing.T) {
 		{"stray"},
 		{"-admin-listen", "127.0.0.1:0", "-nice-listen", "127.0.0.1:0", "-kcb-listen", "256.0.0.1:0"},
 	} {
-		var out syncBuffer
+		var out testlog.Buffer
 		if err := run(context.Background(), args, &out, nil); err == nil {
 			t.Errorf("run(%q) = nil, want an error", args)
 		}
 	}
-	var out syncBuffer
+	var out testlog.Buffer
 	if err := run(context.Background(), []string{"-h"}, &out, nil); err != nil || !strings.Contains(out.String(), "-nice-listen") {
 		t.Errorf("run(-h) = %v with output %q, want nil and the usage", err, out.String())
 	}

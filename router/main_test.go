@@ -11,7 +11,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -20,6 +19,7 @@ import (
 	"github.com/cellkit/cellkit/internal/registry"
 	"github.com/cellkit/cellkit/internal/router"
 	"github.com/cellkit/cellkit/internal/slotmap"
+	"github.com/cellkit/cellkit/internal/testlog"
 )
 
 func TestMain(m *testing.M) {
@@ -31,24 +31,6 @@ func TestMain(m *testing.M) {
 		goleak.IgnoreAnyFunction("github.com/panjf2000/ants/v2.(*poolCommon).ticktock"),
 		goleak.IgnoreAnyFunction("github.com/panjf2000/ants/v2.(*goWorker).run.func1"),
 	)
-}
-
-// syncBuffer is a log sink safe for concurrent writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 func TestKeygen(t *testing.T) {
@@ -138,7 +120,7 @@ func TestRunWaitsForTheMapThenServesAndShutsDown(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	logs := &syncBuffer{}
+	logs := &testlog.Buffer{}
 	readyCh := make(chan addrs, 1)
 	done := make(chan error, 1)
 	go func() {

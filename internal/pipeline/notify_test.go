@@ -1,7 +1,6 @@
 package pipeline
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"log/slog"
@@ -17,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/cellkit/cellkit/internal/inquiry"
+	"github.com/cellkit/cellkit/internal/testlog"
 )
 
 var loopback = []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}
@@ -45,28 +45,10 @@ func newReceiver(t *testing.T, statuses ...int) *receiver {
 	return r
 }
 
-// syncBuffer is a log sink for the notifier's workers.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 type testNotifier struct {
 	*notifierQueue
 	m    *metrics
-	logs *syncBuffer
+	logs *testlog.Buffer
 	stop func() // stops the workers and waits for them
 }
 
@@ -78,7 +60,7 @@ func startNotifier(t *testing.T, cfg notifierConfig, workers int) *testNotifier 
 	if err != nil {
 		t.Fatal(err)
 	}
-	logs := &syncBuffer{}
+	logs := &testlog.Buffer{}
 	log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	n := &testNotifier{notifierQueue: newNotifier(m, log, cfg), m: m, logs: logs}
 	ctx, cancel := context.WithCancel(context.Background())

@@ -25,6 +25,7 @@ import (
 
 	"github.com/cellkit/cellkit/internal/registry"
 	"github.com/cellkit/cellkit/internal/slotmap"
+	"github.com/cellkit/cellkit/internal/testlog"
 )
 
 func TestMain(m *testing.M) {
@@ -138,7 +139,7 @@ type world struct {
 	backends map[string]*backend
 	key      string
 	client   *http.Client
-	logs     *syncBuffer
+	logs     *testlog.Buffer
 }
 
 type worldOptions struct {
@@ -161,7 +162,7 @@ func newWorld(t *testing.T, o worldOptions) *world {
 	if o.rate == 0 {
 		o.rate, o.burst = 1e6, 1_000_000
 	}
-	w := &world{t: t, backends: map[string]*backend{}, logs: &syncBuffer{}}
+	w := &world{t: t, backends: map[string]*backend{}, logs: &testlog.Buffer{}}
 	m, err := slotmap.New(1024, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -378,24 +379,6 @@ func problemOf(t *testing.T, a answer) map[string]any {
 		t.Errorf("problem type %q", typ)
 	}
 	return p
-}
-
-// syncBuffer is a log sink safe for concurrent writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // exposition renders metric families as text lines.
