@@ -150,7 +150,7 @@ func (lp *loop) proxyAnswer(b []byte, cl *client, resp *respHead, body []byte) [
 	hasDate := false
 	for i := range resp.hdrs {
 		f := &resp.hdrs[i]
-		if skipInAnswer(f.name) {
+		if nameIn(f.name, skippedInAnswer) {
 			continue
 		}
 		if !hasDate && equalFold(f.name, "date") {
@@ -170,33 +170,13 @@ func (lp *loop) proxyAnswer(b []byte, cl *client, resp *respHead, body []byte) [
 	return append(b, body...)
 }
 
-// skipInAnswer says whether a cell's header field stays out of the answer
+// skippedInAnswer are a cell's header fields that stay out of the answer
 // to the client: hop-by-hop fields, the framing (the router sets its own),
 // and the fields the router owns.
-func skipInAnswer(name []byte) bool {
-	switch len(name) {
-	case 2:
-		return equalFold(name, "te")
-	case 7:
-		return equalFold(name, "upgrade") || equalFold(name, "trailer")
-	case 10:
-		return equalFold(name, "connection") || equalFold(name, "keep-alive")
-	case 12:
-		return equalFold(name, "x-request-id") || equalFold(name, "cellkit-cell")
-	case 14:
-		return equalFold(name, "content-length")
-	case 16:
-		return equalFold(name, "proxy-connection")
-	case 17:
-		return equalFold(name, "transfer-encoding") || equalFold(name, "x-ratelimit-limit")
-	case 18:
-		return equalFold(name, "proxy-authenticate")
-	case 19:
-		return equalFold(name, "proxy-authorization")
-	case 21:
-		return equalFold(name, "x-ratelimit-remaining")
-	}
-	return false
+var skippedInAnswer = []string{
+	"connection", "keep-alive", "proxy-connection", "proxy-authenticate", "proxy-authorization",
+	"te", "trailer", "upgrade", "transfer-encoding", "content-length",
+	"x-request-id", "cellkit-cell", "x-ratelimit-limit", "x-ratelimit-remaining",
 }
 
 // common appends the fields every answer carries and ends the head:

@@ -114,12 +114,10 @@ func parseRequest(buf []byte, h *reqHead, maxBytes int) (n int, err error) {
 	if n == 0 {
 		return h1NeedMore(buf, maxBytes)
 	}
-	if f.chunked && (f.contentLength >= 0 || h.minor == 0) {
+	if !f.framed(h.minor) {
 		return 0, errMalformed
 	}
-	h.contentLength = f.contentLength
-	h.chunked = f.chunked
-	h.close = f.close || h.minor == 0 && !f.keepAlive
+	h.contentLength, h.chunked, h.close = f.contentLength, f.chunked, f.closes(h.minor)
 	h.keepAlive10 = h.minor == 0 && f.keepAlive && !f.close
 	h.expectContinue = f.expect
 	h.host = f.host
@@ -234,20 +232,17 @@ func parseResponse(buf []byte, h *respHead, maxBytes int) (n int, err error) {
 	if !h.parseLine(line) {
 		return 0, errMalformed
 	}
-	var f h1Fields
-	f.contentLength = -1
+	f := h1Fields{contentLength: -1}
 	if n, err = f.parse(buf, i, lim, &h.hdrs); err != nil {
 		return 0, err
 	}
 	if n == 0 {
 		return h1NeedMore(buf, maxBytes)
 	}
-	if f.chunked && (f.contentLength >= 0 || h.minor == 0) {
+	if !f.framed(h.minor) {
 		return 0, errMalformed
 	}
-	h.contentLength = f.contentLength
-	h.chunked = f.chunked
-	h.close = f.close || h.minor == 0 && !f.keepAlive
+	h.contentLength, h.chunked, h.close = f.contentLength, f.chunked, f.closes(h.minor)
 	return n, nil
 }
 
@@ -306,6 +301,19 @@ type h1Fields struct {
 	expect        bool  // Expect: 100-continue
 	hostSeen      bool
 	host          []byte
+}
+
+// framed applies the framing rule requests and responses share (RFC 9112
+// §6.1, the request-smuggling rule): chunked excludes a Content-Length and
+// HTTP/1.0.
+func (f *h1Fields) framed(minor int) bool {
+	return !f.chunked || f.contentLength < 0 && minor != 0
+}
+
+// closes says whether the connection ends after this message: it says so,
+// or it is HTTP/1.0 without keep-alive.
+func (f *h1Fields) closes(minor int) bool {
+	return f.close || minor == 0 && !f.keepAlive
 }
 
 // parse parses the header fields from buf[i:] through the empty line that

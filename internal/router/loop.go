@@ -286,11 +286,7 @@ func addrOf(a net.Addr) netip.Addr {
 func (e *engine) run() {
 	t := time.NewTicker(tick)
 	defer t.Stop()
-	sweep := gnet.RunnableFunc(func(ctx context.Context) error {
-		defer func() { e.panicked("sweep", recover()) }()
-		ctx.Value(loopKey{}).(*loop).sweep()
-		return nil
-	})
+	ctx := context.Background()
 	var lps []*loop
 	for {
 		select {
@@ -306,15 +302,17 @@ func (e *engine) run() {
 		}
 		e.mu.Unlock()
 		for _, lp := range lps {
-			lp.el.Execute(lp.sweepCtx(), sweep)
+			lp.el.Execute(ctx, lp)
 		}
 	}
 }
 
-type loopKey struct{}
-
-func (lp *loop) sweepCtx() context.Context {
-	return context.WithValue(context.Background(), loopKey{}, lp)
+// Run is the loop's tick, run on the loop (a gnet.Runnable): it sweeps
+// the deadlines.
+func (lp *loop) Run(context.Context) error {
+	defer func() { lp.e.panicked("sweep", recover()) }()
+	lp.sweep()
+	return nil
 }
 
 // setDate refreshes the Date header value once a second.
@@ -505,10 +503,10 @@ var continue100 = []byte("HTTP/1.1 100 Continue\r\n\r\n")
 // client still sends, for at most a second, so that it sees the answer
 // rather than a reset; then the connection is closed.
 func (lp *loop) tooLarge(cl *client, left int64) {
-	lp.refuse(cl, &probTooLarge)
 	if cl.state == stClosed {
 		return
 	}
+	lp.answerUnread(cl, &probTooLarge)
 	cl.state = stDrain
 	cl.drained = 0
 	cl.drainMax = 4 * int64(lp.e.r.cfg.Server.MaxBodyBytes)
@@ -524,12 +522,18 @@ func (lp *loop) tooLarge(cl *client, left int64) {
 }
 
 // refuse answers a request the router could not read (or read in time)
-// and closes the connection after the answer, or (drain) leaves that to
-// the caller.
+// and closes the connection after the answer.
 func (lp *loop) refuse(cl *client, p *prob) {
 	if cl.state == stClosed {
 		return
 	}
+	lp.answerUnread(cl, p)
+	lp.closeClient(cl)
+}
+
+// answerUnread writes p as the answer to a request that was not read
+// whole, saying the connection closes after it.
+func (lp *loop) answerUnread(cl *client, p *prob) {
 	cl.t.stop()
 	cl.ex = exchange{cm: lp.e.r.noCell}
 	cl.ex.rid = lp.e.r.newRequestID(&cl.ex.ridBuf)
@@ -537,9 +541,6 @@ func (lp *loop) refuse(cl *client, p *prob) {
 	lp.out = lp.problemAnswer(lp.out[:0], cl, p, 0, nil)
 	cl.c.Write(lp.out)
 	lp.e.r.noCell.answered(p.status, 0)
-	if p != &probTooLarge {
-		lp.closeClient(cl)
-	}
 }
 
 // closeClient closes cl's connection (what was written is still sent).
@@ -884,19 +885,14 @@ func (r *Router) newRequestID(buf *[64]byte) []byte {
 }
 
 // get returns the value of the first header field named name (any case).
-func (h *reqHead) get(name []byte) []byte {
-	for i := range h.hdrs {
-		if len(h.hdrs[i].name) == len(name) && bytes.EqualFold(h.hdrs[i].name, name) {
-			return h.hdrs[i].value
-		}
-	}
-	return nil
-}
+func (h *reqHead) get(name []byte) []byte { return fieldValue(h.hdrs, name) }
 
-func (h *respHead) get(name []byte) []byte {
-	for i := range h.hdrs {
-		if len(h.hdrs[i].name) == len(name) && bytes.EqualFold(h.hdrs[i].name, name) {
-			return h.hdrs[i].value
+func (h *respHead) get(name []byte) []byte { return fieldValue(h.hdrs, name) }
+
+func fieldValue(hdrs []hdr, name []byte) []byte {
+	for i := range hdrs {
+		if len(hdrs[i].name) == len(name) && bytes.EqualFold(hdrs[i].name, name) {
+			return hdrs[i].value
 		}
 	}
 	return nil

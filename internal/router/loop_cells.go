@@ -295,9 +295,7 @@ func (uc *upconn) finish(body []byte, used int, closeAfter bool) {
 	uc.t.stop()
 	if cl != nil {
 		if orphan {
-			// The client left: count the call, drop the answer.
-			h := &uc.head
-			cl.ex.u.guard.leave(cl.ex.permit, h.status >= 500, time.Since(cl.ex.sentAt))
+			uc.p.lp.leave(cl, uc.head.status >= 500) // the client left: count the call, drop the answer
 		} else {
 			uc.p.lp.answered(cl, &uc.head, body)
 		}
@@ -321,7 +319,7 @@ func (uc *upconn) broken() {
 	switch {
 	case cl == nil:
 	case orphan:
-		cl.ex.u.guard.leave(cl.ex.permit, true, time.Since(cl.ex.sentAt))
+		uc.p.lp.leave(cl, true)
 	default:
 		uc.p.lp.failed(cl, false)
 	}
@@ -336,7 +334,7 @@ func (uc *upconn) timedOut() {
 		return
 	}
 	if orphan {
-		cl.ex.u.guard.leave(cl.ex.permit, true, time.Since(cl.ex.sentAt))
+		uc.p.lp.leave(cl, true)
 		return
 	}
 	uc.p.lp.failed(cl, true)
@@ -371,7 +369,7 @@ func (uc *upconn) closed() {
 		return
 	}
 	if orphan {
-		cl.ex.u.guard.leave(cl.ex.permit, true, time.Since(cl.ex.sentAt))
+		uc.p.lp.leave(cl, true)
 		return
 	}
 	if cl.ex.uc != uc {

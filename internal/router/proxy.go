@@ -291,8 +291,9 @@ var dropped = []string{
 	"cellkit-client", "x-request-id", "cellkit-map-version", "cellkit-slot",
 }
 
-func isDropped(name []byte) bool {
-	for _, d := range dropped {
+// nameIn says whether a header field name is one of set (lower case).
+func nameIn(name []byte, set []string) bool {
+	for _, d := range set {
 		if len(d) == len(name) && equalFold(name, d) {
 			return true
 		}
@@ -320,7 +321,7 @@ func (r *Router) forward(b []byte, cl *client) []byte {
 	b = append(b, '\r', '\n')
 	for i := range h.hdrs {
 		f := &h.hdrs[i]
-		if !isDropped(f.name) {
+		if !nameIn(f.name, dropped) {
 			b = appendHeader(b, f.name, f.value)
 		}
 	}

@@ -20,8 +20,9 @@
 //  5. Guard: a bulkhead and a circuit breaker per cell; full or open is a
 //     503 at once with Retry-After and Cellkit-Overloaded: true. A user is
 //     never re-routed to another cell.
-//  6. Proxy: one keep-alive pool per cell, a per-request timeout, the
-//     Cellkit-Map-Version, Cellkit-Slot, X-Request-Id and Forwarded headers;
+//  6. Proxy: keep-alive connections to each cell (per event loop), a
+//     per-request timeout, the Cellkit-Map-Version, Cellkit-Slot,
+//     X-Request-Id and Forwarded headers;
 //     a 421 from the cell refreshes the map and retries once. Every answer
 //     about a cell carries Cellkit-Cell.
 //
