@@ -14,6 +14,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/cellkit/cellkit/internal/registry"
 )
 
 // Stack is var/dev.json: what dev up started, for dev status, dev down and
@@ -84,17 +86,13 @@ func Read(path string) (*Stack, error) {
 	return &st, nil
 }
 
-// Write replaces the stack record at path (temp file, then rename).
+// Write replaces the stack record at path atomically.
 func Write(path string, st *Stack) error {
 	b, err := json.MarshalIndent(st, "", "  ")
 	if err != nil {
 		return err
 	}
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, append(b, '\n'), 0o600); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
+	return registry.WriteFileAtomic(path, append(b, '\n'))
 }
 
 // Start starts p in its own session (a terminal's Ctrl-C reaches only the

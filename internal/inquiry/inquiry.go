@@ -123,8 +123,8 @@ func jsonKind(field string) string {
 // checkKeys refuses what encoding/json lets through: a field name in
 // another case ("USER_ID") or with escapes ("\u0075ser_id"), or a field
 // given twice (json keeps the last one). Either would let two readers of one
-// body see different requests: the router routes by the first user_id it
-// finds, exactly spelt. body is known to hold one well-formed object, so a
+// body see different requests: the router routes by the user_id it finds
+// spelt exactly (the last, if given twice). body is known to hold one well-formed object, so a
 // scan for the top-level keys is enough; it allocates nothing.
 func checkKeys(body []byte) error {
 	var seen [5]bool

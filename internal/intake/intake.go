@@ -242,7 +242,7 @@ func (h *Handler) post(w http.ResponseWriter, r *http.Request) {
 			rec, found, err := h.askPrevious(ctx, prev, req.UserID, idemKey, inquiry.Fingerprint(req))
 			switch {
 			case errors.Is(err, errKeyReused):
-				problem.Write(w, keyReused(inquiry.KeyID(prev, req.UserID, idemKey)))
+				problem.Write(w, keyReused(rec.ID))
 				return
 			case found:
 				w.Header().Set("Location", rec.StatusURL)

@@ -168,7 +168,7 @@ var errKeyReused = errors.New("idempotency key used for another request")
 // askPrevious looks for the inquiry a keyed request made at the cell that
 // owned the user's slot before: its id is deterministic in (cell, user,
 // key). found is false when that cell has none; errKeyReused means it has
-// one with another fingerprint than fp; another error means it could not be
+// one with another fingerprint than fp (rec.ID names it); another error means it could not be
 // asked.
 func (h *Handler) askPrevious(ctx context.Context, prev, user, key, fp string) (rec Accepted, found bool, err error) {
 	m := h.cmap()
@@ -202,7 +202,7 @@ func (h *Handler) askPrevious(ctx context.Context, prev, user, key, fp string) (
 	case http.StatusNotFound:
 		return rec, false, nil
 	case http.StatusUnprocessableEntity:
-		return rec, false, errKeyReused
+		return Accepted{ID: id}, false, errKeyReused
 	default:
 		return rec, false, fmt.Errorf("cell %s answered %d for inquiry %s", prev, resp.StatusCode, id)
 	}

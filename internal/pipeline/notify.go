@@ -69,11 +69,8 @@ func newNotifier(m *metrics, log *slog.Logger, cfg notifierConfig) *notifierQueu
 	if cfg.capacity <= 0 {
 		cfg.capacity = defaultCallbackQueue
 	}
-	allow := slices.Clone(cfg.allow)
-	for i, p := range allow {
-		allow[i] = p.Masked()
-	}
-	dialer := &net.Dialer{Timeout: cfg.timeout, Control: guardDial(allow)}
+	// Prefix.Contains ignores a prefix's host bits: no need to mask.
+	dialer := &net.Dialer{Timeout: cfg.timeout, Control: guardDial(cfg.allow)}
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.Proxy = nil
 	tr.DialContext = dialer.DialContext
@@ -159,21 +156,17 @@ func (n *notifierQueue) enqueue(rec inquiry.Record) {
 		n.m.callbacks.WithLabelValues("dropped").Inc()
 		return
 	}
+	n.pending++
 	n.push(callback{id: rec.ID, url: rec.CallbackURL, body: body})
 }
 
-// push puts a new or due callback on the channel; n.mu is held. It does not
-// block: pending bounds the callbacks in the channel.
+// push puts a counted (pending) callback, new or due, on the channel; n.mu
+// is held. It does not block: pending bounds the callbacks in the channel.
 func (n *notifierQueue) push(cb callback) {
 	select {
 	case n.ch <- cb:
-		if cb.attempts == 0 {
-			n.pending++
-		}
 	default: // not reached while pending keeps its bound
-		if cb.attempts > 0 {
-			n.pending--
-		}
+		n.pending--
 		n.m.callbacks.WithLabelValues("dropped").Inc()
 	}
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/cellkit/cellkit/internal/celltest"
 	"github.com/cellkit/cellkit/internal/inquiry"
 	"github.com/cellkit/cellkit/internal/testlog"
 )
@@ -285,7 +286,7 @@ func TestCallbackQueueBound(t *testing.T) {
 		r := newReceiver(t, 503)
 		n := startNotifier(t, notifierConfig{allow: loopback, capacity: 1, backoff: time.Hour}, 4)
 		n.enqueue(record("c1-a", r.URL))
-		waitUntil(t, "the first attempt to fail", func() bool { return n.count("retry") == 1 })
+		celltest.WaitFor(t, 10*time.Second, "the first attempt to fail", func() bool { return n.count("retry") == 1 })
 		n.enqueue(record("c1-b", r.URL)) // the retry of c1-a holds the only place
 		if n.count("dropped") != 1 || r.hits.Load() != 1 {
 			t.Fatalf("counts %v, %d requests; want c1-b dropped", n.counts(), r.hits.Load())
@@ -300,10 +301,10 @@ func TestCallbackRetryHoldsNoWorker(t *testing.T) {
 	ok := newReceiver(t)
 	n := startNotifier(t, notifierConfig{allow: loopback, backoff: 5 * time.Second}, 1)
 	n.enqueue(record("c1-a", failing.URL))
-	waitUntil(t, "the first attempt to fail", func() bool { return n.count("retry") == 1 })
+	celltest.WaitFor(t, 10*time.Second, "the first attempt to fail", func() bool { return n.count("retry") == 1 })
 	began := time.Now()
 	n.enqueue(record("c1-b", ok.URL))
-	waitUntil(t, "the second callback", func() bool { return n.count("ok") == 1 })
+	celltest.WaitFor(t, 10*time.Second, "the second callback", func() bool { return n.count("ok") == 1 })
 	if d := time.Since(began); d > 2*time.Second {
 		t.Errorf("the second callback took %v: the worker waited for the first one's backoff", d)
 	}
@@ -311,16 +312,5 @@ func TestCallbackRetryHoldsNoWorker(t *testing.T) {
 	n.stop()
 	if d := time.Since(began); d > 2*time.Second || failing.hits.Load() != 1 {
 		t.Errorf("stop took %v, %d attempts of the failing callback; want at once, 1", d, failing.hits.Load())
-	}
-}
-
-func waitUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
 	}
 }

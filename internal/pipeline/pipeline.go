@@ -127,12 +127,6 @@ func (c *Config) defaults() {
 	if c.IdlePoll <= 0 {
 		c.IdlePoll = 250 * time.Millisecond
 	}
-	if c.CallbackTimeout <= 0 {
-		c.CallbackTimeout = 2 * time.Second
-	}
-	if c.CallbackAttempts <= 0 {
-		c.CallbackAttempts = 4
-	}
 }
 
 // Options carry the pipeline's collaborators.

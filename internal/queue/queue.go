@@ -116,7 +116,7 @@ func DLQStream(cell string) string   { return "cellkit-" + cell + "-dlq" }
 // subject per inquiry (MessageSubject), so that Replay can tell whether an
 // inquiry's message is still queued.
 func LaneSubject(cell string, lane inquiry.Priority) string {
-	return "cellkit." + cell + ".work." + string(lane) + ".*"
+	return MessageSubject(cell, lane, "*")
 }
 
 // MessageSubject is the subject of an inquiry's work message.

@@ -114,12 +114,13 @@ const (
 func (s *Shedder) Observe(sm Sample) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	// The drain rate is measured only over intervals that began with work
-	// queued: an idle queue drains what arrives, which says nothing of what
-	// the pipeline can do, and would make a burst after a quiet spell look
-	// like a backlog that never drains.
-	if !s.rateAt.IsZero() && s.sample.Depth > 0 {
-		if dt := sm.At.Sub(s.rateAt).Seconds(); dt > 0 {
+	if dt := sm.At.Sub(s.rateAt).Seconds(); !s.rateAt.IsZero() && dt > 0 {
+		s.service *= math.Exp(-dt / rateWindow.Seconds())
+		// The drain rate is measured only over intervals that began with
+		// work queued: an idle queue drains what arrives, which says
+		// nothing of what the pipeline can do, and would make a burst after
+		// a quiet spell look like a backlog that never drains.
+		if s.sample.Depth > 0 {
 			inst := float64(s.drained) / dt
 			if s.rate == 0 {
 				s.rate, s.fast = inst, inst
@@ -129,11 +130,6 @@ func (s *Shedder) Observe(sm Sample) {
 				s.rate = ewma(s.rate, inst, dt, rateWindow)
 				s.fast = ewma(s.fast, inst, dt, fastWindow)
 			}
-		}
-	}
-	if !s.rateAt.IsZero() {
-		if dt := sm.At.Sub(s.rateAt).Seconds(); dt > 0 {
-			s.service *= math.Exp(-dt / rateWindow.Seconds())
 		}
 	}
 	s.rateAt, s.drained = sm.At, 0
