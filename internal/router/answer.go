@@ -41,6 +41,8 @@ var (
 	probHeaderTooBig = newProb(problem.New(http.StatusRequestHeaderFieldsTooLarge, "header-too-large", "the request header is larger than the limit"))
 	probReadTimeout  = newProb(problem.New(http.StatusRequestTimeout, "request-timeout", "the request was not received in time"))
 	probMalformed    = newProb(problem.New(http.StatusBadRequest, "malformed-request", "the request is not valid HTTP/1.1"))
+	probBadHost      = newProb(problem.New(http.StatusBadRequest, "invalid-host", "an HTTP/1.1 request needs one valid Host header").WithField("Host"))
+	probExpectation  = newProb(problem.New(http.StatusExpectationFailed, "expectation-failed", "the only expectation the router meets is 100-continue").WithField("Expect"))
 )
 
 // cellProbs are the answers about one cell, marshalled when the cell is

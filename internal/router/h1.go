@@ -8,7 +8,6 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
-	"slices"
 	"strings"
 )
 
@@ -34,9 +33,10 @@ var (
 
 // Byte classes of h1Class.
 const (
-	h1Token  = 1 << iota // tchar (RFC 9110 §5.6.2)
-	h1Value              // field-value byte: HTAB, SP, VCHAR, obs-text
-	h1Target             // request-target byte: VCHAR (0x21–0x7e)
+	h1Token   = 1 << iota // tchar (RFC 9110 §5.6.2)
+	h1Value               // field-value byte: HTAB, SP, VCHAR, obs-text
+	h1Target              // request-target byte: VCHAR (0x21–0x7e)
+	h1RegName             // reg-name byte: unreserved, pct-encoded ('%' and hex), sub-delims (RFC 3986)
 )
 
 // h1Class maps each byte to its h1Token, h1Value and h1Target classes.
@@ -51,6 +51,10 @@ var h1Class = func() (t [256]uint8) {
 		if '0' <= c && c <= '9' || 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' ||
 			c < 0x80 && strings.IndexByte("!#$%&'*+-.^_`|~", byte(c)) >= 0 {
 			t[c] |= h1Token
+		}
+		if '0' <= c && c <= '9' || 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' ||
+			c < 0x80 && strings.IndexByte("-._~%!$&'()*+,;=", byte(c)) >= 0 {
+			t[c] |= h1RegName
 		}
 	}
 	return t
@@ -68,7 +72,9 @@ type reqHead struct {
 	close          bool   // connection must close after this exchange: "Connection: close" (any token, case-insensitive, comma lists), or HTTP/1.0 without "Connection: keep-alive"
 	keepAlive10    bool   // HTTP/1.0 with Connection: keep-alive (and without close)
 	expectContinue bool   // Expect: 100-continue (case-insensitive)
+	expectOther    bool   // an Expect field other than 100-continue (the server answers 417)
 	host           []byte // Host value (trimmed), nil if absent
+	hostSeen       bool   // a Host field was sent (its value may be empty)
 }
 
 // parseRequest parses the request line and header fields at the start of buf.
@@ -119,8 +125,8 @@ func parseRequest(buf []byte, h *reqHead, maxBytes int) (n int, err error) {
 	}
 	h.contentLength, h.chunked, h.close = f.contentLength, f.chunked, f.closes(h.minor)
 	h.keepAlive10 = h.minor == 0 && f.keepAlive && !f.close
-	h.expectContinue = f.expect
-	h.host = f.host
+	h.expectContinue, h.expectOther = f.expect, f.expectOther
+	h.host, h.hostSeen = f.host, f.hostSeen
 	return n, nil
 }
 
@@ -180,6 +186,57 @@ func h1SplitTarget(t []byte) (path, query []byte, ok bool) {
 	}
 	return auth[slash:], query, true
 }
+
+// validHostField reports whether a Host value is a URI authority without
+// userinfo: a registered name, an IPv4 address or a bracketed IP literal,
+// with an optional port (RFC 9110 §7.2, RFC 3986 §3.2.2). It accepts the
+// same bytes as net/http (httpguts.ValidHostHeader) but also checks the
+// shape, so that a value with a path, a space or a second port is refused.
+func validHostField(h []byte) bool {
+	host := h
+	if len(h) > 0 && h[0] == '[' {
+		end := bytes.IndexByte(h, ']')
+		if end < 0 {
+			return false
+		}
+		for _, c := range h[1:end] {
+			if !(h1Hex(c) || c == ':' || c == '.') {
+				return false
+			}
+		}
+		host = h[end+1:]
+		if len(host) > 0 && host[0] != ':' {
+			return false
+		}
+	} else if k := bytes.IndexByte(h, ':'); k >= 0 {
+		host = h[k:]
+		for _, c := range h[:k] {
+			if h1Class[c]&h1RegName == 0 {
+				return false
+			}
+		}
+	} else {
+		for _, c := range h {
+			if h1Class[c]&h1RegName == 0 {
+				return false
+			}
+		}
+		return len(h) <= 255
+	}
+	// host is now "" or ":port"
+	if len(host) == 0 {
+		return len(h) <= 255
+	}
+	for _, c := range host[1:] {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return len(host) <= 6 && len(h) <= 255
+}
+
+// h1Hex reports whether c is a hex digit.
+func h1Hex(c byte) bool { return h1Unhex(c) >= 0 }
 
 // h1Alpha reports whether c is an ASCII letter.
 func h1Alpha(c byte) bool { return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' }
@@ -299,6 +356,7 @@ type h1Fields struct {
 	keepAlive     bool  // Connection has keep-alive
 	request       bool  // parsing a request: look at Host and Expect
 	expect        bool  // Expect: 100-continue
+	expectOther   bool  // Expect: anything else
 	hostSeen      bool
 	host          []byte
 }
@@ -354,8 +412,12 @@ func (f *h1Fields) note(name, value []byte) bool {
 			f.hostSeen, f.host = true, value
 		}
 	case 6:
-		if f.request && equalFold(name, "expect") && equalFold(value, "100-continue") {
-			f.expect = true
+		if f.request && equalFold(name, "expect") {
+			if equalFold(value, "100-continue") {
+				f.expect = true
+			} else {
+				f.expectOther = true
+			}
 		}
 	case 10:
 		if equalFold(name, "connection") {
@@ -497,99 +559,154 @@ func h1Lower(c byte) byte {
 	return c
 }
 
-// chunkedBody decodes a whole chunked body at the start of buf into dst (appending)
-// and returns the grown dst and the number of bytes of buf consumed (through the
-// last-chunk, optional trailer fields, and final CRLF). n == 0 && err == nil means
-// buf does not yet hold the whole body. A decoded size over max is errBodyTooLarge
-// (detect it as soon as a chunk size says so, without waiting for the data).
-// Chunk extensions (";name=value") are skipped; trailer fields are discarded.
-//
-// Every line of the chunked framing must end in CRLF: a bare LF is
-// errMalformed, as in Go's net/http (RFC 9112 erratum 7633). Lines over
-// h1MaxChunkLine bytes are errMalformed and more than maxHeaders trailer
-// fields errHeaderTooLarge. Nothing is appended to dst unless the body is
-// whole and valid, so the caller may retry with the same dst as data arrives.
-func chunkedBody(buf, dst []byte, max int) (body []byte, n int, err error) {
-	n, size, err := h1Chunks(buf, nil, max)
-	if n == 0 || err != nil {
-		return dst, 0, err
-	}
-	body = slices.Grow(dst, size)
-	h1Chunks(buf, &body, max)
-	return body, n, nil
+// Chunked framing is bounded the way net/http bounds it: every chunk-size
+// or trailer line adds its length to an excess, every chunk's data pays
+// 16 + 2×size bytes of it back, and an excess over h1MaxChunkExcess is
+// errMalformed. The bytes a client sends for a body are then linear in the
+// body's size (at most about 21 per data byte, plus h1MaxChunkExcess), not
+// unbounded as when only decoded bytes count.
+const h1MaxChunkExcess = 16 << 10
+
+// Where a chunkDecoder is in the body.
+const (
+	chSize  uint8 = iota // at a chunk-size line
+	chData               // in a chunk's data
+	chCRLF               // at the CRLF after a chunk's data
+	chTrail              // in the trailer section
+	chDone               // the body ended
+)
+
+// chunkDecoder decodes a chunked body incrementally: each decode consumes
+// what it can of the bytes it is given (whole lines, and data as far as it
+// goes), appends the data to dst and remembers where it stopped, so a body
+// that arrives in pieces is parsed once, not again on every read. The zero
+// value is ready for a body.
+type chunkDecoder struct {
+	state  uint8
+	left   int64 // chData: data bytes of the chunk still to come
+	size   int   // data bytes so far
+	excess int64 // framing bytes not paid for by data
+	fields int   // trailer fields so far
 }
 
-// h1Chunks walks the chunked body at the start of buf and returns its length
-// n and decoded size; see chunkedBody. If dst is not nil, it appends the
-// data to *dst.
-func h1Chunks(buf []byte, dst *[]byte, max int) (n, size int, err error) {
+// decode consumes the start of buf, appending chunk data to *dst. It
+// returns how many bytes of buf it consumed (an incomplete line is left
+// for the next call, with more bytes after it) and whether the body ended.
+// The data decoded in all is at most max (more is errBodyTooLarge, as soon
+// as a chunk size says so); a line over h1MaxChunkLine bytes, a bare LF in
+// the framing, or framing over the excess bound is errMalformed; more than
+// maxHeaders trailer fields is errHeaderTooLarge. Chunk extensions are
+// checked and skipped, trailer fields checked and discarded. After an
+// error the decoder must not be used again.
+func (d *chunkDecoder) decode(buf []byte, dst *[]byte, max int) (n int, done bool, err error) {
 	max = h1NonNegative(max)
 	i := 0
 	for {
-		// chunk-size, checked against max digit by digit: more digits only grow it.
-		var chunk int64
-		j := i
-		for ; j < len(buf); j++ {
-			d := h1Unhex(buf[j])
-			if d < 0 {
-				break
+		switch d.state {
+		case chDone:
+			return i, true, nil
+		case chSize:
+			// chunk-size, checked against max digit by digit: more digits only grow it.
+			var chunk int64
+			j := i
+			for ; j < len(buf); j++ {
+				x := h1Unhex(buf[j])
+				if x < 0 {
+					break
+				}
+				if j-i == h1MaxChunkDigits {
+					return i, false, errMalformed
+				}
+				chunk = chunk<<4 | int64(x)
+				if chunk > int64(max-d.size) {
+					return i, false, errBodyTooLarge
+				}
 			}
-			if j-i == h1MaxChunkDigits {
-				return 0, 0, errMalformed
+			if j == i && j < len(buf) {
+				return i, false, errMalformed
 			}
-			chunk = chunk<<4 | int64(d)
-			if chunk > int64(max-size) {
-				return 0, 0, errBodyTooLarge
+			line, next, err := h1ChunkLine(buf, i)
+			if next == 0 {
+				return i, false, err
+			}
+			if !h1ChunkExt(line[j-i:]) {
+				return i, false, errMalformed
+			}
+			d.excess += int64(next - i)
+			d.excess -= 16 + 2*chunk
+			if d.excess < 0 {
+				d.excess = 0
+			}
+			if d.excess > h1MaxChunkExcess {
+				return i, false, errMalformed
+			}
+			i = next
+			if chunk == 0 {
+				d.state = chTrail
+				continue
+			}
+			d.state, d.left = chData, chunk
+		case chData:
+			k := int(min(d.left, int64(len(buf)-i)))
+			if k == 0 {
+				return i, false, nil
+			}
+			if dst != nil {
+				*dst = append(*dst, buf[i:i+k]...)
+			}
+			i += k
+			d.size += k
+			if d.left -= int64(k); d.left == 0 {
+				d.state = chCRLF
+			}
+		case chCRLF:
+			switch {
+			case len(buf)-i >= 2 && buf[i] == '\r' && buf[i+1] == '\n':
+				i += 2
+				d.state = chSize
+			case len(buf)-i >= 2, len(buf)-i == 1 && buf[i] != '\r':
+				return i, false, errMalformed
+			default:
+				return i, false, nil
+			}
+		case chTrail:
+			line, next, err := h1ChunkLine(buf, i)
+			if next == 0 {
+				return i, false, err
+			}
+			if d.excess += int64(next - i); d.excess > h1MaxChunkExcess {
+				return i, false, errMalformed
+			}
+			i = next
+			if len(line) == 0 {
+				d.state = chDone
+				continue
+			}
+			if d.fields == maxHeaders {
+				return i, false, errHeaderTooLarge
+			}
+			d.fields++
+			if _, _, ok := h1SplitField(line); !ok {
+				return i, false, errMalformed
 			}
 		}
-		if j == i && j < len(buf) {
-			return 0, 0, errMalformed
-		}
-		line, next, err := h1ChunkLine(buf, i)
-		if next == 0 {
-			return 0, 0, err
-		}
-		if !h1ChunkExt(line[j-i:]) {
-			return 0, 0, errMalformed
-		}
-		i = next
-		if chunk == 0 {
-			break
-		}
-		// chunk-data CRLF
-		if chunk+2 > int64(len(buf)-i) {
-			if chunk+1 == int64(len(buf)-i) && buf[len(buf)-1] != '\r' {
-				return 0, 0, errMalformed
-			}
-			return 0, 0, nil
-		}
-		end := i + int(chunk)
-		if buf[end] != '\r' || buf[end+1] != '\n' {
-			return 0, 0, errMalformed
-		}
-		if dst != nil {
-			*dst = append(*dst, buf[i:end]...)
-		}
-		size += int(chunk)
-		i = end + 2
 	}
-	// trailer-section CRLF
-	for fields := 0; ; fields++ {
-		line, next, err := h1ChunkLine(buf, i)
-		if next == 0 {
-			return 0, 0, err
-		}
-		i = next
-		if len(line) == 0 {
-			return i, size, nil
-		}
-		if fields == maxHeaders {
-			return 0, 0, errHeaderTooLarge
-		}
-		if _, _, ok := h1SplitField(line); !ok {
-			return 0, 0, errMalformed
-		}
+}
+
+// chunkedBody decodes a whole chunked body at the start of buf into dst
+// (appending) and returns the grown dst and the number of bytes of buf it
+// takes (through the last-chunk, optional trailer fields, and final CRLF).
+// n == 0 && err == nil means buf does not yet hold the whole body. The
+// rules are chunkDecoder's. Nothing is appended to dst unless the body is
+// whole and valid.
+func chunkedBody(buf, dst []byte, max int) (body []byte, n int, err error) {
+	var d chunkDecoder
+	body = dst
+	n, done, err := d.decode(buf, &body, max)
+	if err != nil || !done {
+		return dst, 0, err
 	}
+	return body, n, nil
 }
 
 // h1NonNegative returns v, or 0 if v is negative.

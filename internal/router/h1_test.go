@@ -554,12 +554,72 @@ func TestChunkedBodyAllocs(t *testing.T) {
 	}); allocs != 0 {
 		t.Errorf("chunkedBody into a large enough dst allocates %v times; want 0", allocs)
 	}
-	if allocs := testing.AllocsPerRun(100, func() {
-		if body, _, err := chunkedBody(buf, nil, 64); err != nil || string(body) != "abcdefghi" {
-			t.Fatalf("chunkedBody = %q, %v", body, err)
+}
+
+// feedChunked decodes body arriving in pieces of step bytes, keeping what
+// the decoder leaves unconsumed as a reader would, and returns the data,
+// the bytes of body the decoder consumed in all, and the first error.
+func feedChunked(body []byte, step, max int) (data []byte, consumed int, done bool, err error) {
+	var d chunkDecoder
+	var pending []byte
+	for off := 0; off < len(body) && !done; off += step {
+		pending = append(pending, body[off:min(off+step, len(body))]...)
+		var n int
+		n, done, err = d.decode(pending, &data, max)
+		if err != nil {
+			return data, consumed, false, err
 		}
-	}); allocs != 1 {
-		t.Errorf("chunkedBody into nil allocates %v times; want 1", allocs)
+		consumed += n
+		pending = pending[n:]
+	}
+	return data, consumed, done, nil
+}
+
+func TestChunkDecoderIncremental(t *testing.T) {
+	body := "3\r\nabc\r\n10;ext=\"q\"\r\n0123456789abcdef\r\n1\r\nz\r\n0\r\nX-Sum: 1\r\n\r\n"
+	for step := 1; step <= len(body); step++ {
+		data, n, done, err := feedChunked([]byte(body+"GET"), step, 64)
+		if err != nil || !done || n != len(body) || string(data) != "abc0123456789abcdefz" {
+			t.Fatalf("step %d: data %q, consumed %d, done %v, err %v; want the body's %d bytes", step, data, n, done, err, len(body))
+		}
+	}
+}
+
+// TestChunkFramingIsBounded: a body of tiny chunks with long extensions
+// (the framing many times the data) is refused early, whatever the body
+// limit, and the bytes read before that are bounded.
+func TestChunkFramingIsBounded(t *testing.T) {
+	var b strings.Builder
+	ext := ";" + strings.Repeat("e", 4000)
+	for range 2000 {
+		b.WriteString("1" + ext + "\r\nx\r\n")
+	}
+	b.WriteString("0\r\n\r\n")
+	_, n, _, err := feedChunked([]byte(b.String()), 1500, 1<<20)
+	if err != errMalformed {
+		t.Fatalf("1-byte chunks with 4000-byte extensions: err %v; want errMalformed", err)
+	}
+	if n > h1MaxChunkExcess+h1MaxChunkLine+64 {
+		t.Errorf("consumed %d bytes before refusing; want at most about %d", n, h1MaxChunkExcess)
+	}
+	// Long trailers count too.
+	var tr strings.Builder
+	tr.WriteString("0\r\n")
+	for range 60 {
+		tr.WriteString("X: " + strings.Repeat("t", 1000) + "\r\n")
+	}
+	tr.WriteString("\r\n")
+	if _, _, err := chunkedBody([]byte(tr.String()), nil, 10); err != errMalformed {
+		t.Errorf("60 KB of trailers: err %v; want errMalformed", err)
+	}
+	// Framing paid for by data is fine: many small chunks with short extensions.
+	var ok strings.Builder
+	for range 5000 {
+		ok.WriteString("4;k=v\r\nabcd\r\n")
+	}
+	ok.WriteString("0\r\n\r\n")
+	if data, _, err := chunkedBody([]byte(ok.String()), nil, 1<<20); err != nil || len(data) != 20000 {
+		t.Errorf("5000 chunks of 4 bytes: %d bytes, %v; want 20000, nil", len(data), err)
 	}
 }
 

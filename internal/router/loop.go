@@ -10,6 +10,7 @@ import (
 	"net/netip"
 	"runtime"
 	"runtime/debug"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -105,12 +106,15 @@ type client struct {
 	w  timer // an answer not yet written out
 	wt timer // waiting for a connection to the cell
 
-	in   []byte // bytes read and not yet consumed: the current request first
-	head reqHead
-	hdrs [maxHeaders]hdr
-	body []byte // the request body: a view of in, or chunked decoded
-	dec  []byte // a decoded chunked body
-	used int    // bytes of in the current request takes
+	in      []byte // bytes read and not yet consumed: the current request first
+	head    reqHead
+	hdrs    [maxHeaders]hdr
+	body    []byte // the request body: a view of in, or chunked decoded
+	dec     []byte // a decoded chunked body
+	chunks  chunkDecoder
+	bodyOff int   // where the body starts in in (the head's length)
+	used    int   // bytes of in the current request takes
+	unread  int64 // bytes of a refused request's body not read (-1: a chunked body, unknown)
 
 	drained   int64 // stDrain: bytes read away
 	drainMax  int64
@@ -406,92 +410,150 @@ func (lp *loop) maxRequest() int {
 	return lp.e.r.cfg.Server.MaxHeaderBytes + lp.e.r.cfg.Server.MaxBodyBytes
 }
 
-// pull moves what gnet holds for cl into cl.in.
-func (lp *loop) pull(cl *client) {
-	if cl.c.InboundBuffered() == 0 {
+// pull moves what gnet holds for cl into cl.in, up to limit bytes in
+// cl.in: nothing is read before it is needed.
+func (lp *loop) pull(cl *client, limit int) {
+	k := min(cl.c.InboundBuffered(), limit-len(cl.in))
+	if k <= 0 {
 		return
 	}
-	b, _ := cl.c.Peek(-1)
+	b, _ := cl.c.Peek(k)
 	cl.in = append(cl.in, b...)
-	cl.c.Discard(-1)
+	cl.c.Discard(k)
 }
+
+// chunkWindow is how much of a chunked body is held undecoded at a time:
+// room for the longest chunk-size line and some data.
+const chunkWindow = 16 << 10
 
 // serve reads and answers the requests in cl's buffer, one at a time,
 // until one waits for a cell or for more bytes.
 func (lp *loop) serve(cl *client) {
+	cl.inServe = true
+	for lp.step(cl) {
+	}
+	cl.inServe = false
+}
+
+// step moves cl's current request on by what its buffer holds; false
+// means it waits (for bytes, a cell or the end of the connection).
+func (lp *loop) step(cl *client) bool {
+	switch cl.state {
+	case stIdle, stHead:
+		return lp.readHead(cl)
+	case stBody:
+		return lp.readBody(cl)
+	}
+	return false
+}
+
+// readHead reads a request head and answers what can be answered from it
+// alone: a request without a valid key, over its limits, or that no route
+// takes is refused before a byte of its body is read.
+func (lp *loop) readHead(cl *client) bool {
 	s := &lp.e.r.cfg.Server
-	for {
-		lp.pull(cl)
-		if len(cl.in) == 0 {
-			return
-		}
-		if cl.state == stIdle {
-			cl.state = stHead
-			lp.heads.arm(&cl.t, lp.e.now())
-		}
-		n, err := parseRequest(cl.in, &cl.head, s.MaxHeaderBytes)
-		switch {
-		case err == errHeaderTooLarge:
-			lp.refuse(cl, &probHeaderTooBig)
-			return
-		case err != nil:
-			lp.refuse(cl, &probMalformed)
-			return
-		case n == 0:
-			return
-		}
-		h := &cl.head
-		var body []byte
-		used := n
-		switch {
-		case h.chunked:
-			dec, m, err := chunkedBody(cl.in[n:], cl.dec[:0], s.MaxBodyBytes)
+	lp.pull(cl, s.MaxHeaderBytes)
+	if len(cl.in) == 0 {
+		return false
+	}
+	if cl.state == stIdle {
+		cl.state = stHead
+		lp.heads.arm(&cl.t, lp.e.now())
+	}
+	h := &cl.head
+	n, err := parseRequest(cl.in, h, s.MaxHeaderBytes)
+	switch {
+	case err == errHeaderTooLarge:
+		lp.refuse(cl, &probHeaderTooBig)
+		return false
+	case err != nil:
+		lp.refuse(cl, &probMalformed)
+		return false
+	case n == 0:
+		return false
+	}
+	cl.bodyOff, cl.used, cl.body = n, n, nil
+	if room := lp.bodyRoom(h); room > 0 && cap(cl.in) < n+room {
+		// Room for the body now, so that reading it never moves the
+		// bytes the head's fields view; the head is parsed again in its
+		// new place.
+		cl.in = slices.Grow(cl.in, n+room-len(cl.in))
+		parseRequest(cl.in, h, s.MaxHeaderBytes)
+	}
+	lp.begin(cl)
+	if !lp.admit(cl) {
+		return true
+	}
+	if h.chunked || h.contentLength > 0 {
+		cl.chunks, cl.dec = chunkDecoder{}, cl.dec[:0]
+		cl.state = stBody
+		lp.bodies.arm(&cl.t, lp.e.now())
+		return true
+	}
+	lp.enter(cl)
+	lp.route(cl)
+	return true
+}
+
+// bodyRoom is the buffer a request's body needs after its head: its
+// length, or a window of a chunked body.
+func (lp *loop) bodyRoom(h *reqHead) int {
+	switch {
+	case h.chunked:
+		return chunkWindow
+	case h.contentLength > 0 && h.contentLength <= int64(lp.e.r.cfg.Server.MaxBodyBytes):
+		return int(h.contentLength)
+	}
+	return 0
+}
+
+// readBody reads an admitted request's body: a Content-Length body into
+// cl.in, a chunked one decoded as it arrives into cl.dec (its framing is
+// consumed and bounded, see chunkDecoder). Then the request is routed.
+func (lp *loop) readBody(cl *client) bool {
+	h := &cl.head
+	if h.chunked {
+		for {
+			lp.pull(cl, cap(cl.in))
+			raw := cl.in[cl.bodyOff:]
+			n, done, err := cl.chunks.decode(raw, &cl.dec, lp.e.r.cfg.Server.MaxBodyBytes)
+			cl.in = append(cl.in[:cl.bodyOff], raw[n:]...)
 			switch {
 			case err == errBodyTooLarge:
 				lp.tooLarge(cl, -1)
-				return
+				return false
 			case err != nil:
 				lp.refuse(cl, &probMalformed)
-				return
-			case m == 0:
-				lp.awaitBody(cl)
-				return
+				return false
+			case done:
+				cl.body, cl.used = cl.dec, cl.bodyOff
+			case n == 0 || cl.c.InboundBuffered() == 0:
+				lp.continue100(cl)
+				return false
+			default:
+				continue
 			}
-			cl.dec = dec
-			body, used = dec, n+m
-		case h.contentLength > int64(s.MaxBodyBytes):
-			lp.tooLarge(cl, h.contentLength-int64(len(cl.in)-n))
-			return
-		case h.contentLength > 0:
-			if int64(len(cl.in)-n) < h.contentLength {
-				lp.awaitBody(cl)
-				return
-			}
-			used = n + int(h.contentLength)
-			body = cl.in[n:used]
+			break
 		}
-		cl.body, cl.used = body, used
-		cl.t.stop()
-		cl.state = stBusy
-		cl.seq++
-		lp.e.busy.Add(1)
-		cl.inServe = true
-		lp.handle(cl)
-		cl.inServe = false
-		if cl.state == stBusy || cl.state == stClosed {
-			return
+	} else {
+		end := cl.bodyOff + int(h.contentLength)
+		lp.pull(cl, end)
+		if len(cl.in) < end {
+			lp.continue100(cl)
+			return false
 		}
+		cl.body, cl.used = cl.in[cl.bodyOff:end], end
 	}
+	lp.enter(cl)
+	lp.route(cl)
+	return true
 }
 
-// awaitBody waits for the rest of a request body, saying 100 Continue if
-// the client waits for it.
-func (lp *loop) awaitBody(cl *client) {
-	if cl.state != stBody {
-		cl.state = stBody
-		lp.bodies.arm(&cl.t, lp.e.now())
-	}
-	if cl.head.expectContinue && !cl.sent100 {
+// continue100 says 100 Continue to an HTTP/1.1 client that waits for it
+// before sending its body (an HTTP/1.0 client never gets one: RFC 9110
+// §10.1.1).
+func (lp *loop) continue100(cl *client) {
+	if cl.head.expectContinue && cl.head.minor == 1 && !cl.sent100 {
 		cl.sent100 = true
 		cl.c.Write(continue100)
 	}
@@ -507,16 +569,29 @@ func (lp *loop) tooLarge(cl *client, left int64) {
 		return
 	}
 	lp.answerUnread(cl, &probTooLarge)
+	cl.in = cl.in[:0]
+	lp.linger(cl, left)
+}
+
+// linger reads away what the client still sends after an answer that ends
+// the connection (up to left bytes, or 4× the body limit when left < 0;
+// for at most a second; until it has been silent for 50 ms), then closes
+// it: closing a socket with unread bytes resets it, and the client might
+// lose the answer.
+func (lp *loop) linger(cl *client, left int64) {
 	cl.state = stDrain
 	cl.drained = 0
 	cl.drainMax = 4 * int64(lp.e.r.cfg.Server.MaxBodyBytes)
 	if left >= 0 && left < cl.drainMax {
 		cl.drainMax = left
 	}
-	cl.in = cl.in[:0]
-	cl.lastInput = lp.e.now()
-	lp.drains.arm(&cl.t, lp.e.now())
-	if cl.drainMax <= 0 {
+	now := lp.e.now()
+	cl.lastInput = now
+	lp.drains.arm(&cl.t, now)
+	if n, _ := cl.c.Discard(-1); n > 0 {
+		cl.drained += int64(n)
+	}
+	if cl.drained >= cl.drainMax {
 		lp.closeClient(cl)
 	}
 }
@@ -577,6 +652,13 @@ func (lp *loop) done(cl *client, status int) {
 		lp.writes.arm(&cl.w, lp.e.now())
 	}
 	if cl.close || lp.e.draining.Load() {
+		// Bytes the client sent that were not read (a body refused from
+		// its head, pipelined requests) are read away before closing.
+		if cl.unread != 0 || len(cl.in) > cl.used || cl.c.InboundBuffered() > 0 {
+			cl.in = cl.in[:0]
+			lp.linger(cl, cl.unread)
+			return
+		}
 		cl.state = stIdle
 		lp.closeClient(cl)
 		return
@@ -615,56 +697,126 @@ func (lp *loop) drainIdle() {
 
 // --- the request chain --------------------------------------------------
 
-// handle is the request chain for the request in cl.
-func (lp *loop) handle(cl *client) {
+// begin starts the exchange for the request whose head is in cl.head.
+func (lp *loop) begin(cl *client) {
+	r := lp.e.r
+	ex := &cl.ex
+	*ex = exchange{start: time.Now(), cm: r.noCell, slot: -1}
+	cl.close, cl.unread = cl.head.close, 0
+	cl.seq++
+	ex.rid = r.requestIDFrom(&cl.head, &ex.ridBuf)
+}
+
+// enter marks cl's request as being answered.
+func (lp *loop) enter(cl *client) {
+	cl.t.stop()
+	cl.state = stBusy
+	lp.e.busy.Add(1)
+}
+
+// admit is the part of the request chain that needs only the head: the
+// protocol's demands (Host, Expect), the API key, the body limit, the
+// client's rate and the route. It answers a request it refuses and says
+// false.
+func (lp *loop) admit(cl *client) bool {
 	r := lp.e.r
 	h := &cl.head
 	ex := &cl.ex
-	*ex = exchange{start: time.Now(), cm: r.noCell, slot: -1}
-	cl.close = h.close
-	ex.rid = r.requestIDFrom(h, &ex.ridBuf)
-
+	switch {
+	case h.minor == 1 && !h.hostSeen, h.hostSeen && !validHostField(h.host):
+		lp.refuseHead(cl, &probBadHost, 0, nil, true)
+		return false
+	case h.expectOther:
+		lp.refuseHead(cl, &probExpectation, 0, nil, false)
+		return false
+	}
 	client, res := r.keys.Authenticate(h.get(hdrAPIKey))
 	switch res {
 	case authMissing:
 		r.metrics.authFail.WithLabelValues("missing").Inc()
-		lp.answer(cl, &probMissingKey, 0, nil)
-		return
+		lp.refuseHead(cl, &probMissingKey, 0, nil, true)
+		return false
 	case authUnknown:
 		r.metrics.authFail.WithLabelValues("unknown").Inc()
-		lp.answer(cl, &probUnknownKey, 0, nil)
-		return
+		lp.refuseHead(cl, &probUnknownKey, 0, nil, true)
+		return false
 	}
 	ex.client = client
+	if h.contentLength > int64(r.cfg.Server.MaxBodyBytes) {
+		lp.tooLarge(cl, h.contentLength-int64(len(cl.in)-cl.bodyOff))
+		return false
+	}
 	ex.v = r.limits.take(client)
 	if !ex.v.ok {
 		r.metrics.limited.WithLabelValues(client.ID).Inc()
-		lp.answer(cl, &probRateLimit, ex.v.retryAfter, nil)
-		return
+		lp.refuseHead(cl, &probRateLimit, ex.v.retryAfter, nil, false)
+		return false
 	}
 	kind, cellID := classify(h.method, h.path)
 	ex.kind, ex.cellID = kind, cellID
 	switch kind {
 	case routeNotFound:
-		lp.answer(cl, &probNotFound, 0, nil)
-		return
+		lp.refuseHead(cl, &probNotFound, 0, nil, false)
+		return false
 	case routeBadInquiry:
-		lp.answer(cl, &probBadInquiry, 0, nil)
-		return
+		lp.refuseHead(cl, &probBadInquiry, 0, nil, false)
+		return false
 	case routeBadMethod:
 		allow := allowCreate
 		if len(h.path) >= pathPrefixLen {
 			allow = allowRead
 		}
-		lp.answer(cl, &probBadMethod, 0, allow)
-		return
+		lp.refuseHead(cl, &probBadMethod, 0, allow, false)
+		return false
+	case routeRead:
+		t := r.table()
+		if t == nil {
+			lp.refuseHead(cl, &probNoMap, time.Second, nil, false)
+			return false
+		}
+		if ex.u = t.byID[bstr(cellID)]; ex.u == nil {
+			lp.refuseHead(cl, &probBadInquiry, 0, nil, false)
+			return false
+		}
+		ex.version = t.m.Version()
 	}
-	t := r.table()
-	if t == nil {
-		lp.answer(cl, &probNoMap, time.Second, nil)
-		return
+	return true
+}
+
+// refuseHead answers a request from its head alone. A body already in
+// the buffer is skipped; one still to come is not read: the connection
+// closes after the answer (as it does, whatever the body, when close is
+// set).
+func (lp *loop) refuseHead(cl *client, p *prob, retry time.Duration, allow []byte, close bool) {
+	h := &cl.head
+	switch have := int64(len(cl.in) - cl.bodyOff); {
+	case h.chunked:
+		cl.unread = -1
+	case h.contentLength > have:
+		cl.unread = h.contentLength - have
+	case h.contentLength > 0:
+		cl.used = cl.bodyOff + int(h.contentLength)
 	}
-	if kind == routeCreate {
+	if cl.unread != 0 {
+		cl.used = len(cl.in)
+		close = true
+	}
+	cl.close = cl.close || close
+	lp.enter(cl)
+	lp.answer(cl, p, retry, allow)
+}
+
+// route is the rest of the request chain once the request is whole: a
+// new inquiry goes to the cell of the user_id in its body.
+func (lp *loop) route(cl *client) {
+	r := lp.e.r
+	ex := &cl.ex
+	if ex.kind == routeCreate {
+		t := r.table()
+		if t == nil {
+			lp.answer(cl, &probNoMap, time.Second, nil)
+			return
+		}
 		id, ok := userIDFrom(cl.body)
 		if !ok {
 			lp.answer(cl, &probBadUser, 0, nil)
@@ -680,11 +832,8 @@ func (lp *loop) handle(cl *client) {
 			lp.answer(cl, &probNoCell, time.Second, nil)
 			return
 		}
-	} else if ex.u = t.byID[bstr(cellID)]; ex.u == nil {
-		lp.answer(cl, &probBadInquiry, 0, nil)
-		return
+		ex.version = t.m.Version()
 	}
-	ex.version = t.m.Version()
 	lp.call(cl)
 }
 

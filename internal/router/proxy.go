@@ -282,13 +282,32 @@ var (
 
 // dropped are the request header fields that never reach a cell:
 // hop-by-hop ones (RFC 9110 §7.6.1), the framing and Host (the router sets
-// its own), Expect (the body is already read), the API key, and the ones
-// the router sets itself (the client's claims are replaced, not trusted).
+// its own), Expect (the body is already read), the API key, and every
+// field that claims something about the client or the route: the ones the
+// router sets itself and the ones other proxies use for the same claims
+// (a cell might trust them). Besides these, every field named Cellkit-*
+// or X-Forwarded-* is dropped: those names belong to the router and the
+// cells, and a client's claim in them is replaced, not trusted.
 var dropped = []string{
 	"connection", "keep-alive", "proxy-connection", "proxy-authorization", "proxy-authenticate",
 	"te", "trailer", "upgrade", "transfer-encoding", "content-length", "host", "expect",
-	"x-api-key", "forwarded", "x-forwarded-for", "x-forwarded-host", "x-forwarded-proto",
-	"cellkit-client", "x-request-id", "cellkit-map-version", "cellkit-slot",
+	"x-api-key", "forwarded", "x-request-id",
+	"x-real-ip", "true-client-ip", "x-client-ip", "client-ip", "x-cluster-client-ip", "cf-connecting-ip", "fastly-client-ip",
+	"x-original-forwarded-for", "x-original-url", "x-rewrite-url",
+}
+
+// droppedPrefixes are the name prefixes of dropped fields.
+var droppedPrefixes = []string{"cellkit-", "x-forwarded-"}
+
+// dropField says whether a client's header field stays out of the request
+// to a cell.
+func dropField(name []byte) bool {
+	for _, p := range droppedPrefixes {
+		if len(name) >= len(p) && equalFold(name[:len(p)], p) {
+			return true
+		}
+	}
+	return nameIn(name, dropped)
 }
 
 // nameIn says whether a header field name is one of set (lower case).
@@ -321,7 +340,7 @@ func (r *Router) forward(b []byte, cl *client) []byte {
 	b = append(b, '\r', '\n')
 	for i := range h.hdrs {
 		f := &h.hdrs[i]
-		if !nameIn(f.name, dropped) {
+		if !dropField(f.name) {
 			b = appendHeader(b, f.name, f.value)
 		}
 	}
