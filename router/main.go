@@ -87,7 +87,9 @@ func parseFlags(args []string, output io.Writer) (options, error) {
 	fs.DurationVar(&o.server.IdleTimeout, "idle-timeout", 60*time.Second, "how long a kept-alive client connection may idle")
 	fs.IntVar(&o.server.MaxHeaderBytes, "max-header-bytes", 8<<10, "largest request header")
 	fs.IntVar(&o.server.MaxBodyBytes, "max-body-bytes", 64<<10, "largest request body (413 above)")
-	fs.IntVar(&o.server.MaxConns, "max-conns", 16384, "client connections served at once")
+	fs.IntVar(&o.server.MaxConns, "max-conns", 16384, "client connections served at once (at the limit the oldest idle one is closed for a new one; the open-file limit must exceed it by 1024)")
+	fs.IntVar(&o.server.MaxConnsPerAddr, "max-conns-per-addr", 1024, "client connections from one IPv4 address or IPv6 /64")
+	fs.DurationVar(&o.server.StallTimeout, "stall-timeout", 10*time.Second, "an event loop silent this long is taken as dead: readiness fails and the process exits non-zero")
 
 	fs.IntVar(&o.cell.MaxConcurrent, "cell-max-concurrent", 256, "bulkhead: requests in flight to one cell (503 above)")
 	fs.DurationVar(&o.cell.Timeout, "cell-timeout", 5*time.Second, "time a cell has to answer one request (504 after)")

@@ -15,7 +15,8 @@ import (
 //
 //	GET /healthz             the process is up
 //	GET /readyz              200 once the router has a cell map (the detail
-//	                         says whether it is stale), 503 before
+//	                         says whether it is stale), 503 before, and 503
+//	                         once it has failed beyond repair (see Failure)
 //	GET /metrics             Prometheus metrics from gatherer
 //	GET /v1/admin/hotkeys    top users of the last minute (?n=20, at most 1000)
 //	GET /v1/admin/cells      each cell's endpoint, guard and breaker state
@@ -46,6 +47,7 @@ type Readiness struct {
 	FromCache         bool    `json:"from_cache,omitempty"`
 	Detail            string  `json:"detail"`
 	RefreshedAfter421 bool    `json:"refreshed_after_421,omitempty"` // routing with a map read after a 421
+	Failure           string  `json:"failure,omitempty"`             // why the router cannot go on serving (the process is ending)
 }
 
 // Readiness reports whether the router can route and how fresh its map is.
@@ -65,6 +67,10 @@ func (r *Router) Readiness() Readiness {
 		rd.Detail = "routing with a current cell map"
 	}
 	rd.RefreshedAfter421 = m != nil && m.Version() > st.Version
+	if err := r.eng.failure(); err != nil {
+		rd.Ready, rd.Failure = false, err.Error()
+		rd.Detail = "the router cannot go on serving and is ending: " + err.Error()
+	}
 	return rd
 }
 

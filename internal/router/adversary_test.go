@@ -1,15 +1,22 @@
 package router
 
 import (
+	"bufio"
+	"context"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/panjf2000/gnet/v2"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"golang.org/x/sys/unix"
 )
 
 // The standing adversarial suite: what a hostile client can send on a raw
@@ -209,5 +216,199 @@ func TestInternalHeadersAreStripped(t *testing.T) {
 	}
 	if _, ok := req.Header[http.CanonicalHeaderKey("Cellkit-Fingerprint")]; ok {
 		t.Errorf("Cellkit-Fingerprint reached the cell")
+	}
+}
+
+// TestAcceptErrorsAreRetried: at the open-file limit, accept fails with
+// EMFILE; the router keeps its listener, retries, and serves again once
+// files are free, ready all along.
+func TestAcceptErrorsAreRetried(t *testing.T) {
+	w := newWorld(t, worldOptions{cells: []string{"c1"}})
+	if a := w.do("GET", "/v1/inquiries/c1-abc", ""); a.status != 200 {
+		t.Fatalf("before: %v", a)
+	}
+	var saved unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &saved); err != nil {
+		t.Fatal(err)
+	}
+	fds, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	low := unix.Rlimit{Cur: uint64(len(fds)) + 16, Max: saved.Max}
+	if err := unix.Setrlimit(unix.RLIMIT_NOFILE, &low); err != nil {
+		t.Fatal(err)
+	}
+	var fillers []*os.File
+	restored := false
+	restore := func() {
+		if restored {
+			return
+		}
+		restored = true
+		for _, f := range fillers {
+			f.Close()
+		}
+		if err := unix.Setrlimit(unix.RLIMIT_NOFILE, &saved); err != nil {
+			t.Fatal(err)
+		}
+	}
+	defer restore()
+	// Every file the limit allows is taken; then one is freed at a time
+	// for the client's socket, so that the router's accept has none.
+	for {
+		f, err := os.Open(os.DevNull)
+		if err != nil {
+			break
+		}
+		fillers = append(fillers, f)
+	}
+	var conns []net.Conn
+	for try := 0; try < 10 && testutil.ToFloat64(w.router.metrics.acceptErrs) == 0; try++ {
+		if len(fillers) > 0 {
+			fillers[len(fillers)-1].Close()
+			fillers = fillers[:len(fillers)-1]
+		}
+		if c, err := net.DialTimeout("tcp", strings.TrimPrefix(w.url, "http://"), time.Second); err == nil {
+			conns = append(conns, c)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if testutil.ToFloat64(w.router.metrics.acceptErrs) == 0 {
+		t.Fatal("no accept error at the open-file limit")
+	}
+	restore()
+	// The connection made while the router could not accept it is served
+	// once it can.
+	c := conns[len(conns)-1]
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	fmt.Fprintf(c, "GET /v1/inquiries/c1-abc HTTP/1.1\r\nHost: a\r\nX-API-Key: %s\r\n\r\n", w.key)
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("the connection made at the limit: %v, %v", resp, err)
+	}
+	for _, c := range conns {
+		c.Close()
+	}
+	w.client.CloseIdleConnections()
+	if a := w.do("GET", "/v1/inquiries/c1-abc", ""); a.status != 200 {
+		t.Fatalf("after: %v", a)
+	}
+	if rd := w.router.Readiness(); !rd.Ready {
+		t.Errorf("readiness after accept errors: %+v", rd)
+	}
+}
+
+// TestStalledLoopEndsServing: an event loop that stops running is a
+// failure the router cannot recover from: readiness fails first, then
+// ListenAndServe returns an error (and the process ends).
+func TestStalledLoopEndsServing(t *testing.T) {
+	w := newWorld(t, worldOptions{cells: []string{"c1"}, failing: true,
+		cfg: Config{Server: ServerLimits{StallTimeout: 300 * time.Millisecond}}})
+	if a := w.do("GET", "/v1/inquiries/c1-abc", ""); a.status != 200 {
+		t.Fatalf("before: %v", a)
+	}
+	release := make(chan struct{})
+	lp := w.router.eng.loopList()[0]
+	lp.el.Execute(context.Background(), gnet.RunnableFunc(func(context.Context) error {
+		<-release // a loop stuck in a callback
+		return nil
+	}))
+	eventually(t, 5*time.Second, "readiness failing", func() bool { return !w.router.Readiness().Ready })
+	if rd := w.router.Readiness(); !strings.Contains(rd.Failure, "event loop") {
+		t.Errorf("readiness: %+v; want the failure named", rd)
+	}
+	select {
+	case err := <-w.served:
+		t.Fatalf("ListenAndServe returned %v before readiness had failed for a while", err)
+	case <-time.After(fatalGrace / 2):
+	}
+	close(release)
+	select {
+	case err := <-w.served:
+		if err == nil {
+			t.Fatal("ListenAndServe returned nil after a stalled loop")
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("ListenAndServe still running after a stalled loop")
+	}
+}
+
+// TestFileLimitCheckedAtStart: a max-conns the open-file limit cannot hold
+// is refused at start, with the numbers.
+func TestFileLimitCheckedAtStart(t *testing.T) {
+	w := newWorld(t, worldOptions{cells: []string{"c1"}})
+	var l unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &l); err != nil {
+		t.Fatal(err)
+	}
+	r, err := New(Config{Maps: w.follower, Keys: w.router.keys, Server: ServerLimits{MaxConns: int(l.Cur)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = r.ListenAndServe("127.0.0.1:0", nil)
+	if err == nil || !strings.Contains(err.Error(), "open-file limit") || !strings.Contains(err.Error(), strconv.Itoa(int(l.Cur))) {
+		t.Fatalf("ListenAndServe with max-conns %d = %v; want the open-file limit refused", l.Cur, err)
+	}
+}
+
+// TestPerAddressConnectionCap: one address cannot hold more than its cap
+// of connections; the others are served.
+func TestPerAddressConnectionCap(t *testing.T) {
+	w := newWorld(t, worldOptions{cells: []string{"c1"}, cfg: Config{Server: ServerLimits{MaxConnsPerAddr: 4}}})
+	var held []*rawConn
+	for range 4 {
+		held = append(held, w.dial())
+	}
+	extra := w.dial()
+	if !extra.endsWithin(2 * time.Second) {
+		t.Fatal("a fifth connection from one address stayed open")
+	}
+	get := "GET /v1/inquiries/c1-abc HTTP/1.1\r\nHost: a\r\nX-API-Key: " + w.key + "\r\n\r\n"
+	held[0].send(get)
+	if resp, _ := held[0].read("GET"); resp.StatusCode != 200 {
+		t.Fatalf("a held connection: %d", resp.StatusCode)
+	}
+	if n := testutil.ToFloat64(w.router.metrics.connRefuse.WithLabelValues("per_addr")); n != 1 {
+		t.Errorf("per_addr refusals %v, want 1", n)
+	}
+	held[1].c.Close()
+	eventually(t, 2*time.Second, "room for a new connection", func() bool {
+		rc := w.dial()
+		rc.send(get)
+		rc.c.SetReadDeadline(time.Now().Add(time.Second))
+		resp, err := http.ReadResponse(rc.br, nil)
+		return err == nil && resp.StatusCode == 200
+	})
+}
+
+// TestIdleConnectionsEvictedAtMaxConns: connections that send nothing, or
+// that idle between requests, cannot lock a client out: at MaxConns the
+// oldest idle one is closed for the new one.
+func TestIdleConnectionsEvictedAtMaxConns(t *testing.T) {
+	w := newWorld(t, worldOptions{cells: []string{"c1"}, cfg: Config{Server: ServerLimits{MaxConns: 8}}})
+	get := "GET /v1/inquiries/c1-abc HTTP/1.1\r\nHost: a\r\nX-API-Key: " + w.key + "\r\n\r\n"
+	kept := w.dial() // idle after one request
+	kept.send(get)
+	if resp, _ := kept.read("GET"); resp.StatusCode != 200 {
+		t.Fatalf("status %d", resp.StatusCode)
+	}
+	for range 7 {
+		w.dial() // open, silent
+	}
+	eventually(t, 2*time.Second, "8 connections open", func() bool { return w.router.eng.conns.Load() == 8 })
+	for i := range 5 {
+		rc := w.dial()
+		rc.send(get)
+		resp, body := rc.read("GET")
+		if resp.StatusCode != 200 {
+			t.Fatalf("client %d at the limit: %d %s", i, resp.StatusCode, body)
+		}
+	}
+	if !kept.endsWithin(time.Second) {
+		t.Error("the oldest idle connection was not the one evicted")
+	}
+	if n := testutil.ToFloat64(w.router.metrics.evicted); n < 5 {
+		t.Errorf("evictions %v, want at least 5", n)
 	}
 }

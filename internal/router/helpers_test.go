@@ -140,6 +140,7 @@ type world struct {
 	key      string
 	client   *http.Client
 	logs     *testlog.Buffer
+	served   chan error // ListenAndServe's result, with worldOptions.failing
 }
 
 type worldOptions struct {
@@ -152,6 +153,7 @@ type worldOptions struct {
 	noRefresh  bool
 	intake     map[string]string // cell → an intake URL other than its backend's
 	wrapMaps   func(MapSource) MapSource
+	failing    bool // the test makes ListenAndServe fail: its error goes to world.served
 }
 
 func newWorld(t *testing.T, o worldOptions) *world {
@@ -234,11 +236,17 @@ func newWorld(t *testing.T, o worldOptions) *world {
 		if err := w.router.Shutdown(sctx); err != nil {
 			t.Errorf("Shutdown: %v", err)
 		}
+		if o.failing {
+			return
+		}
 		if err := <-served; err != nil {
 			t.Errorf("Serve: %v", err)
 		}
 		w.router.Close()
 	})
+	if o.failing {
+		w.served = served
+	}
 	w.url = "http://" + addr.String()
 	tr := &http.Transport{MaxIdleConnsPerHost: 64}
 	w.client = &http.Client{Transport: tr, Timeout: 10 * time.Second}

@@ -17,7 +17,6 @@ import (
 	"time"
 
 	"github.com/panjf2000/gnet/v2"
-	"golang.org/x/sys/unix"
 
 	"github.com/cellkit/cellkit/internal/breaker"
 )
@@ -97,6 +96,7 @@ type client struct {
 	c       gnet.Conn
 	lp      *loop
 	remote  netip.Addr
+	key     netip.Addr // what the per-address cap counts it under
 	state   uint8
 	close   bool // close after the current answer
 	sent100 bool
@@ -158,7 +158,8 @@ type loop struct {
 	waits, calls, upIdles                tlist // exchange and cell connection timers
 	dials                                []*dialing
 
-	out []byte // an answer or request being built
+	out   []byte       // an answer or request being built
+	swept atomic.Int64 // when it last swept its deadlines (engine clock), for the watchdog
 }
 
 // engine runs the router's event loops.
@@ -167,20 +168,52 @@ type engine struct {
 	base time.Time
 
 	gnet.BuiltinEventEngine
-	eng     gnet.Engine
+	cli     *gnet.Client  // the event loops (gnet's client mode: the router accepts itself, see accept.go)
+	ln      net.Listener  // the public listener
 	started atomic.Bool
-	booted  chan struct{} // closed by OnBoot
+	quit    chan struct{} // closed by shutdown once the requests in flight are answered
 	stopped chan struct{} // closed when serve returns
+	fatal   chan error    // a failure the router cannot recover from (the first one is taken)
+	failed  atomic.Pointer[error]
 
 	mu    sync.Mutex
 	loops map[gnet.EventLoop]*loop
 
 	conns    atomic.Int64 // client connections open
+	addrs    addrCounts   // client connections open per address
 	busy     atomic.Int64 // requests being answered
 	draining atomic.Bool
 	done     chan struct{}
 	date     atomic.Pointer[[]byte] // the Date header's value
 	dateSec  atomic.Int64           // the second it is for
+}
+
+func newEngine(r *Router) *engine {
+	return &engine{
+		r:       r,
+		quit:    make(chan struct{}),
+		stopped: make(chan struct{}),
+		done:    make(chan struct{}),
+		fatal:   make(chan error, 1),
+		loops:   map[gnet.EventLoop]*loop{},
+		addrs:   addrCounts{n: map[netip.Addr]int32{}, max: int32(r.cfg.Server.MaxConnsPerAddr)},
+	}
+}
+
+// fail reports a failure the router cannot recover from: readiness fails
+// at once, and serve ends with err.
+func (e *engine) fail(err error) {
+	if e.failed.CompareAndSwap(nil, &err) {
+		e.fatal <- err
+	}
+}
+
+// Failure is the failure that ends the router's serving, or nil.
+func (e *engine) failure() error {
+	if p := e.failed.Load(); p != nil {
+		return *p
+	}
+	return nil
 }
 
 func (e *engine) now() int64 { return int64(time.Since(e.base)) }
@@ -202,36 +235,31 @@ func (e *engine) loopOf(c gnet.Conn) *loop {
 		lp.waits.init(e.r.cfg.Cell.Timeout)
 		lp.calls.init(e.r.cfg.Cell.Timeout)
 		lp.upIdles.init(e.r.cfg.Cell.IdleConnTimeout)
+		lp.swept.Store(e.now())
 		e.loops[el] = lp
 	}
 	return lp
 }
 
-func (e *engine) OnBoot(eng gnet.Engine) gnet.Action {
-	e.eng = eng
-	close(e.booted)
-	return gnet.None
-}
-
 func (e *engine) OnOpen(c gnet.Conn) ([]byte, gnet.Action) {
-	if uc, ok := c.Context().(*upconn); ok {
-		uc.opened(c)
+	var key netip.Addr
+	switch x := c.Context().(type) {
+	case *upconn:
+		x.opened(c)
 		return nil, gnet.None
-	}
-	if e.draining.Load() {
-		return nil, gnet.Close // shutting down: no new connections
-	}
-	if e.conns.Add(1) > int64(e.r.cfg.Server.MaxConns) {
-		e.conns.Add(-1)
-		return nil, gnet.Close
+	case acceptedConn:
+		key = x.key
 	}
 	lp := e.loopOf(c)
-	cl := &client{c: c, lp: lp, remote: addrOf(c.RemoteAddr())}
+	cl := &client{c: c, lp: lp, remote: addrOf(c.RemoteAddr()), key: key}
 	cl.t.owner, cl.w.owner, cl.wt.owner = cl, cl, cl
 	cl.head.hdrs = cl.hdrs[:0]
 	c.SetContext(cl)
 	cl.state = stHead
 	lp.heads.arm(&cl.t, e.now()) // a new connection has ReadHeaderTimeout for its first request
+	if e.draining.Load() {
+		return nil, gnet.Close // shutting down: no new connections (OnClose counts it out)
+	}
 	return nil, gnet.None
 }
 
@@ -286,12 +314,14 @@ func addrOf(a net.Addr) netip.Addr {
 }
 
 // run ticks the loops until done: each sweeps its deadlines on its own
-// goroutine, and the Date header is refreshed.
+// goroutine, and the Date header is refreshed. It is also the loops'
+// watchdog: a loop that has not swept for StallTimeout is dead or stuck
+// (its connections are not served), which the router cannot recover from.
 func (e *engine) run() {
 	t := time.NewTicker(tick)
 	defer t.Stop()
 	ctx := context.Background()
-	var lps []*loop
+	stall := int64(e.r.cfg.Server.StallTimeout)
 	for {
 		select {
 		case <-e.done:
@@ -299,14 +329,14 @@ func (e *engine) run() {
 		case now := <-t.C:
 			e.setDate(now)
 		}
-		lps = lps[:0]
-		e.mu.Lock()
-		for _, lp := range e.loops {
-			lps = append(lps, lp)
-		}
-		e.mu.Unlock()
-		for _, lp := range lps {
-			lp.el.Execute(ctx, lp)
+		now := e.now()
+		for _, lp := range e.loopList() {
+			if swept := lp.swept.Load(); now-swept > stall && !e.draining.Load() {
+				e.fail(fmt.Errorf("router: an event loop has not run for %v", time.Duration(now-swept).Round(time.Millisecond)))
+			}
+			if err := lp.el.Execute(ctx, lp); err != nil && !e.draining.Load() {
+				e.fail(fmt.Errorf("router: the event loops stopped: %w", err))
+			}
 		}
 	}
 }
@@ -332,6 +362,7 @@ func (e *engine) setDate(now time.Time) {
 // sweep acts on every expired deadline of the loop.
 func (lp *loop) sweep() {
 	now := lp.e.now()
+	lp.swept.Store(now)
 	for t := lp.heads.expired(now); t != nil; t = lp.heads.expired(now) {
 		cl := t.owner.(*client)
 		if len(cl.in) == 0 && cl.c.InboundBuffered() == 0 {
@@ -640,6 +671,7 @@ func (lp *loop) closed(cl *client) {
 	cl.w.stop()
 	cl.wt.stop()
 	lp.e.conns.Add(-1)
+	lp.e.addrs.release(cl.key)
 }
 
 // done ends cl's current request once its answer is written: the
@@ -1047,63 +1079,76 @@ func fieldValue(hdrs []hdr, name []byte) []byte {
 	return nil
 }
 
-// serve runs the event loops until shutdown.
+// serve runs the event loops and accepts client connections on addr
+// until shutdown, or until a failure it cannot recover from (a loop that
+// stopped or hangs), which it returns after readiness has failed for
+// fatalGrace.
 func (e *engine) serve(addr string, ready func(net.Addr)) error {
 	if !e.started.CompareAndSwap(false, true) {
 		return errors.New("router: already serving")
 	}
 	defer close(e.stopped)
+	if err := checkFileLimit(e.r.cfg.Server.MaxConns); err != nil {
+		return err
+	}
+	lc := net.ListenConfig{KeepAlive: 3 * time.Minute}
+	ln, err := lc.Listen(context.Background(), "tcp", addr)
+	if err != nil {
+		return fmt.Errorf("router: %w", err)
+	}
+	defer ln.Close()
+	cli, err := gnet.NewClient(e,
+		gnet.WithMulticore(true),
+		gnet.WithNumEventLoop(runtime.GOMAXPROCS(0)),
+		gnet.WithTCPNoDelay(gnet.TCPNoDelay),
+		gnet.WithLogger(gnetLogger{e.r.log}),
+	)
+	if err == nil {
+		err = cli.Start()
+	}
+	if err != nil {
+		return fmt.Errorf("router: start the event loops: %w", err)
+	}
+	e.cli = cli
+	e.mu.Lock()
+	e.ln = ln
+	e.mu.Unlock()
 	e.base = time.Now()
 	e.setDate(time.Now())
 	go e.run()
 	defer close(e.done)
+	accepting := make(chan struct{})
 	go func() {
-		select {
-		case <-e.booted:
-		case <-e.stopped:
-			return
-		}
-		a, err := listenAddr(e.eng)
-		if err != nil {
-			e.r.log.Error("cannot read the listening address", "err", err)
-		}
-		if ready != nil {
-			ready(a)
-		}
+		defer close(accepting)
+		e.acceptLoop(ln)
 	}()
-	err := gnet.Run(e, "tcp://"+addr,
-		gnet.WithMulticore(true),
-		gnet.WithNumEventLoop(runtime.GOMAXPROCS(0)),
-		gnet.WithTCPNoDelay(gnet.TCPNoDelay),
-		gnet.WithTCPKeepAlive(3*time.Minute),
-		gnet.WithReuseAddr(true),
-		gnet.WithLogger(gnetLogger{e.r.log}),
-	)
-	if err != nil {
-		return fmt.Errorf("router: %w", err)
+	if ready != nil {
+		ready(ln.Addr())
 	}
-	return nil
+	select {
+	case <-e.quit:
+		ln.Close()
+		<-accepting
+		if err := cli.Stop(); err != nil {
+			e.r.log.Warn("event loops stopped with an error", "err", err)
+		}
+		return nil
+	case err = <-e.fatal:
+	}
+	e.r.log.Error("router cannot go on serving; readiness fails and the process must end", "err", err, "in", fatalGrace)
+	select {
+	case <-time.After(fatalGrace):
+	case <-e.quit:
+	}
+	ln.Close()
+	<-accepting
+	cli.Stop()
+	return err
 }
 
-// listenAddr is the address the engine listens on.
-func listenAddr(eng gnet.Engine) (net.Addr, error) {
-	fd, err := eng.Dup()
-	if err != nil {
-		return nil, err
-	}
-	defer unix.Close(fd)
-	sa, err := unix.Getsockname(fd)
-	if err != nil {
-		return nil, err
-	}
-	switch a := sa.(type) {
-	case *unix.SockaddrInet4:
-		return &net.TCPAddr{IP: net.IP(a.Addr[:]), Port: a.Port}, nil
-	case *unix.SockaddrInet6:
-		return &net.TCPAddr{IP: net.IP(a.Addr[:]), Port: a.Port}, nil
-	}
-	return nil, fmt.Errorf("unexpected socket address %T", sa)
-}
+// fatalGrace is how long readiness fails before serve returns a failure:
+// time for load balancers to see it before the process ends.
+const fatalGrace = time.Second
 
 // shutdown refuses new connections, closes idle ones, waits for the
 // requests in flight (until ctx ends) and stops the loops.
@@ -1116,14 +1161,20 @@ func (e *engine) shutdown(ctx context.Context) error {
 		return nil
 	default:
 	}
-	e.draining.Store(true)
-	select {
-	case <-e.booted:
-	case <-e.stopped:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
+	if e.draining.Swap(true) {
+		// Another shutdown is under way: wait for it.
+		select {
+		case <-e.stopped:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
 	}
+	e.mu.Lock()
+	if e.ln != nil {
+		e.ln.Close() // no new connections: the port refuses them
+	}
+	e.mu.Unlock()
 	t := time.NewTicker(tick)
 	defer t.Stop()
 	var err error
@@ -1131,17 +1182,18 @@ func (e *engine) shutdown(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			err = ctx.Err()
+		case <-e.stopped:
+			return nil
 		case <-t.C:
 		}
 	}
-	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if serr := e.eng.Stop(sctx); serr != nil && err == nil {
-		err = serr
-	}
+	close(e.quit)
 	select {
 	case <-e.stopped:
-	case <-sctx.Done():
+	case <-time.After(5 * time.Second):
+		if err == nil {
+			err = errors.New("router: the event loops did not stop within 5s")
+		}
 	}
 	return err
 }

@@ -25,6 +25,9 @@ type metrics struct {
 	upstream   *prometheus.CounterVec
 	misdirects *prometheus.CounterVec
 	refreshes  *prometheus.CounterVec
+	acceptErrs prometheus.Counter
+	connRefuse *prometheus.CounterVec
+	evicted    prometheus.Counter
 
 	mu     sync.Mutex
 	byCell map[string]*cellMetrics
@@ -83,10 +86,22 @@ func newMetrics(reg prometheus.Registerer, gauges prometheus.Collector) (*metric
 			Name: "cellkit_router_map_refreshes_total",
 			Help: "Registry reads forced by a 421: result newer, same or error.",
 		}, []string{"result"}),
+		acceptErrs: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "cellkit_router_accept_errors_total",
+			Help: "Errors accepting a client connection (EMFILE, ENFILE, ENOMEM, ENOBUFS...); each is retried after a backoff.",
+		}),
+		connRefuse: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "cellkit_router_connections_refused_total",
+			Help: "Client connections closed as soon as accepted: reason max_conns (no room, none idle to evict), per_addr (the address's cap) or draining.",
+		}, []string{"reason"}),
+		evicted: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "cellkit_router_connections_evicted_total",
+			Help: "Idle client connections closed to make room for a new one at the connection limit.",
+		}),
 		byCell: map[string]*cellMetrics{},
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.requests, m.duration, m.limited, m.shed, m.authFail, m.panics, m.upstream, m.misdirects, m.refreshes, gauges} {
+		for _, c := range []prometheus.Collector{m.requests, m.duration, m.limited, m.shed, m.authFail, m.panics, m.upstream, m.misdirects, m.refreshes, m.acceptErrs, m.connRefuse, m.evicted, gauges} {
 			if err := reg.Register(c); err != nil {
 				return nil, err
 			}

@@ -55,7 +55,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/panjf2000/gnet/v2"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/cellkit/cellkit/internal/breaker"
@@ -111,7 +110,12 @@ type ServerLimits struct {
 	IdleTimeout       time.Duration // a kept-alive connection may wait for its next request [60s]
 	MaxHeaderBytes    int           // request line and header [8 KiB]
 	MaxBodyBytes      int           // request body; more is 413 [64 KiB]
-	MaxConns          int           // client connections served at once [16384]
+	MaxConns          int           // client connections served at once; at the limit the oldest idle one is closed for a new one [16384]
+	MaxConnsPerAddr   int           // client connections from one IPv4 address or IPv6 /64 [1024]
+	// StallTimeout: an event loop that has not run its timers for this
+	// long is taken as dead or stuck; readiness fails and ListenAndServe
+	// returns an error, so that the process ends and is restarted [10s].
+	StallTimeout time.Duration
 }
 
 // CellLimits bound what one cell can take from the router. Zero values mean
@@ -162,6 +166,8 @@ func (c *Config) defaults() {
 	s.MaxHeaderBytes = or(s.MaxHeaderBytes, 8<<10)
 	s.MaxBodyBytes = or(s.MaxBodyBytes, 64<<10)
 	s.MaxConns = or(s.MaxConns, 16384)
+	s.MaxConnsPerAddr = or(s.MaxConnsPerAddr, 1024)
+	s.StallTimeout = or(s.StallTimeout, 10*time.Second)
 	l := &c.Cell
 	l.MaxConcurrent = or(l.MaxConcurrent, 256)
 	l.Timeout = or(l.Timeout, 5*time.Second)
@@ -244,7 +250,7 @@ func New(cfg Config) (*Router, error) {
 	}
 	r.metrics = m
 	r.noCell = m.cell(noCell)
-	r.eng = &engine{r: r, booted: make(chan struct{}), stopped: make(chan struct{}), done: make(chan struct{}), loops: map[gnet.EventLoop]*loop{}}
+	r.eng = newEngine(r)
 	return r, nil
 }
 

@@ -1,0 +1,206 @@
+package router
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"sync"
+	"time"
+
+	"github.com/panjf2000/gnet/v2"
+	"golang.org/x/sys/unix"
+)
+
+// The router accepts client connections itself rather than through gnet's
+// acceptor: gnet stops its whole engine on the first accept error other
+// than EAGAIN, EINTR, ECONNRESET or ECONNABORTED, so a moment at the
+// open-file limit (EMFILE, ENFILE) or short of memory (ENOMEM, ENOBUFS)
+// would leave the process up, healthy to every probe, and deaf. Here, as in
+// net/http, an accept error is counted, logged and retried after a backoff
+// (5 ms doubling to 1 s). An accepted connection is checked against the
+// limits (all connections, connections per address) and handed to the
+// event loop with the fewest connections.
+
+// fdReserve is the room the open-file limit must leave beyond MaxConns:
+// connections to the cells and the process's own files.
+const fdReserve = 1024
+
+// checkFileLimit refuses to start when the process may not open MaxConns
+// client connections and fdReserve more files.
+func checkFileLimit(maxConns int) error {
+	var l unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &l); err != nil {
+		return fmt.Errorf("router: read the open-file limit: %w", err)
+	}
+	if need := uint64(maxConns) + fdReserve; l.Cur < need {
+		return fmt.Errorf("router: the open-file limit is %d (hard %d), below the %d that max-conns %d needs (%d more for the cells and the process): raise it (ulimit -n, LimitNOFILE=) or lower max-conns",
+			l.Cur, l.Max, need, maxConns, fdReserve)
+	}
+	return nil
+}
+
+// addrKey is what the per-address cap counts by: the IPv4 address, or the
+// /64 an IPv6 address is in (one host usually holds a whole /64).
+func addrKey(a netip.Addr) netip.Addr {
+	if a.Is6() {
+		p, _ := a.Prefix(64)
+		return p.Addr()
+	}
+	return a
+}
+
+// addrCounts counts the open client connections per address key.
+type addrCounts struct {
+	mu  sync.Mutex
+	n   map[netip.Addr]int32
+	max int32
+}
+
+// take counts one more connection from a; false (and nothing counted) if
+// a is at its cap.
+func (ac *addrCounts) take(a netip.Addr) bool {
+	ac.mu.Lock()
+	defer ac.mu.Unlock()
+	if ac.n[a] >= ac.max {
+		return false
+	}
+	ac.n[a]++
+	return true
+}
+
+// release counts one connection from a less.
+func (ac *addrCounts) release(a netip.Addr) {
+	ac.mu.Lock()
+	defer ac.mu.Unlock()
+	if ac.n[a] <= 1 {
+		delete(ac.n, a)
+		return
+	}
+	ac.n[a]--
+}
+
+// Accept backoff after an error, as net/http's.
+const (
+	acceptBackoffMin = 5 * time.Millisecond
+	acceptBackoffMax = time.Second
+)
+
+// acceptLoop accepts client connections from ln until it is closed.
+func (e *engine) acceptLoop(ln net.Listener) {
+	var delay time.Duration
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			e.r.metrics.acceptErrs.Inc()
+			delay = min(max(2*delay, acceptBackoffMin), acceptBackoffMax)
+			// One line per doubling, then one a second while it lasts.
+			e.r.log.Warn("cannot accept a client connection; retrying", "err", err, "retry_in", delay)
+			select {
+			case <-time.After(delay):
+			case <-e.quit:
+				return
+			}
+			continue
+		}
+		delay = 0
+		e.admitConn(c)
+	}
+}
+
+// admitConn hands an accepted connection to an event loop, or closes it:
+// shutting down, its address at its cap, or the router at MaxConns with
+// no idle connection to evict.
+func (e *engine) admitConn(c net.Conn) {
+	key := addrKey(addrOf(c.RemoteAddr()))
+	switch {
+	case e.draining.Load():
+		e.r.metrics.connRefuse.WithLabelValues("draining").Inc()
+		c.Close()
+		return
+	case !e.addrs.take(key):
+		e.r.metrics.connRefuse.WithLabelValues("per_addr").Inc()
+		c.Close()
+		return
+	}
+	if e.conns.Add(1) > int64(e.r.cfg.Server.MaxConns) && !e.evictIdle() {
+		e.conns.Add(-1)
+		e.addrs.release(key)
+		e.r.metrics.connRefuse.WithLabelValues("max_conns").Inc()
+		c.Close()
+		return
+	}
+	// Enrolling duplicates the socket into the loop and closes c; the
+	// loop's OnOpen takes over the counts.
+	if _, err := e.cli.EnrollContext(c, acceptedConn{key}); err != nil {
+		e.conns.Add(-1)
+		e.addrs.release(key)
+		e.r.log.Warn("cannot hand a client connection to an event loop", "err", err)
+	}
+}
+
+// acceptedConn is the context of a client connection until OnOpen makes
+// its client.
+type acceptedConn struct{ key netip.Addr }
+
+// evictIdle closes the oldest idle client connection of some loop to make
+// room for a new one; false if none is idle.
+func (e *engine) evictIdle() bool {
+	for _, lp := range e.loopList() {
+		res := make(chan bool, 1)
+		err := lp.el.Execute(context.Background(), gnet.RunnableFunc(func(context.Context) error {
+			res <- lp.evictOne()
+			return nil
+		}))
+		if err != nil {
+			continue
+		}
+		select {
+		case ok := <-res:
+			if ok {
+				e.r.metrics.evicted.Inc()
+				return true
+			}
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	return false
+}
+
+// evictScan bounds how many connections waiting for a first request byte
+// evictOne looks at.
+const evictScan = 64
+
+// evictOne closes the loop's oldest idle connection: kept alive between
+// requests, or open without a byte of a request yet.
+func (lp *loop) evictOne() bool {
+	if t := lp.idles.head.next; t != &lp.idles.head {
+		t.stop()
+		lp.closeClient(t.owner.(*client))
+		return true
+	}
+	n := 0
+	for t := lp.heads.head.next; t != &lp.heads.head && n < evictScan; t, n = t.next, n+1 {
+		if cl := t.owner.(*client); len(cl.in) == 0 && cl.c.InboundBuffered() == 0 {
+			t.stop()
+			lp.closeClient(cl)
+			return true
+		}
+	}
+	return false
+}
+
+// loopList is the loops known so far.
+func (e *engine) loopList() []*loop {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	lps := make([]*loop, 0, len(e.loops))
+	for _, lp := range e.loops {
+		lps = append(lps, lp)
+	}
+	return lps
+}
