@@ -71,6 +71,7 @@ func TestAuthIsDecidedFromTheHead(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			rc := w.dial()
+			rc.t = t
 			head := "POST /v1/inquiries HTTP/1.1\r\nHost: router.test\r\nContent-Type: application/json\r\n" + tc.framing
 			if tc.key != "" {
 				head += "X-API-Key: " + tc.key + "\r\n"
@@ -96,12 +97,14 @@ func TestChunkExtensionAmplification(t *testing.T) {
 
 	t.Run("without a key", func(t *testing.T) {
 		rc := w.dial()
+		rc.t = t
 		rc.send("POST /v1/inquiries HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n")
 		go rc.c.Write([]byte(body)) // the router reads away at most a bounded amount, then closes
 		refusedAtHead(t, w, rc, "POST", 401)
 	})
 	t.Run("with a key", func(t *testing.T) {
 		rc := w.dial()
+		rc.t = t
 		rc.send(postHead(w.key, "Transfer-Encoding: chunked\r\n\r\n"))
 		go rc.c.Write([]byte(body))
 		start := time.Now()
@@ -143,6 +146,7 @@ func TestHostIsRequired(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			before := w.backends["c1"].calls.Load()
 			rc := w.dial()
+			rc.t = t
 			rc.send(tc.req)
 			resp, body := rc.read("GET")
 			if resp.StatusCode != tc.status {
@@ -164,6 +168,7 @@ func TestExpectations(t *testing.T) {
 	length := "Content-Length: " + strconv.Itoa(len(body)) + "\r\n"
 
 	rc := w.dial()
+	rc.t = t
 	rc.send(postHead(w.key, "Expect: 200-ok\r\n"+length+"\r\n"))
 	refusedAtHead(t, w, rc, "POST", 417)
 
@@ -193,6 +198,7 @@ func TestInternalHeadersAreStripped(t *testing.T) {
 	extra.WriteString("X-Forwarded-For: 6.6.6.6\r\nX-Forwarded-Proto: https\r\nX-Custom: kept\r\n")
 	body := inquiryBody("u1")
 	rc := w.dial()
+	rc.t = t
 	rc.send(postHead(w.key, extra.String()+"Content-Length: "+strconv.Itoa(len(body))+"\r\n\r\n") + body)
 	if resp, text := rc.read("POST"); resp.StatusCode != 202 {
 		t.Fatalf("status %d %s", resp.StatusCode, text)
@@ -375,6 +381,7 @@ func TestPerAddressConnectionCap(t *testing.T) {
 	held[1].c.Close()
 	eventually(t, 2*time.Second, "room for a new connection", func() bool {
 		rc := w.dial()
+		rc.t = t
 		rc.send(get)
 		rc.c.SetReadDeadline(time.Now().Add(time.Second))
 		resp, err := http.ReadResponse(rc.br, nil)
@@ -399,6 +406,7 @@ func TestIdleConnectionsEvictedAtMaxConns(t *testing.T) {
 	eventually(t, 2*time.Second, "8 connections open", func() bool { return w.router.eng.conns.Load() == 8 })
 	for i := range 5 {
 		rc := w.dial()
+		rc.t = t
 		rc.send(get)
 		resp, body := rc.read("GET")
 		if resp.StatusCode != 200 {
@@ -411,4 +419,38 @@ func TestIdleConnectionsEvictedAtMaxConns(t *testing.T) {
 	if n := testutil.ToFloat64(w.router.metrics.evicted); n < 5 {
 		t.Errorf("evictions %v, want at least 5", n)
 	}
+}
+
+// TestHalfClosedClientGetsItsAnswer: a client that ends its side of the
+// connection (shutdown(SHUT_WR)) after its request still gets the answer,
+// as from net/http: the cell ran the request, the client must see it.
+func TestHalfClosedClientGetsItsAnswer(t *testing.T) {
+	w := newWorld(t, worldOptions{cells: []string{"c1"}})
+	w.backends["c1"].delay.Store(int64(200 * time.Millisecond))
+	body := inquiryBody("u1")
+	for _, tc := range []struct{ name, req, method string }{
+		{"a POST", postHead(w.key, "Content-Length: "+strconv.Itoa(len(body))+"\r\n\r\n") + body, "POST"},
+		{"a GET", "GET /v1/inquiries/c1-abc HTTP/1.1\r\nHost: a\r\nX-API-Key: " + w.key + "\r\n\r\n", "GET"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			before := w.backends["c1"].calls.Load()
+			rc := w.dial()
+			rc.t = t
+			rc.send(tc.req)
+			if err := rc.c.(*net.TCPConn).CloseWrite(); err != nil {
+				t.Fatal(err)
+			}
+			resp, text := rc.read(tc.method)
+			if resp.StatusCode/100 != 2 {
+				t.Fatalf("status %d %s", resp.StatusCode, text)
+			}
+			if !rc.endsWithin(2 * time.Second) {
+				t.Error("the connection stayed open after the answer")
+			}
+			if n := w.backends["c1"].calls.Load() - before; n != 1 {
+				t.Errorf("the cell was called %d times", n)
+			}
+		})
+	}
+	eventually(t, 2*time.Second, "no connection counted", func() bool { return w.router.eng.conns.Load() == 0 })
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/netip"
@@ -93,7 +94,8 @@ const (
 
 // client is one client connection on a loop.
 type client struct {
-	c       gnet.Conn
+	c       conn      // gnet's connection, or a halfClosed one
+	gc      gnet.Conn // gnet's connection (nil once half-closed)
 	lp      *loop
 	remote  netip.Addr
 	key     netip.Addr // what the per-address cap counts it under
@@ -168,8 +170,8 @@ type engine struct {
 	base time.Time
 
 	gnet.BuiltinEventEngine
-	cli     *gnet.Client  // the event loops (gnet's client mode: the router accepts itself, see accept.go)
-	ln      net.Listener  // the public listener
+	cli     *gnet.Client // the event loops (gnet's client mode: the router accepts itself, see accept.go)
+	ln      net.Listener // the public listener
 	started atomic.Bool
 	quit    chan struct{} // closed by shutdown once the requests in flight are answered
 	stopped chan struct{} // closed when serve returns
@@ -251,7 +253,7 @@ func (e *engine) OnOpen(c gnet.Conn) ([]byte, gnet.Action) {
 		key = x.key
 	}
 	lp := e.loopOf(c)
-	cl := &client{c: c, lp: lp, remote: addrOf(c.RemoteAddr()), key: key}
+	cl := &client{c: c, gc: c, lp: lp, remote: addrOf(c.RemoteAddr()), key: key}
 	cl.t.owner, cl.w.owner, cl.wt.owner = cl, cl, cl
 	cl.head.hdrs = cl.hdrs[:0]
 	c.SetContext(cl)
@@ -263,10 +265,13 @@ func (e *engine) OnOpen(c gnet.Conn) ([]byte, gnet.Action) {
 	return nil, gnet.None
 }
 
-func (e *engine) OnClose(c gnet.Conn, _ error) gnet.Action {
+func (e *engine) OnClose(c gnet.Conn, err error) gnet.Action {
 	defer func() { e.panicked("close", recover()) }()
 	switch x := c.Context().(type) {
 	case *client:
+		if errors.Is(err, io.EOF) && x.lp.halfClose(x) {
+			return gnet.None // its answer still goes out
+		}
 		x.lp.closed(x)
 	case *upconn:
 		x.closed()
@@ -654,7 +659,12 @@ func (lp *loop) closeClient(cl *client) {
 	if cl.state == stClosed {
 		return
 	}
-	lp.el.Close(cl.c)
+	if hc, ok := cl.c.(*halfClosed); ok {
+		hc.finish()
+		lp.closed(cl)
+		return
+	}
+	lp.el.Close(cl.gc)
 }
 
 // closed is a client connection's end, whoever closed it.

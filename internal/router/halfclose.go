@@ -1,0 +1,72 @@
+package router
+
+import (
+	"net"
+	"os"
+	"time"
+)
+
+// conn is what the loop needs of a client connection: gnet's, or a
+// halfClosed one.
+type conn interface {
+	Peek(n int) ([]byte, error)
+	Discard(n int) (int, error)
+	InboundBuffered() int
+	OutboundBuffered() int
+	Write(b []byte) (int, error)
+}
+
+// halfClosed is a client connection whose client ended its side (a FIN
+// after its request) while the request was being answered. net/http still
+// sends the answer then, and so does the router; but gnet closes its socket
+// on the FIN, so the loop keeps a duplicate of the socket, collects the
+// answer, and finish writes it there off the loop and closes it.
+type halfClosed struct {
+	fd      int
+	timeout time.Duration
+	out     []byte
+}
+
+var _ conn = (*halfClosed)(nil)
+
+func (h *halfClosed) Peek(int) ([]byte, error)    { return nil, nil }
+func (h *halfClosed) Discard(int) (int, error)    { return 0, nil }
+func (h *halfClosed) InboundBuffered() int        { return 0 }
+func (h *halfClosed) OutboundBuffered() int       { return 0 }
+func (h *halfClosed) Write(b []byte) (int, error) { h.out = append(h.out, b...); return len(b), nil }
+
+// finish writes what the loop wrote to the client, within timeout, and
+// closes the socket, from a goroutine of its own.
+func (h *halfClosed) finish() {
+	out, fd, timeout := h.out, h.fd, h.timeout
+	h.out = nil
+	go func() {
+		f := os.NewFile(uintptr(fd), "client")
+		c, err := net.FileConn(f)
+		f.Close()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		c.SetWriteDeadline(time.Now().Add(timeout))
+		c.Write(out)
+	}()
+}
+
+// halfClose makes cl a halfClosed connection when its client ended its
+// side while its request is being answered; false when there is no such
+// request or the socket cannot be kept.
+func (lp *loop) halfClose(cl *client) bool {
+	if cl.state != stBusy {
+		return false
+	}
+	fd, err := cl.gc.Dup()
+	if err != nil {
+		return false
+	}
+	cl.c = &halfClosed{fd: fd, timeout: lp.e.r.cfg.Server.WriteTimeout}
+	cl.gc = nil
+	cl.close = true
+	cl.in = cl.in[:cl.used] // requests pipelined after it are not answered
+	return true
+}
