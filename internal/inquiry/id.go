@@ -1,6 +1,7 @@
 package inquiry
 
 import (
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base32"
 	"strings"
@@ -18,15 +19,40 @@ const uniqueLen = 20
 
 var b32 = base32.HexEncoding.WithPadding(base32.NoPadding)
 
-// NewID returns a fresh id: an xid (time-ordered, unique without
-// coordination) after the cell id.
-func NewID(cell string) string { return cell + "-" + xid.New().String() }
+// NewID returns a fresh id: 100 random bits after the cell id, so that
+// ids cannot be guessed from one another (or from the time).
+func NewID(cell string) string {
+	var b [(uniqueLen*5 + 7) / 8]byte
+	rand.Read(b[:]) // never fails (crypto/rand)
+	return cell + "-" + strings.ToLower(b32.EncodeToString(b[:]))[:uniqueLen]
+}
 
-// KeyID returns the id an Idempotency-Key stands for: the same user and key
-// always give the same id, so a retried request finds its inquiry.
-func KeyID(cell, userID, key string) string {
-	h := sha256.Sum256([]byte(userID + "\x00" + key))
+// KeyID returns the id an Idempotency-Key stands for: the same client,
+// user and key always give the same id, so a retried request finds its
+// inquiry, and a key is the client's own (another client's same key names
+// another inquiry). An empty client (a caller that is not a router's
+// client) gives the id the key had before clients were recorded.
+func KeyID(cell, client, userID, key string) string {
+	in := userID + "\x00" + key
+	if client != "" {
+		in = client + "\x00" + in
+	}
+	h := sha256.Sum256([]byte(in))
 	return cell + "-" + strings.ToLower(b32.EncodeToString(h[:]))[:uniqueLen]
+}
+
+// ValidClient reports whether c is a well-formed client id, as the
+// router's keys file names them: 1–64 of [A-Za-z0-9._-].
+func ValidClient(c string) bool {
+	if len(c) == 0 || len(c) > 64 {
+		return false
+	}
+	for i := 0; i < len(c); i++ {
+		if x := c[i]; !(x >= 'a' && x <= 'z' || x >= 'A' && x <= 'Z' || x >= '0' && x <= '9' || x == '.' || x == '_' || x == '-') {
+			return false
+		}
+	}
+	return true
 }
 
 // NewJob returns a fresh enqueue token (see Record.Job).

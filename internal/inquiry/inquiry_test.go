@@ -69,9 +69,10 @@ func TestIDs(t *testing.T) {
 		if got, ok := CellOf(id); !ok || got != cell || strings.Contains(id[len(cell)+1:], "-") {
 			t.Errorf("CellOf(%q) = %q, %v, want %q", id, got, ok, cell)
 		}
-		k := KeyID(cell, "u1", "key")
-		if k != KeyID(cell, "u1", "key") || k == KeyID(cell, "u2", "key") || k == KeyID(cell, "u1", "key2") {
-			t.Errorf("KeyID is not a function of (user, key)")
+		k := KeyID(cell, "a", "u1", "key")
+		if k != KeyID(cell, "a", "u1", "key") || k == KeyID(cell, "a", "u2", "key") || k == KeyID(cell, "a", "u1", "key2") ||
+			k == KeyID(cell, "b", "u1", "key") || k == KeyID(cell, "", "u1", "key") {
+			t.Errorf("KeyID is not a function of (client, user, key)")
 		}
 		if got, ok := CellOf(k); !ok || got != cell {
 			t.Errorf("CellOf(%q) = %q, %v", k, got, ok)
@@ -86,6 +87,28 @@ func TestIDs(t *testing.T) {
 	j1, j2 := NewJob(), NewJob()
 	if a == b || j1 == j2 {
 		t.Error("ids repeat")
+	}
+}
+
+// TestNewIDsAreNotGuessable: ids made one after the other share no more
+// than chance would (an id made of time and a counter shares its start
+// with the next one).
+func TestNewIDsAreNotGuessable(t *testing.T) {
+	const n = 2000
+	prev := NewID("c1")[3:]
+	same := 0
+	for range n {
+		id := NewID("c1")[3:]
+		for i := range id {
+			if id[i] == prev[i] {
+				same++
+			}
+		}
+		prev = id
+	}
+	// 32 symbols: a position matches the previous id's with p = 1/32.
+	if want := float64(n*uniqueLen) / 32; float64(same) > 1.5*want {
+		t.Errorf("consecutive ids share %d positions of %d; random ids would share about %.0f", same, n*uniqueLen, want)
 	}
 }
 

@@ -35,6 +35,10 @@ type Record struct {
 	Amount      int64    `json:"amount"`
 	Priority    Priority `json:"priority"`
 	CallbackURL string   `json:"callback_url,omitempty"`
+	// Client is the router's client (the API key's holder) that created
+	// the inquiry; only it may read it through a router. Empty for an
+	// inquiry taken from a caller that named none.
+	Client string `json:"client,omitempty"`
 
 	Status Status  `json:"status"`
 	Result *Result `json:"result,omitempty"`

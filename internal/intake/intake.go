@@ -48,6 +48,11 @@ const (
 	HeaderCell       = "Cellkit-Cell"
 	HeaderOverloaded = "Cellkit-Overloaded"
 	HeaderIdemKey    = "Idempotency-Key"
+	// HeaderClient names the router's client (the API key's holder) a
+	// request comes from. An inquiry belongs to the client that created
+	// it: a read naming another client is answered 404, as if it did not
+	// exist. A caller that names no client (not a router) is not checked.
+	HeaderClient = "Cellkit-Client"
 )
 
 // Paths.
@@ -228,6 +233,10 @@ func (h *Handler) post(w http.ResponseWriter, r *http.Request) {
 		problem.Write(w, problem.New(http.StatusBadRequest, "invalid-header", "Idempotency-Key must be 1–255 printable ASCII characters").WithField(HeaderIdemKey))
 		return
 	}
+	client, ok := clientOf(w, r)
+	if !ok {
+		return
+	}
 	if !h.fence(w, r, req.UserID) {
 		return
 	}
@@ -239,7 +248,7 @@ func (h *Handler) post(w http.ResponseWriter, r *http.Request) {
 			// request that cell accepted must get that inquiry back, not a
 			// second one. If that cell cannot be asked, availability wins
 			// and the request is taken here (logged).
-			rec, found, err := h.askPrevious(ctx, prev, req.UserID, idemKey, inquiry.Fingerprint(req))
+			rec, found, err := h.askPrevious(ctx, prev, client, req.UserID, idemKey, inquiry.Fingerprint(req))
 			switch {
 			case errors.Is(err, errKeyReused):
 				problem.Write(w, keyReused(rec.ID))
@@ -256,9 +265,10 @@ func (h *Handler) post(w http.ResponseWriter, r *http.Request) {
 	}
 	id := inquiry.NewID(h.cfg.Cell)
 	if idemKey != "" {
-		id = inquiry.KeyID(h.cfg.Cell, req.UserID, idemKey)
+		id = inquiry.KeyID(h.cfg.Cell, client, req.UserID, idemKey)
 	}
 	rec := inquiry.NewRecord(id, h.cfg.Cell, req, h.now())
+	rec.Client = client
 	got, err := h.q.Enqueue(ctx, &rec)
 	if errors.Is(err, store.ErrExists) {
 		h.replay(ctx, w, rec)
@@ -422,10 +432,16 @@ func (h *Handler) get(w http.ResponseWriter, r *http.Request, id string) {
 		problem.Write(w, problem.New(http.StatusMisdirectedRequest, "misdirected", "inquiry "+id+" belongs to cell "+cell+", not "+h.cfg.Cell).WithField("id"))
 		return
 	}
+	client, ok := clientOf(w, r)
+	if !ok {
+		return
+	}
 	ctx, cancel := context.WithTimeout(r.Context(), h.cfg.Timeout)
 	defer cancel()
 	rec, _, err := h.st.Get(ctx, id)
-	if errors.Is(err, store.ErrNotFound) {
+	if errors.Is(err, store.ErrNotFound) || err == nil && client != "" && rec.Client != "" && rec.Client != client {
+		// Another client's inquiry is answered as one that does not
+		// exist: its existence is not the reader's to learn.
 		problem.Write(w, problem.New(http.StatusNotFound, "unknown-inquiry", "no inquiry "+id))
 		return
 	}
@@ -441,6 +457,20 @@ func (h *Handler) get(w http.ResponseWriter, r *http.Request, id string) {
 		return
 	}
 	writeJSON(w, http.StatusOK, rec.View())
+}
+
+// clientOf is the client a request names in Cellkit-Client ("" for
+// none); a malformed one is answered 400.
+func clientOf(w http.ResponseWriter, r *http.Request) (string, bool) {
+	vs := r.Header.Values(HeaderClient)
+	switch {
+	case len(vs) == 0:
+		return "", true
+	case len(vs) > 1 || !inquiry.ValidClient(vs[0]):
+		problem.Write(w, problem.New(http.StatusBadRequest, "invalid-header", HeaderClient+" must be one client id: 1-64 of [A-Za-z0-9._-]").WithField(HeaderClient))
+		return "", false
+	}
+	return vs[0], true
 }
 
 // headerFingerprint carries a request's fingerprint when a cell asks the

@@ -389,7 +389,7 @@ func TestIdempotencyKey(t *testing.T) {
 	key := map[string]string{HeaderIdemKey: "order-42"}
 
 	a := c.accept(t, request("u-1"), key)
-	if want := inquiry.KeyID("c1", "u-1", "order-42"); a.ID != want {
+	if want := inquiry.KeyID("c1", "", "u-1", "order-42"); a.ID != want {
 		t.Fatalf("keyed id %s, want %s", a.ID, want)
 	}
 	first, _, _ := c.record(t, a.ID)
@@ -438,7 +438,7 @@ func TestIdempotencyKey(t *testing.T) {
 	// Keys are per user; another key is another inquiry; no key, a new one
 	// every time.
 	other := c.accept(t, request("u-2"), key)
-	if other.ID != inquiry.KeyID("c1", "u-2", "order-42") || other.ID == a.ID {
+	if other.ID != inquiry.KeyID("c1", "", "u-2", "order-42") || other.ID == a.ID {
 		t.Fatalf("same key, another user: id %s", other.ID)
 	}
 	if n := c.accept(t, request("u-1"), map[string]string{HeaderIdemKey: "order-43"}); n.ID == a.ID {
@@ -473,7 +473,7 @@ func TestIdempotencyKey(t *testing.T) {
 				}
 				return
 			}
-			if got := c.wantAccepted(t, r, inquiry.Pending, false); got.ID != inquiry.KeyID("c1", "u-3", tc.key) {
+			if got := c.wantAccepted(t, r, inquiry.Pending, false); got.ID != inquiry.KeyID("c1", "", "u-3", tc.key) {
 				t.Fatalf("id %s, want the key's", got.ID)
 			}
 		})
@@ -521,7 +521,7 @@ func TestIdempotentReplayQueuesAMissingMessage(t *testing.T) {
 	e.maps.Set(testMapOf(t, nil, "c1"))
 	c := e.cell(cellOpts{})
 	r := inquiry.Request{UserID: "u-1", Product: "credit_loan", Amount: 5_000_000, Priority: inquiry.High}
-	rec := inquiry.NewRecord(inquiry.KeyID("c1", "u-1", "k"), "c1", r, e.clk.Now())
+	rec := inquiry.NewRecord(inquiry.KeyID("c1", "", "u-1", "k"), "c1", r, e.clk.Now())
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if _, err := c.st.Create(ctx, &rec); err != nil {
@@ -563,7 +563,7 @@ func TestIdempotencyKeyConcurrentPosts(t *testing.T) {
 	e := newEnv(t)
 	e.maps.Set(testMapOf(t, nil, "c1"))
 	c := e.cell(cellOpts{})
-	want := inquiry.KeyID("c1", "u-1", "same")
+	want := inquiry.KeyID("c1", "", "u-1", "same")
 	body, _ := json.Marshal(request("u-1"))
 	type result struct {
 		status int
@@ -673,7 +673,7 @@ func TestShedding(t *testing.T) {
 			}
 
 			key := map[string]string{HeaderIdemKey: "shed-me"}
-			id := inquiry.KeyID("c1", "u-1", "shed-me")
+			id := inquiry.KeyID("c1", "", "u-1", "shed-me")
 			for _, r := range []response{
 				c.post(t, request("u-1"), nil),
 				c.post(t, request("u-1"), key),
@@ -728,7 +728,7 @@ func TestClosedIntake(t *testing.T) {
 	key := map[string]string{HeaderIdemKey: "closed"}
 	c.wantShed(t, c.post(t, request(own), nil), "intake-closed", "7")
 	c.wantShed(t, c.post(t, request(own), key), "intake-closed", "7")
-	if _, _, found := c.record(t, inquiry.KeyID("c1", own, "closed")); found {
+	if _, _, found := c.record(t, inquiry.KeyID("c1", "", own, "closed")); found {
 		t.Fatal("a keyed request to a closed intake left a record")
 	}
 	// A closed intake still reads the body first, and sends users it does
@@ -908,7 +908,7 @@ func TestQueueFull(t *testing.T) {
 	c := e.cell(cellOpts{queue: queue.Config{MaxMsgs: 1}})
 	c.accept(t, request("u-1"), nil)
 	key := map[string]string{HeaderIdemKey: "k"}
-	id := inquiry.KeyID("c1", "u-2", "k")
+	id := inquiry.KeyID("c1", "", "u-2", "k")
 
 	// One queued, nothing sampled: Retry-After is the cap (60 s default).
 	p := c.wantShed(t, c.post(t, request("u-2"), key), "queue-full", "60")
@@ -981,7 +981,7 @@ func TestKeyedRetryAfterAMoveGetsThePreviousCellsInquiry(t *testing.T) {
 
 	// A key the previous cell never saw is a new inquiry here.
 	n := c1.accept(t, request(u), map[string]string{HeaderIdemKey: "k2"})
-	if n.ID != inquiry.KeyID("c1", u, "k2") {
+	if n.ID != inquiry.KeyID("c1", "", u, "k2") {
 		t.Fatalf("new key at c1: id %s", n.ID)
 	}
 	c1.wantStored(t, 1, 1, 0)
@@ -991,7 +991,7 @@ func TestKeyedRetryAfterAMoveGetsThePreviousCellsInquiry(t *testing.T) {
 
 	// Past the window, the previous cell is no longer asked.
 	e.clk.Add(MoveWindow)
-	if a := c1.accept(t, request(u), key); a.ID != inquiry.KeyID("c1", u, "k1") {
+	if a := c1.accept(t, request(u), key); a.ID != inquiry.KeyID("c1", "", u, "k1") {
 		t.Fatalf("after the window: id %s", a.ID)
 	}
 	c1.wantStored(t, 3, 3, 0)
@@ -1006,7 +1006,7 @@ func TestKeyedRetryAfterAMoveWhenThePreviousCellIsDown(t *testing.T) {
 	c1.h.moves.Observe(after, e.clk.Now())
 
 	c2.ts.Close() // c2 cannot be asked: availability wins, c1 takes it
-	if a := c1.accept(t, request(u), key); a.ID != inquiry.KeyID("c1", u, "k1") {
+	if a := c1.accept(t, request(u), key); a.ID != inquiry.KeyID("c1", "", u, "k1") {
 		t.Fatalf("id %s, want c1's", a.ID)
 	}
 	c1.wantStored(t, 1, 1, 0)
@@ -1023,4 +1023,57 @@ func TestKeyReusedWithAnotherBodyAfterAMoveIsRefused(t *testing.T) {
 	changed["amount"] = 1
 	c1.wantProblem(t, c1.post(t, changed, key), http.StatusUnprocessableEntity, "idempotency-key-reused", HeaderIdemKey)
 	c1.wantStored(t, 0, 0, 0)
+}
+
+// TestInquiryBelongsToItsClient: an inquiry is read only by the client
+// that created it (Cellkit-Client, set by the router); another client's
+// read is a 404 like an unknown id. It holds after the user's slot moved
+// to another cell (the record stays, and is read, where it was made), and
+// for keyed retries asked of the previous cell.
+func TestInquiryBelongsToItsClient(t *testing.T) {
+	e, c1, c2, u, after := moveSetup(t)
+	alice := map[string]string{HeaderClient: "alice"}
+	bob := map[string]string{HeaderClient: "bob"}
+	a := c2.accept(t, request(u), map[string]string{HeaderClient: "alice", HeaderIdemKey: "k1"})
+	plain := c2.accept(t, request(u), alice)
+	if rec, _, _ := c2.record(t, plain.ID); rec.Client != "alice" {
+		t.Fatalf("record client %q, want alice", rec.Client)
+	}
+	read := func(c *testCell, id string, hdr map[string]string) int {
+		return c.do(t, http.MethodGet, prefixByID+id, nil, hdr).status
+	}
+	for _, id := range []string{a.ID, plain.ID} {
+		if s := read(c2, id, alice); s != http.StatusOK {
+			t.Errorf("alice reading her %s: %d", id, s)
+		}
+		r := c2.do(t, http.MethodGet, prefixByID+id, nil, bob)
+		c2.wantProblem(t, r, http.StatusNotFound, "unknown-inquiry", "")
+		if s := read(c2, id, nil); s != http.StatusOK {
+			t.Errorf("a caller naming no client reading %s: %d", id, s)
+		}
+	}
+	c2.wantProblem(t, c2.do(t, http.MethodGet, prefixByID+a.ID, nil, map[string]string{HeaderClient: "bad client"}),
+		http.StatusBadRequest, "invalid-header", HeaderClient)
+
+	// The user moves to c1: the records stay in c2, readable by alice only.
+	e.maps.Set(after)
+	c1.h.moves.Observe(after, e.clk.Now())
+	e.clk.Add(time.Minute)
+	if s := read(c2, a.ID, alice); s != http.StatusOK {
+		t.Errorf("alice reading after the move: %d", s)
+	}
+	if s := read(c2, a.ID, bob); s != http.StatusNotFound {
+		t.Errorf("bob reading after the move: %d", s)
+	}
+	// Bob's retry with alice's key is not alice's inquiry: a new one, his.
+	v := strconv.FormatInt(after.Version(), 10)
+	nb := c1.accept(t, request(u), map[string]string{HeaderClient: "bob", HeaderIdemKey: "k1", HeaderMapVersion: v})
+	if nb.ID == a.ID || nb.Cell != "c1" {
+		t.Fatalf("bob's keyed retry got %+v; want a new inquiry at c1, not alice's %s", nb, a.ID)
+	}
+	// Alice's retry finds hers at the previous cell.
+	r := c1.post(t, request(u), map[string]string{HeaderClient: "alice", HeaderIdemKey: "k1", HeaderMapVersion: v})
+	if got := c1.wantAccepted(t, r, inquiry.Pending, true); got.ID != a.ID {
+		t.Fatalf("alice's keyed retry got %s, want %s", got.ID, a.ID)
+	}
 }

@@ -166,17 +166,17 @@ func (mv *Moves) Follow(ctx context.Context, current func() *slotmap.Map, change
 var errKeyReused = errors.New("idempotency key used for another request")
 
 // askPrevious looks for the inquiry a keyed request made at the cell that
-// owned the user's slot before: its id is deterministic in (cell, user,
-// key). found is false when that cell has none; errKeyReused means it has
+// owned the user's slot before: its id is deterministic in (cell, client,
+// user, key), and the previous cell checks the client as for any read. found is false when that cell has none; errKeyReused means it has
 // one with another fingerprint than fp (rec.ID names it); another error means it could not be
 // asked.
-func (h *Handler) askPrevious(ctx context.Context, prev, user, key, fp string) (rec Accepted, found bool, err error) {
+func (h *Handler) askPrevious(ctx context.Context, prev, client, user, key, fp string) (rec Accepted, found bool, err error) {
 	m := h.cmap()
 	c, ok := m.Cell(prev)
 	if !ok {
 		return rec, false, nil // removed from the map: nothing to ask
 	}
-	id := inquiry.KeyID(prev, user, key)
+	id := inquiry.KeyID(prev, client, user, key)
 	ctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.Intake+prefixByID+id, nil)
@@ -184,6 +184,9 @@ func (h *Handler) askPrevious(ctx context.Context, prev, user, key, fp string) (
 		return rec, false, err
 	}
 	req.Header.Set(headerFingerprint, fp)
+	if client != "" {
+		req.Header.Set(HeaderClient, client)
+	}
 	resp, err := h.peers.Do(req)
 	if err != nil {
 		return rec, false, err
