@@ -6,23 +6,31 @@
 //
 // The request chain, in order:
 //
-//  1. Server limits: header and body read timeouts, write and idle
-//     timeouts, maximum header bytes, body at most 64 KiB (413).
-//  2. Auth: X-API-Key, checked against SHA-256 hashes (401 missing, 403
-//     unknown).
-//  3. Rate limit: a token bucket per client (429 with Retry-After;
+//  1. Connection limits: at most MaxConns client connections (at the limit
+//     the oldest idle one is closed for a new one) and MaxConnsPerAddr from
+//     one address; accept errors are retried after a backoff.
+//  2. Server limits: header and body read timeouts, write and idle
+//     timeouts, maximum header bytes, body at most 64 KiB (413), chunked
+//     framing bounded against its data; HTTP/1.1 needs a valid Host (400),
+//     an Expect other than 100-continue is 417.
+//  3. Auth, from the head alone: X-API-Key, checked against SHA-256 hashes
+//     (401 missing, 403 unknown); the connection closes after the answer
+//     and the body is never read.
+//  4. Rate limit: a token bucket per client (429 with Retry-After;
 //     X-RateLimit-Limit and X-RateLimit-Remaining on every answer to a
 //     known client).
-//  4. Route: POST /v1/inquiries by the user_id in the body (read once,
+//  5. Route: POST /v1/inquiries by the user_id in the body (read once,
 //     forwarded unchanged), GET /v1/inquiries/{id} by the cell in the id;
 //     anything else 404 (405 for a known path with another method), a body
-//     without a valid user_id 400.
-//  5. Guard: a bulkhead and a circuit breaker per cell; full or open is a
+//     without a valid user_id 400. Only a request admitted so far has its
+//     body read.
+//  6. Guard: a bulkhead and a circuit breaker per cell; full or open is a
 //     503 at once with Retry-After and Cellkit-Overloaded: true. A user is
 //     never re-routed to another cell.
-//  6. Proxy: keep-alive connections to each cell (per event loop), a
+//  7. Proxy: keep-alive connections to each cell (per event loop), a
 //     per-request timeout, the Cellkit-Map-Version, Cellkit-Slot,
-//     X-Request-Id and Forwarded headers;
+//     Cellkit-Client, X-Request-Id and Forwarded headers (a client's own
+//     Cellkit-*, X-Forwarded-* and address claims are dropped);
 //     a 421 from the cell refreshes the map and retries once. Every answer
 //     about a cell carries Cellkit-Cell.
 //
@@ -32,10 +40,12 @@
 // GOMAXPROCS), with its own strict parser (h1.go), as NGINX does: each
 // loop owns its client connections and its own keep-alive connections to
 // the cells, and a request is read, routed, forwarded and answered without
-// a goroutine hand-off or an allocation (loop.go). Profiled on the
-// benchmark of issue 7, net/http's ReverseProxy and then fasthttp spent
-// most of their time in goroutine hand-offs, allocation and the netpoller,
-// and did not reach NGINX's throughput (README, "The router").
+// a goroutine hand-off or an allocation (loop.go). Profiled on the router
+// benchmark, net/http's ReverseProxy and then fasthttp spent most of their
+// time in goroutine hand-offs, allocation and the netpoller, and did not
+// reach NGINX's throughput (README, "The router"). The router accepts its
+// connections itself (accept.go): gnet's acceptor stops the engine on the
+// first accept error.
 //
 // Static stability: the router routes with the newest map its follower has
 // (the last good one while the registry is unreachable) or, after a 421,
