@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # bench-router.sh — the edge router side by side with direct calls, NGINX
-# and a minimal httputil proxy, in one run on this machine (issue 7 §6):
+# and a minimal httputil proxy, in one run on this machine:
 #
 #   (a) direct          wrk → the backends
 #   (b) nginx           wrk → NGINX from Debian (2 workers, upstream keep-alive) → backends
@@ -8,6 +8,8 @@
 #   (d) router          wrk → the cellkit router (auth, rate limit, slot routing) → backends
 #   (e) router, 1 P     the same router with GOMAXPROCS=1 (one event loop, as an NGINX
 #                       worker is): for information, the target is (d)
+#   (f) router at REF   with BASE_REF=<git ref>: the router built from that commit,
+#                       to measure a change before/after in the same run
 #
 # The backends are 4 trivial "cells" answering a small JSON at once. Every
 # target gets the same requests: POST /v1/inquiries with a JSON body naming
@@ -22,7 +24,7 @@
 #
 # Installs what it needs (nginx-light, wrk) with apt-get when missing.
 # Environment: ROUNDS (3), DURATION (10), RATE (2000), LAT_DURATION (10),
-# CONNS (64), LAT_ROUNDS (2). The machine should be otherwise idle: the
+# CONNS (64), LAT_ROUNDS (2), BASE_REF (none). The machine should be otherwise idle: the
 # report prints the load average before and after.
 set -euo pipefail
 
@@ -41,6 +43,11 @@ ROUTER_PORT=19080
 ROUTER_ADMIN=19081
 ROUTER1_PORT=19090
 ROUTER1_ADMIN=19091
+BASE_PORT=19095
+BASE_ADMIN=19096
+BASE_REF=${BASE_REF:-}
+TARGETS="a b c d e"
+[ -n "$BASE_REF" ] && TARGETS="a b c d e f"
 PIDS=()
 
 log() { printf '%s\n' "$*" >&2; }
@@ -49,6 +56,7 @@ cleanup() {
   local pid
   for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
   for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
+  if [ -n "$BASE_REF" ]; then git -C "$ROOT" worktree remove --force "$WORK/base" 2>/dev/null || true; fi
   rm -rf "$WORK"
 }
 trap cleanup EXIT
@@ -72,6 +80,11 @@ CLK_TCK=$(getconf CLK_TCK)
 
 log "building the router and the bench helper"
 (cd "$ROOT" && go build -o "$WORK/router" ./router && go build -o "$WORK/bench-router" ./scripts/bench-router)
+if [ -n "$BASE_REF" ]; then
+  log "building the router at $BASE_REF"
+  git -C "$ROOT" worktree add --detach "$WORK/base" "$BASE_REF" >/dev/null 2>&1
+  (cd "$WORK/base" && go build -o "$WORK/router-base" ./router)
+fi
 
 wait_port() { # host:port
   local i
@@ -84,7 +97,7 @@ wait_port() { # host:port
 
 # Every port must be free: a stale process on one would answer in place of
 # the target (and its CPU would not be counted).
-for p in "${PORTS[@]}" $NGINX_PORT $MINPROXY_PORT $ROUTER_PORT $ROUTER_ADMIN $ROUTER1_PORT $ROUTER1_ADMIN; do
+for p in "${PORTS[@]}" $NGINX_PORT $MINPROXY_PORT $ROUTER_PORT $ROUTER_ADMIN $ROUTER1_PORT $ROUTER1_ADMIN $BASE_PORT $BASE_ADMIN; do
   if (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
     log "port $p is in use (a stale bench process?); free it first"; exit 1
   fi
@@ -106,6 +119,10 @@ ROUTER_ARGS=(-listen "127.0.0.1:$ROUTER_PORT" -admin-listen "127.0.0.1:$ROUTER_A
 ROUTER_PID=$!; PIDS+=("$ROUTER_PID")
 GOMAXPROCS=1 "$WORK/router" "${ROUTER_ARGS[@]}" -listen "127.0.0.1:$ROUTER1_PORT" -admin-listen "127.0.0.1:$ROUTER1_ADMIN" 2>"$WORK/router1.log" &
 ROUTER1_PID=$!; PIDS+=("$ROUTER1_PID")
+if [ -n "$BASE_REF" ]; then
+  "$WORK/router-base" "${ROUTER_ARGS[@]}" -listen "127.0.0.1:$BASE_PORT" -admin-listen "127.0.0.1:$BASE_ADMIN" 2>"$WORK/router-base.log" &
+  BASE_PID=$!; PIDS+=("$BASE_PID")
+fi
 
 "$WORK/bench-router" minproxy -listen "127.0.0.1:$MINPROXY_PORT" -backends "$BACKEND_LIST" &
 MINPROXY_PID=$!; PIDS+=("$MINPROXY_PID")
@@ -142,6 +159,7 @@ wait_port "127.0.0.1:$ROUTER_PORT"
 wait_port "127.0.0.1:$ROUTER1_PORT"
 wait_port "127.0.0.1:$MINPROXY_PORT"
 wait_port "127.0.0.1:$NGINX_PORT"
+[ -z "$BASE_REF" ] || wait_port "127.0.0.1:$BASE_PORT"
 
 # --- measuring --------------------------------------------------------------
 cat >"$WORK/req.lua" <<'EOF'
@@ -176,7 +194,8 @@ URL[b]="http://127.0.0.1:$NGINX_PORT";  PROCS[b]="$NGINX_PID"
 URL[c]="http://127.0.0.1:$MINPROXY_PORT"; PROCS[c]="$MINPROXY_PID"
 URL[d]="http://127.0.0.1:$ROUTER_PORT"; PROCS[d]="$ROUTER_PID"
 URL[e]="http://127.0.0.1:$ROUTER1_PORT"; PROCS[e]="$ROUTER1_PID"
-declare -A NAME=([a]="direct" [b]="nginx" [c]="httputil" [d]="router" [e]="router-1P")
+declare -A NAME=([a]="direct" [b]="nginx" [c]="httputil" [d]="router" [e]="router-1P" [f]="router@$BASE_REF")
+if [ -n "$BASE_REF" ]; then URL[f]="http://127.0.0.1:$BASE_PORT"; PROCS[f]="$BASE_PID"; fi
 
 # throughput TARGET ROUND — runs wrk, records req/s and proxy CPU µs/request
 RESULTS="$WORK/results.txt"
@@ -200,9 +219,10 @@ throughput() {
 
 LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
 log "warming up (load average $LOAD_BEFORE)"
-for t in a b c d e; do BENCH_KEY=$KEY wrk -t2 -c"$CONNS" -d2s -s "$WORK/req.lua" "${URL[$t]}/v1/inquiries" >/dev/null; done
+for t in $TARGETS; do BENCH_KEY=$KEY wrk -t2 -c"$CONNS" -d2s -s "$WORK/req.lua" "${URL[$t]}/v1/inquiries" >/dev/null; done
 
 ORDERS=("a b c d e" "e d c b a" "b d a e c" "c e a d b")
+[ -z "$BASE_REF" ] || ORDERS=("a b c d e f" "f e d c b a" "b f d a e c" "c e a f d b")
 for round in $(seq 1 "$ROUNDS"); do
   for t in ${ORDERS[$(((round - 1) % 4))]}; do throughput "$t" "$round"; done
 done
@@ -210,7 +230,7 @@ done
 LAT="$WORK/latency.txt"
 : >"$LAT"
 for lr in $(seq 1 "$LAT_ROUNDS"); do
-  for t in a b c d e; do
+  for t in $TARGETS; do
     targets=${URL[$t]}
     [ "$t" = a ] && targets=$BACKEND_LIST
     "$WORK/bench-router" load -name "$t" -targets "$targets" -key "$KEY" -rate "$RATE" -duration "${LAT_DURATION}s" -conns "$CONNS" >>"$LAT"
@@ -223,17 +243,17 @@ echo
 echo "bench-router: load average before/after: $LOAD_BEFORE / $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "bench-router: $(nproc) cores, $(uname -r), $("$NGINX" -v 2>&1 | sed 's/.*: //'), $(go version | awk '{print $3}'), wrk -t2 -c$CONNS -d${DURATION}s x $ROUNDS rounds, open loop $RATE req/s x ${LAT_DURATION}s x $LAT_ROUNDS"
 echo
-awk '
+awk -v targets="$TARGETS" -v ref="$BASE_REF" '
   function median(arr, n,   i, j, tmp) {
     for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (arr[j] < arr[i]) { tmp = arr[i]; arr[i] = arr[j]; arr[j] = tmp }
     return (n % 2) ? arr[(n + 1) / 2] : (arr[n / 2] + arr[n / 2 + 1]) / 2
   }
   { rps[$1, $2] = $3; cpu[$1, $2] = $4; bcpu[$1, $2] = $5; bad[$1] += $6; if ($2 > rounds) rounds = $2 }
   END {
-    split("a b c d e", ts, " ")
-    name["a"] = "(a) direct"; name["b"] = "(b) nginx"; name["c"] = "(c) httputil"; name["d"] = "(d) router"; name["e"] = "(e) router, GOMAXPROCS=1"
+    nt = split(targets, ts, " ")
+    name["a"] = "(a) direct"; name["b"] = "(b) nginx"; name["c"] = "(c) httputil"; name["d"] = "(d) router"; name["e"] = "(e) router, GOMAXPROCS=1"; name["f"] = "(f) router at " ref
     printf "| target | req/s (median) | / direct | proxy CPU µs/req | backend CPU µs/req | non-2xx |\n|---|---:|---:|---:|---:|---:|\n"
-    for (k = 1; k <= 5; k++) {
+    for (k = 1; k <= nt; k++) {
       t = ts[k]
       for (r = 1; r <= rounds; r++) { x[r] = rps[t, r]; y[r] = rps[t, r] / rps["a", r]; c[r] = cpu[t, r]; bc[r] = bcpu[t, r] }
       m = median(x, rounds); q = median(y, rounds); cc = median(c, rounds); bb = median(bc, rounds)
@@ -246,29 +266,41 @@ awk '
     printf "router CPU per request / nginx CPU per request: %.2f×\n", median(cb, rounds)
     for (r = 1; r <= rounds; r++) { eb[r] = rps["e", r] / rps["b", r] }
     printf "(e)/(b) router with GOMAXPROCS=1 vs nginx: %.2f×\n", median(eb, rounds)
+    if (nt == 6) {
+      for (r = 1; r <= rounds; r++) { df[r] = rps["d", r] / rps["f", r]; cf[r] = cpu["d", r] / cpu["f", r] }
+      printf "(d)/(f) router vs router at %s: throughput %.3f× (rounds:", ref, median(df, rounds)
+      for (r = 1; r <= rounds; r++) printf " %.2f", rps["d", r] / rps["f", r]
+      printf "), CPU per request %.3f×\n", median(cf, rounds)
+    }
   }' "$RESULTS"
 echo
-awk '
+awk -v targets="$TARGETS" -v ref="$BASE_REF" '
   function num(key,   m) { if (match($0, "\"" key "\":[0-9.]+")) { m = substr($0, RSTART, RLENGTH); sub(/.*:/, "", m); return m + 0 } return 0 }
   function median(arr, n,   i, j, tmp) {
     for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (arr[j] < arr[i]) { tmp = arr[i]; arr[i] = arr[j]; arr[j] = tmp }
     return (n % 2) ? arr[(n + 1) / 2] : (arr[n / 2] + arr[n / 2 + 1]) / 2
   }
   {
-    match($0, /"name":"[a-e]"/); t = substr($0, RSTART + 8, 1)
+    match($0, /"name":"[a-f]"/); t = substr($0, RSTART + 8, 1)
     n[t]++; p50[t, n[t]] = num("p50_us"); p99[t, n[t]] = num("p99_us"); p999[t, n[t]] = num("p999_us")
     errs[t] += num("errors") + num("non_2xx") + num("late")
   }
   END {
-    split("a b c d e", ts, " ")
-    name["a"] = "(a) direct"; name["b"] = "(b) nginx"; name["c"] = "(c) httputil"; name["d"] = "(d) router"; name["e"] = "(e) router, GOMAXPROCS=1"
-    for (k = 1; k <= 5; k++) { t = ts[k]
+    nt = split(targets, ts, " ")
+    name["a"] = "(a) direct"; name["b"] = "(b) nginx"; name["c"] = "(c) httputil"; name["d"] = "(d) router"; name["e"] = "(e) router, GOMAXPROCS=1"; name["f"] = "(f) router at " ref
+    for (k = 1; k <= nt; k++) { t = ts[k]
       for (r = 1; r <= n[t]; r++) { x[r] = p50[t, r]; y[r] = p99[t, r]; z[r] = p999[t, r] }
       m50[t] = median(x, n[t]); m99[t] = median(y, n[t]); m999[t] = median(z, n[t]) }
     printf "| target @ open loop | p50 µs | p99 µs | p99.9 µs | Δp50 µs | Δp99 µs | errors |\n|---|---:|---:|---:|---:|---:|---:|\n"
-    for (k = 1; k <= 5; k++) { t = ts[k]
+    for (k = 1; k <= nt; k++) { t = ts[k]
       printf "| %s | %.0f | %.0f | %.0f | %s | %s | %d |\n", name[t], m50[t], m99[t], m999[t],
         (t == "a" ? "–" : sprintf("%+.0f", m50[t] - m50["a"])), (t == "a" ? "–" : sprintf("%+.0f", m99[t] - m99["a"])), errs[t] }
+    w99 = 0; w999 = 0
+    for (r = 1; r <= n["d"]; r++) { if (p99["d", r] <= p99["b", r]) w99++; if (p999["d", r] <= p999["b", r]) w999++ }
+    printf "\nper round, router vs nginx: p99 at or below in %d of %d rounds, p99.9 in %d of %d\n", w99, n["d"], w999, n["d"]
+    printf "p99 µs per round, router / nginx:"
+    for (r = 1; r <= n["d"]; r++) printf " %.0f/%.0f", p99["d", r], p99["b", r]
+    printf "\n"
   }' "$LAT"
 echo
-echo "targets: (d) ≥ 1.0× nginx; Δp50 ≤ 50 µs; Δp99 ≤ 150 µs (issue 7)"
+echo "targets: (d) ≥ 1.10× nginx throughput, ≤ 0.9× its CPU per request; p99 and p99.9 ≤ nginx's at the open-loop rate"
