@@ -11,6 +11,10 @@
 #   (f) router at REF   with BASE_REF=<git ref>: the router built from that commit,
 #                       to measure a change before/after in the same run
 #
+# With BASE_REF, PAIR_ROUNDS (8) more rounds load (d) and (f) at the same
+# time (wrk -t1 -c32 each): both see the same machine noise, so the ratios
+# of their throughput and CPU per request are steadier than across rounds.
+#
 # The backends are 4 trivial "cells" answering a small JSON at once. Every
 # target gets the same requests: POST /v1/inquiries with a JSON body naming
 # one of 1000 users and an X-API-Key.
@@ -227,6 +231,23 @@ for round in $(seq 1 "$ROUNDS"); do
   for t in ${ORDERS[$(((round - 1) % 4))]}; do throughput "$t" "$round"; done
 done
 
+PAIRS="$WORK/pairs.txt"
+: >"$PAIRS"
+if [ -n "$BASE_REF" ]; then
+  for pr in $(seq 1 "${PAIR_ROUNDS:-8}"); do
+    d0=$(cpu_ticks "$ROUTER_PID"); f0=$(cpu_ticks "$BASE_PID")
+    BENCH_KEY=$KEY wrk -t1 -c$((CONNS / 2)) -d"${DURATION}s" -s "$WORK/req.lua" "${URL[d]}/v1/inquiries" >"$WORK/wd.txt" &
+    wd=$!
+    BENCH_KEY=$KEY wrk -t1 -c$((CONNS / 2)) -d"${DURATION}s" -s "$WORK/req.lua" "${URL[f]}/v1/inquiries" >"$WORK/wf.txt" &
+    wf=$!
+    wait "$wd" "$wf"
+    d1=$(cpu_ticks "$ROUTER_PID"); f1=$(cpu_ticks "$BASE_PID")
+    nd=$(awk '/requests in/ {print $1}' "$WORK/wd.txt"); nf=$(awk '/requests in/ {print $1}' "$WORK/wf.txt")
+    awk -v nd="$nd" -v nf="$nf" -v cd=$((d1 - d0)) -v cf=$((f1 - f0)) 'BEGIN { printf "%.4f %.4f\n", nd / nf, (cd / nd) / (cf / nf) }' >>"$PAIRS"
+    log "pair round $pr (router, router at $BASE_REF at once): $(tail -1 "$PAIRS")"
+  done
+fi
+
 LAT="$WORK/latency.txt"
 : >"$LAT"
 for lr in $(seq 1 "$LAT_ROUNDS"); do
@@ -273,6 +294,15 @@ awk -v targets="$TARGETS" -v ref="$BASE_REF" '
       printf "), CPU per request %.3f×\n", median(cf, rounds)
     }
   }' "$RESULTS"
+if [ -s "$PAIRS" ]; then
+  awk -v ref="$BASE_REF" '
+    function median(arr, n,   i, j, tmp) {
+      for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (arr[j] < arr[i]) { tmp = arr[i]; arr[i] = arr[j]; arr[j] = tmp }
+      return (n % 2) ? arr[(n + 1) / 2] : (arr[n / 2] + arr[n / 2 + 1]) / 2
+    }
+    { n++; t[n] = $1; c[n] = $2; line = line sprintf(" %.3f/%.3f", $1, $2) }
+    END { printf "(d) and (f) loaded at once, %d rounds: throughput %.3f×, CPU per request %.3f× (per round:%s)\n", n, median(t, n), median(c, n), line }' "$PAIRS"
+fi
 echo
 awk -v targets="$TARGETS" -v ref="$BASE_REF" '
   function num(key,   m) { if (match($0, "\"" key "\":[0-9.]+")) { m = substr($0, RSTART, RLENGTH); sub(/.*:/, "", m); return m + 0 } return 0 }
