@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/cellkit/cellkit/internal/h1"
 	"github.com/cellkit/cellkit/internal/problem"
 )
 
@@ -138,7 +139,7 @@ func (lp *loop) problemAnswer(b []byte, cl *client, p *prob, retry time.Duration
 		b = appendHeader(b, hdrAllow, allow)
 	}
 	b = lp.common(b, cl, int64(len(p.body)), true)
-	if string(cl.head.method) != "HEAD" {
+	if string(cl.head.Method) != "HEAD" {
 		b = append(b, p.body...)
 	}
 	return b
@@ -147,25 +148,25 @@ func (lp *loop) problemAnswer(b []byte, cl *client, p *prob, retry time.Duration
 // proxyAnswer is a cell's answer to cl's request: its status and header
 // fields but the hop-by-hop ones and those the router sets, then the
 // router's, then the body.
-func (lp *loop) proxyAnswer(b []byte, cl *client, resp *respHead, body []byte) []byte {
-	b = appendStatus(b, resp.status)
+func (lp *loop) proxyAnswer(b []byte, cl *client, resp *h1.Response, body []byte) []byte {
+	b = appendStatus(b, resp.Status)
 	hasDate := false
-	for i := range resp.hdrs {
-		f := &resp.hdrs[i]
-		if nameIn(f.name, skippedInAnswer) {
+	for i := range resp.Fields {
+		f := &resp.Fields[i]
+		if nameIn(f.Name, skippedInAnswer) {
 			continue
 		}
-		if !hasDate && equalFold(f.name, "date") {
+		if !hasDate && h1.EqualFold(f.Name, "date") {
 			hasDate = true
 		}
-		b = appendHeader(b, f.name, f.value)
+		b = appendHeader(b, f.Name, f.Value)
 	}
 	n := int64(len(body))
-	if string(cl.head.method) == "HEAD" {
-		n = resp.contentLength
+	if string(cl.head.Method) == "HEAD" {
+		n = resp.ContentLength
 		body = nil
 	}
-	if resp.status == 204 || resp.status == 304 || resp.status < 200 {
+	if resp.Status == 204 || resp.Status == 304 || resp.Status < 200 {
 		n, body = -1, nil
 	}
 	b = lp.common(b, cl, n, !hasDate)
@@ -208,7 +209,7 @@ func (lp *loop) common(b []byte, cl *client, n int64, date bool) []byte {
 	switch {
 	case cl.close || lp.e.draining.Load():
 		b = appendHeader(b, hdrConnection, valClose)
-	case cl.head.keepAlive10:
+	case cl.head.KeepAlive10:
 		b = appendHeader(b, hdrConnection, valKeepAlive)
 	}
 	return append(b, '\r', '\n')

@@ -20,6 +20,7 @@ import (
 	"github.com/panjf2000/gnet/v2"
 
 	"github.com/cellkit/cellkit/internal/breaker"
+	"github.com/cellkit/cellkit/internal/h1"
 )
 
 // The router serves HTTP/1.1 from event loops (gnet: epoll, one loop per
@@ -109,11 +110,11 @@ type client struct {
 	wt timer // waiting for a connection to the cell
 
 	in      []byte // bytes read and not yet consumed: the current request first
-	head    reqHead
-	hdrs    [maxHeaders]hdr
+	head    h1.Request
+	hdrs    [h1.MaxFields]h1.Field
 	body    []byte // the request body: a view of in, or chunked decoded
 	dec     []byte // a decoded chunked body
-	chunks  chunkDecoder
+	chunks  h1.ChunkDecoder
 	bodyOff int   // where the body starts in in (the head's length)
 	used    int   // bytes of in the current request takes
 	unread  int64 // bytes of a refused request's body not read (-1: a chunked body, unknown)
@@ -255,7 +256,7 @@ func (e *engine) OnOpen(c gnet.Conn) ([]byte, gnet.Action) {
 	lp := e.loopOf(c)
 	cl := &client{c: c, gc: c, lp: lp, remote: addrOf(c.RemoteAddr()), key: key}
 	cl.t.owner, cl.w.owner, cl.wt.owner = cl, cl, cl
-	cl.head.hdrs = cl.hdrs[:0]
+	cl.head.Fields = cl.hdrs[:0]
 	c.SetContext(cl)
 	cl.state = stHead
 	lp.heads.arm(&cl.t, e.now()) // a new connection has ReadHeaderTimeout for its first request
@@ -497,9 +498,9 @@ func (lp *loop) readHead(cl *client) bool {
 		lp.heads.arm(&cl.t, lp.e.now())
 	}
 	h := &cl.head
-	n, err := parseRequest(cl.in, h, s.MaxHeaderBytes)
+	n, err := h1.ParseRequest(cl.in, h, s.MaxHeaderBytes)
 	switch {
-	case err == errHeaderTooLarge:
+	case err == h1.ErrHeaderTooLarge:
 		lp.refuse(cl, &probHeaderTooBig)
 		return false
 	case err != nil:
@@ -514,14 +515,14 @@ func (lp *loop) readHead(cl *client) bool {
 		// bytes the head's fields view; the head is parsed again in its
 		// new place.
 		cl.in = slices.Grow(cl.in, n+room-len(cl.in))
-		parseRequest(cl.in, h, s.MaxHeaderBytes)
+		h1.ParseRequest(cl.in, h, s.MaxHeaderBytes)
 	}
 	lp.begin(cl)
 	if !lp.admit(cl) {
 		return true
 	}
-	if h.chunked || h.contentLength > 0 {
-		cl.chunks, cl.dec = chunkDecoder{}, cl.dec[:0]
+	if h.Chunked || h.ContentLength > 0 {
+		cl.chunks, cl.dec = h1.ChunkDecoder{}, cl.dec[:0]
 		cl.state = stBody
 		lp.bodies.arm(&cl.t, lp.e.now())
 		return true
@@ -533,12 +534,12 @@ func (lp *loop) readHead(cl *client) bool {
 
 // bodyRoom is the buffer a request's body needs after its head: its
 // length, or a window of a chunked body.
-func (lp *loop) bodyRoom(h *reqHead) int {
+func (lp *loop) bodyRoom(h *h1.Request) int {
 	switch {
-	case h.chunked:
+	case h.Chunked:
 		return chunkWindow
-	case h.contentLength > 0 && h.contentLength <= int64(lp.e.r.cfg.Server.MaxBodyBytes):
-		return int(h.contentLength)
+	case h.ContentLength > 0 && h.ContentLength <= int64(lp.e.r.cfg.Server.MaxBodyBytes):
+		return int(h.ContentLength)
 	}
 	return 0
 }
@@ -548,14 +549,14 @@ func (lp *loop) bodyRoom(h *reqHead) int {
 // consumed and bounded, see chunkDecoder). Then the request is routed.
 func (lp *loop) readBody(cl *client) bool {
 	h := &cl.head
-	if h.chunked {
+	if h.Chunked {
 		for {
 			lp.pull(cl, cap(cl.in))
 			raw := cl.in[cl.bodyOff:]
-			n, done, err := cl.chunks.decode(raw, &cl.dec, lp.e.r.cfg.Server.MaxBodyBytes)
+			n, done, err := cl.chunks.Decode(raw, &cl.dec, lp.e.r.cfg.Server.MaxBodyBytes)
 			cl.in = append(cl.in[:cl.bodyOff], raw[n:]...)
 			switch {
-			case err == errBodyTooLarge:
+			case err == h1.ErrBodyTooLarge:
 				lp.tooLarge(cl, -1)
 				return false
 			case err != nil:
@@ -572,7 +573,7 @@ func (lp *loop) readBody(cl *client) bool {
 			break
 		}
 	} else {
-		end := cl.bodyOff + int(h.contentLength)
+		end := cl.bodyOff + int(h.ContentLength)
 		lp.pull(cl, end)
 		if len(cl.in) < end {
 			lp.continue100(cl)
@@ -589,7 +590,7 @@ func (lp *loop) readBody(cl *client) bool {
 // before sending its body (an HTTP/1.0 client never gets one: RFC 9110
 // §10.1.1).
 func (lp *loop) continue100(cl *client) {
-	if cl.head.expectContinue && cl.head.minor == 1 && !cl.sent100 {
+	if cl.head.ExpectContinue && cl.head.Minor == 1 && !cl.sent100 {
 		cl.sent100 = true
 		cl.c.Write(continue100)
 	}
@@ -714,7 +715,7 @@ func (lp *loop) done(cl *client, status int) {
 		cl.dec = nil
 	}
 	cl.used, cl.body, cl.sent100 = 0, nil, false
-	cl.head.method = nil
+	cl.head.Method = nil
 	cl.state = stIdle
 	lp.idles.arm(&cl.t, lp.e.now())
 	if cl.c.OutboundBuffered() > 4<<20 {
@@ -744,7 +745,7 @@ func (lp *loop) begin(cl *client) {
 	r := lp.e.r
 	ex := &cl.ex
 	*ex = exchange{start: time.Now(), cm: r.noCell, slot: -1}
-	cl.close, cl.unread = cl.head.close, 0
+	cl.close, cl.unread = cl.head.Close, 0
 	cl.seq++
 	ex.rid = r.requestIDFrom(&cl.head, &ex.ridBuf)
 }
@@ -765,14 +766,14 @@ func (lp *loop) admit(cl *client) bool {
 	h := &cl.head
 	ex := &cl.ex
 	switch {
-	case h.minor == 1 && !h.hostSeen, h.hostSeen && !validHostField(h.host):
+	case h.Minor == 1 && !h.HostSeen, h.HostSeen && !h1.ValidHost(h.Host):
 		lp.refuseHead(cl, &probBadHost, 0, nil, true)
 		return false
-	case h.expectOther:
+	case h.ExpectOther:
 		lp.refuseHead(cl, &probExpectation, 0, nil, false)
 		return false
 	}
-	client, res := r.keys.Authenticate(h.get(hdrAPIKey))
+	client, res := r.keys.Authenticate(h.Get(hdrAPIKey))
 	switch res {
 	case authMissing:
 		r.metrics.authFail.WithLabelValues("missing").Inc()
@@ -784,8 +785,8 @@ func (lp *loop) admit(cl *client) bool {
 		return false
 	}
 	ex.client = client
-	if h.contentLength > int64(r.cfg.Server.MaxBodyBytes) {
-		lp.tooLarge(cl, h.contentLength-int64(len(cl.in)-cl.bodyOff))
+	if h.ContentLength > int64(r.cfg.Server.MaxBodyBytes) {
+		lp.tooLarge(cl, h.ContentLength-int64(len(cl.in)-cl.bodyOff))
 		return false
 	}
 	ex.v = r.limits.take(client)
@@ -794,7 +795,7 @@ func (lp *loop) admit(cl *client) bool {
 		lp.refuseHead(cl, &probRateLimit, ex.v.retryAfter, nil, false)
 		return false
 	}
-	kind, cellID := classify(h.method, h.path)
+	kind, cellID := classify(h.Method, h.Path)
 	ex.kind, ex.cellID = kind, cellID
 	switch kind {
 	case routeNotFound:
@@ -805,7 +806,7 @@ func (lp *loop) admit(cl *client) bool {
 		return false
 	case routeBadMethod:
 		allow := allowCreate
-		if len(h.path) >= pathPrefixLen {
+		if len(h.Path) >= pathPrefixLen {
 			allow = allowRead
 		}
 		lp.refuseHead(cl, &probBadMethod, 0, allow, false)
@@ -832,12 +833,12 @@ func (lp *loop) admit(cl *client) bool {
 func (lp *loop) refuseHead(cl *client, p *prob, retry time.Duration, allow []byte, close bool) {
 	h := &cl.head
 	switch have := int64(len(cl.in) - cl.bodyOff); {
-	case h.chunked:
+	case h.Chunked:
 		cl.unread = -1
-	case h.contentLength > have:
-		cl.unread = h.contentLength - have
-	case h.contentLength > 0:
-		cl.used = cl.bodyOff + int(h.contentLength)
+	case h.ContentLength > have:
+		cl.unread = h.ContentLength - have
+	case h.ContentLength > 0:
+		cl.used = cl.bodyOff + int(h.ContentLength)
 	}
 	if cl.unread != 0 {
 		cl.used = len(cl.in)
@@ -974,11 +975,11 @@ func (lp *loop) abandon(cl *client) {
 
 // answered ends a call with the cell's answer in resp (the head) and body:
 // the answer goes to the client, a 421 is retried once with a newer map.
-func (lp *loop) answered(cl *client, resp *respHead, body []byte) {
+func (lp *loop) answered(cl *client, resp *h1.Response, body []byte) {
 	ex := &cl.ex
 	u := ex.u
-	status := resp.status
-	shedByCell := status == 503 && bytes.Equal(resp.get(hdrOverloaded), valTrue)
+	status := resp.Status
+	shedByCell := status == 503 && bytes.Equal(resp.Get(hdrOverloaded), valTrue)
 	lp.leave(cl, status >= 500 && !shedByCell)
 	ex.uc = nil
 	if status == 421 {
@@ -1062,8 +1063,8 @@ func (lp *loop) write(cl *client, status int) {
 
 // requestIDFrom is the client's X-Request-Id if it is a sane one, else a
 // new one.
-func (r *Router) requestIDFrom(h *reqHead, buf *[64]byte) []byte {
-	if v := h.get(hdrRequestID); validRequestID(v) {
+func (r *Router) requestIDFrom(h *h1.Request, buf *[64]byte) []byte {
+	if v := h.Get(hdrRequestID); validRequestID(v) {
 		return append(buf[:0], v...)
 	}
 	return r.newRequestID(buf)
@@ -1073,20 +1074,6 @@ func (r *Router) requestIDFrom(h *reqHead, buf *[64]byte) []byte {
 func (r *Router) newRequestID(buf *[64]byte) []byte {
 	b := append(buf[:0], r.ridPrefix[:]...)
 	return strconv.AppendUint(b, r.ridSeq.Add(1), 36)
-}
-
-// get returns the value of the first header field named name (any case).
-func (h *reqHead) get(name []byte) []byte { return fieldValue(h.hdrs, name) }
-
-func (h *respHead) get(name []byte) []byte { return fieldValue(h.hdrs, name) }
-
-func fieldValue(hdrs []hdr, name []byte) []byte {
-	for i := range hdrs {
-		if len(hdrs[i].name) == len(name) && bytes.EqualFold(hdrs[i].name, name) {
-			return hdrs[i].value
-		}
-	}
-	return nil
 }
 
 // serve runs the event loops and accepts client connections on addr

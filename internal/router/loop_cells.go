@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/panjf2000/gnet/v2"
+
+	"github.com/cellkit/cellkit/internal/h1"
 )
 
 // The connections to the cells: each loop keeps its own keep-alive pool to
@@ -191,15 +193,15 @@ type upconn struct {
 	orphan bool // the client went away; drop the answer
 	dead   bool
 	got    bool // bytes of the answer arrived
-	head   respHead
-	hdrs   [maxHeaders]hdr
+	head   h1.Response
+	hdrs   [h1.MaxFields]h1.Field
 	body   []byte
 }
 
 func (uc *upconn) opened(c gnet.Conn) {
 	uc.c = c
 	uc.p.open++
-	uc.head.hdrs = uc.hdrs[:0]
+	uc.head.Fields = uc.hdrs[:0]
 	if uc.d != nil {
 		uc.d.finish()
 		uc.d = nil
@@ -232,7 +234,7 @@ func (uc *upconn) traffic() {
 	uc.got = true
 	max := lp.e.r.cfg.Cell.MaxResponseBytes
 	for {
-		n, err := parseResponse(buf, &uc.head, 16<<10)
+		n, err := h1.ParseResponse(buf, &uc.head, 16<<10)
 		if err != nil {
 			uc.broken()
 			return
@@ -241,8 +243,8 @@ func (uc *upconn) traffic() {
 			return
 		}
 		h := &uc.head
-		if h.status >= 100 && h.status < 200 {
-			if h.status == 101 {
+		if h.Status >= 100 && h.Status < 200 {
+			if h.Status == 101 {
 				uc.broken()
 				return
 			}
@@ -253,9 +255,9 @@ func (uc *upconn) traffic() {
 		var body []byte
 		used := n
 		switch {
-		case uc.cl != nil && string(uc.cl.head.method) == "HEAD", h.status == 204, h.status == 304:
-		case h.chunked:
-			dec, m, err := chunkedBody(buf[n:], uc.body[:0], max)
+		case uc.cl != nil && string(uc.cl.head.Method) == "HEAD", h.Status == 204, h.Status == 304:
+		case h.Chunked:
+			dec, m, err := h1.ChunkedBody(buf[n:], uc.body[:0], max)
 			if err != nil {
 				uc.broken()
 				return
@@ -265,14 +267,14 @@ func (uc *upconn) traffic() {
 			}
 			uc.body = dec
 			body, used = dec, n+m
-		case h.contentLength > int64(max):
+		case h.ContentLength > int64(max):
 			uc.broken()
 			return
-		case h.contentLength >= 0:
-			if int64(len(buf)-n) < h.contentLength {
+		case h.ContentLength >= 0:
+			if int64(len(buf)-n) < h.ContentLength {
 				return
 			}
-			used = n + int(h.contentLength)
+			used = n + int(h.ContentLength)
 			body = buf[n:used]
 		default:
 			// The body runs to the end of the connection.
@@ -282,7 +284,7 @@ func (uc *upconn) traffic() {
 			}
 			return
 		}
-		uc.finish(body, used, len(buf) > used || h.close)
+		uc.finish(body, used, len(buf) > used || h.Close)
 		return
 	}
 }
@@ -295,7 +297,7 @@ func (uc *upconn) finish(body []byte, used int, closeAfter bool) {
 	uc.t.stop()
 	if cl != nil {
 		if orphan {
-			uc.p.lp.leave(cl, uc.head.status >= 500) // the client left: count the call, drop the answer
+			uc.p.lp.leave(cl, uc.head.Status >= 500) // the client left: count the call, drop the answer
 		} else {
 			uc.p.lp.answered(cl, &uc.head, body)
 		}
@@ -380,8 +382,8 @@ func (uc *upconn) closed() {
 		// An answer delimited by the end of the connection is whole now.
 		h := &uc.head
 		buf, _ := uc.c.Peek(-1)
-		n, err := parseResponse(buf, h, 16<<10)
-		if err == nil && n > 0 && h.status >= 200 && h.contentLength < 0 && !h.chunked &&
+		n, err := h1.ParseResponse(buf, h, 16<<10)
+		if err == nil && n > 0 && h.Status >= 200 && h.ContentLength < 0 && !h.Chunked &&
 			len(buf)-n <= uc.p.lp.e.r.cfg.Cell.MaxResponseBytes {
 			uc.p.lp.answered(cl, h, buf[n:])
 			return
@@ -394,9 +396,9 @@ func (uc *upconn) closed() {
 	uc.p.lp.failed(cl, false)
 }
 
-func idempotent(h *reqHead) bool {
-	m := string(h.method)
-	return m == "GET" || m == "HEAD" || len(h.get(hdrIdempotencyKey)) > 0
+func idempotent(h *h1.Request) bool {
+	m := string(h.Method)
+	return m == "GET" || m == "HEAD" || len(h.Get(hdrIdempotencyKey)) > 0
 }
 
 var hdrIdempotencyKey = []byte("Idempotency-Key")

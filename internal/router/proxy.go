@@ -17,6 +17,7 @@ import (
 
 	"github.com/panjf2000/gnet/v2"
 
+	"github.com/cellkit/cellkit/internal/h1"
 	"github.com/cellkit/cellkit/internal/slotmap"
 )
 
@@ -124,10 +125,10 @@ func (lp *loop) callTLS(cl *client) {
 				lp.failed(cl, timedOut)
 				return nil
 			}
-			h := respHead{status: resp.StatusCode, contentLength: int64(len(body))}
+			h := h1.Response{Status: resp.StatusCode, ContentLength: int64(len(body))}
 			for k, vs := range resp.Header {
 				for _, v := range vs {
-					h.hdrs = append(h.hdrs, hdr{name: []byte(k), value: []byte(v)})
+					h.Fields = append(h.Fields, h1.Field{Name: []byte(k), Value: []byte(v)})
 				}
 			}
 			lp.answered(cl, &h, body)
@@ -303,7 +304,7 @@ var droppedPrefixes = []string{"cellkit-", "x-forwarded-"}
 // to a cell.
 func dropField(name []byte) bool {
 	for _, p := range droppedPrefixes {
-		if len(name) >= len(p) && equalFold(name[:len(p)], p) {
+		if len(name) >= len(p) && h1.EqualFold(name[:len(p)], p) {
 			return true
 		}
 	}
@@ -313,7 +314,7 @@ func dropField(name []byte) bool {
 // nameIn says whether a header field name is one of set (lower case).
 func nameIn(name []byte, set []string) bool {
 	for _, d := range set {
-		if len(d) == len(name) && equalFold(name, d) {
+		if len(d) == len(name) && h1.EqualFold(name, d) {
 			return true
 		}
 	}
@@ -330,18 +331,18 @@ func (r *Router) forward(b []byte, cl *client) []byte {
 	h := &cl.head
 	ex := &cl.ex
 	u := ex.u
-	b = append(b, h.method...)
+	b = append(b, h.Method...)
 	b = append(b, ' ')
 	b = append(b, u.prefix...)
-	b = append(b, h.path...)
-	b = append(b, h.query...)
+	b = append(b, h.Path...)
+	b = append(b, h.Query...)
 	b = append(b, " HTTP/1.1\r\nHost: "...)
 	b = append(b, u.host...)
 	b = append(b, '\r', '\n')
-	for i := range h.hdrs {
-		f := &h.hdrs[i]
-		if !dropField(f.name) {
-			b = appendHeader(b, f.name, f.value)
+	for i := range h.Fields {
+		f := &h.Fields[i]
+		if !dropField(f.Name) {
+			b = appendHeader(b, f.Name, f.Value)
 		}
 	}
 	ip := cl.remote
@@ -349,7 +350,7 @@ func (r *Router) forward(b []byte, cl *client) []byte {
 	b = append(b, ':', ' ')
 	b = ip.AppendTo(b)
 	b = append(b, '\r', '\n')
-	host := h.host
+	host := h.Host
 	okHost := validHost(host)
 	if okHost {
 		b = appendHeader(b, hdrXFHost, host)
@@ -377,7 +378,7 @@ func (r *Router) forward(b []byte, cl *client) []byte {
 	if ex.slot >= 0 {
 		b = appendHeaderInt(b, hdrSlot, int64(ex.slot))
 	}
-	if len(cl.body) > 0 || h.contentLength >= 0 || h.chunked {
+	if len(cl.body) > 0 || h.ContentLength >= 0 || h.Chunked {
 		b = appendHeaderInt(b, hdrContentLength, int64(len(cl.body)))
 	}
 	b = append(b, '\r', '\n')

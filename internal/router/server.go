@@ -37,7 +37,7 @@
 // Every error answer is an RFC 9457 problem (see internal/problem).
 //
 // The router serves HTTP/1.1 from event loops (gnet: epoll, one loop per
-// GOMAXPROCS), with its own strict parser (h1.go), as NGINX does: each
+// GOMAXPROCS), with its own strict parser (internal/h1), as NGINX does: each
 // loop owns its client connections and its own keep-alive connections to
 // the cells, and a request is read, routed, forwarded and answered without
 // a goroutine hand-off or an allocation (loop.go). Profiled on the router
