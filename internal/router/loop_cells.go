@@ -14,6 +14,14 @@ import (
 // The connections to the cells: each loop keeps its own keep-alive pool to
 // each cell, dials off the loop, and reads the cells' answers on it.
 
+const (
+	// maxAnswerHead bounds the head of a cell's answer.
+	maxAnswerHead = 16 << 10
+	// keptAnswer: a decoded chunked answer's buffer larger than this is
+	// dropped after the answer, not kept for the connection's life.
+	keptAnswer = 64 << 10
+)
+
 // pool is one loop's keep-alive connections to one cell.
 type pool struct {
 	lp      *loop
@@ -234,7 +242,7 @@ func (uc *upconn) traffic() {
 	uc.got = true
 	max := lp.e.r.cfg.Cell.MaxResponseBytes
 	for {
-		n, err := h1.ParseResponse(buf, &uc.head, 16<<10)
+		n, err := h1.ParseResponse(buf, &uc.head, maxAnswerHead)
 		if err != nil {
 			uc.broken()
 			return
@@ -303,7 +311,7 @@ func (uc *upconn) finish(body []byte, used int, closeAfter bool) {
 		}
 	}
 	uc.c.Discard(used)
-	if cap(uc.body) > 64<<10 {
+	if cap(uc.body) > keptAnswer {
 		uc.body = nil // a large chunked answer's buffer is not kept
 	}
 	if closeAfter {
@@ -382,7 +390,7 @@ func (uc *upconn) closed() {
 		// An answer delimited by the end of the connection is whole now.
 		h := &uc.head
 		buf, _ := uc.c.Peek(-1)
-		n, err := h1.ParseResponse(buf, h, 16<<10)
+		n, err := h1.ParseResponse(buf, h, maxAnswerHead)
 		if err == nil && n > 0 && h.Status >= 200 && h.ContentLength < 0 && !h.Chunked &&
 			len(buf)-n <= uc.p.lp.e.r.cfg.Cell.MaxResponseBytes {
 			uc.p.lp.answered(cl, h, buf[n:])

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -547,5 +548,46 @@ func TestAnswersWithoutBodyKeepTheFraming(t *testing.T) {
 	}
 	if resp, body := rc.read("GET"); resp.StatusCode != 200 || body != "{}" {
 		t.Fatalf("after them: %d %q", resp.StatusCode, body)
+	}
+}
+
+// TestWriteTimeoutCutsAClientThatStopsReading: an answer not taken off
+// the socket within the write timeout ends the connection; the same answer
+// read at once arrives whole.
+func TestWriteTimeoutCutsAClientThatStopsReading(t *testing.T) {
+	big := strings.Repeat("x", 3<<20) // below the 4 MiB cut, far above what the kernel buffers for a tiny window
+	f := newFakeCell(t, func(int, *http.Request, []byte) string {
+		return "HTTP/1.1 200 OK\r\nContent-Length: " + strconv.Itoa(len(big)) + "\r\n\r\n" + big
+	})
+	w := newWorld(t, worldOptions{cells: []string{"c1"}, intake: map[string]string{"c1": f.url()},
+		cfg: Config{Server: ServerLimits{WriteTimeout: 300 * time.Millisecond}, Cell: CellLimits{MaxResponseBytes: 4 << 20}}})
+	get := "GET /v1/inquiries/c1-abc HTTP/1.1\r\nHost: x\r\nX-API-Key: " + w.key + "\r\n\r\n"
+
+	reader := w.dial()
+	reader.send(get)
+	if resp, body := reader.read("GET"); resp.StatusCode != 200 || len(body) != len(big) {
+		t.Fatalf("a client that reads: %d, %d bytes", resp.StatusCode, len(body))
+	}
+
+	d := net.Dialer{Control: func(_, _ string, rc syscall.RawConn) error {
+		return rc.Control(func(fd uintptr) { syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 4096) })
+	}}
+	c, err := d.Dial("tcp", strings.TrimPrefix(w.url, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.Write([]byte(get)); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Second) // reading nothing, past the write timeout
+	c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	n, err := io.Copy(io.Discard, c)
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		t.Fatalf("the connection stayed open after the write timeout (%d bytes read)", n)
+	}
+	if n >= int64(len(big)) {
+		t.Fatalf("read %d bytes: the whole answer, not cut", n)
 	}
 }

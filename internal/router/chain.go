@@ -1,0 +1,375 @@
+package router
+
+import (
+	"bytes"
+	"context"
+	"strconv"
+	"time"
+
+	"github.com/panjf2000/gnet/v2"
+
+	"github.com/cellkit/cellkit/internal/breaker"
+	"github.com/cellkit/cellkit/internal/h1"
+)
+
+// The request chain: from an admitted head to the cell and back.
+
+// exchange is one request's state through the chain.
+type exchange struct {
+	start    time.Time
+	client   *Client
+	v        verdict
+	rid      []byte
+	ridBuf   [64]byte
+	cm       *cellMetrics
+	cell     string
+	kind     routeKind
+	cellID   []byte
+	userID   []byte
+	slot     int
+	version  int64
+	u        *upstream
+	permit   breaker.Permit
+	admitted bool
+	sentAt   time.Time
+	attempts int  // calls made to the cell for this request (a stale connection is retried once)
+	tlsCall  bool // at an https cell, through its Transport
+	retried  bool
+	uc       *upconn
+}
+
+// begin starts the exchange for the request whose head is in cl.head.
+func (lp *loop) begin(cl *client) {
+	r := lp.e.r
+	ex := &cl.ex
+	*ex = exchange{start: time.Now(), cm: r.noCell, slot: -1}
+	cl.close, cl.unread = cl.head.Close, 0
+	cl.seq++
+	ex.rid = r.requestIDFrom(&cl.head, &ex.ridBuf)
+}
+
+// enter marks cl's request as being answered.
+func (lp *loop) enter(cl *client) {
+	cl.t.stop()
+	cl.state = stBusy
+	lp.e.busy.Add(1)
+}
+
+// admit is the part of the request chain that needs only the head: the
+// protocol's demands (Host, Expect), the API key, the body limit, the
+// client's rate and the route. It answers a request it refuses and says
+// false.
+func (lp *loop) admit(cl *client) bool {
+	r := lp.e.r
+	h := &cl.head
+	ex := &cl.ex
+	switch {
+	case h.Minor == 1 && !h.HostSeen, h.HostSeen && !h1.ValidHost(h.Host):
+		lp.refuseHead(cl, &probBadHost, 0, nil, true)
+		return false
+	case h.ExpectOther:
+		lp.refuseHead(cl, &probExpectation, 0, nil, false)
+		return false
+	}
+	client, res := r.keys.Authenticate(h.Get(hdrAPIKey))
+	switch res {
+	case authMissing:
+		r.metrics.authFail.WithLabelValues("missing").Inc()
+		lp.refuseHead(cl, &probMissingKey, 0, nil, true)
+		return false
+	case authUnknown:
+		r.metrics.authFail.WithLabelValues("unknown").Inc()
+		lp.refuseHead(cl, &probUnknownKey, 0, nil, true)
+		return false
+	}
+	ex.client = client
+	if h.ContentLength > int64(r.cfg.Server.MaxBodyBytes) {
+		lp.tooLarge(cl, h.ContentLength-int64(len(cl.in)-cl.bodyOff))
+		return false
+	}
+	ex.v = r.limits.take(client)
+	if !ex.v.ok {
+		r.metrics.limited.WithLabelValues(client.ID).Inc()
+		lp.refuseHead(cl, &probRateLimit, ex.v.retryAfter, nil, false)
+		return false
+	}
+	kind, cellID := classify(h.Method, h.Path)
+	ex.kind, ex.cellID = kind, cellID
+	switch kind {
+	case routeNotFound:
+		lp.refuseHead(cl, &probNotFound, 0, nil, false)
+		return false
+	case routeBadInquiry:
+		lp.refuseHead(cl, &probBadInquiry, 0, nil, false)
+		return false
+	case routeBadMethod:
+		allow := allowCreate
+		if len(h.Path) >= pathPrefixLen {
+			allow = allowRead
+		}
+		lp.refuseHead(cl, &probBadMethod, 0, allow, false)
+		return false
+	case routeRead:
+		t := r.table()
+		if t == nil {
+			lp.refuseHead(cl, &probNoMap, time.Second, nil, false)
+			return false
+		}
+		if ex.u = t.byID[bstr(cellID)]; ex.u == nil {
+			lp.refuseHead(cl, &probBadInquiry, 0, nil, false)
+			return false
+		}
+		ex.version = t.m.Version()
+	}
+	return true
+}
+
+// refuseHead answers a request from its head alone. A body already in
+// the buffer is skipped; one still to come is not read: the connection
+// closes after the answer (as it does, whatever the body, when close is
+// set).
+func (lp *loop) refuseHead(cl *client, p *prob, retry time.Duration, allow []byte, close bool) {
+	h := &cl.head
+	switch have := int64(len(cl.in) - cl.bodyOff); {
+	case h.Chunked:
+		cl.unread = -1
+	case h.ContentLength > have:
+		cl.unread = h.ContentLength - have
+	case h.ContentLength > 0:
+		cl.used = cl.bodyOff + int(h.ContentLength)
+	}
+	if cl.unread != 0 {
+		cl.used = len(cl.in)
+		close = true
+	}
+	cl.close = cl.close || close
+	lp.enter(cl)
+	lp.answer(cl, p, retry, allow)
+}
+
+// route is the rest of the request chain once the request is whole: a
+// new inquiry goes to the cell of the user_id in its body.
+func (lp *loop) route(cl *client) {
+	r := lp.e.r
+	ex := &cl.ex
+	if ex.kind == routeCreate {
+		t := r.table()
+		if t == nil {
+			lp.answer(cl, &probNoMap, time.Second, nil)
+			return
+		}
+		id, ok := userIDFrom(cl.body)
+		if !ok {
+			lp.answer(cl, &probBadUser, 0, nil)
+			return
+		}
+		ex.userID = id
+		rt := t.m.Lookup(bstr(id))
+		r.hot.Add(id, uint64(rt.Slot)) // the slot's low bits are the hash's
+		ex.slot = rt.Slot
+		ex.u = t.byID[rt.Cell]
+		if ex.u == nil {
+			r.noCell.shed[shedNoCell].Inc()
+			lp.answer(cl, &probNoCell, time.Second, nil)
+			return
+		}
+		ex.version = t.m.Version()
+	}
+	lp.call(cl)
+}
+
+// call sends the request through its cell's guard.
+func (lp *loop) call(cl *client) {
+	ex := &cl.ex
+	u := ex.u
+	ex.cell, ex.cm = u.cell, u.m
+	permit, why := u.guard.enter()
+	if why != admitted {
+		u.m.shed[why].Inc()
+		p := &u.probs.bulkhead
+		if why == shedBreaker {
+			p = &u.probs.breaker
+		}
+		lp.answer(cl, p, u.guard.retryAfter(why), nil)
+		return
+	}
+	ex.permit, ex.admitted = permit, true
+	ex.sentAt = time.Now()
+	ex.attempts = 0
+	lp.dispatch(cl)
+}
+
+// dispatch hands the request to a connection to its cell, or queues it
+// for one being dialled.
+func (lp *loop) dispatch(cl *client) {
+	if cl.ex.u.tls != nil {
+		lp.callTLS(cl)
+		return
+	}
+	p := lp.pool(cl.ex.u)
+	if uc := p.take(); uc != nil {
+		uc.send(cl)
+		return
+	}
+	p.waiters = append(p.waiters, cl)
+	lp.waits.arm(&cl.wt, lp.e.now()-int64(time.Since(cl.ex.sentAt)))
+	if p.dialing < len(p.waiters) {
+		p.dial()
+	}
+}
+
+// waitExpired: no connection to the cell within the call's timeout.
+func (lp *loop) waitExpired(cl *client) {
+	if cl.state != stBusy {
+		return
+	}
+	lp.pool(cl.ex.u).unwait(cl)
+	lp.failed(cl, true)
+}
+
+// failed ends a call that got no answer: a timeout (504) or a connection
+// that failed (503); both count against the cell.
+func (lp *loop) failed(cl *client, timeout bool) {
+	ex := &cl.ex
+	u := ex.u
+	ex.uc = nil
+	lp.leave(cl, true)
+	if timeout {
+		u.m.timeout.Inc()
+		lp.answer(cl, &u.probs.timeout, 0, nil)
+		return
+	}
+	u.m.connErr.Inc()
+	lp.answer(cl, &u.probs.unavailable, time.Second, nil)
+}
+
+func (lp *loop) leave(cl *client, failed bool) {
+	ex := &cl.ex
+	if ex.admitted {
+		ex.admitted = false
+		ex.u.guard.leave(ex.permit, failed, time.Since(ex.sentAt))
+	}
+}
+
+// abandon: the client went away while its request was being answered.
+func (lp *loop) abandon(cl *client) {
+	ex := &cl.ex
+	cl.wt.stop()
+	if ex.u != nil {
+		if p := lp.pools[ex.u]; p != nil {
+			p.unwait(cl)
+		}
+	}
+	ex.tlsCall = false
+	if uc := ex.uc; uc != nil {
+		// The cell has the request: its answer will be read and dropped,
+		// and the connection reused.
+		uc.orphan = true
+		ex.uc = nil
+		return
+	}
+	lp.leave(cl, false)
+}
+
+// answered ends a call with the cell's answer in resp (the head) and body:
+// the answer goes to the client, a 421 is retried once with a newer map.
+func (lp *loop) answered(cl *client, resp *h1.Response, body []byte) {
+	ex := &cl.ex
+	u := ex.u
+	status := resp.Status
+	shedByCell := status == 503 && bytes.Equal(resp.Get(hdrOverloaded), valTrue)
+	lp.leave(cl, status >= 500 && !shedByCell)
+	ex.uc = nil
+	if status == 421 {
+		u.m.misdir.Inc()
+		if !ex.retried {
+			ex.retried = true
+			lp.retryMisdirected(cl)
+			return
+		}
+		lp.answer(cl, &u.probs.misdirected, time.Second, nil)
+		return
+	}
+	lp.out = lp.proxyAnswer(lp.out[:0], cl, resp, body)
+	lp.write(cl, status)
+}
+
+// retryMisdirected looks for a newer map (the registry read runs off the
+// loop) and sends the request once more with it.
+func (lp *loop) retryMisdirected(cl *client) {
+	r := lp.e.r
+	seen := cl.ex.version
+	if m := r.currentMap(); m != nil && m.Version() > seen {
+		lp.reroute(cl)
+		return
+	}
+	seq := cl.seq
+	go func() {
+		r.refreshAfter(seen)
+		lp.el.Execute(context.Background(), gnet.RunnableFunc(func(context.Context) error {
+			if cl.state == stBusy && cl.seq == seq {
+				lp.reroute(cl)
+			}
+			return nil
+		}))
+	}()
+}
+
+// reroute sends a misdirected request again with the newest map.
+func (lp *loop) reroute(cl *client) {
+	r := lp.e.r
+	ex := &cl.ex
+	t := r.table()
+	if t == nil || t.m.Version() <= ex.version {
+		lp.answer(cl, &ex.u.probs.misdirected, time.Second, nil)
+		return
+	}
+	var u *upstream
+	if ex.kind == routeCreate {
+		rt := t.m.Lookup(bstr(ex.userID))
+		u, ex.slot = t.byID[rt.Cell], rt.Slot
+	} else {
+		u = t.byID[bstr(ex.cellID)]
+	}
+	if u == nil {
+		r.noCell.shed[shedNoCell].Inc()
+		lp.answer(cl, &probNoCell, time.Second, nil)
+		return
+	}
+	ex.u, ex.version = u, t.m.Version()
+	lp.call(cl)
+}
+
+// answer sends one of the router's own problem answers.
+func (lp *loop) answer(cl *client, p *prob, retry time.Duration, allow []byte) {
+	lp.out = lp.problemAnswer(lp.out[:0], cl, p, retry, allow)
+	lp.write(cl, p.status)
+}
+
+// write sends lp.out, the answer to cl's request, and ends the request;
+// after an answer that came from a cell, a pipelined request is served.
+func (lp *loop) write(cl *client, status int) {
+	if cl.state != stBusy {
+		return
+	}
+	cl.c.Write(lp.out)
+	lp.done(cl, status)
+	if !cl.inServe && cl.state == stIdle && len(cl.in)+cl.c.InboundBuffered() > 0 {
+		lp.serve(cl)
+	}
+}
+
+// requestIDFrom is the client's X-Request-Id if it is a sane one, else a
+// new one.
+func (r *Router) requestIDFrom(h *h1.Request, buf *[64]byte) []byte {
+	if v := h.Get(hdrRequestID); validRequestID(v) {
+		return append(buf[:0], v...)
+	}
+	return r.newRequestID(buf)
+}
+
+// newRequestID is this process's random prefix and a sequence number.
+func (r *Router) newRequestID(buf *[64]byte) []byte {
+	b := append(buf[:0], r.ridPrefix[:]...)
+	return strconv.AppendUint(b, r.ridSeq.Add(1), 36)
+}

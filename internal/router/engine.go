@@ -1,0 +1,357 @@
+package router
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/netip"
+	"runtime"
+	"runtime/debug"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/panjf2000/gnet/v2"
+)
+
+// The engine: gnet's loops, their lifecycle (serve, shutdown, the
+// watchdog) and the callbacks that dispatch to a loop's connections.
+
+// engine runs the router's event loops.
+type engine struct {
+	r    *Router
+	base time.Time
+
+	gnet.BuiltinEventEngine
+	cli     *gnet.Client // the event loops (gnet's client mode: the router accepts itself, see accept.go)
+	ln      net.Listener // the public listener
+	started atomic.Bool
+	quit    chan struct{} // closed by shutdown once the requests in flight are answered
+	stopped chan struct{} // closed when serve returns
+	fatal   chan error    // a failure the router cannot recover from (the first one is taken)
+	failed  atomic.Pointer[error]
+
+	mu    sync.Mutex
+	loops map[gnet.EventLoop]*loop
+
+	conns    atomic.Int64 // client connections open
+	addrs    addrCounts   // client connections open per address
+	busy     atomic.Int64 // requests being answered
+	draining atomic.Bool
+	done     chan struct{}
+	date     atomic.Pointer[[]byte] // the Date header's value
+	dateSec  atomic.Int64           // the second it is for
+}
+
+func newEngine(r *Router) *engine {
+	return &engine{
+		r:       r,
+		quit:    make(chan struct{}),
+		stopped: make(chan struct{}),
+		done:    make(chan struct{}),
+		fatal:   make(chan error, 1),
+		loops:   map[gnet.EventLoop]*loop{},
+		addrs:   addrCounts{n: map[netip.Addr]int32{}, max: int32(r.cfg.Server.MaxConnsPerAddr)},
+	}
+}
+
+var (
+	_ gnet.EventHandler = (*engine)(nil)
+	_ gnet.Runnable     = (*loop)(nil)
+	_ conn              = gnet.Conn(nil)
+)
+
+// fail reports a failure the router cannot recover from: readiness fails
+// at once, and serve ends with err.
+func (e *engine) fail(err error) {
+	if e.failed.CompareAndSwap(nil, &err) {
+		e.fatal <- err
+	}
+}
+
+// Failure is the failure that ends the router's serving, or nil.
+func (e *engine) failure() error {
+	if p := e.failed.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+func (e *engine) now() int64 { return int64(time.Since(e.base)) }
+
+// loopOf returns the state of c's loop, making it on first sight.
+func (e *engine) loopOf(c gnet.Conn) *loop {
+	el := c.EventLoop()
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	lp := e.loops[el]
+	if lp == nil {
+		s := e.r.cfg.Server
+		lp = &loop{e: e, el: el, pools: map[*upstream]*pool{}}
+		lp.heads.init(s.ReadHeaderTimeout)
+		lp.bodies.init(s.ReadTimeout)
+		lp.idles.init(s.IdleTimeout)
+		lp.drains.init(lingerFor)
+		lp.writes.init(s.WriteTimeout)
+		lp.waits.init(e.r.cfg.Cell.Timeout)
+		lp.calls.init(e.r.cfg.Cell.Timeout)
+		lp.upIdles.init(e.r.cfg.Cell.IdleConnTimeout)
+		lp.swept.Store(e.now())
+		e.loops[el] = lp
+	}
+	return lp
+}
+
+func (e *engine) OnOpen(c gnet.Conn) ([]byte, gnet.Action) {
+	var key netip.Addr
+	switch x := c.Context().(type) {
+	case *upconn:
+		x.opened(c)
+		return nil, gnet.None
+	case acceptedConn:
+		key = x.key
+	}
+	lp := e.loopOf(c)
+	cl := &client{c: c, gc: c, lp: lp, remote: addrOf(c.RemoteAddr()), key: key}
+	cl.t.owner, cl.w.owner, cl.wt.owner = cl, cl, cl
+	cl.head.Fields = cl.hdrs[:0]
+	c.SetContext(cl)
+	cl.state = stHead
+	lp.heads.arm(&cl.t, e.now()) // a new connection has ReadHeaderTimeout for its first request
+	if e.draining.Load() {
+		return nil, gnet.Close // shutting down: no new connections (OnClose counts it out)
+	}
+	return nil, gnet.None
+}
+
+func (e *engine) OnClose(c gnet.Conn, err error) gnet.Action {
+	defer func() { e.panicked("close", recover()) }()
+	switch x := c.Context().(type) {
+	case *client:
+		if errors.Is(err, io.EOF) && x.lp.halfClose(x) {
+			return gnet.None // its answer still goes out
+		}
+		x.lp.closed(x)
+	case *upconn:
+		x.closed()
+	}
+	return gnet.None
+}
+
+func (e *engine) OnTraffic(c gnet.Conn) (action gnet.Action) {
+	defer func() {
+		if e.panicked("traffic", recover()) {
+			action = gnet.Close // the connection's state is not to be trusted
+		}
+	}()
+	switch x := c.Context().(type) {
+	case *client:
+		x.lp.traffic(x)
+	case *upconn:
+		x.traffic()
+	default:
+		c.Discard(-1)
+	}
+	return gnet.None
+}
+
+// panicked logs v, what recover returned in a loop callback, if it is a
+// panic, and says so. A bug in one request's handling must not end the
+// process, which serves every cell's users; net/http recovers its handlers
+// for the same reason.
+func (e *engine) panicked(where string, v any) bool {
+	if v == nil {
+		return false
+	}
+	e.r.metrics.panics.Inc()
+	e.r.log.Error("router panic recovered", "in", where, "panic", fmt.Sprint(v), "stack", string(debug.Stack()))
+	return true
+}
+
+func addrOf(a net.Addr) netip.Addr {
+	if t, ok := a.(*net.TCPAddr); ok {
+		if ip, ok := netip.AddrFromSlice(t.IP); ok {
+			return ip.Unmap()
+		}
+	}
+	return netip.IPv4Unspecified()
+}
+
+// run ticks the loops until done: each sweeps its deadlines on its own
+// goroutine, and the Date header is refreshed. It is also the loops'
+// watchdog: a loop that has not swept for StallTimeout is dead or stuck
+// (its connections are not served), which the router cannot recover from.
+func (e *engine) run() {
+	t := time.NewTicker(tick)
+	defer t.Stop()
+	ctx := context.Background()
+	stall := int64(e.r.cfg.Server.StallTimeout)
+	for {
+		select {
+		case <-e.done:
+			return
+		case now := <-t.C:
+			e.setDate(now)
+		}
+		now := e.now()
+		for _, lp := range e.loopList() {
+			if swept := lp.swept.Load(); now-swept > stall && !e.draining.Load() {
+				e.fail(fmt.Errorf("router: an event loop has not run for %v", time.Duration(now-swept).Round(time.Millisecond)))
+			}
+			if err := lp.el.Execute(ctx, lp); err != nil && !e.draining.Load() {
+				e.fail(fmt.Errorf("router: the event loops stopped: %w", err))
+			}
+		}
+	}
+}
+
+// setDate refreshes the Date header value once a second.
+func (e *engine) setDate(now time.Time) {
+	if d := e.date.Load(); d != nil && now.Unix() == e.dateSec.Load() {
+		return
+	}
+	e.dateSec.Store(now.Unix())
+	b := now.UTC().AppendFormat(nil, "Mon, 02 Jan 2006 15:04:05 GMT")
+	e.date.Store(&b)
+}
+
+// serve runs the event loops and accepts client connections on addr
+// until shutdown, or until a failure it cannot recover from (a loop that
+// stopped or hangs), which it returns after readiness has failed for
+// fatalGrace.
+func (e *engine) serve(addr string, ready func(net.Addr)) error {
+	if !e.started.CompareAndSwap(false, true) {
+		return errors.New("router: already serving")
+	}
+	defer close(e.stopped)
+	if err := checkFileLimit(e.r.cfg.Server.MaxConns); err != nil {
+		return err
+	}
+	lc := net.ListenConfig{KeepAlive: 3 * time.Minute}
+	ln, err := lc.Listen(context.Background(), "tcp", addr)
+	if err != nil {
+		return fmt.Errorf("router: %w", err)
+	}
+	defer ln.Close()
+	cli, err := gnet.NewClient(e,
+		gnet.WithMulticore(true),
+		gnet.WithNumEventLoop(runtime.GOMAXPROCS(0)),
+		gnet.WithTCPNoDelay(gnet.TCPNoDelay),
+		gnet.WithLogger(gnetLogger{e.r.log}),
+	)
+	if err == nil {
+		err = cli.Start()
+	}
+	if err != nil {
+		return fmt.Errorf("router: start the event loops: %w", err)
+	}
+	e.cli = cli
+	e.mu.Lock()
+	e.ln = ln
+	e.mu.Unlock()
+	e.base = time.Now()
+	e.setDate(time.Now())
+	go e.run()
+	defer close(e.done)
+	accepting := make(chan struct{})
+	go func() {
+		defer close(accepting)
+		e.acceptLoop(ln)
+	}()
+	if ready != nil {
+		ready(ln.Addr())
+	}
+	select {
+	case <-e.quit:
+		ln.Close()
+		<-accepting
+		if err := cli.Stop(); err != nil {
+			e.r.log.Warn("event loops stopped with an error", "err", err)
+		}
+		return nil
+	case err = <-e.fatal:
+	}
+	e.r.log.Error("router cannot go on serving; readiness fails and the process must end", "err", err, "in", fatalGrace)
+	select {
+	case <-time.After(fatalGrace):
+	case <-e.quit:
+	}
+	ln.Close()
+	<-accepting
+	cli.Stop()
+	return err
+}
+
+// fatalGrace is how long readiness fails before serve returns a failure:
+// time for load balancers to see it before the process ends.
+const fatalGrace = time.Second
+
+// shutdown refuses new connections, closes idle ones, waits for the
+// requests in flight (until ctx ends) and stops the loops.
+func (e *engine) shutdown(ctx context.Context) error {
+	if !e.started.Load() {
+		return nil
+	}
+	select {
+	case <-e.stopped:
+		return nil
+	default:
+	}
+	if e.draining.Swap(true) {
+		// Another shutdown is under way: wait for it.
+		select {
+		case <-e.stopped:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	e.mu.Lock()
+	if e.ln != nil {
+		e.ln.Close() // no new connections: the port refuses them
+	}
+	e.mu.Unlock()
+	t := time.NewTicker(tick)
+	defer t.Stop()
+	var err error
+	for e.busy.Load() > 0 && err == nil {
+		select {
+		case <-ctx.Done():
+			err = ctx.Err()
+		case <-e.stopped:
+			return nil
+		case <-t.C:
+		}
+	}
+	close(e.quit)
+	select {
+	case <-e.stopped:
+	case <-time.After(5 * time.Second):
+		if err == nil {
+			err = errors.New("router: the event loops did not stop within 5s")
+		}
+	}
+	return err
+}
+
+// gnetLogger sends gnet's own messages to the router's log.
+type gnetLogger struct{ log *slog.Logger }
+
+func (l gnetLogger) Debugf(f string, a ...any) {
+	l.log.Debug(fmt.Sprintf(f, a...), "component", "gnet")
+}
+
+func (l gnetLogger) Infof(f string, a ...any) { l.log.Debug(fmt.Sprintf(f, a...), "component", "gnet") }
+
+func (l gnetLogger) Warnf(f string, a ...any) { l.log.Warn(fmt.Sprintf(f, a...), "component", "gnet") }
+
+func (l gnetLogger) Errorf(f string, a ...any) {
+	l.log.Error(fmt.Sprintf(f, a...), "component", "gnet")
+}
+
+func (l gnetLogger) Fatalf(f string, a ...any) {
+	l.log.Error(fmt.Sprintf(f, a...), "component", "gnet")
+}
