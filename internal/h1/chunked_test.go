@@ -213,5 +213,12 @@ func FuzzChunkedBody(f *testing.F) {
 			string(got) != string(body[len(dst):]) {
 			t.Fatalf("net/http decodes %q as %q; we as %q", buf[:n], got, body[len(dst):])
 		}
+		// Fed in pieces, the decoder takes the same bytes to the same data.
+		for _, step := range []int{1, 7, 64} {
+			data, used, done, err := feedChunked(buf[:n], step, max)
+			if err != nil || !done || used != n || string(data) != string(body[len(dst):]) {
+				t.Fatalf("in pieces of %d: %q, %d, %v, %v; want %q, %d", step, data, used, done, err, body[len(dst):], n)
+			}
+		}
 	})
 }
