@@ -87,7 +87,7 @@ func parseFlags(args []string, output io.Writer) (options, error) {
 	fs.DurationVar(&o.server.IdleTimeout, "idle-timeout", 60*time.Second, "how long a kept-alive client connection may idle")
 	fs.IntVar(&o.server.MaxHeaderBytes, "max-header-bytes", 8<<10, "largest request header")
 	fs.IntVar(&o.server.MaxBodyBytes, "max-body-bytes", 64<<10, "largest request body (413 above)")
-	fs.IntVar(&o.server.MaxConns, "max-conns", 16384, "client connections served at once (at the limit the oldest idle one is closed for a new one; the open-file limit must exceed it by 1024)")
+	fs.IntVar(&o.server.MaxConns, "max-conns", 0, "client connections served at once; at the limit the oldest idle one is closed for a new one (0: 16384, or fewer to fit the open-file limit; a value the limit cannot hold with 1024 to spare refuses to start)")
 	fs.IntVar(&o.server.MaxConnsPerAddr, "max-conns-per-addr", 1024, "client connections from one IPv4 address or IPv6 /64")
 	fs.DurationVar(&o.server.StallTimeout, "stall-timeout", 10*time.Second, "an event loop silent this long is taken as dead: readiness fails and the process exits non-zero")
 

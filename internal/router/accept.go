@@ -27,6 +27,20 @@ import (
 // connections to the cells and the process's own files.
 const fdReserve = 1024
 
+// defaultMaxConns is MaxConns when none is given and the open-file limit
+// holds it.
+const defaultMaxConns = 16384
+
+// fileLimitRoom is how many client connections the open-file limit leaves
+// room for (0 if it cannot be read or leaves none).
+func fileLimitRoom() int {
+	var l unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &l); err != nil || l.Cur <= fdReserve {
+		return 0
+	}
+	return int(min(l.Cur-fdReserve, 1<<30))
+}
+
 // checkFileLimit refuses to start when the process may not open MaxConns
 // client connections and fdReserve more files.
 func checkFileLimit(maxConns int) error {
@@ -147,51 +161,101 @@ func (e *engine) admitConn(c net.Conn) {
 // its client.
 type acceptedConn struct{ key netip.Addr }
 
-// evictIdle closes the oldest idle client connection of some loop to make
-// room for a new one; false if none is idle.
+// What evictIdle closes, in order: connections kept alive between
+// requests, then connections open without a byte of a request yet.
+const (
+	evictKeptAlive = iota
+	evictSilent
+)
+
+// evictIdle closes the oldest idle client connection of all the loops to
+// make room for a new one; false if none is idle.
 func (e *engine) evictIdle() bool {
-	for _, lp := range e.loopList() {
-		res := make(chan bool, 1)
-		err := lp.el.Execute(context.Background(), gnet.RunnableFunc(func(context.Context) error {
-			res <- lp.evictOne()
-			return nil
-		}))
-		if err != nil {
+	lps := e.loopList()
+	for _, kind := range []int{evictKeptAlive, evictSilent} {
+		var oldest *loop
+		var oldestAt int64
+		for _, lp := range lps {
+			at, ok := onLoop(lp, func() (int64, bool) { return lp.idleSince(kind) })
+			if ok && (oldest == nil || at < oldestAt) {
+				oldest, oldestAt = lp, at
+			}
+		}
+		if oldest == nil {
 			continue
 		}
-		select {
-		case ok := <-res:
-			if ok {
-				e.r.metrics.evicted.Inc()
-				return true
-			}
-		case <-time.After(100 * time.Millisecond):
+		if _, ok := onLoop(oldest, func() (int64, bool) { return 0, oldest.evictOne(kind) }); ok {
+			e.r.metrics.evicted.Inc()
+			return true
 		}
 	}
 	return false
 }
 
+// onLoop runs f on lp's goroutine and returns its results; ok is false if
+// the loop does not run it within 100 ms.
+func onLoop(lp *loop, f func() (int64, bool)) (int64, bool) {
+	type result struct {
+		v  int64
+		ok bool
+	}
+	res := make(chan result, 1)
+	err := lp.el.Execute(context.Background(), gnet.RunnableFunc(func(context.Context) error {
+		v, ok := f()
+		res <- result{v, ok}
+		return nil
+	}))
+	if err != nil {
+		return 0, false
+	}
+	select {
+	case r := <-res:
+		return r.v, r.ok
+	case <-time.After(100 * time.Millisecond):
+		return 0, false
+	}
+}
+
 // evictScan bounds how many connections waiting for a first request byte
-// evictOne looks at.
+// the loop looks at.
 const evictScan = 64
 
-// evictOne closes the loop's oldest idle connection: kept alive between
-// requests, or open without a byte of a request yet.
-func (lp *loop) evictOne() bool {
-	if t := lp.idles.head.next; t != &lp.idles.head {
-		t.stop()
-		lp.closeClient(t.owner.(*client))
-		return true
+// oldestIdle returns the loop's oldest idle connection of the kind.
+func (lp *loop) oldestIdle(kind int) *timer {
+	if kind == evictKeptAlive {
+		if t := lp.idles.head.next; t != &lp.idles.head {
+			return t
+		}
+		return nil
 	}
 	n := 0
 	for t := lp.heads.head.next; t != &lp.heads.head && n < evictScan; t, n = t.next, n+1 {
 		if cl := t.owner.(*client); len(cl.in) == 0 && cl.c.InboundBuffered() == 0 {
-			t.stop()
-			lp.closeClient(cl)
-			return true
+			return t
 		}
 	}
-	return false
+	return nil
+}
+
+// idleSince says when the loop's oldest idle connection of the kind went
+// idle (its deadline less its list's duration), and whether there is one.
+func (lp *loop) idleSince(kind int) (int64, bool) {
+	t := lp.oldestIdle(kind)
+	if t == nil {
+		return 0, false
+	}
+	return t.at - t.list.d, true
+}
+
+// evictOne closes the loop's oldest idle connection of the kind.
+func (lp *loop) evictOne(kind int) bool {
+	t := lp.oldestIdle(kind)
+	if t == nil {
+		return false
+	}
+	t.stop()
+	lp.closeClient(t.owner.(*client))
+	return true
 }
 
 // loopList is the loops known so far.

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -453,4 +454,32 @@ func TestHalfClosedClientGetsItsAnswer(t *testing.T) {
 		})
 	}
 	eventually(t, 2*time.Second, "no connection counted", func() bool { return w.router.eng.conns.Load() == 0 })
+}
+
+// TestDefaultMaxConnsFitsTheFileLimit: without an explicit max-conns, the
+// router serves as many connections as the open-file limit holds, so that
+// it starts on a machine with a low limit.
+func TestDefaultMaxConnsFitsTheFileLimit(t *testing.T) {
+	w := newWorld(t, worldOptions{cells: []string{"c1"}})
+	var saved unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &saved); err != nil {
+		t.Fatal(err)
+	}
+	low := unix.Rlimit{Cur: 3000, Max: saved.Max}
+	if err := unix.Setrlimit(unix.RLIMIT_NOFILE, &low); err != nil {
+		t.Fatal(err)
+	}
+	r, err := New(Config{Maps: w.follower, Keys: w.router.keys, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err := unix.Setrlimit(unix.RLIMIT_NOFILE, &saved); err != nil {
+		t.Fatal(err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := r.cfg.Server.MaxConns, 3000-fdReserve; got != want {
+		t.Errorf("default MaxConns under a limit of 3000 = %d, want %d", got, want)
+	}
+	if r2, _ := New(Config{Maps: w.follower, Keys: w.router.keys}); r2.cfg.Server.MaxConns != min(defaultMaxConns, fileLimitRoom()) {
+		t.Errorf("default MaxConns = %d", r2.cfg.Server.MaxConns)
+	}
 }

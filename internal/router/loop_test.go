@@ -17,6 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/panjf2000/gnet/v2"
+
 	"github.com/cellkit/cellkit/internal/slotmap"
 )
 
@@ -577,6 +579,21 @@ func TestWriteTimeoutCutsAClientThatStopsReading(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
+	// The router's side of the socket gets a small send buffer too (that
+	// turns off the kernel's autotuning): what the kernel does not take
+	// waits in the loop, under the write timeout.
+	eventually(t, 2*time.Second, "the connection on a loop", func() bool { return w.router.eng.conns.Load() == 2 })
+	for _, lp := range w.router.eng.loopList() {
+		done := make(chan struct{})
+		lp.el.Execute(context.Background(), gnet.RunnableFunc(func(context.Context) error {
+			defer close(done)
+			for tm := lp.heads.head.next; tm != &lp.heads.head; tm = tm.next {
+				tm.owner.(*client).gc.SetWriteBuffer(4096)
+			}
+			return nil
+		}))
+		<-done
+	}
 	if _, err := c.Write([]byte(get)); err != nil {
 		t.Fatal(err)
 	}

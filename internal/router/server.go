@@ -120,7 +120,7 @@ type ServerLimits struct {
 	IdleTimeout       time.Duration // a kept-alive connection may wait for its next request [60s]
 	MaxHeaderBytes    int           // request line and header [8 KiB]
 	MaxBodyBytes      int           // request body; more is 413 [64 KiB]
-	MaxConns          int           // client connections served at once; at the limit the oldest idle one is closed for a new one [16384]
+	MaxConns          int           // client connections served at once; at the limit the oldest idle one is closed for a new one [16384, or fewer to fit the open-file limit; a value the limit cannot hold fails ListenAndServe]
 	MaxConnsPerAddr   int           // client connections from one IPv4 address or IPv6 /64 [1024]
 	// StallTimeout: an event loop that has not run its timers for this
 	// long is taken as dead or stuck; readiness fails and ListenAndServe
@@ -175,7 +175,13 @@ func (c *Config) defaults() {
 	s.IdleTimeout = or(s.IdleTimeout, 60*time.Second)
 	s.MaxHeaderBytes = or(s.MaxHeaderBytes, 8<<10)
 	s.MaxBodyBytes = or(s.MaxBodyBytes, 64<<10)
-	s.MaxConns = or(s.MaxConns, 16384)
+	if s.MaxConns <= 0 {
+		s.MaxConns = defaultMaxConns
+		if fit := fileLimitRoom(); fit > 0 && fit < s.MaxConns {
+			c.Logger.Warn("max-conns lowered to what the open-file limit holds", "max_conns", fit, "default", defaultMaxConns)
+			s.MaxConns = fit
+		}
+	}
 	s.MaxConnsPerAddr = or(s.MaxConnsPerAddr, 1024)
 	s.StallTimeout = or(s.StallTimeout, 10*time.Second)
 	l := &c.Cell
