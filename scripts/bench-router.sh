@@ -11,9 +11,10 @@
 #   (f) router at REF   with BASE_REF=<git ref>: the router built from that commit,
 #                       to measure a change before/after in the same run
 #
-# With BASE_REF, PAIR_ROUNDS (8) more rounds load (d) and (f) at the same
-# time (wrk -t1 -c32 each): both see the same machine noise, so the ratios
-# of their throughput and CPU per request are steadier than across rounds.
+# Pair rounds: PAIR_ROUNDS (8) more rounds load the router and NGINX at the
+# same time (wrk -t1 -c32 each), and with BASE_REF the router and (f): both
+# see the same machine noise, so the ratios of their throughput and CPU per
+# request are steadier than across rounds in turn.
 #
 # The backends are 4 trivial "cells" answering a small JSON at once. Every
 # target gets the same requests: POST /v1/inquiries with a JSON body naming
@@ -233,20 +234,27 @@ done
 
 PAIRS="$WORK/pairs.txt"
 : >"$PAIRS"
-if [ -n "$BASE_REF" ]; then
-  for pr in $(seq 1 "${PAIR_ROUNDS:-8}"); do
-    d0=$(cpu_ticks "$ROUTER_PID"); f0=$(cpu_ticks "$BASE_PID")
-    BENCH_KEY=$KEY wrk -t1 -c$((CONNS / 2)) -d"${DURATION}s" -s "$WORK/req.lua" "${URL[d]}/v1/inquiries" >"$WORK/wd.txt" &
-    wd=$!
-    BENCH_KEY=$KEY wrk -t1 -c$((CONNS / 2)) -d"${DURATION}s" -s "$WORK/req.lua" "${URL[f]}/v1/inquiries" >"$WORK/wf.txt" &
-    wf=$!
-    wait "$wd" "$wf"
-    d1=$(cpu_ticks "$ROUTER_PID"); f1=$(cpu_ticks "$BASE_PID")
-    nd=$(awk '/requests in/ {print $1}' "$WORK/wd.txt"); nf=$(awk '/requests in/ {print $1}' "$WORK/wf.txt")
-    awk -v nd="$nd" -v nf="$nf" -v cd=$((d1 - d0)) -v cf=$((f1 - f0)) 'BEGIN { printf "%.4f %.4f\n", nd / nf, (cd / nd) / (cf / nf) }' >>"$PAIRS"
-    log "pair round $pr (router, router at $BASE_REF at once): $(tail -1 "$PAIRS")"
-  done
-fi
+# pair_round X Y — X and Y loaded at once; appends "X Y throughput-ratio cpu-ratio"
+pair_round() {
+  local x=$1 y=$2 x0 y0 x1 y1 wx wy nx ny
+  # shellcheck disable=SC2086
+  x0=$(cpu_ticks ${PROCS[$x]}); y0=$(cpu_ticks ${PROCS[$y]})
+  BENCH_KEY=$KEY wrk -t1 -c$((CONNS / 2)) -d"${DURATION}s" -s "$WORK/req.lua" "${URL[$x]}/v1/inquiries" >"$WORK/w$x.txt" &
+  wx=$!
+  BENCH_KEY=$KEY wrk -t1 -c$((CONNS / 2)) -d"${DURATION}s" -s "$WORK/req.lua" "${URL[$y]}/v1/inquiries" >"$WORK/w$y.txt" &
+  wy=$!
+  wait "$wx" "$wy"
+  # shellcheck disable=SC2086
+  x1=$(cpu_ticks ${PROCS[$x]}); y1=$(cpu_ticks ${PROCS[$y]})
+  nx=$(awk '/requests in/ {print $1}' "$WORK/w$x.txt"); ny=$(awk '/requests in/ {print $1}' "$WORK/w$y.txt")
+  awk -v x="$x" -v y="$y" -v nx="$nx" -v ny="$ny" -v cx=$((x1 - x0)) -v cy=$((y1 - y0)) \
+    'BEGIN { printf "%s %s %.4f %.4f\n", x, y, nx / ny, (cx / nx) / (cy / ny) }' >>"$PAIRS"
+  log "pair round: ${NAME[$x]} and ${NAME[$y]} at once: $(tail -1 "$PAIRS")"
+}
+for pr in $(seq 1 "${PAIR_ROUNDS:-8}"); do
+  if [ $((pr % 2)) = 1 ]; then pair_round d b; else pair_round b d; fi
+  if [ -n "$BASE_REF" ]; then pair_round d f; fi
+done
 
 LAT="$WORK/latency.txt"
 : >"$LAT"
@@ -300,8 +308,18 @@ if [ -s "$PAIRS" ]; then
       for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (arr[j] < arr[i]) { tmp = arr[i]; arr[i] = arr[j]; arr[j] = tmp }
       return (n % 2) ? arr[(n + 1) / 2] : (arr[n / 2] + arr[n / 2 + 1]) / 2
     }
-    { n++; t[n] = $1; c[n] = $2; line = line sprintf(" %.3f/%.3f", $1, $2) }
-    END { printf "(d) and (f) loaded at once, %d rounds: throughput %.3f×, CPU per request %.3f× (per round:%s)\n", n, median(t, n), median(c, n), line }' "$PAIRS"
+    {
+      # ratios as router / other, whichever order the round ran in
+      if ($1 == "d") { k = $2; t = $3; c = $4 } else { k = $1; t = 1 / $3; c = 1 / $4 }
+      n[k]++; tt[k, n[k]] = t; cc[k, n[k]] = c; line[k] = line[k] sprintf(" %.3f/%.3f", t, c)
+    }
+    END {
+      label["b"] = "nginx"; label["f"] = "router at " ref
+      for (k in n) {
+        for (r = 1; r <= n[k]; r++) { a[r] = tt[k, r]; z[r] = cc[k, r] }
+        printf "router and %s loaded at once, %d rounds: router throughput %.3f×, CPU per request %.3f× (per round:%s)\n", label[k], n[k], median(a, n[k]), median(z, n[k]), line[k]
+      }
+    }' "$PAIRS"
 fi
 echo
 awk -v targets="$TARGETS" -v ref="$BASE_REF" '
