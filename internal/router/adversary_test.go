@@ -453,6 +453,27 @@ func TestHalfClosedClientGetsItsAnswer(t *testing.T) {
 			}
 		})
 	}
+	t.Run("two pipelined requests and a partial one", func(t *testing.T) {
+		before := w.backends["c1"].calls.Load()
+		get := "GET /v1/inquiries/c1-abc HTTP/1.1\r\nHost: a\r\nX-API-Key: " + w.key + "\r\n\r\n"
+		rc := w.dial()
+		rc.t = t
+		rc.send(get + get + "GET /v1/inq") // the third will never be whole
+		if err := rc.c.(*net.TCPConn).CloseWrite(); err != nil {
+			t.Fatal(err)
+		}
+		for i := range 2 {
+			if resp, text := rc.read("GET"); resp.StatusCode != 200 {
+				t.Fatalf("answer %d: %d %s", i+1, resp.StatusCode, text)
+			}
+		}
+		if !rc.endsWithin(2 * time.Second) {
+			t.Error("the connection stayed open after the answers")
+		}
+		if n := w.backends["c1"].calls.Load() - before; n != 2 {
+			t.Errorf("the cell was called %d times, want 2", n)
+		}
+	})
 	eventually(t, 2*time.Second, "no connection counted", func() bool { return w.router.eng.conns.Load() == 0 })
 }
 

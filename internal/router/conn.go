@@ -160,6 +160,9 @@ func (lp *loop) readHead(cl *client) bool {
 	s := &lp.e.r.cfg.Server
 	lp.pull(cl, s.MaxHeaderBytes)
 	if len(cl.in) == 0 {
+		if cl.ended() {
+			lp.closeClient(cl)
+		}
 		return false
 	}
 	if cl.state == stIdle {
@@ -176,6 +179,9 @@ func (lp *loop) readHead(cl *client) bool {
 		lp.refuse(cl, &probMalformed)
 		return false
 	case n == 0:
+		if cl.ended() {
+			lp.closeClient(cl) // a head that cannot be completed
+		}
 		return false
 	}
 	cl.bodyOff, cl.used, cl.body = n, n, nil
@@ -234,7 +240,7 @@ func (lp *loop) readBody(cl *client) bool {
 			case done:
 				cl.body, cl.used = cl.dec, cl.bodyOff
 			case n == 0 || cl.c.InboundBuffered() == 0:
-				lp.continue100(cl)
+				lp.awaitBody(cl)
 				return false
 			default:
 				continue
@@ -245,7 +251,7 @@ func (lp *loop) readBody(cl *client) bool {
 		end := cl.bodyOff + int(h.ContentLength)
 		lp.pull(cl, end)
 		if len(cl.in) < end {
-			lp.continue100(cl)
+			lp.awaitBody(cl)
 			return false
 		}
 		cl.body, cl.used = cl.in[cl.bodyOff:end], end
@@ -253,6 +259,16 @@ func (lp *loop) readBody(cl *client) bool {
 	lp.enter(cl)
 	lp.route(cl)
 	return true
+}
+
+// awaitBody waits for more of a body, or closes the connection of a
+// client that has ended its side (the body will not come).
+func (lp *loop) awaitBody(cl *client) {
+	if cl.ended() {
+		lp.closeClient(cl)
+		return
+	}
+	lp.continue100(cl)
 }
 
 // continue100 says 100 Continue to an HTTP/1.1 client that waits for it
@@ -366,7 +382,7 @@ func (lp *loop) done(cl *client, status int) {
 	if cl.close || lp.e.draining.Load() {
 		// Bytes the client sent that were not read (a body refused from
 		// its head, pipelined requests) are read away before closing.
-		if cl.unread != 0 || len(cl.in) > cl.used || cl.c.InboundBuffered() > 0 {
+		if !cl.ended() && (cl.unread != 0 || len(cl.in) > cl.used || cl.c.InboundBuffered() > 0) {
 			cl.in = cl.in[:0]
 			lp.linger(cl, cl.unread)
 			return
@@ -386,6 +402,10 @@ func (lp *loop) done(cl *client, status int) {
 	cl.used, cl.body, cl.sent100 = 0, nil, false
 	cl.head.Method = nil
 	cl.state = stIdle
+	if cl.ended() && rest == 0 {
+		lp.closeClient(cl) // all it sent is answered
+		return
+	}
 	lp.idles.arm(&cl.t, lp.e.now())
 	if cl.c.OutboundBuffered() > maxUnsent {
 		lp.closeClient(cl) // the client reads nothing of what it asked for

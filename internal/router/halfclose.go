@@ -64,9 +64,21 @@ func (lp *loop) halfClose(cl *client) bool {
 	if err != nil {
 		return false
 	}
+	// Requests pipelined behind this one wait in gnet's buffer, which goes
+	// with its connection: they are taken now and answered in turn. (The
+	// current request's fields keep viewing the old buffer if this one
+	// moves.)
+	if b, _ := cl.gc.Peek(-1); len(b) > 0 {
+		cl.in = append(cl.in, b...)
+	}
 	cl.c = &halfClosed{fd: fd, timeout: lp.e.r.cfg.Server.WriteTimeout}
 	cl.gc = nil
-	cl.close = true
-	cl.in = cl.in[:cl.used] // requests pipelined after it are not answered
 	return true
+}
+
+// ended says whether cl's client has ended its side: no more bytes come,
+// so a request not whole in cl.in never will be.
+func (cl *client) ended() bool {
+	_, ok := cl.c.(*halfClosed)
+	return ok
 }
