@@ -43,7 +43,7 @@
 // a goroutine hand-off or an allocation (loop.go). Profiled on the router
 // benchmark, net/http's ReverseProxy and then fasthttp spent most of their
 // time in goroutine hand-offs, allocation and the netpoller, and did not
-// reach NGINX's throughput (README, "The router"). The router accepts its
+// reach NGINX's throughput (docs/router.md). The router accepts its
 // connections itself (accept.go): gnet's acceptor stops the engine on the
 // first accept error.
 //
