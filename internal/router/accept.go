@@ -258,13 +258,14 @@ func (lp *loop) evictOne(kind int) bool {
 	return true
 }
 
-// loopList is the loops known so far.
-func (e *engine) loopList() []*loop {
+// loopList is the loops known so far, appended to dst[:0] (the tick
+// reuses its slice).
+func (e *engine) loopList(dst ...*loop) []*loop {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	lps := make([]*loop, 0, len(e.loops))
+	dst = dst[:0]
 	for _, lp := range e.loops {
-		lps = append(lps, lp)
+		dst = append(dst, lp)
 	}
-	return lps
+	return dst
 }

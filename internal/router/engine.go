@@ -189,6 +189,7 @@ func (e *engine) run() {
 	defer t.Stop()
 	ctx := context.Background()
 	stall := int64(e.r.cfg.Server.StallTimeout)
+	var lps []*loop
 	for {
 		select {
 		case <-e.done:
@@ -197,7 +198,8 @@ func (e *engine) run() {
 			e.setDate(now)
 		}
 		now := e.now()
-		for _, lp := range e.loopList() {
+		lps = e.loopList(lps...)
+		for _, lp := range lps {
 			if swept := lp.swept.Load(); now-swept > stall && !e.draining.Load() {
 				e.fail(fmt.Errorf("router: an event loop has not run for %v", time.Duration(now-swept).Round(time.Millisecond)))
 			}

@@ -203,7 +203,9 @@ type upconn struct {
 	got    bool // bytes of the answer arrived
 	head   h1.Response
 	hdrs   [h1.MaxFields]h1.Field
-	body   []byte
+	body   []byte          // a chunked answer's data, decoded as it arrives
+	dec    h1.ChunkDecoder // where the chunked answer's decoding is
+	raw    int             // bytes of the chunked answer after its head already decoded
 }
 
 func (uc *upconn) opened(c gnet.Conn) {
@@ -221,6 +223,7 @@ func (uc *upconn) opened(c gnet.Conn) {
 func (uc *upconn) send(cl *client) {
 	lp := uc.p.lp
 	uc.cl, uc.orphan, uc.got = cl, false, false
+	uc.dec, uc.raw, uc.body = h1.ChunkDecoder{}, 0, uc.body[:0]
 	cl.ex.uc = uc
 	cl.ex.attempts++
 	lp.calls.arm(&uc.t, lp.e.now()-int64(time.Since(cl.ex.sentAt)))
@@ -265,16 +268,19 @@ func (uc *upconn) traffic() {
 		switch {
 		case uc.cl != nil && string(uc.cl.head.Method) == "HEAD", h.Status == 204, h.Status == 304:
 		case h.Chunked:
-			dec, m, err := h1.ChunkedBody(buf[n:], uc.body[:0], max)
+			// The answer stays in gnet's buffer until it is whole, so what
+			// was decoded before sits at the same place: only new bytes
+			// are decoded.
+			m, done, err := uc.dec.Decode(buf[n+uc.raw:], &uc.body, max)
+			uc.raw += m
 			if err != nil {
 				uc.broken()
 				return
 			}
-			if m == 0 {
+			if !done {
 				return
 			}
-			uc.body = dec
-			body, used = dec, n+m
+			body, used = uc.body, n+uc.raw
 		case h.ContentLength > int64(max):
 			uc.broken()
 			return
