@@ -376,6 +376,9 @@ func TestPerAddressConnectionCap(t *testing.T) {
 	if resp, _ := held[0].read("GET"); resp.StatusCode != 200 {
 		t.Fatalf("a held connection: %d", resp.StatusCode)
 	}
+	if n := w.backends["c1"].calls.Load(); n != 1 {
+		t.Errorf("the cell was called %d times, want 1 (the held connection's request)", n)
+	}
 	if n := testutil.ToFloat64(w.router.metrics.connRefuse.WithLabelValues("per_addr")); n != 1 {
 		t.Errorf("per_addr refusals %v, want 1", n)
 	}
@@ -502,5 +505,29 @@ func TestDefaultMaxConnsFitsTheFileLimit(t *testing.T) {
 	}
 	if r2, _ := New(Config{Maps: w.follower, Keys: w.router.keys}); r2.cfg.Server.MaxConns != min(defaultMaxConns, fileLimitRoom()) {
 		t.Errorf("default MaxConns = %d", r2.cfg.Server.MaxConns)
+	}
+}
+
+// TestFramingAttacksReachNoCell: requests that could be read two ways
+// (request smuggling) are refused with 400 and the connection closed, and
+// the cell never sees a byte of them.
+func TestFramingAttacksReachNoCell(t *testing.T) {
+	w := newWorld(t, worldOptions{cells: []string{"c1"}})
+	body := inquiryBody("u1")
+	for _, tc := range []struct{ name, framing string }{
+		{"length and chunked", "Content-Length: 4\r\nTransfer-Encoding: chunked\r\n"},
+		{"two lengths", "Content-Length: 4\r\nContent-Length: 5\r\n"},
+		{"chunked twice", "Transfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n"},
+		{"chunked, not last", "Transfer-Encoding: chunked, identity\r\n"},
+		{"obs-fold", "X-A: 1\r\n folded\r\nContent-Length: 4\r\n"},
+		{"space before colon", "Content-Length : 4\r\n"},
+		{"signed length", "Content-Length: +4\r\n"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rc := w.dial()
+			rc.t = t
+			rc.send(postHead(w.key, tc.framing+"\r\n") + "0\r\n\r\n" + body)
+			refusedAtHead(t, w, rc, "POST", 400)
+		})
 	}
 }
