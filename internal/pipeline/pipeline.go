@@ -381,7 +381,8 @@ func (p *Pipeline) settle(ctx context.Context, m jetstream.Msg, service *time.Du
 		m.Ack()
 		return "duplicate"
 	case rec.Status == inquiry.Failed:
-		// The failure may not have reached its stream before a crash.
+		// Listed before the record is written (see finish); a record
+		// failed by an older version may not be: list it again (idempotent).
 		wctx, cancel := context.WithTimeout(context.Background(), writeTimeout)
 		defer cancel()
 		if err := p.q.AddFailure(wctx, rec, rec.Dead); err != nil {
@@ -430,8 +431,21 @@ func (p *Pipeline) deadLetter(m jetstream.Msg, rec inquiry.Record, rev uint64, a
 	return p.finish(m, rec, rev, attempt, "dead")
 }
 
-// finish writes a final record, lists a failure, then acks.
+// finish lists a failure, writes the final record, then acks. The listing
+// comes first so that an inquiry anyone can see failed is always in the
+// retry console; a listing whose record write then fails is withdrawn, and
+// the console hides one whose record is not failed (see queue.Failed).
 func (p *Pipeline) finish(m jetstream.Msg, rec inquiry.Record, rev uint64, attempt int, outcome string) string {
+	if rec.Status == inquiry.Failed {
+		wctx, cancel := context.WithTimeout(context.Background(), writeTimeout)
+		err := p.q.AddFailure(wctx, rec, rec.Dead)
+		cancel()
+		if err != nil {
+			p.log.Warn("cannot list failed inquiry", "id", rec.ID, "err", err)
+			p.nak(m, attempt)
+			return "retry"
+		}
+	}
 	switch p.write(m, &rec, rev) {
 	case writeOK:
 	case writeSettled:
@@ -439,19 +453,15 @@ func (p *Pipeline) finish(m jetstream.Msg, rec inquiry.Record, rev uint64, attem
 	case writeStale:
 		return "stale"
 	case writeFailed:
+		if rec.Status == inquiry.Failed {
+			wctx, cancel := context.WithTimeout(context.Background(), writeTimeout)
+			if err := p.q.Unlist(wctx, rec.ID); err != nil {
+				p.log.Warn("cannot withdraw the listing of an inquiry not failed", "id", rec.ID, "err", err)
+			}
+			cancel()
+		}
 		p.nak(m, attempt)
 		return "retry"
-	}
-	if rec.Status == inquiry.Failed {
-		wctx, cancel := context.WithTimeout(context.Background(), writeTimeout)
-		err := p.q.AddFailure(wctx, rec, rec.Dead)
-		cancel()
-		if err != nil {
-			// The record is failed; the redelivery lists it (see settle).
-			p.log.Warn("cannot list failed inquiry", "id", rec.ID, "err", err)
-			p.nak(m, attempt)
-			return "retry"
-		}
 	}
 	m.Ack()
 	p.m.latency.Observe(p.now().Sub(rec.Created).Seconds())

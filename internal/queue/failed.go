@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/cellkit/cellkit/internal/inquiry"
+	"github.com/cellkit/cellkit/internal/store"
 )
 
 // Failure sets.
@@ -59,6 +60,10 @@ func (q *Queue) addFailure(ctx context.Context, rec inquiry.Record, dead, dedup 
 	return nil
 }
 
+// Unlist withdraws an inquiry's entries from both sets: the pipeline calls
+// it when the record of an inquiry it has just listed could not be written.
+func (q *Queue) Unlist(ctx context.Context, id string) error { return q.removeFailure(ctx, id) }
+
 // removeFailure drops an inquiry from both sets.
 func (q *Queue) removeFailure(ctx context.Context, id string) error {
 	var errs []error
@@ -86,7 +91,15 @@ func (q *Queue) FailedCounts(ctx context.Context) (failed, dead int, err error) 
 	return int(ei.State.Msgs), int(di.State.Msgs), nil
 }
 
-// Failed lists up to limit entries of each set, oldest first.
+// unlistedAfter is how long an entry whose record is not failed may stay
+// listed before Failed withdraws it: the pipeline lists a failure just
+// before it writes the record, so a young one may be about to become true.
+const unlistedAfter = time.Minute
+
+// Failed lists up to limit entries of each set, oldest first. Only entries
+// whose record is failed are listed: one left behind by a record write that
+// failed (the inquiry was then retried and may have succeeded) is hidden,
+// and withdrawn once it is older than unlistedAfter.
 func (q *Queue) Failed(ctx context.Context, limit int) ([]Failure, error) {
 	var out []Failure
 	for _, st := range []jetstream.Stream{q.errs, q.dlq} {
@@ -94,7 +107,19 @@ func (q *Queue) Failed(ctx context.Context, limit int) ([]Failure, error) {
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, fs...)
+		for _, f := range fs {
+			rec, _, err := q.store.Get(ctx, f.ID)
+			switch {
+			case err == nil && rec.Status == inquiry.Failed:
+				out = append(out, f)
+			case err != nil && !errors.Is(err, store.ErrNotFound):
+				return nil, err
+			case q.now().Sub(f.At) > unlistedAfter:
+				if err := q.removeFailure(ctx, f.ID); err != nil {
+					return nil, err
+				}
+			}
+		}
 	}
 	return out, nil
 }

@@ -153,3 +153,50 @@ func TestFailuresAndRetry(t *testing.T) {
 		t.Fatalf("still listed after retry: %+v", list)
 	}
 }
+
+// A failure is listed before its record is written; when that write fails
+// the record stays pending and the listing must not show it, and a listing
+// left behind is withdrawn once it is old.
+func TestListingWithoutAFailedRecordIsHiddenThenWithdrawn(t *testing.T) {
+	q, _ := setup(t, queue.Config{})
+	ctx := context.Background()
+	young, old := newRecord(1, inquiry.Normal), newRecord(2, inquiry.Normal)
+	for _, r := range []*inquiry.Record{&young, &old} {
+		if _, err := q.Enqueue(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Both listed as if failed, neither record written as failed.
+	yf, of := young, old
+	yf.Fail("core banking unavailable", time.Now())
+	of.Fail("core banking unavailable", time.Now().Add(-2*time.Minute))
+	for _, r := range []inquiry.Record{yf, of} {
+		if err := q.AddFailure(ctx, r, true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if list, err := q.Failed(ctx, 10); err != nil || len(list) != 0 {
+		t.Fatalf("Failed = %+v, %v; want nothing listed while the records are pending", list, err)
+	}
+	if _, d, err := q.FailedCounts(ctx); err != nil || d != 1 {
+		t.Fatalf("FailedCounts dead = %d, %v; want the young listing kept and the old one withdrawn", d, err)
+	}
+	// The young one's record is then written failed: it shows.
+	cur, rev, err := q.Store().Get(ctx, young.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cur.Fail("core banking unavailable", time.Now())
+	if _, err := q.Store().Update(ctx, &cur, rev); err != nil {
+		t.Fatal(err)
+	}
+	if list, err := q.Failed(ctx, 10); err != nil || len(list) != 1 || list[0].ID != young.ID {
+		t.Fatalf("Failed = %+v, %v; want the young one", list, err)
+	}
+	if err := q.Unlist(ctx, young.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, d, _ := q.FailedCounts(ctx); d != 0 {
+		t.Fatalf("after Unlist %d dead letters are left", d)
+	}
+}
