@@ -34,7 +34,7 @@ tools: ## install the programs the tests need into ./bin (a real Consul agent, b
 	./scripts/install-consul.sh $(CONSUL)
 
 .PHONY: test
-test: tools ## run the whole test suite with -race (needs `make tools`, which it runs)
+test: tools build ## run the whole test suite with -race (runs `make tools` and `make build`: some tests run the programs in ./bin)
 	go test -race -timeout 20m -count 1 $(PKGS)
 
 .PHONY: lint
