@@ -71,7 +71,7 @@ func parseFlags(args []string, output io.Writer) (options, error) {
 	fs := flag.NewFlagSet("router", flag.ContinueOnError)
 	fs.SetOutput(output)
 	fs.StringVar(&o.listen, "listen", "127.0.0.1:8080", "public HTTP address")
-	fs.StringVar(&o.adminListen, "admin-listen", "127.0.0.1:8081", "admin HTTP address: health, readiness, metrics, hot keys")
+	fs.StringVar(&o.adminListen, "admin-listen", "127.0.0.1:9080", "admin HTTP address: health, readiness, metrics, hot keys")
 	fs.StringVar(&o.registryURL, "registry", "", "cell map registry: file:PATH or consul://HOST:PORT/PREFIX (default $"+registry.EnvRegistry+")")
 	fs.StringVar(&o.keysPath, "keys", "", "API keys file: a JSON array of {client, key_sha256, rate, burst} (make one with `router keygen`)")
 	fs.StringVar(&o.mapCache, "map-cache", "", "file keeping the last good cell map, to start while the registry is down (empty: none)")

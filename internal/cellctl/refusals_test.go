@@ -12,7 +12,7 @@ import (
 	"github.com/cellkit/cellkit/internal/slotmap"
 )
 
-// TestRefusals checks every bad input the issue lists, against each
+// TestRefusals checks every kind of bad input, against each
 // registry: the exit status, one line on stderr saying why, and a map left
 // byte-identical.
 func TestRefusals(t *testing.T) {
