@@ -7,7 +7,7 @@ CONSUL     := $(BIN)/consul
 STATICCHECK_VERSION := v0.8.2
 # A count of executions, not a duration: with a duration Go 1.26's fuzz
 # coordinator can fail a target with a bare "context deadline exceeded" at the
-# end of the time (golang/go#75804, fixed in Go 1.27).
+# end of the time.
 FUZZTIME   ?= 50000x
 BENCHTIME  ?= 1s
 BENCHCOUNT ?= 1
