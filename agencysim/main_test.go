@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"io"
 	"net"
 	"net/http"
 	"strings"
@@ -11,26 +10,19 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
 	"github.com/cellkit/cellkit/internal/agencysim"
 	"github.com/cellkit/cellkit/internal/telegram"
-	"github.com/cellkit/cellkit/internal/testlog"
+	"github.com/cellkit/cellkit/internal/testkit"
 )
 
-func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m,
-		goleak.IgnoreTopFunction("net/http.(*persistConn).readLoop"),
-		goleak.IgnoreTopFunction("net/http.(*persistConn).writeLoop"),
-	)
-}
+func TestMain(m *testing.M) { testkit.VerifyTestMain(m) }
 
 // startRun runs run() on loopback ports chosen by the kernel and returns
 // where it listens; stop cancels its context and returns run's error.
-func startRun(t *testing.T, extra ...string) (a addrs, logs *testlog.Buffer, stop func() error) {
+func startRun(t *testing.T, extra ...string) (a addrs, logs *testkit.Buffer, stop func() error) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	logs = &testlog.Buffer{}
+	logs = &testkit.Buffer{}
 	args := append([]string{
 		"-nice-listen", "127.0.0.1:0", "-kcb-listen", "127.0.0.1:0", "-admin-listen", "127.0.0.1:0",
 		"-latency-p50", "1ms", "-latency-p99", "5ms", "-shutdown-timeout", "5s",
@@ -60,36 +52,6 @@ func startRun(t *testing.T, extra ...string) (a addrs, logs *testlog.Buffer, sto
 		t.Fatal("run not ready after 10 s")
 	}
 	return a, logs, stop
-}
-
-func get(t *testing.T, url string, out any) int {
-	t.Helper()
-	return send(t, http.MethodGet, url, "", out)
-}
-
-func send(t *testing.T, method, url, body string, out any) int {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, method, url, strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatalf("%s %s: %v", method, url, err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if out != nil {
-		if err := json.Unmarshal(b, out); err != nil {
-			t.Fatalf("%s %s: decode %s: %v", method, url, b, err)
-		}
-	}
-	return resp.StatusCode
 }
 
 // call makes one real telegram call to the agency at addr.
@@ -123,14 +85,14 @@ func TestRunServesAndShutsDownCleanly(t *testing.T) {
 	a, logs, stop := startRun(t)
 	base := "http://" + a.Admin.String()
 
-	if code := get(t, base+"/healthz", nil); code != http.StatusOK {
+	if code := testkit.DoJSON(t, nil, http.MethodGet, base+"/healthz", nil, nil).Status; code != http.StatusOK {
 		t.Errorf("GET /healthz = %d, want 200", code)
 	}
 	var ready struct {
 		Status   string            `json:"status"`
 		Agencies map[string]string `json:"agencies"`
 	}
-	if code := get(t, base+"/readyz", &ready); code != http.StatusOK || ready.Agencies["nice"] != a.NICE.String() {
+	if code := testkit.DoJSON(t, nil, http.MethodGet, base+"/readyz", nil, &ready).Status; code != http.StatusOK || ready.Agencies["nice"] != a.NICE.String() {
 		t.Errorf("GET /readyz = %d %+v, want 200 with nice at %s", code, ready, a.NICE)
 	}
 
@@ -145,37 +107,29 @@ func TestRunServesAndShutsDownCleanly(t *testing.T) {
 	}
 
 	var st agencysim.Stats
-	if code := get(t, base+"/v1/agencies/nice/stats", &st); code != http.StatusOK || st.Calls != 1 {
+	if code := testkit.DoJSON(t, nil, http.MethodGet, base+"/v1/agencies/nice/stats", nil, &st).Status; code != http.StatusOK || st.Calls != 1 {
 		t.Errorf("GET nice stats = %d %+v, want 200 with 1 call", code, st)
 	}
 	var cfg agencysim.Config
-	if code := get(t, base+"/v1/agencies/kcb/config", &cfg); code != http.StatusOK || cfg.MaxSessions != 40 || cfg.Latency.Dist != agencysim.DistLogNormal {
+	if code := testkit.DoJSON(t, nil, http.MethodGet, base+"/v1/agencies/kcb/config", nil, &cfg).Status; code != http.StatusOK || cfg.MaxSessions != 40 || cfg.Latency.Dist != agencysim.DistLogNormal {
 		t.Errorf("GET kcb config = %d %+v, want 200 with 40 sessions and log-normal latency", code, cfg)
 	}
-	if code := send(t, http.MethodPatch, base+"/v1/agencies/kcb/config", `{"error_rate": 1}`, &cfg); code != http.StatusOK || cfg.ErrorRate != 1 {
+	if code := testkit.DoJSON(t, nil, http.MethodPatch, base+"/v1/agencies/kcb/config", `{"error_rate": 1}`, &cfg).Status; code != http.StatusOK || cfg.ErrorRate != 1 {
 		t.Errorf("PATCH kcb config = %d %+v, want 200 with error rate 1", code, cfg)
 	}
 	if m := call(t, telegram.KCB(), a.KCB, "U42"); m.RespCode != agencysim.CodeAgencyError {
 		t.Errorf("KCB call after the PATCH = %+v, want code %s", m, agencysim.CodeAgencyError)
 	}
 	var p agencysim.Problem
-	if code := send(t, http.MethodPut, base+"/v1/agencies/nice/config", `{"error_rate": "lots"}`, &p); code != http.StatusBadRequest || p.Status != http.StatusBadRequest {
+	if code := testkit.DoJSON(t, nil, http.MethodPut, base+"/v1/agencies/nice/config", `{"error_rate": "lots"}`, &p).Status; code != http.StatusBadRequest || p.Status != http.StatusBadRequest {
 		t.Errorf("PUT a bad nice config = %d %+v, want a 400 problem", code, p)
 	}
 	var all []agencysim.Status
-	if code := get(t, base+"/v1/agencies", &all); code != http.StatusOK || len(all) != 2 {
+	if code := testkit.DoJSON(t, nil, http.MethodGet, base+"/v1/agencies", nil, &all).Status; code != http.StatusOK || len(all) != 2 {
 		t.Errorf("GET /v1/agencies = %d %+v, want both agencies", code, all)
 	}
 
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, base+"/metrics", nil)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	metrics, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
+	metrics := testkit.Do(t, nil, http.MethodGet, base+"/metrics", nil, nil).Body
 	for _, want := range []string{`cellkit_agencysim_calls_total{agency="nice"} 1`, `cellkit_agencysim_errors_total{agency="kcb"} 1`, "go_goroutines"} {
 		if !strings.Contains(string(metrics), want) {
 			t.Errorf("GET /metrics lacks %s", want)
@@ -208,12 +162,12 @@ func TestRunRejectsBadFlags(t *testing.T) {
 		{"stray"},
 		{"-admin-listen", "127.0.0.1:0", "-nice-listen", "127.0.0.1:0", "-kcb-listen", "256.0.0.1:0"},
 	} {
-		var out testlog.Buffer
+		var out testkit.Buffer
 		if err := run(context.Background(), args, &out, nil); err == nil {
 			t.Errorf("run(%q) = nil, want an error", args)
 		}
 	}
-	var out testlog.Buffer
+	var out testkit.Buffer
 	if err := run(context.Background(), []string{"-h"}, &out, nil); err != nil || !strings.Contains(out.String(), "-nice-listen") {
 		t.Errorf("run(-h) = %v with output %q, want nil and the usage", err, out.String())
 	}

@@ -18,20 +18,14 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
 	"github.com/cellkit/cellkit/internal/agencysim"
 	"github.com/cellkit/cellkit/internal/celltest"
 	"github.com/cellkit/cellkit/internal/inquiry"
 	"github.com/cellkit/cellkit/internal/telegram"
+	"github.com/cellkit/cellkit/internal/testkit"
 )
 
-func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m,
-		goleak.IgnoreTopFunction("net/http.(*persistConn).readLoop"),
-		goleak.IgnoreTopFunction("net/http.(*persistConn).writeLoop"),
-	)
-}
+func TestMain(m *testing.M) { testkit.VerifyTestMain(m) }
 
 func TestFlagsAndEnvironment(t *testing.T) {
 	env := map[string]string{
@@ -120,7 +114,7 @@ func startBinary(t *testing.T, bin string, args []string) *proc {
 			if json.Unmarshal(sc.Bytes(), &line) == nil && line.Msg == "cell started" {
 				addrs <- [2]string{line.Intake, line.Admin}
 			}
-			if testing.Verbose() && os.Getenv("CELLKIT_TEST_LOG") != "" {
+			if testing.Verbose() && os.Getenv(testkit.EnvLog) != "" {
 				t.Log(sc.Text())
 			}
 		}
@@ -145,8 +139,8 @@ func startBinary(t *testing.T, bin string, args []string) *proc {
 
 func (p *proc) waitReady(t *testing.T, client *http.Client) {
 	t.Helper()
-	celltest.WaitFor(t, 30*time.Second, "the cell to be ready", func() bool {
-		r, err := celltest.Send(client, "GET", p.admin+"/readyz", nil, nil)
+	testkit.WaitFor(t, 30*time.Second, "the cell to be ready", func() bool {
+		r, err := testkit.Send(client, "GET", p.admin+"/readyz", nil, nil)
 		return err == nil && r.Status == 200
 	})
 }
@@ -209,7 +203,7 @@ func TestCrashLosesNothing(t *testing.T) {
 					req.Priority = inquiry.High
 				}
 				for ctx.Err() == nil {
-					r, err := celltest.Send(client, "POST", *base.Load()+"/v1/inquiries", req, map[string]string{"Idempotency-Key": key})
+					r, err := testkit.Send(client, "POST", *base.Load()+"/v1/inquiries", req, map[string]string{"Idempotency-Key": key})
 					if err == nil && r.Status == http.StatusAccepted {
 						var a struct{ ID string }
 						if json.Unmarshal(r.Body, &a) == nil {
@@ -227,12 +221,12 @@ func TestCrashLosesNothing(t *testing.T) {
 		}()
 	}
 
-	celltest.WaitFor(t, 60*time.Second, "a third of the load", func() bool { return accepted.Load() >= total/3 })
+	testkit.WaitFor(t, 60*time.Second, "a third of the load", func() bool { return accepted.Load() >= total/3 })
 	var st struct {
 		Queue    struct{ Messages int }
 		Inflight int
 	}
-	if r, err := celltest.Send(client, "GET", p.admin+"/v1/admin/status", nil, nil); err == nil {
+	if r, err := testkit.Send(client, "GET", p.admin+"/v1/admin/status", nil, nil); err == nil {
 		json.Unmarshal(r.Body, &st)
 	}
 	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
@@ -249,7 +243,7 @@ func TestCrashLosesNothing(t *testing.T) {
 
 	lookup := func(id string) (inquiry.View, error) {
 		var v inquiry.View
-		r, err := celltest.Send(client, "GET", p.intake+"/v1/inquiries/"+id, nil, nil)
+		r, err := testkit.Send(client, "GET", p.intake+"/v1/inquiries/"+id, nil, nil)
 		if err != nil {
 			return v, err
 		}
@@ -259,14 +253,7 @@ func TestCrashLosesNothing(t *testing.T) {
 		return v, json.Unmarshal(r.Body, &v)
 	}
 	var rep celltest.Report
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		rep = checker.Check(lookup, "nice", "kcb")
-		if rep.Lost == 0 || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	testkit.Poll(60*time.Second, func() bool { rep = checker.Check(lookup, "nice", "kcb"); return rep.Lost == 0 })
 	t.Logf("killed after %d accepted with %d queued, %d in flight; %d keys, %d accepted, %d done, %d failed, %d refused attempts, lost %d, duplicated %d",
 		killedAt, st.Queue.Messages, st.Inflight, len(checker.IDs), rep.Accepted, rep.Done, rep.Failed, refused.Load(), rep.Lost, rep.Duplicated)
 	if len(checker.IDs) != total || rep.Lost != 0 || rep.Duplicated != 0 || rep.Failed != 0 {

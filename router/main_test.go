@@ -14,24 +14,13 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
 	"github.com/cellkit/cellkit/internal/registry"
 	"github.com/cellkit/cellkit/internal/router"
 	"github.com/cellkit/cellkit/internal/slotmap"
-	"github.com/cellkit/cellkit/internal/testlog"
+	"github.com/cellkit/cellkit/internal/testkit"
 )
 
-func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m,
-		goleak.IgnoreTopFunction("net/http.(*persistConn).readLoop"),
-		goleak.IgnoreTopFunction("net/http.(*persistConn).writeLoop"),
-		// gnet's process-wide goroutine pool (ants) keeps its cleaners.
-		goleak.IgnoreAnyFunction("github.com/panjf2000/ants/v2.(*poolCommon).purgeStaleWorkers"),
-		goleak.IgnoreAnyFunction("github.com/panjf2000/ants/v2.(*poolCommon).ticktock"),
-		goleak.IgnoreAnyFunction("github.com/panjf2000/ants/v2.(*goWorker).run.func1"),
-	)
-}
+func TestMain(m *testing.M) { testkit.VerifyTestMain(m) }
 
 func TestKeygen(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "keys.json")
@@ -120,7 +109,7 @@ func TestRunWaitsForTheMapThenServesAndShutsDown(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	logs := &testlog.Buffer{}
+	logs := &testkit.Buffer{}
 	readyCh := make(chan addrs, 1)
 	done := make(chan error, 1)
 	go func() {

@@ -3,37 +3,23 @@ package agency_test
 import (
 	"context"
 	"errors"
-	"net"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
-	"go.uber.org/goleak"
 
 	"github.com/cellkit/cellkit/internal/agency"
 	"github.com/cellkit/cellkit/internal/agencysim"
 	"github.com/cellkit/cellkit/internal/breaker"
+	"github.com/cellkit/cellkit/internal/celltest"
 	"github.com/cellkit/cellkit/internal/sessionpool"
 	"github.com/cellkit/cellkit/internal/telegram"
+	"github.com/cellkit/cellkit/internal/testkit"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
-
-func startSim(t testing.TB, profile telegram.Profile, cfg agencysim.Config) *agencysim.Server {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := agencysim.New(profile, cfg, agencysim.Options{})
-	done := make(chan struct{})
-	go func() { defer close(done); srv.Serve(ln) }()
-	t.Cleanup(func() { srv.Close(); <-done })
-	waitFor(t, 5*time.Second, "the simulator to serve", func() bool { return srv.Addr() != nil })
-	return srv
-}
+func TestMain(m *testing.M) { testkit.VerifyTestMain(m) }
 
 func newClient(t testing.TB, cfg agency.Config, opts agency.Options) *agency.Client {
 	t.Helper()
@@ -42,34 +28,14 @@ func newClient(t testing.TB, cfg agency.Config, opts agency.Options) *agency.Cli
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Close() })
-	waitFor(t, 5*time.Second, "the pool to fill", func() bool { return c.Status().Pool.Idle == cfg.Sessions })
+	testkit.WaitFor(t, 5*time.Second, "the pool to fill", func() bool { return c.Status().Pool.Idle == cfg.Sessions })
 	return c
-}
-
-func waitFor(t testing.TB, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", d, what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
-func setSim(t *testing.T, sim *agencysim.Server, change func(*agencysim.Config)) {
-	t.Helper()
-	cfg := sim.Config()
-	change(&cfg)
-	if err := sim.SetConfig(cfg); err != nil {
-		t.Fatal(err)
-	}
 }
 
 func TestInquireBothProfiles(t *testing.T) {
 	for _, profile := range []telegram.Profile{telegram.NICE(), telegram.KCB()} {
 		t.Run(profile.Name, func(t *testing.T) {
-			sim := startSim(t, profile, agencysim.Config{MaxSessions: 4})
+			sim := celltest.StartSim(t, profile, agencysim.Config{MaxSessions: 4})
 			c := newClient(t, agency.Config{Name: profile.Name, Addr: sim.Addr().String(), Profile: profile, Sessions: 2}, agency.Options{})
 			for _, user := range []string{"u-1", "user-0000000000042", "x"} {
 				res, err := c.Inquire(context.Background(), user)
@@ -85,7 +51,7 @@ func TestInquireBothProfiles(t *testing.T) {
 }
 
 func TestAgencyErrorKeepsTheSessionAndTripsTheBreaker(t *testing.T) {
-	sim := startSim(t, telegram.NICE(), agencysim.Config{MaxSessions: 4, ErrorRate: 1})
+	sim := celltest.StartSim(t, telegram.NICE(), agencysim.Config{MaxSessions: 4, ErrorRate: 1})
 	reg := prometheus.NewRegistry()
 	m, err := agency.NewMetrics(reg, prometheus.Labels{"cell": "c1"})
 	if err != nil {
@@ -117,7 +83,7 @@ func TestAgencyErrorKeepsTheSessionAndTripsTheBreaker(t *testing.T) {
 	}
 
 	// Operators: force closed lets calls through, reset closes.
-	setSim(t, sim, func(c *agencysim.Config) { c.ErrorRate = 0 })
+	celltest.SetSim(t, sim, func(c *agencysim.Config) { c.ErrorRate = 0 })
 	c.Breaker().ForceClose()
 	if _, err := c.Inquire(context.Background(), "u"); err != nil {
 		t.Fatalf("call with the breaker forced closed = %v", err)
@@ -133,7 +99,7 @@ func TestAgencyErrorKeepsTheSessionAndTripsTheBreaker(t *testing.T) {
 }
 
 func TestSlowCallsTripTheBreaker(t *testing.T) {
-	sim := startSim(t, telegram.NICE(), agencysim.Config{MaxSessions: 4, Latency: agencysim.FixedLatency(60 * time.Millisecond)})
+	sim := celltest.StartSim(t, telegram.NICE(), agencysim.Config{MaxSessions: 4, Latency: agencysim.FixedLatency(60 * time.Millisecond)})
 	c := newClient(t, agency.Config{Name: "nice", Addr: sim.Addr().String(), Sessions: 2,
 		Breaker: breaker.Config{MinCalls: 4, Window: 4, SlowCall: 50 * time.Millisecond}}, agency.Options{})
 	for i := 0; i < 4; i++ {
@@ -147,7 +113,7 @@ func TestSlowCallsTripTheBreaker(t *testing.T) {
 }
 
 func TestExcessCallsAreRejectedNotQueued(t *testing.T) {
-	sim := startSim(t, telegram.NICE(), agencysim.Config{MaxSessions: 4, Latency: agencysim.FixedLatency(300 * time.Millisecond)})
+	sim := celltest.StartSim(t, telegram.NICE(), agencysim.Config{MaxSessions: 4, Latency: agencysim.FixedLatency(300 * time.Millisecond)})
 	c := newClient(t, agency.Config{Name: "nice", Addr: sim.Addr().String(), Sessions: 2}, agency.Options{})
 	var wg sync.WaitGroup
 	results := make(chan error, 10)
@@ -189,7 +155,7 @@ func TestExcessCallsAreRejectedNotQueued(t *testing.T) {
 }
 
 func TestTimeoutBreaksTheSession(t *testing.T) {
-	sim := startSim(t, telegram.NICE(), agencysim.Config{MaxSessions: 4, Latency: agencysim.FixedLatency(time.Second)})
+	sim := celltest.StartSim(t, telegram.NICE(), agencysim.Config{MaxSessions: 4, Latency: agencysim.FixedLatency(time.Second)})
 	c := newClient(t, agency.Config{Name: "nice", Addr: sim.Addr().String(), Sessions: 1, CallTimeout: 50 * time.Millisecond,
 		Pool: sessionpool.Config{BackoffBase: time.Millisecond}}, agency.Options{})
 	_, err := c.Inquire(context.Background(), "u")
@@ -198,14 +164,14 @@ func TestTimeoutBreaksTheSession(t *testing.T) {
 	}
 	// Mid-call, the answer may still come: the session is out of step and
 	// must be replaced, not reused.
-	waitFor(t, 5*time.Second, "the replacement session", func() bool {
+	testkit.WaitFor(t, 5*time.Second, "the replacement session", func() bool {
 		st := c.Status().Pool
 		return st.Broken == 1 && st.Created == 2 && st.Idle == 1
 	})
 }
 
 func TestCallerCancellationIsNotAnAgencyFailure(t *testing.T) {
-	sim := startSim(t, telegram.NICE(), agencysim.Config{MaxSessions: 4, Latency: agencysim.FixedLatency(time.Second)})
+	sim := celltest.StartSim(t, telegram.NICE(), agencysim.Config{MaxSessions: 4, Latency: agencysim.FixedLatency(time.Second)})
 	c := newClient(t, agency.Config{Name: "nice", Addr: sim.Addr().String(), Sessions: 1,
 		Breaker: breaker.Config{MinCalls: 1, Window: 1}}, agency.Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Millisecond)
@@ -219,26 +185,26 @@ func TestCallerCancellationIsNotAnAgencyFailure(t *testing.T) {
 }
 
 func TestResizeFollowsTheQuota(t *testing.T) {
-	sim := startSim(t, telegram.NICE(), agencysim.Config{MaxSessions: 10})
+	sim := celltest.StartSim(t, telegram.NICE(), agencysim.Config{MaxSessions: 10})
 	c := newClient(t, agency.Config{Name: "nice", Addr: sim.Addr().String(), Sessions: 2}, agency.Options{})
 	c.Resize(5)
-	waitFor(t, 5*time.Second, "5 sessions", func() bool { st := c.Status(); return st.Pool.Idle == 5 && st.Limit == 5 })
+	testkit.WaitFor(t, 5*time.Second, "5 sessions", func() bool { st := c.Status(); return st.Pool.Idle == 5 && st.Limit == 5 })
 	c.Resize(1)
-	waitFor(t, 5*time.Second, "1 session", func() bool { return sim.Stats().ActiveSessions == 1 })
+	testkit.WaitFor(t, 5*time.Second, "1 session", func() bool { return sim.Stats().ActiveSessions == 1 })
 	if st := c.Status(); st.Limit != 1 || st.Pool.Size != 1 {
 		t.Fatalf("after resize to 1: %+v", st)
 	}
 }
 
 func TestSessionOverTheAgencyLimitNeverEntersThePool(t *testing.T) {
-	sim := startSim(t, telegram.NICE(), agencysim.Config{MaxSessions: 2})
+	sim := celltest.StartSim(t, telegram.NICE(), agencysim.Config{MaxSessions: 2})
 	c, err := agency.New(agency.Config{Name: "nice", Addr: sim.Addr().String(), Sessions: 3,
 		Pool: sessionpool.Config{BackoffBase: 20 * time.Millisecond, BackoffMax: 50 * time.Millisecond}}, agency.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	waitFor(t, 5*time.Second, "a refused dial", func() bool { return c.Status().Pool.DialErrors > 0 })
+	testkit.WaitFor(t, 5*time.Second, "a refused dial", func() bool { return c.Status().Pool.DialErrors > 0 })
 	if st := c.Status().Pool; st.Open != 2 {
 		t.Fatalf("pool holds %d sessions with an agency limit of 2", st.Open)
 	}

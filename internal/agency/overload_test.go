@@ -15,6 +15,7 @@ import (
 
 	"github.com/cellkit/cellkit/internal/agency"
 	"github.com/cellkit/cellkit/internal/agencysim"
+	"github.com/cellkit/cellkit/internal/celltest"
 	"github.com/cellkit/cellkit/internal/telegram"
 )
 
@@ -35,7 +36,7 @@ func BenchmarkOverload(b *testing.B) {
 	for _, mult := range []float64{2, 10} {
 		rate := bound * mult
 		b.Run(fmt.Sprintf("pooled/%.0fx", mult), func(b *testing.B) {
-			sim := startSim(b, telegram.NICE(), agencysim.Config{MaxSessions: sessions, Latency: agencysim.FixedLatency(latency)})
+			sim := celltest.StartSim(b, telegram.NICE(), agencysim.Config{MaxSessions: sessions, Latency: agencysim.FixedLatency(latency)})
 			c := newClient(b, agency.Config{Name: "nice", Addr: sim.Addr().String(), Sessions: sessions}, agency.Options{})
 			for i := 0; i < b.N; i++ {
 				r := offer(rate, *overloadDuration, func(ctx context.Context, user string) error {
@@ -48,7 +49,7 @@ func BenchmarkOverload(b *testing.B) {
 			}
 		})
 		b.Run(fmt.Sprintf("dial-per-call/%.0fx", mult), func(b *testing.B) {
-			sim := startSim(b, telegram.NICE(), agencysim.Config{MaxSessions: sessions, Latency: agencysim.FixedLatency(latency)})
+			sim := celltest.StartSim(b, telegram.NICE(), agencysim.Config{MaxSessions: sessions, Latency: agencysim.FixedLatency(latency)})
 			addr := sim.Addr().String()
 			for i := 0; i < b.N; i++ {
 				r := offer(rate, *overloadDuration, func(ctx context.Context, user string) error {

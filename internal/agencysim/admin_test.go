@@ -1,8 +1,6 @@
 package agencysim
 
 import (
-	"encoding/json"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -10,6 +8,7 @@ import (
 	"time"
 
 	"github.com/cellkit/cellkit/internal/telegram"
+	"github.com/cellkit/cellkit/internal/testkit"
 )
 
 func adminServer(t *testing.T, srv *Server) *httptest.Server {
@@ -19,44 +18,20 @@ func adminServer(t *testing.T, srv *Server) *httptest.Server {
 	return hs
 }
 
-// do sends an admin request and decodes a JSON answer into out (if not nil).
-func do(t *testing.T, method, url, body string, out any) *http.Response {
-	t.Helper()
-	req, err := http.NewRequestWithContext(testContext(t), method, url, strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if out != nil {
-		if err := json.Unmarshal(b, out); err != nil {
-			t.Fatalf("%s %s: decode %s: %v", method, url, b, err)
-		}
-	}
-	return resp
-}
-
 func TestAdminConfig(t *testing.T) {
 	t.Parallel()
 	srv := startServer(t, telegram.NICE(), Config{MaxSessions: 80})
 	hs := adminServer(t, srv)
 
 	var got Config
-	if resp := do(t, http.MethodGet, hs.URL+"/config", "", &got); resp.StatusCode != http.StatusOK || got != srv.Config() {
-		t.Fatalf("GET /config = %d %+v, want 200 %+v", resp.StatusCode, got, srv.Config())
+	if resp := testkit.DoJSON(t, hs.Client(), http.MethodGet, hs.URL+"/config", nil, &got); resp.Status != http.StatusOK || got != srv.Config() {
+		t.Fatalf("GET /config = %d %+v, want 200 %+v", resp.Status, got, srv.Config())
 	}
 
 	put := `{"max_sessions": 40, "latency": {"dist": "fixed", "fixed": "500ms"}, "error_rate": 0.25, "idle_timeout": "30s"}`
 	want := Config{MaxSessions: 40, Latency: FixedLatency(500 * time.Millisecond), ErrorRate: 0.25, IdleTimeout: 30 * time.Second}
-	if resp := do(t, http.MethodPut, hs.URL+"/config", put, &got); resp.StatusCode != http.StatusOK || got != want {
-		t.Fatalf("PUT /config = %d %+v, want 200 %+v", resp.StatusCode, got, want)
+	if resp := testkit.DoJSON(t, hs.Client(), http.MethodPut, hs.URL+"/config", put, &got); resp.Status != http.StatusOK || got != want {
+		t.Fatalf("PUT /config = %d %+v, want 200 %+v", resp.Status, got, want)
 	}
 	if srv.Config() != want {
 		t.Errorf("Config() after PUT = %+v, want %+v", srv.Config(), want)
@@ -64,8 +39,8 @@ func TestAdminConfig(t *testing.T) {
 
 	// PATCH: ten times slower, nothing else changes.
 	want.Latency = want.Latency.Scaled(10)
-	if resp := do(t, http.MethodPatch, hs.URL+"/config", `{"latency": {"fixed": "5s"}}`, &got); resp.StatusCode != http.StatusOK || got != want {
-		t.Fatalf("PATCH /config = %d %+v, want 200 %+v", resp.StatusCode, got, want)
+	if resp := testkit.DoJSON(t, hs.Client(), http.MethodPatch, hs.URL+"/config", `{"latency": {"fixed": "5s"}}`, &got); resp.Status != http.StatusOK || got != want {
+		t.Fatalf("PATCH /config = %d %+v, want 200 %+v", resp.Status, got, want)
 	}
 }
 
@@ -93,9 +68,9 @@ func TestAdminRejectsBadInput(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var p Problem
-			resp := do(t, tt.method, hs.URL+tt.path, tt.body, &p)
-			if resp.StatusCode != tt.status {
-				t.Errorf("%s %s = %d, want %d", tt.method, tt.path, resp.StatusCode, tt.status)
+			resp := testkit.DoJSON(t, hs.Client(), tt.method, hs.URL+tt.path, tt.body, &p)
+			if resp.Status != tt.status {
+				t.Errorf("%s %s = %d, want %d", tt.method, tt.path, resp.Status, tt.status)
 			}
 			if ct := resp.Header.Get("Content-Type"); ct != "application/problem+json" {
 				t.Errorf("Content-Type = %q, want application/problem+json", ct)
@@ -122,14 +97,14 @@ func TestAdminStats(t *testing.T) {
 	c.mustCall(2, "b")
 
 	var st Stats
-	if resp := do(t, http.MethodGet, hs.URL+"/stats", "", &st); resp.StatusCode != http.StatusOK {
-		t.Fatalf("GET /stats = %d", resp.StatusCode)
+	if resp := testkit.DoJSON(t, hs.Client(), http.MethodGet, hs.URL+"/stats", nil, &st); resp.Status != http.StatusOK {
+		t.Fatalf("GET /stats = %d", resp.Status)
 	}
 	if st.Calls != 2 || st.ActiveSessions != 1 || st.Accepted != 1 {
 		t.Errorf("GET /stats = %+v, want 2 calls on 1 session", st)
 	}
 	var status Status
-	do(t, http.MethodGet, hs.URL+"/", "", &status)
+	testkit.DoJSON(t, hs.Client(), http.MethodGet, hs.URL+"/", nil, &status)
 	if status.Agency != srv.Profile().Name || status.Addr != srv.Addr().String() || status.Stats.Calls != 2 {
 		t.Errorf("GET / = %+v, want agency %s at %s with 2 calls", status, srv.Profile().Name, srv.Addr())
 	}

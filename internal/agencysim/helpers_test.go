@@ -1,29 +1,22 @@
 package agencysim
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"go.uber.org/goleak"
 
 	"github.com/cellkit/cellkit/internal/telegram"
+	"github.com/cellkit/cellkit/internal/testkit"
 	"github.com/cellkit/cellkit/internal/wire"
 )
 
-func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m,
-		goleak.IgnoreTopFunction("net/http.(*persistConn).readLoop"),
-		goleak.IgnoreTopFunction("net/http.(*persistConn).writeLoop"),
-	)
-}
+func TestMain(m *testing.M) { testkit.VerifyTestMain(m) }
 
 // ioTimeout bounds every client read and write, so a broken server fails a
 // test instead of hanging it.
@@ -33,16 +26,13 @@ const ioTimeout = 5 * time.Second
 // cleanup, checking that Serve ended with ErrServerClosed.
 func startServer(t *testing.T, p telegram.Profile, cfg Config) *Server {
 	t.Helper()
-	return startServerWith(t, p, cfg, Options{Logger: discardLogger(), Registerer: prometheus.NewRegistry()})
+	return startServerWith(t, p, cfg, Options{Logger: testkit.Logger(), Registerer: prometheus.NewRegistry()})
 }
 
 func startServerWith(t *testing.T, p telegram.Profile, cfg Config, opts Options) *Server {
 	t.Helper()
 	srv := New(p, cfg, opts)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	ln := testkit.Listen(t)
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	t.Cleanup(func() {
@@ -51,29 +41,15 @@ func startServerWith(t *testing.T, p telegram.Profile, cfg Config, opts Options)
 			t.Errorf("Serve() = %v, want ErrServerClosed", err)
 		}
 	})
-	waitFor(t, "server listening", func() bool { return srv.Addr() != nil })
+	testkit.WaitFor(t, ioTimeout, "server listening", func() bool { return srv.Addr() != nil })
 	return srv
-}
-
-func discardLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }
-
-// waitFor polls cond until it holds or a deadline passes.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(ioTimeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
 }
 
 // waitStats polls the server's stats until cond holds.
 func waitStats(t *testing.T, srv *Server, what string, cond func(Stats) bool) Stats {
 	t.Helper()
 	var st Stats
-	waitFor(t, what, func() bool { st = srv.Stats(); return cond(st) })
+	testkit.WaitFor(t, ioTimeout, what, func() bool { st = srv.Stats(); return cond(st) })
 	return st
 }
 
@@ -167,11 +143,4 @@ func (c *client) expectClosed() {
 		}
 		return
 	}
-}
-
-func testContext(t *testing.T) context.Context {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	t.Cleanup(cancel)
-	return ctx
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/cellkit/cellkit/internal/telegram"
+	"github.com/cellkit/cellkit/internal/testkit"
 	"github.com/cellkit/cellkit/internal/wire"
 )
 
@@ -409,14 +410,11 @@ func TestMalformedClientFramesCloseTheSession(t *testing.T) {
 
 func TestShutdownAnswersRequestsInFlight(t *testing.T) {
 	t.Parallel()
-	srv := New(telegram.NICE(), Config{Latency: FixedLatency(200 * time.Millisecond)}, Options{Logger: discardLogger()})
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	srv := New(telegram.NICE(), Config{Latency: FixedLatency(200 * time.Millisecond)}, Options{Logger: testkit.Logger()})
+	ln := testkit.Listen(t)
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
-	waitFor(t, "server listening", func() bool { return srv.Addr() != nil })
+	testkit.WaitFor(t, ioTimeout, "server listening", func() bool { return srv.Addr() != nil })
 	busy, idle := dial(t, srv), dial(t, srv)
 	waitStats(t, srv, "2 sessions", func(st Stats) bool { return st.ActiveSessions == 2 })
 	if err := busy.send(&telegram.Message{Type: telegram.Request, TraceNo: 5, UserKey: "in-flight"}); err != nil {
@@ -424,7 +422,7 @@ func TestShutdownAnswersRequestsInFlight(t *testing.T) {
 	}
 	waitStats(t, srv, "the call received", func(st Stats) bool { return st.Calls == 1 })
 
-	if err := srv.Shutdown(testContext(t)); err != nil {
+	if err := srv.Shutdown(testkit.Context(t, 10*time.Second)); err != nil {
 		t.Fatalf("Shutdown: %v", err)
 	}
 	if err := <-served; !errors.Is(err, ErrServerClosed) {
@@ -442,14 +440,11 @@ func TestShutdownAnswersRequestsInFlight(t *testing.T) {
 
 func TestCloseDropsRequestsInFlight(t *testing.T) {
 	t.Parallel()
-	srv := New(telegram.KCB(), Config{Latency: FixedLatency(time.Hour)}, Options{Logger: discardLogger()})
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	srv := New(telegram.KCB(), Config{Latency: FixedLatency(time.Hour)}, Options{Logger: testkit.Logger()})
+	ln := testkit.Listen(t)
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
-	waitFor(t, "server listening", func() bool { return srv.Addr() != nil })
+	testkit.WaitFor(t, ioTimeout, "server listening", func() bool { return srv.Addr() != nil })
 	c := dial(t, srv)
 	if err := c.send(&telegram.Message{Type: telegram.Request, TraceNo: 5, UserKey: "dropped"}); err != nil {
 		t.Fatal(err)
@@ -468,11 +463,8 @@ func TestCloseDropsRequestsInFlight(t *testing.T) {
 
 func TestServeRejectsAnInvalidConfig(t *testing.T) {
 	t.Parallel()
-	srv := New(telegram.NICE(), Config{MaxSessions: -1}, Options{Logger: discardLogger()})
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	srv := New(telegram.NICE(), Config{MaxSessions: -1}, Options{Logger: testkit.Logger()})
+	ln := testkit.Listen(t)
 	if err := srv.Serve(ln); err == nil || !strings.Contains(err.Error(), "max sessions") {
 		t.Errorf("Serve with MaxSessions -1 = %v, want a config error", err)
 	}
@@ -484,7 +476,7 @@ func TestServeRejectsAnInvalidConfig(t *testing.T) {
 func TestMetrics(t *testing.T) {
 	t.Parallel()
 	reg := prometheus.NewRegistry()
-	opts := Options{Logger: discardLogger(), Registerer: reg}
+	opts := Options{Logger: testkit.Logger(), Registerer: reg}
 	nice := startServerWith(t, telegram.NICE(), Config{}, opts)
 	kcb := startServerWith(t, telegram.KCB(), Config{ErrorRate: 1}, opts) // shares the registry
 	dial(t, nice).mustCall(1, "m")
@@ -552,11 +544,8 @@ func TestConcurrentSessionsUnderRace(t *testing.T) {
 func BenchmarkCall(b *testing.B) {
 	for _, p := range profiles() {
 		b.Run(p.Name, func(b *testing.B) {
-			srv := New(p, Config{}, Options{Logger: discardLogger()})
-			ln, err := net.Listen("tcp", "127.0.0.1:0")
-			if err != nil {
-				b.Fatal(err)
-			}
+			srv := New(p, Config{}, Options{Logger: testkit.Logger()})
+			ln := testkit.Listen(b)
 			served := make(chan error, 1)
 			go func() { served <- srv.Serve(ln) }()
 			b.Cleanup(func() { srv.Close(); <-served })

@@ -5,13 +5,14 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/cellkit/cellkit/internal/testkit"
 )
 
-type clock struct{ t time.Time }
+func newClock() *testkit.Clock {
+	return testkit.NewClock(time.Date(2026, 11, 29, 0, 0, 0, 0, time.UTC))
+}
 
-func (c *clock) now() time.Time      { return c.t }
-func (c *clock) add(d time.Duration) { c.t = c.t.Add(d) }
-func newClock() *clock               { return &clock{t: time.Date(2026, 11, 29, 0, 0, 0, 0, time.UTC)} }
 func call(t *testing.T, b *Breaker, fail bool, took time.Duration) {
 	t.Helper()
 	p, err := b.Acquire()
@@ -46,7 +47,7 @@ func TestTripsOnFailureRateAfterMinCalls(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			b := New(Config{}, newClock().now, nil)
+			b := New(Config{}, newClock().Now, nil)
 			for i := 0; i < tt.ok; i++ {
 				call(t, b, false, time.Millisecond)
 			}
@@ -62,7 +63,7 @@ func TestTripsOnFailureRateAfterMinCalls(t *testing.T) {
 }
 
 func TestWindowForgetsOldFailures(t *testing.T) {
-	b := New(Config{}, newClock().now, nil)
+	b := New(Config{}, newClock().Now, nil)
 	// One failure in six (under 20%), then 100 successes: the failures
 	// slide out of the window.
 	for i := 0; i < 100; i++ {
@@ -87,7 +88,7 @@ func TestWindowForgetsOldFailures(t *testing.T) {
 }
 
 func TestTripsOnSlowCalls(t *testing.T) {
-	b := New(Config{}, newClock().now, nil)
+	b := New(Config{}, newClock().Now, nil)
 	for i := 0; i < 10; i++ {
 		call(t, b, false, time.Second)
 	}
@@ -107,18 +108,18 @@ func TestTripsOnSlowCalls(t *testing.T) {
 func TestOpenHalfOpenClosedCycle(t *testing.T) {
 	c := newClock()
 	var tr transitions
-	b := New(Config{MinCalls: 5, Window: 10, OpenFor: 30 * time.Second, HalfOpenProbes: 3}, c.now, tr.record)
+	b := New(Config{MinCalls: 5, Window: 10, OpenFor: 30 * time.Second, HalfOpenProbes: 3}, c.Now, tr.record)
 	for i := 0; i < 5; i++ {
 		call(t, b, true, 0)
 	}
 	if _, err := b.Acquire(); !errors.Is(err, ErrOpen) {
 		t.Fatalf("Acquire while open = %v, want ErrOpen", err)
 	}
-	c.add(29 * time.Second)
+	c.Advance(29 * time.Second)
 	if _, err := b.Acquire(); !errors.Is(err, ErrOpen) {
 		t.Fatal("admitted a call before OpenFor passed")
 	}
-	c.add(time.Second)
+	c.Advance(time.Second)
 	// Half-open: three probes, no fourth until they finish.
 	var probes []Permit
 	for i := 0; i < 3; i++ {
@@ -137,7 +138,7 @@ func TestOpenHalfOpenClosedCycle(t *testing.T) {
 		t.Fatalf("state after a failed probe = %v, want open", b.State())
 	}
 	probes[1].Done(false, 0) // stale: ignored
-	c.add(30 * time.Second)
+	c.Advance(30 * time.Second)
 	for i := 0; i < 3; i++ {
 		call(t, b, false, time.Millisecond)
 	}
@@ -160,9 +161,9 @@ func TestOpenHalfOpenClosedCycle(t *testing.T) {
 
 func TestSlowProbeReopens(t *testing.T) {
 	c := newClock()
-	b := New(Config{MinCalls: 1, Window: 1, SlowCall: time.Second}, c.now, nil)
+	b := New(Config{MinCalls: 1, Window: 1, SlowCall: time.Second}, c.Now, nil)
 	call(t, b, true, 0)
-	c.add(31 * time.Second)
+	c.Advance(31 * time.Second)
 	call(t, b, false, 2*time.Second)
 	if b.State() != Open {
 		t.Fatalf("state after a slow probe = %v, want open", b.State())
@@ -172,12 +173,12 @@ func TestSlowProbeReopens(t *testing.T) {
 func TestManualOverrides(t *testing.T) {
 	c := newClock()
 	var tr transitions
-	b := New(Config{MinCalls: 2, Window: 2}, c.now, tr.record)
+	b := New(Config{MinCalls: 2, Window: 2}, c.Now, tr.record)
 	b.ForceOpen()
 	if _, err := b.Acquire(); !errors.Is(err, ErrOpen) || b.State() != ForcedOpen {
 		t.Fatalf("forced open: Acquire = %v, state %v", err, b.State())
 	}
-	c.add(time.Hour)
+	c.Advance(time.Hour)
 	if _, err := b.Acquire(); !errors.Is(err, ErrOpen) {
 		t.Fatal("forced open admitted a call after OpenFor")
 	}
@@ -243,9 +244,9 @@ func BenchmarkAcquireDone(b *testing.B) {
 
 func TestCancelFreesAProbe(t *testing.T) {
 	c := newClock()
-	b := New(Config{MinCalls: 1, Window: 1, HalfOpenProbes: 1}, c.now, nil)
+	b := New(Config{MinCalls: 1, Window: 1, HalfOpenProbes: 1}, c.Now, nil)
 	call(t, b, true, 0)
-	c.add(31 * time.Second)
+	c.Advance(31 * time.Second)
 	p, err := b.Acquire()
 	if err != nil {
 		t.Fatal(err)

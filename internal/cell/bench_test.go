@@ -14,8 +14,8 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/cellkit/cellkit/internal/agencysim"
-	"github.com/cellkit/cellkit/internal/celltest"
 	"github.com/cellkit/cellkit/internal/inquiry"
+	"github.com/cellkit/cellkit/internal/testkit"
 )
 
 // benchStore is where benchmark cells keep their store: $CELLKIT_BENCH_DIR
@@ -61,7 +61,7 @@ func BenchmarkIntake(b *testing.B) {
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
 			i := n.Add(1)
-			r, err := celltest.Send(client, "POST", h.intake+"/v1/inquiries", user(int(i)), nil)
+			r, err := testkit.Send(client, "POST", h.intake+"/v1/inquiries", user(int(i)), nil)
 			if err != nil || r.Status != http.StatusAccepted {
 				b.Errorf("POST = %v %d %s", err, r.Status, r.Body)
 				return
@@ -118,7 +118,7 @@ func BenchmarkPipelineAgencyBound(b *testing.B) {
 			go func() {
 				defer wg.Done()
 				for i := range jobs {
-					r, err := celltest.Send(client, "POST", h.intake+"/v1/inquiries",
+					r, err := testkit.Send(client, "POST", h.intake+"/v1/inquiries",
 						inquiry.Request{UserID: "bench-" + strconv.Itoa(i), Product: "loan", Amount: 1_000_000}, nil)
 					switch {
 					case err == nil && r.Status == http.StatusAccepted:

@@ -20,6 +20,7 @@ import (
 	"github.com/cellkit/cellkit/internal/queue"
 	"github.com/cellkit/cellkit/internal/slotmap"
 	"github.com/cellkit/cellkit/internal/store"
+	"github.com/cellkit/cellkit/internal/testkit"
 )
 
 func TestHappyPathEndToEnd(t *testing.T) {
@@ -86,7 +87,7 @@ func TestIdempotencyKey(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			r := celltest.Do(t, h.client, http.MethodPost, h.intake+"/v1/inquiries", user(2), map[string]string{"Idempotency-Key": "k2"})
+			r := testkit.Do(t, h.client, http.MethodPost, h.intake+"/v1/inquiries", user(2), map[string]string{"Idempotency-Key": "k2"})
 			if r.Status == http.StatusAccepted {
 				var a struct{ ID string }
 				r.JSON(t, &a)
@@ -106,7 +107,7 @@ func TestIdempotencyKey(t *testing.T) {
 		}
 	}
 	h.settled(first)
-	celltest.WaitFor(t, 5*time.Second, "the queue to empty", func() bool {
+	testkit.WaitFor(t, 5*time.Second, "the queue to empty", func() bool {
 		s := h.cell.sample.Load()
 		return s != nil && s.Total == 0 && h.cell.pipe.Inflight() == 0
 	})
@@ -174,7 +175,7 @@ func TestBadInput(t *testing.T) {
 			if tc.body != "" {
 				body = tc.body
 			}
-			resp := celltest.Do(t, h.client, tc.method, h.intake+tc.path, body, tc.headers)
+			resp := testkit.Do(t, h.client, tc.method, h.intake+tc.path, body, tc.headers)
 			p := resp.Problem(t)
 			if resp.Status != tc.status || p.Status != tc.status || p.Field != tc.field || p.Type == "" || p.Title == "" || p.Detail == "" {
 				t.Fatalf("%s %s = %d %+v, want %d with field %q", tc.method, tc.path, resp.Status, p, tc.status, tc.field)
@@ -199,7 +200,7 @@ func TestAgencyErrorsFailInquiriesOntoTheErrorStream(t *testing.T) {
 	var list struct {
 		Failed []queue.Failure `json:"failed"`
 	}
-	celltest.WaitFor(t, 5*time.Second, "the error stream to list it", func() bool {
+	testkit.WaitFor(t, 5*time.Second, "the error stream to list it", func() bool {
 		h.adminDo("GET", "/v1/admin/failed", nil).JSON(t, &list)
 		return len(list.Failed) == 1
 	})
@@ -242,7 +243,7 @@ func TestAgencyDownOpensTheBreakerAndFailsFast(t *testing.T) {
 			t.Fatalf("%s: %+v, want failed", id, v)
 		}
 	}
-	celltest.WaitFor(t, 10*time.Second, "the breaker to open", func() bool { return h.cell.clients["nice"].Status().Breaker == "open" })
+	testkit.WaitFor(t, 10*time.Second, "the breaker to open", func() bool { return h.cell.clients["nice"].Status().Breaker == "open" })
 	began := time.Now()
 	id := h.accept(user(100), nil)
 	v := h.settled(id)
@@ -279,7 +280,7 @@ func TestASlowAgencyDelaysWorkWithoutFailingIt(t *testing.T) {
 			t.Fatalf("%s: %+v, want done at the first attempt", id, v)
 		}
 	}
-	body := string(celltest.Do(t, h.client, "GET", h.admin+"/metrics", nil, nil).Body)
+	body := string(testkit.Do(t, h.client, "GET", h.admin+"/metrics", nil, nil).Body)
 	for _, line := range strings.Split(body, "\n") {
 		if strings.HasPrefix(line, "cellkit_cell_failures_total{") && !strings.HasSuffix(line, " 0") {
 			t.Errorf("failures: %s", line)
@@ -309,8 +310,8 @@ func TestShedding(t *testing.T) {
 		}})
 		first := h.accept(user(1), nil)
 		second := h.accept(user(2), nil)
-		var resp celltest.Response
-		celltest.WaitFor(t, 5*time.Second, "intake to shed", func() bool {
+		var resp testkit.Response
+		testkit.WaitFor(t, 5*time.Second, "intake to shed", func() bool {
 			resp = h.post(user(3), nil)
 			return resp.Status == http.StatusServiceUnavailable
 		})
@@ -322,7 +323,7 @@ func TestShedding(t *testing.T) {
 		close(css.release)
 		h.settled(first)
 		h.settled(second)
-		celltest.WaitFor(t, 5*time.Second, "intake to take work again", func() bool {
+		testkit.WaitFor(t, 5*time.Second, "intake to take work again", func() bool {
 			return h.post(user(4), nil).Status == http.StatusAccepted
 		})
 		assertMetric(t, h, `cellkit_cell_intake_shed_total{cell="c1",reason="age"}`)
@@ -382,7 +383,7 @@ func TestFencing(t *testing.T) {
 	h.accept(moving, hdr(v1, slot(moving)))
 
 	h.reg.Change(func(m *slotmap.Map) (*slotmap.Plan, error) { return m.AddCell(celltest.TestCell("c2")) })
-	celltest.WaitFor(t, 5*time.Second, "the cell to see map v2", func() bool { return h.cell.follower.Map().Version() == m.Version()+1 })
+	testkit.WaitFor(t, 5*time.Second, "the cell to see map v2", func() bool { return h.cell.follower.Map().Version() == m.Version()+1 })
 	v2 := strconv.FormatInt(m.Version()+1, 10)
 
 	resp := h.post(moving, hdr(v1, slot(moving)))
@@ -420,7 +421,7 @@ func TestDrainViaAdminIntakeClose(t *testing.T) {
 		t.Fatalf("queued work must finish while draining: %+v", v)
 	}
 	var st Status
-	celltest.WaitFor(t, 5*time.Second, "status to show the cell drained", func() bool {
+	testkit.WaitFor(t, 5*time.Second, "status to show the cell drained", func() bool {
 		h.adminDo("GET", "/v1/admin/status", nil).JSON(t, &st)
 		return st.Intake == "closed" && st.Queue.Messages == 0 && st.Inflight == 0
 	})
@@ -483,7 +484,7 @@ func TestTransientFailuresAreRetriedThenDeadLettered(t *testing.T) {
 func TestQuotaFollowsTheMap(t *testing.T) {
 	h := start(t, setup{sessions: 4, sim: agencysim.Config{MaxSessions: 20}})
 	h.reg.Change(func(m *slotmap.Map) (*slotmap.Plan, error) { return m.SetAgency("nice", 7) })
-	celltest.WaitFor(t, 5*time.Second, "the nice pool to grow to 7", func() bool {
+	testkit.WaitFor(t, 5*time.Second, "the nice pool to grow to 7", func() bool {
 		st := h.cell.clients["nice"].Status()
 		return st.Pool.Size == 7 && st.Pool.Idle == 7 && st.Limit == 7
 	})
@@ -522,7 +523,7 @@ func TestAdminAPI(t *testing.T) {
 		if tc.token != "" {
 			headers["Authorization"] = "Bearer " + tc.token
 		}
-		resp := celltest.Do(t, h.client, tc.method, h.admin+tc.path, nil, headers)
+		resp := testkit.Do(t, h.client, tc.method, h.admin+tc.path, nil, headers)
 		if resp.Status != tc.status {
 			t.Errorf("%s %s (token %q) = %d %s, want %d", tc.method, tc.path, tc.token, resp.Status, resp.Body, tc.status)
 		}
@@ -533,16 +534,16 @@ func TestAdminAPI(t *testing.T) {
 		t.Fatalf("%+v, want failed on the forced-open breaker", v)
 	}
 	auth := map[string]string{"Authorization": "Bearer s3cret"}
-	celltest.Do(t, h.client, "POST", h.admin+"/v1/admin/circuit/nice/reset", nil, auth)
+	testkit.Do(t, h.client, "POST", h.admin+"/v1/admin/circuit/nice/reset", nil, auth)
 	var st Status
-	celltest.WaitFor(t, 5*time.Second, "status to count the failure", func() bool {
-		celltest.Do(t, h.client, "GET", h.admin+"/v1/admin/status", nil, auth).JSON(t, &st)
+	testkit.WaitFor(t, 5*time.Second, "status to count the failure", func() bool {
+		testkit.Do(t, h.client, "GET", h.admin+"/v1/admin/status", nil, auth).JSON(t, &st)
 		return st.Failed == 1
 	})
 	if st.Agencies["nice"].Breaker != "closed" || !st.Ready || st.NATS != "CONNECTED" || st.Map.Version == 0 {
 		t.Fatalf("status %+v", st)
 	}
-	metrics := string(celltest.Do(t, h.client, "GET", h.admin+"/metrics", nil, nil).Body)
+	metrics := string(testkit.Do(t, h.client, "GET", h.admin+"/metrics", nil, nil).Body)
 	for _, name := range []string{
 		"cellkit_cell_queue_depth", "cellkit_cell_queue_oldest_age_seconds", "cellkit_cell_intake_shed_total",
 		"cellkit_cell_map_version", "cellkit_agency_breaker_state", "cellkit_cell_deliveries_total", "cellkit_cell_failed_inquiries",
@@ -583,7 +584,7 @@ func TestGracefulStopAndResume(t *testing.T) {
 	for i := range 5 {
 		ids = append(ids, h.accept(user(i), nil))
 	}
-	celltest.WaitFor(t, 5*time.Second, "work in flight", func() bool { return h.cell.pipe.Inflight() == 5 })
+	testkit.WaitFor(t, 5*time.Second, "work in flight", func() bool { return h.cell.pipe.Inflight() == 5 })
 	began := time.Now()
 	if err := h.stop(); err != nil {
 		t.Fatalf("Run() = %v after a graceful stop", err)
@@ -604,15 +605,15 @@ func TestGracefulStopAndResume(t *testing.T) {
 func TestStoreDirIsLocked(t *testing.T) {
 	h := start(t, setup{})
 	cfg := h.cfg
-	if _, err := New(context.Background(), cfg, Options{Logger: testLogger(t)}); err == nil || !strings.Contains(err.Error(), "in use") {
+	if _, err := New(context.Background(), cfg, Options{Logger: testkit.Logger()}); err == nil || !strings.Contains(err.Error(), "in use") {
 		t.Fatalf("second cell on the same store = %v, want in use", err)
 	}
 }
 
 func assertMetric(t *testing.T, h *harness, series string) {
 	t.Helper()
-	celltest.WaitFor(t, 5*time.Second, "metric "+series+" above 0", func() bool {
-		body := string(celltest.Do(t, h.client, "GET", h.admin+"/metrics", nil, nil).Body)
+	testkit.WaitFor(t, 5*time.Second, "metric "+series+" above 0", func() bool {
+		body := string(testkit.Do(t, h.client, "GET", h.admin+"/metrics", nil, nil).Body)
 		for _, line := range strings.Split(body, "\n") {
 			if strings.HasPrefix(line, series+" ") && !strings.HasSuffix(line, " 0") {
 				return true
@@ -631,7 +632,7 @@ func TestReplicatedOnACluster(t *testing.T) {
 		t.Fatalf("replicas 3 on the embedded server: %v, want refused", err)
 	}
 	dirs := []string{t.TempDir(), t.TempDir(), t.TempDir()}
-	nodes, err := natsembed.StartCluster("cells", dirs, 30*time.Second, testLogger(t))
+	nodes, err := natsembed.StartCluster("cells", dirs, 30*time.Second, testkit.Logger())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -658,8 +659,8 @@ func TestReplicatedOnACluster(t *testing.T) {
 		}
 	}
 	nodes[2].Shutdown() // a quorum of two is left
-	celltest.WaitFor(t, 30*time.Second, "an inquiry accepted and done with one node down", func() bool {
-		r, err := celltest.Send(h.client, "POST", h.intake+"/v1/inquiries", user(2), nil)
+	testkit.WaitFor(t, 30*time.Second, "an inquiry accepted and done with one node down", func() bool {
+		r, err := testkit.Send(h.client, "POST", h.intake+"/v1/inquiries", user(2), nil)
 		if err != nil || r.Status != http.StatusAccepted {
 			return false
 		}
@@ -672,7 +673,7 @@ func TestReplicatedOnACluster(t *testing.T) {
 }
 
 func TestExternalNATS(t *testing.T) {
-	ext, err := natsembed.Start(natsembed.Config{Name: "external", StoreDir: t.TempDir()}, testLogger(t))
+	ext, err := natsembed.Start(natsembed.Config{Name: "external", StoreDir: t.TempDir()}, testkit.Logger())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,10 +2,8 @@ package cell
 
 import (
 	"context"
-	"log/slog"
 	"net/http"
 	"net/netip"
-	"os"
 	"strconv"
 	"testing"
 	"time"
@@ -18,14 +16,11 @@ import (
 	"github.com/cellkit/cellkit/internal/celltest"
 	"github.com/cellkit/cellkit/internal/inquiry"
 	"github.com/cellkit/cellkit/internal/telegram"
+	"github.com/cellkit/cellkit/internal/testkit"
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m,
-		goleak.IgnoreTopFunction("net/http.(*persistConn).readLoop"),
-		goleak.IgnoreTopFunction("net/http.(*persistConn).writeLoop"),
-		goleak.IgnoreTopFunction("internal/poll.runtime_pollWait"),
-	)
+	testkit.VerifyTestMain(m, goleak.IgnoreTopFunction("internal/poll.runtime_pollWait"))
 }
 
 // harness is one cell under test with its simulators and registry.
@@ -50,13 +45,6 @@ type setup struct {
 	noStart  bool               // build, do not wait for ready
 	storeDir string             // reuse a store (restart tests)
 	reg      *celltest.Registry // reuse a registry
-}
-
-func testLogger(t testing.TB) *slog.Logger {
-	if os.Getenv("CELLKIT_TEST_LOG") != "" {
-		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	}
-	return slog.New(slog.DiscardHandler)
 }
 
 func start(t testing.TB, s setup) *harness {
@@ -94,7 +82,7 @@ func start(t testing.TB, s setup) *harness {
 	if s.config != nil {
 		s.config(&h.cfg)
 	}
-	s.opts.Logger = testLogger(t)
+	s.opts.Logger = testkit.Logger()
 	s.opts.Metrics = prometheus.NewRegistry()
 	c, err := New(context.Background(), h.cfg, s.opts)
 	if err != nil {
@@ -135,25 +123,25 @@ func loopbackCallbacks(c *Config) {
 
 func (h *harness) waitReady() {
 	h.t.Helper()
-	celltest.WaitFor(h.t, 10*time.Second, "the cell to be ready", func() bool {
+	testkit.WaitFor(h.t, 10*time.Second, "the cell to be ready", func() bool {
 		ok, _ := h.cell.readiness()
 		return ok
 	})
 }
 
-func (h *harness) post(req any, headers map[string]string) celltest.Response {
+func (h *harness) post(req any, headers map[string]string) testkit.Response {
 	h.t.Helper()
-	return celltest.Do(h.t, h.client, http.MethodPost, h.intake+"/v1/inquiries", req, headers)
+	return testkit.Do(h.t, h.client, http.MethodPost, h.intake+"/v1/inquiries", req, headers)
 }
 
-func (h *harness) get(id string) celltest.Response {
+func (h *harness) get(id string) testkit.Response {
 	h.t.Helper()
-	return celltest.Do(h.t, h.client, http.MethodGet, h.intake+"/v1/inquiries/"+id, nil, nil)
+	return testkit.Do(h.t, h.client, http.MethodGet, h.intake+"/v1/inquiries/"+id, nil, nil)
 }
 
-func (h *harness) adminDo(method, path string, body any) celltest.Response {
+func (h *harness) adminDo(method, path string, body any) testkit.Response {
 	h.t.Helper()
-	return celltest.Do(h.t, h.client, method, h.admin+path, body, nil)
+	return testkit.Do(h.t, h.client, method, h.admin+path, body, nil)
 }
 
 // accept posts a request and expects 202.
@@ -184,7 +172,7 @@ func (h *harness) view(id string) inquiry.View {
 func (h *harness) settled(id string) inquiry.View {
 	h.t.Helper()
 	var v inquiry.View
-	celltest.WaitFor(h.t, 10*time.Second, "inquiry "+id+" to settle", func() bool {
+	testkit.WaitFor(h.t, 10*time.Second, "inquiry "+id+" to settle", func() bool {
 		v = h.view(id)
 		return v.Status != inquiry.Pending
 	})

@@ -49,7 +49,7 @@ func statusEnv(t *testing.T, e *env) map[string]*fakeCell {
 func TestStatus(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, e *env) {
 		statusEnv(t, e)
-		e.clock.Add(3*time.Minute + 12*time.Second)
+		e.clock.Advance(3*time.Minute + 12*time.Second)
 		r := e.ok("status")
 		e.golden("status", r.stdout)
 

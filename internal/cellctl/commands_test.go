@@ -22,7 +22,7 @@ func TestSession(t *testing.T) {
 			t.Helper()
 			r := e.ok(args...)
 			e.golden("session_"+name, r.stdout)
-			e.clock.Add(time.Minute)
+			e.clock.Advance(time.Minute)
 			return r
 		}
 		step("init", "init", "--agency", "nice=80", "--agency", "kcb=40", "--slots", "4096")

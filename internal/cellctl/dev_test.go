@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/cellkit/cellkit/internal/devstack"
+	"github.com/cellkit/cellkit/internal/testkit"
 )
 
 // TestDevStack runs the real stack as 'make run' does: cellctl, agencysim,
@@ -185,7 +186,7 @@ func devInquiry(t *testing.T, st *DevStack, user string) string {
 		t.Fatalf("202 body %s: %v", b, err)
 	}
 	var last map[string]any
-	waitFor(t, 30*time.Second, "inquiry "+acc.ID+" to be done", func() bool {
+	testkit.WaitFor(t, 30*time.Second, "inquiry "+acc.ID+" to be done", func() bool {
 		last = devGet(t, st, acc.StatusURL)
 		if last["status"] == "failed" {
 			t.Fatalf("inquiry %s failed: %v", acc.ID, last)

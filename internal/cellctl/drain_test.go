@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/cellkit/cellkit/internal/slotmap"
+	"github.com/cellkit/cellkit/internal/testkit"
 )
 
 // drainEnv is a map with c1, c2 and c3 whose admin APIs are fake cells.
@@ -105,7 +106,7 @@ func TestDrainInterrupted(t *testing.T) {
 
 		ctx, cancel := context.WithCancel(context.Background())
 		go func() {
-			waitFor(t, 10*time.Second, "three status calls", func() bool {
+			testkit.WaitFor(t, 10*time.Second, "three status calls", func() bool {
 				c2.mu.Lock()
 				defer c2.mu.Unlock()
 				return c2.statuses >= 3

@@ -18,48 +18,25 @@ import (
 	"github.com/cellkit/cellkit/internal/consultest"
 	"github.com/cellkit/cellkit/internal/registry"
 	"github.com/cellkit/cellkit/internal/slotmap"
+	"github.com/cellkit/cellkit/internal/testkit"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
 
 func TestMain(m *testing.M) {
-	code := m.Run()
-	if cellBin != "" {
-		os.RemoveAll(filepath.Dir(cellBin))
-	}
-	if code == 0 {
-		if err := goleak.Find(
-			goleak.IgnoreTopFunction("net/http.(*persistConn).readLoop"),
-			goleak.IgnoreTopFunction("net/http.(*persistConn).writeLoop"),
-			goleak.IgnoreTopFunction("internal/poll.runtime_pollWait"),
-		); err != nil {
-			fmt.Fprintf(os.Stderr, "goleak: %v\n", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
+	testkit.VerifyTestMain(m,
+		goleak.IgnoreTopFunction("internal/poll.runtime_pollWait"),
+		goleak.Cleanup(func(code int) {
+			if cellBin != "" {
+				os.RemoveAll(filepath.Dir(cellBin))
+			}
+			os.Exit(code)
+		}),
+	)
 }
 
 // epoch is the fake clock's start: maps committed in tests carry it.
 var epoch = time.Date(2026, 11, 29, 17, 0, 0, 0, time.UTC)
-
-// clock is a settable fake clock.
-type clock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *clock) Add(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
-}
 
 // forEachBackend runs f as a subtest per backend. The Consul agent is
 // started by the first subtest that needs it and stopped with the parent.
@@ -86,7 +63,7 @@ type env struct {
 	t     *testing.T
 	url   string
 	raw   func() []byte
-	clock *clock
+	clock *testkit.Clock
 	cli   *CLI
 	// replace holds strings that vary between runs (the registry's name,
 	// test servers' URLs) and what golden files show instead.
@@ -94,7 +71,7 @@ type env struct {
 }
 
 func newEnv(t *testing.T, url string, raw func() []byte) *env {
-	e := &env{t: t, url: url, raw: raw, clock: &clock{now: epoch}}
+	e := &env{t: t, url: url, raw: raw, clock: testkit.NewClock(epoch)}
 	e.cli = &CLI{Now: e.clock.Now, Getenv: func(string) string { return "" }}
 	reg := e.open()
 	e.replace = append(e.replace, reg.Describe(), "REGISTRY")
@@ -245,17 +222,5 @@ func (e *env) setup(cells []string, admin func(id string) string) {
 			a = admin(id)
 		}
 		e.ok("provision", id, "--intake", "http://127.0.0.1:1", "--admin", a)
-	}
-}
-
-// waitFor polls cond until it holds or d passes.
-func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", d, what)
-		}
-		time.Sleep(10 * time.Millisecond)
 	}
 }

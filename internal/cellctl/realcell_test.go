@@ -4,10 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"log/slog"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -20,8 +17,10 @@ import (
 	"time"
 
 	"github.com/cellkit/cellkit/internal/agencysim"
+	"github.com/cellkit/cellkit/internal/celltest"
 	"github.com/cellkit/cellkit/internal/slotmap"
 	"github.com/cellkit/cellkit/internal/telegram"
+	"github.com/cellkit/cellkit/internal/testkit"
 )
 
 // The real cell runs as its own binary, built once per test run: cellctl
@@ -50,35 +49,6 @@ func buildCell(t *testing.T) string {
 		t.Fatal(cellBinErr)
 	}
 	return cellBin
-}
-
-// startSim runs an agency simulator on a loopback port.
-func startSim(t *testing.T, p telegram.Profile, cfg agencysim.Config) string {
-	t.Helper()
-	srv := agencysim.New(p, cfg, agencysim.Options{Logger: slog.New(slog.DiscardHandler)})
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
-	t.Cleanup(func() {
-		srv.Close()
-		if err := <-served; !errors.Is(err, agencysim.ErrServerClosed) {
-			t.Errorf("agency simulator: %v", err)
-		}
-	})
-	return ln.Addr().String()
-}
-
-func freePort(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
 }
 
 // realCell is a cell process.
@@ -123,7 +93,7 @@ func startCell(t *testing.T, id, registryURL, intakeAddr, adminAddr, nice, kcb s
 			t.Logf("cell %s log:\n%s", id, c.log)
 		}
 	})
-	waitFor(t, 30*time.Second, "cell "+id+" to be ready", func() bool {
+	testkit.WaitFor(t, 30*time.Second, "cell "+id+" to be ready", func() bool {
 		select {
 		case <-exited:
 			t.Fatalf("cell %s exited: %v\n%s", id, c.cmd.ProcessState, c.log)
@@ -182,10 +152,10 @@ func TestDrainWaitRealCell(t *testing.T) {
 		t.Skip("builds and runs the cell binary")
 	}
 	sim := agencysim.Config{Latency: agencysim.FixedLatency(150 * time.Millisecond)}
-	nice := startSim(t, telegram.NICE(), sim)
-	kcb := startSim(t, telegram.KCB(), sim)
+	nice := celltest.StartSim(t, telegram.NICE(), sim).Addr().String()
+	kcb := celltest.StartSim(t, telegram.KCB(), sim).Addr().String()
 	forEachBackend(t, func(t *testing.T, e *env) {
-		intakeAddr, adminAddr := freePort(t), freePort(t)
+		intakeAddr, adminAddr := testkit.FreeAddr(t), testkit.FreeAddr(t)
 		// Two sessions per agency for c1: with two workers, about 10
 		// inquiries a second.
 		e.ok("init", "--agency", "nice=4", "--agency", "kcb=4", "--slots", "4096")

@@ -1,24 +1,22 @@
 // Package celltest starts the real things a cell test needs — agency
-// simulators over TCP and a file registry holding a cell map — and talks to
-// a cell's HTTP APIs. It predicts every inquiry's result, and checks a load
-// run like a queue checker: every accepted inquiry settled (lost = 0), none
-// with two results (duplicated = 0).
+// simulators over TCP, a file registry holding a cell map, an embedded NATS
+// server — on top of internal/testkit, which holds what is not particular
+// to cellkit (waiting, clocks, leak checks, HTTP requests). It predicts
+// every inquiry's result, and checks a load run like a queue checker: every
+// accepted inquiry settled (lost = 0), none with two results
+// (duplicated = 0).
 package celltest
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
-	"io"
-	"log/slog"
 	"maps"
 	"net"
-	"net/http"
 	"path/filepath"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/cellkit/cellkit/internal/agencysim"
@@ -27,33 +25,31 @@ import (
 	"github.com/cellkit/cellkit/internal/registry"
 	"github.com/cellkit/cellkit/internal/slotmap"
 	"github.com/cellkit/cellkit/internal/telegram"
+	"github.com/cellkit/cellkit/internal/testkit"
 )
-
-// WaitFor polls cond every 5 ms until it holds, failing the test after d.
-func WaitFor(t testing.TB, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", d, what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
 
 // StartSim serves a simulated agency on a free loopback port until the
 // test ends.
 func StartSim(t testing.TB, profile telegram.Profile, cfg agencysim.Config) *agencysim.Server {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := agencysim.New(profile, cfg, agencysim.Options{Logger: slog.New(slog.DiscardHandler)})
-	done := make(chan struct{})
-	go func() { defer close(done); srv.Serve(ln) }()
-	t.Cleanup(func() { srv.Close(); <-done })
-	WaitFor(t, 5*time.Second, "the simulator to listen", func() bool { return srv.Addr() != nil })
+	return ServeSim(t, testkit.Listen(t), profile, cfg)
+}
+
+// ServeSim serves a simulated agency on ln until the test ends; cleanup
+// closes it and checks that Serve ended with ErrServerClosed. Its logs go to
+// testkit.Logger.
+func ServeSim(t testing.TB, ln net.Listener, profile telegram.Profile, cfg agencysim.Config) *agencysim.Server {
+	t.Helper()
+	srv := agencysim.New(profile, cfg, agencysim.Options{Logger: testkit.Logger()})
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	t.Cleanup(func() {
+		srv.Close()
+		if err := <-served; !errors.Is(err, agencysim.ErrServerClosed) {
+			t.Errorf("agency simulator: Serve() = %v, want ErrServerClosed", err)
+		}
+	})
+	testkit.WaitFor(t, 5*time.Second, "the simulator to listen", func() bool { return srv.Addr() != nil })
 	return srv
 }
 
@@ -126,89 +122,6 @@ func (r *Registry) Change(plan func(*slotmap.Map) (*slotmap.Plan, error)) *slotm
 // TestCell is a cell entry for a map.
 func TestCell(id string) slotmap.Cell {
 	return slotmap.Cell{ID: id, Weight: 1, Intake: "http://127.0.0.1:1", Admin: "http://127.0.0.1:2"}
-}
-
-// Response is an HTTP answer, read whole.
-type Response struct {
-	Status int
-	Header http.Header
-	Body   []byte
-}
-
-// JSON decodes the body into v.
-func (r Response) JSON(t testing.TB, v any) {
-	t.Helper()
-	if err := json.Unmarshal(r.Body, v); err != nil {
-		t.Fatalf("decode %q: %v", r.Body, err)
-	}
-}
-
-// Problem is an RFC 9457 answer.
-type Problem struct {
-	Type, Title, Detail, Field string
-	Status                     int
-}
-
-// Problem decodes a problem body, checking its content type.
-func (r Response) Problem(t testing.TB) Problem {
-	t.Helper()
-	if ct := r.Header.Get("Content-Type"); ct != "application/problem+json" {
-		t.Fatalf("status %d with content type %q, want application/problem+json (body %q)", r.Status, ct, r.Body)
-	}
-	var p Problem
-	r.JSON(t, &p)
-	return p
-}
-
-// Do sends one request. body may be nil, []byte, string or a value to
-// encode as JSON (then Content-Type is application/json unless headers set
-// one).
-func Do(t testing.TB, client *http.Client, method, url string, body any, headers map[string]string) Response {
-	t.Helper()
-	resp, err := Send(client, method, url, body, headers)
-	if err != nil {
-		t.Fatalf("%s %s: %v", method, url, err)
-	}
-	return resp
-}
-
-// Send is Do without a test, for load generators.
-func Send(client *http.Client, method, url string, body any, headers map[string]string) (Response, error) {
-	var rd io.Reader
-	jsonBody := false
-	switch b := body.(type) {
-	case nil:
-	case []byte:
-		rd = bytes.NewReader(b)
-	case string:
-		rd = bytes.NewReader([]byte(b))
-	default:
-		data, err := json.Marshal(b)
-		if err != nil {
-			return Response{}, err
-		}
-		rd, jsonBody = bytes.NewReader(data), true
-	}
-	req, err := http.NewRequest(method, url, rd)
-	if err != nil {
-		return Response{}, err
-	}
-	if jsonBody {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	for k, v := range headers {
-		req.Header.Set(k, v)
-	}
-	resp, err := client.Do(req)
-	if err != nil {
-		return Response{}, err
-	}
-	defer resp.Body.Close()
-	data, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return Response{}, err
-	}
-	return Response{Status: resp.StatusCode, Header: resp.Header, Body: data}, nil
 }
 
 // Expected is the result a cell must compute for a request, with agencies
@@ -302,12 +215,20 @@ func (c *Checker) Check(lookup func(id string) (inquiry.View, error), agencies .
 // directory, without a listener, and connects to it; both end with the test.
 func NATS(t testing.TB) (*natsembed.Server, jetstream.JetStream) {
 	t.Helper()
-	srv, err := natsembed.Start(natsembed.Config{Name: "test", StoreDir: t.TempDir(), Port: -1}, slog.New(slog.DiscardHandler))
+	srv, err := natsembed.Start(natsembed.Config{Name: "test", StoreDir: t.TempDir(), Port: -1}, testkit.Logger())
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(srv.Shutdown)
-	nc, err := srv.Connect()
+	_, js := Connect(t, srv)
+	return srv, js
+}
+
+// Connect opens a client connection to srv, closed when the test ends, and
+// its JetStream context.
+func Connect(t testing.TB, srv *natsembed.Server, opts ...nats.Option) (*nats.Conn, jetstream.JetStream) {
+	t.Helper()
+	nc, err := srv.Connect(opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -316,5 +237,5 @@ func NATS(t testing.TB) (*natsembed.Server, jetstream.JetStream) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return srv, js
+	return nc, js
 }

@@ -8,21 +8,11 @@ import (
 	"time"
 
 	"github.com/cespare/xxhash/v2"
+
+	"github.com/cellkit/cellkit/internal/testkit"
 )
 
-type fakeClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *fakeClock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
-func (c *fakeClock) Add(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
-
-func newClock() *fakeClock { return &fakeClock{t: time.Unix(1_800_000_000, 0)} }
+func newClock() *testkit.Clock { return testkit.NewClock(time.Unix(1_800_000_000, 0)) }
 
 func add(t *Tracker, key string, n int) {
 	for range n {
@@ -53,18 +43,18 @@ func TestWindowSlides(t *testing.T) {
 	clk := newClock()
 	tr := New(Config{Window: time.Minute, Buckets: 6}, clk.Now)
 	add(tr, "old", 100)
-	clk.Add(30 * time.Second)
+	clk.Advance(30 * time.Second)
 	add(tr, "mid", 10)
 	if got := tr.Top(1).Keys[0]; got.Key != "old" || got.Count != 100 {
 		t.Fatalf("after 30s Top(1) = %v, want old:100", got)
 	}
 	// Once a full window has passed since "old" was counted, it is gone.
-	clk.Add(40 * time.Second)
+	clk.Advance(40 * time.Second)
 	rep := tr.Top(0)
 	if len(rep.Keys) != 1 || rep.Keys[0].Key != "mid" || rep.Total != 10 {
 		t.Fatalf("after 70s Top = %+v, want only mid:10", rep)
 	}
-	clk.Add(time.Minute)
+	clk.Advance(time.Minute)
 	if rep := tr.Top(0); len(rep.Keys) != 0 || rep.Total != 0 {
 		t.Fatalf("after 130s Top = %+v, want empty", rep)
 	}

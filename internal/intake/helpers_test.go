@@ -7,22 +7,19 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
-	"os"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"go.uber.org/goleak"
 
+	"github.com/cellkit/cellkit/internal/celltest"
 	"github.com/cellkit/cellkit/internal/inquiry"
 	"github.com/cellkit/cellkit/internal/natsembed"
 	"github.com/cellkit/cellkit/internal/problem"
@@ -30,32 +27,10 @@ import (
 	"github.com/cellkit/cellkit/internal/shed"
 	"github.com/cellkit/cellkit/internal/slotmap"
 	"github.com/cellkit/cellkit/internal/store"
+	"github.com/cellkit/cellkit/internal/testkit"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
-
-func testLogger() *slog.Logger {
-	if os.Getenv("CELLKIT_TEST_LOG") != "" {
-		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	}
-	return slog.New(slog.DiscardHandler)
-}
-
-// clock is a fake clock shared by the shedder and the intake.
-type clock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func newClock() *clock { return &clock{now: time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)} }
-
-func (c *clock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
-
-func (c *clock) Add(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
-}
+func TestMain(m *testing.M) { testkit.VerifyTestMain(m) }
 
 // mapRef is the cell's view of the newest map, as the registry follower
 // gives it to the intake in a real cell.
@@ -69,13 +44,13 @@ func (r *mapRef) Set(m *slotmap.Map) { r.p.Store(m) }
 type env struct {
 	t    *testing.T
 	srv  *natsembed.Server
-	clk  *clock
+	clk  *testkit.Clock
 	maps *mapRef
 }
 
 func newEnv(t *testing.T) *env {
 	t.Helper()
-	srv, err := natsembed.Start(natsembed.Config{Name: "intake-test", StoreDir: t.TempDir(), Port: 0}, testLogger())
+	srv, err := natsembed.Start(natsembed.Config{Name: "intake-test", StoreDir: t.TempDir(), Port: 0}, testkit.Logger())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,7 +62,7 @@ func newEnv(t *testing.T) *env {
 	if ip := net.ParseIP(u.Hostname()); ip == nil || !ip.IsLoopback() {
 		t.Fatalf("embedded NATS listens on %q, want loopback", u.Hostname())
 	}
-	return &env{t: t, srv: srv, clk: newClock(), maps: &mapRef{}}
+	return &env{t: t, srv: srv, clk: testkit.NewClock(time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)), maps: &mapRef{}}
 }
 
 // cellOpts shape one cell under test. Zero values: cell c1, default
@@ -128,15 +103,7 @@ func (e *env) cell(o cellOpts) *testCell {
 		o.cmap = e.maps.Get
 	}
 	ctx := context.Background()
-	nc, err := e.srv.Connect(nats.MaxReconnects(-1), nats.ReconnectWait(250*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	nc, js := celltest.Connect(t, e.srv, nats.MaxReconnects(-1), nats.ReconnectWait(250*time.Millisecond))
 	st, err := store.Open(ctx, js, o.id, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -148,7 +115,7 @@ func (e *env) cell(o cellOpts) *testCell {
 	}
 	sh := shed.New(o.shed, e.clk.Now)
 	o.intake.Cell = o.id
-	h, err := New(o.intake, q, sh, o.cmap, Options{Logger: testLogger(), Now: e.clk.Now})
+	h, err := New(o.intake, q, sh, o.cmap, Options{Logger: testkit.Logger(), Now: e.clk.Now})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -429,11 +396,8 @@ func (c *testCell) wantStored(t testing.TB, records, high, normal int) {
 	if s.Total != high+normal {
 		t.Fatalf("work stream %+v, want %d messages (%d high, %d normal)", s, high+normal, high, normal)
 	}
-	for deadline := time.Now().Add(2 * time.Second); s.Depth[inquiry.High] != high || s.Depth[inquiry.Normal] != normal; s = c.stats(t) {
-		if time.Now().After(deadline) {
-			t.Fatalf("work stream %+v, want %d high and %d normal", s, high, normal)
-		}
-		time.Sleep(5 * time.Millisecond)
+	if !testkit.Poll(2*time.Second, func() bool { s = c.stats(t); return s.Depth[inquiry.High] == high && s.Depth[inquiry.Normal] == normal }) {
+		t.Fatalf("work stream %+v, want %d high and %d normal", s, high, normal)
 	}
 	if s.Total != high+normal {
 		t.Fatalf("work stream %+v, want %d messages", s, high+normal)

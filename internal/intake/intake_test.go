@@ -636,7 +636,7 @@ func TestShedding(t *testing.T) {
 				now := c.e.clk.Now()
 				c.sh.Observe(shed.Sample{Depth: 3, Oldest: now.Add(-5 * time.Second), At: now, Mark: c.sh.Mark()})
 				c.accept(t, request("u-0"), nil) // 5 s old: within budget
-				c.e.clk.Add(6 * time.Second)     // 11 s old
+				c.e.clk.Advance(6 * time.Second) // 11 s old
 			},
 			reason: "age", retryAfter: "10", // no drain rate yet: the cap, MaxAge
 		},
@@ -655,7 +655,7 @@ func TestShedding(t *testing.T) {
 			prime: func(t *testing.T, c *testCell) {
 				c.sh.Observe(shed.Sample{Depth: 45, At: c.e.clk.Now(), Mark: c.sh.Mark()})
 				c.accept(t, request("u-0"), nil) // no drain rate known yet
-				c.e.clk.Add(time.Second)
+				c.e.clk.Advance(time.Second)
 				c.sh.Drained(5) // 5/s: 45 queued take 9 s > 80% of 10 s
 				c.sh.Observe(shed.Sample{Depth: 45, At: c.e.clk.Now(), Mark: c.sh.Mark()})
 			},
@@ -969,7 +969,7 @@ func TestKeyedRetryAfterAMoveGetsThePreviousCellsInquiry(t *testing.T) {
 
 	e.maps.Set(after)
 	c1.h.moves.Observe(after, e.clk.Now())
-	e.clk.Add(time.Minute)
+	e.clk.Advance(time.Minute)
 	hdr := map[string]string{HeaderIdemKey: "k1", HeaderMapVersion: strconv.FormatInt(after.Version(), 10)}
 	r := c1.post(t, request(u), hdr)
 	got := c1.wantAccepted(t, r, inquiry.Pending, true)
@@ -990,7 +990,7 @@ func TestKeyedRetryAfterAMoveGetsThePreviousCellsInquiry(t *testing.T) {
 	c1.wantStored(t, 2, 2, 0)
 
 	// Past the window, the previous cell is no longer asked.
-	e.clk.Add(MoveWindow)
+	e.clk.Advance(MoveWindow)
 	if a := c1.accept(t, request(u), key); a.ID != inquiry.KeyID("c1", "", u, "k1") {
 		t.Fatalf("after the window: id %s", a.ID)
 	}
@@ -1058,7 +1058,7 @@ func TestInquiryBelongsToItsClient(t *testing.T) {
 	// The user moves to c1: the records stay in c2, readable by alice only.
 	e.maps.Set(after)
 	c1.h.moves.Observe(after, e.clk.Now())
-	e.clk.Add(time.Minute)
+	e.clk.Advance(time.Minute)
 	if s := read(c2, a.ID, alice); s != http.StatusOK {
 		t.Errorf("alice reading after the move: %d", s)
 	}

@@ -11,14 +11,15 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"go.uber.org/goleak"
+
+	"github.com/cellkit/cellkit/internal/testkit"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { testkit.VerifyTestMain(m) }
 
 func TestPersistsAcrossRestartsAndListensOnLoopback(t *testing.T) {
 	dir := t.TempDir()
-	log := slog.New(slog.DiscardHandler)
+	log := testkit.Logger()
 	srv, err := Start(Config{Name: "t", StoreDir: dir}, log)
 	if err != nil {
 		t.Fatal(err)
@@ -70,7 +71,7 @@ func TestPersistsAcrossRestartsAndListensOnLoopback(t *testing.T) {
 }
 
 func TestRefusesNonLoopbackAndMissingConfig(t *testing.T) {
-	log := slog.New(slog.DiscardHandler)
+	log := testkit.Logger()
 	if _, err := Start(Config{Name: "t", StoreDir: t.TempDir(), Host: "0.0.0.0"}, log); err == nil {
 		t.Error("started on 0.0.0.0")
 	}
@@ -115,13 +116,10 @@ func TestClusterReplicatesStreams(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	var st jetstream.Stream
-	for { // the meta leader may need a moment after the nodes are current
+	testkit.Poll(30*time.Second, func() bool { // the meta leader may need a moment after the nodes are current
 		st, err = js.CreateStream(ctx, jetstream.StreamConfig{Name: "r3", Subjects: []string{"r3"}, Storage: jetstream.FileStorage, Replicas: 3})
-		if err == nil || ctx.Err() != nil {
-			break
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return err == nil || ctx.Err() != nil
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -133,13 +131,10 @@ func TestClusterReplicatesStreams(t *testing.T) {
 		t.Fatal(err)
 	}
 	nodes[2].Shutdown() // one node of three gone: a quorum is left
-	for {
+	testkit.Poll(30*time.Second, func() bool {
 		_, err = js.Publish(ctx, "r3", []byte("two"))
-		if err == nil || ctx.Err() != nil {
-			break
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return err == nil || ctx.Err() != nil
+	})
 	if err != nil {
 		t.Fatalf("publish with one node of three down: %v", err)
 	}

@@ -2,15 +2,16 @@ package pipeline
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
+	"github.com/cellkit/cellkit/internal/testkit"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { testkit.VerifyTestMain(m) }
 
 func TestGate(t *testing.T) {
 	g := newGate(2, nil)
@@ -131,16 +132,7 @@ func TestGateServesTheHighLaneFirst(t *testing.T) {
 
 func waitWaiters(t *testing.T, g *gate, n int) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		if _, _, w := g.stats(); w == n {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no %d waiters", n)
-		}
-		time.Sleep(time.Millisecond)
-	}
+	testkit.WaitFor(t, 5*time.Second, fmt.Sprintf("%d waiters", n), func() bool { _, _, w := g.stats(); return w == n })
 }
 
 func BenchmarkGate(b *testing.B) {

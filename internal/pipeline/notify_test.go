@@ -15,9 +15,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/cellkit/cellkit/internal/celltest"
 	"github.com/cellkit/cellkit/internal/inquiry"
-	"github.com/cellkit/cellkit/internal/testlog"
+	"github.com/cellkit/cellkit/internal/testkit"
 )
 
 var loopback = []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}
@@ -49,7 +48,7 @@ func newReceiver(t *testing.T, statuses ...int) *receiver {
 type testNotifier struct {
 	*notifierQueue
 	m    *metrics
-	logs *testlog.Buffer
+	logs *testkit.Buffer
 	stop func() // stops the workers and waits for them
 }
 
@@ -61,8 +60,8 @@ func startNotifier(t *testing.T, cfg notifierConfig, workers int) *testNotifier 
 	if err != nil {
 		t.Fatal(err)
 	}
-	logs := &testlog.Buffer{}
-	log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	logs := &testkit.Buffer{}
+	log := logs.Logger(slog.LevelInfo)
 	n := &testNotifier{notifierQueue: newNotifier(m, log, cfg), m: m, logs: logs}
 	ctx, cancel := context.WithCancel(context.Background())
 	if workers > 0 {
@@ -92,12 +91,8 @@ func (n *testNotifier) counts() map[string]int {
 // counts, after a pause that would let a wrong retry (backoff ≤ 10ms) show.
 func (n *testNotifier) settle(t *testing.T, final int) map[string]int {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for n.count("ok")+n.count("error")+n.count("refused") < final {
-		if time.Now().After(deadline) {
-			t.Fatalf("callbacks not settled: %v", n.counts())
-		}
-		time.Sleep(5 * time.Millisecond)
+	if !testkit.Poll(10*time.Second, func() bool { return n.count("ok")+n.count("error")+n.count("refused") >= final }) {
+		t.Fatalf("callbacks not settled: %v", n.counts())
 	}
 	time.Sleep(100 * time.Millisecond)
 	return n.counts()
@@ -286,7 +281,7 @@ func TestCallbackQueueBound(t *testing.T) {
 		r := newReceiver(t, 503)
 		n := startNotifier(t, notifierConfig{allow: loopback, capacity: 1, backoff: time.Hour}, 4)
 		n.enqueue(record("c1-a", r.URL))
-		celltest.WaitFor(t, 10*time.Second, "the first attempt to fail", func() bool { return n.count("retry") == 1 })
+		testkit.WaitFor(t, 10*time.Second, "the first attempt to fail", func() bool { return n.count("retry") == 1 })
 		n.enqueue(record("c1-b", r.URL)) // the retry of c1-a holds the only place
 		if n.count("dropped") != 1 || r.hits.Load() != 1 {
 			t.Fatalf("counts %v, %d requests; want c1-b dropped", n.counts(), r.hits.Load())
@@ -301,10 +296,10 @@ func TestCallbackRetryHoldsNoWorker(t *testing.T) {
 	ok := newReceiver(t)
 	n := startNotifier(t, notifierConfig{allow: loopback, backoff: 5 * time.Second}, 1)
 	n.enqueue(record("c1-a", failing.URL))
-	celltest.WaitFor(t, 10*time.Second, "the first attempt to fail", func() bool { return n.count("retry") == 1 })
+	testkit.WaitFor(t, 10*time.Second, "the first attempt to fail", func() bool { return n.count("retry") == 1 })
 	began := time.Now()
 	n.enqueue(record("c1-b", ok.URL))
-	celltest.WaitFor(t, 10*time.Second, "the second callback", func() bool { return n.count("ok") == 1 })
+	testkit.WaitFor(t, 10*time.Second, "the second callback", func() bool { return n.count("ok") == 1 })
 	if d := time.Since(began); d > 2*time.Second {
 		t.Errorf("the second callback took %v: the worker waited for the first one's backoff", d)
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/cellkit/cellkit/internal/consultest"
 	"github.com/cellkit/cellkit/internal/slotmap"
+	"github.com/cellkit/cellkit/internal/testkit"
 )
 
 var consulTestOptions = Options{
@@ -65,7 +66,7 @@ func TestConsulCorruptMap(t *testing.T) {
 	agent := consultest.Start(t)
 	prefix := consulPrefix()
 	r := openConsul(t, agent, prefix)
-	ctx := consulContext(t)
+	ctx := testkit.Context(t, time.Minute)
 	key := prefix + "/map"
 	consulPut(t, agent, key, []byte(`{"version": 7, "cells": "nope"`))
 
@@ -106,7 +107,7 @@ func TestConsulWatchAfterAgentRestart(t *testing.T) {
 	agent := consultest.Start(t)
 	prefix := consulPrefix()
 	r := openConsul(t, agent, prefix)
-	ctx := consulContext(t)
+	ctx := testkit.Context(t, time.Minute)
 	maps := consulMaps(t, 4)
 
 	// Push the index well above where a fresh agent starts.
@@ -175,7 +176,7 @@ func TestConsulToken(t *testing.T) {
 	const token = "5e0c1a1e-0000-4000-8000-00000000c311"
 	agent := consultest.Start(t, consultest.WithACL(token))
 	prefix := consulPrefix()
-	ctx := consulContext(t)
+	ctx := testkit.Context(t, time.Minute)
 
 	t.Setenv("CONSUL_HTTP_TOKEN", token)
 	good := openConsul(t, agent, prefix)
@@ -195,7 +196,7 @@ func TestConsulToken(t *testing.T) {
 func TestConsulLockSessionEnds(t *testing.T) {
 	agent := consultest.Start(t)
 	prefix := consulPrefix()
-	ctx := consulContext(t)
+	ctx := testkit.Context(t, time.Minute)
 	a, b := openConsul(t, agent, prefix), openConsul(t, agent, prefix)
 
 	la, err := a.Lock(ctx, "first")
@@ -286,13 +287,6 @@ func openConsul(t *testing.T, agent *consultest.Agent, prefix string) *Consul {
 
 // consulPrefix is a fresh key prefix, so tests never see each other's keys.
 func consulPrefix() string { return "cellkit-test-" + strings.ToLower(rand.Text()) }
-
-func consulContext(t *testing.T) context.Context {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	t.Cleanup(cancel)
-	return ctx
-}
 
 func consulPut(t *testing.T, agent *consultest.Agent, key string, value []byte) {
 	t.Helper()
@@ -389,7 +383,7 @@ func consulNextEvent(t *testing.T, events <-chan Event, timeout time.Duration, m
 func TestConsulNoGoroutineLeak(t *testing.T) {
 	agent := consultest.Start(t)
 	prefix := consulPrefix()
-	ctx := consulContext(t)
+	ctx := testkit.Context(t, time.Minute)
 	before := runtime.NumGoroutine()
 
 	r, err := NewConsul(agent.Addr(), prefix, consulTestOptions)
@@ -419,13 +413,12 @@ func TestConsulNoGoroutineLeak(t *testing.T) {
 	<-watched
 	r.Close()
 
-	deadline := time.Now().Add(5 * time.Second)
-	for runtime.NumGoroutine() > before {
-		if time.Now().After(deadline) {
-			buf := make([]byte, 1<<20)
-			t.Fatalf("%d goroutines, %d before:\n%s", runtime.NumGoroutine(), before, buf[:runtime.Stack(buf, true)])
-		}
-		time.Sleep(10 * time.Millisecond)
+	gone := testkit.Poll(5*time.Second, func() bool {
 		r.Close() // connections that were busy a moment ago may be idle now
+		return runtime.NumGoroutine() <= before
+	})
+	if !gone {
+		buf := make([]byte, 1<<20)
+		t.Fatalf("%d goroutines, %d before:\n%s", runtime.NumGoroutine(), before, buf[:runtime.Stack(buf, true)])
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/cellkit/cellkit/internal/slotmap"
+	"github.com/cellkit/cellkit/internal/testkit"
 )
 
 // harness adapts one backend to the contract suite.
@@ -24,13 +25,6 @@ type harness struct {
 	// holdAndDie takes the writer lock in a holder that then dies when kill is called
 	// (a process killed, or a Consul session destroyed).
 	holdAndDie func(t *testing.T, r Registry) (kill func())
-}
-
-func testContext(t *testing.T) context.Context {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	t.Cleanup(cancel)
-	return ctx
 }
 
 // firstMap is version 1: 64 slots over two cells.
@@ -66,22 +60,10 @@ func pin(t *testing.T, m *slotmap.Map, user string) *slotmap.Map {
 	return p.After
 }
 
-// waitFor polls cond until it holds or the deadline passes.
-func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", d, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 // runContract proves the Registry contract against one backend. The steps
 // share one store and run in order; the last one stops and restarts it.
 func runContract(t *testing.T, h harness) {
-	ctx := testContext(t)
+	ctx := testkit.Context(t, 2*time.Minute)
 	r := h.open(t)
 
 	t.Run("empty registry has no map", func(t *testing.T) {
@@ -248,7 +230,7 @@ func runContract(t *testing.T, h harness) {
 				time.Sleep(30 * time.Millisecond) // let some versions arrive one by one
 			}
 		}
-		waitFor(t, 10*time.Second, "the watcher to see the last version", func() bool {
+		testkit.WaitFor(t, 10*time.Second, "the watcher to see the last version", func() bool {
 			mu.Lock()
 			defer mu.Unlock()
 			return len(seen) > 0 && seen[len(seen)-1] == cur.Version()
@@ -329,12 +311,12 @@ func runContract(t *testing.T, h harness) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		waitFor(t, 5*time.Second, "the follower to reach the current version", func() bool {
+		testkit.WaitFor(t, 5*time.Second, "the follower to reach the current version", func() bool {
 			return f.Map().Version() == cur.Version() && !f.Status().Stale
 		})
 
 		h.stop(t)
-		waitFor(t, 30*time.Second, "the follower to report the map stale", func() bool {
+		testkit.WaitFor(t, 30*time.Second, "the follower to report the map stale", func() bool {
 			st := f.Status()
 			return st.Stale && st.LastError != ""
 		})
@@ -361,7 +343,7 @@ func runContract(t *testing.T, h harness) {
 		if err := writer.CompareAndSwap(ctx, old, next); err != nil {
 			t.Fatal(err)
 		}
-		waitFor(t, 30*time.Second, "the follower to catch up", func() bool {
+		testkit.WaitFor(t, 30*time.Second, "the follower to catch up", func() bool {
 			return f.Map().Version() == next.Version() && !f.Status().Stale
 		})
 	})

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
+	"github.com/cellkit/cellkit/internal/testkit"
 )
 
 // holdLockEnv makes the test binary a lock holder process (see TestMain).
@@ -25,10 +25,7 @@ func TestMain(m *testing.M) {
 	// Every Watch, lock renewal and follower a test starts must have
 	// stopped by the end. Idle keep-alive connections of HTTP clients are
 	// not leaks.
-	goleak.VerifyTestMain(m,
-		goleak.IgnoreTopFunction("net/http.(*persistConn).readLoop"),
-		goleak.IgnoreTopFunction("net/http.(*persistConn).writeLoop"),
-	)
+	testkit.VerifyTestMain(m)
 }
 
 // holdLockUntilKilled is the body of the holder process: take the writer
@@ -104,7 +101,7 @@ func TestFileContract(t *testing.T) {
 
 func TestFileNeverAcceptsACorruptMap(t *testing.T) {
 	h, path := fileHarness(t)
-	ctx := testContext(t)
+	ctx := testkit.Context(t, 2*time.Minute)
 	r := h.open(t)
 	m := firstMap(t)
 	if err := r.CompareAndSwap(ctx, 0, m); err != nil {
@@ -146,7 +143,7 @@ func TestFileWatchSeesNewVersionWithin200ms(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx := testContext(t)
+	ctx := testkit.Context(t, 2*time.Minute)
 	m := firstMap(t)
 	if err := r.CompareAndSwap(ctx, 0, m); err != nil {
 		t.Fatal(err)

@@ -5,31 +5,14 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/cellkit/cellkit/internal/testkit"
 )
-
-// fakeClock is a clock the test moves by hand.
-type fakeClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) Add(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
-}
 
 // runFollower starts f and stops it at cleanup.
 func runFollower(t *testing.T, f *Follower) {
@@ -41,13 +24,13 @@ func runFollower(t *testing.T, f *Follower) {
 }
 
 func TestFollowerStalenessFollowsTheClock(t *testing.T) {
-	clock := &fakeClock{now: time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)}
+	clock := testkit.NewClock(time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC))
 	dir := t.TempDir()
 	r, err := NewFile(filepath.Join(dir, "map.json"), Options{PollInterval: 10 * time.Millisecond, Now: clock.Now})
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx := testContext(t)
+	ctx := testkit.Context(t, 2*time.Minute)
 	if err := r.CompareAndSwap(ctx, 0, firstMap(t)); err != nil {
 		t.Fatal(err)
 	}
@@ -68,12 +51,12 @@ func TestFollowerStalenessFollowsTheClock(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.Rename(dir+"-away", dir) })
-	waitFor(t, 5*time.Second, "a failed round", func() bool { return f.Status().LastError != "" })
-	clock.Add(29 * time.Second)
+	testkit.WaitFor(t, 5*time.Second, "a failed round", func() bool { return f.Status().LastError != "" })
+	clock.Advance(29 * time.Second)
 	if st := f.Status(); st.Stale {
 		t.Fatalf("after 29s: Status() = %+v, want not yet stale", st)
 	}
-	clock.Add(2 * time.Second)
+	clock.Advance(2 * time.Second)
 	st := f.Status()
 	if !st.Stale || st.Age != 31*time.Second || st.Version != 1 {
 		t.Fatalf("after 31s: Status() = %+v, want stale, age 31s, still version 1", st)
@@ -104,7 +87,7 @@ func TestFollowerNeverGoesBackwardsOrTakesAnInvalidMap(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx := testContext(t)
+	ctx := testkit.Context(t, 2*time.Minute)
 	v1 := firstMap(t)
 	v2 := pin(t, v1, "a")
 	if err := r.CompareAndSwap(ctx, 0, v1); err != nil {
@@ -118,14 +101,14 @@ func TestFollowerNeverGoesBackwardsOrTakesAnInvalidMap(t *testing.T) {
 		t.Fatal(err)
 	}
 	runFollower(t, f)
-	waitFor(t, 5*time.Second, "version 2", func() bool { return f.Map() != nil && f.Map().Version() == 2 })
+	testkit.WaitFor(t, 5*time.Second, "version 2", func() bool { return f.Map() != nil && f.Map().Version() == 2 })
 
 	// Someone puts version 1 back by hand, then garbage.
 	old, _ := v1.Encode()
 	if err := WriteFileAtomic(path, old); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 5*time.Second, "a successful round over the old version", func() bool {
+	testkit.WaitFor(t, 5*time.Second, "a successful round over the old version", func() bool {
 		m, _ := r.Load(ctx)
 		return m != nil && m.Version() == 1
 	})
@@ -136,7 +119,7 @@ func TestFollowerNeverGoesBackwardsOrTakesAnInvalidMap(t *testing.T) {
 	if err := WriteFileAtomic(path, []byte(`{"version":3,"slots":64,`)); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 5*time.Second, "the follower to report the corrupt file", func() bool {
+	testkit.WaitFor(t, 5*time.Second, "the follower to report the corrupt file", func() bool {
 		return strings.Contains(f.Status().LastError, "holds no valid map")
 	})
 	if got := f.Map().Version(); got != 2 {
@@ -155,7 +138,7 @@ func TestFollowerStartsFromItsCacheWhenTheRegistryIsDown(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx := testContext(t)
+	ctx := testkit.Context(t, 2*time.Minute)
 	if err := r.CompareAndSwap(ctx, 0, firstMap(t)); err != nil {
 		t.Fatal(err)
 	}
@@ -214,7 +197,7 @@ func TestFollowerChangedIsClosedOnNewVersion(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx := testContext(t)
+	ctx := testkit.Context(t, 2*time.Minute)
 	v1 := firstMap(t)
 	if err := r.CompareAndSwap(ctx, 0, v1); err != nil {
 		t.Fatal(err)

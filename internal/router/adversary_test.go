@@ -18,6 +18,8 @@ import (
 	"github.com/panjf2000/gnet/v2"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"golang.org/x/sys/unix"
+
+	"github.com/cellkit/cellkit/internal/testkit"
 )
 
 // The standing adversarial suite: what a hostile client can send on a raw
@@ -321,7 +323,7 @@ func TestStalledLoopEndsServing(t *testing.T) {
 		<-release // a loop stuck in a callback
 		return nil
 	}))
-	eventually(t, 5*time.Second, "readiness failing", func() bool { return !w.router.Readiness().Ready })
+	testkit.WaitFor(t, 5*time.Second, "readiness failing", func() bool { return !w.router.Readiness().Ready })
 	if rd := w.router.Readiness(); !strings.Contains(rd.Failure, "event loop") {
 		t.Errorf("readiness: %+v; want the failure named", rd)
 	}
@@ -383,7 +385,7 @@ func TestPerAddressConnectionCap(t *testing.T) {
 		t.Errorf("per_addr refusals %v, want 1", n)
 	}
 	held[1].c.Close()
-	eventually(t, 2*time.Second, "room for a new connection", func() bool {
+	testkit.WaitFor(t, 2*time.Second, "room for a new connection", func() bool {
 		rc := w.dial()
 		rc.t = t
 		rc.send(get)
@@ -407,7 +409,7 @@ func TestIdleConnectionsEvictedAtMaxConns(t *testing.T) {
 	for range 7 {
 		w.dial() // open, silent
 	}
-	eventually(t, 2*time.Second, "8 connections open", func() bool { return w.router.eng.conns.Load() == 8 })
+	testkit.WaitFor(t, 2*time.Second, "8 connections open", func() bool { return w.router.eng.conns.Load() == 8 })
 	for i := range 5 {
 		rc := w.dial()
 		rc.t = t
@@ -477,7 +479,7 @@ func TestHalfClosedClientGetsItsAnswer(t *testing.T) {
 			t.Errorf("the cell was called %d times, want 2", n)
 		}
 	})
-	eventually(t, 2*time.Second, "no connection counted", func() bool { return w.router.eng.conns.Load() == 0 })
+	testkit.WaitFor(t, 2*time.Second, "no connection counted", func() bool { return w.router.eng.conns.Load() == 0 })
 }
 
 // TestDefaultMaxConnsFitsTheFileLimit: without an explicit max-conns, the

@@ -21,25 +21,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
-	"go.uber.org/goleak"
 
 	"github.com/cellkit/cellkit/internal/registry"
 	"github.com/cellkit/cellkit/internal/slotmap"
-	"github.com/cellkit/cellkit/internal/testlog"
+	"github.com/cellkit/cellkit/internal/testkit"
 )
 
-func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m,
-		// net/http clients of the tests keep their connections' loops a
-		// moment after CloseIdleConnections.
-		goleak.IgnoreTopFunction("net/http.(*persistConn).readLoop"),
-		goleak.IgnoreTopFunction("net/http.(*persistConn).writeLoop"),
-		// gnet's process-wide goroutine pool (ants) keeps its cleaners.
-		goleak.IgnoreAnyFunction("github.com/panjf2000/ants/v2.(*poolCommon).purgeStaleWorkers"),
-		goleak.IgnoreAnyFunction("github.com/panjf2000/ants/v2.(*poolCommon).ticktock"),
-		goleak.IgnoreAnyFunction("github.com/panjf2000/ants/v2.(*goWorker).run.func1"),
-	)
-}
+func TestMain(m *testing.M) { testkit.VerifyTestMain(m) }
 
 // backend is a fake cell: an httptest server on 127.0.0.1 that answers the
 // cell API with a small JSON naming itself, records what it received, and
@@ -139,7 +127,7 @@ type world struct {
 	backends map[string]*backend
 	key      string
 	client   *http.Client
-	logs     *testlog.Buffer
+	logs     *testkit.Buffer
 	served   chan error // ListenAndServe's result, with worldOptions.failing
 }
 
@@ -164,7 +152,7 @@ func newWorld(t *testing.T, o worldOptions) *world {
 	if o.rate == 0 {
 		o.rate, o.burst = 1e6, 1_000_000
 	}
-	w := &world{t: t, backends: map[string]*backend{}, logs: &testlog.Buffer{}}
+	w := &world{t: t, backends: map[string]*backend{}, logs: &testkit.Buffer{}}
 	m, err := slotmap.New(1024, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -187,7 +175,7 @@ func newWorld(t *testing.T, o worldOptions) *world {
 		t.Fatal(err)
 	}
 	w.metrics = prometheus.NewRegistry()
-	log := slog.New(slog.NewJSONHandler(w.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	log := w.logs.Logger(slog.LevelDebug)
 	w.follower, err = registry.NewFollower(w.reg, registry.FollowerOptions{
 		Logger: log, Registerer: w.metrics, Part: "router", StaleAfter: o.staleAfter,
 	})
@@ -357,18 +345,6 @@ func inquiryBody(user string) string {
 
 // currentMap is the map the router routes with now.
 func (w *world) currentMap() *slotmap.Map { return w.router.currentMap() }
-
-// eventually polls cond until it holds or the deadline passes.
-func eventually(t *testing.T, within time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("after %v: %s", within, what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
 
 // problemOf decodes a problem answer and checks its shape.
 func problemOf(t *testing.T, a answer) map[string]any {

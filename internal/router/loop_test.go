@@ -20,6 +20,7 @@ import (
 	"github.com/panjf2000/gnet/v2"
 
 	"github.com/cellkit/cellkit/internal/slotmap"
+	"github.com/cellkit/cellkit/internal/testkit"
 )
 
 // The event-loop server's own behaviour: HTTP/1.1 framing in both
@@ -327,14 +328,14 @@ func TestClientLeavingMidCallFreesItsPlace(t *testing.T) {
 	rc := w.dial()
 	body := inquiryBody("u1")
 	rc.send(postHead(w.key, "Content-Length: "+strconv.Itoa(len(body))+"\r\n\r\n") + body)
-	eventually(t, 2*time.Second, "the request reaches the cell", func() bool { return b.calls.Load() == 1 })
+	testkit.WaitFor(t, 2*time.Second, "the request reaches the cell", func() bool { return b.calls.Load() == 1 })
 	rc.c.Close()
 	// While the cell works, the bulkhead is full.
 	if a := w.create("u1"); a.status != 503 || problemOf(t, a)["type"] != "https://cellkit.dev/problems/overloaded" {
 		t.Fatalf("during the abandoned call: %v", a)
 	}
 	b.delay.Store(0)
-	eventually(t, 3*time.Second, "the place is freed once the cell answers", func() bool {
+	testkit.WaitFor(t, 3*time.Second, "the place is freed once the cell answers", func() bool {
 		return w.create("u1").status == 202
 	})
 }
@@ -348,7 +349,7 @@ func TestShutdownWaitsForRequestsInFlight(t *testing.T) {
 	rc := w.dial()
 	body := inquiryBody("u1")
 	rc.send(postHead(w.key, "Content-Length: "+strconv.Itoa(len(body))+"\r\n\r\n") + body)
-	eventually(t, 2*time.Second, "the request reaches the cell", func() bool { return b.calls.Load() == 1 })
+	testkit.WaitFor(t, 2*time.Second, "the request reaches the cell", func() bool { return b.calls.Load() == 1 })
 	idle := w.dial()
 	done := make(chan error, 1)
 	start := time.Now()
@@ -582,7 +583,7 @@ func TestWriteTimeoutCutsAClientThatStopsReading(t *testing.T) {
 	// The router's side of the socket gets a small send buffer too (that
 	// turns off the kernel's autotuning): what the kernel does not take
 	// waits in the loop, under the write timeout.
-	eventually(t, 2*time.Second, "the connection on a loop", func() bool { return w.router.eng.conns.Load() == 2 })
+	testkit.WaitFor(t, 2*time.Second, "the connection on a loop", func() bool { return w.router.eng.conns.Load() == 2 })
 	for _, lp := range w.router.eng.loopList() {
 		done := make(chan struct{})
 		lp.el.Execute(context.Background(), gnet.RunnableFunc(func(context.Context) error {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/cellkit/cellkit/internal/registry"
 	"github.com/cellkit/cellkit/internal/slotmap"
+	"github.com/cellkit/cellkit/internal/testkit"
 )
 
 // TestMisdirectedRefreshesAndRetriesOnce: the follower is too slow to see
@@ -128,8 +129,8 @@ func TestStaticStability(t *testing.T) {
 	if err := os.RemoveAll(dir); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 5*time.Second, "the follower notices", func() bool { return w.follower.Status().LastError != "" })
-	eventually(t, 5*time.Second, "the map turns stale", func() bool { return w.follower.Status().Stale })
+	testkit.WaitFor(t, 5*time.Second, "the follower notices", func() bool { return w.follower.Status().LastError != "" })
+	testkit.WaitFor(t, 5*time.Second, "the map turns stale", func() bool { return w.follower.Status().Stale })
 	a1 := age()
 	for range 10 {
 		if a := w.create(user); a.status != http.StatusAccepted || a.header.Get("Cellkit-Cell") != "c2" {
@@ -140,7 +141,7 @@ func TestStaticStability(t *testing.T) {
 	if code != 200 || !rd.Ready || !rd.Stale || rd.MapVersion != m1.Version() || rd.LastError == "" {
 		t.Errorf("readyz while the registry is down = %d %+v, want ready and stale", code, rd)
 	}
-	eventually(t, 5*time.Second, "map age grows", func() bool { return age() > a1 })
+	testkit.WaitFor(t, 5*time.Second, "map age grows", func() bool { return age() > a1 })
 
 	// It comes back, with a map that drains c2.
 	m2 := mustPlan(t)(m1.Drain("c2"))
@@ -152,7 +153,7 @@ func TestStaticStability(t *testing.T) {
 		t.Fatal(err)
 	}
 	back := time.Now()
-	eventually(t, time.Second, "new map in use within 1 s", func() bool { return w.currentMap().Version() == m2.Version() })
+	testkit.WaitFor(t, time.Second, "new map in use within 1 s", func() bool { return w.currentMap().Version() == m2.Version() })
 	t.Logf("new map in use %v after the registry came back", time.Since(back))
 	want := m2.Lookup(user).Cell
 	if a := w.create(user); a.status != http.StatusAccepted || a.header.Get("Cellkit-Cell") != want || want == "c2" {
@@ -162,7 +163,7 @@ func TestStaticStability(t *testing.T) {
 	if a := w.do("GET", "/v1/inquiries/c2-0001", ""); a.status != http.StatusOK || a.header.Get("Cellkit-Cell") != "c2" {
 		t.Errorf("read from the draining cell: %v", a)
 	}
-	eventually(t, 5*time.Second, "fresh again", func() bool { _, rd := readyz(); return !rd.Stale })
+	testkit.WaitFor(t, 5*time.Second, "fresh again", func() bool { _, rd := readyz(); return !rd.Stale })
 }
 
 // TestStartsWithoutMapAnswers503: before any map the router refuses with a

@@ -2,24 +2,11 @@ package router
 
 import (
 	"net/http"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/cellkit/cellkit/internal/testkit"
 )
-
-type fakeClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *fakeClock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
-func (c *fakeClock) Add(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
-
-func newFakeClock() *fakeClock { return &fakeClock{t: time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)} }
 
 func TestTokenBucket(t *testing.T) {
 	keys, err := ParseKeys([]byte(`[{"client":"a","key_sha256":"` + HashKey("a") + `","rate":2,"burst":3},` +
@@ -28,7 +15,7 @@ func TestTokenBucket(t *testing.T) {
 		t.Fatal(err)
 	}
 	a, b := keys.Clients()[0], keys.Clients()[1]
-	clk := newFakeClock()
+	clk := testkit.NewClock(time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC))
 	l := newLimits(keys, clk.Now)
 	type step struct {
 		advance   time.Duration
@@ -49,7 +36,7 @@ func TestTokenBucket(t *testing.T) {
 		{2 * time.Second, a, true, 2, 0}, // refilled to the burst, never above
 		{time.Hour, b, true, 0, 0},
 	} {
-		clk.Add(s.advance)
+		clk.Advance(s.advance)
 		v := l.take(s.client)
 		if v.ok != s.ok || (v.ok && v.remaining != s.remaining) || (!v.ok && (v.retryAfter < s.retry-time.Millisecond || v.retryAfter > s.retry+time.Millisecond)) {
 			t.Errorf("step %d: take(%s) = %+v, want ok %v remaining %d retry %v", i, s.client.ID, v, s.ok, s.remaining, s.retry)
@@ -58,7 +45,7 @@ func TestTokenBucket(t *testing.T) {
 }
 
 func TestRateLimitAnswers(t *testing.T) {
-	clk := newFakeClock()
+	clk := testkit.NewClock(time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC))
 	w := newWorld(t, worldOptions{cells: []string{"c1"}, rate: 1, burst: 2, cfg: Config{Now: clk.Now}})
 	for i, want := range []struct {
 		status    int
@@ -81,7 +68,7 @@ func TestRateLimitAnswers(t *testing.T) {
 			}
 		}
 	}
-	clk.Add(time.Second)
+	clk.Advance(time.Second)
 	if a := w.create("u1"); a.status != 202 {
 		t.Errorf("after a second: %v, want 202", a)
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/cellkit/cellkit/internal/problem"
 	"github.com/cellkit/cellkit/internal/slotmap"
+	"github.com/cellkit/cellkit/internal/testkit"
 )
 
 func TestRoutesCreateByUserAndReadByInquiryID(t *testing.T) {
@@ -101,7 +102,7 @@ func TestOverridePinsUser(t *testing.T) {
 	m := w.currentMap()
 	user := userIn(t, m, "c1", 0)
 	next := w.publish(func(m *slotmap.Map) (*slotmap.Plan, error) { return m.SetOverride(user, "c3") })
-	eventually(t, time.Second, "new map in use", func() bool { return w.currentMap().Version() == next.Version() })
+	testkit.WaitFor(t, time.Second, "new map in use", func() bool { return w.currentMap().Version() == next.Version() })
 	if a := w.create(user); a.header.Get("Cellkit-Cell") != "c3" {
 		t.Fatalf("pinned user went to %q (%v), want c3", a.header.Get("Cellkit-Cell"), a)
 	}

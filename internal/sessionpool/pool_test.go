@@ -11,35 +11,16 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
-	"go.uber.org/goleak"
 
 	"github.com/cellkit/cellkit/internal/agency"
 	"github.com/cellkit/cellkit/internal/agencysim"
+	"github.com/cellkit/cellkit/internal/celltest"
 	"github.com/cellkit/cellkit/internal/sessionpool"
 	"github.com/cellkit/cellkit/internal/telegram"
+	"github.com/cellkit/cellkit/internal/testkit"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
-
-// startSim runs a real agency simulator (NICE profile) on a loopback port.
-func startSim(t testing.TB, cfg agencysim.Config) *agencysim.Server {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return serveSim(t, ln, cfg)
-}
-
-func serveSim(t testing.TB, ln net.Listener, cfg agencysim.Config) *agencysim.Server {
-	t.Helper()
-	srv := agencysim.New(telegram.NICE(), cfg, agencysim.Options{})
-	done := make(chan struct{})
-	go func() { defer close(done); srv.Serve(ln) }()
-	t.Cleanup(func() { srv.Close(); <-done })
-	waitFor(t, 5*time.Second, "the simulator to serve", func() bool { return srv.Addr() != nil })
-	return srv
-}
+func TestMain(m *testing.M) { testkit.VerifyTestMain(m) }
 
 func dialer(addr string) sessionpool.Dialer[*agency.Conn] {
 	return func(ctx context.Context) (*agency.Conn, error) {
@@ -54,25 +35,14 @@ func newPool(t testing.TB, addr string, cfg sessionpool.Config, opts sessionpool
 	return p
 }
 
-func waitFor(t testing.TB, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", d, what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 func full(p *sessionpool.Pool[*agency.Conn], n int) func() bool {
 	return func() bool { st := p.Stats(); return st.Idle == n && st.Open == n }
 }
 
 func TestPrewarmAndBoundedConcurrency(t *testing.T) {
-	sim := startSim(t, agencysim.Config{MaxSessions: 10, Latency: agencysim.FixedLatency(time.Millisecond)})
+	sim := celltest.StartSim(t, telegram.NICE(), agencysim.Config{MaxSessions: 10, Latency: agencysim.FixedLatency(time.Millisecond)})
 	p := newPool(t, sim.Addr().String(), sessionpool.Config{Name: "nice", Size: 3, BorrowTimeout: 5 * time.Second}, sessionpool.Options{})
-	waitFor(t, 5*time.Second, "3 prewarmed sessions", full(p, 3))
+	testkit.WaitFor(t, 5*time.Second, "3 prewarmed sessions", full(p, 3))
 
 	var inUse, maxInUse atomic.Int64
 	var wg sync.WaitGroup
@@ -118,9 +88,9 @@ func TestPrewarmAndBoundedConcurrency(t *testing.T) {
 }
 
 func TestReuseIsTheSameConnection(t *testing.T) {
-	sim := startSim(t, agencysim.Config{MaxSessions: 5})
+	sim := celltest.StartSim(t, telegram.NICE(), agencysim.Config{MaxSessions: 5})
 	p := newPool(t, sim.Addr().String(), sessionpool.Config{Size: 1}, sessionpool.Options{})
-	waitFor(t, 5*time.Second, "a session", full(p, 1))
+	testkit.WaitFor(t, 5*time.Second, "a session", full(p, 1))
 	s1, err := p.Borrow(context.Background())
 	if err != nil {
 		t.Fatal(err)
@@ -141,9 +111,9 @@ func TestReuseIsTheSameConnection(t *testing.T) {
 }
 
 func TestBrokenSessionIsReplaced(t *testing.T) {
-	sim := startSim(t, agencysim.Config{MaxSessions: 5})
+	sim := celltest.StartSim(t, telegram.NICE(), agencysim.Config{MaxSessions: 5})
 	p := newPool(t, sim.Addr().String(), sessionpool.Config{Size: 2, BackoffBase: time.Millisecond}, sessionpool.Options{})
-	waitFor(t, 5*time.Second, "2 sessions", full(p, 2))
+	testkit.WaitFor(t, 5*time.Second, "2 sessions", full(p, 2))
 
 	cfg := sim.Config()
 	cfg.ResetRate = 1
@@ -160,7 +130,7 @@ func TestBrokenSessionIsReplaced(t *testing.T) {
 	p.Return(s, false)
 	cfg.ResetRate = 0
 	sim.SetConfig(cfg)
-	waitFor(t, 5*time.Second, "the replacement", func() bool { st := p.Stats(); return st.Created == 3 && st.Idle == 2 })
+	testkit.WaitFor(t, 5*time.Second, "the replacement", func() bool { st := p.Stats(); return st.Created == 3 && st.Idle == 2 })
 	if st := p.Stats(); st.Broken != 1 {
 		t.Fatalf("broken = %d, want 1", st.Broken)
 	}
@@ -177,10 +147,10 @@ func TestBrokenSessionIsReplaced(t *testing.T) {
 }
 
 func TestSessionClosedByTheFarSideIsDetectedOnBorrow(t *testing.T) {
-	sim := startSim(t, agencysim.Config{MaxSessions: 5, IdleTimeout: 100 * time.Millisecond})
+	sim := celltest.StartSim(t, telegram.NICE(), agencysim.Config{MaxSessions: 5, IdleTimeout: 100 * time.Millisecond})
 	p := newPool(t, sim.Addr().String(), sessionpool.Config{Size: 1, HeartbeatIdle: -1, BackoffBase: time.Millisecond}, sessionpool.Options{})
-	waitFor(t, 5*time.Second, "a session", full(p, 1))
-	waitFor(t, 5*time.Second, "the firewall to cut it", func() bool { return sim.Stats().IdleCuts == 1 })
+	testkit.WaitFor(t, 5*time.Second, "a session", full(p, 1))
+	testkit.WaitFor(t, 5*time.Second, "the firewall to cut it", func() bool { return sim.Stats().IdleCuts == 1 })
 	s, err := p.Borrow(context.Background())
 	if err != nil {
 		t.Fatal(err)
@@ -204,9 +174,9 @@ func TestHeartbeatsKeepTheFirewallAway(t *testing.T) {
 		{"without heartbeats", -1, true},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			sim := startSim(t, agencysim.Config{MaxSessions: 5, IdleTimeout: 250 * time.Millisecond})
+			sim := celltest.StartSim(t, telegram.NICE(), agencysim.Config{MaxSessions: 5, IdleTimeout: 250 * time.Millisecond})
 			p := newPool(t, sim.Addr().String(), sessionpool.Config{Size: 2, HeartbeatIdle: tt.heartbeat}, sessionpool.Options{})
-			waitFor(t, 5*time.Second, "2 sessions", full(p, 2))
+			testkit.WaitFor(t, 5*time.Second, "2 sessions", full(p, 2))
 			time.Sleep(800 * time.Millisecond) // over three idle cut-offs
 			st, sst := p.Stats(), sim.Stats()
 			if cut := sst.IdleCuts > 0; cut != tt.wantCuts {
@@ -220,9 +190,9 @@ func TestHeartbeatsKeepTheFirewallAway(t *testing.T) {
 }
 
 func TestBorrowDeadlineAndFIFO(t *testing.T) {
-	sim := startSim(t, agencysim.Config{MaxSessions: 5})
+	sim := celltest.StartSim(t, telegram.NICE(), agencysim.Config{MaxSessions: 5})
 	p := newPool(t, sim.Addr().String(), sessionpool.Config{Size: 1, BorrowTimeout: 150 * time.Millisecond}, sessionpool.Options{})
-	waitFor(t, 5*time.Second, "a session", full(p, 1))
+	testkit.WaitFor(t, 5*time.Second, "a session", full(p, 1))
 	held, err := p.Borrow(context.Background())
 	if err != nil {
 		t.Fatal(err)
@@ -257,7 +227,7 @@ func TestBorrowDeadlineAndFIFO(t *testing.T) {
 			order <- i
 			p.Return(s, true)
 		}()
-		waitFor(t, time.Second, "the waiter to queue", func() bool { return p.Stats().Waiters == i })
+		testkit.WaitFor(t, time.Second, "the waiter to queue", func() bool { return p.Stats().Waiters == i })
 	}
 	// The waiters' deadline is 150ms: hand over before it.
 	p.Return(held, true)
@@ -273,9 +243,9 @@ func TestBorrowDeadlineAndFIFO(t *testing.T) {
 }
 
 func TestResizeUnderLoad(t *testing.T) {
-	sim := startSim(t, agencysim.Config{MaxSessions: 10, Latency: agencysim.FixedLatency(2 * time.Millisecond)})
+	sim := celltest.StartSim(t, telegram.NICE(), agencysim.Config{MaxSessions: 10, Latency: agencysim.FixedLatency(2 * time.Millisecond)})
 	p := newPool(t, sim.Addr().String(), sessionpool.Config{Size: 3, BorrowTimeout: 5 * time.Second}, sessionpool.Options{})
-	waitFor(t, 5*time.Second, "3 sessions", full(p, 3))
+	testkit.WaitFor(t, 5*time.Second, "3 sessions", full(p, 3))
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	var calls atomic.Int64
@@ -295,11 +265,11 @@ func TestResizeUnderLoad(t *testing.T) {
 		}()
 	}
 	p.Resize(6)
-	waitFor(t, 5*time.Second, "6 sessions open at the simulator", func() bool {
+	testkit.WaitFor(t, 5*time.Second, "6 sessions open at the simulator", func() bool {
 		return p.Stats().Open == 6 && sim.Stats().ActiveSessions == 6
 	})
 	p.Resize(2)
-	waitFor(t, 5*time.Second, "2 sessions left", func() bool {
+	testkit.WaitFor(t, 5*time.Second, "2 sessions left", func() bool {
 		return p.Stats().Open == 2 && sim.Stats().ActiveSessions == 2
 	})
 	cancel()
@@ -313,77 +283,54 @@ func TestResizeUnderLoad(t *testing.T) {
 }
 
 func TestStartsWhileTheAgencyIsDownAndFillsWhenItComesUp(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close() // nobody listens: dials are refused
+	addr := testkit.FreeAddr(t) // nobody listens: dials are refused
 	p := newPool(t, addr, sessionpool.Config{Size: 3, BackoffBase: 10 * time.Millisecond, BackoffMax: 50 * time.Millisecond}, sessionpool.Options{})
-	waitFor(t, 5*time.Second, "failed dials", func() bool { return p.Stats().DialErrors >= 2 })
+	testkit.WaitFor(t, 5*time.Second, "failed dials", func() bool { return p.Stats().DialErrors >= 2 })
 	if st := p.Stats(); st.Open != 0 {
 		t.Fatalf("open = %d with the agency down", st.Open)
 	}
-	ln, err = net.Listen("tcp", addr)
+	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		t.Skipf("port %s taken meanwhile: %v", addr, err)
 	}
-	sim := serveSim(t, ln, agencysim.Config{MaxSessions: 5})
-	waitFor(t, 5*time.Second, "the pool to fill", full(p, 3))
+	sim := celltest.ServeSim(t, ln, telegram.NICE(), agencysim.Config{MaxSessions: 5})
+	testkit.WaitFor(t, 5*time.Second, "the pool to fill", full(p, 3))
 	if peak := sim.Stats().PeakSessions; peak != 3 {
 		t.Fatalf("simulator peak %d, want 3", peak)
 	}
 }
 
-// clock is a fake clock for the pool's idle, age and backoff decisions.
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *clock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
-func (c *clock) Add(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
-
 func TestBackoffHoldsDialsUntilItEnds(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	c := &clock{t: time.Unix(1_000_000, 0)}
+	addr := testkit.FreeAddr(t)
+	c := testkit.NewClock(time.Unix(1_000_000, 0))
 	p := newPool(t, addr, sessionpool.Config{Size: 2, BackoffBase: time.Minute, BackoffMax: time.Hour, CheckInterval: time.Hour},
 		sessionpool.Options{Now: c.Now})
-	waitFor(t, 5*time.Second, "the first dials to fail", func() bool { st := p.Stats(); return st.DialErrors == 2 && st.Dialing == 0 })
+	testkit.WaitFor(t, 5*time.Second, "the first dials to fail", func() bool { st := p.Stats(); return st.DialErrors == 2 && st.Dialing == 0 })
 	p.Check()
 	if st := p.Stats(); st.Dialing != 0 || st.DialErrors != 2 {
 		t.Fatalf("dialled again during the backoff: %+v", st)
 	}
-	c.Add(time.Minute) // the first backoff is at most the base
+	c.Advance(time.Minute) // the first backoff is at most the base
 	p.Check()
-	waitFor(t, 5*time.Second, "one probe dial", func() bool { return p.Stats().DialErrors == 3 })
+	testkit.WaitFor(t, 5*time.Second, "one probe dial", func() bool { return p.Stats().DialErrors == 3 })
 	if st := p.Stats(); st.DialErrors != 3 {
 		t.Fatalf("after the backoff: %d dial errors, want exactly one probe", st.DialErrors)
 	}
 }
 
 func TestMaxLifetimeRetiresOneAtATime(t *testing.T) {
-	sim := startSim(t, agencysim.Config{MaxSessions: 10})
-	c := &clock{t: time.Unix(1_000_000, 0)}
+	sim := celltest.StartSim(t, telegram.NICE(), agencysim.Config{MaxSessions: 10})
+	c := testkit.NewClock(time.Unix(1_000_000, 0))
 	p := newPool(t, sim.Addr().String(), sessionpool.Config{Size: 3, MaxLifetime: time.Hour, HeartbeatIdle: -1, CheckInterval: time.Hour},
 		sessionpool.Options{Now: c.Now})
-	waitFor(t, 5*time.Second, "3 sessions", full(p, 3))
-	c.Add(2 * time.Hour)
+	testkit.WaitFor(t, 5*time.Second, "3 sessions", full(p, 3))
+	c.Advance(2 * time.Hour)
 	for round := 1; round <= 3; round++ {
 		p.Check()
 		if st := p.Stats(); st.Retired != uint64(round) {
 			t.Fatalf("round %d: %d retired, want one per round", round, st.Retired)
 		}
-		waitFor(t, 5*time.Second, "the replacement", func() bool { st := p.Stats(); return st.Created == uint64(3+round) && st.Idle == 3 })
+		testkit.WaitFor(t, 5*time.Second, "the replacement", func() bool { st := p.Stats(); return st.Created == uint64(3+round) && st.Idle == 3 })
 		if peak := sim.Stats().PeakSessions; peak > 3 {
 			t.Fatalf("simulator saw %d sessions at once during replacement, want ≤ 3", peak)
 		}
@@ -395,13 +342,13 @@ func TestMaxLifetimeRetiresOneAtATime(t *testing.T) {
 }
 
 func TestCloseReleasesWaiters(t *testing.T) {
-	sim := startSim(t, agencysim.Config{MaxSessions: 5})
+	sim := celltest.StartSim(t, telegram.NICE(), agencysim.Config{MaxSessions: 5})
 	p := sessionpool.New(dialer(sim.Addr().String()), sessionpool.Config{Size: 1, BorrowTimeout: 10 * time.Second}, sessionpool.Options{})
-	waitFor(t, 5*time.Second, "a session", full(p, 1))
+	testkit.WaitFor(t, 5*time.Second, "a session", full(p, 1))
 	held, _ := p.Borrow(context.Background())
 	got := make(chan error, 1)
 	go func() { _, err := p.Borrow(context.Background()); got <- err }()
-	waitFor(t, time.Second, "the waiter", func() bool { return p.Stats().Waiters == 1 })
+	testkit.WaitFor(t, time.Second, "the waiter", func() bool { return p.Stats().Waiters == 1 })
 	closed := make(chan struct{})
 	go func() { p.Close(); close(closed) }()
 	if err := <-got; !errors.Is(err, sessionpool.ErrClosed) {
@@ -409,18 +356,18 @@ func TestCloseReleasesWaiters(t *testing.T) {
 	}
 	p.Return(held, true)
 	<-closed
-	waitFor(t, 5*time.Second, "the simulator to see the session closed", func() bool { return sim.Stats().ActiveSessions == 0 })
+	testkit.WaitFor(t, 5*time.Second, "the simulator to see the session closed", func() bool { return sim.Stats().ActiveSessions == 0 })
 }
 
 func TestMetrics(t *testing.T) {
-	sim := startSim(t, agencysim.Config{MaxSessions: 5})
+	sim := celltest.StartSim(t, telegram.NICE(), agencysim.Config{MaxSessions: 5})
 	reg := prometheus.NewRegistry()
 	m, err := sessionpool.NewMetrics(reg, prometheus.Labels{"cell": "c1"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	p := newPool(t, sim.Addr().String(), sessionpool.Config{Name: "nice", Size: 2}, sessionpool.Options{Metrics: m})
-	waitFor(t, 5*time.Second, "2 sessions", full(p, 2))
+	testkit.WaitFor(t, 5*time.Second, "2 sessions", full(p, 2))
 	s, err := p.Borrow(context.Background())
 	if err != nil {
 		t.Fatal(err)
@@ -456,9 +403,9 @@ func gauge(t *testing.T, reg *prometheus.Registry, name string) float64 {
 // BenchmarkPoolBorrow measures a Borrow and Return of an idle session (no
 // I/O), from 2 goroutines over a pool of 4 real sessions.
 func BenchmarkPoolBorrow(b *testing.B) {
-	sim := startSim(b, agencysim.Config{MaxSessions: 10})
+	sim := celltest.StartSim(b, telegram.NICE(), agencysim.Config{MaxSessions: 10})
 	p := newPool(b, sim.Addr().String(), sessionpool.Config{Size: 4, HeartbeatIdle: -1}, sessionpool.Options{})
-	waitFor(b, 5*time.Second, "4 sessions", full(p, 4))
+	testkit.WaitFor(b, 5*time.Second, "4 sessions", full(p, 4))
 	b.ReportAllocs()
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {

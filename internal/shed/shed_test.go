@@ -1,25 +1,14 @@
 package shed
 
 import (
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/cellkit/cellkit/internal/testkit"
 )
 
-type clock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *clock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
-func (c *clock) Add(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
-}
-
 func TestAdmit(t *testing.T) {
-	clk := &clock{now: time.Unix(1000, 0)}
+	clk := testkit.NewClock(time.Unix(1000, 0))
 	s := New(Config{MaxAge: 10 * time.Second, MaxDepth: 100}, clk.Now)
 	if d := s.Admit(); !d.OK {
 		t.Fatalf("before any sample: %+v, want admitted", d)
@@ -28,7 +17,7 @@ func TestAdmit(t *testing.T) {
 	if d := s.Admit(); !d.OK || d.Depth != 50 || d.Age != 5*time.Second {
 		t.Fatalf("within budgets: %+v", d)
 	}
-	clk.Add(6 * time.Second) // the oldest is now 11 s old
+	clk.Advance(6 * time.Second) // the oldest is now 11 s old
 	d := s.Admit()
 	if d.OK || d.Reason != "age" || d.RetryAfter < time.Second || d.RetryAfter > 10*time.Second {
 		t.Fatalf("over the age budget: %+v", d)
@@ -41,7 +30,7 @@ func TestAdmit(t *testing.T) {
 }
 
 func TestDepthCountsAcceptsSinceTheMark(t *testing.T) {
-	clk := &clock{now: time.Unix(1000, 0)}
+	clk := testkit.NewClock(time.Unix(1000, 0))
 	s := New(Config{MaxDepth: 10}, clk.Now)
 	mark := s.Mark()
 	for range 3 {
@@ -63,14 +52,14 @@ func TestDepthCountsAcceptsSinceTheMark(t *testing.T) {
 }
 
 func TestRetryAfterFollowsTheDrainRate(t *testing.T) {
-	clk := &clock{now: time.Unix(1000, 0)}
+	clk := testkit.NewClock(time.Unix(1000, 0))
 	s := New(Config{MaxAge: time.Minute, MaxDepth: 100}, clk.Now)
 	s.Observe(Sample{Depth: 200, At: clk.Now(), Mark: s.Mark()})
 	if got := s.RetryAfter(); got != time.Minute {
 		t.Fatalf("no drain measured yet: Retry-After %v, want the cap", got)
 	}
 	for range 10 {
-		clk.Add(time.Second)
+		clk.Advance(time.Second)
 		s.Drained(50)
 		s.Observe(Sample{Depth: 200, At: clk.Now(), Mark: s.Mark()})
 	}
@@ -94,10 +83,10 @@ func BenchmarkAdmit(b *testing.B) {
 }
 
 func TestShedsWhenTheBacklogWouldOutliveTheBudget(t *testing.T) {
-	clk := &clock{now: time.Unix(1000, 0)}
+	clk := testkit.NewClock(time.Unix(1000, 0))
 	s := New(Config{MaxAge: 5 * time.Second, MaxDepth: 1_000_000}, clk.Now)
 	for range 5 { // drains 100/s
-		clk.Add(time.Second)
+		clk.Advance(time.Second)
 		s.Drained(100)
 		s.Observe(Sample{Depth: 300, Oldest: clk.Now().Add(-time.Second), At: clk.Now(), Mark: s.Mark()})
 	}
@@ -111,14 +100,14 @@ func TestShedsWhenTheBacklogWouldOutliveTheBudget(t *testing.T) {
 }
 
 func TestAnIdleQueueDoesNotLowerTheDrainRate(t *testing.T) {
-	clk := &clock{now: time.Unix(1000, 0)}
+	clk := testkit.NewClock(time.Unix(1000, 0))
 	s := New(Config{MaxAge: 5 * time.Second}, clk.Now)
 	s.Observe(Sample{Depth: 100, At: clk.Now(), Mark: s.Mark()})
-	clk.Add(time.Second)
+	clk.Advance(time.Second)
 	s.Drained(100)
 	s.Observe(Sample{Depth: 0, At: clk.Now(), Mark: s.Mark()})
 	for range 100 { // a long quiet spell: nothing queued, nothing drained
-		clk.Add(time.Second)
+		clk.Advance(time.Second)
 		s.Observe(Sample{Depth: 0, At: clk.Now(), Mark: s.Mark()})
 	}
 	if r := s.Rate(); r != 100 {
@@ -133,14 +122,14 @@ func TestAnIdleQueueDoesNotLowerTheDrainRate(t *testing.T) {
 }
 
 func TestAShortStallKeepsMostOfTheRate(t *testing.T) {
-	clk := &clock{now: time.Unix(1000, 0)}
+	clk := testkit.NewClock(time.Unix(1000, 0))
 	s := New(Config{MaxAge: 60 * time.Second}, clk.Now)
 	s.Observe(Sample{Depth: 10, At: clk.Now(), Mark: s.Mark()})
-	clk.Add(time.Second)
+	clk.Advance(time.Second)
 	s.Drained(100)
 	s.Observe(Sample{Depth: 10, At: clk.Now(), Mark: s.Mark()})
 	for range 50 { // one second of 20 ms samples with nothing drained
-		clk.Add(20 * time.Millisecond)
+		clk.Advance(20 * time.Millisecond)
 		s.Observe(Sample{Depth: 10, At: clk.Now(), Mark: s.Mark()})
 	}
 	if r := s.Rate(); r < 75 || r > 90 {
@@ -152,10 +141,10 @@ func TestAShortStallKeepsMostOfTheRate(t *testing.T) {
 // Admission must notice within about a second, not after the 5 s average
 // catches up (the agency-slow drill overshot the budget by 50 % that way).
 func TestASuddenSlowdownShedsWithinASecond(t *testing.T) {
-	clk := &clock{now: time.Unix(1000, 0)}
+	clk := testkit.NewClock(time.Unix(1000, 0))
 	s := New(Config{MaxAge: 5 * time.Second, MaxDepth: 1_000_000}, clk.Now)
 	step := func(drained, depth int) {
-		clk.Add(250 * time.Millisecond)
+		clk.Advance(250 * time.Millisecond)
 		s.Drained(drained)
 		s.Observe(Sample{Depth: depth, Oldest: clk.Now().Add(-time.Second), At: clk.Now(), Mark: s.Mark()})
 	}
@@ -197,10 +186,10 @@ func TestASuddenSlowdownShedsWithinASecond(t *testing.T) {
 // own service: with slow calls (1.5 s) a backlog of 3 s is already over 70 %
 // of a 5 s budget. The peak decays once calls are quick again.
 func TestServiceTimeCountsTowardsTheWait(t *testing.T) {
-	clk := &clock{now: time.Unix(1000, 0)}
+	clk := testkit.NewClock(time.Unix(1000, 0))
 	s := New(Config{MaxAge: 5 * time.Second, MaxDepth: 1_000_000}, clk.Now)
 	step := func() {
-		clk.Add(250 * time.Millisecond)
+		clk.Advance(250 * time.Millisecond)
 		s.Drained(25)
 		s.Observe(Sample{Depth: 300, Oldest: clk.Now().Add(-time.Second), At: clk.Now(), Mark: s.Mark()})
 	}
@@ -227,10 +216,10 @@ func TestServiceTimeCountsTowardsTheWait(t *testing.T) {
 // measured rates: at the first sample after the agencies slowed down, the
 // completions still show the old pace, but the capacity does not.
 func TestCapacityLeadsTheMeasuredRate(t *testing.T) {
-	clk := &clock{now: time.Unix(1000, 0)}
+	clk := testkit.NewClock(time.Unix(1000, 0))
 	s := New(Config{MaxAge: 5 * time.Second, MaxDepth: 1_000_000}, clk.Now)
 	observe := func(capacity float64) {
-		clk.Add(250 * time.Millisecond)
+		clk.Advance(250 * time.Millisecond)
 		s.Drained(25)
 		s.Observe(Sample{Depth: 200, Oldest: clk.Now().Add(-time.Second), At: clk.Now(), Mark: s.Mark(), Capacity: capacity})
 	}

@@ -1,0 +1,57 @@
+// Package testkit holds what tests across cellkit share: waiting for a
+// condition with a deadline instead of sleeping, a fake clock, the goroutine
+// leak check, loopback listeners, loggers and log buffers, and HTTP requests
+// read whole.
+//
+// It imports nothing of cellkit, so that every package's tests, internal or
+// external, can use it without an import cycle. Helpers that start cellkit's
+// own parts (the agency simulator, a registry with a map, NATS) are in
+// internal/celltest, which builds on this package.
+package testkit
+
+import (
+	"context"
+	"testing"
+	"time"
+)
+
+// maxPollInterval is the longest pause between two checks of a condition.
+// The pause starts at a millisecond and doubles up to it, so a condition
+// that holds soon is seen soon and a long wait costs little CPU.
+const maxPollInterval = 10 * time.Millisecond
+
+// WaitFor checks cond until it holds, failing the test with t.Fatalf if it
+// still does not hold after within. what names the condition in the
+// failure: "timed out after 5s waiting for <what>".
+func WaitFor(t testing.TB, within time.Duration, what string, cond func() bool) {
+	t.Helper()
+	if !Poll(within, cond) {
+		t.Fatalf("timed out after %v waiting for %s", within, what)
+	}
+}
+
+// Poll checks cond until it holds or within has passed, and reports whether
+// it held. It is WaitFor for a test that reports the failure itself (with
+// what it saw last). cond is always checked once more after the deadline.
+func Poll(within time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(within)
+	pause := time.Millisecond
+	for !cond() {
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(pause)
+		pause = min(2*pause, maxPollInterval)
+	}
+	return true
+}
+
+// Context returns a context that ends after within or when the test's
+// cleanup runs, whichever is first. Unlike t.Context it is still live in
+// functions registered with t.Cleanup before it was made.
+func Context(t testing.TB, within time.Duration) context.Context {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), within)
+	t.Cleanup(cancel)
+	return ctx
+}
