@@ -117,7 +117,7 @@ func parseFlags(args []string, getenv func(string) string, output io.Writer) (ce
 	fs.DurationVar(&c.CSSLatency, "css-latency", 5*time.Millisecond, "latency of the in-process CSS step")
 	fs.DurationVar(&c.CoreLatency, "core-latency", 10*time.Millisecond, "latency of the in-process core banking step")
 	fs.DurationVar(&c.Pipeline.DrainTimeout, "drain-timeout", 20*time.Second, "at shutdown, how long work in flight may finish")
-	fs.IntVar(&c.Pipeline.CallbackAttempts, "callback-attempts", 4, "tries of a callback POST (connection errors, timeouts, 5xx and 429 are retried after about 1s, 2s, 4s...)")
+	fs.IntVar(&c.Pipeline.CallbackAttempts, "callback-attempts", 4, "tries of a callback POST (connection errors, timeouts, 5xx and 429 are retried after up to 1s, 2s, 4s..., half of each wait random)")
 	fs.Var(&callbackAllow, "callback-allow", "internal prefixes callbacks may reach, as `CIDR[,CIDR...]`; callbacks to other loopback, private, link-local or CGNAT addresses are refused (cellctl dev up passes 127.0.0.0/8,::1/128 for a receiver on the same machine)")
 	fs.IntVar(&c.Replicas, "replicas", 1, "replicas of the cell's streams and record bucket; more than 1 needs --nats-url (a JetStream cluster; 3 survives losing a node)")
 	fs.IntVar(&c.Breaker.Window, "breaker-window", 100, "agency circuit breaker: outcomes remembered per agency")

@@ -93,8 +93,9 @@ type Config struct {
 	// CallbackTimeout bounds one callback POST [2s].
 	CallbackTimeout time.Duration
 	// CallbackAttempts is how many times a callback is tried: connection
-	// errors, timeouts, 5xx and 429 are retried after about 1s, 2s, 4s...
-	// (with jitter); other failures are final. Callbacks are best effort
+	// errors, timeouts, 5xx and 429 are retried after up to 1s, 2s, 4s...
+	// (the upper half of each wait drawn at random); other failures are
+	// final. Callbacks are best effort
 	// (the client can always poll the status URL): those still waiting
 	// when the pipeline stops are dropped [4].
 	CallbackAttempts int
