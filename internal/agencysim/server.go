@@ -53,6 +53,12 @@ const (
 // ErrServerClosed is returned by Serve after Shutdown or Close.
 var ErrServerClosed = errors.New("agencysim: server closed")
 
+// closeWriter is a connection that can half-close: a refused session gets
+// its error frame and a FIN before the socket is closed.
+type closeWriter interface{ CloseWrite() error }
+
+var _ closeWriter = (*net.TCPConn)(nil)
+
 // refuseLinger bounds how long a refused connection is kept to let the
 // client read the error frame before the socket is closed.
 const refuseLinger = time.Second
@@ -339,7 +345,7 @@ func (s *Server) refuse(conn net.Conn) {
 	if err != nil {
 		return
 	}
-	if cw, ok := conn.(interface{ CloseWrite() error }); ok {
+	if cw, ok := conn.(closeWriter); ok {
 		_ = cw.CloseWrite()
 	}
 	_, _ = io.Copy(io.Discard, conn)

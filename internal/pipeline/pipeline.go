@@ -60,6 +60,26 @@ type Inquirer interface {
 	Inquire(ctx context.Context, userKey string) (agency.Result, error)
 }
 
+// Limiter is an Inquirer with an adaptive concurrency limit: the agency's
+// gate then lets no more calls through than Limit (besides the pool size).
+type Limiter interface {
+	Limit() int
+}
+
+// BreakerOwner is an Inquirer guarded by a circuit breaker: the pipeline
+// counts an exhausted pool as a failure in it (see countUnreachable).
+type BreakerOwner interface {
+	Breaker() *breaker.Breaker
+}
+
+// The agency client has both optional capabilities: a renamed method must
+// not switch the limit or the breaker off silently.
+var (
+	_ Inquirer     = (*agency.Client)(nil)
+	_ Limiter      = (*agency.Client)(nil)
+	_ BreakerOwner = (*agency.Client)(nil)
+)
+
 // Agency is one agency the pipeline asks.
 type Agency struct {
 	Name     string
@@ -176,7 +196,7 @@ func New(q *queue.Queue, agencies []Agency, cfg Config, opts Options) (*Pipeline
 	}
 	for _, a := range agencies {
 		var limit func() int
-		if l, ok := a.Client.(interface{ Limit() int }); ok {
+		if l, ok := a.Client.(Limiter); ok {
 			limit = l.Limit
 		}
 		p.gates[a.Name] = newGate(a.Sessions, limit)
@@ -635,7 +655,7 @@ func (p *Pipeline) run(ctx context.Context, rec *inquiry.Record, service *time.D
 // be redialled, that is the agency is down, and the breaker must open so
 // that inquiries fail at once instead of after the borrow timeout.
 func (p *Pipeline) countUnreachable(a Agency) {
-	b, ok := a.Client.(interface{ Breaker() *breaker.Breaker })
+	b, ok := a.Client.(BreakerOwner)
 	if !ok {
 		return
 	}
