@@ -109,10 +109,10 @@ func New(cfg Config, opts Options) (*Client, error) {
 	if c.now == nil {
 		c.now = time.Now
 	}
-	c.breaker = breaker.New(cfg.Breaker, c.now, func(from, to breaker.State) {
+	c.breaker = breaker.New(cfg.Breaker, breaker.Options{Now: c.now, OnChange: func(from, to breaker.State) {
 		c.log.Warn("agency circuit breaker changed state", "from", from.String(), "to", to.String())
 		c.metrics.breakerChanged(cfg.Name, from, to)
-	})
+	}})
 	c.metrics.breakerChanged(cfg.Name, breaker.Closed, breaker.Closed)
 	c.limiter.Store(c.newLimiter(cfg.Sessions))
 	pcfg := cfg.Pool

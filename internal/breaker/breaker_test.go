@@ -46,7 +46,7 @@ func TestTripsOnFailureRateAfterMinCalls(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			b := New(Config{}, newClock().now, nil)
+			b := New(Config{}, Options{Now: newClock().now})
 			for i := 0; i < tt.ok; i++ {
 				call(t, b, false, time.Millisecond)
 			}
@@ -62,7 +62,7 @@ func TestTripsOnFailureRateAfterMinCalls(t *testing.T) {
 }
 
 func TestWindowForgetsOldFailures(t *testing.T) {
-	b := New(Config{}, newClock().now, nil)
+	b := New(Config{}, Options{Now: newClock().now})
 	// One failure in six (under 20%), then 100 successes: the failures
 	// slide out of the window.
 	for i := 0; i < 100; i++ {
@@ -87,7 +87,7 @@ func TestWindowForgetsOldFailures(t *testing.T) {
 }
 
 func TestTripsOnSlowCalls(t *testing.T) {
-	b := New(Config{}, newClock().now, nil)
+	b := New(Config{}, Options{Now: newClock().now})
 	for i := 0; i < 10; i++ {
 		call(t, b, false, time.Second)
 	}
@@ -107,7 +107,7 @@ func TestTripsOnSlowCalls(t *testing.T) {
 func TestOpenHalfOpenClosedCycle(t *testing.T) {
 	c := newClock()
 	var tr transitions
-	b := New(Config{MinCalls: 5, Window: 10, OpenFor: 30 * time.Second, HalfOpenProbes: 3}, c.now, tr.record)
+	b := New(Config{MinCalls: 5, Window: 10, OpenFor: 30 * time.Second, HalfOpenProbes: 3}, Options{Now: c.now, OnChange: tr.record})
 	for i := 0; i < 5; i++ {
 		call(t, b, true, 0)
 	}
@@ -160,7 +160,7 @@ func TestOpenHalfOpenClosedCycle(t *testing.T) {
 
 func TestSlowProbeReopens(t *testing.T) {
 	c := newClock()
-	b := New(Config{MinCalls: 1, Window: 1, SlowCall: time.Second}, c.now, nil)
+	b := New(Config{MinCalls: 1, Window: 1, SlowCall: time.Second}, Options{Now: c.now})
 	call(t, b, true, 0)
 	c.add(31 * time.Second)
 	call(t, b, false, 2*time.Second)
@@ -172,7 +172,7 @@ func TestSlowProbeReopens(t *testing.T) {
 func TestManualOverrides(t *testing.T) {
 	c := newClock()
 	var tr transitions
-	b := New(Config{MinCalls: 2, Window: 2}, c.now, tr.record)
+	b := New(Config{MinCalls: 2, Window: 2}, Options{Now: c.now, OnChange: tr.record})
 	b.ForceOpen()
 	if _, err := b.Acquire(); !errors.Is(err, ErrOpen) || b.State() != ForcedOpen {
 		t.Fatalf("forced open: Acquire = %v, state %v", err, b.State())
@@ -213,7 +213,7 @@ func TestManualOverrides(t *testing.T) {
 }
 
 func TestConcurrentUse(t *testing.T) {
-	b := New(Config{}, nil, nil)
+	b := New(Config{}, Options{})
 	var wg sync.WaitGroup
 	for g := 0; g < 8; g++ {
 		wg.Add(1)
@@ -231,7 +231,7 @@ func TestConcurrentUse(t *testing.T) {
 }
 
 func BenchmarkAcquireDone(b *testing.B) {
-	br := New(Config{}, nil, nil)
+	br := New(Config{}, Options{})
 	b.ReportAllocs()
 	for i := 0; i < b.N; i++ {
 		p, err := br.Acquire()
@@ -243,7 +243,7 @@ func BenchmarkAcquireDone(b *testing.B) {
 
 func TestCancelFreesAProbe(t *testing.T) {
 	c := newClock()
-	b := New(Config{MinCalls: 1, Window: 1, HalfOpenProbes: 1}, c.now, nil)
+	b := New(Config{MinCalls: 1, Window: 1, HalfOpenProbes: 1}, Options{Now: c.now})
 	call(t, b, true, 0)
 	c.add(31 * time.Second)
 	p, err := b.Acquire()

@@ -161,7 +161,7 @@ func New(ctx context.Context, cfg Config, opts Options) (_ *Cell, err error) {
 		agencies = append(agencies, pipeline.Agency{Name: a.Name, Client: cl, Sessions: 0})
 	}
 
-	c.shed = shed.New(cfg.Shed, nil)
+	c.shed = shed.New(cfg.Shed, shed.Options{})
 	css, core := opts.CSS, opts.Core
 	if css == nil {
 		css = pipeline.LocalCSS{Latency: max(cfg.CSSLatency, 0)}

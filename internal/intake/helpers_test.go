@@ -146,7 +146,7 @@ func (e *env) cell(o cellOpts) *testCell {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sh := shed.New(o.shed, e.clk.Now)
+	sh := shed.New(o.shed, shed.Options{Now: e.clk.Now})
 	o.intake.Cell = o.id
 	h, err := New(o.intake, q, sh, o.cmap, Options{Logger: testLogger(), Now: e.clk.Now})
 	if err != nil {

@@ -249,7 +249,7 @@ func New(cfg Config) (*Router, error) {
 		refresh: cfg.Refresh,
 		keys:    cfg.Keys,
 		limits:  newLimits(cfg.Keys, cfg.Now),
-		hot:     hotkeys.New(cfg.HotKeys, cfg.Now),
+		hot:     hotkeys.New(cfg.HotKeys, hotkeys.Options{Now: cfg.Now}),
 		log:     cfg.Logger,
 		guards:  map[string]*guard{},
 		probs:   map[string]*cellProbs{},
