@@ -156,7 +156,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, ready fun
 	if err != nil {
 		return err
 	}
-	reg, err := registry.Open(o.registryURL, registry.Options{})
+	reg, err := registry.Open(registry.Config{URL: o.registryURL}, registry.Options{})
 	if err != nil {
 		return err
 	}
@@ -164,8 +164,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, ready fun
 
 	metrics := prometheus.NewRegistry()
 	metrics.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	follower, err := registry.NewFollower(reg, registry.FollowerOptions{
-		Logger: log, Registerer: metrics, Part: "router", StaleAfter: o.staleAfter, CachePath: o.mapCache,
+	follower, err := registry.NewFollower(registry.FollowerConfig{StaleAfter: o.staleAfter, CachePath: o.mapCache}, registry.FollowerOptions{
+		Registry: reg, Logger: log, Registerer: prometheus.WrapRegistererWithPrefix("cellkit_router_", metrics),
 	})
 	if err != nil {
 		return err

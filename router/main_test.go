@@ -145,7 +145,7 @@ func TestRunWaitsForTheMapThenServesAndShutsDown(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	reg, err := registry.NewFile(regPath, registry.Options{})
+	reg, err := registry.NewFile(registry.FileConfig{Path: regPath}, registry.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

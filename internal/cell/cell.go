@@ -132,12 +132,11 @@ func New(ctx context.Context, cfg Config, opts Options) (_ *Cell, err error) {
 		return nil, err
 	}
 
-	if c.registry, err = registry.Open(cfg.Registry, registry.Options{}); err != nil {
+	if c.registry, err = registry.Open(registry.Config{URL: cfg.Registry}, registry.Options{}); err != nil {
 		return nil, err
 	}
-	c.follower, err = registry.NewFollower(c.registry, registry.FollowerOptions{
-		Logger: c.log, Registerer: prometheus.WrapRegistererWith(c.lbls, c.reg), Part: "cell",
-		CachePath: filepath.Join(cfg.StoreDir, "map.json"),
+	c.follower, err = registry.NewFollower(registry.FollowerConfig{CachePath: filepath.Join(cfg.StoreDir, "map.json")}, registry.FollowerOptions{
+		Registry: c.registry, Logger: c.log, Registerer: prometheus.WrapRegistererWithPrefix("cellkit_cell_", prometheus.WrapRegistererWith(c.lbls, c.reg)),
 	})
 	if err != nil {
 		return nil, err

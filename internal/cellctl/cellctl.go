@@ -282,7 +282,9 @@ func (x *inv) openRegistry() (registry.Registry, error) {
 	}
 	open := x.cli.OpenRegistry
 	if open == nil {
-		open = func(u string) (registry.Registry, error) { return registry.Open(u, registry.Options{}) }
+		open = func(u string) (registry.Registry, error) {
+			return registry.Open(registry.Config{URL: u}, registry.Options{})
+		}
 	}
 	reg, err := open(url)
 	if err != nil {

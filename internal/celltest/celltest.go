@@ -79,7 +79,7 @@ func NewRegistry(t testing.TB, agencies map[string]int, cells ...slotmap.Cell) *
 	t.Helper()
 	r := &Registry{t: t, Path: filepath.Join(t.TempDir(), "map.json")}
 	var err error
-	if r.Reg, err = registry.Open("file:"+r.Path, registry.Options{}); err != nil {
+	if r.Reg, err = registry.Open(registry.Config{URL: "file:" + r.Path}, registry.Options{}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { r.Reg.Close() })

@@ -145,10 +145,10 @@ type world struct {
 
 type worldOptions struct {
 	cells      []string
-	cfg        Config           // Keys, Maps and Registerer are filled in
-	rate       float64          // the test client's rate [1e6]
-	burst      int              // and burst [1e6]
-	regOpts    registry.Options // of the follower's registry
+	cfg        Config              // Keys, Maps and Registerer are filled in
+	rate       float64             // the test client's rate [1e6]
+	burst      int                 // and burst [1e6]
+	regOpts    registry.FileConfig // of the follower's registry (Path is filled in)
 	staleAfter time.Duration
 	noRefresh  bool
 	intake     map[string]string // cell → an intake URL other than its backend's
@@ -179,7 +179,8 @@ func newWorld(t *testing.T, o worldOptions) *world {
 		m = mustPlan(t)(m.AddCell(slotmap.Cell{ID: id, Weight: 1, Intake: intake, Admin: b.srv.URL}))
 	}
 	w.regPath = filepath.Join(t.TempDir(), "registry", "map.json")
-	w.reg, err = registry.NewFile(w.regPath, o.regOpts)
+	o.regOpts.Path = w.regPath
+	w.reg, err = registry.NewFile(o.regOpts, registry.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -188,8 +189,8 @@ func newWorld(t *testing.T, o worldOptions) *world {
 	}
 	w.metrics = prometheus.NewRegistry()
 	log := slog.New(slog.NewJSONHandler(w.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	w.follower, err = registry.NewFollower(w.reg, registry.FollowerOptions{
-		Logger: log, Registerer: w.metrics, Part: "router", StaleAfter: o.staleAfter,
+	w.follower, err = registry.NewFollower(registry.FollowerConfig{StaleAfter: o.staleAfter}, registry.FollowerOptions{
+		Registry: w.reg, Logger: log, Registerer: prometheus.WrapRegistererWithPrefix("cellkit_router_", w.metrics),
 	})
 	if err != nil {
 		t.Fatal(err)
