@@ -151,7 +151,11 @@ func run(ctx context.Context, args []string, stderr io.Writer, ready func(addrs)
 		if err != nil {
 			return fmt.Errorf("%s: listen: %w", a.p.Name, err)
 		}
-		srv := agencysim.New(a.p, cfg, agencysim.Options{Logger: log, Registerer: reg})
+		srv, err := agencysim.New(cfg, agencysim.Options{Profile: a.p, Logger: log, Registerer: reg})
+		if err != nil {
+			ln.Close()
+			return err
+		}
 		agencies = append(agencies, agency{srv, ln})
 	}
 	adminLn, err := net.Listen("tcp", o.adminListen)

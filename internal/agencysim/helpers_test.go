@@ -38,7 +38,11 @@ func startServer(t *testing.T, p telegram.Profile, cfg Config) *Server {
 
 func startServerWith(t *testing.T, p telegram.Profile, cfg Config, opts Options) *Server {
 	t.Helper()
-	srv := New(p, cfg, opts)
+	opts.Profile = p
+	srv, err := New(cfg, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

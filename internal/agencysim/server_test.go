@@ -409,7 +409,10 @@ func TestMalformedClientFramesCloseTheSession(t *testing.T) {
 
 func TestShutdownAnswersRequestsInFlight(t *testing.T) {
 	t.Parallel()
-	srv := New(telegram.NICE(), Config{Latency: FixedLatency(200 * time.Millisecond)}, Options{Logger: discardLogger()})
+	srv, err := New(Config{Latency: FixedLatency(200 * time.Millisecond)}, Options{Profile: telegram.NICE(), Logger: discardLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -442,7 +445,10 @@ func TestShutdownAnswersRequestsInFlight(t *testing.T) {
 
 func TestCloseDropsRequestsInFlight(t *testing.T) {
 	t.Parallel()
-	srv := New(telegram.KCB(), Config{Latency: FixedLatency(time.Hour)}, Options{Logger: discardLogger()})
+	srv, err := New(Config{Latency: FixedLatency(time.Hour)}, Options{Profile: telegram.KCB(), Logger: discardLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -468,7 +474,10 @@ func TestCloseDropsRequestsInFlight(t *testing.T) {
 
 func TestServeRejectsAnInvalidConfig(t *testing.T) {
 	t.Parallel()
-	srv := New(telegram.NICE(), Config{MaxSessions: -1}, Options{Logger: discardLogger()})
+	srv, err := New(Config{MaxSessions: -1}, Options{Profile: telegram.NICE(), Logger: discardLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -552,7 +561,10 @@ func TestConcurrentSessionsUnderRace(t *testing.T) {
 func BenchmarkCall(b *testing.B) {
 	for _, p := range profiles() {
 		b.Run(p.Name, func(b *testing.B) {
-			srv := New(p, Config{}, Options{Logger: discardLogger()})
+			srv, err := New(Config{}, Options{Profile: p, Logger: discardLogger()})
+			if err != nil {
+				b.Fatal(err)
+			}
 			ln, err := net.Listen("tcp", "127.0.0.1:0")
 			if err != nil {
 				b.Fatal(err)

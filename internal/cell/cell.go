@@ -142,10 +142,7 @@ func New(ctx context.Context, cfg Config, opts Options) (_ *Cell, err error) {
 		return nil, err
 	}
 
-	am, err := agency.NewMetrics(c.reg, c.lbls)
-	if err != nil {
-		return nil, err
-	}
+	am := agency.NewMetrics(prometheus.WrapRegistererWith(c.lbls, c.reg))
 	var agencies []pipeline.Agency
 	for _, a := range cfg.Agencies {
 		cl, err := agency.New(agency.Config{

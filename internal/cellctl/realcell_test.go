@@ -55,7 +55,10 @@ func buildCell(t *testing.T) string {
 // startSim runs an agency simulator on a loopback port.
 func startSim(t *testing.T, p telegram.Profile, cfg agencysim.Config) string {
 	t.Helper()
-	srv := agencysim.New(p, cfg, agencysim.Options{Logger: slog.New(slog.DiscardHandler)})
+	srv, err := agencysim.New(cfg, agencysim.Options{Profile: p, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

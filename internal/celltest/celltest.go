@@ -49,7 +49,10 @@ func StartSim(t testing.TB, profile telegram.Profile, cfg agencysim.Config) *age
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := agencysim.New(profile, cfg, agencysim.Options{Logger: slog.New(slog.DiscardHandler)})
+	srv, err := agencysim.New(cfg, agencysim.Options{Profile: profile, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
 	done := make(chan struct{})
 	go func() { defer close(done); srv.Serve(ln) }()
 	t.Cleanup(func() { srv.Close(); <-done })
