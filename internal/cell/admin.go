@@ -46,7 +46,7 @@ func (c *Cell) adminHandler() http.Handler {
 		}
 		writeJSON(w, code, map[string]any{"ready": ok, "cell": c.cfg.ID, "checks": checks})
 	}))
-	mux.Handle("/metrics", promhttp.HandlerFor(c.reg, promhttp.HandlerOpts{Registry: c.reg}))
+	mux.Handle("/metrics", promhttp.HandlerFor(c.reg, promhttp.HandlerOpts{Registry: c.promReg}))
 	mux.HandleFunc("/v1/admin/status", only(http.MethodGet, func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, c.Status())
 	}))

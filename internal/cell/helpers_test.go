@@ -95,7 +95,7 @@ func start(t testing.TB, s setup) *harness {
 		s.config(&h.cfg)
 	}
 	s.opts.Logger = testLogger(t)
-	s.opts.Metrics = prometheus.NewRegistry()
+	s.opts.Registerer = prometheus.NewRegistry()
 	c, err := New(context.Background(), h.cfg, s.opts)
 	if err != nil {
 		t.Fatal(err)

@@ -148,7 +148,7 @@ func (e *env) cell(o cellOpts) *testCell {
 	}
 	sh := shed.New(o.shed, shed.Options{Now: e.clk.Now})
 	o.intake.Cell = o.id
-	h, err := New(o.intake, q, sh, o.cmap, Options{Logger: testLogger(), Now: e.clk.Now})
+	h, err := New(o.intake, Options{Queue: q, Shedder: sh, Map: o.cmap, Logger: testLogger(), Now: e.clk.Now})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -61,7 +61,8 @@ const (
 	prefixByID    = PathInquiries + "/"
 )
 
-// Config tunes the intake. Zero values mean the defaults in brackets.
+// Config tunes the intake. Zero values mean the defaults in brackets (see
+// DefaultConfig).
 type Config struct {
 	// Cell is this cell's id. Required.
 	Cell string
@@ -72,12 +73,29 @@ type Config struct {
 	Timeout time.Duration
 }
 
+// DefaultConfig returns the defaults.
+func DefaultConfig() Config {
+	return Config{ClosedRetryAfter: 5 * time.Second, Timeout: 5 * time.Second}
+}
+
 // Options carry the intake's collaborators.
 type Options struct {
-	Logger     *slog.Logger
+	// Queue takes the inquiries in; its store holds their records.
+	// Required.
+	Queue *queue.Queue
+	// Shedder decides whether new work is taken. Required.
+	Shedder *shed.Shedder
+	// Map returns the newest cell map the cell knows (nil before the
+	// first). Required.
+	Map func() *slotmap.Map
+	// Logger receives failures to queue and to read. Nil means none.
+	Logger *slog.Logger
+	// Registerer receives the intake's metrics (cellkit_cell_intake_*);
+	// callers add the cell label by wrapping it. Nil means they are not
+	// registered.
 	Registerer prometheus.Registerer
-	Labels     prometheus.Labels
-	Now        func() time.Time
+	// Now is the clock. Nil means time.Now.
+	Now func() time.Time
 }
 
 // Handler serves the intake API. It starts closed: Open it once the cell
@@ -104,25 +122,27 @@ func (h *Handler) TrackMoves(mv *Moves) {
 	h.peers = &http.Client{Timeout: time.Second}
 }
 
-// New builds the handler. cmap returns the newest map the cell knows (nil
-// before the first).
-func New(cfg Config, q *queue.Queue, sh *shed.Shedder, cmap func() *slotmap.Map, opts Options) (*Handler, error) {
-	if cfg.Cell == "" {
+// New builds the handler.
+func New(cfg Config, opts Options) (*Handler, error) {
+	switch {
+	case cfg.Cell == "":
 		return nil, errors.New("intake: cell id is required")
+	case opts.Queue == nil || opts.Shedder == nil || opts.Map == nil:
+		return nil, errors.New("intake: a queue, a shedder and a map source are required")
 	}
+	d := DefaultConfig()
 	if cfg.ClosedRetryAfter <= 0 {
-		cfg.ClosedRetryAfter = 5 * time.Second
+		cfg.ClosedRetryAfter = d.ClosedRetryAfter
 	}
 	if cfg.Timeout <= 0 {
-		cfg.Timeout = 5 * time.Second
+		cfg.Timeout = d.Timeout
 	}
-	m, err := newMetrics(opts.Registerer, opts.Labels)
-	if err != nil {
-		return nil, err
+	h := &Handler{
+		cfg: cfg, q: opts.Queue, st: opts.Queue.Store(), shed: opts.Shedder, cmap: opts.Map,
+		log: opts.Logger, now: opts.Now, m: newMetrics(opts.Registerer),
 	}
-	h := &Handler{cfg: cfg, q: q, st: q.Store(), shed: sh, cmap: cmap, log: opts.Logger, now: opts.Now, m: m}
 	if h.log == nil {
-		h.log = slog.Default()
+		h.log = slog.New(slog.DiscardHandler)
 	}
 	if h.now == nil {
 		h.now = time.Now

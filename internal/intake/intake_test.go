@@ -21,7 +21,7 @@ import (
 )
 
 func TestNewRequiresACellIDAndStartsClosed(t *testing.T) {
-	if _, err := New(Config{}, nil, nil, nil, Options{}); err == nil {
+	if _, err := New(Config{}, Options{}); err == nil {
 		t.Fatal("New without a cell id succeeded")
 	}
 	e := newEnv(t)

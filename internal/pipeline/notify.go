@@ -41,8 +41,8 @@ const (
 
 // notifierConfig tunes a notifier. Zero values mean the defaults in brackets.
 type notifierConfig struct {
-	timeout  time.Duration  // bounds one POST [2s]
-	attempts int            // tries per callback [4]
+	timeout  time.Duration  // bounds one POST [Config.CallbackTimeout's default]
+	attempts int            // tries per callback [Config.CallbackAttempts's default]
 	allow    []netip.Prefix // internal addresses that may be dialled [none]
 	backoff  time.Duration  // the longest wait before the first retry, doubled for each next one up to 1024× (see retry) [1s]
 	capacity int            // callbacks queued, in flight or waiting for a retry, at most [1024]
@@ -57,11 +57,12 @@ type callback struct {
 }
 
 func newNotifier(m *metrics, log *slog.Logger, cfg notifierConfig) *notifierQueue {
+	d := DefaultConfig()
 	if cfg.timeout <= 0 {
-		cfg.timeout = 2 * time.Second
+		cfg.timeout = d.CallbackTimeout
 	}
 	if cfg.attempts <= 0 {
-		cfg.attempts = 4
+		cfg.attempts = d.CallbackAttempts
 	}
 	if cfg.backoff <= 0 {
 		cfg.backoff = defaultCallbackBackoff

@@ -87,7 +87,8 @@ type Agency struct {
 	Sessions int // the pool size; Resize follows it
 }
 
-// Config tunes the pipeline. Zero values mean the defaults in brackets.
+// Config tunes the pipeline. Zero values mean the defaults in brackets (see
+// DefaultConfig).
 type Config struct {
 	// Workers is how many inquiries are processed at once [64].
 	Workers int
@@ -126,36 +127,63 @@ type Config struct {
 	CallbackAllow []netip.Prefix
 }
 
-func (c *Config) defaults() {
+// DefaultConfig returns the defaults.
+func DefaultConfig() Config {
+	return Config{
+		Workers: 64, StepTimeout: 3 * time.Second, GateWait: 30 * time.Second, MaxDeliver: 5,
+		Backoff:      []time.Duration{time.Second, 5 * time.Second, 15 * time.Second, 30 * time.Second},
+		DrainTimeout: 20 * time.Second, IdlePoll: 250 * time.Millisecond,
+		CallbackTimeout: 2 * time.Second, CallbackAttempts: 4,
+	}
+}
+
+// withDefaults fills the zero fields of c.
+func (c Config) withDefaults() Config {
+	d := DefaultConfig()
 	if c.Workers <= 0 {
-		c.Workers = 64
+		c.Workers = d.Workers
 	}
 	if c.StepTimeout <= 0 {
-		c.StepTimeout = 3 * time.Second
+		c.StepTimeout = d.StepTimeout
 	}
 	if c.GateWait <= 0 {
-		c.GateWait = 30 * time.Second
+		c.GateWait = d.GateWait
 	}
 	if c.MaxDeliver <= 0 {
-		c.MaxDeliver = 5
+		c.MaxDeliver = d.MaxDeliver
 	}
 	if len(c.Backoff) == 0 {
-		c.Backoff = []time.Duration{time.Second, 5 * time.Second, 15 * time.Second, 30 * time.Second}
+		c.Backoff = d.Backoff
 	}
 	if c.DrainTimeout <= 0 {
-		c.DrainTimeout = 20 * time.Second
+		c.DrainTimeout = d.DrainTimeout
 	}
 	if c.IdlePoll <= 0 {
-		c.IdlePoll = 250 * time.Millisecond
+		c.IdlePoll = d.IdlePoll
 	}
+	if c.CallbackTimeout <= 0 {
+		c.CallbackTimeout = d.CallbackTimeout
+	}
+	if c.CallbackAttempts <= 0 {
+		c.CallbackAttempts = d.CallbackAttempts
+	}
+	return c
 }
 
 // Options carry the pipeline's collaborators.
 type Options struct {
-	Logger     *slog.Logger          // nil: slog.Default()
-	Registerer prometheus.Registerer // nil: no metrics registered
-	Labels     prometheus.Labels     // constant labels ({"cell": id})
-	Now        func() time.Time      // nil: time.Now
+	// Queue is the cell's work queue; its store holds the records.
+	// Required.
+	Queue *queue.Queue
+	// Agencies are the agencies every inquiry asks.
+	Agencies []Agency
+	// Logger receives one line per event that matters. Nil means none.
+	Logger *slog.Logger
+	// Registerer receives the pipeline's metrics (cellkit_cell_*); callers
+	// add the cell label by wrapping it. Nil means they are not registered.
+	Registerer prometheus.Registerer
+	// Now is the clock. Nil means time.Now.
+	Now func() time.Time
 	// Drained is called once per message settled (acked with an outcome),
 	// for the shedder's drain rate, with the message's service time: its
 	// slowest call (agency or CSS, the wait for a place at the gate not
@@ -183,18 +211,18 @@ type Pipeline struct {
 	inflight atomic.Int64
 }
 
-// New builds a pipeline over q with the given agencies.
-func New(q *queue.Queue, agencies []Agency, cfg Config, opts Options) (*Pipeline, error) {
-	cfg.defaults()
-	m, err := newMetrics(opts.Registerer, opts.Labels)
-	if err != nil {
-		return nil, fmt.Errorf("pipeline metrics: %w", err)
+// New builds a pipeline over opts.Queue with opts.Agencies.
+func New(cfg Config, opts Options) (*Pipeline, error) {
+	if opts.Queue == nil {
+		return nil, errors.New("pipeline: no queue")
 	}
+	cfg = cfg.withDefaults()
+	m := newMetrics(opts.Registerer)
 	p := &Pipeline{
-		cfg: cfg, q: q, st: q.Store(), agencies: agencies, gates: map[string]*gate{},
+		cfg: cfg, q: opts.Queue, st: opts.Queue.Store(), agencies: opts.Agencies, gates: map[string]*gate{},
 		css: opts.CSS, core: opts.Core, log: opts.Logger, now: opts.Now, drained: opts.Drained, m: m,
 	}
-	for _, a := range agencies {
+	for _, a := range opts.Agencies {
 		var limit func() int
 		if l, ok := a.Client.(Limiter); ok {
 			limit = l.Limit
@@ -208,7 +236,7 @@ func New(q *queue.Queue, agencies []Agency, cfg Config, opts Options) (*Pipeline
 		p.core = LocalCore{}
 	}
 	if p.log == nil {
-		p.log = slog.Default()
+		p.log = slog.New(slog.DiscardHandler)
 	}
 	if p.now == nil {
 		p.now = time.Now
