@@ -68,6 +68,7 @@ const envPrefix = "CELLKIT_ROUTER_"
 
 func parseFlags(args []string, output io.Writer) (options, error) {
 	var o options
+	d := router.DefaultConfig()
 	fs := flag.NewFlagSet("router", flag.ContinueOnError)
 	fs.SetOutput(output)
 	fs.StringVar(&o.listen, "listen", "127.0.0.1:8080", "public HTTP address")
@@ -75,30 +76,30 @@ func parseFlags(args []string, output io.Writer) (options, error) {
 	fs.StringVar(&o.registryURL, "registry", "", "cell map registry: file:PATH or consul://HOST:PORT/PREFIX (default $"+registry.EnvRegistry+")")
 	fs.StringVar(&o.keysPath, "keys", "", "API keys file: a JSON array of {client, key_sha256, rate, burst} (make one with `router keygen`)")
 	fs.StringVar(&o.mapCache, "map-cache", "", "file keeping the last good cell map, to start while the registry is down (empty: none)")
-	fs.DurationVar(&o.staleAfter, "stale-after", 30*time.Second, "report the map stale after this long without the registry")
+	fs.DurationVar(&o.staleAfter, "stale-after", registry.DefaultFollowerConfig().StaleAfter, "report the map stale after this long without the registry")
 	fs.DurationVar(&o.mapWait, "map-wait", 0, "give up if no cell map arrives within this time (0: wait until stopped)")
 	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 15*time.Second, "how long requests in flight may finish at shutdown")
 	fs.TextVar(&o.logLevel, "log-level", slog.LevelInfo, "log level: debug, info, warn or error")
 	fs.BoolVar(&o.pprof, "pprof", false, "serve /debug/pprof/ on the admin listener")
 
-	fs.DurationVar(&o.server.ReadHeaderTimeout, "read-header-timeout", 5*time.Second, "time to read a request's header")
-	fs.DurationVar(&o.server.ReadTimeout, "read-timeout", 10*time.Second, "time to read a request's body after its header")
-	fs.DurationVar(&o.server.WriteTimeout, "write-timeout", 10*time.Second, "time to write an answer")
-	fs.DurationVar(&o.server.IdleTimeout, "idle-timeout", 60*time.Second, "how long a kept-alive client connection may idle")
-	fs.IntVar(&o.server.MaxHeaderBytes, "max-header-bytes", 8<<10, "largest request header")
-	fs.IntVar(&o.server.MaxBodyBytes, "max-body-bytes", 64<<10, "largest request body (413 above)")
-	fs.IntVar(&o.server.MaxConns, "max-conns", 0, "client connections served at once; at the limit the oldest idle one is closed for a new one (0: 16384, or fewer to fit the open-file limit; a value the limit cannot hold with 1024 to spare refuses to start)")
-	fs.IntVar(&o.server.MaxConnsPerAddr, "max-conns-per-addr", 1024, "client connections from one IPv4 address or IPv6 /64")
-	fs.DurationVar(&o.server.StallTimeout, "stall-timeout", 10*time.Second, "an event loop silent this long is taken as dead: readiness fails and the process exits non-zero")
+	fs.DurationVar(&o.server.ReadHeaderTimeout, "read-header-timeout", d.Server.ReadHeaderTimeout, "time to read a request's header")
+	fs.DurationVar(&o.server.ReadTimeout, "read-timeout", d.Server.ReadTimeout, "time to read a request's body after its header")
+	fs.DurationVar(&o.server.WriteTimeout, "write-timeout", d.Server.WriteTimeout, "time to write an answer")
+	fs.DurationVar(&o.server.IdleTimeout, "idle-timeout", d.Server.IdleTimeout, "how long a kept-alive client connection may idle")
+	fs.IntVar(&o.server.MaxHeaderBytes, "max-header-bytes", d.Server.MaxHeaderBytes, "largest request header")
+	fs.IntVar(&o.server.MaxBodyBytes, "max-body-bytes", d.Server.MaxBodyBytes, "largest request body (413 above)")
+	fs.IntVar(&o.server.MaxConns, "max-conns", d.Server.MaxConns, "client connections served at once; at the limit the oldest idle one is closed for a new one (0: 16384, or fewer to fit the open-file limit; a value the limit cannot hold with 1024 to spare refuses to start)")
+	fs.IntVar(&o.server.MaxConnsPerAddr, "max-conns-per-addr", d.Server.MaxConnsPerAddr, "client connections from one IPv4 address or IPv6 /64")
+	fs.DurationVar(&o.server.StallTimeout, "stall-timeout", d.Server.StallTimeout, "an event loop silent this long is taken as dead: readiness fails and the process exits non-zero")
 
-	fs.IntVar(&o.cell.MaxConcurrent, "cell-max-concurrent", 256, "bulkhead: requests in flight to one cell (503 above)")
-	fs.DurationVar(&o.cell.Timeout, "cell-timeout", 5*time.Second, "time a cell has to answer one request (504 after)")
-	fs.DurationVar(&o.cell.DialTimeout, "cell-dial-timeout", time.Second, "time to connect to a cell")
-	fs.DurationVar(&o.cell.IdleConnTimeout, "cell-idle-conn-timeout", 30*time.Second, "close connections to a cell idle this long")
-	fs.IntVar(&o.cell.Breaker.Window, "breaker-window", 50, "circuit breaker: outcomes remembered per cell")
-	fs.IntVar(&o.cell.Breaker.MinCalls, "breaker-min-calls", 10, "circuit breaker: outcomes needed before it can open")
-	fs.Float64Var(&o.cell.Breaker.FailureRate, "breaker-failure-rate", 0.5, "circuit breaker: open at this share of failures (5xx, errors, timeouts)")
-	fs.DurationVar(&o.cell.Breaker.OpenFor, "breaker-open-for", 5*time.Second, "circuit breaker: refuse this long before probing")
+	fs.IntVar(&o.cell.MaxConcurrent, "cell-max-concurrent", d.Cell.MaxConcurrent, "bulkhead: requests in flight to one cell (503 above)")
+	fs.DurationVar(&o.cell.Timeout, "cell-timeout", d.Cell.Timeout, "time a cell has to answer one request (504 after)")
+	fs.DurationVar(&o.cell.DialTimeout, "cell-dial-timeout", d.Cell.DialTimeout, "time to connect to a cell")
+	fs.DurationVar(&o.cell.IdleConnTimeout, "cell-idle-conn-timeout", d.Cell.IdleConnTimeout, "close connections to a cell idle this long")
+	fs.IntVar(&o.cell.Breaker.Window, "breaker-window", d.Cell.Breaker.Window, "circuit breaker: outcomes remembered per cell")
+	fs.IntVar(&o.cell.Breaker.MinCalls, "breaker-min-calls", d.Cell.Breaker.MinCalls, "circuit breaker: outcomes needed before it can open")
+	fs.Float64Var(&o.cell.Breaker.FailureRate, "breaker-failure-rate", d.Cell.Breaker.FailureRate, "circuit breaker: open at this share of failures (5xx, errors, timeouts)")
+	fs.DurationVar(&o.cell.Breaker.OpenFor, "breaker-open-for", d.Cell.Breaker.OpenFor, "circuit breaker: refuse this long before probing")
 
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -170,12 +171,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, ready fun
 	if err != nil {
 		return err
 	}
-	rt, err := router.New(router.Config{
+	rt, err := router.New(router.Config{Server: o.server, Cell: o.cell}, router.Options{
 		Maps:       follower,
 		Refresh:    reg.Load,
 		Keys:       keys,
-		Server:     o.server,
-		Cell:       o.cell,
 		Logger:     log,
 		Registerer: metrics,
 	})

@@ -145,7 +145,8 @@ type world struct {
 
 type worldOptions struct {
 	cells      []string
-	cfg        Config              // Keys, Maps and Registerer are filled in
+	cfg        Config
+	opts       Options             // Maps, Refresh, Keys, Registerer and Logger are filled in
 	rate       float64             // the test client's rate [1e6]
 	burst      int                 // and burst [1e6]
 	regOpts    registry.FileConfig // of the follower's registry (Path is filled in)
@@ -210,15 +211,15 @@ func newWorld(t *testing.T, o worldOptions) *world {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := o.cfg
-	cfg.Maps, cfg.Keys, cfg.Registerer, cfg.Logger = w.follower, keys, w.metrics, log
+	opts := o.opts
+	opts.Maps, opts.Keys, opts.Registerer, opts.Logger = w.follower, keys, w.metrics, log
 	if o.wrapMaps != nil {
-		cfg.Maps = o.wrapMaps(w.follower)
+		opts.Maps = o.wrapMaps(w.follower)
 	}
 	if !o.noRefresh {
-		cfg.Refresh = w.reg.Load
+		opts.Refresh = w.reg.Load
 	}
-	w.router, err = New(cfg)
+	w.router, err = New(o.cfg, opts)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -170,7 +170,7 @@ func TestStaticStability(t *testing.T) {
 // listens, so this is the library's guard).
 func TestNoMapIs503(t *testing.T) {
 	keys, _ := ParseKeys([]byte(`[{"client":"a","key_sha256":"` + HashKey("k") + `","rate":10,"burst":10}]`))
-	r, err := New(Config{Maps: emptySource{}, Keys: keys})
+	r, err := New(Config{}, Options{Maps: emptySource{}, Keys: keys})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -59,7 +59,7 @@ func TestTokenBucket(t *testing.T) {
 
 func TestRateLimitAnswers(t *testing.T) {
 	clk := newFakeClock()
-	w := newWorld(t, worldOptions{cells: []string{"c1"}, rate: 1, burst: 2, cfg: Config{Now: clk.Now}})
+	w := newWorld(t, worldOptions{cells: []string{"c1"}, rate: 1, burst: 2, opts: Options{Now: clk.Now}})
 	for i, want := range []struct {
 		status    int
 		remaining string
