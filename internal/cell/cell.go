@@ -190,7 +190,7 @@ func New(ctx context.Context, cfg Config, opts Options) (_ *Cell, err error) {
 	if err != nil {
 		return nil, err
 	}
-	if c.moves, err = intake.OpenMoves(cfg.ID, filepath.Join(cfg.StoreDir, "moves.json"), time.Now(), c.log); err != nil {
+	if c.moves, err = intake.NewMoves(intake.MovesConfig{Cell: cfg.ID, Path: filepath.Join(cfg.StoreDir, "moves.json")}, intake.MovesOptions{Logger: c.log}); err != nil {
 		return nil, err
 	}
 	c.intake.TrackMoves(c.moves)
@@ -215,7 +215,7 @@ func (c *Cell) openNATS() error {
 	} else {
 		c.ns, err = natsembed.Start(natsembed.Config{
 			Name: "cell-" + c.cfg.ID, StoreDir: c.cfg.StoreDir, Port: c.cfg.NATSPort,
-		}, c.log)
+		}, natsembed.Options{Logger: c.log})
 		if err != nil {
 			return err
 		}

@@ -631,7 +631,7 @@ func TestReplicatedOnACluster(t *testing.T) {
 		t.Fatalf("replicas 3 on the embedded server: %v, want refused", err)
 	}
 	dirs := []string{t.TempDir(), t.TempDir(), t.TempDir()}
-	nodes, err := natsembed.StartCluster("cells", dirs, 30*time.Second, testLogger(t))
+	nodes, err := natsembed.StartCluster(natsembed.ClusterConfig{Name: "cells", Dirs: dirs, Timeout: 30 * time.Second}, natsembed.Options{Logger: testLogger(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -672,7 +672,7 @@ func TestReplicatedOnACluster(t *testing.T) {
 }
 
 func TestExternalNATS(t *testing.T) {
-	ext, err := natsembed.Start(natsembed.Config{Name: "external", StoreDir: t.TempDir()}, testLogger(t))
+	ext, err := natsembed.Start(natsembed.Config{Name: "external", StoreDir: t.TempDir()}, natsembed.Options{Logger: testLogger(t)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -305,7 +305,7 @@ func (c *Checker) Check(lookup func(id string) (inquiry.View, error), agencies .
 // directory, without a listener, and connects to it; both end with the test.
 func NATS(t testing.TB) (*natsembed.Server, jetstream.JetStream) {
 	t.Helper()
-	srv, err := natsembed.Start(natsembed.Config{Name: "test", StoreDir: t.TempDir(), Port: -1}, slog.New(slog.DiscardHandler))
+	srv, err := natsembed.Start(natsembed.Config{Name: "test", StoreDir: t.TempDir(), Port: -1}, natsembed.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -75,7 +75,7 @@ type env struct {
 
 func newEnv(t *testing.T) *env {
 	t.Helper()
-	srv, err := natsembed.Start(natsembed.Config{Name: "intake-test", StoreDir: t.TempDir(), Port: 0}, testLogger())
+	srv, err := natsembed.Start(natsembed.Config{Name: "intake-test", StoreDir: t.TempDir(), Port: 0}, natsembed.Options{Logger: testLogger()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,7 +19,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 func TestPersistsAcrossRestartsAndListensOnLoopback(t *testing.T) {
 	dir := t.TempDir()
 	log := slog.New(slog.DiscardHandler)
-	srv, err := Start(Config{Name: "t", StoreDir: dir}, log)
+	srv, err := Start(Config{Name: "t", StoreDir: dir}, Options{Logger: log})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,7 +45,7 @@ func TestPersistsAcrossRestartsAndListensOnLoopback(t *testing.T) {
 	nc.Close()
 	srv.Shutdown()
 
-	srv, err = Start(Config{Name: "t", StoreDir: dir, Port: -1}, log)
+	srv, err = Start(Config{Name: "t", StoreDir: dir, Port: -1}, Options{Logger: log})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,10 +71,10 @@ func TestPersistsAcrossRestartsAndListensOnLoopback(t *testing.T) {
 
 func TestRefusesNonLoopbackAndMissingConfig(t *testing.T) {
 	log := slog.New(slog.DiscardHandler)
-	if _, err := Start(Config{Name: "t", StoreDir: t.TempDir(), Host: "0.0.0.0"}, log); err == nil {
+	if _, err := Start(Config{Name: "t", StoreDir: t.TempDir(), Host: "0.0.0.0"}, Options{Logger: log}); err == nil {
 		t.Error("started on 0.0.0.0")
 	}
-	if _, err := Start(Config{Name: "t"}, log); err == nil {
+	if _, err := Start(Config{Name: "t"}, Options{Logger: log}); err == nil {
 		t.Error("started without a store dir")
 	}
 }
@@ -87,7 +87,7 @@ func startCluster(t *testing.T, n int) []*Server {
 		dirs = append(dirs, t.TempDir())
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	nodes, err := StartCluster("test", dirs, 30*time.Second, log)
+	nodes, err := StartCluster(ClusterConfig{Name: "test", Dirs: dirs, Timeout: 30 * time.Second}, Options{Logger: log})
 	if err != nil {
 		t.Fatal(err)
 	}
