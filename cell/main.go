@@ -2,9 +2,9 @@
 // store (NATS embedded by default), the inquiry pipeline with its agency
 // session pools sized by the cell map, and the admin API.
 //
-// Every flag can also be set from the environment as CELLKIT_<FLAG> in upper
-// snake case (--age-budget: CELLKIT_AGE_BUDGET; --agency: CELLKIT_AGENCY,
-// comma-separated); a flag on the command line wins.
+// A flag not on the command line is read from CELLKIT_CELL_<FLAG>, else
+// CELLKIT_<FLAG>, in upper snake case (--age-budget: CELLKIT_AGE_BUDGET;
+// --agency: CELLKIT_AGENCY, comma-separated); see internal/flagenv.
 //
 //	cell --cell c1 --registry file:var/map.json \
 //	     --agency nice=127.0.0.1:7001 --agency kcb=127.0.0.1:7002
@@ -31,6 +31,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/cellkit/cellkit/internal/cell"
+	"github.com/cellkit/cellkit/internal/flagenv"
 )
 
 func main() {
@@ -134,19 +135,8 @@ func parseFlags(args []string, getenv func(string) string, output io.Writer) (ce
 	if fs.NArg() > 0 {
 		return c, level, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
-	set := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	var envErr error
-	fs.VisitAll(func(f *flag.Flag) {
-		env := "CELLKIT_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
-		if v := getenv(env); v != "" && !set[f.Name] {
-			if err := fs.Set(f.Name, v); err != nil && envErr == nil {
-				envErr = fmt.Errorf("%s=%q: %w", env, v, err)
-			}
-		}
-	})
-	if envErr != nil {
-		return c, level, envErr
+	if err := flagenv.Fill(fs, "cell", getenv); err != nil {
+		return c, level, err
 	}
 	c.Agencies = agencies
 	c.Pipeline.CallbackAllow = callbackAllow

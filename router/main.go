@@ -6,8 +6,9 @@
 //	router [flags]                 serve
 //	router keygen [flags]          make an API key and its keys-file entry
 //
-// Every flag can also be set by an environment variable CELLKIT_ROUTER_<FLAG>
-// (upper case, '-' as '_'); the registry also by CELLKIT_REGISTRY. Flags win.
+// A flag not on the command line is read from CELLKIT_ROUTER_<FLAG>, else
+// CELLKIT_<FLAG> (upper case, '-' as '_': CELLKIT_ROUTER_CELL_TIMEOUT,
+// CELLKIT_REGISTRY); see internal/flagenv.
 //
 // Admin listener: /healthz, /readyz (ready once there is a cell map; says
 // when it is stale), /metrics, /v1/admin/hotkeys, /v1/admin/cells.
@@ -27,7 +28,6 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"strings"
 	"syscall"
 	"time"
 
@@ -35,6 +35,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/cellkit/cellkit/internal/flagenv"
 	"github.com/cellkit/cellkit/internal/registry"
 	"github.com/cellkit/cellkit/internal/router"
 )
@@ -64,9 +65,7 @@ type options struct {
 	cell                router.CellLimits
 }
 
-const envPrefix = "CELLKIT_ROUTER_"
-
-func parseFlags(args []string, output io.Writer) (options, error) {
+func parseFlags(args []string, getenv func(string) string, output io.Writer) (options, error) {
 	var o options
 	d := router.DefaultConfig()
 	fs := flag.NewFlagSet("router", flag.ContinueOnError)
@@ -107,33 +106,13 @@ func parseFlags(args []string, output io.Writer) (options, error) {
 	if fs.NArg() > 0 {
 		return o, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
-	if err := fromEnv(fs, os.LookupEnv); err != nil {
+	if err := flagenv.Fill(fs, "router", getenv); err != nil {
 		return o, err
 	}
 	if o.keysPath == "" {
 		return o, errors.New("no keys file: pass --keys (make a key with `router keygen`)")
 	}
 	return o, nil
-}
-
-// fromEnv sets every flag not given on the command line from
-// CELLKIT_ROUTER_<FLAG>, if set.
-func fromEnv(fs *flag.FlagSet, lookup func(string) (string, bool)) error {
-	given := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
-	var err error
-	fs.VisitAll(func(f *flag.Flag) {
-		if given[f.Name] || err != nil {
-			return
-		}
-		name := envPrefix + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
-		if v, ok := lookup(name); ok {
-			if e := fs.Set(f.Name, v); e != nil {
-				err = fmt.Errorf("%s: %w", name, e)
-			}
-		}
-	})
-	return err
 }
 
 // addrs are where run listens.
@@ -145,7 +124,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, ready fun
 	if len(args) > 0 && args[0] == "keygen" {
 		return keygen(args[1:], stdout, stderr)
 	}
-	o, err := parseFlags(args, stderr)
+	o, err := parseFlags(args, os.Getenv, stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return nil
 	}

@@ -8,6 +8,8 @@ import (
 	"io"
 	"path/filepath"
 	"time"
+
+	"github.com/cellkit/cellkit/internal/flagenv"
 )
 
 const usage = `loadtest — open-loop load and chaos drills for cellkit
@@ -17,7 +19,8 @@ const usage = `loadtest — open-loop load and chaos drills for cellkit
   loadtest drill kill|drain|agency-slow [--dev-json var/dev.json | --bin ./bin]
                  [--rate R] [--users K] [--cell c2] [--json out.json] [--svg out.svg]
 
-'loadtest run -h' and 'loadtest drill -h' list every flag.`
+'loadtest run -h' and 'loadtest drill -h' list every flag. A flag not on the
+command line is read from CELLKIT_LOADTEST_<FLAG>, else CELLKIT_<FLAG>.`
 
 // ErrAssertion is returned when a drill ran and one of its assertions
 // failed.
@@ -82,6 +85,9 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	fs.BoolVar(&quiet, "quiet", false, "no progress line")
 	out.register(fs)
 	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if err := flagenv.Fill(fs, "loadtest", nil); err != nil {
 		return err
 	}
 	switch {
@@ -152,6 +158,9 @@ func cmdDrill(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.DurationVar(&ageBudget, "age-budget", 0, "the cells' oldest-pending budget for a stack the drill starts (`D`; 0: the cell's default)")
 	out.register(fs)
 	if err := fs.Parse(args[1:]); err != nil {
+		return err
+	}
+	if err := flagenv.Fill(fs, "loadtest", nil); err != nil {
 		return err
 	}
 	if !quiet {
