@@ -9,6 +9,10 @@
 //	PUT  /v1/agencies/{nice|kcb}/config   replace it (PATCH: change some fields)
 //	GET  /v1/agencies/{nice|kcb}/stats    its counters
 //
+// A flag not on the command line is read from CELLKIT_AGENCYSIM_<FLAG>, else
+// CELLKIT_<FLAG> (upper case, '-' as '_': CELLKIT_AGENCYSIM_NICE_SESSIONS);
+// see internal/flagenv.
+//
 // Example drill: the NICE agency gets ten times slower.
 //
 //	curl -X PATCH -d '{"latency":{"dist":"lognormal","p50":"5s","p99":"15s"}}' \
@@ -37,6 +41,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/cellkit/cellkit/internal/agencysim"
+	"github.com/cellkit/cellkit/internal/flagenv"
 	"github.com/cellkit/cellkit/internal/telegram"
 )
 
@@ -63,7 +68,7 @@ type options struct {
 	logLevel                           slog.Level
 }
 
-func parseFlags(args []string, output io.Writer) (options, error) {
+func parseFlags(args []string, getenv func(string) string, output io.Writer) (options, error) {
 	var o options
 	fs := flag.NewFlagSet("agencysim", flag.ContinueOnError)
 	fs.SetOutput(output)
@@ -87,6 +92,9 @@ func parseFlags(args []string, output io.Writer) (options, error) {
 	}
 	if fs.NArg() > 0 {
 		return o, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	if err := flagenv.Fill(fs, "agencysim", getenv); err != nil {
+		return o, err
 	}
 	return o, nil
 }
@@ -113,7 +121,7 @@ type addrs struct{ Admin, NICE, KCB net.Addr }
 // run serves the agencies and the admin API until ctx ends, then shuts them
 // down gracefully. ready, if not nil, is called once everything listens.
 func run(ctx context.Context, args []string, stderr io.Writer, ready func(addrs)) error {
-	o, err := parseFlags(args, stderr)
+	o, err := parseFlags(args, os.Getenv, stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return nil
 	}
@@ -151,7 +159,11 @@ func run(ctx context.Context, args []string, stderr io.Writer, ready func(addrs)
 		if err != nil {
 			return fmt.Errorf("%s: listen: %w", a.p.Name, err)
 		}
-		srv := agencysim.New(a.p, cfg, agencysim.Options{Logger: log, Registerer: reg})
+		srv, err := agencysim.New(cfg, agencysim.Options{Profile: a.p, Logger: log, Registerer: reg})
+		if err != nil {
+			ln.Close()
+			return err
+		}
 		agencies = append(agencies, agency{srv, ln})
 	}
 	adminLn, err := net.Listen("tcp", o.adminListen)

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"io"
 	"net"
 	"net/http"
 	"strings"
@@ -170,5 +171,21 @@ func TestRunRejectsBadFlags(t *testing.T) {
 	var out testkit.Buffer
 	if err := run(context.Background(), []string{"-h"}, &out, nil); err != nil || !strings.Contains(out.String(), "-nice-listen") {
 		t.Errorf("run(-h) = %v with output %q, want nil and the usage", err, out.String())
+	}
+}
+
+func TestFlagsFromEnvironment(t *testing.T) {
+	env := map[string]string{"CELLKIT_AGENCYSIM_NICE_SESSIONS": "5", "CELLKIT_SEED": "7", "CELLKIT_ERROR_RATE": "0.5"}
+	getenv := func(k string) string { return env[k] }
+	o, err := parseFlags([]string{"-seed", "3"}, getenv, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.niceSessions != 5 || o.seed != 3 || o.errorRate != 0.5 {
+		t.Errorf("nice sessions %d, seed %d, error rate %g: want 5 and 0.5 from the environment, 3 from the flag", o.niceSessions, o.seed, o.errorRate)
+	}
+	env["CELLKIT_AGENCYSIM_KCB_SESSIONS"] = "forty"
+	if _, err := parseFlags(nil, getenv, io.Discard); err == nil || !strings.Contains(err.Error(), "CELLKIT_AGENCYSIM_KCB_SESSIONS") {
+		t.Errorf("a bad variable: %v, want an error naming it", err)
 	}
 }

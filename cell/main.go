@@ -2,9 +2,9 @@
 // store (NATS embedded by default), the inquiry pipeline with its agency
 // session pools sized by the cell map, and the admin API.
 //
-// Every flag can also be set from the environment as CELLKIT_<FLAG> in upper
-// snake case (--age-budget: CELLKIT_AGE_BUDGET; --agency: CELLKIT_AGENCY,
-// comma-separated); a flag on the command line wins.
+// A flag not on the command line is read from CELLKIT_CELL_<FLAG>, else
+// CELLKIT_<FLAG>, in upper snake case (--age-budget: CELLKIT_AGE_BUDGET;
+// --agency: CELLKIT_AGENCY, comma-separated); see internal/flagenv.
 //
 //	cell --cell c1 --registry file:var/map.json \
 //	     --agency nice=127.0.0.1:7001 --agency kcb=127.0.0.1:7002
@@ -26,12 +26,12 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/cellkit/cellkit/internal/cell"
+	"github.com/cellkit/cellkit/internal/flagenv"
 )
 
 func main() {
@@ -90,43 +90,44 @@ func (p *prefixFlag) Set(v string) error {
 
 func parseFlags(args []string, getenv func(string) string, output io.Writer) (cell.Config, slog.Level, error) {
 	var c cell.Config
+	d := cell.DefaultConfig()
 	var level slog.Level
 	var agencies agencyFlag
 	var callbackAllow prefixFlag
 	fs := flag.NewFlagSet("cell", flag.ContinueOnError)
 	fs.SetOutput(output)
 	fs.StringVar(&c.ID, "cell", "", "cell id, as in the cell map (required)")
-	fs.StringVar(&c.IntakeAddr, "intake", "127.0.0.1:8081", "listen address of the intake API")
-	fs.StringVar(&c.AdminAddr, "admin", "127.0.0.1:9081", "listen address of the admin API, probes and metrics")
+	fs.StringVar(&c.IntakeAddr, "intake", d.IntakeAddr, "listen address of the intake API")
+	fs.StringVar(&c.AdminAddr, "admin", d.AdminAddr, "listen address of the admin API, probes and metrics")
 	fs.StringVar(&c.AdminToken, "admin-token", "", "bearer token required on /v1/admin/* (empty: none)")
 	fs.StringVar(&c.Registry, "registry", "", "cell map registry: file:PATH or consul://HOST:PORT/PREFIX (default $CELLKIT_REGISTRY)")
 	fs.StringVar(&c.StoreDir, "store", "", "store dir of the embedded NATS, the map cache and the lock (default var/cells/<cell>)")
 	fs.StringVar(&c.NATSURL, "nats-url", "", "external NATS with JetStream (empty: embedded)")
 	fs.IntVar(&c.NATSPort, "nats-port", 0, "loopback port of the embedded NATS (0: a free one, -1: none)")
 	fs.Var(&agencies, "agency", "an agency as name=host:port (repeat; name nice or kcb picks the telegram profile)")
-	fs.IntVar(&c.Pipeline.Workers, "workers", 64, "inquiries processed at once")
-	fs.DurationVar(&c.CallTimeout, "call-timeout", 2*time.Second, "timeout of one agency call")
-	fs.DurationVar(&c.BorrowTimeout, "borrow-timeout", time.Second, "wait for an agency session from the pool")
-	fs.DurationVar(&c.Pipeline.StepTimeout, "step-timeout", 3*time.Second, "budget of each pipeline step (agency call with its wait for a session, CSS, core banking)")
-	fs.IntVar(&c.Pipeline.MaxDeliver, "max-deliver", 5, "attempts before a transiently failing inquiry is dead-lettered")
-	fs.DurationVar(&c.AckWait, "ack-wait", 30*time.Second, "ack wait of the work consumers (in-progress acks keep slow work alive)")
-	fs.DurationVar(&c.Shed.MaxAge, "age-budget", 60*time.Second, "shed new intake when the oldest pending inquiry is older than this")
-	fs.IntVar(&c.Shed.MaxDepth, "depth-limit", 10_000, "shed new intake when this many inquiries are queued")
+	fs.IntVar(&c.Pipeline.Workers, "workers", d.Pipeline.Workers, "inquiries processed at once")
+	fs.DurationVar(&c.CallTimeout, "call-timeout", d.CallTimeout, "timeout of one agency call")
+	fs.DurationVar(&c.BorrowTimeout, "borrow-timeout", d.BorrowTimeout, "wait for an agency session from the pool")
+	fs.DurationVar(&c.Pipeline.StepTimeout, "step-timeout", d.Pipeline.StepTimeout, "budget of each pipeline step (agency call with its wait for a session, CSS, core banking)")
+	fs.IntVar(&c.Pipeline.MaxDeliver, "max-deliver", d.Pipeline.MaxDeliver, "attempts before a transiently failing inquiry is dead-lettered")
+	fs.DurationVar(&c.AckWait, "ack-wait", d.AckWait, "ack wait of the work consumers (in-progress acks keep slow work alive)")
+	fs.DurationVar(&c.Shed.MaxAge, "age-budget", d.Shed.MaxAge, "shed new intake when the oldest pending inquiry is older than this")
+	fs.IntVar(&c.Shed.MaxDepth, "depth-limit", d.Shed.MaxDepth, "shed new intake when this many inquiries are queued")
 	fs.Int64Var(&c.QueueMaxMsgs, "queue-max-msgs", 0, "hard message limit of the work stream (0: 10 × depth limit)")
-	fs.DurationVar(&c.RecordTTL, "record-ttl", 7*24*time.Hour, "how long records, failures and dead letters are kept")
-	fs.DurationVar(&c.CSSLatency, "css-latency", 5*time.Millisecond, "latency of the in-process CSS step")
-	fs.DurationVar(&c.CoreLatency, "core-latency", 10*time.Millisecond, "latency of the in-process core banking step")
-	fs.DurationVar(&c.Pipeline.DrainTimeout, "drain-timeout", 20*time.Second, "at shutdown, how long work in flight may finish")
-	fs.IntVar(&c.Pipeline.CallbackAttempts, "callback-attempts", 4, "tries of a callback POST (connection errors, timeouts, 5xx and 429 are retried after about 1s, 2s, 4s...)")
+	fs.DurationVar(&c.RecordTTL, "record-ttl", d.RecordTTL, "how long records, failures and dead letters are kept")
+	fs.DurationVar(&c.CSSLatency, "css-latency", d.CSSLatency, "latency of the in-process CSS step")
+	fs.DurationVar(&c.CoreLatency, "core-latency", d.CoreLatency, "latency of the in-process core banking step")
+	fs.DurationVar(&c.Pipeline.DrainTimeout, "drain-timeout", d.Pipeline.DrainTimeout, "at shutdown, how long work in flight may finish")
+	fs.IntVar(&c.Pipeline.CallbackAttempts, "callback-attempts", d.Pipeline.CallbackAttempts, "tries of a callback POST (connection errors, timeouts, 5xx and 429 are retried after up to 1s, 2s, 4s..., half of each wait random)")
 	fs.Var(&callbackAllow, "callback-allow", "internal prefixes callbacks may reach, as `CIDR[,CIDR...]`; callbacks to other loopback, private, link-local or CGNAT addresses are refused (cellctl dev up passes 127.0.0.0/8,::1/128 for a receiver on the same machine)")
-	fs.IntVar(&c.Replicas, "replicas", 1, "replicas of the cell's streams and record bucket; more than 1 needs --nats-url (a JetStream cluster; 3 survives losing a node)")
-	fs.IntVar(&c.Breaker.Window, "breaker-window", 100, "agency circuit breaker: outcomes remembered per agency")
-	fs.IntVar(&c.Breaker.MinCalls, "breaker-min-calls", 20, "agency circuit breaker: outcomes needed before it can open")
-	fs.Float64Var(&c.Breaker.FailureRate, "breaker-failure-rate", 0.2, "agency circuit breaker: open at this share of failed calls (agency errors, timeouts, broken sessions)")
-	fs.Float64Var(&c.Breaker.SlowRate, "breaker-slow-rate", 0.5, "agency circuit breaker: open at this share of slow calls")
-	fs.DurationVar(&c.Breaker.SlowCall, "breaker-slow-call", 5*time.Second, "agency circuit breaker: a call this long or longer is slow")
-	fs.DurationVar(&c.Breaker.OpenFor, "breaker-open-for", 30*time.Second, "agency circuit breaker: refuse calls this long, then probe")
-	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", 10*time.Second, "at shutdown, how long requests in flight may finish")
+	fs.IntVar(&c.Replicas, "replicas", d.Replicas, "replicas of the cell's streams and record bucket; more than 1 needs --nats-url (a JetStream cluster; 3 survives losing a node)")
+	fs.IntVar(&c.Breaker.Window, "breaker-window", d.Breaker.Window, "agency circuit breaker: outcomes remembered per agency")
+	fs.IntVar(&c.Breaker.MinCalls, "breaker-min-calls", d.Breaker.MinCalls, "agency circuit breaker: outcomes needed before it can open")
+	fs.Float64Var(&c.Breaker.FailureRate, "breaker-failure-rate", d.Breaker.FailureRate, "agency circuit breaker: open at this share of failed calls (agency errors, timeouts, broken sessions)")
+	fs.Float64Var(&c.Breaker.SlowRate, "breaker-slow-rate", d.Breaker.SlowRate, "agency circuit breaker: open at this share of slow calls")
+	fs.DurationVar(&c.Breaker.SlowCall, "breaker-slow-call", d.Breaker.SlowCall, "agency circuit breaker: a call this long or longer is slow")
+	fs.DurationVar(&c.Breaker.OpenFor, "breaker-open-for", d.Breaker.OpenFor, "agency circuit breaker: refuse calls this long, then probe")
+	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", d.ShutdownTimeout, "at shutdown, how long requests in flight may finish")
 	fs.TextVar(&level, "log-level", slog.LevelInfo, "log level: debug, info, warn or error")
 	if err := fs.Parse(args); err != nil {
 		return c, level, err
@@ -134,19 +135,8 @@ func parseFlags(args []string, getenv func(string) string, output io.Writer) (ce
 	if fs.NArg() > 0 {
 		return c, level, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
-	set := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	var envErr error
-	fs.VisitAll(func(f *flag.Flag) {
-		env := "CELLKIT_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
-		if v := getenv(env); v != "" && !set[f.Name] {
-			if err := fs.Set(f.Name, v); err != nil && envErr == nil {
-				envErr = fmt.Errorf("%s=%q: %w", env, v, err)
-			}
-		}
-	})
-	if envErr != nil {
-		return c, level, envErr
+	if err := flagenv.Fill(fs, "cell", getenv); err != nil {
+		return c, level, err
 	}
 	c.Agencies = agencies
 	c.Pipeline.CallbackAllow = callbackAllow
@@ -177,7 +167,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level}))
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	c, err := cell.New(ctx, cfg, cell.Options{Logger: log, Metrics: reg})
+	c, err := cell.New(ctx, cfg, cell.Options{Logger: log, Registerer: reg, Gatherer: reg})
 	if err != nil {
 		return err
 	}

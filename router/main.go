@@ -6,8 +6,9 @@
 //	router [flags]                 serve
 //	router keygen [flags]          make an API key and its keys-file entry
 //
-// Every flag can also be set by an environment variable CELLKIT_ROUTER_<FLAG>
-// (upper case, '-' as '_'); the registry also by CELLKIT_REGISTRY. Flags win.
+// A flag not on the command line is read from CELLKIT_ROUTER_<FLAG>, else
+// CELLKIT_<FLAG> (upper case, '-' as '_': CELLKIT_ROUTER_CELL_TIMEOUT,
+// CELLKIT_REGISTRY); see internal/flagenv.
 //
 // Admin listener: /healthz, /readyz (ready once there is a cell map; says
 // when it is stale), /metrics, /v1/admin/hotkeys, /v1/admin/cells.
@@ -27,7 +28,6 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"strings"
 	"syscall"
 	"time"
 
@@ -35,6 +35,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/cellkit/cellkit/internal/flagenv"
 	"github.com/cellkit/cellkit/internal/registry"
 	"github.com/cellkit/cellkit/internal/router"
 )
@@ -64,10 +65,9 @@ type options struct {
 	cell                router.CellLimits
 }
 
-const envPrefix = "CELLKIT_ROUTER_"
-
-func parseFlags(args []string, output io.Writer) (options, error) {
+func parseFlags(args []string, getenv func(string) string, output io.Writer) (options, error) {
 	var o options
+	d := router.DefaultConfig()
 	fs := flag.NewFlagSet("router", flag.ContinueOnError)
 	fs.SetOutput(output)
 	fs.StringVar(&o.listen, "listen", "127.0.0.1:8080", "public HTTP address")
@@ -75,30 +75,30 @@ func parseFlags(args []string, output io.Writer) (options, error) {
 	fs.StringVar(&o.registryURL, "registry", "", "cell map registry: file:PATH or consul://HOST:PORT/PREFIX (default $"+registry.EnvRegistry+")")
 	fs.StringVar(&o.keysPath, "keys", "", "API keys file: a JSON array of {client, key_sha256, rate, burst} (make one with `router keygen`)")
 	fs.StringVar(&o.mapCache, "map-cache", "", "file keeping the last good cell map, to start while the registry is down (empty: none)")
-	fs.DurationVar(&o.staleAfter, "stale-after", 30*time.Second, "report the map stale after this long without the registry")
+	fs.DurationVar(&o.staleAfter, "stale-after", registry.DefaultFollowerConfig().StaleAfter, "report the map stale after this long without the registry")
 	fs.DurationVar(&o.mapWait, "map-wait", 0, "give up if no cell map arrives within this time (0: wait until stopped)")
 	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 15*time.Second, "how long requests in flight may finish at shutdown")
 	fs.TextVar(&o.logLevel, "log-level", slog.LevelInfo, "log level: debug, info, warn or error")
 	fs.BoolVar(&o.pprof, "pprof", false, "serve /debug/pprof/ on the admin listener")
 
-	fs.DurationVar(&o.server.ReadHeaderTimeout, "read-header-timeout", 5*time.Second, "time to read a request's header")
-	fs.DurationVar(&o.server.ReadTimeout, "read-timeout", 10*time.Second, "time to read a request's body after its header")
-	fs.DurationVar(&o.server.WriteTimeout, "write-timeout", 10*time.Second, "time to write an answer")
-	fs.DurationVar(&o.server.IdleTimeout, "idle-timeout", 60*time.Second, "how long a kept-alive client connection may idle")
-	fs.IntVar(&o.server.MaxHeaderBytes, "max-header-bytes", 8<<10, "largest request header")
-	fs.IntVar(&o.server.MaxBodyBytes, "max-body-bytes", 64<<10, "largest request body (413 above)")
-	fs.IntVar(&o.server.MaxConns, "max-conns", 0, "client connections served at once; at the limit the oldest idle one is closed for a new one (0: 16384, or fewer to fit the open-file limit; a value the limit cannot hold with 1024 to spare refuses to start)")
-	fs.IntVar(&o.server.MaxConnsPerAddr, "max-conns-per-addr", 1024, "client connections from one IPv4 address or IPv6 /64")
-	fs.DurationVar(&o.server.StallTimeout, "stall-timeout", 10*time.Second, "an event loop silent this long is taken as dead: readiness fails and the process exits non-zero")
+	fs.DurationVar(&o.server.ReadHeaderTimeout, "read-header-timeout", d.Server.ReadHeaderTimeout, "time to read a request's header")
+	fs.DurationVar(&o.server.ReadTimeout, "read-timeout", d.Server.ReadTimeout, "time to read a request's body after its header")
+	fs.DurationVar(&o.server.WriteTimeout, "write-timeout", d.Server.WriteTimeout, "time to write an answer")
+	fs.DurationVar(&o.server.IdleTimeout, "idle-timeout", d.Server.IdleTimeout, "how long a kept-alive client connection may idle")
+	fs.IntVar(&o.server.MaxHeaderBytes, "max-header-bytes", d.Server.MaxHeaderBytes, "largest request header")
+	fs.IntVar(&o.server.MaxBodyBytes, "max-body-bytes", d.Server.MaxBodyBytes, "largest request body (413 above)")
+	fs.IntVar(&o.server.MaxConns, "max-conns", d.Server.MaxConns, "client connections served at once; at the limit the oldest idle one is closed for a new one (0: 16384, or fewer to fit the open-file limit; a value the limit cannot hold with 1024 to spare refuses to start)")
+	fs.IntVar(&o.server.MaxConnsPerAddr, "max-conns-per-addr", d.Server.MaxConnsPerAddr, "client connections from one IPv4 address or IPv6 /64")
+	fs.DurationVar(&o.server.StallTimeout, "stall-timeout", d.Server.StallTimeout, "an event loop silent this long is taken as dead: readiness fails and the process exits non-zero")
 
-	fs.IntVar(&o.cell.MaxConcurrent, "cell-max-concurrent", 256, "bulkhead: requests in flight to one cell (503 above)")
-	fs.DurationVar(&o.cell.Timeout, "cell-timeout", 5*time.Second, "time a cell has to answer one request (504 after)")
-	fs.DurationVar(&o.cell.DialTimeout, "cell-dial-timeout", time.Second, "time to connect to a cell")
-	fs.DurationVar(&o.cell.IdleConnTimeout, "cell-idle-conn-timeout", 30*time.Second, "close connections to a cell idle this long")
-	fs.IntVar(&o.cell.Breaker.Window, "breaker-window", 50, "circuit breaker: outcomes remembered per cell")
-	fs.IntVar(&o.cell.Breaker.MinCalls, "breaker-min-calls", 10, "circuit breaker: outcomes needed before it can open")
-	fs.Float64Var(&o.cell.Breaker.FailureRate, "breaker-failure-rate", 0.5, "circuit breaker: open at this share of failures (5xx, errors, timeouts)")
-	fs.DurationVar(&o.cell.Breaker.OpenFor, "breaker-open-for", 5*time.Second, "circuit breaker: refuse this long before probing")
+	fs.IntVar(&o.cell.MaxConcurrent, "cell-max-concurrent", d.Cell.MaxConcurrent, "bulkhead: requests in flight to one cell (503 above)")
+	fs.DurationVar(&o.cell.Timeout, "cell-timeout", d.Cell.Timeout, "time a cell has to answer one request (504 after)")
+	fs.DurationVar(&o.cell.DialTimeout, "cell-dial-timeout", d.Cell.DialTimeout, "time to connect to a cell")
+	fs.DurationVar(&o.cell.IdleConnTimeout, "cell-idle-conn-timeout", d.Cell.IdleConnTimeout, "close connections to a cell idle this long")
+	fs.IntVar(&o.cell.Breaker.Window, "breaker-window", d.Cell.Breaker.Window, "circuit breaker: outcomes remembered per cell")
+	fs.IntVar(&o.cell.Breaker.MinCalls, "breaker-min-calls", d.Cell.Breaker.MinCalls, "circuit breaker: outcomes needed before it can open")
+	fs.Float64Var(&o.cell.Breaker.FailureRate, "breaker-failure-rate", d.Cell.Breaker.FailureRate, "circuit breaker: open at this share of failures (5xx, errors, timeouts)")
+	fs.DurationVar(&o.cell.Breaker.OpenFor, "breaker-open-for", d.Cell.Breaker.OpenFor, "circuit breaker: refuse this long before probing")
 
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -106,33 +106,13 @@ func parseFlags(args []string, output io.Writer) (options, error) {
 	if fs.NArg() > 0 {
 		return o, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
-	if err := fromEnv(fs, os.LookupEnv); err != nil {
+	if err := flagenv.Fill(fs, "router", getenv); err != nil {
 		return o, err
 	}
 	if o.keysPath == "" {
 		return o, errors.New("no keys file: pass --keys (make a key with `router keygen`)")
 	}
 	return o, nil
-}
-
-// fromEnv sets every flag not given on the command line from
-// CELLKIT_ROUTER_<FLAG>, if set.
-func fromEnv(fs *flag.FlagSet, lookup func(string) (string, bool)) error {
-	given := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
-	var err error
-	fs.VisitAll(func(f *flag.Flag) {
-		if given[f.Name] || err != nil {
-			return
-		}
-		name := envPrefix + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
-		if v, ok := lookup(name); ok {
-			if e := fs.Set(f.Name, v); e != nil {
-				err = fmt.Errorf("%s: %w", name, e)
-			}
-		}
-	})
-	return err
 }
 
 // addrs are where run listens.
@@ -144,7 +124,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, ready fun
 	if len(args) > 0 && args[0] == "keygen" {
 		return keygen(args[1:], stdout, stderr)
 	}
-	o, err := parseFlags(args, stderr)
+	o, err := parseFlags(args, os.Getenv, stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return nil
 	}
@@ -156,7 +136,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, ready fun
 	if err != nil {
 		return err
 	}
-	reg, err := registry.Open(o.registryURL, registry.Options{})
+	reg, err := registry.Open(registry.Config{URL: o.registryURL}, registry.Options{})
 	if err != nil {
 		return err
 	}
@@ -164,18 +144,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, ready fun
 
 	metrics := prometheus.NewRegistry()
 	metrics.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	follower, err := registry.NewFollower(reg, registry.FollowerOptions{
-		Logger: log, Registerer: metrics, Part: "router", StaleAfter: o.staleAfter, CachePath: o.mapCache,
+	follower, err := registry.NewFollower(registry.FollowerConfig{StaleAfter: o.staleAfter, CachePath: o.mapCache}, registry.FollowerOptions{
+		Registry: reg, Logger: log, Registerer: prometheus.WrapRegistererWithPrefix("cellkit_router_", metrics),
 	})
 	if err != nil {
 		return err
 	}
-	rt, err := router.New(router.Config{
+	rt, err := router.New(router.Config{Server: o.server, Cell: o.cell}, router.Options{
 		Maps:       follower,
 		Refresh:    reg.Load,
 		Keys:       keys,
-		Server:     o.server,
-		Cell:       o.cell,
 		Logger:     log,
 		Registerer: metrics,
 	})

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"flag"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -67,24 +66,18 @@ func TestFlagsFromEnvironment(t *testing.T) {
 		"CELLKIT_ROUTER_LISTEN":              "127.0.0.1:9999",
 		"CELLKIT_ROUTER_CELL_MAX_CONCURRENT": "7",
 		"CELLKIT_ROUTER_KEYS":                "/from/env",
+		"CELLKIT_REGISTRY":                   "file:/from/env.json",
 	}
-	fs := flag.NewFlagSet("t", flag.ContinueOnError)
-	listen := fs.String("listen", "", "")
-	keys := fs.String("keys", "", "")
-	n := fs.Int("cell-max-concurrent", 1, "")
-	if err := fs.Parse([]string{"-keys", "/from/flag"}); err != nil {
+	getenv := func(k string) string { return env[k] }
+	o, err := parseFlags([]string{"-keys", "/from/flag"}, getenv, io.Discard)
+	if err != nil {
 		t.Fatal(err)
 	}
-	if err := fromEnv(fs, func(k string) (string, bool) { v, ok := env[k]; return v, ok }); err != nil {
-		t.Fatal(err)
-	}
-	if *listen != "127.0.0.1:9999" || *n != 7 || *keys != "/from/flag" {
-		t.Errorf("listen %q, max %d, keys %q: want env for the first two, the flag for keys", *listen, *n, *keys)
+	if o.listen != "127.0.0.1:9999" || o.cell.MaxConcurrent != 7 || o.keysPath != "/from/flag" || o.registryURL != "file:/from/env.json" {
+		t.Errorf("listen %q, max %d, keys %q, registry %q: want env for all but keys", o.listen, o.cell.MaxConcurrent, o.keysPath, o.registryURL)
 	}
 	env["CELLKIT_ROUTER_CELL_MAX_CONCURRENT"] = "many"
-	fs2 := flag.NewFlagSet("t", flag.ContinueOnError)
-	fs2.Int("cell-max-concurrent", 1, "")
-	if err := fromEnv(fs2, func(k string) (string, bool) { v, ok := env[k]; return v, ok }); err == nil || !strings.Contains(err.Error(), "CELLKIT_ROUTER_CELL_MAX_CONCURRENT") {
+	if _, err := parseFlags(nil, getenv, io.Discard); err == nil || !strings.Contains(err.Error(), "CELLKIT_ROUTER_CELL_MAX_CONCURRENT") {
 		t.Errorf("bad env value: %v", err)
 	}
 }
@@ -134,7 +127,7 @@ func TestRunWaitsForTheMapThenServesAndShutsDown(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	reg, err := registry.NewFile(regPath, registry.Options{})
+	reg, err := registry.NewFile(registry.FileConfig{Path: regPath}, registry.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -33,7 +33,7 @@ var (
 )
 
 // Config describes one agency link. Zero values mean the defaults in
-// brackets.
+// brackets (see DefaultConfig).
 type Config struct {
 	Name    string           // agency name, as in the cell map ("nice")
 	Addr    string           // host:port of the agency
@@ -42,21 +42,37 @@ type Config struct {
 	Sessions int
 	// CallTimeout bounds one call on a session [2s].
 	CallTimeout time.Duration
-	// Pool tunes the session pool; Name and Size are taken from above.
+	// Pool tunes the session pool; Name and Size are taken from above
+	// [sessionpool.DefaultConfig].
 	Pool sessionpool.Config
-	// Breaker tunes the circuit breaker (window 100, 20% failures or 50%
-	// slower than 5 s, min 20 calls, 30 s open, 3 probes).
+	// Breaker tunes the circuit breaker [breaker.DefaultConfig: window 100,
+	// 20% failures or 50% slower than 5 s, min 20 calls, 30 s open, 3
+	// probes].
 	Breaker breaker.Config
 	// MinLimit is the floor of the adaptive concurrency limit [1]; the
 	// ceiling is always the pool size.
 	MinLimit int
 }
 
+// DefaultConfig returns the defaults, those of the pool and the breaker
+// included.
+func DefaultConfig() Config {
+	return Config{
+		CallTimeout: 2 * time.Second, MinLimit: 1,
+		Pool: sessionpool.DefaultConfig(), Breaker: breaker.DefaultConfig(),
+	}
+}
+
 // Options carry the client's collaborators. The zero value is usable.
 type Options struct {
-	Logger  *slog.Logger // nil: slog.Default()
-	Metrics *Metrics     // nil: none
-	Now     func() time.Time
+	// Logger receives breaker changes and the pool's events. Nil means
+	// none.
+	Logger *slog.Logger
+	// Metrics receives the client's metrics; nil records none. Build it
+	// with NewMetrics once per process and share it between clients.
+	Metrics *Metrics
+	// Now is the clock of the breaker and the pool. Nil means time.Now.
+	Now func() time.Time
 }
 
 // Result is a successful answer.
@@ -95,24 +111,25 @@ func New(cfg Config, opts Options) (*Client, error) {
 		}
 		cfg.Profile = p
 	}
+	d := DefaultConfig()
 	if cfg.CallTimeout <= 0 {
-		cfg.CallTimeout = 2 * time.Second
+		cfg.CallTimeout = d.CallTimeout
 	}
 	if cfg.MinLimit <= 0 {
-		cfg.MinLimit = 1
+		cfg.MinLimit = d.MinLimit
 	}
 	c := &Client{cfg: cfg, log: opts.Logger, now: opts.Now, metrics: opts.Metrics}
 	if c.log == nil {
-		c.log = slog.Default()
+		c.log = slog.New(slog.DiscardHandler)
 	}
 	c.log = c.log.With("agency", cfg.Name)
 	if c.now == nil {
 		c.now = time.Now
 	}
-	c.breaker = breaker.New(cfg.Breaker, c.now, func(from, to breaker.State) {
+	c.breaker = breaker.New(cfg.Breaker, breaker.Options{Now: c.now, OnChange: func(from, to breaker.State) {
 		c.log.Warn("agency circuit breaker changed state", "from", from.String(), "to", to.String())
 		c.metrics.breakerChanged(cfg.Name, from, to)
-	})
+	}})
 	c.metrics.breakerChanged(cfg.Name, breaker.Closed, breaker.Closed)
 	c.limiter.Store(c.newLimiter(cfg.Sessions))
 	pcfg := cfg.Pool
@@ -121,9 +138,16 @@ func New(cfg Config, opts Options) (*Client, error) {
 	if opts.Metrics != nil {
 		pm = opts.Metrics.pool
 	}
-	c.pool = sessionpool.New(func(ctx context.Context) (*Conn, error) {
-		return Dial(ctx, cfg.Addr, cfg.Profile)
-	}, pcfg, sessionpool.Options{Logger: c.log, Metrics: pm, Now: opts.Now})
+	pool, err := sessionpool.New(pcfg, sessionpool.Options[*Conn]{
+		Dial: func(ctx context.Context) (*Conn, error) {
+			return Dial(ctx, cfg.Addr, cfg.Profile)
+		},
+		Logger: c.log, Metrics: pm, Now: opts.Now,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("agency client %s: %w", cfg.Name, err)
+	}
+	c.pool = pool
 	return c, nil
 }
 

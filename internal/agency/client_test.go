@@ -53,10 +53,7 @@ func TestInquireBothProfiles(t *testing.T) {
 func TestAgencyErrorKeepsTheSessionAndTripsTheBreaker(t *testing.T) {
 	sim := celltest.StartSim(t, telegram.NICE(), agencysim.Config{MaxSessions: 4, ErrorRate: 1})
 	reg := prometheus.NewRegistry()
-	m, err := agency.NewMetrics(reg, prometheus.Labels{"cell": "c1"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	m := agency.NewMetrics(prometheus.WrapRegistererWith(prometheus.Labels{"cell": "c1"}, reg))
 	c := newClient(t, agency.Config{Name: "nice", Addr: sim.Addr().String(), Sessions: 2,
 		Breaker: breaker.Config{MinCalls: 5, Window: 10}}, agency.Options{Metrics: m})
 	for i := 0; i < 5; i++ {
@@ -71,7 +68,7 @@ func TestAgencyErrorKeepsTheSessionAndTripsTheBreaker(t *testing.T) {
 	}
 	calls := sim.Stats().Calls
 	began := time.Now()
-	_, err = c.Inquire(context.Background(), "u")
+	_, err := c.Inquire(context.Background(), "u")
 	if !errors.Is(err, agency.ErrCircuitOpen) || time.Since(began) > 50*time.Millisecond {
 		t.Fatalf("call with the breaker open = %v after %v, want ErrCircuitOpen at once", err, time.Since(began))
 	}

@@ -9,6 +9,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/cellkit/cellkit/internal/sessionpool"
 	"github.com/cellkit/cellkit/internal/telegram"
 	"github.com/cellkit/cellkit/internal/wire"
 )
@@ -43,6 +44,12 @@ type Conn struct {
 	trace   uint64
 	probe   [1]byte
 }
+
+// A Conn is a pool session that can tell it is dead without a round trip.
+var (
+	_ sessionpool.Conn    = (*Conn)(nil)
+	_ sessionpool.Checker = (*Conn)(nil)
+)
 
 // Dial opens a session and proves it with a heartbeat, so that a session the
 // agency refuses (over its global limit, it answers with an error frame and

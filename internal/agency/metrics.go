@@ -4,14 +4,16 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
 
 	"github.com/cellkit/cellkit/internal/breaker"
 	"github.com/cellkit/cellkit/internal/sessionpool"
 )
 
 // Metrics are the agency link's metrics (cellkit_agency_*), labelled by
-// agency; constant labels (the cell) are added to all of them. One Metrics
-// serves every Client of a process.
+// agency, with the session pools' (cellkit_pool_*). One Metrics serves
+// every Client of a process; callers add labels of their own (the cell) by
+// wrapping the registerer.
 type Metrics struct {
 	calls       *prometheus.CounterVec
 	latency     *prometheus.HistogramVec
@@ -21,42 +23,34 @@ type Metrics struct {
 	pool        *sessionpool.Metrics
 }
 
-// NewMetrics registers the agency and session pool metrics with reg.
-func NewMetrics(reg prometheus.Registerer, constLabels prometheus.Labels) (*Metrics, error) {
-	m := &Metrics{
-		calls: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "cellkit_agency_calls_total", ConstLabels: constLabels,
+// NewMetrics builds the agency and session pool metrics and registers them
+// with reg (nil: none are registered).
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	auto := promauto.With(reg)
+	return &Metrics{
+		calls: auto.NewCounterVec(prometheus.CounterOpts{
+			Name: "cellkit_agency_calls_total",
 			Help: "Agency calls by outcome: ok, code_error, timeout, transport_error, circuit_open, limited, exhausted, canceled.",
 		}, []string{"agency", "outcome"}),
-		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: "cellkit_agency_call_seconds", ConstLabels: constLabels,
+		latency: auto.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "cellkit_agency_call_seconds",
 			Help:    "Agency call latency, rejections included.",
 			Buckets: []float64{0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10},
 		}, []string{"agency", "outcome"}),
-		state: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "cellkit_agency_breaker_state", ConstLabels: constLabels,
+		state: auto.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "cellkit_agency_breaker_state",
 			Help: "Circuit breaker state: 0 closed, 1 open, 2 half-open, 3 forced open, 4 forced closed.",
 		}, []string{"agency"}),
-		transitions: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "cellkit_agency_breaker_transitions_total", ConstLabels: constLabels,
+		transitions: auto.NewCounterVec(prometheus.CounterOpts{
+			Name: "cellkit_agency_breaker_transitions_total",
 			Help: "Circuit breaker state changes, by the state entered.",
 		}, []string{"agency", "to"}),
-		limit: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "cellkit_agency_concurrency_limit", ConstLabels: constLabels,
+		limit: auto.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "cellkit_agency_concurrency_limit",
 			Help: "Current adaptive concurrency limit.",
 		}, []string{"agency"}),
+		pool: sessionpool.NewMetrics(reg),
 	}
-	for _, c := range []prometheus.Collector{m.calls, m.latency, m.state, m.transitions, m.limit} {
-		if err := reg.Register(c); err != nil {
-			return nil, err
-		}
-	}
-	pool, err := sessionpool.NewMetrics(reg, constLabels)
-	if err != nil {
-		return nil, err
-	}
-	m.pool = pool
-	return m, nil
 }
 
 func (m *Metrics) observe(agency, outcome string, took time.Duration) {

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+
+	"github.com/cellkit/cellkit/internal/problem"
 )
 
 // maxAdminBody bounds a config document.
@@ -41,7 +43,7 @@ func (s *Server) Status() Status {
 // Config documents are JSON with snake_case fields and durations as strings
 // ("500ms"); see Config.MarshalJSON. A document that does not parse, has
 // unknown fields or fails Validate is answered 400, a wrong method 405, an
-// unknown path 404, all with an RFC 9457 problem body.
+// unknown path 404, all with an RFC 9457 problem body (docs/problems.md).
 func (s *Server) AdminHandler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
@@ -63,7 +65,7 @@ func (s *Server) AdminHandler() http.Handler {
 				writeJSON(w, http.StatusOK, s.Stats())
 			}
 		default:
-			WriteProblem(w, http.StatusNotFound, fmt.Sprintf("no admin resource at %q", r.URL.Path))
+			writeProblem(w, http.StatusNotFound, problem.NotFound, fmt.Sprintf("no admin resource at %q", r.URL.Path))
 		}
 	})
 }
@@ -78,18 +80,18 @@ func (s *Server) putConfig(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
-			WriteProblem(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("config over %d bytes", tooBig.Limit))
+			writeProblem(w, http.StatusRequestEntityTooLarge, problem.BodyTooLarge, fmt.Sprintf("config over %d bytes", tooBig.Limit))
 			return
 		}
-		WriteProblem(w, http.StatusBadRequest, fmt.Sprintf("read config: %v", err))
+		writeProblem(w, http.StatusBadRequest, problem.InvalidBody, fmt.Sprintf("read config: %v", err))
 		return
 	}
 	if err := json.Unmarshal(body, &cfg); err != nil {
-		WriteProblem(w, http.StatusBadRequest, fmt.Sprintf("decode config: %v", err))
+		writeProblem(w, http.StatusBadRequest, problem.InvalidJSON, fmt.Sprintf("decode config: %v", err))
 		return
 	}
 	if err := s.SetConfig(cfg); err != nil {
-		WriteProblem(w, http.StatusBadRequest, err.Error())
+		writeProblem(w, http.StatusBadRequest, problem.InvalidConfig, err.Error())
 		return
 	}
 	writeJSON(w, http.StatusOK, s.Config())
@@ -112,26 +114,16 @@ func allow(w http.ResponseWriter, r *http.Request, methods ...string) bool {
 		}
 	}
 	w.Header().Set("Allow", list)
-	WriteProblem(w, http.StatusMethodNotAllowed, fmt.Sprintf("method %s not allowed; allowed: %s", r.Method, list))
+	writeProblem(w, http.StatusMethodNotAllowed, problem.MethodNotAllowed, fmt.Sprintf("method %s not allowed; allowed: %s", r.Method, list))
 	return false
 }
 
-// Problem is an RFC 9457 problem document, the body of every error answer
-// of the admin API.
-type Problem struct {
-	Type   string `json:"type"`
-	Title  string `json:"title"`
-	Status int    `json:"status"`
-	Detail string `json:"detail,omitempty"`
-}
+// Problem is the body of every error answer of the admin API: an RFC 9457
+// problem of one of the types in internal/problem.
+type Problem = problem.Details
 
-// WriteProblem answers status with a problem body of type about:blank whose
-// title is the status text.
-func WriteProblem(w http.ResponseWriter, status int, detail string) {
-	w.Header().Set("Content-Type", "application/problem+json")
-	w.Header().Set("X-Content-Type-Options", "nosniff")
-	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(Problem{Type: "about:blank", Title: http.StatusText(status), Status: status, Detail: detail})
+func writeProblem(w http.ResponseWriter, status int, typ, detail string) {
+	problem.Write(w, problem.New(status, typ, detail))
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

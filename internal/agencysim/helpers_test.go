@@ -31,7 +31,11 @@ func startServer(t *testing.T, p telegram.Profile, cfg Config) *Server {
 
 func startServerWith(t *testing.T, p telegram.Profile, cfg Config, opts Options) *Server {
 	t.Helper()
-	srv := New(p, cfg, opts)
+	opts.Profile = p
+	srv, err := New(cfg, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
 	ln := testkit.Listen(t)
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()

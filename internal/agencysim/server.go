@@ -53,15 +53,24 @@ const (
 // ErrServerClosed is returned by Serve after Shutdown or Close.
 var ErrServerClosed = errors.New("agencysim: server closed")
 
+// closeWriter is a connection that can half-close: a refused session gets
+// its error frame and a FIN before the socket is closed.
+type closeWriter interface{ CloseWrite() error }
+
+var _ closeWriter = (*net.TCPConn)(nil)
+
 // refuseLinger bounds how long a refused connection is kept to let the
 // client read the error frame before the socket is closed.
 const refuseLinger = time.Second
 
-// Options are the server's collaborators. The zero value is usable.
+// Options are the server's collaborators.
 type Options struct {
+	// Profile is the agency the server plays: its name, framing and
+	// telegram layout (telegram.NICE(), telegram.KCB()). Required.
+	Profile telegram.Profile
 	// Logger receives one line per start, config change, malformed client
 	// frame and shutdown (per-session events at debug level). Nil means
-	// slog.Default().
+	// none.
 	Logger *slog.Logger
 	// Registerer receives the server's metrics, cellkit_agencysim_*, with
 	// the label agency=<profile name>. Several servers of different
@@ -116,9 +125,13 @@ type Server struct {
 	slack                                           slack
 }
 
-// New returns a server of the given profile. An invalid cfg is reported by
+// New returns a server of opts.Profile. An invalid cfg is reported by
 // Serve. Call Serve or ListenAndServe to start it.
-func New(profile telegram.Profile, cfg Config, opts Options) *Server {
+func New(cfg Config, opts Options) (*Server, error) {
+	profile := opts.Profile
+	if profile.Name == "" {
+		return nil, errors.New("agencysim: no profile")
+	}
 	s := &Server{
 		profile:  profile,
 		log:      opts.Logger,
@@ -127,7 +140,7 @@ func New(profile telegram.Profile, cfg Config, opts Options) *Server {
 		stop:     make(chan struct{}),
 	}
 	if s.log == nil {
-		s.log = slog.Default()
+		s.log = slog.New(slog.DiscardHandler)
 	}
 	s.log = s.log.With("agency", profile.Name)
 	s.delay = prometheus.NewHistogram(prometheus.HistogramOpts{
@@ -139,10 +152,10 @@ func New(profile telegram.Profile, cfg Config, opts Options) *Server {
 	s.install(Config{}, cfg, true)
 	if opts.Registerer != nil {
 		if err := opts.Registerer.Register(collector{s}); err != nil {
-			s.log.Error("register agency simulator metrics", "err", err)
+			return nil, fmt.Errorf("agencysim %s: register metrics: %w", profile.Name, err)
 		}
 	}
-	return s
+	return s, nil
 }
 
 // Profile returns the server's telegram profile.
@@ -339,7 +352,7 @@ func (s *Server) refuse(conn net.Conn) {
 	if err != nil {
 		return
 	}
-	if cw, ok := conn.(interface{ CloseWrite() error }); ok {
+	if cw, ok := conn.(closeWriter); ok {
 		_ = cw.CloseWrite()
 	}
 	_, _ = io.Copy(io.Discard, conn)

@@ -410,7 +410,10 @@ func TestMalformedClientFramesCloseTheSession(t *testing.T) {
 
 func TestShutdownAnswersRequestsInFlight(t *testing.T) {
 	t.Parallel()
-	srv := New(telegram.NICE(), Config{Latency: FixedLatency(200 * time.Millisecond)}, Options{Logger: testkit.Logger()})
+	srv, err := New(Config{Latency: FixedLatency(200 * time.Millisecond)}, Options{Profile: telegram.NICE(), Logger: testkit.Logger()})
+	if err != nil {
+		t.Fatal(err)
+	}
 	ln := testkit.Listen(t)
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
@@ -440,7 +443,10 @@ func TestShutdownAnswersRequestsInFlight(t *testing.T) {
 
 func TestCloseDropsRequestsInFlight(t *testing.T) {
 	t.Parallel()
-	srv := New(telegram.KCB(), Config{Latency: FixedLatency(time.Hour)}, Options{Logger: testkit.Logger()})
+	srv, err := New(Config{Latency: FixedLatency(time.Hour)}, Options{Profile: telegram.KCB(), Logger: testkit.Logger()})
+	if err != nil {
+		t.Fatal(err)
+	}
 	ln := testkit.Listen(t)
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
@@ -463,7 +469,10 @@ func TestCloseDropsRequestsInFlight(t *testing.T) {
 
 func TestServeRejectsAnInvalidConfig(t *testing.T) {
 	t.Parallel()
-	srv := New(telegram.NICE(), Config{MaxSessions: -1}, Options{Logger: testkit.Logger()})
+	srv, err := New(Config{MaxSessions: -1}, Options{Profile: telegram.NICE(), Logger: testkit.Logger()})
+	if err != nil {
+		t.Fatal(err)
+	}
 	ln := testkit.Listen(t)
 	if err := srv.Serve(ln); err == nil || !strings.Contains(err.Error(), "max sessions") {
 		t.Errorf("Serve with MaxSessions -1 = %v, want a config error", err)
@@ -544,7 +553,10 @@ func TestConcurrentSessionsUnderRace(t *testing.T) {
 func BenchmarkCall(b *testing.B) {
 	for _, p := range profiles() {
 		b.Run(p.Name, func(b *testing.B) {
-			srv := New(p, Config{}, Options{Logger: testkit.Logger()})
+			srv, err := New(Config{}, Options{Profile: p, Logger: testkit.Logger()})
+			if err != nil {
+				b.Fatal(err)
+			}
 			ln := testkit.Listen(b)
 			served := make(chan error, 1)
 			go func() { served <- srv.Serve(ln) }()

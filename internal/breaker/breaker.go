@@ -57,10 +57,11 @@ func (s State) String() string {
 	return fmt.Sprintf("state(%d)", int(s))
 }
 
-// Config sets the rule. Zero values mean the defaults in brackets.
+// Config sets the rule. Zero values mean the defaults in brackets (see
+// DefaultConfig).
 type Config struct {
 	Window         int           // outcomes remembered [100]
-	MinCalls       int           // outcomes needed before tripping [20]
+	MinCalls       int           // outcomes needed before tripping [20]; at most Window
 	FailureRate    float64       // trip at this share of failures [0.2]
 	SlowRate       float64       // trip at this share of slow calls [0.5]
 	SlowCall       time.Duration // a call this long or longer is slow [5s]
@@ -68,29 +69,48 @@ type Config struct {
 	HalfOpenProbes int           // probes in half-open [3]
 }
 
-func (c *Config) defaults() {
+// DefaultConfig returns the defaults.
+func DefaultConfig() Config {
+	return Config{
+		Window: 100, MinCalls: 20, FailureRate: 0.2, SlowRate: 0.5,
+		SlowCall: 5 * time.Second, OpenFor: 30 * time.Second, HalfOpenProbes: 3,
+	}
+}
+
+// WithDefaults returns c with its zero fields set from d; callers with
+// defaults of their own (the router's per-cell breakers) use it too.
+func (c Config) WithDefaults(d Config) Config {
 	if c.Window <= 0 {
-		c.Window = 100
+		c.Window = d.Window
 	}
 	if c.MinCalls <= 0 {
-		c.MinCalls = 20
+		c.MinCalls = d.MinCalls
 	}
-	c.MinCalls = min(c.MinCalls, c.Window)
 	if c.FailureRate <= 0 {
-		c.FailureRate = 0.2
+		c.FailureRate = d.FailureRate
 	}
 	if c.SlowRate <= 0 {
-		c.SlowRate = 0.5
+		c.SlowRate = d.SlowRate
 	}
 	if c.SlowCall <= 0 {
-		c.SlowCall = 5 * time.Second
+		c.SlowCall = d.SlowCall
 	}
 	if c.OpenFor <= 0 {
-		c.OpenFor = 30 * time.Second
+		c.OpenFor = d.OpenFor
 	}
 	if c.HalfOpenProbes <= 0 {
-		c.HalfOpenProbes = 3
+		c.HalfOpenProbes = d.HalfOpenProbes
 	}
+	return c
+}
+
+// Options carry the breaker's collaborators. The zero value is usable.
+type Options struct {
+	// Now is the clock. Nil means time.Now.
+	Now func() time.Time
+	// OnChange, if set, is called on every state change, with the lock
+	// held: keep it quick and do not call back into the breaker.
+	OnChange func(from, to State)
 }
 
 // Breaker is safe for concurrent use.
@@ -120,15 +140,15 @@ const (
 	slow
 )
 
-// New returns a closed breaker. now is the clock (nil: time.Now); onChange,
-// if set, is called (outside the lock is not guaranteed: keep it quick and
-// do not call back into the breaker) on every state change.
-func New(cfg Config, now func() time.Time, onChange func(from, to State)) *Breaker {
-	cfg.defaults()
+// New returns a closed breaker.
+func New(cfg Config, opts Options) *Breaker {
+	cfg = cfg.WithDefaults(DefaultConfig())
+	cfg.MinCalls = min(cfg.MinCalls, cfg.Window)
+	now := opts.Now
 	if now == nil {
 		now = time.Now
 	}
-	return &Breaker{cfg: cfg, now: now, onChange: onChange, ring: make([]outcome, cfg.Window)}
+	return &Breaker{cfg: cfg, now: now, onChange: opts.OnChange, ring: make([]outcome, cfg.Window)}
 }
 
 // Permit is one admitted call; report its outcome with Done exactly once.

@@ -47,7 +47,7 @@ func TestTripsOnFailureRateAfterMinCalls(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			b := New(Config{}, newClock().Now, nil)
+			b := New(Config{}, Options{Now: newClock().Now})
 			for i := 0; i < tt.ok; i++ {
 				call(t, b, false, time.Millisecond)
 			}
@@ -63,7 +63,7 @@ func TestTripsOnFailureRateAfterMinCalls(t *testing.T) {
 }
 
 func TestWindowForgetsOldFailures(t *testing.T) {
-	b := New(Config{}, newClock().Now, nil)
+	b := New(Config{}, Options{Now: newClock().Now})
 	// One failure in six (under 20%), then 100 successes: the failures
 	// slide out of the window.
 	for i := 0; i < 100; i++ {
@@ -88,7 +88,7 @@ func TestWindowForgetsOldFailures(t *testing.T) {
 }
 
 func TestTripsOnSlowCalls(t *testing.T) {
-	b := New(Config{}, newClock().Now, nil)
+	b := New(Config{}, Options{Now: newClock().Now})
 	for i := 0; i < 10; i++ {
 		call(t, b, false, time.Second)
 	}
@@ -108,7 +108,7 @@ func TestTripsOnSlowCalls(t *testing.T) {
 func TestOpenHalfOpenClosedCycle(t *testing.T) {
 	c := newClock()
 	var tr transitions
-	b := New(Config{MinCalls: 5, Window: 10, OpenFor: 30 * time.Second, HalfOpenProbes: 3}, c.Now, tr.record)
+	b := New(Config{MinCalls: 5, Window: 10, OpenFor: 30 * time.Second, HalfOpenProbes: 3}, Options{Now: c.Now, OnChange: tr.record})
 	for i := 0; i < 5; i++ {
 		call(t, b, true, 0)
 	}
@@ -161,7 +161,7 @@ func TestOpenHalfOpenClosedCycle(t *testing.T) {
 
 func TestSlowProbeReopens(t *testing.T) {
 	c := newClock()
-	b := New(Config{MinCalls: 1, Window: 1, SlowCall: time.Second}, c.Now, nil)
+	b := New(Config{MinCalls: 1, Window: 1, SlowCall: time.Second}, Options{Now: c.Now})
 	call(t, b, true, 0)
 	c.Advance(31 * time.Second)
 	call(t, b, false, 2*time.Second)
@@ -173,7 +173,7 @@ func TestSlowProbeReopens(t *testing.T) {
 func TestManualOverrides(t *testing.T) {
 	c := newClock()
 	var tr transitions
-	b := New(Config{MinCalls: 2, Window: 2}, c.Now, tr.record)
+	b := New(Config{MinCalls: 2, Window: 2}, Options{Now: c.Now, OnChange: tr.record})
 	b.ForceOpen()
 	if _, err := b.Acquire(); !errors.Is(err, ErrOpen) || b.State() != ForcedOpen {
 		t.Fatalf("forced open: Acquire = %v, state %v", err, b.State())
@@ -214,7 +214,7 @@ func TestManualOverrides(t *testing.T) {
 }
 
 func TestConcurrentUse(t *testing.T) {
-	b := New(Config{}, nil, nil)
+	b := New(Config{}, Options{})
 	var wg sync.WaitGroup
 	for g := 0; g < 8; g++ {
 		wg.Add(1)
@@ -232,7 +232,7 @@ func TestConcurrentUse(t *testing.T) {
 }
 
 func BenchmarkAcquireDone(b *testing.B) {
-	br := New(Config{}, nil, nil)
+	br := New(Config{}, Options{})
 	b.ReportAllocs()
 	for i := 0; i < b.N; i++ {
 		p, err := br.Acquire()
@@ -244,7 +244,7 @@ func BenchmarkAcquireDone(b *testing.B) {
 
 func TestCancelFreesAProbe(t *testing.T) {
 	c := newClock()
-	b := New(Config{MinCalls: 1, Window: 1, HalfOpenProbes: 1}, c.Now, nil)
+	b := New(Config{MinCalls: 1, Window: 1, HalfOpenProbes: 1}, Options{Now: c.Now})
 	call(t, b, true, 0)
 	c.Advance(31 * time.Second)
 	p, err := b.Acquire()

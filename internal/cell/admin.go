@@ -46,7 +46,7 @@ func (c *Cell) adminHandler() http.Handler {
 		}
 		writeJSON(w, code, map[string]any{"ready": ok, "cell": c.cfg.ID, "checks": checks})
 	}))
-	mux.Handle("/metrics", promhttp.HandlerFor(c.reg, promhttp.HandlerOpts{Registry: c.reg}))
+	mux.Handle("/metrics", promhttp.HandlerFor(c.reg, promhttp.HandlerOpts{Registry: c.promReg}))
 	mux.HandleFunc("/v1/admin/status", only(http.MethodGet, func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, c.Status())
 	}))
@@ -55,7 +55,7 @@ func (c *Cell) adminHandler() http.Handler {
 	mux.HandleFunc("/v1/admin/failed", only(http.MethodGet, c.listFailed))
 	mux.HandleFunc("/v1/admin/failed/retry", only(http.MethodPost, c.retryFailed))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		problem.Write(w, problem.New(http.StatusNotFound, "not-found", "no such path: "+r.URL.Path))
+		problem.Write(w, problem.New(http.StatusNotFound, problem.NotFound, "no such path: "+r.URL.Path))
 	})
 	return c.authorize(mux)
 }
@@ -70,11 +70,11 @@ func (c *Cell) authorize(next http.Handler) http.Handler {
 			got := r.Header.Get("Authorization")
 			if got == "" {
 				w.Header().Set("WWW-Authenticate", `Bearer realm="cellkit-admin"`)
-				problem.Write(w, problem.New(http.StatusUnauthorized, "unauthorized", "the admin API needs a bearer token"))
+				problem.Write(w, problem.New(http.StatusUnauthorized, problem.Unauthorized, "the admin API needs a bearer token"))
 				return
 			}
 			if subtle.ConstantTimeCompare([]byte(got), want) != 1 {
-				problem.Write(w, problem.New(http.StatusForbidden, "forbidden", "wrong admin token"))
+				problem.Write(w, problem.New(http.StatusForbidden, problem.Forbidden, "wrong admin token"))
 				return
 			}
 		}
@@ -86,7 +86,7 @@ func only(method string, h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != method && !(method == http.MethodGet && r.Method == http.MethodHead) {
 			w.Header().Set("Allow", method)
-			problem.Write(w, problem.New(http.StatusMethodNotAllowed, "method-not-allowed", "allowed: "+method))
+			problem.Write(w, problem.New(http.StatusMethodNotAllowed, problem.MethodNotAllowed, "allowed: "+method))
 			return
 		}
 		h(w, r)
@@ -228,7 +228,7 @@ func (c *Cell) circuit(w http.ResponseWriter, r *http.Request) {
 	name, action := r.PathValue("agency"), r.PathValue("action")
 	cl, ok := c.clients[name]
 	if !ok {
-		problem.Write(w, problem.New(http.StatusNotFound, "unknown-agency", "no agency "+strconv.Quote(name)).WithField("agency"))
+		problem.Write(w, problem.New(http.StatusNotFound, problem.UnknownAgency, "no agency "+strconv.Quote(name)).WithField("agency"))
 		return
 	}
 	b := cl.Breaker()
@@ -240,7 +240,7 @@ func (c *Cell) circuit(w http.ResponseWriter, r *http.Request) {
 	case "reset":
 		b.Reset()
 	default:
-		problem.Write(w, problem.New(http.StatusBadRequest, "invalid-action", "action must be open, close or reset").WithField("action"))
+		problem.Write(w, problem.New(http.StatusBadRequest, problem.InvalidAction, "action must be open, close or reset").WithField("action"))
 		return
 	}
 	c.log.Warn("circuit breaker set by operator", "agency", name, "action", action)
@@ -257,12 +257,12 @@ func (c *Cell) intakeSwitch(w http.ResponseWriter, r *http.Request) {
 		c.intake.Close()
 	case "open":
 		if c.stopping.Load() || !c.ready.Load() {
-			problem.Write(w, problem.New(http.StatusConflict, "not-ready", "the cell is starting or stopping; its intake cannot open"))
+			problem.Write(w, problem.New(http.StatusConflict, problem.NotReady, "the cell is starting or stopping; its intake cannot open"))
 			return
 		}
 		c.intake.Open()
 	default:
-		problem.Write(w, problem.New(http.StatusBadRequest, "invalid-action", "action must be close or open").WithField("action"))
+		problem.Write(w, problem.New(http.StatusBadRequest, problem.InvalidAction, "action must be close or open").WithField("action"))
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]string{"intake": map[bool]string{true: "open", false: "closed"}[c.intake.IsOpen()]})
@@ -276,7 +276,7 @@ func (c *Cell) listFailed(w http.ResponseWriter, r *http.Request) {
 	if v := r.URL.Query().Get("limit"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n <= 0 || n > maxList {
-			problem.Write(w, problem.New(http.StatusBadRequest, "invalid-field", "limit must be in [1, 10000]").WithField("limit"))
+			problem.Write(w, problem.New(http.StatusBadRequest, problem.InvalidField, "limit must be in [1, 10000]").WithField("limit"))
 			return
 		}
 		limit = n
@@ -285,7 +285,7 @@ func (c *Cell) listFailed(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	list, err := c.queue.Failed(ctx, limit)
 	if err != nil {
-		problem.WriteRetry(w, problem.New(http.StatusServiceUnavailable, "queue-unavailable", err.Error()), time.Second)
+		problem.WriteRetry(w, problem.New(http.StatusServiceUnavailable, problem.QueueUnavailable, err.Error()), time.Second)
 		return
 	}
 	if list == nil {
@@ -315,7 +315,7 @@ func (c *Cell) retryFailed(w http.ResponseWriter, r *http.Request) {
 		err = dec.Decode(&req)
 	}
 	if err != nil || (req.All == (len(req.IDs) > 0)) {
-		problem.Write(w, problem.New(http.StatusBadRequest, "invalid-json", `send {"ids":["..."]} or {"all":true}`).WithField("ids"))
+		problem.Write(w, problem.New(http.StatusBadRequest, problem.InvalidJSON, `send {"ids":["..."]} or {"all":true}`).WithField("ids"))
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), time.Minute)
@@ -324,7 +324,7 @@ func (c *Cell) retryFailed(w http.ResponseWriter, r *http.Request) {
 	if req.All {
 		list, err := c.queue.Failed(ctx, maxList)
 		if err != nil {
-			problem.WriteRetry(w, problem.New(http.StatusServiceUnavailable, "queue-unavailable", err.Error()), time.Second)
+			problem.WriteRetry(w, problem.New(http.StatusServiceUnavailable, problem.QueueUnavailable, err.Error()), time.Second)
 			return
 		}
 		for _, f := range list {

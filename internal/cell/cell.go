@@ -43,13 +43,18 @@ import (
 	"github.com/cellkit/cellkit/internal/store"
 )
 
-// Options carry the cell's collaborators.
+// Options carry the cell's collaborators. The zero value is usable.
 type Options struct {
-	// Logger receives one line per lifecycle event. Nil: slog.Default().
+	// Logger receives one line per lifecycle event. Nil means none.
 	Logger *slog.Logger
-	// Metrics is the process's own registry, served on /metrics. Nil: a
-	// new one.
-	Metrics *prometheus.Registry
+	// Registerer receives the cell's metrics (cellkit_cell_*,
+	// cellkit_agency_*, cellkit_pool_*), every one labelled cell=<ID>. Nil
+	// means they are not registered.
+	Registerer prometheus.Registerer
+	// Gatherer is what the admin API serves on /metrics. Nil means the
+	// Registerer if it is a Gatherer too (a *prometheus.Registry is), else
+	// nothing.
+	Gatherer prometheus.Gatherer
 	// CSS and Core replace the in-process CSS and core banking steps
 	// (tests inject failures).
 	CSS  pipeline.CSS
@@ -58,10 +63,11 @@ type Options struct {
 
 // Cell is one running cell.
 type Cell struct {
-	cfg  Config
-	log  *slog.Logger
-	reg  *prometheus.Registry
-	lbls prometheus.Labels
+	cfg     Config
+	log     *slog.Logger
+	metrics prometheus.Registerer // Options.Registerer, labelled cell=<ID>
+	reg     prometheus.Gatherer   // served on /metrics
+	promReg prometheus.Registerer // Options.Registerer, for /metrics' own error counter
 
 	unlock   func()
 	ns       *natsembed.Server // nil with an external NATS
@@ -100,15 +106,21 @@ func New(ctx context.Context, cfg Config, opts Options) (_ *Cell, err error) {
 	if err := cfg.defaults(); err != nil {
 		return nil, err
 	}
-	c := &Cell{cfg: cfg, log: opts.Logger, reg: opts.Metrics, clients: map[string]*agency.Client{}, quota: map[string]int{}}
+	c := &Cell{
+		cfg: cfg, log: opts.Logger, reg: opts.Gatherer, promReg: opts.Registerer,
+		metrics: prometheus.WrapRegistererWith(prometheus.Labels{"cell": cfg.ID}, opts.Registerer),
+		clients: map[string]*agency.Client{}, quota: map[string]int{},
+	}
 	if c.log == nil {
-		c.log = slog.Default()
+		c.log = slog.New(slog.DiscardHandler)
 	}
 	c.log = c.log.With("cell", cfg.ID)
 	if c.reg == nil {
-		c.reg = prometheus.NewRegistry()
+		c.reg, _ = opts.Registerer.(prometheus.Gatherer)
 	}
-	c.lbls = prometheus.Labels{"cell": cfg.ID}
+	if c.reg == nil {
+		c.reg = prometheus.Gatherers{}
+	}
 	defer func() {
 		if err != nil {
 			c.close()
@@ -132,21 +144,17 @@ func New(ctx context.Context, cfg Config, opts Options) (_ *Cell, err error) {
 		return nil, err
 	}
 
-	if c.registry, err = registry.Open(cfg.Registry, registry.Options{}); err != nil {
+	if c.registry, err = registry.Open(registry.Config{URL: cfg.Registry}, registry.Options{}); err != nil {
 		return nil, err
 	}
-	c.follower, err = registry.NewFollower(c.registry, registry.FollowerOptions{
-		Logger: c.log, Registerer: prometheus.WrapRegistererWith(c.lbls, c.reg), Part: "cell",
-		CachePath: filepath.Join(cfg.StoreDir, "map.json"),
+	c.follower, err = registry.NewFollower(registry.FollowerConfig{CachePath: filepath.Join(cfg.StoreDir, "map.json")}, registry.FollowerOptions{
+		Registry: c.registry, Logger: c.log, Registerer: prometheus.WrapRegistererWithPrefix("cellkit_cell_", c.metrics),
 	})
 	if err != nil {
 		return nil, err
 	}
 
-	am, err := agency.NewMetrics(c.reg, c.lbls)
-	if err != nil {
-		return nil, err
-	}
+	am := agency.NewMetrics(c.metrics)
 	var agencies []pipeline.Agency
 	for _, a := range cfg.Agencies {
 		cl, err := agency.New(agency.Config{
@@ -161,7 +169,7 @@ func New(ctx context.Context, cfg Config, opts Options) (_ *Cell, err error) {
 		agencies = append(agencies, pipeline.Agency{Name: a.Name, Client: cl, Sessions: 0})
 	}
 
-	c.shed = shed.New(cfg.Shed, nil)
+	c.shed = shed.New(cfg.Shed, shed.Options{})
 	css, core := opts.CSS, opts.Core
 	if css == nil {
 		css = pipeline.LocalCSS{Latency: max(cfg.CSSLatency, 0)}
@@ -169,25 +177,24 @@ func New(ctx context.Context, cfg Config, opts Options) (_ *Cell, err error) {
 	if core == nil {
 		core = pipeline.LocalCore{Latency: max(cfg.CoreLatency, 0)}
 	}
-	c.pipe, err = pipeline.New(c.queue, agencies, cfg.Pipeline, pipeline.Options{
-		Logger: c.log, Registerer: c.reg, Labels: c.lbls,
+	c.pipe, err = pipeline.New(cfg.Pipeline, pipeline.Options{
+		Queue: c.queue, Agencies: agencies, Logger: c.log, Registerer: c.metrics,
 		Drained: func(service time.Duration) { c.shed.Drained(1); c.shed.Served(service) }, CSS: css, Core: core,
 	})
 	if err != nil {
 		return nil, err
 	}
-	c.intake, err = intake.New(intake.Config{Cell: cfg.ID}, c.queue, c.shed, c.follower.Map,
-		intake.Options{Logger: c.log, Registerer: c.reg, Labels: c.lbls})
+	c.intake, err = intake.New(intake.Config{Cell: cfg.ID}, intake.Options{
+		Queue: c.queue, Shedder: c.shed, Map: c.follower.Map, Logger: c.log, Registerer: c.metrics,
+	})
 	if err != nil {
 		return nil, err
 	}
-	if c.moves, err = intake.OpenMoves(cfg.ID, filepath.Join(cfg.StoreDir, "moves.json"), time.Now(), c.log); err != nil {
+	if c.moves, err = intake.NewMoves(intake.MovesConfig{Cell: cfg.ID, Path: filepath.Join(cfg.StoreDir, "moves.json")}, intake.MovesOptions{Logger: c.log}); err != nil {
 		return nil, err
 	}
 	c.intake.TrackMoves(c.moves)
-	if err = c.registerMetrics(); err != nil {
-		return nil, err
-	}
+	c.registerMetrics()
 	if c.intakeLn, err = net.Listen("tcp", cfg.IntakeAddr); err != nil {
 		return nil, fmt.Errorf("intake listener: %w", err)
 	}
@@ -208,7 +215,7 @@ func (c *Cell) openNATS() error {
 	} else {
 		c.ns, err = natsembed.Start(natsembed.Config{
 			Name: "cell-" + c.cfg.ID, StoreDir: c.cfg.StoreDir, Port: c.cfg.NATSPort,
-		}, c.log)
+		}, natsembed.Options{Logger: c.log})
 		if err != nil {
 			return err
 		}

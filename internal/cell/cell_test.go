@@ -632,7 +632,7 @@ func TestReplicatedOnACluster(t *testing.T) {
 		t.Fatalf("replicas 3 on the embedded server: %v, want refused", err)
 	}
 	dirs := []string{t.TempDir(), t.TempDir(), t.TempDir()}
-	nodes, err := natsembed.StartCluster("cells", dirs, 30*time.Second, testkit.Logger())
+	nodes, err := natsembed.StartCluster(natsembed.ClusterConfig{Name: "cells", Dirs: dirs, Timeout: 30 * time.Second}, natsembed.Options{Logger: testkit.Logger()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -673,7 +673,7 @@ func TestReplicatedOnACluster(t *testing.T) {
 }
 
 func TestExternalNATS(t *testing.T) {
-	ext, err := natsembed.Start(natsembed.Config{Name: "external", StoreDir: t.TempDir()}, testkit.Logger())
+	ext, err := natsembed.Start(natsembed.Config{Name: "external", StoreDir: t.TempDir()}, natsembed.Options{Logger: testkit.Logger()})
 	if err != nil {
 		t.Fatal(err)
 	}

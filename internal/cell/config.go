@@ -6,10 +6,14 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/cellkit/cellkit/internal/agency"
 	"github.com/cellkit/cellkit/internal/breaker"
 	"github.com/cellkit/cellkit/internal/pipeline"
+	"github.com/cellkit/cellkit/internal/queue"
+	"github.com/cellkit/cellkit/internal/sessionpool"
 	"github.com/cellkit/cellkit/internal/shed"
 	"github.com/cellkit/cellkit/internal/slotmap"
+	"github.com/cellkit/cellkit/internal/store"
 )
 
 // AgencyAddr is one agency the cell calls.
@@ -19,7 +23,7 @@ type AgencyAddr struct {
 }
 
 // Config is everything a cell needs. Zero values mean the defaults in
-// brackets.
+// brackets (see DefaultConfig).
 type Config struct {
 	// ID is the cell id, as in the cell map. Required.
 	ID string
@@ -49,19 +53,20 @@ type Config struct {
 	// Agencies are the agencies to call; the pool size of each is this
 	// cell's quota in the map. Required.
 	Agencies []AgencyAddr
-	// CallTimeout bounds one agency call [2s].
+	// CallTimeout bounds one agency call [2s, agency.DefaultConfig].
 	CallTimeout time.Duration
-	// BorrowTimeout bounds the wait for an agency session [1s].
+	// BorrowTimeout bounds the wait for an agency session [1s,
+	// sessionpool.DefaultConfig].
 	BorrowTimeout time.Duration
-	// Breaker tunes every agency's circuit breaker (see package breaker).
+	// Breaker tunes every agency's circuit breaker [breaker.DefaultConfig].
 	Breaker breaker.Config
-	// Pipeline tunes the workers and the callbacks (see package pipeline):
-	// Pipeline.CallbackAttempts [4], and Pipeline.CallbackAllow, the
-	// internal prefixes callbacks may reach [none: callbacks to loopback,
-	// private, link-local or CGNAT addresses are refused].
+	// Pipeline tunes the workers and the callbacks [pipeline.DefaultConfig,
+	// but GateWait: Shed.MaxAge]. Pipeline.CallbackAllow lists the internal
+	// prefixes callbacks may reach [none: callbacks to loopback, private,
+	// link-local or CGNAT addresses are refused].
 	Pipeline pipeline.Config
 	// Shed holds the intake budgets: oldest pending age [60s] and queue
-	// depth [10000].
+	// depth [10000] (shed.DefaultConfig).
 	Shed shed.Config
 	// QueueMaxMsgs and QueueMaxBytes are the work stream's hard limits
 	// [10 × Shed.MaxDepth, 256 MiB].
@@ -73,7 +78,7 @@ type Config struct {
 	// kept [7 days].
 	RecordTTL time.Duration
 	// CSSLatency and CoreLatency are the latencies of the in-process CSS
-	// and core banking steps [5ms, 10ms].
+	// and core banking steps [5ms, 10ms]; negative means none.
 	CSSLatency, CoreLatency time.Duration
 	// SampleInterval is how often the queue is sampled for shedding,
 	// readiness and metrics [250ms].
@@ -83,6 +88,29 @@ type Config struct {
 	ShutdownTimeout time.Duration
 }
 
+// DefaultConfig returns the defaults: the cell's own and those of the parts
+// it configures. Those that follow other fields are left zero: StoreDir
+// (var/cells/<ID>), Pipeline.GateWait (Shed.MaxAge) and QueueMaxMsgs
+// (10 × Shed.MaxDepth).
+func DefaultConfig() Config {
+	q := queue.DefaultConfig()
+	p := pipeline.DefaultConfig()
+	p.GateWait = 0
+	return Config{
+		IntakeAddr: "127.0.0.1:8081", AdminAddr: "127.0.0.1:9081", Replicas: q.Replicas,
+		CallTimeout:   agency.DefaultConfig().CallTimeout,
+		BorrowTimeout: sessionpool.DefaultConfig().BorrowTimeout,
+		Breaker:       breaker.DefaultConfig(),
+		Pipeline:      p,
+		Shed:          shed.DefaultConfig(),
+		QueueMaxBytes: q.MaxBytes, AckWait: q.AckWait, RecordTTL: store.DefaultTTL,
+		CSSLatency: 5 * time.Millisecond, CoreLatency: 10 * time.Millisecond,
+		SampleInterval: 250 * time.Millisecond, ShutdownTimeout: 10 * time.Second,
+	}
+}
+
+// defaults checks c and fills its zero fields; the parts fill the rest of
+// their own.
 func (c *Config) defaults() error {
 	if !slotmap.ValidCellID(c.ID) {
 		return fmt.Errorf("cell id %q: want 1–32 of [a-z0-9-], starting and ending with a letter or digit", c.ID)
@@ -90,9 +118,10 @@ func (c *Config) defaults() error {
 	if len(c.Agencies) == 0 {
 		return errors.New("no agencies: give at least one (--agency nice=HOST:PORT)")
 	}
+	d := DefaultConfig()
 	switch {
 	case c.Replicas <= 0:
-		c.Replicas = 1
+		c.Replicas = d.Replicas
 	case c.Replicas > 1 && c.NATSURL == "":
 		return fmt.Errorf("--replicas %d needs --nats-url (a JetStream cluster): the embedded server is one node", c.Replicas)
 	case c.Replicas > 5:
@@ -106,25 +135,25 @@ func (c *Config) defaults() error {
 		seen[a.Name] = true
 	}
 	if c.IntakeAddr == "" {
-		c.IntakeAddr = "127.0.0.1:8081"
+		c.IntakeAddr = d.IntakeAddr
 	}
 	if c.AdminAddr == "" {
-		c.AdminAddr = "127.0.0.1:9081"
+		c.AdminAddr = d.AdminAddr
 	}
 	if c.StoreDir == "" {
 		c.StoreDir = filepath.Join("var", "cells", c.ID)
 	}
 	if c.CallTimeout <= 0 {
-		c.CallTimeout = 2 * time.Second
+		c.CallTimeout = d.CallTimeout
 	}
 	if c.BorrowTimeout <= 0 {
-		c.BorrowTimeout = time.Second
+		c.BorrowTimeout = d.BorrowTimeout
 	}
 	if c.Shed.MaxAge <= 0 {
-		c.Shed.MaxAge = 60 * time.Second
+		c.Shed.MaxAge = d.Shed.MaxAge
 	}
 	if c.Shed.MaxDepth <= 0 {
-		c.Shed.MaxDepth = 10_000
+		c.Shed.MaxDepth = d.Shed.MaxDepth
 	}
 	if c.Pipeline.GateWait <= 0 {
 		// An inquiry that waited its whole age budget for an agency is
@@ -135,16 +164,16 @@ func (c *Config) defaults() error {
 		c.QueueMaxMsgs = 10 * int64(c.Shed.MaxDepth)
 	}
 	if c.CSSLatency == 0 {
-		c.CSSLatency = 5 * time.Millisecond
+		c.CSSLatency = d.CSSLatency
 	}
 	if c.CoreLatency == 0 {
-		c.CoreLatency = 10 * time.Millisecond
+		c.CoreLatency = d.CoreLatency
 	}
 	if c.SampleInterval <= 0 {
-		c.SampleInterval = 250 * time.Millisecond
+		c.SampleInterval = d.SampleInterval
 	}
 	if c.ShutdownTimeout <= 0 {
-		c.ShutdownTimeout = 10 * time.Second
+		c.ShutdownTimeout = d.ShutdownTimeout
 	}
 	return nil
 }

@@ -83,7 +83,7 @@ func start(t testing.TB, s setup) *harness {
 		s.config(&h.cfg)
 	}
 	s.opts.Logger = testkit.Logger()
-	s.opts.Metrics = prometheus.NewRegistry()
+	s.opts.Registerer = prometheus.NewRegistry()
 	c, err := New(context.Background(), h.cfg, s.opts)
 	if err != nil {
 		t.Fatal(err)

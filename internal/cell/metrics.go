@@ -4,13 +4,14 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
 
 	"github.com/cellkit/cellkit/internal/inquiry"
 	"github.com/cellkit/cellkit/internal/queue"
 )
 
 // registerMetrics adds the cell's gauges, read from the last queue sample.
-func (c *Cell) registerMetrics() error {
+func (c *Cell) registerMetrics() {
 	last := func(f func(*sample) float64) func() float64 {
 		return func() float64 {
 			s := c.sample.Load()
@@ -20,63 +21,45 @@ func (c *Cell) registerMetrics() error {
 			return f(s)
 		}
 	}
-	collectors := []prometheus.Collector{
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "cellkit_cell_queue_oldest_age_seconds", ConstLabels: c.lbls,
-			Help: "Age of the oldest unacked work message (0 when the queue is empty).",
-		}, last(func(s *sample) float64 {
-			if s.Oldest.IsZero() {
-				return 0
-			}
-			return time.Since(s.Oldest).Seconds()
-		})),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "cellkit_cell_queue_messages", ConstLabels: c.lbls,
-			Help: "Messages in the work stream.",
-		}, last(func(s *sample) float64 { return float64(s.Total) })),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "cellkit_cell_queue_drain_rate", ConstLabels: c.lbls,
-			Help: "Work messages settled per second (moving average).",
-		}, func() float64 { return c.shed.Rate() }),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "cellkit_cell_failed_inquiries", ConstLabels: c.lbls,
-			Help: "Inquiries on the error stream.",
-		}, last(func(s *sample) float64 { return float64(s.Failed) })),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "cellkit_cell_dead_letters", ConstLabels: c.lbls,
-			Help: "Inquiries on the dead-letter stream.",
-		}, last(func(s *sample) float64 { return float64(s.Dead) })),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "cellkit_cell_ready", ConstLabels: c.lbls,
-			Help: "1 when /readyz answers 200.",
-		}, func() float64 {
-			if ok, _ := c.readiness(); ok {
-				return 1
-			}
+	auto := promauto.With(c.metrics)
+	auto.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "cellkit_cell_queue_oldest_age_seconds",
+		Help: "Age of the oldest unacked work message (0 when the queue is empty).",
+	}, last(func(s *sample) float64 {
+		if s.Oldest.IsZero() {
 			return 0
-		}),
-	}
-	for _, lane := range queue.Lanes {
-		collectors = append(collectors, prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "cellkit_cell_queue_depth", ConstLabels: mergeLabels(c.lbls, prometheus.Labels{"lane": string(lane)}),
-			Help: "Work messages not yet acked, by lane.",
-		}, last(func(s *sample) float64 { return float64(s.Depth[inquiry.Priority(lane)]) })))
-	}
-	for _, col := range collectors {
-		if err := c.reg.Register(col); err != nil {
-			return err
 		}
+		return time.Since(s.Oldest).Seconds()
+	}))
+	auto.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "cellkit_cell_queue_messages",
+		Help: "Messages in the work stream.",
+	}, last(func(s *sample) float64 { return float64(s.Total) }))
+	auto.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "cellkit_cell_queue_drain_rate",
+		Help: "Work messages settled per second (moving average).",
+	}, func() float64 { return c.shed.Rate() })
+	auto.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "cellkit_cell_failed_inquiries",
+		Help: "Inquiries on the error stream.",
+	}, last(func(s *sample) float64 { return float64(s.Failed) }))
+	auto.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "cellkit_cell_dead_letters",
+		Help: "Inquiries on the dead-letter stream.",
+	}, last(func(s *sample) float64 { return float64(s.Dead) }))
+	auto.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "cellkit_cell_ready",
+		Help: "1 when /readyz answers 200.",
+	}, func() float64 {
+		if ok, _ := c.readiness(); ok {
+			return 1
+		}
+		return 0
+	})
+	for _, lane := range queue.Lanes {
+		auto.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "cellkit_cell_queue_depth", ConstLabels: prometheus.Labels{"lane": string(lane)},
+			Help: "Work messages not yet acked, by lane.",
+		}, last(func(s *sample) float64 { return float64(s.Depth[inquiry.Priority(lane)]) }))
 	}
-	return nil
-}
-
-func mergeLabels(a, b prometheus.Labels) prometheus.Labels {
-	out := prometheus.Labels{}
-	for k, v := range a {
-		out[k] = v
-	}
-	for k, v := range b {
-		out[k] = v
-	}
-	return out
 }

@@ -29,6 +29,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cellkit/cellkit/internal/flagenv"
 	"github.com/cellkit/cellkit/internal/registry"
 	"github.com/cellkit/cellkit/internal/slotmap"
 )
@@ -41,7 +42,9 @@ const (
 )
 
 // EnvAdminToken names the environment variable holding the bearer token sent
-// to cells' and routers' admin APIs when --admin-token is not given.
+// to cells' and routers' admin APIs when --admin-token is not given: the
+// flag's shared variable (see internal/flagenv), which a cell's
+// --admin-token reads too.
 const EnvAdminToken = "CELLKIT_ADMIN_TOKEN"
 
 // DefaultTimeout bounds a command (registry calls, lock wait, admin calls)
@@ -129,6 +132,9 @@ const globalFlagsHelp = `Global flags (before or after the command):
   --timeout D          give up after D (default 30s; drain --wait: no limit)
   --admin-token TOKEN  bearer token for admin APIs (default $CELLKIT_ADMIN_TOKEN)
   -h, --help           help for the command
+
+A flag not on the command line is read from CELLKIT_CELLCTL_<FLAG>, else
+CELLKIT_<FLAG> (upper case, '-' as '_').
 `
 
 // inv is one invocation: the parsed globals, the streams and the command.
@@ -205,6 +211,12 @@ func (c *CLI) Run(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		}
 		return x.fail(name, usagef("%v (see 'cellctl help %s')", err, cmd.name))
 	}
+	// Global flags given before the command are given too; the others come
+	// from the environment if set there.
+	top.Visit(func(f *flag.Flag) { fs.Set(f.Name, f.Value.String()) })
+	if err := flagenv.Fill(fs, "cellctl", c.getenv); err != nil {
+		return x.fail(name, usageError{msg: err.Error()})
+	}
 	fs.Visit(func(f *flag.Flag) {
 		if f.Name == "timeout" {
 			x.timeout = true
@@ -215,9 +227,6 @@ func (c *CLI) Run(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	}
 	if x.g.timeout < 0 {
 		return x.fail(name, usagef("--timeout %v must not be negative", x.g.timeout))
-	}
-	if x.g.adminToken == "" {
-		x.g.adminToken = c.getenv(EnvAdminToken)
 	}
 
 	// The command's deadline: --timeout, or DefaultTimeout unless the
@@ -271,18 +280,18 @@ func (x *inv) notef(format string, args ...any) {
 	fmt.Fprintf(x.errw, format+"\n", args...)
 }
 
-// openRegistry opens the registry named by --registry or CELLKIT_REGISTRY.
+// openRegistry opens the registry named by --registry (or CELLKIT_REGISTRY,
+// through the flag).
 func (x *inv) openRegistry() (registry.Registry, error) {
 	url := x.g.registry
-	if url == "" {
-		url = x.cli.getenv(registry.EnvRegistry)
-	}
 	if url == "" {
 		return nil, usagef("no registry: pass --registry URL or set %s (file:PATH or consul://HOST:PORT/PREFIX)", registry.EnvRegistry)
 	}
 	open := x.cli.OpenRegistry
 	if open == nil {
-		open = func(u string) (registry.Registry, error) { return registry.Open(u, registry.Options{}) }
+		open = func(u string) (registry.Registry, error) {
+			return registry.Open(registry.Config{URL: u}, registry.Options{})
+		}
 	}
 	reg, err := open(url)
 	if err != nil {

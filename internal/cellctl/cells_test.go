@@ -20,7 +20,7 @@ func statusEnv(t *testing.T, e *env) map[string]*fakeCell {
 		e.replace = append(e.replace, cells[id].URL(), "http://ADMIN-"+id)
 	}
 	broken := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		problem.Write(w, problem.New(http.StatusServiceUnavailable, "starting", "the cell is starting"))
+		problem.Write(w, problem.New(http.StatusServiceUnavailable, problem.IntakeClosed, "the cell is starting"))
 	}))
 	t.Cleanup(broken.Close)
 	e.replace = append(e.replace, broken.URL, "http://ADMIN-c4")

@@ -460,7 +460,7 @@ func (x *inv) devMap(ctx context.Context, regURL string, cells int, ports devPor
 		}
 		return nil
 	}
-	reg, err := registry.Open(regURL, registry.Options{})
+	reg, err := registry.Open(registry.Config{URL: regURL}, registry.Options{})
 	if err != nil {
 		return err
 	}

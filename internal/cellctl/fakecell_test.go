@@ -89,7 +89,7 @@ func (f *fakeCell) serve(w http.ResponseWriter, r *http.Request) {
 	defer f.mu.Unlock()
 	f.calls = append(f.calls, strings.TrimSpace(r.Method+" "+r.URL.RequestURI()+" "+string(body)))
 	if f.token != "" && r.Header.Get("Authorization") != "Bearer "+f.token {
-		problem.Write(w, problem.New(http.StatusUnauthorized, "unauthorized", "the admin API needs a bearer token"))
+		problem.Write(w, problem.New(http.StatusUnauthorized, problem.Unauthorized, "the admin API needs a bearer token"))
 		return
 	}
 	write := func(v any) {
@@ -116,7 +116,7 @@ func (f *fakeCell) serve(w http.ResponseWriter, r *http.Request) {
 	case r.Method == http.MethodPost && strings.HasPrefix(path, "/v1/admin/circuit/"):
 		agency, action, _ := strings.Cut(strings.TrimPrefix(path, "/v1/admin/circuit/"), "/")
 		if _, ok := f.breakers[agency]; !ok {
-			problem.Write(w, problem.New(http.StatusNotFound, "unknown-agency", `no agency "`+agency+`"`))
+			problem.Write(w, problem.New(http.StatusNotFound, problem.UnknownAgency, `no agency "`+agency+`"`))
 			return
 		}
 		f.breakers[agency] = map[string]string{"open": "forced_open", "close": "forced_closed", "reset": "closed"}[action]
@@ -150,7 +150,7 @@ func (f *fakeCell) serve(w http.ResponseWriter, r *http.Request) {
 		}
 		write(res)
 	default:
-		problem.Write(w, problem.New(http.StatusNotFound, "not-found", "no such path: "+path))
+		problem.Write(w, problem.New(http.StatusNotFound, problem.NotFound, "no such path: "+path))
 	}
 }
 

@@ -112,7 +112,7 @@ func newConsulEnv(t *testing.T, agent *consultest.Agent) *env {
 
 func (e *env) open() registry.Registry {
 	e.t.Helper()
-	reg, err := registry.Open(e.url, registry.Options{})
+	reg, err := registry.Open(registry.Config{URL: e.url}, registry.Options{})
 	if err != nil {
 		e.t.Fatal(err)
 	}

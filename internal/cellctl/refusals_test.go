@@ -214,7 +214,7 @@ func TestReplan(t *testing.T) {
 		}
 		r := &racer{races: 1, cut: cut}
 		e.cli.OpenRegistry = func(url string) (registry.Registry, error) {
-			reg, err := registry.Open(url, registry.Options{})
+			reg, err := registry.Open(registry.Config{URL: url}, registry.Options{})
 			r.Registry = reg
 			return r, err
 		}

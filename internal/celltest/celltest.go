@@ -40,7 +40,10 @@ func StartSim(t testing.TB, profile telegram.Profile, cfg agencysim.Config) *age
 // testkit.Logger.
 func ServeSim(t testing.TB, ln net.Listener, profile telegram.Profile, cfg agencysim.Config) *agencysim.Server {
 	t.Helper()
-	srv := agencysim.New(profile, cfg, agencysim.Options{Logger: testkit.Logger()})
+	srv, err := agencysim.New(cfg, agencysim.Options{Profile: profile, Logger: testkit.Logger()})
+	if err != nil {
+		t.Fatal(err)
+	}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	t.Cleanup(func() {
@@ -75,7 +78,7 @@ func NewRegistry(t testing.TB, agencies map[string]int, cells ...slotmap.Cell) *
 	t.Helper()
 	r := &Registry{t: t, Path: filepath.Join(t.TempDir(), "map.json")}
 	var err error
-	if r.Reg, err = registry.Open("file:"+r.Path, registry.Options{}); err != nil {
+	if r.Reg, err = registry.Open(registry.Config{URL: "file:" + r.Path}, registry.Options{}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { r.Reg.Close() })
@@ -215,7 +218,7 @@ func (c *Checker) Check(lookup func(id string) (inquiry.View, error), agencies .
 // directory, without a listener, and connects to it; both end with the test.
 func NATS(t testing.TB) (*natsembed.Server, jetstream.JetStream) {
 	t.Helper()
-	srv, err := natsembed.Start(natsembed.Config{Name: "test", StoreDir: t.TempDir(), Port: -1}, testkit.Logger())
+	srv, err := natsembed.Start(natsembed.Config{Name: "test", StoreDir: t.TempDir(), Port: -1}, natsembed.Options{Logger: testkit.Logger()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -23,7 +23,8 @@ import (
 	"time"
 )
 
-// Config sizes a Tracker. Zero values mean the defaults in brackets.
+// Config sizes a Tracker. Zero values mean the defaults in brackets (see
+// DefaultConfig).
 type Config struct {
 	Window   time.Duration // how far back Top looks [1m]
 	Buckets  int           // the window is kept as this many buckets [6]
@@ -31,15 +32,23 @@ type Config struct {
 	Shards   int           // lock shards, rounded up to a power of two [8]
 }
 
-func (c *Config) defaults() {
+// DefaultConfig returns the defaults.
+func DefaultConfig() Config {
+	return Config{Window: time.Minute, Buckets: 6, Capacity: 1024, Shards: 8}
+}
+
+// withDefaults fills the zero fields of c and rounds Shards up to a power
+// of two, with at least one counter per shard.
+func (c Config) withDefaults() Config {
+	d := DefaultConfig()
 	if c.Window <= 0 {
-		c.Window = time.Minute
+		c.Window = d.Window
 	}
 	if c.Buckets <= 0 {
-		c.Buckets = 6
+		c.Buckets = d.Buckets
 	}
 	if c.Shards <= 0 {
-		c.Shards = 8
+		c.Shards = d.Shards
 	}
 	n := 1
 	for n < c.Shards {
@@ -47,9 +56,16 @@ func (c *Config) defaults() {
 	}
 	c.Shards = n
 	if c.Capacity <= 0 {
-		c.Capacity = 1024
+		c.Capacity = d.Capacity
 	}
 	c.Capacity = max(c.Capacity, c.Shards)
+	return c
+}
+
+// Options carry the tracker's collaborators. The zero value is usable.
+type Options struct {
+	// Now is the clock that picks the buckets. Nil means time.Now.
+	Now func() time.Time
 }
 
 // Tracker counts keys. It is safe for concurrent use.
@@ -67,9 +83,10 @@ type shard struct {
 	_    [40]byte  // keep shards on separate cache lines
 }
 
-// New returns an empty tracker. now is the clock (nil: time.Now).
-func New(cfg Config, now func() time.Time) *Tracker {
-	cfg.defaults()
+// New returns an empty tracker.
+func New(cfg Config, opts Options) *Tracker {
+	cfg = cfg.withDefaults()
+	now := opts.Now
 	if now == nil {
 		now = time.Now
 	}

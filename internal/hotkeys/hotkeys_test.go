@@ -22,7 +22,7 @@ func add(t *Tracker, key string, n int) {
 
 func TestExactWhenFewKeys(t *testing.T) {
 	clk := newClock()
-	tr := New(Config{}, clk.Now)
+	tr := New(Config{}, Options{Now: clk.Now})
 	add(tr, "alice", 5)
 	add(tr, "bob", 3)
 	add(tr, "carol", 9)
@@ -41,7 +41,7 @@ func TestExactWhenFewKeys(t *testing.T) {
 
 func TestWindowSlides(t *testing.T) {
 	clk := newClock()
-	tr := New(Config{Window: time.Minute, Buckets: 6}, clk.Now)
+	tr := New(Config{Window: time.Minute, Buckets: 6}, Options{Now: clk.Now})
 	add(tr, "old", 100)
 	clk.Advance(30 * time.Second)
 	add(tr, "mid", 10)
@@ -66,7 +66,7 @@ func TestWindowSlides(t *testing.T) {
 func TestHeavyHittersFound(t *testing.T) {
 	clk := newClock()
 	cfg := Config{Capacity: 256, Shards: 4}
-	tr := New(cfg, clk.Now)
+	tr := New(cfg, Options{Now: clk.Now})
 	r := rand.New(rand.NewPCG(1, 2))
 	zipf := rand.NewZipf(rand.New(rand.NewPCG(3, 4)), 1.2, 1, 100_000)
 	truth := map[string]int64{}
@@ -118,7 +118,7 @@ func TestHeavyHittersFound(t *testing.T) {
 }
 
 func TestConcurrentAdd(t *testing.T) {
-	tr := New(Config{Capacity: 64}, nil)
+	tr := New(Config{Capacity: 64}, Options{})
 	var wg sync.WaitGroup
 	for g := range 4 {
 		wg.Go(func() {
@@ -139,7 +139,7 @@ func TestConcurrentAdd(t *testing.T) {
 }
 
 func TestAddKnownKeyDoesNotAllocate(t *testing.T) {
-	tr := New(Config{}, newClock().Now)
+	tr := New(Config{}, Options{Now: newClock().Now})
 	key := []byte("user-123")
 	h := xxhash.Sum64(key)
 	tr.Add(key, h)
@@ -149,7 +149,7 @@ func TestAddKnownKeyDoesNotAllocate(t *testing.T) {
 }
 
 func BenchmarkAdd(b *testing.B) {
-	tr := New(Config{}, nil)
+	tr := New(Config{}, Options{})
 	keys := make([][]byte, 4096)
 	hashes := make([]uint64, len(keys))
 	zipf := rand.NewZipf(rand.New(rand.NewPCG(1, 1)), 1.1, 1, 1_000_000)

@@ -50,7 +50,7 @@ type env struct {
 
 func newEnv(t *testing.T) *env {
 	t.Helper()
-	srv, err := natsembed.Start(natsembed.Config{Name: "intake-test", StoreDir: t.TempDir(), Port: 0}, testkit.Logger())
+	srv, err := natsembed.Start(natsembed.Config{Name: "intake-test", StoreDir: t.TempDir(), Port: 0}, natsembed.Options{Logger: testkit.Logger()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -113,9 +113,9 @@ func (e *env) cell(o cellOpts) *testCell {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sh := shed.New(o.shed, e.clk.Now)
+	sh := shed.New(o.shed, shed.Options{Now: e.clk.Now})
 	o.intake.Cell = o.id
-	h, err := New(o.intake, q, sh, o.cmap, Options{Logger: testkit.Logger(), Now: e.clk.Now})
+	h, err := New(o.intake, Options{Queue: q, Shedder: sh, Map: o.cmap, Logger: testkit.Logger(), Now: e.clk.Now})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -61,7 +61,8 @@ const (
 	prefixByID    = PathInquiries + "/"
 )
 
-// Config tunes the intake. Zero values mean the defaults in brackets.
+// Config tunes the intake. Zero values mean the defaults in brackets (see
+// DefaultConfig).
 type Config struct {
 	// Cell is this cell's id. Required.
 	Cell string
@@ -72,12 +73,29 @@ type Config struct {
 	Timeout time.Duration
 }
 
+// DefaultConfig returns the defaults.
+func DefaultConfig() Config {
+	return Config{ClosedRetryAfter: 5 * time.Second, Timeout: 5 * time.Second}
+}
+
 // Options carry the intake's collaborators.
 type Options struct {
-	Logger     *slog.Logger
+	// Queue takes the inquiries in; its store holds their records.
+	// Required.
+	Queue *queue.Queue
+	// Shedder decides whether new work is taken. Required.
+	Shedder *shed.Shedder
+	// Map returns the newest cell map the cell knows (nil before the
+	// first). Required.
+	Map func() *slotmap.Map
+	// Logger receives failures to queue and to read. Nil means none.
+	Logger *slog.Logger
+	// Registerer receives the intake's metrics (cellkit_cell_intake_*);
+	// callers add the cell label by wrapping it. Nil means they are not
+	// registered.
 	Registerer prometheus.Registerer
-	Labels     prometheus.Labels
-	Now        func() time.Time
+	// Now is the clock. Nil means time.Now.
+	Now func() time.Time
 }
 
 // Handler serves the intake API. It starts closed: Open it once the cell
@@ -104,25 +122,27 @@ func (h *Handler) TrackMoves(mv *Moves) {
 	h.peers = &http.Client{Timeout: time.Second}
 }
 
-// New builds the handler. cmap returns the newest map the cell knows (nil
-// before the first).
-func New(cfg Config, q *queue.Queue, sh *shed.Shedder, cmap func() *slotmap.Map, opts Options) (*Handler, error) {
-	if cfg.Cell == "" {
+// New builds the handler.
+func New(cfg Config, opts Options) (*Handler, error) {
+	switch {
+	case cfg.Cell == "":
 		return nil, errors.New("intake: cell id is required")
+	case opts.Queue == nil || opts.Shedder == nil || opts.Map == nil:
+		return nil, errors.New("intake: a queue, a shedder and a map source are required")
 	}
+	d := DefaultConfig()
 	if cfg.ClosedRetryAfter <= 0 {
-		cfg.ClosedRetryAfter = 5 * time.Second
+		cfg.ClosedRetryAfter = d.ClosedRetryAfter
 	}
 	if cfg.Timeout <= 0 {
-		cfg.Timeout = 5 * time.Second
+		cfg.Timeout = d.Timeout
 	}
-	m, err := newMetrics(opts.Registerer, opts.Labels)
-	if err != nil {
-		return nil, err
+	h := &Handler{
+		cfg: cfg, q: opts.Queue, st: opts.Queue.Store(), shed: opts.Shedder, cmap: opts.Map,
+		log: opts.Logger, now: opts.Now, m: newMetrics(opts.Registerer),
 	}
-	h := &Handler{cfg: cfg, q: q, st: q.Store(), shed: sh, cmap: cmap, log: opts.Logger, now: opts.Now, m: m}
 	if h.log == nil {
-		h.log = slog.Default()
+		h.log = slog.New(slog.DiscardHandler)
 	}
 	if h.now == nil {
 		h.now = time.Now
@@ -168,7 +188,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		h.get(rw, r, strings.TrimPrefix(r.URL.Path, prefixByID))
 	default:
-		problem.Write(rw, problem.New(http.StatusNotFound, "not-found", "no such path: "+r.URL.Path))
+		problem.Write(rw, problem.New(http.StatusNotFound, problem.NotFound, "no such path: "+r.URL.Path))
 	}
 	h.m.requests.WithLabelValues(route, strconv.Itoa(rw.status())).Inc()
 	h.m.seconds.WithLabelValues(route).Observe(h.now().Sub(began).Seconds())
@@ -176,7 +196,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 func methodNotAllowed(w http.ResponseWriter, allow string) {
 	w.Header().Set("Allow", allow)
-	problem.Write(w, problem.New(http.StatusMethodNotAllowed, "method-not-allowed", "allowed: "+allow))
+	problem.Write(w, problem.New(http.StatusMethodNotAllowed, problem.MethodNotAllowed, "allowed: "+allow))
 }
 
 // Accepted is the 202 body.
@@ -194,8 +214,8 @@ func (h *Handler) shedNow(w http.ResponseWriter, reason, detail string, after ti
 }
 
 var reasonKind = map[string]string{
-	"closed": "intake-closed", "age": "overloaded", "depth": "overloaded", "wait": "overloaded",
-	"nats": "queue-unavailable", "full": "queue-full",
+	"closed": problem.IntakeClosed, "age": problem.Overloaded, "depth": problem.Overloaded, "wait": problem.Overloaded,
+	"nats": problem.QueueUnavailable, "full": problem.QueueFull,
 }
 
 func (h *Handler) post(w http.ResponseWriter, r *http.Request) {
@@ -230,7 +250,7 @@ func (h *Handler) post(w http.ResponseWriter, r *http.Request) {
 	}
 	idemKey := r.Header.Get(HeaderIdemKey)
 	if _, set := r.Header[http.CanonicalHeaderKey(HeaderIdemKey)]; set && !inquiry.ValidIdempotencyKey(idemKey) {
-		problem.Write(w, problem.New(http.StatusBadRequest, "invalid-header", "Idempotency-Key must be 1–255 printable ASCII characters").WithField(HeaderIdemKey))
+		problem.Write(w, problem.New(http.StatusBadRequest, problem.InvalidHeader, "Idempotency-Key must be 1–255 printable ASCII characters").WithField(HeaderIdemKey))
 		return
 	}
 	client, ok := clientOf(w, r)
@@ -350,10 +370,10 @@ func (h *Handler) readRequest(w http.ResponseWriter, r *http.Request) (inquiry.R
 	ct := r.Header.Get("Content-Type")
 	mt, _, err := mime.ParseMediaType(ct)
 	if ct == "" || err != nil || (mt != "application/json" && !(strings.HasPrefix(mt, "application/") && strings.HasSuffix(mt, "+json"))) {
-		problem.Write(w, problem.New(http.StatusUnsupportedMediaType, "unsupported-media-type", "send application/json, not "+strconv.Quote(ct)).WithField("Content-Type"))
+		problem.Write(w, problem.New(http.StatusUnsupportedMediaType, problem.UnsupportedMediaType, "send application/json, not "+strconv.Quote(ct)).WithField("Content-Type"))
 		return inquiry.Request{}, false
 	}
-	tooLarge := problem.New(http.StatusRequestEntityTooLarge, "body-too-large", fmt.Sprintf("the body is over %d bytes", inquiry.MaxBodyBytes))
+	tooLarge := problem.New(http.StatusRequestEntityTooLarge, problem.BodyTooLarge, fmt.Sprintf("the body is over %d bytes", inquiry.MaxBodyBytes))
 	if r.ContentLength > inquiry.MaxBodyBytes {
 		problem.Write(w, tooLarge)
 		return inquiry.Request{}, false
@@ -365,17 +385,17 @@ func (h *Handler) readRequest(w http.ResponseWriter, r *http.Request) (inquiry.R
 		return inquiry.Request{}, false
 	}
 	if err != nil {
-		problem.Write(w, problem.New(http.StatusBadRequest, "invalid-body", "cannot read the body: "+err.Error()))
+		problem.Write(w, problem.New(http.StatusBadRequest, problem.InvalidBody, "cannot read the body: "+err.Error()))
 		return inquiry.Request{}, false
 	}
 	req, err := inquiry.DecodeRequest(body)
 	var fe *inquiry.FieldError
 	switch {
 	case errors.As(err, &fe):
-		problem.Write(w, problem.New(http.StatusBadRequest, "invalid-field", fe.Error()).WithField(fe.Field))
+		problem.Write(w, problem.New(http.StatusBadRequest, problem.InvalidField, fe.Error()).WithField(fe.Field))
 		return inquiry.Request{}, false
 	case err != nil:
-		problem.Write(w, problem.New(http.StatusBadRequest, "invalid-json", err.Error()))
+		problem.Write(w, problem.New(http.StatusBadRequest, problem.InvalidJSON, err.Error()))
 		return inquiry.Request{}, false
 	}
 	return req, true
@@ -393,14 +413,14 @@ func (h *Handler) fence(w http.ResponseWriter, r *http.Request, user string) boo
 	if v := r.Header.Get(HeaderMapVersion); v != "" {
 		n, err := strconv.ParseInt(v, 10, 64)
 		if err != nil || n <= 0 {
-			problem.Write(w, problem.New(http.StatusBadRequest, "invalid-header", HeaderMapVersion+" must be a positive integer").WithField(HeaderMapVersion))
+			problem.Write(w, problem.New(http.StatusBadRequest, problem.InvalidHeader, HeaderMapVersion+" must be a positive integer").WithField(HeaderMapVersion))
 			return false
 		}
 		theirs = n
 	}
 	if v := r.Header.Get(HeaderSlot); v != "" {
 		if n, err := strconv.Atoi(v); err != nil || n < 0 || n >= m.Slots() {
-			problem.Write(w, problem.New(http.StatusBadRequest, "invalid-header", fmt.Sprintf("%s must be a slot in [0, %d)", HeaderSlot, m.Slots())).WithField(HeaderSlot))
+			problem.Write(w, problem.New(http.StatusBadRequest, problem.InvalidHeader, fmt.Sprintf("%s must be a slot in [0, %d)", HeaderSlot, m.Slots())).WithField(HeaderSlot))
 			return false
 		}
 	}
@@ -417,7 +437,7 @@ func (h *Handler) fence(w http.ResponseWriter, r *http.Request, user string) boo
 	if owner == "" {
 		owner = "no active cell"
 	}
-	problem.Write(w, problem.New(http.StatusMisdirectedRequest, "misdirected",
+	problem.Write(w, problem.New(http.StatusMisdirectedRequest, problem.Misdirected,
 		fmt.Sprintf("cell %s does not own slot %d in map version %d (owner: %s); refresh the map", h.cfg.Cell, route.Slot, m.Version(), owner)).WithField(HeaderMapVersion))
 	return false
 }
@@ -425,11 +445,11 @@ func (h *Handler) fence(w http.ResponseWriter, r *http.Request, user string) boo
 func (h *Handler) get(w http.ResponseWriter, r *http.Request, id string) {
 	cell, ok := inquiry.CellOf(id)
 	if !ok {
-		problem.Write(w, problem.New(http.StatusBadRequest, "invalid-id", "malformed inquiry id "+strconv.Quote(id)).WithField("id"))
+		problem.Write(w, problem.New(http.StatusBadRequest, problem.InvalidID, "malformed inquiry id "+strconv.Quote(id)).WithField("id"))
 		return
 	}
 	if cell != h.cfg.Cell {
-		problem.Write(w, problem.New(http.StatusMisdirectedRequest, "misdirected", "inquiry "+id+" belongs to cell "+cell+", not "+h.cfg.Cell).WithField("id"))
+		problem.Write(w, problem.New(http.StatusMisdirectedRequest, problem.Misdirected, "inquiry "+id+" belongs to cell "+cell+", not "+h.cfg.Cell).WithField("id"))
 		return
 	}
 	client, ok := clientOf(w, r)
@@ -442,12 +462,12 @@ func (h *Handler) get(w http.ResponseWriter, r *http.Request, id string) {
 	if errors.Is(err, store.ErrNotFound) || err == nil && client != "" && rec.Client != "" && rec.Client != client {
 		// Another client's inquiry is answered as one that does not
 		// exist: its existence is not the reader's to learn.
-		problem.Write(w, problem.New(http.StatusNotFound, "unknown-inquiry", "no inquiry "+id))
+		problem.Write(w, problem.New(http.StatusNotFound, problem.UnknownInquiry, "no inquiry "+id))
 		return
 	}
 	if err != nil {
 		h.log.Warn("cannot read inquiry", "id", id, "err", err)
-		problem.WriteRetry(w, problem.New(http.StatusServiceUnavailable, "store-unavailable", "cannot read the inquiry now"), time.Second)
+		problem.WriteRetry(w, problem.New(http.StatusServiceUnavailable, problem.StoreUnavailable, "cannot read the inquiry now"), time.Second)
 		return
 	}
 	if fp := r.Header.Get(headerFingerprint); fp != "" && fp != rec.Fingerprint {
@@ -467,7 +487,7 @@ func clientOf(w http.ResponseWriter, r *http.Request) (string, bool) {
 	case len(vs) == 0:
 		return "", true
 	case len(vs) > 1 || !inquiry.ValidClient(vs[0]):
-		problem.Write(w, problem.New(http.StatusBadRequest, "invalid-header", HeaderClient+" must be one client id: 1-64 of [A-Za-z0-9._-]").WithField(HeaderClient))
+		problem.Write(w, problem.New(http.StatusBadRequest, problem.InvalidHeader, HeaderClient+" must be one client id: 1-64 of [A-Za-z0-9._-]").WithField(HeaderClient))
 		return "", false
 	}
 	return vs[0], true
@@ -480,7 +500,7 @@ const headerFingerprint = "Cellkit-Fingerprint"
 // keyReused is the problem for an Idempotency-Key sent again with another
 // request.
 func keyReused(id string) problem.Details {
-	return problem.New(http.StatusUnprocessableEntity, "idempotency-key-reused",
+	return problem.New(http.StatusUnprocessableEntity, problem.IdempotencyKeyReused,
 		"this Idempotency-Key was used for a different request (inquiry "+id+")").WithField(HeaderIdemKey)
 }
 

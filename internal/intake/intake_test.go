@@ -21,7 +21,7 @@ import (
 )
 
 func TestNewRequiresACellIDAndStartsClosed(t *testing.T) {
-	if _, err := New(Config{}, nil, nil, nil, Options{}); err == nil {
+	if _, err := New(Config{}, Options{}); err == nil {
 		t.Fatal("New without a cell id succeeded")
 	}
 	e := newEnv(t)
@@ -944,7 +944,10 @@ func TestQueueFull(t *testing.T) {
 // first map and by c1 after c2 is drained; c1 remembers the move.
 func moveSetup(t *testing.T) (e *env, c1, c2 *testCell, u string, after *slotmap.Map) {
 	e = newEnv(t)
-	mv := NewMoves("c1")
+	mv, err := NewMoves(MovesConfig{Cell: "c1"}, MovesOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	c1 = e.cell(cellOpts{id: "c1", moves: mv})
 	c2 = e.cell(cellOpts{id: "c2"})
 	before := testMapOf(t, map[string]string{"c1": c1.url, "c2": c2.url}, "c1", "c2")

@@ -26,8 +26,8 @@ const MoveWindow = 10 * time.Minute
 
 // Moves remembers, for the slots this cell gained, which cell owned them
 // before and when they moved. It is fed every map the cell follows. With a
-// file (OpenMoves) it survives a restart: the moves are written to it
-// whenever they change, and read back within MoveWindow.
+// file (MovesConfig.Path) it survives a restart: the moves are written to
+// it whenever they change, and read back within MoveWindow.
 type Moves struct {
 	cell string
 	path string // "" keeps the log in memory only
@@ -50,15 +50,41 @@ type movedJSON struct {
 	At   time.Time `json:"at"`
 }
 
-// NewMoves returns an empty log for cell, kept in memory.
-func NewMoves(cell string) *Moves { return &Moves{cell: cell, from: map[int]moved{}} }
+// MovesConfig names a Moves log.
+type MovesConfig struct {
+	// Cell is this cell's id. Required.
+	Cell string
+	// Path is the file that keeps the log across restarts ["": memory
+	// only].
+	Path string
+}
 
-// OpenMoves returns the log of cell kept in the file at path, with the
-// moves it holds that are younger than MoveWindow at now. A missing file is
-// an empty log; an unreadable one is an error. Failures to write the file
-// later are logged to log (the moves stay in memory).
-func OpenMoves(cell, path string, now time.Time, log *slog.Logger) (*Moves, error) {
-	mv := &Moves{cell: cell, path: path, from: map[int]moved{}, log: log}
+// MovesOptions carry a Moves log's collaborators. The zero value is usable.
+type MovesOptions struct {
+	// Logger hears of failures to write the file (the moves stay in
+	// memory). Nil means none.
+	Logger *slog.Logger
+	// Now is the clock that ages the moves read back from the file. Nil
+	// means time.Now.
+	Now func() time.Time
+}
+
+// NewMoves returns the log of cfg.Cell. With a Path it holds the moves the
+// file has that are younger than MoveWindow now; a missing file is an
+// empty log, an unreadable one is an error.
+func NewMoves(cfg MovesConfig, opts MovesOptions) (*Moves, error) {
+	if cfg.Cell == "" {
+		return nil, errors.New("slot moves: cell id is required")
+	}
+	mv := &Moves{cell: cfg.Cell, path: cfg.Path, from: map[int]moved{}, log: opts.Logger}
+	if cfg.Path == "" {
+		return mv, nil
+	}
+	path := cfg.Path
+	now := time.Now()
+	if opts.Now != nil {
+		now = opts.Now()
+	}
 	b, err := os.ReadFile(path)
 	if errors.Is(err, os.ErrNotExist) {
 		return mv, nil
@@ -80,7 +106,7 @@ func OpenMoves(cell, path string, now time.Time, log *slog.Logger) (*Moves, erro
 
 // Observe records the slots that m gives this cell and the map before did
 // not. The first map observed records nothing: the moves from before a
-// restart are those OpenMoves read back.
+// restart are those NewMoves read back.
 func (mv *Moves) Observe(m *slotmap.Map, now time.Time) {
 	mv.mu.Lock()
 	defer mv.mu.Unlock()

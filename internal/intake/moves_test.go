@@ -32,7 +32,10 @@ func TestMovesRemembersThePreviousOwnerForAWhile(t *testing.T) {
 		t.Fatal(err)
 	}
 	now := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
-	mv := NewMoves("c1")
+	mv, err := NewMoves(MovesConfig{Cell: "c1"}, MovesOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	mv.Observe(m, now)
 	mv.Observe(p.After, now)
 	gained := 0
@@ -74,7 +77,7 @@ func TestMovesSurviveARestart(t *testing.T) {
 	}
 	path := filepath.Join(t.TempDir(), "moves.json")
 	now := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
-	mv, err := OpenMoves("c1", path, now, nil)
+	mv, err := NewMoves(MovesConfig{Cell: "c1", Path: path}, MovesOptions{Now: func() time.Time { return now }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,7 +98,7 @@ func TestMovesSurviveARestart(t *testing.T) {
 	}
 	// The restart: a new log from the file, fed the current map first.
 	later := now.Add(5 * time.Minute)
-	again, err := OpenMoves("c1", path, later, nil)
+	again, err := NewMoves(MovesConfig{Cell: "c1", Path: path}, MovesOptions{Now: func() time.Time { return later }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,20 +107,20 @@ func TestMovesSurviveARestart(t *testing.T) {
 		t.Fatalf("after a restart, slot %d: Previous = %q, %v, want c2", moved, prev, ok)
 	}
 	// Past the window the file's moves are not read back.
-	gone, err := OpenMoves("c1", path, now.Add(MoveWindow+time.Second), nil)
+	gone, err := NewMoves(MovesConfig{Cell: "c1", Path: path}, MovesOptions{Now: func() time.Time { return now.Add(MoveWindow + time.Second) }})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, ok := gone.Previous(moved, now.Add(MoveWindow+time.Second)); ok {
 		t.Fatal("a move older than the window was read back")
 	}
-	if mv, err := OpenMoves("c1", filepath.Join(t.TempDir(), "none.json"), now, nil); err != nil || len(mv.from) != 0 {
+	if mv, err := NewMoves(MovesConfig{Cell: "c1", Path: filepath.Join(t.TempDir(), "none.json")}, MovesOptions{}); err != nil || len(mv.from) != 0 {
 		t.Fatalf("missing file: %v, %d moves", err, len(mv.from))
 	}
 	if err := os.WriteFile(path, []byte("{broken"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := OpenMoves("c1", path, now, nil); err == nil {
+	if _, err := NewMoves(MovesConfig{Cell: "c1", Path: path}, MovesOptions{}); err == nil {
 		t.Fatal("a broken file was accepted")
 	}
 }

@@ -8,6 +8,8 @@ import (
 	"io"
 	"path/filepath"
 	"time"
+
+	"github.com/cellkit/cellkit/internal/flagenv"
 )
 
 const usage = `loadtest — open-loop load and chaos drills for cellkit
@@ -17,7 +19,8 @@ const usage = `loadtest — open-loop load and chaos drills for cellkit
   loadtest drill kill|drain|agency-slow [--dev-json var/dev.json | --bin ./bin]
                  [--rate R] [--users K] [--cell c2] [--json out.json] [--svg out.svg]
 
-'loadtest run -h' and 'loadtest drill -h' list every flag.`
+'loadtest run -h' and 'loadtest drill -h' list every flag. A flag not on the
+command line is read from CELLKIT_LOADTEST_<FLAG>, else CELLKIT_<FLAG>.`
 
 // ErrAssertion is returned when a drill ran and one of its assertions
 // failed.
@@ -64,6 +67,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	fs := flag.NewFlagSet("loadtest run", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var cfg Config
+	d := DefaultConfig()
 	var rate float64
 	var dur time.Duration
 	var steps string
@@ -74,13 +78,16 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	fs.Float64Var(&rate, "rate", 0, "constant rate in requests per second")
 	fs.DurationVar(&dur, "duration", 0, "how long to send at --rate")
 	fs.StringVar(&steps, "steps", "", `rates over time, "RATE:DURATION,...", instead of --rate/--duration`)
-	fs.IntVar(&cfg.Users, "users", 1000, "K distinct users")
+	fs.IntVar(&cfg.Users, "users", d.Users, "K distinct users")
 	fs.Float64Var(&cfg.Zipf, "zipf", 0, "Zipf exponent `S` over the users (0: uniform)")
-	fs.Uint64Var(&cfg.Seed, "seed", 1, "seed of the user sequence")
-	fs.DurationVar(&cfg.Timeout, "timeout", 5*time.Second, "per-request timeout")
+	fs.Uint64Var(&cfg.Seed, "seed", d.Seed, "seed of the user sequence")
+	fs.DurationVar(&cfg.Timeout, "timeout", d.Timeout, "per-request timeout")
 	fs.BoolVar(&quiet, "quiet", false, "no progress line")
 	out.register(fs)
 	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if err := flagenv.Fill(fs, "loadtest", nil); err != nil {
 		return err
 	}
 	switch {
@@ -97,10 +104,11 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	default:
 		return errors.New("give --rate and --duration, or --steps")
 	}
+	var opts Options
 	if !quiet {
-		cfg.Progress = stderr
+		opts.Progress = stderr
 	}
-	r, err := NewRunner(cfg)
+	r, err := NewRunner(cfg, opts)
 	if err != nil {
 		return err
 	}
@@ -127,28 +135,32 @@ func cmdDrill(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs := flag.NewFlagSet("loadtest drill "+name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var c DrillConfig
+	d := DefaultDrillConfig()
 	var devJSON, bin string
 	var out outputs
 	var quiet bool
 	fs.StringVar(&devJSON, "dev-json", "", "use the running stack recorded in `FILE` (var/dev.json) instead of starting one")
 	fs.StringVar(&bin, "bin", "bin", "`DIR` holding cellctl, cell, router and agencysim")
-	fs.Float64Var(&c.Rate, "rate", 100, "requests per second")
-	fs.IntVar(&c.Users, "users", 200, "K distinct users")
+	fs.Float64Var(&c.Rate, "rate", d.Rate, "requests per second")
+	fs.IntVar(&c.Users, "users", d.Users, "K distinct users")
 	fs.Float64Var(&c.Zipf, "zipf", 0, "Zipf exponent over the users (0: uniform)")
-	fs.StringVar(&c.Cell, "cell", "c2", "the cell to kill or drain")
-	fs.DurationVar(&c.Baseline, "baseline", 15*time.Second, "load before the fault")
+	fs.StringVar(&c.Cell, "cell", d.Cell, "the cell to kill or drain")
+	fs.DurationVar(&c.Baseline, "baseline", d.Baseline, "load before the fault")
 	fs.DurationVar(&c.Fault, "fault", 0, "how long the fault lasts (kill: until restart [10s]; agency-slow [20s]; drain: its limit [60s])")
-	fs.DurationVar(&c.After, "after", 15*time.Second, "load after the fault")
-	fs.Float64Var(&c.P99Factor, "p99-factor", 1.2, "kill: other cells' p99 ≤ this × their baseline p99")
-	fs.DurationVar(&c.DownP99, "down-p99", 50*time.Millisecond, "kill: the killed cell's users' p99 while down must be below this")
-	fs.Float64Var(&c.SlowFactor, "slow-factor", 10, "agency-slow: latency multiplier")
-	fs.DurationVar(&c.IntakeP99, "intake-p99", 250*time.Millisecond, "agency-slow: intake p99 bound while slow")
-	fs.DurationVar(&c.VerifyWithin, "verify-within", 120*time.Second, "how long to poll accepted ids until final")
+	fs.DurationVar(&c.After, "after", d.After, "load after the fault")
+	fs.Float64Var(&c.P99Factor, "p99-factor", d.P99Factor, "kill: other cells' p99 ≤ this × their baseline p99")
+	fs.DurationVar(&c.DownP99, "down-p99", d.DownP99, "kill: the killed cell's users' p99 while down must be below this")
+	fs.Float64Var(&c.SlowFactor, "slow-factor", d.SlowFactor, "agency-slow: latency multiplier")
+	fs.DurationVar(&c.IntakeP99, "intake-p99", d.IntakeP99, "agency-slow: intake p99 bound while slow")
+	fs.DurationVar(&c.VerifyWithin, "verify-within", d.VerifyWithin, "how long to poll accepted ids until final")
 	fs.BoolVar(&quiet, "quiet", false, "no progress lines")
 	var ageBudget time.Duration
 	fs.DurationVar(&ageBudget, "age-budget", 0, "the cells' oldest-pending budget for a stack the drill starts (`D`; 0: the cell's default)")
 	out.register(fs)
 	if err := fs.Parse(args[1:]); err != nil {
+		return err
+	}
+	if err := flagenv.Fill(fs, "loadtest", nil); err != nil {
 		return err
 	}
 	if !quiet {

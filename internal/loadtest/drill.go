@@ -10,7 +10,8 @@ import (
 	"time"
 )
 
-// DrillConfig is one drill. Zero values mean the defaults in brackets.
+// DrillConfig is one drill. Zero values mean the defaults in brackets (see
+// DefaultDrillConfig).
 type DrillConfig struct {
 	Stack *Stack
 	// Rate is the constant request rate [100/s].
@@ -47,50 +48,61 @@ type DrillConfig struct {
 	Progress io.Writer
 }
 
+// DefaultDrillConfig returns the defaults. Fault is left zero: its default
+// depends on the drill.
+func DefaultDrillConfig() DrillConfig {
+	return DrillConfig{
+		Rate: 100, Users: 200, Cell: "c2", Baseline: 15 * time.Second, After: 15 * time.Second,
+		P99Factor: 1.2, DownP99: 50 * time.Millisecond, SlowFactor: 10, IntakeP99: 250 * time.Millisecond,
+		VerifyWithin: 120 * time.Second, Replays: 300,
+	}
+}
+
 func (c *DrillConfig) defaults(fault time.Duration) {
+	d := DefaultDrillConfig()
 	if c.Rate <= 0 {
-		c.Rate = 100
+		c.Rate = d.Rate
 	}
 	if c.Users <= 0 {
-		c.Users = 200
+		c.Users = d.Users
 	}
 	if c.Cell == "" {
-		c.Cell = "c2"
+		c.Cell = d.Cell
 	}
 	if c.Baseline <= 0 {
-		c.Baseline = 15 * time.Second
+		c.Baseline = d.Baseline
 	}
 	if c.Fault <= 0 {
 		c.Fault = fault
 	}
 	if c.After <= 0 {
-		c.After = 15 * time.Second
+		c.After = d.After
 	}
 	if c.P99Factor <= 0 {
-		c.P99Factor = 1.2
+		c.P99Factor = d.P99Factor
 	}
 	if c.DownP99 <= 0 {
-		c.DownP99 = 50 * time.Millisecond
+		c.DownP99 = d.DownP99
 	}
 	if c.SlowFactor <= 0 {
-		c.SlowFactor = 10
+		c.SlowFactor = d.SlowFactor
 	}
 	if c.IntakeP99 <= 0 {
-		c.IntakeP99 = 250 * time.Millisecond
+		c.IntakeP99 = d.IntakeP99
 	}
 	if c.VerifyWithin <= 0 {
-		c.VerifyWithin = 120 * time.Second
+		c.VerifyWithin = d.VerifyWithin
 	}
 	if c.Replays <= 0 {
-		c.Replays = 300
+		c.Replays = d.Replays
 	}
 }
 
 func (c *DrillConfig) runner(total time.Duration) (*Runner, error) {
 	return NewRunner(Config{
 		Target: c.Stack.Router, Key: c.Stack.APIKey, Steps: []Step{{Rate: c.Rate, For: total}},
-		Users: c.Users, Zipf: c.Zipf, KeepSamples: true, Progress: c.Progress, Timeout: 5 * time.Second,
-	})
+		Users: c.Users, Zipf: c.Zipf, KeepSamples: true,
+	}, Options{Progress: c.Progress})
 }
 
 func (c *DrillConfig) logf(format string, args ...any) {
@@ -228,7 +240,7 @@ func DrillKill(ctx context.Context, c DrillConfig) (*Result, error) {
 			sinceText(first, restartAt), sinceText(lastErr, restartAt), sinceText(readyAt, restartAt)),
 		"recovered before the load ends")
 	c.logf("verifying %d accepted ids...", countAccepted(res.Samples))
-	d.checkVerdict(verify(ctx, r.cfg.Client, st.Router, st.APIKey, res.Samples, c.VerifyWithin, c.Replays, c.Progress))
+	d.checkVerdict(verify(ctx, r.opts.Client, st.Router, st.APIKey, res.Samples, c.VerifyWithin, c.Replays, c.Progress))
 	d.finish()
 	res.Drill = d
 	return res, nil
@@ -319,7 +331,7 @@ func DrillDrain(ctx context.Context, c DrillConfig) (*Result, error) {
 		fmt.Sprintf("%d queued, %d in flight", queue.Queue.Messages, queue.Inflight), "0, 0")
 	d.note("drain --wait took %.1fs", (drainedAt - drainAt).Seconds())
 	c.logf("verifying %d accepted ids...", countAccepted(res.Samples))
-	d.checkVerdict(verify(ctx, r.cfg.Client, st.Router, st.APIKey, res.Samples, c.VerifyWithin, c.Replays, c.Progress))
+	d.checkVerdict(verify(ctx, r.opts.Client, st.Router, st.APIKey, res.Samples, c.VerifyWithin, c.Replays, c.Progress))
 	// Restore.
 	if _, err := st.Cellctl(ctx, "undrain", c.Cell); err != nil {
 		return res, err
@@ -438,7 +450,7 @@ func DrillAgencySlow(ctx context.Context, c DrillConfig) (*Result, error) {
 	d.check("shed (503) with Retry-After", all.NoRetryAfter == 0,
 		fmt.Sprintf("%d of %d 503s without", all.NoRetryAfter, all.Status["503"]), "0 without")
 	c.logf("verifying %d accepted ids...", countAccepted(res.Samples))
-	v := verify(ctx, r.cfg.Client, st.Router, st.APIKey, res.Samples, c.VerifyWithin, c.Replays, c.Progress)
+	v := verify(ctx, r.opts.Client, st.Router, st.APIKey, res.Samples, c.VerifyWithin, c.Replays, c.Progress)
 	stopWatch()
 	wg.Wait()
 	for _, cell := range st.Cells() {

@@ -26,7 +26,8 @@ import (
 	"github.com/cellkit/cellkit/internal/inquiry"
 )
 
-// Config is one run. Zero values mean the defaults in brackets.
+// Config is one run. Zero values mean the defaults in brackets (see
+// DefaultConfig).
 type Config struct {
 	// Target is the router's base URL, such as http://127.0.0.1:8080. Required.
 	Target string
@@ -50,9 +51,19 @@ type Config struct {
 	// KeepSamples keeps every request's outcome in Result.Samples (the
 	// drills need them).
 	KeepSamples bool
+}
+
+// DefaultConfig returns the defaults.
+func DefaultConfig() Config {
+	return Config{Users: 1000, Seed: 1, Timeout: 5 * time.Second, MaxInflight: 10000}
+}
+
+// Options carry a run's collaborators. The zero value is usable.
+type Options struct {
 	// Progress, when set, gets a one-line progress report every second.
 	Progress io.Writer
-	// Client sends the requests [a pooled client sized for the load].
+	// Client sends the requests. Nil means a pooled client sized for the
+	// load.
 	Client *http.Client
 }
 
@@ -80,6 +91,7 @@ type Event struct {
 // marked (Mark) by whoever acts during the run.
 type Runner struct {
 	cfg   Config
+	opts  Options
 	start time.Time
 	rec   *recorder
 	runID string
@@ -89,27 +101,28 @@ type Runner struct {
 }
 
 // NewRunner checks cfg and fixes the start of the run at now.
-func NewRunner(cfg Config) (*Runner, error) {
+func NewRunner(cfg Config, opts Options) (*Runner, error) {
 	if cfg.Target == "" || cfg.Key == "" {
 		return nil, errors.New("target and key are required")
 	}
 	if len(cfg.Steps) == 0 {
 		return nil, errors.New("no rate: give a rate and duration, or steps")
 	}
+	d := DefaultConfig()
 	if cfg.Users <= 0 {
-		cfg.Users = 1000
+		cfg.Users = d.Users
 	}
 	if cfg.Seed == 0 {
-		cfg.Seed = 1
+		cfg.Seed = d.Seed
 	}
 	if cfg.Timeout <= 0 {
-		cfg.Timeout = 5 * time.Second
+		cfg.Timeout = d.Timeout
 	}
 	if cfg.MaxInflight <= 0 {
-		cfg.MaxInflight = 10000
+		cfg.MaxInflight = d.MaxInflight
 	}
-	if cfg.Client == nil {
-		cfg.Client = &http.Client{Transport: &http.Transport{
+	if opts.Client == nil {
+		opts.Client = &http.Client{Transport: &http.Transport{
 			Proxy:               nil,
 			DialContext:         (&net.Dialer{Timeout: 2 * time.Second}).DialContext,
 			MaxIdleConns:        2048,
@@ -118,7 +131,7 @@ func NewRunner(cfg Config) (*Runner, error) {
 		}}
 	}
 	now := time.Now()
-	return &Runner{cfg: cfg, start: now, rec: newRecorder(cfg.KeepSamples),
+	return &Runner{cfg: cfg, opts: opts, start: now, rec: newRecorder(cfg.KeepSamples),
 		runID: strconv.FormatInt(now.UnixNano(), 36)}, nil
 }
 
@@ -148,7 +161,7 @@ func (r *Runner) Run(ctx context.Context) (*Result, error) {
 	stopProgress := make(chan struct{})
 	go func() {
 		defer close(progressDone)
-		if r.cfg.Progress == nil {
+		if r.opts.Progress == nil {
 			return
 		}
 		t := time.NewTicker(time.Second)
@@ -158,7 +171,7 @@ func (r *Runner) Run(ctx context.Context) (*Result, error) {
 			case <-stopProgress:
 				return
 			case <-t.C:
-				fmt.Fprintln(r.cfg.Progress, r.rec.progress(r.Elapsed(), inflight.Load()))
+				fmt.Fprintln(r.opts.Progress, r.rec.progress(r.Elapsed(), inflight.Load()))
 			}
 		}
 	}()
@@ -222,7 +235,7 @@ func (r *Runner) send(ctx context.Context, s *Sample) {
 	intended := r.start.Add(s.At)
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.Timeout)
 	defer cancel()
-	st, hdr, body, err := post(ctx, r.cfg.Client, r.cfg.Target, r.cfg.Key, s.Key, Body(s.User, s.Seq))
+	st, hdr, body, err := post(ctx, r.opts.Client, r.cfg.Target, r.cfg.Key, s.Key, Body(s.User, s.Seq))
 	s.Latency = time.Since(intended)
 	if err != nil {
 		s.Err = errKind(err)

@@ -129,7 +129,7 @@ func fakeRouter(t *testing.T, delay time.Duration) (*httptest.Server, *atomic.In
 func TestRunOpenLoop(t *testing.T) {
 	srv, n := fakeRouter(t, 0)
 	var progress bytes.Buffer
-	r, err := NewRunner(Config{Target: srv.URL, Key: "k", Steps: []Step{{100, 1500 * time.Millisecond}}, Users: 10, KeepSamples: true, Progress: &progress})
+	r, err := NewRunner(Config{Target: srv.URL, Key: "k", Steps: []Step{{100, 1500 * time.Millisecond}}, Users: 10, KeepSamples: true}, Options{Progress: &progress})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -186,7 +186,7 @@ func TestRunOpenLoop(t *testing.T) {
 // meanwhile (measured from their intended time), not in fewer requests.
 func TestRunNoCoordinatedOmission(t *testing.T) {
 	srv, n := fakeRouter(t, 300*time.Millisecond)
-	r, err := NewRunner(Config{Target: srv.URL, Key: "k", Steps: []Step{{10, time.Second}}, Users: 2, KeepSamples: true, MaxInflight: 1})
+	r, err := NewRunner(Config{Target: srv.URL, Key: "k", Steps: []Step{{10, time.Second}}, Users: 2, KeepSamples: true, MaxInflight: 1}, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -31,7 +31,7 @@ func TestRunAgainstStack(t *testing.T) {
 			t.Error(err)
 		}
 	})
-	r, err := NewRunner(Config{Target: st.Router, Key: st.APIKey, Steps: []Step{{50, 3 * time.Second}}, Users: 50, KeepSamples: true})
+	r, err := NewRunner(Config{Target: st.Router, Key: st.APIKey, Steps: []Step{{50, 3 * time.Second}}, Users: 50, KeepSamples: true}, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,7 +45,7 @@ func TestRunAgainstStack(t *testing.T) {
 	if len(res.CellNames()) < 2 {
 		t.Errorf("cells = %v, want the load spread over the cells", res.CellNames())
 	}
-	v := verify(ctx, r.cfg.Client, st.Router, st.APIKey, res.Samples, 30*time.Second, 20, nil)
+	v := verify(ctx, r.opts.Client, st.Router, st.APIKey, res.Samples, 30*time.Second, 20, nil)
 	if v.Done+v.Failed != 150 || v.Lost+v.Unfinished+v.Changed+v.ReplayNewID != 0 {
 		t.Errorf("verify = %+v", v)
 	}

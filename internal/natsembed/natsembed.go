@@ -59,6 +59,13 @@ type Cluster struct {
 	Routes []string
 }
 
+// Options carry the server's collaborators. The zero value is usable.
+type Options struct {
+	// Logger receives the server's notices, warnings and errors (its debug
+	// lines with Config.Debug). Nil means none.
+	Logger *slog.Logger
+}
+
 // Server is a running embedded NATS server.
 type Server struct {
 	ns  *server.Server
@@ -66,12 +73,13 @@ type Server struct {
 }
 
 // Start starts the server and waits until it accepts connections.
-func Start(cfg Config, log *slog.Logger) (*Server, error) {
+func Start(cfg Config, opts Options) (*Server, error) {
 	if cfg.Name == "" || cfg.StoreDir == "" {
 		return nil, errors.New("embedded nats: name and store dir are required")
 	}
+	log := opts.Logger
 	if log == nil {
-		log = slog.Default()
+		log = slog.New(slog.DiscardHandler)
 	}
 	if cfg.Host == "" {
 		cfg.Host = "127.0.0.1"
@@ -91,7 +99,7 @@ func Start(cfg Config, log *slog.Logger) (*Server, error) {
 	if err := os.MkdirAll(dir, 0o750); err != nil {
 		return nil, fmt.Errorf("embedded nats: store dir: %w", err)
 	}
-	opts := &server.Options{
+	sopts := &server.Options{
 		ServerName:         cfg.Name,
 		Host:               cfg.Host,
 		Port:               cfg.Port,
@@ -104,30 +112,30 @@ func Start(cfg Config, log *slog.Logger) (*Server, error) {
 		NoSigs:             true,
 		NoSystemAccount:    true,
 	}
-	if opts.DontListen {
-		opts.Port = 0
+	if sopts.DontListen {
+		sopts.Port = 0
 	} else if cfg.Port == 0 {
-		opts.Port = server.RANDOM_PORT
+		sopts.Port = server.RANDOM_PORT
 	}
-	if opts.JetStreamMaxStore == 0 {
-		opts.JetStreamMaxStore = -1
+	if sopts.JetStreamMaxStore == 0 {
+		sopts.JetStreamMaxStore = -1
 	}
 	if cl := cfg.Cluster; cl.Name != "" {
-		opts.Cluster = server.ClusterOpts{Name: cl.Name, Host: cfg.Host, Port: cl.Port}
+		sopts.Cluster = server.ClusterOpts{Name: cl.Name, Host: cfg.Host, Port: cl.Port}
 		if cl.Port == 0 {
-			opts.Cluster.Port = server.RANDOM_PORT
+			sopts.Cluster.Port = server.RANDOM_PORT
 		}
 		for _, r := range cl.Routes {
 			u, err := url.Parse(r)
 			if err != nil {
 				return nil, fmt.Errorf("embedded nats: route %q: %w", r, err)
 			}
-			opts.Routes = append(opts.Routes, u)
+			sopts.Routes = append(sopts.Routes, u)
 		}
 		// Clustered JetStream talks over the system account.
-		opts.NoSystemAccount = false
+		sopts.NoSystemAccount = false
 	}
-	ns, err := server.NewServer(opts)
+	ns, err := server.NewServer(sopts)
 	if err != nil {
 		return nil, fmt.Errorf("embedded nats: %w", err)
 	}
@@ -141,12 +149,29 @@ func Start(cfg Config, log *slog.Logger) (*Server, error) {
 	return &Server{ns: ns, cfg: cfg}, nil
 }
 
-// StartCluster starts len(dirs) clustered nodes on loopback, each with its
-// store in its dir, named name-0, name-1, …, and waits until JetStream is
-// usable on every node (within timeout). Clustered JetStream wants every
-// node's routes configured from the start, so free route ports are chosen
-// first. On error the nodes started are shut down.
-func StartCluster(name string, dirs []string, timeout time.Duration, log *slog.Logger) ([]*Server, error) {
+// ClusterConfig describes a cluster of embedded servers.
+type ClusterConfig struct {
+	// Name is the cluster's; the nodes are Name-0, Name-1, … Required.
+	Name string
+	// Dirs are the nodes' store dirs, one per node. Required.
+	Dirs []string
+	// Timeout bounds the wait for JetStream on every node [30s].
+	Timeout time.Duration
+}
+
+// StartCluster starts len(cfg.Dirs) clustered nodes on loopback, each with
+// its store in its dir, and waits until JetStream is usable on every node.
+// Clustered JetStream wants every node's routes configured from the start,
+// so free route ports are chosen first. On error the nodes started are
+// shut down.
+func StartCluster(cfg ClusterConfig, opts Options) ([]*Server, error) {
+	name, dirs, timeout := cfg.Name, cfg.Dirs, cfg.Timeout
+	if name == "" || len(dirs) == 0 {
+		return nil, errors.New("embedded nats cluster: a name and store dirs are required")
+	}
+	if timeout <= 0 {
+		timeout = 30 * time.Second
+	}
 	var routes []string
 	var ports []int
 	for range dirs {
@@ -169,7 +194,7 @@ func StartCluster(name string, dirs []string, timeout time.Duration, log *slog.L
 		n, err := Start(Config{
 			Name: fmt.Sprintf("%s-%d", name, i), StoreDir: dir,
 			Cluster: Cluster{Name: name, Port: ports[i], Routes: routes},
-		}, log)
+		}, opts)
 		if err != nil {
 			return fail(err)
 		}

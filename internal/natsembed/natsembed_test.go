@@ -20,7 +20,7 @@ func TestMain(m *testing.M) { testkit.VerifyTestMain(m) }
 func TestPersistsAcrossRestartsAndListensOnLoopback(t *testing.T) {
 	dir := t.TempDir()
 	log := testkit.Logger()
-	srv, err := Start(Config{Name: "t", StoreDir: dir}, log)
+	srv, err := Start(Config{Name: "t", StoreDir: dir}, Options{Logger: log})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,7 +46,7 @@ func TestPersistsAcrossRestartsAndListensOnLoopback(t *testing.T) {
 	nc.Close()
 	srv.Shutdown()
 
-	srv, err = Start(Config{Name: "t", StoreDir: dir, Port: -1}, log)
+	srv, err = Start(Config{Name: "t", StoreDir: dir, Port: -1}, Options{Logger: log})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,10 +72,10 @@ func TestPersistsAcrossRestartsAndListensOnLoopback(t *testing.T) {
 
 func TestRefusesNonLoopbackAndMissingConfig(t *testing.T) {
 	log := testkit.Logger()
-	if _, err := Start(Config{Name: "t", StoreDir: t.TempDir(), Host: "0.0.0.0"}, log); err == nil {
+	if _, err := Start(Config{Name: "t", StoreDir: t.TempDir(), Host: "0.0.0.0"}, Options{Logger: log}); err == nil {
 		t.Error("started on 0.0.0.0")
 	}
-	if _, err := Start(Config{Name: "t"}, log); err == nil {
+	if _, err := Start(Config{Name: "t"}, Options{Logger: log}); err == nil {
 		t.Error("started without a store dir")
 	}
 }
@@ -88,7 +88,7 @@ func startCluster(t *testing.T, n int) []*Server {
 		dirs = append(dirs, t.TempDir())
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	nodes, err := StartCluster("test", dirs, 30*time.Second, log)
+	nodes, err := StartCluster(ClusterConfig{Name: "test", Dirs: dirs, Timeout: 30 * time.Second}, Options{Logger: log})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"math/rand/v2"
 	"net"
 	"net/http"
 	"net/netip"
@@ -18,6 +17,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/cellkit/cellkit/internal/backoff"
 	"github.com/cellkit/cellkit/internal/inquiry"
 )
 
@@ -41,10 +41,10 @@ const (
 
 // notifierConfig tunes a notifier. Zero values mean the defaults in brackets.
 type notifierConfig struct {
-	timeout  time.Duration  // bounds one POST [2s]
-	attempts int            // tries per callback [4]
+	timeout  time.Duration  // bounds one POST [Config.CallbackTimeout's default]
+	attempts int            // tries per callback [Config.CallbackAttempts's default]
 	allow    []netip.Prefix // internal addresses that may be dialled [none]
-	backoff  time.Duration  // before the first retry, doubled for each next one up to 1024×, ±20% jitter [1s]
+	backoff  time.Duration  // the longest wait before the first retry, doubled for each next one up to 1024× (see retry) [1s]
 	capacity int            // callbacks queued, in flight or waiting for a retry, at most [1024]
 }
 
@@ -57,11 +57,12 @@ type callback struct {
 }
 
 func newNotifier(m *metrics, log *slog.Logger, cfg notifierConfig) *notifierQueue {
+	d := DefaultConfig()
 	if cfg.timeout <= 0 {
-		cfg.timeout = 2 * time.Second
+		cfg.timeout = d.CallbackTimeout
 	}
 	if cfg.attempts <= 0 {
-		cfg.attempts = 4
+		cfg.attempts = d.CallbackAttempts
 	}
 	if cfg.backoff <= 0 {
 		cfg.backoff = defaultCallbackBackoff
@@ -178,12 +179,12 @@ func (n *notifierQueue) settled() {
 	n.mu.Unlock()
 }
 
-// retry schedules the next attempt of cb after the backoff of its last.
+// retry schedules the next attempt of cb after the backoff of its last:
+// backoff doubled for each attempt made, at most 1024×, its upper half
+// drawn at random (internal/backoff), so that callbacks failing together
+// do not retry in step.
 func (n *notifierQueue) retry(cb callback) {
-	d := n.backoff << min(cb.attempts-1, 10)
-	if j := d * 2 / 5; j > 0 {
-		d = d - d/5 + rand.N(j) // ±20%
-	}
+	d := backoff.Jittered(n.backoff, n.backoff<<10, cb.attempts)
 	cb.due = time.Now().Add(d)
 	n.mu.Lock()
 	i, _ := slices.BinarySearchFunc(n.later, cb.due, func(c callback, t time.Time) int { return c.due.Compare(t) })

@@ -56,10 +56,7 @@ type testNotifier struct {
 // (0: none started), and stops it at cleanup.
 func startNotifier(t *testing.T, cfg notifierConfig, workers int) *testNotifier {
 	t.Helper()
-	m, err := newMetrics(nil, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	m := newMetrics(nil)
 	logs := &testkit.Buffer{}
 	log := logs.Logger(slog.LevelInfo)
 	n := &testNotifier{notifierQueue: newNotifier(m, log, cfg), m: m, logs: logs}

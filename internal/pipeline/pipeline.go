@@ -60,6 +60,26 @@ type Inquirer interface {
 	Inquire(ctx context.Context, userKey string) (agency.Result, error)
 }
 
+// Limiter is an Inquirer with an adaptive concurrency limit: the agency's
+// gate then lets no more calls through than Limit (besides the pool size).
+type Limiter interface {
+	Limit() int
+}
+
+// BreakerOwner is an Inquirer guarded by a circuit breaker: the pipeline
+// counts an exhausted pool as a failure in it (see countUnreachable).
+type BreakerOwner interface {
+	Breaker() *breaker.Breaker
+}
+
+// The agency client has both optional capabilities: a renamed method must
+// not switch the limit or the breaker off silently.
+var (
+	_ Inquirer     = (*agency.Client)(nil)
+	_ Limiter      = (*agency.Client)(nil)
+	_ BreakerOwner = (*agency.Client)(nil)
+)
+
 // Agency is one agency the pipeline asks.
 type Agency struct {
 	Name     string
@@ -67,7 +87,8 @@ type Agency struct {
 	Sessions int // the pool size; Resize follows it
 }
 
-// Config tunes the pipeline. Zero values mean the defaults in brackets.
+// Config tunes the pipeline. Zero values mean the defaults in brackets (see
+// DefaultConfig).
 type Config struct {
 	// Workers is how many inquiries are processed at once [64].
 	Workers int
@@ -93,8 +114,9 @@ type Config struct {
 	// CallbackTimeout bounds one callback POST [2s].
 	CallbackTimeout time.Duration
 	// CallbackAttempts is how many times a callback is tried: connection
-	// errors, timeouts, 5xx and 429 are retried after about 1s, 2s, 4s...
-	// (with jitter); other failures are final. Callbacks are best effort
+	// errors, timeouts, 5xx and 429 are retried after up to 1s, 2s, 4s...
+	// (the upper half of each wait drawn at random); other failures are
+	// final. Callbacks are best effort
 	// (the client can always poll the status URL): those still waiting
 	// when the pipeline stops are dropped [4].
 	CallbackAttempts int
@@ -105,36 +127,63 @@ type Config struct {
 	CallbackAllow []netip.Prefix
 }
 
-func (c *Config) defaults() {
+// DefaultConfig returns the defaults.
+func DefaultConfig() Config {
+	return Config{
+		Workers: 64, StepTimeout: 3 * time.Second, GateWait: 30 * time.Second, MaxDeliver: 5,
+		Backoff:      []time.Duration{time.Second, 5 * time.Second, 15 * time.Second, 30 * time.Second},
+		DrainTimeout: 20 * time.Second, IdlePoll: 250 * time.Millisecond,
+		CallbackTimeout: 2 * time.Second, CallbackAttempts: 4,
+	}
+}
+
+// withDefaults fills the zero fields of c.
+func (c Config) withDefaults() Config {
+	d := DefaultConfig()
 	if c.Workers <= 0 {
-		c.Workers = 64
+		c.Workers = d.Workers
 	}
 	if c.StepTimeout <= 0 {
-		c.StepTimeout = 3 * time.Second
+		c.StepTimeout = d.StepTimeout
 	}
 	if c.GateWait <= 0 {
-		c.GateWait = 30 * time.Second
+		c.GateWait = d.GateWait
 	}
 	if c.MaxDeliver <= 0 {
-		c.MaxDeliver = 5
+		c.MaxDeliver = d.MaxDeliver
 	}
 	if len(c.Backoff) == 0 {
-		c.Backoff = []time.Duration{time.Second, 5 * time.Second, 15 * time.Second, 30 * time.Second}
+		c.Backoff = d.Backoff
 	}
 	if c.DrainTimeout <= 0 {
-		c.DrainTimeout = 20 * time.Second
+		c.DrainTimeout = d.DrainTimeout
 	}
 	if c.IdlePoll <= 0 {
-		c.IdlePoll = 250 * time.Millisecond
+		c.IdlePoll = d.IdlePoll
 	}
+	if c.CallbackTimeout <= 0 {
+		c.CallbackTimeout = d.CallbackTimeout
+	}
+	if c.CallbackAttempts <= 0 {
+		c.CallbackAttempts = d.CallbackAttempts
+	}
+	return c
 }
 
 // Options carry the pipeline's collaborators.
 type Options struct {
-	Logger     *slog.Logger          // nil: slog.Default()
-	Registerer prometheus.Registerer // nil: no metrics registered
-	Labels     prometheus.Labels     // constant labels ({"cell": id})
-	Now        func() time.Time      // nil: time.Now
+	// Queue is the cell's work queue; its store holds the records.
+	// Required.
+	Queue *queue.Queue
+	// Agencies are the agencies every inquiry asks.
+	Agencies []Agency
+	// Logger receives one line per event that matters. Nil means none.
+	Logger *slog.Logger
+	// Registerer receives the pipeline's metrics (cellkit_cell_*); callers
+	// add the cell label by wrapping it. Nil means they are not registered.
+	Registerer prometheus.Registerer
+	// Now is the clock. Nil means time.Now.
+	Now func() time.Time
 	// Drained is called once per message settled (acked with an outcome),
 	// for the shedder's drain rate, with the message's service time: its
 	// slowest call (agency or CSS, the wait for a place at the gate not
@@ -162,20 +211,20 @@ type Pipeline struct {
 	inflight atomic.Int64
 }
 
-// New builds a pipeline over q with the given agencies.
-func New(q *queue.Queue, agencies []Agency, cfg Config, opts Options) (*Pipeline, error) {
-	cfg.defaults()
-	m, err := newMetrics(opts.Registerer, opts.Labels)
-	if err != nil {
-		return nil, fmt.Errorf("pipeline metrics: %w", err)
+// New builds a pipeline over opts.Queue with opts.Agencies.
+func New(cfg Config, opts Options) (*Pipeline, error) {
+	if opts.Queue == nil {
+		return nil, errors.New("pipeline: no queue")
 	}
+	cfg = cfg.withDefaults()
+	m := newMetrics(opts.Registerer)
 	p := &Pipeline{
-		cfg: cfg, q: q, st: q.Store(), agencies: agencies, gates: map[string]*gate{},
+		cfg: cfg, q: opts.Queue, st: opts.Queue.Store(), agencies: opts.Agencies, gates: map[string]*gate{},
 		css: opts.CSS, core: opts.Core, log: opts.Logger, now: opts.Now, drained: opts.Drained, m: m,
 	}
-	for _, a := range agencies {
+	for _, a := range opts.Agencies {
 		var limit func() int
-		if l, ok := a.Client.(interface{ Limit() int }); ok {
+		if l, ok := a.Client.(Limiter); ok {
 			limit = l.Limit
 		}
 		p.gates[a.Name] = newGate(a.Sessions, limit)
@@ -187,7 +236,7 @@ func New(q *queue.Queue, agencies []Agency, cfg Config, opts Options) (*Pipeline
 		p.core = LocalCore{}
 	}
 	if p.log == nil {
-		p.log = slog.Default()
+		p.log = slog.New(slog.DiscardHandler)
 	}
 	if p.now == nil {
 		p.now = time.Now
@@ -644,7 +693,7 @@ func (p *Pipeline) run(ctx context.Context, rec *inquiry.Record, service *time.D
 // be redialled, that is the agency is down, and the breaker must open so
 // that inquiries fail at once instead of after the borrow timeout.
 func (p *Pipeline) countUnreachable(a Agency) {
-	b, ok := a.Client.(interface{ Breaker() *breaker.Breaker })
+	b, ok := a.Client.(BreakerOwner)
 	if !ok {
 		return
 	}

@@ -2,6 +2,10 @@
 // (application/problem+json), so that every cellkit process answers bad
 // input the same way: a 4xx or 5xx status, a stable type URI, a title, a
 // detail for humans and, for validation errors, the field at fault.
+//
+// The type URIs are a public contract: clients branch on them. They are
+// defined here, once, and docs/problems.md lists each with its statuses,
+// who answers it and what a client should do.
 package problem
 
 import (
@@ -9,6 +13,59 @@ import (
 	"net/http"
 	"strconv"
 	"time"
+)
+
+// TypeBase prefixes every problem type URI.
+const TypeBase = "https://cellkit.dev/problems/"
+
+// The problem type URIs, for New. Keep docs/problems.md in step.
+const (
+	// Requests the API does not have.
+	NotFound         = TypeBase + "not-found"          // 404: no such path
+	MethodNotAllowed = TypeBase + "method-not-allowed" // 405, with Allow
+
+	// Malformed requests (400 unless noted); Field names what is wrong.
+	InvalidField         = TypeBase + "invalid-field"          // a body field or query parameter
+	InvalidHeader        = TypeBase + "invalid-header"         // a request header
+	InvalidID            = TypeBase + "invalid-id"             // a malformed inquiry id
+	InvalidJSON          = TypeBase + "invalid-json"           // a body that is not the JSON expected
+	InvalidBody          = TypeBase + "invalid-body"           // a body that cannot be read
+	InvalidAction        = TypeBase + "invalid-action"         // an admin action not known
+	InvalidConfig        = TypeBase + "invalid-config"         // a simulator config that fails validation
+	InvalidHost          = TypeBase + "invalid-host"           // an HTTP/1.1 request without one valid Host
+	MalformedRequest     = TypeBase + "malformed-request"      // not valid HTTP/1.1
+	BodyTooLarge         = TypeBase + "body-too-large"         // 413
+	HeaderTooLarge       = TypeBase + "header-too-large"       // 431
+	UnsupportedMediaType = TypeBase + "unsupported-media-type" // 415: send application/json
+	RequestTimeout       = TypeBase + "request-timeout"        // 408: the request came in too slowly
+	ExpectationFailed    = TypeBase + "expectation-failed"     // 417: an Expect other than 100-continue
+
+	// Who is asking.
+	MissingAPIKey = TypeBase + "missing-api-key" // 401: no X-API-Key
+	UnknownAPIKey = TypeBase + "unknown-api-key" // 403
+	Unauthorized  = TypeBase + "unauthorized"    // 401: the admin API needs a bearer token
+	Forbidden     = TypeBase + "forbidden"       // 403: wrong admin token
+	RateLimited   = TypeBase + "rate-limited"    // 429, with Retry-After
+
+	// What the request names.
+	UnknownInquiry       = TypeBase + "unknown-inquiry"        // 404
+	UnknownAgency        = TypeBase + "unknown-agency"         // 404 (cell admin)
+	IdempotencyKeyReused = TypeBase + "idempotency-key-reused" // 422: the key was used for another request
+	Misdirected          = TypeBase + "misdirected"            // 421: this cell does not own the user or the inquiry
+	NotReady             = TypeBase + "not-ready"              // 409: the cell is starting or stopping
+
+	// Overload and outages (503 with Retry-After unless noted).
+	Overloaded       = TypeBase + "overloaded"        // shed: retry later, not elsewhere
+	IntakeClosed     = TypeBase + "intake-closed"     // the cell is draining or starting
+	QueueUnavailable = TypeBase + "queue-unavailable" // the cell cannot reach its queue
+	QueueFull        = TypeBase + "queue-full"        // the cell's work stream is at its limit
+	StoreUnavailable = TypeBase + "store-unavailable" // the cell cannot read its records
+	NoActiveCell     = TypeBase + "no-active-cell"    // the map has no active cell
+	NoCellMap        = TypeBase + "no-cell-map"       // the router has no map yet
+	MapMoving        = TypeBase + "map-moving"        // the user's slot is moving; the router has no newer map yet
+	CellUnavailable  = TypeBase + "cell-unavailable"  // the router cannot reach the cell
+	CellTimeout      = TypeBase + "cell-timeout"      // 504: the cell did not answer in time
+	Internal         = TypeBase + "internal"          // 500
 )
 
 // Details is one problem answer.
@@ -20,13 +77,10 @@ type Details struct {
 	Field  string `json:"field,omitempty"` // the request field at fault, for validation errors
 }
 
-// TypeBase prefixes every problem type URI.
-const TypeBase = "https://cellkit.dev/problems/"
-
-// New returns a problem of the given kind ("invalid-field", "overloaded"...)
-// whose title is the status text.
-func New(status int, kind, detail string) Details {
-	return Details{Type: TypeBase + kind, Title: http.StatusText(status), Status: status, Detail: detail}
+// New returns a problem of type typ (one of the constants above) whose
+// title is the status text.
+func New(status int, typ, detail string) Details {
+	return Details{Type: typ, Title: http.StatusText(status), Status: status, Detail: detail}
 }
 
 // WithField names the request field at fault.

@@ -10,7 +10,7 @@ import (
 
 func TestWrite(t *testing.T) {
 	rec := httptest.NewRecorder()
-	WriteRetry(rec, New(http.StatusServiceUnavailable, "overloaded", "queue full").WithField("amount"), 1500*time.Millisecond)
+	WriteRetry(rec, New(http.StatusServiceUnavailable, Overloaded, "queue full").WithField("amount"), 1500*time.Millisecond)
 	if rec.Code != 503 || rec.Header().Get("Content-Type") != "application/problem+json" || rec.Header().Get("Retry-After") != "2" {
 		t.Fatalf("got %d %v", rec.Code, rec.Header())
 	}

@@ -49,7 +49,8 @@ var (
 	ErrNotFailed = errors.New("inquiry is not failed")
 )
 
-// Config sizes a cell's streams. Zero values mean the defaults in brackets.
+// Config sizes a cell's streams. Zero values mean the defaults in brackets
+// (see DefaultConfig).
 type Config struct {
 	// Cell is the cell id; every stream and subject name includes it.
 	Cell string
@@ -77,30 +78,39 @@ type Config struct {
 	Replicas int
 }
 
+// DefaultConfig returns the defaults.
+func DefaultConfig() Config {
+	return Config{
+		MaxMsgs: 100_000, MaxBytes: 256 << 20, Duplicates: 2 * time.Minute, AckWait: 30 * time.Second,
+		MaxAckPending: 1000, Retention: store.DefaultTTL, PublishTimeout: 5 * time.Second, Replicas: 1,
+	}
+}
+
 func (c *Config) defaults() {
+	d := DefaultConfig()
 	if c.MaxMsgs <= 0 {
-		c.MaxMsgs = 100_000
+		c.MaxMsgs = d.MaxMsgs
 	}
 	if c.Replicas <= 0 {
-		c.Replicas = 1
+		c.Replicas = d.Replicas
 	}
 	if c.MaxBytes <= 0 {
-		c.MaxBytes = 256 << 20
+		c.MaxBytes = d.MaxBytes
 	}
 	if c.Duplicates <= 0 {
-		c.Duplicates = 2 * time.Minute
+		c.Duplicates = d.Duplicates
 	}
 	if c.AckWait <= 0 {
-		c.AckWait = 30 * time.Second
+		c.AckWait = d.AckWait
 	}
 	if c.MaxAckPending <= 0 {
-		c.MaxAckPending = 1000
+		c.MaxAckPending = d.MaxAckPending
 	}
 	if c.Retention <= 0 {
-		c.Retention = store.DefaultTTL
+		c.Retention = d.Retention
 	}
 	if c.PublishTimeout <= 0 {
-		c.PublishTimeout = 5 * time.Second
+		c.PublishTimeout = d.PublishTimeout
 	}
 }
 

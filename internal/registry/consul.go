@@ -15,9 +15,6 @@ import (
 )
 
 const (
-	defaultConsulPoll  = 50 * time.Millisecond
-	defaultWatchWait   = 10 * time.Second
-	defaultLockTTL     = 10 * time.Second
 	lockSessionName    = "cellkit writer lock"
 	lockMonitorRetries = 3
 	lockAttempt        = time.Second     // one try of api.Lock; bounds how late a cancel is noticed
@@ -36,6 +33,7 @@ const lockDelay = time.Second
 // CONSUL_HTTP_* environment variables.
 type Consul struct {
 	addr, prefix string
+	conf         ConsulConfig
 	opts         Options
 	cfg          *api.Config
 	client       *api.Client
@@ -43,16 +41,60 @@ type Consul struct {
 
 var _ Registry = (*Consul)(nil)
 
-// NewConsul returns a registry in the Consul agent at addr ("host:port"),
-// under the key prefix. It does not contact Consul.
-func NewConsul(addr, prefix string, opts Options) (*Consul, error) {
-	cfg := api.DefaultConfig()
-	cfg.Address = addr
-	client, err := api.NewClient(cfg)
-	if err != nil {
-		return nil, fmt.Errorf("consul client for %s: %w", addr, err)
+// ConsulConfig locates and tunes a Consul registry. Zero values mean the
+// defaults in brackets.
+type ConsulConfig struct {
+	// Addr is the Consul agent, host:port. Required.
+	Addr string
+	// Prefix is the key prefix: the map is at PREFIX/map [cellkit].
+	Prefix string
+	// PollInterval is the least time between two blocking queries of Watch
+	// [50ms].
+	PollInterval time.Duration
+	// WatchWait is how long one blocking query may wait for a change before
+	// it returns unchanged (which counts as a successful sync) [10s].
+	WatchWait time.Duration
+	// MaxBackoff caps the wait between failed rounds of a Watch [5s].
+	MaxBackoff time.Duration
+	// LockTTL is the session TTL of the writer lock: a holder that dies
+	// without unlocking loses the lock within 2×LockTTL [10s, the smallest
+	// TTL Consul accepts].
+	LockTTL time.Duration
+}
+
+func (c ConsulConfig) withDefaults() ConsulConfig {
+	if c.Prefix == "" {
+		c.Prefix = "cellkit"
 	}
-	return &Consul{addr: addr, prefix: prefix, opts: opts, cfg: cfg, client: client}, nil
+	if c.PollInterval <= 0 {
+		c.PollInterval = 50 * time.Millisecond
+	}
+	if c.WatchWait <= 0 {
+		c.WatchWait = 10 * time.Second
+	}
+	if c.MaxBackoff <= 0 {
+		c.MaxBackoff = 5 * time.Second
+	}
+	if c.LockTTL <= 0 {
+		c.LockTTL = 10 * time.Second
+	}
+	return c
+}
+
+// NewConsul returns a registry in the Consul agent at cfg.Addr, under
+// cfg.Prefix. It does not contact Consul.
+func NewConsul(cfg ConsulConfig, opts Options) (*Consul, error) {
+	if cfg.Addr == "" {
+		return nil, errors.New("consul registry: no address")
+	}
+	cfg = cfg.withDefaults()
+	acfg := api.DefaultConfig()
+	acfg.Address = cfg.Addr
+	client, err := api.NewClient(acfg)
+	if err != nil {
+		return nil, fmt.Errorf("consul client for %s: %w", cfg.Addr, err)
+	}
+	return &Consul{addr: cfg.Addr, prefix: cfg.Prefix, conf: cfg, opts: opts, cfg: acfg, client: client}, nil
 }
 
 func (c *Consul) mapKey() string  { return c.prefix + "/map" }
@@ -143,11 +185,8 @@ func (c *Consul) CompareAndSwap(ctx context.Context, old int64, m *slotmap.Map) 
 // Watch runs blocking queries on the map key, rate-limited, backing off
 // exponentially with jitter after failures.
 func (c *Consul) Watch(ctx context.Context, after int64, fn func(Event)) {
-	wait := c.opts.WatchWait
-	if wait <= 0 {
-		wait = defaultWatchWait
-	}
-	minGap := c.opts.pollInterval(defaultConsulPoll)
+	wait := c.conf.WatchWait
+	minGap := c.conf.PollInterval
 	last := after
 	var index uint64
 	failures := 0
@@ -162,7 +201,7 @@ func (c *Consul) Watch(ctx context.Context, after int64, fn func(Event)) {
 		if err != nil {
 			failures++
 			fn(Event{Err: fmt.Errorf("watch consul key %s: %w", c.mapKey(), err), At: c.opts.now()})
-			pause = backoff.Jittered(minGap, c.opts.maxBackoff(), failures)
+			pause = backoff.Jittered(minGap, c.conf.MaxBackoff, failures)
 			// Read afresh once the agent answers: it may have restarted with
 			// lower indexes, and a query for an index it has not reached
 			// would block for the whole wait.
@@ -210,10 +249,7 @@ func nextIndex(prev, got uint64) uint64 {
 // process renews; the lock is lost when the session expires (the holder died:
 // within 2×LockTTL) or is destroyed.
 func (c *Consul) Lock(ctx context.Context, holder string) (Lock, error) {
-	ttl := c.opts.LockTTL
-	if ttl <= 0 {
-		ttl = defaultLockTTL
-	}
+	ttl := c.conf.LockTTL
 	value, err := json.Marshal(newHolder(holder, c.opts.now()))
 	if err != nil {
 		return nil, fmt.Errorf("encode lock holder: %w", err)

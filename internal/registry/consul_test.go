@@ -17,11 +17,18 @@ import (
 	"github.com/cellkit/cellkit/internal/testkit"
 )
 
-var consulTestOptions = Options{
+var consulTestOptions = ConsulConfig{
 	PollInterval: 20 * time.Millisecond,
 	WatchWait:    2 * time.Second,
 	MaxBackoff:   500 * time.Millisecond,
 	LockTTL:      10 * time.Second,
+}
+
+// consulTestConfig is consulTestOptions for the registry at addr/prefix.
+func consulTestConfig(addr, prefix string) ConsulConfig {
+	c := consulTestOptions
+	c.Addr, c.Prefix = addr, prefix
+	return c
 }
 
 func TestConsulContract(t *testing.T) {
@@ -52,7 +59,7 @@ func TestConsulContract(t *testing.T) {
 }
 
 func TestConsulDescribe(t *testing.T) {
-	c, err := NewConsul("127.0.0.1:8500", "cellkit", Options{})
+	c, err := NewConsul(ConsulConfig{Addr: "127.0.0.1:8500", Prefix: "cellkit"}, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -277,7 +284,7 @@ func TestConsulLockSessionEnds(t *testing.T) {
 
 func openConsul(t *testing.T, agent *consultest.Agent, prefix string) *Consul {
 	t.Helper()
-	c, err := NewConsul(agent.Addr(), prefix, consulTestOptions)
+	c, err := NewConsul(consulTestConfig(agent.Addr(), prefix), Options{})
 	if err != nil {
 		t.Fatalf("NewConsul: %v", err)
 	}
@@ -386,7 +393,7 @@ func TestConsulNoGoroutineLeak(t *testing.T) {
 	ctx := testkit.Context(t, time.Minute)
 	before := runtime.NumGoroutine()
 
-	r, err := NewConsul(agent.Addr(), prefix, consulTestOptions)
+	r, err := NewConsul(consulTestConfig(agent.Addr(), prefix), Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -296,7 +296,7 @@ func runContract(t *testing.T, h harness) {
 	})
 
 	t.Run("follower keeps the map while the registry is down and catches up", func(t *testing.T) {
-		f, err := NewFollower(h.open(t), FollowerOptions{StaleAfter: 500 * time.Millisecond, Registerer: prometheus.NewRegistry(), Part: "test"})
+		f, err := NewFollower(FollowerConfig{StaleAfter: 500 * time.Millisecond}, FollowerOptions{Registry: h.open(t), Registerer: prometheus.WrapRegistererWithPrefix("cellkit_test_", prometheus.NewRegistry())})
 		if err != nil {
 			t.Fatal(err)
 		}

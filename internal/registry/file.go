@@ -21,22 +21,46 @@ import (
 // the kernel releases when the holding process dies.
 type File struct {
 	path string
+	cfg  FileConfig
 	opts Options
 }
 
 var _ Registry = (*File)(nil)
 
-// NewFile returns the registry stored at path. The directory is created if
-// needed; the file itself appears with the first CompareAndSwap.
-func NewFile(path string, opts Options) (*File, error) {
-	abs, err := filepath.Abs(path)
+// FileConfig locates and tunes a file registry. Zero values mean the
+// defaults in brackets.
+type FileConfig struct {
+	// Path is the map's file. Required.
+	Path string
+	// PollInterval is how often Watch checks the file for a new map [100ms].
+	PollInterval time.Duration
+}
+
+const defaultFilePoll = 100 * time.Millisecond
+
+func (c FileConfig) withDefaults() FileConfig {
+	if c.PollInterval <= 0 {
+		c.PollInterval = defaultFilePoll
+	}
+	return c
+}
+
+// NewFile returns the registry stored at cfg.Path. The directory is created
+// if needed; the file itself appears with the first CompareAndSwap.
+func NewFile(cfg FileConfig, opts Options) (*File, error) {
+	if cfg.Path == "" {
+		return nil, errors.New("file registry: no path")
+	}
+	abs, err := filepath.Abs(cfg.Path)
 	if err != nil {
-		return nil, fmt.Errorf("file registry %q: %w", path, err)
+		return nil, fmt.Errorf("file registry %q: %w", cfg.Path, err)
 	}
 	if err := os.MkdirAll(filepath.Dir(abs), 0o755); err != nil {
 		return nil, fmt.Errorf("file registry: %w", err)
 	}
-	return &File{path: abs, opts: opts}, nil
+	cfg = cfg.withDefaults()
+	cfg.Path = abs
+	return &File{path: abs, cfg: cfg, opts: opts}, nil
 }
 
 // Describe names the registry.
@@ -163,13 +187,13 @@ func WriteFileAtomic(path string, data []byte) error {
 	return d.Sync()
 }
 
-// Watch polls the file's identity every PollInterval (100 ms by default) and
+// Watch polls the file's identity every PollInterval and
 // reads it only when it changed.
 func (f *File) Watch(ctx context.Context, after int64, fn func(Event)) {
 	last := after
 	var seen fileSig
 	var seenErr error
-	tick := time.NewTicker(f.opts.pollInterval(100 * time.Millisecond))
+	tick := time.NewTicker(f.cfg.PollInterval)
 	defer tick.Stop()
 	for {
 		ev := f.poll(&seen, &seenErr, &last)

@@ -31,7 +31,7 @@ func TestMain(m *testing.M) {
 // holdLockUntilKilled is the body of the holder process: take the writer
 // lock, say so, wait to be killed.
 func holdLockUntilKilled(path string) {
-	r, err := NewFile(path, Options{})
+	r, err := NewFile(FileConfig{Path: path}, Options{})
 	if err != nil {
 		os.Exit(3)
 	}
@@ -48,7 +48,7 @@ func fileHarness(t *testing.T) (harness, string) {
 	path := filepath.Join(live, "map.json")
 	return harness{
 		open: func(t *testing.T) Registry {
-			r, err := NewFile(path, Options{PollInterval: 20 * time.Millisecond})
+			r, err := NewFile(FileConfig{Path: path, PollInterval: 20 * time.Millisecond}, Options{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -139,7 +139,7 @@ func TestFileNeverAcceptsACorruptMap(t *testing.T) {
 
 func TestFileWatchSeesNewVersionWithin200ms(t *testing.T) {
 	dir := t.TempDir()
-	r, err := NewFile(filepath.Join(dir, "map.json"), Options{}) // default poll interval
+	r, err := NewFile(FileConfig{Path: filepath.Join(dir, "map.json")}, Options{}) // default poll interval
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -189,7 +189,7 @@ func TestOpenURLs(t *testing.T) {
 	}
 	t.Setenv(EnvRegistry, "")
 	for _, tt := range tests {
-		r, err := Open(tt.url, Options{})
+		r, err := Open(Config{URL: tt.url}, Options{})
 		if tt.wantErr != "" {
 			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
 				t.Errorf("Open(%q) = %v, want error containing %q", tt.url, err, tt.wantErr)
@@ -206,7 +206,7 @@ func TestOpenURLs(t *testing.T) {
 		r.Close()
 	}
 	t.Setenv(EnvRegistry, "file:"+dir+"/env.json")
-	if r, err := Open("", Options{}); err != nil || r.Describe() != "file:"+dir+"/env.json" {
+	if r, err := Open(Config{}, Options{}); err != nil || r.Describe() != "file:"+dir+"/env.json" {
 		t.Errorf("Open(\"\") with %s set = %v, %v", EnvRegistry, r, err)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
 
 	"github.com/cellkit/cellkit/internal/slotmap"
 )
@@ -43,23 +44,42 @@ type Follower struct {
 	updates      prometheus.Counter
 }
 
-// FollowerOptions configure a Follower. The zero value is usable.
-type FollowerOptions struct {
-	// Logger receives one line per new version and per change of registry
-	// health. Nil means slog.Default().
-	Logger *slog.Logger
-	// Registerer receives the follower's metrics. Nil means none are
-	// registered.
-	Registerer prometheus.Registerer
-	// Part names the process in metric names: cellkit_<part>_map_version.
-	// Empty means "map" alone (cellkit_map_version).
-	Part string
-	// StaleAfter is how long without a successful registry round trip before
-	// the map is reported stale. Zero means 30 s.
+// FollowerConfig tunes a Follower. Zero values mean the defaults in
+// brackets.
+type FollowerConfig struct {
+	// StaleAfter is how long without a successful registry round trip
+	// before the map is reported stale [30s].
 	StaleAfter time.Duration
 	// CachePath, if set, is a local file that keeps a copy of the last good
-	// map, used at start when the registry cannot be read.
+	// map, used at start when the registry cannot be read [none].
 	CachePath string
+}
+
+// DefaultFollowerConfig returns the defaults.
+func DefaultFollowerConfig() FollowerConfig {
+	return FollowerConfig{StaleAfter: 30 * time.Second}
+}
+
+func (c FollowerConfig) withDefaults() FollowerConfig {
+	if c.StaleAfter <= 0 {
+		c.StaleAfter = DefaultFollowerConfig().StaleAfter
+	}
+	return c
+}
+
+// FollowerOptions carry a Follower's collaborators.
+type FollowerOptions struct {
+	// Registry is the registry followed. Required.
+	Registry Registry
+	// Logger receives one line per new version and per change of registry
+	// health. Nil means none.
+	Logger *slog.Logger
+	// Registerer receives the follower's metrics: map_version,
+	// map_sync_errors_total, map_updates_total, map_age_seconds and
+	// map_stale. Register them under the process's prefix, as in
+	// prometheus.WrapRegistererWithPrefix("cellkit_router_", reg). Nil means
+	// they are not registered.
+	Registerer prometheus.Registerer
 	// Now is the clock. Nil means time.Now.
 	Now func() time.Time
 }
@@ -75,50 +95,41 @@ type FollowerStatus struct {
 	FromCache bool          `json:"from_cache"` // the map came from CachePath, not yet confirmed by the registry
 }
 
-// NewFollower returns a follower of reg. Call Run to start it.
-func NewFollower(reg Registry, opts FollowerOptions) (*Follower, error) {
+// NewFollower returns a follower of opts.Registry. Call Run to start it.
+func NewFollower(cfg FollowerConfig, opts FollowerOptions) (*Follower, error) {
+	if opts.Registry == nil {
+		return nil, errors.New("follower: no registry")
+	}
+	cfg = cfg.withDefaults()
 	f := &Follower{
-		reg:        reg,
+		reg:        opts.Registry,
 		log:        opts.Logger,
 		now:        opts.Now,
-		staleAfter: opts.StaleAfter,
-		cachePath:  opts.CachePath,
+		staleAfter: cfg.StaleAfter,
+		cachePath:  cfg.CachePath,
 		changed:    make(chan struct{}),
 		ready:      make(chan struct{}),
 	}
 	if f.log == nil {
-		f.log = slog.Default()
+		f.log = slog.New(slog.DiscardHandler)
 	}
 	if f.now == nil {
 		f.now = time.Now
 	}
-	if f.staleAfter <= 0 {
-		f.staleAfter = 30 * time.Second
-	}
 	f.started = f.now()
-	prefix := "cellkit_map_"
-	if opts.Part != "" {
-		prefix = "cellkit_" + opts.Part + "_map_"
-	}
-	f.versionGauge = prometheus.NewGauge(prometheus.GaugeOpts{Name: prefix + "version", Help: "Version of the cell map in use."})
-	f.syncErrors = prometheus.NewCounter(prometheus.CounterOpts{Name: prefix + "sync_errors_total", Help: "Registry round trips that failed."})
-	f.updates = prometheus.NewCounter(prometheus.CounterOpts{Name: prefix + "updates_total", Help: "New map versions installed."})
-	age := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: prefix + "age_seconds", Help: "Seconds since the last successful registry round trip."},
+	auto := promauto.With(opts.Registerer)
+	f.versionGauge = auto.NewGauge(prometheus.GaugeOpts{Name: "map_version", Help: "Version of the cell map in use."})
+	f.syncErrors = auto.NewCounter(prometheus.CounterOpts{Name: "map_sync_errors_total", Help: "Registry round trips that failed."})
+	f.updates = auto.NewCounter(prometheus.CounterOpts{Name: "map_updates_total", Help: "New map versions installed."})
+	auto.NewGaugeFunc(prometheus.GaugeOpts{Name: "map_age_seconds", Help: "Seconds since the last successful registry round trip."},
 		func() float64 { return f.Status().Age.Seconds() })
-	stale := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: prefix + "stale", Help: "1 when the map has not been confirmed by the registry for longer than the stale threshold."},
+	auto.NewGaugeFunc(prometheus.GaugeOpts{Name: "map_stale", Help: "1 when the map has not been confirmed by the registry for longer than the stale threshold."},
 		func() float64 {
 			if f.Status().Stale {
 				return 1
 			}
 			return 0
 		})
-	if opts.Registerer != nil {
-		for _, c := range []prometheus.Collector{f.versionGauge, f.syncErrors, f.updates, age, stale} {
-			if err := opts.Registerer.Register(c); err != nil {
-				return nil, fmt.Errorf("register follower metrics: %w", err)
-			}
-		}
-	}
 	return f, nil
 }
 

@@ -26,7 +26,7 @@ func runFollower(t *testing.T, f *Follower) {
 func TestFollowerStalenessFollowsTheClock(t *testing.T) {
 	clock := testkit.NewClock(time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC))
 	dir := t.TempDir()
-	r, err := NewFile(filepath.Join(dir, "map.json"), Options{PollInterval: 10 * time.Millisecond, Now: clock.Now})
+	r, err := NewFile(FileConfig{Path: filepath.Join(dir, "map.json"), PollInterval: 10 * time.Millisecond}, Options{Now: clock.Now})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -35,7 +35,7 @@ func TestFollowerStalenessFollowsTheClock(t *testing.T) {
 		t.Fatal(err)
 	}
 	reg := prometheus.NewRegistry()
-	f, err := NewFollower(r, FollowerOptions{StaleAfter: 30 * time.Second, Now: clock.Now, Registerer: reg, Part: "router"})
+	f, err := NewFollower(FollowerConfig{StaleAfter: 30 * time.Second}, FollowerOptions{Registry: r, Now: clock.Now, Registerer: prometheus.WrapRegistererWithPrefix("cellkit_router_", reg)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,7 +83,7 @@ cellkit_router_map_stale 1
 func TestFollowerNeverGoesBackwardsOrTakesAnInvalidMap(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "map.json")
-	r, err := NewFile(path, Options{PollInterval: 10 * time.Millisecond})
+	r, err := NewFile(FileConfig{Path: path, PollInterval: 10 * time.Millisecond}, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -96,7 +96,7 @@ func TestFollowerNeverGoesBackwardsOrTakesAnInvalidMap(t *testing.T) {
 	if err := r.CompareAndSwap(ctx, 1, v2); err != nil {
 		t.Fatal(err)
 	}
-	f, err := NewFollower(r, FollowerOptions{})
+	f, err := NewFollower(FollowerConfig{}, FollowerOptions{Registry: r})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -134,7 +134,7 @@ func TestFollowerStartsFromItsCacheWhenTheRegistryIsDown(t *testing.T) {
 	if err := os.MkdirAll(filepath.Dir(cache), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	r, err := NewFile(filepath.Join(regDir, "map.json"), Options{PollInterval: 10 * time.Millisecond})
+	r, err := NewFile(FileConfig{Path: filepath.Join(regDir, "map.json"), PollInterval: 10 * time.Millisecond}, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -142,7 +142,7 @@ func TestFollowerStartsFromItsCacheWhenTheRegistryIsDown(t *testing.T) {
 	if err := r.CompareAndSwap(ctx, 0, firstMap(t)); err != nil {
 		t.Fatal(err)
 	}
-	first, err := NewFollower(r, FollowerOptions{CachePath: cache})
+	first, err := NewFollower(FollowerConfig{CachePath: cache}, FollowerOptions{Registry: r})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -159,7 +159,7 @@ func TestFollowerStartsFromItsCacheWhenTheRegistryIsDown(t *testing.T) {
 	if err := os.RemoveAll(regDir); err != nil {
 		t.Fatal(err)
 	}
-	second, err := NewFollower(r, FollowerOptions{CachePath: cache})
+	second, err := NewFollower(FollowerConfig{CachePath: cache}, FollowerOptions{Registry: r})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -175,11 +175,11 @@ func TestFollowerStartsFromItsCacheWhenTheRegistryIsDown(t *testing.T) {
 }
 
 func TestFollowerWaitReadyNamesTheRegistryError(t *testing.T) {
-	r, err := NewFile(filepath.Join(t.TempDir(), "none", "map.json"), Options{PollInterval: 10 * time.Millisecond})
+	r, err := NewFile(FileConfig{Path: filepath.Join(t.TempDir(), "none", "map.json"), PollInterval: 10 * time.Millisecond}, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	f, err := NewFollower(r, FollowerOptions{})
+	f, err := NewFollower(FollowerConfig{}, FollowerOptions{Registry: r})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -193,7 +193,7 @@ func TestFollowerWaitReadyNamesTheRegistryError(t *testing.T) {
 }
 
 func TestFollowerChangedIsClosedOnNewVersion(t *testing.T) {
-	r, err := NewFile(filepath.Join(t.TempDir(), "map.json"), Options{PollInterval: 10 * time.Millisecond})
+	r, err := NewFile(FileConfig{Path: filepath.Join(t.TempDir(), "map.json"), PollInterval: 10 * time.Millisecond}, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -202,7 +202,7 @@ func TestFollowerChangedIsClosedOnNewVersion(t *testing.T) {
 	if err := r.CompareAndSwap(ctx, 0, v1); err != nil {
 		t.Fatal(err)
 	}
-	f, err := NewFollower(r, FollowerOptions{})
+	f, err := NewFollower(FollowerConfig{}, FollowerOptions{Registry: r})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -130,14 +130,42 @@ func newHolder(desc string, now time.Time) Holder {
 	return Holder{Holder: desc, Host: host, PID: os.Getpid(), Since: now.UTC()}
 }
 
-// Open opens the registry named by rawURL:
-//
-//	file:PATH                     a JSON file on local disk (file:///abs/path too)
-//	consul://HOST:PORT/PREFIX     Consul KV under PREFIX (key PREFIX/map);
-//	                              the ACL token comes from CONSUL_HTTP_TOKEN
-//
-// An empty rawURL means the value of CELLKIT_REGISTRY.
-func Open(rawURL string, opts Options) (Registry, error) {
+// Config names a registry for Open and tunes its backend. Zero values mean
+// the defaults in brackets.
+type Config struct {
+	// URL is the registry:
+	//
+	//	file:PATH                     a JSON file on local disk (file:///abs/path too)
+	//	consul://HOST:PORT/PREFIX     Consul KV under PREFIX (key PREFIX/map);
+	//	                              the ACL token comes from CONSUL_HTTP_TOKEN
+	//
+	// [the value of CELLKIT_REGISTRY].
+	URL string
+	// PollInterval, WatchWait, MaxBackoff and LockTTL tune the backend the
+	// URL names (see FileConfig and ConsulConfig for their defaults).
+	PollInterval time.Duration
+	WatchWait    time.Duration
+	MaxBackoff   time.Duration
+	LockTTL      time.Duration
+}
+
+// Options carry a registry backend's collaborators. The zero value is
+// usable.
+type Options struct {
+	// Now is the clock of Event.At and of lock holders. Nil means time.Now.
+	Now func() time.Time
+}
+
+func (o Options) now() time.Time {
+	if o.Now != nil {
+		return o.Now()
+	}
+	return time.Now()
+}
+
+// Open opens the registry cfg.URL names.
+func Open(cfg Config, opts Options) (Registry, error) {
+	rawURL := cfg.URL
 	if rawURL == "" {
 		rawURL = os.Getenv(EnvRegistry)
 	}
@@ -157,61 +185,18 @@ func Open(rawURL string, opts Options) (Registry, error) {
 		if path == "" {
 			return nil, fmt.Errorf("registry url %q: no path (want file:PATH)", rawURL)
 		}
-		return NewFile(path, opts)
+		return NewFile(FileConfig{Path: path, PollInterval: cfg.PollInterval}, opts)
 	case "consul":
 		if u.Host == "" {
 			return nil, fmt.Errorf("registry url %q: no host (want consul://HOST:PORT/PREFIX)", rawURL)
 		}
-		prefix := strings.Trim(u.Path, "/")
-		if prefix == "" {
-			prefix = "cellkit"
-		}
-		return NewConsul(u.Host, prefix, opts)
+		return NewConsul(ConsulConfig{
+			Addr: u.Host, Prefix: strings.Trim(u.Path, "/"),
+			PollInterval: cfg.PollInterval, WatchWait: cfg.WatchWait, MaxBackoff: cfg.MaxBackoff, LockTTL: cfg.LockTTL,
+		}, opts)
 	default:
 		return nil, fmt.Errorf("registry url %q: unknown scheme %q (want file: or consul://)", rawURL, u.Scheme)
 	}
-}
-
-// Options tune a registry backend. The zero value is ready to use.
-type Options struct {
-	// PollInterval is how often the file backend checks for a new map, and the
-	// minimum time between two blocking queries of the Consul backend.
-	// Zero means 100 ms (file) and 50 ms (Consul).
-	PollInterval time.Duration
-	// WatchWait is how long one Consul blocking query may wait for a change
-	// before it returns unchanged (which counts as a successful sync).
-	// Zero means 10 s.
-	WatchWait time.Duration
-	// MaxBackoff caps the wait between failed rounds of a Watch. Zero means 5 s.
-	MaxBackoff time.Duration
-	// LockTTL is the Consul session TTL of the writer lock: a holder that dies
-	// without unlocking loses the lock within 2×LockTTL. Zero means 10 s (the
-	// smallest TTL Consul accepts). The file backend needs none: the kernel
-	// releases its flock when the holder's process ends.
-	LockTTL time.Duration
-	// Now is the clock. Nil means time.Now.
-	Now func() time.Time
-}
-
-func (o Options) now() time.Time {
-	if o.Now != nil {
-		return o.Now()
-	}
-	return time.Now()
-}
-
-func (o Options) pollInterval(def time.Duration) time.Duration {
-	if o.PollInterval > 0 {
-		return o.PollInterval
-	}
-	return def
-}
-
-func (o Options) maxBackoff() time.Duration {
-	if o.MaxBackoff > 0 {
-		return o.MaxBackoff
-	}
-	return 5 * time.Second
 }
 
 // checkNext refuses a map that cannot follow version old.

@@ -30,7 +30,7 @@ func (r *Router) AdminHandler(gatherer prometheus.Gatherer) http.Handler {
 	mux.HandleFunc("GET /v1/admin/hotkeys", r.serveHotKeys)
 	mux.HandleFunc("GET /v1/admin/cells", r.serveCells)
 	mux.HandleFunc("/", func(w http.ResponseWriter, _ *http.Request) {
-		problem.Write(w, problem.New(http.StatusNotFound, "not-found", "no such admin resource"))
+		problem.Write(w, problem.New(http.StatusNotFound, problem.NotFound, "no such admin resource"))
 	})
 	return mux
 }
@@ -125,7 +125,7 @@ func (r *Router) serveHotKeys(w http.ResponseWriter, req *http.Request) {
 	if s := req.URL.Query().Get("n"); s != "" {
 		v, err := strconv.Atoi(s)
 		if err != nil || v < 1 || v > 1000 {
-			problem.Write(w, problem.New(http.StatusBadRequest, "invalid-field", "n must be 1-1000").WithField("n"))
+			problem.Write(w, problem.New(http.StatusBadRequest, problem.InvalidField, "n must be 1-1000").WithField("n"))
 			return
 		}
 		n = v
@@ -167,7 +167,7 @@ func (r *Router) serveCells(w http.ResponseWriter, _ *http.Request) {
 func writeJSON(w http.ResponseWriter, code int, v any) {
 	body, err := json.MarshalIndent(v, "", "  ")
 	if err != nil {
-		problem.Write(w, problem.New(http.StatusInternalServerError, "internal", err.Error()))
+		problem.Write(w, problem.New(http.StatusInternalServerError, problem.Internal, err.Error()))
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")

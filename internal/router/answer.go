@@ -27,23 +27,23 @@ func (p prob) withOverloaded() prob { p.overloaded = true; return p }
 
 // The answers that name no cell.
 var (
-	probMissingKey = newProb(problem.New(http.StatusUnauthorized, "missing-api-key", "an X-API-Key header is required"))
-	probUnknownKey = newProb(problem.New(http.StatusForbidden, "unknown-api-key", "the API key is not known"))
-	probRateLimit  = newProb(problem.New(http.StatusTooManyRequests, "rate-limited", "the client's request rate limit is exhausted; retry after Retry-After seconds"))
-	probNotFound   = newProb(problem.New(http.StatusNotFound, "not-found", "no such resource: the API is POST /v1/inquiries and GET /v1/inquiries/{id}"))
-	probBadInquiry = newProb(problem.New(http.StatusNotFound, "unknown-inquiry", "no such inquiry: the id names no known cell"))
-	probBadMethod  = newProb(problem.New(http.StatusMethodNotAllowed, "method-not-allowed", "the method is not allowed on this resource"))
-	probBadUser    = newProb(problem.New(http.StatusBadRequest, "invalid-field",
+	probMissingKey = newProb(problem.New(http.StatusUnauthorized, problem.MissingAPIKey, "an X-API-Key header is required"))
+	probUnknownKey = newProb(problem.New(http.StatusForbidden, problem.UnknownAPIKey, "the API key is not known"))
+	probRateLimit  = newProb(problem.New(http.StatusTooManyRequests, problem.RateLimited, "the client's request rate limit is exhausted; retry after Retry-After seconds"))
+	probNotFound   = newProb(problem.New(http.StatusNotFound, problem.NotFound, "no such resource: the API is POST /v1/inquiries and GET /v1/inquiries/{id}"))
+	probBadInquiry = newProb(problem.New(http.StatusNotFound, problem.UnknownInquiry, "no such inquiry: the id names no known cell"))
+	probBadMethod  = newProb(problem.New(http.StatusMethodNotAllowed, problem.MethodNotAllowed, "the method is not allowed on this resource"))
+	probBadUser    = newProb(problem.New(http.StatusBadRequest, problem.InvalidField,
 		"the body must be a JSON object whose user_id is a string of 1-64 of [A-Za-z0-9_-]").WithField("user_id"))
-	probNoCell = newProb(problem.New(http.StatusServiceUnavailable, "no-active-cell", "no cell is active in the cell map")).withOverloaded()
-	probNoMap  = newProb(problem.New(http.StatusServiceUnavailable, "no-cell-map", "the router has no cell map yet"))
+	probNoCell = newProb(problem.New(http.StatusServiceUnavailable, problem.NoActiveCell, "no cell is active in the cell map")).withOverloaded()
+	probNoMap  = newProb(problem.New(http.StatusServiceUnavailable, problem.NoCellMap, "the router has no cell map yet"))
 
-	probTooLarge     = newProb(problem.New(http.StatusRequestEntityTooLarge, "body-too-large", "the request body is larger than the limit"))
-	probHeaderTooBig = newProb(problem.New(http.StatusRequestHeaderFieldsTooLarge, "header-too-large", "the request header is larger than the limit"))
-	probReadTimeout  = newProb(problem.New(http.StatusRequestTimeout, "request-timeout", "the request was not received in time"))
-	probMalformed    = newProb(problem.New(http.StatusBadRequest, "malformed-request", "the request is not valid HTTP/1.1"))
-	probBadHost      = newProb(problem.New(http.StatusBadRequest, "invalid-host", "an HTTP/1.1 request needs one valid Host header").WithField("Host"))
-	probExpectation  = newProb(problem.New(http.StatusExpectationFailed, "expectation-failed", "the only expectation the router meets is 100-continue").WithField("Expect"))
+	probTooLarge     = newProb(problem.New(http.StatusRequestEntityTooLarge, problem.BodyTooLarge, "the request body is larger than the limit"))
+	probHeaderTooBig = newProb(problem.New(http.StatusRequestHeaderFieldsTooLarge, problem.HeaderTooLarge, "the request header is larger than the limit"))
+	probReadTimeout  = newProb(problem.New(http.StatusRequestTimeout, problem.RequestTimeout, "the request was not received in time"))
+	probMalformed    = newProb(problem.New(http.StatusBadRequest, problem.MalformedRequest, "the request is not valid HTTP/1.1"))
+	probBadHost      = newProb(problem.New(http.StatusBadRequest, problem.InvalidHost, "an HTTP/1.1 request needs one valid Host header").WithField("Host"))
+	probExpectation  = newProb(problem.New(http.StatusExpectationFailed, problem.ExpectationFailed, "the only expectation the router meets is 100-continue").WithField("Expect"))
 )
 
 // cellProbs are the answers about one cell, marshalled when the cell is
@@ -54,15 +54,15 @@ type cellProbs struct {
 
 func newCellProbs(cell string) cellProbs {
 	return cellProbs{
-		bulkhead: newProb(problem.New(http.StatusServiceUnavailable, "overloaded",
+		bulkhead: newProb(problem.New(http.StatusServiceUnavailable, problem.Overloaded,
 			"cell "+cell+" has too many requests in flight; retry after Retry-After seconds, not elsewhere: the user's data lives in that cell")).withOverloaded(),
-		breaker: newProb(problem.New(http.StatusServiceUnavailable, "overloaded",
+		breaker: newProb(problem.New(http.StatusServiceUnavailable, problem.Overloaded,
 			"cell "+cell+" is failing and its circuit is open; retry after Retry-After seconds, not elsewhere: the user's data lives in that cell")).withOverloaded(),
-		unavailable: newProb(problem.New(http.StatusServiceUnavailable, "cell-unavailable",
+		unavailable: newProb(problem.New(http.StatusServiceUnavailable, problem.CellUnavailable,
 			"cell "+cell+" cannot be reached; retry after Retry-After seconds, not elsewhere: the user's data lives in that cell")).withOverloaded(),
-		timeout: newProb(problem.New(http.StatusGatewayTimeout, "cell-timeout",
+		timeout: newProb(problem.New(http.StatusGatewayTimeout, problem.CellTimeout,
 			"cell "+cell+" did not answer in time; the request may or may not have been taken (retry with the same Idempotency-Key)")),
-		misdirected: newProb(problem.New(http.StatusServiceUnavailable, "map-moving",
+		misdirected: newProb(problem.New(http.StatusServiceUnavailable, problem.MapMoving,
 			"cell "+cell+" no longer owns the user's slot and the router has no newer cell map yet; retry after Retry-After seconds")).withOverloaded(),
 	}
 }

@@ -50,7 +50,7 @@ func newGuard(cell string, limit int, cfg breaker.Config, onChange func(from, to
 	return &guard{
 		cell:    cell,
 		limit:   int64(limit),
-		br:      breaker.New(cfg, nil, onChange),
+		br:      breaker.New(cfg, breaker.Options{OnChange: onChange}),
 		openFor: cfg.OpenFor,
 	}
 }

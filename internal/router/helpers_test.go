@@ -133,10 +133,11 @@ type world struct {
 
 type worldOptions struct {
 	cells      []string
-	cfg        Config           // Keys, Maps and Registerer are filled in
-	rate       float64          // the test client's rate [1e6]
-	burst      int              // and burst [1e6]
-	regOpts    registry.Options // of the follower's registry
+	cfg        Config
+	opts       Options             // Maps, Refresh, Keys, Registerer and Logger are filled in
+	rate       float64             // the test client's rate [1e6]
+	burst      int                 // and burst [1e6]
+	regOpts    registry.FileConfig // of the follower's registry (Path is filled in)
 	staleAfter time.Duration
 	noRefresh  bool
 	intake     map[string]string // cell → an intake URL other than its backend's
@@ -167,7 +168,8 @@ func newWorld(t *testing.T, o worldOptions) *world {
 		m = mustPlan(t)(m.AddCell(slotmap.Cell{ID: id, Weight: 1, Intake: intake, Admin: b.srv.URL}))
 	}
 	w.regPath = filepath.Join(t.TempDir(), "registry", "map.json")
-	w.reg, err = registry.NewFile(w.regPath, o.regOpts)
+	o.regOpts.Path = w.regPath
+	w.reg, err = registry.NewFile(o.regOpts, registry.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -176,8 +178,8 @@ func newWorld(t *testing.T, o worldOptions) *world {
 	}
 	w.metrics = prometheus.NewRegistry()
 	log := w.logs.Logger(slog.LevelDebug)
-	w.follower, err = registry.NewFollower(w.reg, registry.FollowerOptions{
-		Logger: log, Registerer: w.metrics, Part: "router", StaleAfter: o.staleAfter,
+	w.follower, err = registry.NewFollower(registry.FollowerConfig{StaleAfter: o.staleAfter}, registry.FollowerOptions{
+		Registry: w.reg, Logger: log, Registerer: prometheus.WrapRegistererWithPrefix("cellkit_router_", w.metrics),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -197,15 +199,15 @@ func newWorld(t *testing.T, o worldOptions) *world {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := o.cfg
-	cfg.Maps, cfg.Keys, cfg.Registerer, cfg.Logger = w.follower, keys, w.metrics, log
+	opts := o.opts
+	opts.Maps, opts.Keys, opts.Registerer, opts.Logger = w.follower, keys, w.metrics, log
 	if o.wrapMaps != nil {
-		cfg.Maps = o.wrapMaps(w.follower)
+		opts.Maps = o.wrapMaps(w.follower)
 	}
 	if !o.noRefresh {
-		cfg.Refresh = w.reg.Load
+		opts.Refresh = w.reg.Load
 	}
-	w.router, err = New(cfg)
+	w.router, err = New(o.cfg, opts)
 	if err != nil {
 		t.Fatal(err)
 	}

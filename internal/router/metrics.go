@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
 )
 
 // noCell labels answers given before a request was routed to a cell
@@ -47,67 +48,64 @@ type cellMetrics struct {
 
 type codeCounter struct{ prometheus.Counter }
 
-func newMetrics(reg prometheus.Registerer, gauges prometheus.Collector) (*metrics, error) {
+func newMetrics(reg prometheus.Registerer, gauges prometheus.Collector) *metrics {
+	auto := promauto.With(reg)
 	m := &metrics{
-		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+		requests: auto.NewCounterVec(prometheus.CounterOpts{
 			Name: "cellkit_router_requests_total",
 			Help: "Answers by cell and status code (cell \"none\": answered before routing).",
 		}, []string{"cell", "code"}),
-		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		duration: auto.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "cellkit_router_request_duration_seconds",
 			Help:    "Time from the request's arrival to its answer, by cell.",
 			Buckets: []float64{0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10},
 		}, []string{"cell"}),
-		limited: prometheus.NewCounterVec(prometheus.CounterOpts{
+		limited: auto.NewCounterVec(prometheus.CounterOpts{
 			Name: "cellkit_router_limited_total",
 			Help: "Requests refused with 429 by the client's rate limit.",
 		}, []string{"client"}),
-		shed: prometheus.NewCounterVec(prometheus.CounterOpts{
+		shed: auto.NewCounterVec(prometheus.CounterOpts{
 			Name: "cellkit_router_shed_total",
 			Help: "Requests answered 503 at once by a cell's guard: reason breaker (open), bulkhead (full) or no_cell (no active cell).",
 		}, []string{"cell", "reason"}),
-		panics: prometheus.NewCounter(prometheus.CounterOpts{
+		panics: auto.NewCounter(prometheus.CounterOpts{
 			Name: "cellkit_router_panics_total",
 			Help: "Panics recovered in the event loops (each closed the connection it happened on).",
 		}),
-		authFail: prometheus.NewCounterVec(prometheus.CounterOpts{
+		authFail: auto.NewCounterVec(prometheus.CounterOpts{
 			Name: "cellkit_router_auth_failures_total",
 			Help: "Requests refused for a missing (401) or unknown (403) API key.",
 		}, []string{"reason"}),
-		upstream: prometheus.NewCounterVec(prometheus.CounterOpts{
+		upstream: auto.NewCounterVec(prometheus.CounterOpts{
 			Name: "cellkit_router_upstream_errors_total",
 			Help: "Calls to a cell that got no answer: kind timeout or connection.",
 		}, []string{"cell", "kind"}),
-		misdirects: prometheus.NewCounterVec(prometheus.CounterOpts{
+		misdirects: auto.NewCounterVec(prometheus.CounterOpts{
 			Name: "cellkit_router_misdirected_total",
 			Help: "421 Misdirected Request answers from a cell (each refreshes the map and retries once).",
 		}, []string{"cell"}),
-		refreshes: prometheus.NewCounterVec(prometheus.CounterOpts{
+		refreshes: auto.NewCounterVec(prometheus.CounterOpts{
 			Name: "cellkit_router_map_refreshes_total",
 			Help: "Registry reads forced by a 421: result newer, same or error.",
 		}, []string{"result"}),
-		acceptErrs: prometheus.NewCounter(prometheus.CounterOpts{
+		acceptErrs: auto.NewCounter(prometheus.CounterOpts{
 			Name: "cellkit_router_accept_errors_total",
 			Help: "Errors accepting a client connection (EMFILE, ENFILE, ENOMEM, ENOBUFS...); each is retried after a backoff.",
 		}),
-		connRefuse: prometheus.NewCounterVec(prometheus.CounterOpts{
+		connRefuse: auto.NewCounterVec(prometheus.CounterOpts{
 			Name: "cellkit_router_connections_refused_total",
 			Help: "Client connections closed as soon as accepted: reason max_conns (no room, none idle to evict), per_addr (the address's cap) or draining.",
 		}, []string{"reason"}),
-		evicted: prometheus.NewCounter(prometheus.CounterOpts{
+		evicted: auto.NewCounter(prometheus.CounterOpts{
 			Name: "cellkit_router_connections_evicted_total",
 			Help: "Idle client connections closed to make room for a new one at the connection limit.",
 		}),
 		byCell: map[string]*cellMetrics{},
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.requests, m.duration, m.limited, m.shed, m.authFail, m.panics, m.upstream, m.misdirects, m.refreshes, m.acceptErrs, m.connRefuse, m.evicted, gauges} {
-			if err := reg.Register(c); err != nil {
-				return nil, err
-			}
-		}
+		reg.MustRegister(gauges)
 	}
-	return m, nil
+	return m
 }
 
 // cell returns the resolved series of a cell, creating them once.

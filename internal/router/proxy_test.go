@@ -22,7 +22,7 @@ import (
 // reads the registry itself and retries once on the new owner.
 func TestMisdirectedRefreshesAndRetriesOnce(t *testing.T) {
 	w := newWorld(t, worldOptions{
-		regOpts: registry.Options{PollInterval: time.Hour},
+		regOpts: registry.FileConfig{PollInterval: time.Hour},
 		cfg:     Config{RefreshInterval: time.Millisecond},
 	})
 	m1 := w.currentMap()
@@ -90,7 +90,7 @@ func TestMisdirectedRefreshesAndRetriesOnce(t *testing.T) {
 // with its last good map and says the map is stale; the registry returns
 // with a new map, and the router uses it within a second.
 func TestStaticStability(t *testing.T) {
-	w := newWorld(t, worldOptions{staleAfter: 300 * time.Millisecond, regOpts: registry.Options{PollInterval: 20 * time.Millisecond}})
+	w := newWorld(t, worldOptions{staleAfter: 300 * time.Millisecond, regOpts: registry.FileConfig{PollInterval: 20 * time.Millisecond}})
 	m1 := w.currentMap()
 	user := userIn(t, m1, "c2", 0)
 	admin := httptest.NewServer(w.router.AdminHandler(w.metrics))
@@ -145,7 +145,7 @@ func TestStaticStability(t *testing.T) {
 
 	// It comes back, with a map that drains c2.
 	m2 := mustPlan(t)(m1.Drain("c2"))
-	reg, err := registry.NewFile(w.regPath, registry.Options{})
+	reg, err := registry.NewFile(registry.FileConfig{Path: w.regPath}, registry.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -171,7 +171,7 @@ func TestStaticStability(t *testing.T) {
 // listens, so this is the library's guard).
 func TestNoMapIs503(t *testing.T) {
 	keys, _ := ParseKeys([]byte(`[{"client":"a","key_sha256":"` + HashKey("k") + `","rate":10,"burst":10}]`))
-	r, err := New(Config{Maps: emptySource{}, Keys: keys})
+	r, err := New(Config{}, Options{Maps: emptySource{}, Keys: keys})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -46,7 +46,7 @@ func TestTokenBucket(t *testing.T) {
 
 func TestRateLimitAnswers(t *testing.T) {
 	clk := testkit.NewClock(time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC))
-	w := newWorld(t, worldOptions{cells: []string{"c1"}, rate: 1, burst: 2, cfg: Config{Now: clk.Now}})
+	w := newWorld(t, worldOptions{cells: []string{"c1"}, rate: 1, burst: 2, opts: Options{Now: clk.Now}})
 	for i, want := range []struct {
 		status    int
 		remaining string

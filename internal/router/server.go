@@ -83,31 +83,38 @@ type MapSource interface {
 
 var _ MapSource = (*registry.Follower)(nil)
 
-// Config configures a Router. Zero values mean the defaults in brackets.
+// Config tunes a Router. Zero values mean the defaults in brackets (see
+// DefaultConfig).
 type Config struct {
-	// Maps is where the cell map comes from. Required.
-	Maps MapSource
-	// Refresh reads the newest map straight from the registry; the router
-	// calls it when a cell answers 421. Nil: a 421 waits for the follower.
-	Refresh func(context.Context) (*slotmap.Map, error)
 	// RefreshInterval spaces registry reads forced by 421s [100ms].
 	RefreshInterval time.Duration
 	// RefreshTimeout bounds one such read [1s].
 	RefreshTimeout time.Duration
-	// Keys are the clients' API keys and limits. Required.
-	Keys *Keys
 	// Server limits the public listener.
 	Server ServerLimits
 	// Cell limits each cell.
 	Cell CellLimits
 	// HotKeys sizes the hot user tracker [a 1 min window, 1024 counters].
 	HotKeys hotkeys.Config
+}
+
+// Options carry the router's collaborators.
+type Options struct {
+	// Maps is where the cell map comes from. Required.
+	Maps MapSource
+	// Refresh reads the newest map straight from the registry; the router
+	// calls it when a cell answers 421. Nil: a 421 waits for the follower.
+	Refresh func(context.Context) (*slotmap.Map, error)
+	// Keys are the clients' API keys and limits. Required.
+	Keys *Keys
 	// Logger receives one line per event that matters, never one per
-	// request [slog.Default()].
+	// request. Nil means none.
 	Logger *slog.Logger
-	// Registerer receives the router's metrics [none].
+	// Registerer receives the router's metrics (cellkit_router_*). Nil
+	// means they are not registered.
 	Registerer prometheus.Registerer
-	// Now is the clock of the rate limiter and the hot keys [time.Now].
+	// Now is the clock of the rate limiter and the hot keys. Nil means
+	// time.Now.
 	Now func() time.Time
 }
 
@@ -145,9 +152,9 @@ type CellLimits struct {
 	IdleConnTimeout time.Duration
 	// MaxResponseBytes bounds a cell's answer; more is a failed call [1 MiB].
 	MaxResponseBytes int
-	// Breaker is each cell's circuit breaker. Zero fields mean: Window 50,
-	// MinCalls 10, FailureRate 0.5, SlowCall Timeout, SlowRate 0.5, OpenFor
-	// 5s, HalfOpenProbes 3 (see internal/breaker for the rule).
+	// Breaker is each cell's circuit breaker [Window 50, MinCalls 10,
+	// FailureRate 0.5, SlowCall Timeout, SlowRate 0.5, OpenFor 5s,
+	// HalfOpenProbes 3] (see internal/breaker for the rule).
 	Breaker breaker.Config
 	// TLS is the client configuration for cells whose intake is https
 	// [nil: the system's roots]. Plain http cells are served by the event
@@ -155,49 +162,61 @@ type CellLimits struct {
 	TLS *tls.Config
 }
 
-func (c *Config) defaults() {
-	if c.RefreshInterval <= 0 {
-		c.RefreshInterval = 100 * time.Millisecond
+// DefaultConfig returns the defaults. Two follow other values and are left
+// zero: Server.MaxConns (16384, or fewer to fit the open-file limit) and
+// Cell.Breaker.SlowCall (Cell.Timeout).
+func DefaultConfig() Config {
+	return Config{
+		RefreshInterval: 100 * time.Millisecond,
+		RefreshTimeout:  time.Second,
+		Server: ServerLimits{
+			ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second,
+			WriteTimeout: 10 * time.Second, IdleTimeout: 60 * time.Second,
+			MaxHeaderBytes: 8 << 10, MaxBodyBytes: 64 << 10,
+			MaxConnsPerAddr: 1024, StallTimeout: 10 * time.Second,
+		},
+		Cell: CellLimits{
+			MaxConcurrent: 256, Timeout: 5 * time.Second, DialTimeout: time.Second,
+			IdleConnTimeout: 30 * time.Second, MaxResponseBytes: 1 << 20,
+			Breaker: breaker.Config{
+				Window: 50, MinCalls: 10, FailureRate: 0.5, SlowRate: 0.5,
+				OpenFor: 5 * time.Second, HalfOpenProbes: 3,
+			},
+		},
+		HotKeys: hotkeys.DefaultConfig(),
 	}
-	if c.RefreshTimeout <= 0 {
-		c.RefreshTimeout = time.Second
-	}
-	if c.Logger == nil {
-		c.Logger = slog.Default()
-	}
-	if c.Now == nil {
-		c.Now = time.Now
-	}
-	s := &c.Server
-	s.ReadHeaderTimeout = or(s.ReadHeaderTimeout, 5*time.Second)
-	s.ReadTimeout = or(s.ReadTimeout, 10*time.Second)
-	s.WriteTimeout = or(s.WriteTimeout, 10*time.Second)
-	s.IdleTimeout = or(s.IdleTimeout, 60*time.Second)
-	s.MaxHeaderBytes = or(s.MaxHeaderBytes, 8<<10)
-	s.MaxBodyBytes = or(s.MaxBodyBytes, 64<<10)
+}
+
+// defaults fills the zero fields of c; log hears of a lowered MaxConns.
+func (c *Config) defaults(log *slog.Logger) {
+	d := DefaultConfig()
+	c.RefreshInterval = or(c.RefreshInterval, d.RefreshInterval)
+	c.RefreshTimeout = or(c.RefreshTimeout, d.RefreshTimeout)
+	s, ds := &c.Server, d.Server
+	s.ReadHeaderTimeout = or(s.ReadHeaderTimeout, ds.ReadHeaderTimeout)
+	s.ReadTimeout = or(s.ReadTimeout, ds.ReadTimeout)
+	s.WriteTimeout = or(s.WriteTimeout, ds.WriteTimeout)
+	s.IdleTimeout = or(s.IdleTimeout, ds.IdleTimeout)
+	s.MaxHeaderBytes = or(s.MaxHeaderBytes, ds.MaxHeaderBytes)
+	s.MaxBodyBytes = or(s.MaxBodyBytes, ds.MaxBodyBytes)
 	if s.MaxConns <= 0 {
 		s.MaxConns = defaultMaxConns
 		if fit := fileLimitRoom(); fit > 0 && fit < s.MaxConns {
-			c.Logger.Warn("max-conns lowered to what the open-file limit holds", "max_conns", fit, "default", defaultMaxConns)
+			log.Warn("max-conns lowered to what the open-file limit holds", "max_conns", fit, "default", defaultMaxConns)
 			s.MaxConns = fit
 		}
 	}
-	s.MaxConnsPerAddr = or(s.MaxConnsPerAddr, 1024)
-	s.StallTimeout = or(s.StallTimeout, 10*time.Second)
-	l := &c.Cell
-	l.MaxConcurrent = or(l.MaxConcurrent, 256)
-	l.Timeout = or(l.Timeout, 5*time.Second)
-	l.DialTimeout = or(l.DialTimeout, time.Second)
-	l.IdleConnTimeout = or(l.IdleConnTimeout, 30*time.Second)
-	l.MaxResponseBytes = or(l.MaxResponseBytes, 1<<20)
-	b := &l.Breaker
-	b.Window = or(b.Window, 50)
-	b.MinCalls = or(b.MinCalls, 10)
-	b.FailureRate = or(b.FailureRate, 0.5)
-	b.SlowCall = or(b.SlowCall, l.Timeout)
-	b.SlowRate = or(b.SlowRate, 0.5)
-	b.OpenFor = or(b.OpenFor, 5*time.Second)
-	b.HalfOpenProbes = or(b.HalfOpenProbes, 3)
+	s.MaxConnsPerAddr = or(s.MaxConnsPerAddr, ds.MaxConnsPerAddr)
+	s.StallTimeout = or(s.StallTimeout, ds.StallTimeout)
+	l, dl := &c.Cell, d.Cell
+	l.MaxConcurrent = or(l.MaxConcurrent, dl.MaxConcurrent)
+	l.Timeout = or(l.Timeout, dl.Timeout)
+	l.DialTimeout = or(l.DialTimeout, dl.DialTimeout)
+	l.IdleConnTimeout = or(l.IdleConnTimeout, dl.IdleConnTimeout)
+	l.MaxResponseBytes = or(l.MaxResponseBytes, dl.MaxResponseBytes)
+	db := dl.Breaker
+	db.SlowCall = l.Timeout
+	l.Breaker = l.Breaker.WithDefaults(db)
 }
 
 func or[T int | float64 | time.Duration](v, def T) T {
@@ -235,22 +254,30 @@ type Router struct {
 }
 
 // New returns a router. It serves nothing until Serve.
-func New(cfg Config) (*Router, error) {
-	if cfg.Maps == nil {
+func New(cfg Config, opts Options) (*Router, error) {
+	if opts.Maps == nil {
 		return nil, errors.New("router: no map source")
 	}
-	if cfg.Keys == nil || len(cfg.Keys.clients) == 0 {
+	if opts.Keys == nil || len(opts.Keys.clients) == 0 {
 		return nil, errors.New("router: no API keys")
 	}
-	cfg.defaults()
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	now := opts.Now
+	if now == nil {
+		now = time.Now
+	}
+	cfg.defaults(log)
 	r := &Router{
 		cfg:     cfg,
-		maps:    cfg.Maps,
-		refresh: cfg.Refresh,
-		keys:    cfg.Keys,
-		limits:  newLimits(cfg.Keys, cfg.Now),
-		hot:     hotkeys.New(cfg.HotKeys, cfg.Now),
-		log:     cfg.Logger,
+		maps:    opts.Maps,
+		refresh: opts.Refresh,
+		keys:    opts.Keys,
+		limits:  newLimits(opts.Keys, now),
+		hot:     hotkeys.New(cfg.HotKeys, hotkeys.Options{Now: now}),
+		log:     log,
 		guards:  map[string]*guard{},
 		probs:   map[string]*cellProbs{},
 	}
@@ -260,10 +287,7 @@ func New(cfg Config) (*Router, error) {
 	}
 	hex.Encode(r.ridPrefix[:16], seed[:])
 	r.ridPrefix[16] = '-'
-	m, err := newMetrics(cfg.Registerer, newGuardGauges(r.allGuards))
-	if err != nil {
-		return nil, fmt.Errorf("router: register metrics: %w", err)
-	}
+	m := newMetrics(opts.Registerer, newGuardGauges(r.allGuards))
 	r.metrics = m
 	r.noCell = m.cell(noCell)
 	r.eng = newEngine(r)

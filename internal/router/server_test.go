@@ -179,7 +179,7 @@ func TestAnswers(t *testing.T) {
 // TestProblemBytesMatchProblemPackage: the router's pre-marshalled answers
 // are byte for byte what internal/problem writes for net/http.
 func TestProblemBytesMatchProblemPackage(t *testing.T) {
-	d := problem.New(http.StatusBadRequest, "invalid-field", "x").WithField("user_id")
+	d := problem.New(http.StatusBadRequest, problem.InvalidField, "x").WithField("user_id")
 	rec := httptest.NewRecorder()
 	problem.WriteRetry(rec, d, 1500*time.Millisecond)
 	p := newProb(d)

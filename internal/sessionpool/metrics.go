@@ -5,12 +5,13 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
 )
 
-// Metrics exports the pools of a process, labelled by pool name (the agency)
-// and by any constant labels given (the cell). Gauges and counters are read
-// from each pool's Stats at scrape time; the wait-time histogram is observed
-// on every Borrow.
+// Metrics exports the pools of a process, labelled by pool name (the
+// agency). Gauges and counters are read from each pool's Stats at scrape
+// time; the wait-time histogram is observed on every Borrow. Callers add
+// labels of their own (the cell) by wrapping the registerer.
 type Metrics struct {
 	wait *prometheus.HistogramVec
 
@@ -22,17 +23,17 @@ type Metrics struct {
 	exhausted, dialErrors, retired      *prometheus.Desc
 }
 
-// NewMetrics registers the pool metrics (cellkit_pool_*) with reg.
-func NewMetrics(reg prometheus.Registerer, constLabels prometheus.Labels) (*Metrics, error) {
+// NewMetrics builds the pool metrics (cellkit_pool_*) and registers them
+// with reg (nil: none are registered).
+func NewMetrics(reg prometheus.Registerer) *Metrics {
 	desc := func(name, help string) *prometheus.Desc {
-		return prometheus.NewDesc("cellkit_pool_"+name, help, []string{"agency"}, constLabels)
+		return prometheus.NewDesc("cellkit_pool_"+name, help, []string{"agency"}, nil)
 	}
 	m := &Metrics{
-		wait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:        "cellkit_pool_wait_seconds",
-			Help:        "Time Borrow waited for a session, successful or not.",
-			Buckets:     []float64{0.0005, 0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5},
-			ConstLabels: constLabels,
+		wait: promauto.With(reg).NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "cellkit_pool_wait_seconds",
+			Help:    "Time Borrow waited for a session, successful or not.",
+			Buckets: []float64{0.0005, 0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5},
 		}, []string{"agency"}),
 		pools:      map[string]func() Stats{},
 		size:       desc("size", "Sessions the pool keeps (its quota)."),
@@ -48,13 +49,10 @@ func NewMetrics(reg prometheus.Registerer, constLabels prometheus.Labels) (*Metr
 		dialErrors: desc("dial_errors_total", "Failed dials."),
 		retired:    desc("retired_total", "Sessions closed for age or because the pool shrank."),
 	}
-	if err := reg.Register(m.wait); err != nil {
-		return nil, err
+	if reg != nil {
+		reg.MustRegister(m)
 	}
-	if err := reg.Register(m); err != nil {
-		return nil, err
-	}
-	return m, nil
+	return m
 }
 
 // Describe implements prometheus.Collector.

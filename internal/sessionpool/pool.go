@@ -52,54 +52,65 @@ type Checker interface {
 // Dialer opens a new session.
 type Dialer[C Conn] func(ctx context.Context) (C, error)
 
-// Config tunes a pool. Zero values mean the documented defaults.
+// Config tunes a pool. Zero values mean the defaults in brackets (see
+// DefaultConfig).
 type Config struct {
-	// Name labels the pool in logs and metrics (the agency name).
+	// Name labels the pool in logs (the agency name).
 	Name string
 	// Size is the number of sessions to keep (the cell's quota); 0 keeps
 	// none and every Borrow fails after BorrowTimeout.
 	Size int
-	// BorrowTimeout bounds how long Borrow waits for a free session.
-	// Zero means 1 s.
+	// BorrowTimeout bounds how long Borrow waits for a free session [1s].
 	BorrowTimeout time.Duration
-	// DialTimeout bounds one dial. Zero means 5 s.
+	// DialTimeout bounds one dial [5s].
 	DialTimeout time.Duration
 	// HeartbeatIdle is how long a session may sit idle before it is
-	// heartbeated. Zero means 30 s; negative disables heartbeats.
+	// heartbeated [30s]; negative disables heartbeats.
 	HeartbeatIdle time.Duration
-	// HeartbeatTimeout bounds one heartbeat. Zero means 2 s.
+	// HeartbeatTimeout bounds one heartbeat [2s].
 	HeartbeatTimeout time.Duration
-	// MaxLifetime retires sessions older than this, one at a time. Zero
-	// means sessions live until they break.
+	// MaxLifetime retires sessions older than this, one at a time [none:
+	// sessions live until they break].
 	MaxLifetime time.Duration
 	// BackoffBase and BackoffMax shape the wait between failed dials
-	// (doubling from base up to max, half of it random). Zero means 100 ms
-	// and 10 s.
+	// (doubling from base up to max, half of it random) [100ms, 10s].
 	BackoffBase, BackoffMax time.Duration
 	// CheckInterval is how often the maintainer looks for idle and old
-	// sessions. Zero means a quarter of the smaller of HeartbeatIdle and
-	// MaxLifetime, within [10 ms, 1 s].
+	// sessions [a quarter of the smaller of HeartbeatIdle and MaxLifetime,
+	// within [10ms, 1s]].
 	CheckInterval time.Duration
 }
 
-func (c *Config) defaults() {
+// DefaultConfig returns the defaults. CheckInterval is left zero: it
+// follows HeartbeatIdle and MaxLifetime.
+func DefaultConfig() Config {
+	return Config{
+		BorrowTimeout: time.Second, DialTimeout: 5 * time.Second,
+		HeartbeatIdle: 30 * time.Second, HeartbeatTimeout: 2 * time.Second,
+		BackoffBase: 100 * time.Millisecond, BackoffMax: 10 * time.Second,
+	}
+}
+
+// withDefaults fills the zero fields of c.
+func (c Config) withDefaults() Config {
+	d := DefaultConfig()
 	if c.BorrowTimeout <= 0 {
-		c.BorrowTimeout = time.Second
+		c.BorrowTimeout = d.BorrowTimeout
 	}
 	if c.DialTimeout <= 0 {
-		c.DialTimeout = 5 * time.Second
+		c.DialTimeout = d.DialTimeout
 	}
 	if c.HeartbeatIdle == 0 {
-		c.HeartbeatIdle = 30 * time.Second
+		c.HeartbeatIdle = d.HeartbeatIdle
 	}
 	if c.HeartbeatTimeout <= 0 {
-		c.HeartbeatTimeout = 2 * time.Second
+		c.HeartbeatTimeout = d.HeartbeatTimeout
 	}
 	if c.BackoffBase <= 0 {
-		c.BackoffBase = 100 * time.Millisecond
+		c.BackoffBase = d.BackoffBase
 	}
 	if c.BackoffMax <= 0 {
-		c.BackoffMax = 10 * time.Second
+		c.BackoffMax = d.BackoffMax
 	}
 	if c.CheckInterval <= 0 {
 		d := time.Second
@@ -111,13 +122,19 @@ func (c *Config) defaults() {
 		}
 		c.CheckInterval = max(d, 10*time.Millisecond)
 	}
+	return c
 }
 
-// Options carry a pool's collaborators. The zero value is usable.
-type Options struct {
-	Logger *slog.Logger // nil: slog.Default()
-	// Metrics receives the pool's metrics; nil records none. Build it with
-	// NewMetrics once per process and share it between pools.
+// Options carry a pool's collaborators.
+type Options[C Conn] struct {
+	// Dial opens a new session. Required.
+	Dial Dialer[C]
+	// Logger receives one line per broken session and dial failure wave.
+	// Nil means none.
+	Logger *slog.Logger
+	// Metrics receives the pool's metrics, labelled agency=Config.Name; nil
+	// records none. Build it with NewMetrics once per process and share it
+	// between pools.
 	Metrics *Metrics
 	// Now is the clock for every idle, age and backoff decision; tests move
 	// it and call Check. Nil means time.Now.
@@ -192,10 +209,13 @@ type Stats struct {
 
 // New starts a pool: it dials Size sessions concurrently in the background
 // and returns at once, whether or not the far side answers. Close stops it.
-func New[C Conn](dial Dialer[C], cfg Config, opts Options) *Pool[C] {
-	cfg.defaults()
+func New[C Conn](cfg Config, opts Options[C]) (*Pool[C], error) {
+	if opts.Dial == nil {
+		return nil, errors.New("session pool: no dialer")
+	}
+	cfg = cfg.withDefaults()
 	p := &Pool[C]{
-		dial:    dial,
+		dial:    opts.Dial,
 		cfg:     cfg,
 		log:     opts.Logger,
 		now:     opts.Now,
@@ -205,7 +225,7 @@ func New[C Conn](dial Dialer[C], cfg Config, opts Options) *Pool[C] {
 		stop:    make(chan struct{}),
 	}
 	if p.log == nil {
-		p.log = slog.Default()
+		p.log = slog.New(slog.DiscardHandler)
 	}
 	p.log = p.log.With("pool", cfg.Name)
 	if p.now == nil {
@@ -217,7 +237,7 @@ func New[C Conn](dial Dialer[C], cfg Config, opts Options) *Pool[C] {
 	p.mu.Unlock()
 	p.wg.Add(1)
 	go p.maintain()
-	return p
+	return p, nil
 }
 
 // Borrow returns a session for exclusive use. Every successful Borrow must

@@ -28,9 +28,13 @@ func dialer(addr string) sessionpool.Dialer[*agency.Conn] {
 	}
 }
 
-func newPool(t testing.TB, addr string, cfg sessionpool.Config, opts sessionpool.Options) *sessionpool.Pool[*agency.Conn] {
+func newPool(t testing.TB, addr string, cfg sessionpool.Config, opts sessionpool.Options[*agency.Conn]) *sessionpool.Pool[*agency.Conn] {
 	t.Helper()
-	p := sessionpool.New(dialer(addr), cfg, opts)
+	opts.Dial = dialer(addr)
+	p, err := sessionpool.New(cfg, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(func() { p.Close() })
 	return p
 }
@@ -41,7 +45,7 @@ func full(p *sessionpool.Pool[*agency.Conn], n int) func() bool {
 
 func TestPrewarmAndBoundedConcurrency(t *testing.T) {
 	sim := celltest.StartSim(t, telegram.NICE(), agencysim.Config{MaxSessions: 10, Latency: agencysim.FixedLatency(time.Millisecond)})
-	p := newPool(t, sim.Addr().String(), sessionpool.Config{Name: "nice", Size: 3, BorrowTimeout: 5 * time.Second}, sessionpool.Options{})
+	p := newPool(t, sim.Addr().String(), sessionpool.Config{Name: "nice", Size: 3, BorrowTimeout: 5 * time.Second}, sessionpool.Options[*agency.Conn]{})
 	testkit.WaitFor(t, 5*time.Second, "3 prewarmed sessions", full(p, 3))
 
 	var inUse, maxInUse atomic.Int64
@@ -89,7 +93,7 @@ func TestPrewarmAndBoundedConcurrency(t *testing.T) {
 
 func TestReuseIsTheSameConnection(t *testing.T) {
 	sim := celltest.StartSim(t, telegram.NICE(), agencysim.Config{MaxSessions: 5})
-	p := newPool(t, sim.Addr().String(), sessionpool.Config{Size: 1}, sessionpool.Options{})
+	p := newPool(t, sim.Addr().String(), sessionpool.Config{Size: 1}, sessionpool.Options[*agency.Conn]{})
 	testkit.WaitFor(t, 5*time.Second, "a session", full(p, 1))
 	s1, err := p.Borrow(context.Background())
 	if err != nil {
@@ -112,7 +116,7 @@ func TestReuseIsTheSameConnection(t *testing.T) {
 
 func TestBrokenSessionIsReplaced(t *testing.T) {
 	sim := celltest.StartSim(t, telegram.NICE(), agencysim.Config{MaxSessions: 5})
-	p := newPool(t, sim.Addr().String(), sessionpool.Config{Size: 2, BackoffBase: time.Millisecond}, sessionpool.Options{})
+	p := newPool(t, sim.Addr().String(), sessionpool.Config{Size: 2, BackoffBase: time.Millisecond}, sessionpool.Options[*agency.Conn]{})
 	testkit.WaitFor(t, 5*time.Second, "2 sessions", full(p, 2))
 
 	cfg := sim.Config()
@@ -148,7 +152,7 @@ func TestBrokenSessionIsReplaced(t *testing.T) {
 
 func TestSessionClosedByTheFarSideIsDetectedOnBorrow(t *testing.T) {
 	sim := celltest.StartSim(t, telegram.NICE(), agencysim.Config{MaxSessions: 5, IdleTimeout: 100 * time.Millisecond})
-	p := newPool(t, sim.Addr().String(), sessionpool.Config{Size: 1, HeartbeatIdle: -1, BackoffBase: time.Millisecond}, sessionpool.Options{})
+	p := newPool(t, sim.Addr().String(), sessionpool.Config{Size: 1, HeartbeatIdle: -1, BackoffBase: time.Millisecond}, sessionpool.Options[*agency.Conn]{})
 	testkit.WaitFor(t, 5*time.Second, "a session", full(p, 1))
 	testkit.WaitFor(t, 5*time.Second, "the firewall to cut it", func() bool { return sim.Stats().IdleCuts == 1 })
 	s, err := p.Borrow(context.Background())
@@ -175,7 +179,7 @@ func TestHeartbeatsKeepTheFirewallAway(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			sim := celltest.StartSim(t, telegram.NICE(), agencysim.Config{MaxSessions: 5, IdleTimeout: 250 * time.Millisecond})
-			p := newPool(t, sim.Addr().String(), sessionpool.Config{Size: 2, HeartbeatIdle: tt.heartbeat}, sessionpool.Options{})
+			p := newPool(t, sim.Addr().String(), sessionpool.Config{Size: 2, HeartbeatIdle: tt.heartbeat}, sessionpool.Options[*agency.Conn]{})
 			testkit.WaitFor(t, 5*time.Second, "2 sessions", full(p, 2))
 			time.Sleep(800 * time.Millisecond) // over three idle cut-offs
 			st, sst := p.Stats(), sim.Stats()
@@ -191,7 +195,7 @@ func TestHeartbeatsKeepTheFirewallAway(t *testing.T) {
 
 func TestBorrowDeadlineAndFIFO(t *testing.T) {
 	sim := celltest.StartSim(t, telegram.NICE(), agencysim.Config{MaxSessions: 5})
-	p := newPool(t, sim.Addr().String(), sessionpool.Config{Size: 1, BorrowTimeout: 150 * time.Millisecond}, sessionpool.Options{})
+	p := newPool(t, sim.Addr().String(), sessionpool.Config{Size: 1, BorrowTimeout: 150 * time.Millisecond}, sessionpool.Options[*agency.Conn]{})
 	testkit.WaitFor(t, 5*time.Second, "a session", full(p, 1))
 	held, err := p.Borrow(context.Background())
 	if err != nil {
@@ -244,7 +248,7 @@ func TestBorrowDeadlineAndFIFO(t *testing.T) {
 
 func TestResizeUnderLoad(t *testing.T) {
 	sim := celltest.StartSim(t, telegram.NICE(), agencysim.Config{MaxSessions: 10, Latency: agencysim.FixedLatency(2 * time.Millisecond)})
-	p := newPool(t, sim.Addr().String(), sessionpool.Config{Size: 3, BorrowTimeout: 5 * time.Second}, sessionpool.Options{})
+	p := newPool(t, sim.Addr().String(), sessionpool.Config{Size: 3, BorrowTimeout: 5 * time.Second}, sessionpool.Options[*agency.Conn]{})
 	testkit.WaitFor(t, 5*time.Second, "3 sessions", full(p, 3))
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
@@ -284,7 +288,7 @@ func TestResizeUnderLoad(t *testing.T) {
 
 func TestStartsWhileTheAgencyIsDownAndFillsWhenItComesUp(t *testing.T) {
 	addr := testkit.FreeAddr(t) // nobody listens: dials are refused
-	p := newPool(t, addr, sessionpool.Config{Size: 3, BackoffBase: 10 * time.Millisecond, BackoffMax: 50 * time.Millisecond}, sessionpool.Options{})
+	p := newPool(t, addr, sessionpool.Config{Size: 3, BackoffBase: 10 * time.Millisecond, BackoffMax: 50 * time.Millisecond}, sessionpool.Options[*agency.Conn]{})
 	testkit.WaitFor(t, 5*time.Second, "failed dials", func() bool { return p.Stats().DialErrors >= 2 })
 	if st := p.Stats(); st.Open != 0 {
 		t.Fatalf("open = %d with the agency down", st.Open)
@@ -304,7 +308,7 @@ func TestBackoffHoldsDialsUntilItEnds(t *testing.T) {
 	addr := testkit.FreeAddr(t)
 	c := testkit.NewClock(time.Unix(1_000_000, 0))
 	p := newPool(t, addr, sessionpool.Config{Size: 2, BackoffBase: time.Minute, BackoffMax: time.Hour, CheckInterval: time.Hour},
-		sessionpool.Options{Now: c.Now})
+		sessionpool.Options[*agency.Conn]{Now: c.Now})
 	testkit.WaitFor(t, 5*time.Second, "the first dials to fail", func() bool { st := p.Stats(); return st.DialErrors == 2 && st.Dialing == 0 })
 	p.Check()
 	if st := p.Stats(); st.Dialing != 0 || st.DialErrors != 2 {
@@ -322,7 +326,7 @@ func TestMaxLifetimeRetiresOneAtATime(t *testing.T) {
 	sim := celltest.StartSim(t, telegram.NICE(), agencysim.Config{MaxSessions: 10})
 	c := testkit.NewClock(time.Unix(1_000_000, 0))
 	p := newPool(t, sim.Addr().String(), sessionpool.Config{Size: 3, MaxLifetime: time.Hour, HeartbeatIdle: -1, CheckInterval: time.Hour},
-		sessionpool.Options{Now: c.Now})
+		sessionpool.Options[*agency.Conn]{Now: c.Now})
 	testkit.WaitFor(t, 5*time.Second, "3 sessions", full(p, 3))
 	c.Advance(2 * time.Hour)
 	for round := 1; round <= 3; round++ {
@@ -343,7 +347,10 @@ func TestMaxLifetimeRetiresOneAtATime(t *testing.T) {
 
 func TestCloseReleasesWaiters(t *testing.T) {
 	sim := celltest.StartSim(t, telegram.NICE(), agencysim.Config{MaxSessions: 5})
-	p := sessionpool.New(dialer(sim.Addr().String()), sessionpool.Config{Size: 1, BorrowTimeout: 10 * time.Second}, sessionpool.Options{})
+	p, err := sessionpool.New(sessionpool.Config{Size: 1, BorrowTimeout: 10 * time.Second}, sessionpool.Options[*agency.Conn]{Dial: dialer(sim.Addr().String())})
+	if err != nil {
+		t.Fatal(err)
+	}
 	testkit.WaitFor(t, 5*time.Second, "a session", full(p, 1))
 	held, _ := p.Borrow(context.Background())
 	got := make(chan error, 1)
@@ -362,11 +369,8 @@ func TestCloseReleasesWaiters(t *testing.T) {
 func TestMetrics(t *testing.T) {
 	sim := celltest.StartSim(t, telegram.NICE(), agencysim.Config{MaxSessions: 5})
 	reg := prometheus.NewRegistry()
-	m, err := sessionpool.NewMetrics(reg, prometheus.Labels{"cell": "c1"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := newPool(t, sim.Addr().String(), sessionpool.Config{Name: "nice", Size: 2}, sessionpool.Options{Metrics: m})
+	m := sessionpool.NewMetrics(prometheus.WrapRegistererWith(prometheus.Labels{"cell": "c1"}, reg))
+	p := newPool(t, sim.Addr().String(), sessionpool.Config{Name: "nice", Size: 2}, sessionpool.Options[*agency.Conn]{Metrics: m})
 	testkit.WaitFor(t, 5*time.Second, "2 sessions", full(p, 2))
 	s, err := p.Borrow(context.Background())
 	if err != nil {
@@ -404,7 +408,7 @@ func gauge(t *testing.T, reg *prometheus.Registry, name string) float64 {
 // I/O), from 2 goroutines over a pool of 4 real sessions.
 func BenchmarkPoolBorrow(b *testing.B) {
 	sim := celltest.StartSim(b, telegram.NICE(), agencysim.Config{MaxSessions: 10})
-	p := newPool(b, sim.Addr().String(), sessionpool.Config{Size: 4, HeartbeatIdle: -1}, sessionpool.Options{})
+	p := newPool(b, sim.Addr().String(), sessionpool.Config{Size: 4, HeartbeatIdle: -1}, sessionpool.Options[*agency.Conn]{})
 	testkit.WaitFor(b, 5*time.Second, "4 sessions", full(p, 4))
 	b.ReportAllocs()
 	b.ResetTimer()

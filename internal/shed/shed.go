@@ -19,7 +19,8 @@ import (
 	"time"
 )
 
-// Config sets the budgets. Zero values mean the defaults in brackets.
+// Config sets the budgets. Zero values mean the defaults in brackets (see
+// DefaultConfig).
 type Config struct {
 	// MaxAge is the budget of the oldest pending message [60s]: past it,
 	// new work would wait longer than the budget, so it is refused.
@@ -28,6 +29,33 @@ type Config struct {
 	MaxDepth int
 	// MaxRetryAfter caps the Retry-After advice [MaxAge].
 	MaxRetryAfter time.Duration
+}
+
+// DefaultConfig returns the defaults. MaxRetryAfter is left zero: it
+// follows MaxAge.
+func DefaultConfig() Config {
+	return Config{MaxAge: 60 * time.Second, MaxDepth: 10_000}
+}
+
+// withDefaults fills the zero fields of c.
+func (c Config) withDefaults() Config {
+	d := DefaultConfig()
+	if c.MaxAge <= 0 {
+		c.MaxAge = d.MaxAge
+	}
+	if c.MaxDepth <= 0 {
+		c.MaxDepth = d.MaxDepth
+	}
+	if c.MaxRetryAfter <= 0 {
+		c.MaxRetryAfter = c.MaxAge
+	}
+	return c
+}
+
+// Options carry the shedder's collaborators. The zero value is usable.
+type Options struct {
+	// Now is the clock. Nil means time.Now.
+	Now func() time.Time
 }
 
 // Sample is one observation of the queue.
@@ -69,21 +97,12 @@ type Shedder struct {
 }
 
 // New returns a shedder that admits everything until the first Observe.
-// now is the clock (nil: time.Now).
-func New(cfg Config, now func() time.Time) *Shedder {
-	if cfg.MaxAge <= 0 {
-		cfg.MaxAge = 60 * time.Second
-	}
-	if cfg.MaxDepth <= 0 {
-		cfg.MaxDepth = 10_000
-	}
-	if cfg.MaxRetryAfter <= 0 {
-		cfg.MaxRetryAfter = cfg.MaxAge
-	}
+func New(cfg Config, opts Options) *Shedder {
+	now := opts.Now
 	if now == nil {
 		now = time.Now
 	}
-	return &Shedder{cfg: cfg, now: now}
+	return &Shedder{cfg: cfg.withDefaults(), now: now}
 }
 
 // Config returns the budgets in force.

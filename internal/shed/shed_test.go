@@ -9,7 +9,7 @@ import (
 
 func TestAdmit(t *testing.T) {
 	clk := testkit.NewClock(time.Unix(1000, 0))
-	s := New(Config{MaxAge: 10 * time.Second, MaxDepth: 100}, clk.Now)
+	s := New(Config{MaxAge: 10 * time.Second, MaxDepth: 100}, Options{Now: clk.Now})
 	if d := s.Admit(); !d.OK {
 		t.Fatalf("before any sample: %+v, want admitted", d)
 	}
@@ -31,7 +31,7 @@ func TestAdmit(t *testing.T) {
 
 func TestDepthCountsAcceptsSinceTheMark(t *testing.T) {
 	clk := testkit.NewClock(time.Unix(1000, 0))
-	s := New(Config{MaxDepth: 10}, clk.Now)
+	s := New(Config{MaxDepth: 10}, Options{Now: clk.Now})
 	mark := s.Mark()
 	for range 3 {
 		s.Accepted() // taken while the sample is being read: maybe not in it
@@ -53,7 +53,7 @@ func TestDepthCountsAcceptsSinceTheMark(t *testing.T) {
 
 func TestRetryAfterFollowsTheDrainRate(t *testing.T) {
 	clk := testkit.NewClock(time.Unix(1000, 0))
-	s := New(Config{MaxAge: time.Minute, MaxDepth: 100}, clk.Now)
+	s := New(Config{MaxAge: time.Minute, MaxDepth: 100}, Options{Now: clk.Now})
 	s.Observe(Sample{Depth: 200, At: clk.Now(), Mark: s.Mark()})
 	if got := s.RetryAfter(); got != time.Minute {
 		t.Fatalf("no drain measured yet: Retry-After %v, want the cap", got)
@@ -72,7 +72,7 @@ func TestRetryAfterFollowsTheDrainRate(t *testing.T) {
 }
 
 func BenchmarkAdmit(b *testing.B) {
-	s := New(Config{}, nil)
+	s := New(Config{}, Options{})
 	s.Observe(Sample{Depth: 10, Oldest: time.Now(), At: time.Now()})
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
@@ -84,7 +84,7 @@ func BenchmarkAdmit(b *testing.B) {
 
 func TestShedsWhenTheBacklogWouldOutliveTheBudget(t *testing.T) {
 	clk := testkit.NewClock(time.Unix(1000, 0))
-	s := New(Config{MaxAge: 5 * time.Second, MaxDepth: 1_000_000}, clk.Now)
+	s := New(Config{MaxAge: 5 * time.Second, MaxDepth: 1_000_000}, Options{Now: clk.Now})
 	for range 5 { // drains 100/s
 		clk.Advance(time.Second)
 		s.Drained(100)
@@ -101,7 +101,7 @@ func TestShedsWhenTheBacklogWouldOutliveTheBudget(t *testing.T) {
 
 func TestAnIdleQueueDoesNotLowerTheDrainRate(t *testing.T) {
 	clk := testkit.NewClock(time.Unix(1000, 0))
-	s := New(Config{MaxAge: 5 * time.Second}, clk.Now)
+	s := New(Config{MaxAge: 5 * time.Second}, Options{Now: clk.Now})
 	s.Observe(Sample{Depth: 100, At: clk.Now(), Mark: s.Mark()})
 	clk.Advance(time.Second)
 	s.Drained(100)
@@ -123,7 +123,7 @@ func TestAnIdleQueueDoesNotLowerTheDrainRate(t *testing.T) {
 
 func TestAShortStallKeepsMostOfTheRate(t *testing.T) {
 	clk := testkit.NewClock(time.Unix(1000, 0))
-	s := New(Config{MaxAge: 60 * time.Second}, clk.Now)
+	s := New(Config{MaxAge: 60 * time.Second}, Options{Now: clk.Now})
 	s.Observe(Sample{Depth: 10, At: clk.Now(), Mark: s.Mark()})
 	clk.Advance(time.Second)
 	s.Drained(100)
@@ -142,7 +142,7 @@ func TestAShortStallKeepsMostOfTheRate(t *testing.T) {
 // catches up (the agency-slow drill overshot the budget by 50 % that way).
 func TestASuddenSlowdownShedsWithinASecond(t *testing.T) {
 	clk := testkit.NewClock(time.Unix(1000, 0))
-	s := New(Config{MaxAge: 5 * time.Second, MaxDepth: 1_000_000}, clk.Now)
+	s := New(Config{MaxAge: 5 * time.Second, MaxDepth: 1_000_000}, Options{Now: clk.Now})
 	step := func(drained, depth int) {
 		clk.Advance(250 * time.Millisecond)
 		s.Drained(drained)
@@ -187,7 +187,7 @@ func TestASuddenSlowdownShedsWithinASecond(t *testing.T) {
 // of a 5 s budget. The peak decays once calls are quick again.
 func TestServiceTimeCountsTowardsTheWait(t *testing.T) {
 	clk := testkit.NewClock(time.Unix(1000, 0))
-	s := New(Config{MaxAge: 5 * time.Second, MaxDepth: 1_000_000}, clk.Now)
+	s := New(Config{MaxAge: 5 * time.Second, MaxDepth: 1_000_000}, Options{Now: clk.Now})
 	step := func() {
 		clk.Advance(250 * time.Millisecond)
 		s.Drained(25)
@@ -217,7 +217,7 @@ func TestServiceTimeCountsTowardsTheWait(t *testing.T) {
 // completions still show the old pace, but the capacity does not.
 func TestCapacityLeadsTheMeasuredRate(t *testing.T) {
 	clk := testkit.NewClock(time.Unix(1000, 0))
-	s := New(Config{MaxAge: 5 * time.Second, MaxDepth: 1_000_000}, clk.Now)
+	s := New(Config{MaxAge: 5 * time.Second, MaxDepth: 1_000_000}, Options{Now: clk.Now})
 	observe := func(capacity float64) {
 		clk.Advance(250 * time.Millisecond)
 		s.Drained(25)

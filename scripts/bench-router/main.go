@@ -190,7 +190,7 @@ func mkmap(ctx context.Context, out string, targets []string) error {
 		}
 		m = p.After
 	}
-	reg, err := registry.NewFile(out, registry.Options{})
+	reg, err := registry.NewFile(registry.FileConfig{Path: out}, registry.Options{})
 	if err != nil {
 		return err
 	}

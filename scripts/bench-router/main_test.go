@@ -48,7 +48,7 @@ func TestMkmap(t *testing.T) {
 	if err := mkmap(context.Background(), path, []string{"http://127.0.0.1:1", "http://127.0.0.1:2"}); err != nil {
 		t.Fatal(err)
 	}
-	reg, _ := registry.NewFile(path, registry.Options{})
+	reg, _ := registry.NewFile(registry.FileConfig{Path: path}, registry.Options{})
 	m, err := reg.Load(context.Background())
 	if err != nil {
 		t.Fatal(err)
