@@ -16,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/cellkit/cellkit/internal/atomicfile"
 	"github.com/cellkit/cellkit/internal/devstack"
 	"github.com/cellkit/cellkit/internal/registry"
 )
@@ -521,7 +522,7 @@ func devKey(ctx context.Context, routerBin, dir string) (string, error) {
 	if key == "" {
 		return "", errors.New("router keygen printed no key")
 	}
-	if err := os.WriteFile(keyFile, []byte(key+"\n"), 0o600); err != nil {
+	if err := atomicfile.WriteFile(keyFile, []byte(key+"\n"), 0o600); err != nil {
 		return "", err
 	}
 	return key, nil

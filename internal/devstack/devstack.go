@@ -15,7 +15,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/cellkit/cellkit/internal/registry"
+	"github.com/cellkit/cellkit/internal/atomicfile"
 )
 
 // Stack is var/dev.json: what dev up started, for dev status, dev down and
@@ -92,7 +92,7 @@ func Write(path string, st *Stack) error {
 	if err != nil {
 		return err
 	}
-	return registry.WriteFileAtomic(path, append(b, '\n'))
+	return atomicfile.WriteFile(path, append(b, '\n'), 0o600)
 }
 
 // Start starts p in its own session (a terminal's Ctrl-C reaches only the
