@@ -1,5 +1,7 @@
-// Package loadtest drives open-loop load at a cellkit router and checks what
-// the system promises under failure (the drills).
+// Package loadtest drives open-loop load at a cellkit router, records and
+// reports its outcomes, and provides the checks the drills (internal/drill)
+// make of them: windows of samples, assertions, and the verification that
+// every accepted inquiry reached a final state exactly once.
 //
 // Open loop: every request has an intended send time fixed in advance by the
 // rate (or steps); it is sent at that time whatever the answers to earlier

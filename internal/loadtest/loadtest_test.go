@@ -211,21 +211,11 @@ func TestStats(t *testing.T) {
 		{At: time.Second, User: 2, Status: 503, Latency: 3 * time.Millisecond, Cell: "c2"},
 		{At: 2 * time.Second, User: 2, Err: "timeout", Latency: 5 * time.Second},
 	}
-	st := stats(ss, window{time.Second, 3 * time.Second, func(u int) bool { return u == 2 }})
+	st := Window{From: time.Second, To: 3 * time.Second, Users: func(u int) bool { return u == 2 }}.Stats(ss)
 	if st.N != 3 || st.Errors != 3 || st.Timeouts != 1 || st.NoRetryAfter != 1 || st.P99 != 5*time.Second {
 		t.Errorf("stats = %+v", st)
 	}
-	if uc := userCells(ss, 0, 2*time.Second); uc[1] != "c1" || uc[2] != "c2" {
-		t.Errorf("userCells = %v", uc)
-	}
-}
-
-func TestScaleLatency(t *testing.T) {
-	got, err := scaleLatency(agencyLatency{"dist": "lognormal", "p50": "50ms", "p99": "150ms"}, 10)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got["p50"] != "500ms" || got["p99"] != "1.5s" || got["dist"] != "lognormal" {
-		t.Errorf("scaleLatency = %v", got)
+	if uc := UserCells(ss, 0, 2*time.Second); uc[1] != "c1" || uc[2] != "c2" {
+		t.Errorf("UserCells = %v", uc)
 	}
 }

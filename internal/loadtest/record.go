@@ -168,7 +168,7 @@ type Result struct {
 	Series  []map[string]Point `json:"series"`
 	Events  []Event            `json:"events,omitempty"`
 	Samples []Sample           `json:"-"`
-	Drill   *DrillReport       `json:"drill,omitempty"`
+	Drill   *Verdict           `json:"drill,omitempty"` // the verdict of the drill that ran the load
 }
 
 // StepJSON is a step in the report.
