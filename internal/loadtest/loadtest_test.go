@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -201,6 +202,60 @@ func TestRunNoCoordinatedOmission(t *testing.T) {
 	// for the 3 before it.
 	if res.Samples[3].Latency < 3*300*time.Millisecond {
 		t.Errorf("4th request latency %v: want ≥ 900ms (queued behind 3 stalled requests)", res.Samples[3].Latency)
+	}
+}
+
+// A server that stalls every request arriving between 300 and 600 ms
+// until 600 ms: the requests due meanwhile are still sent on time (there
+// are senders enough), and each one's latency counts the stall from its
+// intended time.
+func TestRunStalledServer(t *testing.T) {
+	const from, until = 300 * time.Millisecond, 600 * time.Millisecond
+	var r *Runner
+	var mu sync.Mutex
+	arrived := map[string]time.Duration{} // Idempotency-Key → arrival
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		at := r.Elapsed()
+		mu.Lock()
+		arrived[req.Header.Get("Idempotency-Key")] = at
+		mu.Unlock()
+		if at >= from && at < until {
+			time.Sleep(until - at)
+		}
+		w.Header().Set("Cellkit-Cell", "c1")
+		w.WriteHeader(http.StatusAccepted)
+		fmt.Fprint(w, `{"id":"c1-x"}`)
+	}))
+	t.Cleanup(srv.Close)
+	var err error
+	r, err = NewRunner(Config{Target: srv.URL, Key: "k", Steps: []Step{{100, time.Second}}, Users: 10, KeepSamples: true, MaxInflight: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := r.Run(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Sent != 100 || len(res.Samples) != 100 {
+		t.Fatalf("sent %d, samples %d; want 100", res.Sent, len(res.Samples))
+	}
+	stalled := 0
+	for _, s := range res.Samples {
+		if late := arrived[s.Key] - s.At; late > 30*time.Millisecond {
+			t.Errorf("request %d (due %v) arrived %v late: the stall held up sending", s.Seq, s.At, late)
+		}
+		if s.At >= from+10*time.Millisecond && s.At < until-10*time.Millisecond {
+			stalled++
+			if want := until - s.At; s.Latency < want-5*time.Millisecond {
+				t.Errorf("request %d due at %v: latency %v, want ≥ %v (until the stall ends)", s.Seq, s.At, s.Latency, want)
+			}
+		}
+	}
+	if stalled < 25 {
+		t.Errorf("%d requests in the stall, want ~28", stalled)
+	}
+	if all := (Window{To: time.Second}).Stats(res.Samples); all.P99 < 250*time.Millisecond {
+		t.Errorf("p99 %v: the stall is missing from the latency", all.P99)
 	}
 }
 

@@ -17,8 +17,8 @@ import (
 // WriteText writes the run's table: overall and per cell, latency and
 // status counts.
 func WriteText(w io.Writer, res *Result) {
-	fmt.Fprintf(w, "target %s, %d users%s, %.0fs planned, %d requests sent of %d planned\n\n",
-		res.Target, res.Users, zipfText(res.Zipf), res.Duration, res.Sent, res.Planned)
+	fmt.Fprintf(w, "target %s, %d users%s, %.0fs planned, %d requests sent of %d planned, at most %.1fms after their intended time\n\n",
+		res.Target, res.Users, zipfText(res.Zipf), res.Duration, res.Sent, res.Planned, res.MaxLag)
 	codes := statusCodes(res.Status)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintf(tw, "CELL\tREQUESTS\tP50 ms\tP90 ms\tP99 ms\tP99.9 ms\tMAX ms\t%s\t\n", strings.Join(codes, "\t"))
