@@ -40,7 +40,8 @@ type Config struct {
 	// Seed makes the user sequence reproducible [1].
 	Seed uint64
 	// Timeout bounds one request [5s]; a request past it counts as a
-	// timeout (status 0).
+	// timeout (status 0). It bounds the run too: no request is sent later
+	// than Timeout after the last intended time.
 	Timeout time.Duration
 	// MaxInflight bounds the requests in flight [128]: it is the number of
 	// the Generator's senders, each on its own OS thread. When every one is
