@@ -6,19 +6,45 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"syscall"
 
+	"github.com/cellkit/cellkit/internal/drill"
 	"github.com/cellkit/cellkit/internal/loadtest"
 )
 
+const usage = `loadtest — open-loop load and chaos drills for cellkit
+
+  loadtest run   --target URL --key KEY (--rate R --duration D | --steps "60:10s,200:5s")
+                 [--users K] [--zipf S] [--json out.json] [--svg out.svg]
+  loadtest drill kill|drain|agency-slow [--dev-json var/dev.json | --bin ./bin]
+                 [--rate R] [--users K] [--cell c2] [--json out.json] [--svg out.svg]
+
+'loadtest run -h' and 'loadtest drill -h' list every flag. A flag not on the
+command line is read from CELLKIT_LOADTEST_<FLAG>, else CELLKIT_<FLAG>.`
+
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := loadtest.Main(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "loadtest:", err)
 		os.Exit(1)
 	}
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
+		fmt.Fprintln(stdout, usage)
+		return nil
+	}
+	switch args[0] {
+	case "run":
+		return loadtest.Command(ctx, args[1:], stdout, stderr)
+	case "drill":
+		return drill.Command(ctx, args[1:], stdout, stderr)
+	}
+	return fmt.Errorf("unknown command %q\n%s", args[0], usage)
 }

@@ -35,6 +35,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/cellkit/cellkit/internal/atomicfile"
 	"github.com/cellkit/cellkit/internal/flagenv"
 	"github.com/cellkit/cellkit/internal/registry"
 	"github.com/cellkit/cellkit/internal/router"
@@ -297,5 +298,5 @@ func addKey(path string, entry router.KeyEntry) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return fmt.Errorf("keygen: %w", err)
 	}
-	return registry.WriteFileAtomic(path, out)
+	return atomicfile.WriteFile(path, out, 0o600)
 }

@@ -3,6 +3,7 @@ package cellctl
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -53,7 +54,7 @@ func TestDevStack(t *testing.T) {
 	t.Cleanup(func() {
 		// Whatever happened, leave no process behind.
 		if s, err := readDevStack(filepath.Join(root, "var")); err == nil {
-			stopProcesses(t.Context(), s.Processes, func(DevProcess, string) {})
+			devstack.StopAll(context.Background(), s.Processes, 0, nil) // SIGKILL
 		}
 		if t.Failed() {
 			for _, name := range []string{"setup", "agencysim", "c1", "router"} {
@@ -156,7 +157,7 @@ func TestDevStack(t *testing.T) {
 		t.Fatalf("dev up --foreground after SIGINT: %v; stderr:\n%s", err, stderr.String())
 	}
 	assertGone(t, st.Processes)
-	if _, err := os.Stat(filepath.Join(root, "var", devStateFile)); !os.IsNotExist(err) {
+	if _, err := os.Stat(devstack.StatePath(filepath.Join(root, "var"))); !os.IsNotExist(err) {
 		t.Errorf("dev.json left after the foreground stack stopped: %v", err)
 	}
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/hashicorp/consul/api"
 
+	"github.com/cellkit/cellkit/internal/atomicfile"
 	"github.com/cellkit/cellkit/internal/registry"
 	"github.com/cellkit/cellkit/internal/slotmap"
 )
@@ -77,7 +78,7 @@ func (h fileHistory) save(_ context.Context, m *slotmap.Map) error {
 	if err := os.MkdirAll(h.dir, 0o755); err != nil {
 		return err
 	}
-	if err := registry.WriteFileAtomic(path, data); err != nil {
+	if err := atomicfile.WriteFile(path, data, 0o600); err != nil {
 		return err
 	}
 	vs, err := h.versions(context.Background())

@@ -1,24 +1,29 @@
-// Package devstack is the record of a local stack started by `cellctl dev
-// up` (var/dev.json) and the process helpers that `cellctl dev` and the
-// load-test drills share: both start, watch and stop the same processes.
+// Package devstack is the local stack's process supervision and its record,
+// shared by `cellctl dev` and the drills so that both start, watch and stop
+// the stack's processes the same way.
+//
+// A process is started in its own session (a terminal's Ctrl-C reaches only
+// the supervisor, which stops the processes in order) with its output
+// appended to its log file; readiness is its Ready URL answering 200; it is
+// stopped with SIGTERM to its process group and SIGKILL once a grace period
+// has passed. What was started is recorded in DIR/dev.json (Stack), replaced
+// atomically, so that another program can find, watch and stop it.
 package devstack
 
 import (
-	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
-	"os/exec"
-	"strconv"
-	"strings"
-	"syscall"
+	"path/filepath"
 	"time"
 
-	"github.com/cellkit/cellkit/internal/registry"
+	"github.com/cellkit/cellkit/internal/atomicfile"
 )
 
-// Stack is var/dev.json: what dev up started, for dev status, dev down and
+// StateFile is the name of the stack's record in its directory.
+const StateFile = "dev.json"
+
+// Stack is DIR/dev.json: what dev up started, for dev status, dev down and
 // the drills.
 type Stack struct {
 	Dir         string    `json:"dir"`
@@ -29,7 +34,7 @@ type Stack struct {
 	APIKey      string    `json:"api_key"`
 	Foreground  bool      `json:"foreground"`
 	StartedAt   time.Time `json:"started_at"`
-	Processes   []Process `json:"processes"`
+	Processes   []Process `json:"processes"` // in order of start
 }
 
 // Process is one process of the stack.
@@ -44,33 +49,29 @@ type Process struct {
 	Addrs map[string]string `json:"addrs"`
 }
 
-// ChildEnv is the environment of the stack's processes: this one without
-// CELLKIT_* variables, so that the flags dev up passes are the whole
-// configuration.
-func ChildEnv() []string {
-	var env []string
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "CELLKIT_") {
-			env = append(env, kv)
+// StatePath is the record's path in the stack's directory.
+func StatePath(dir string) string { return filepath.Join(dir, StateFile) }
+
+// Process returns the process named name.
+func (st *Stack) Process(name string) (*Process, bool) {
+	for i := range st.Processes {
+		if st.Processes[i].Name == name {
+			return &st.Processes[i], true
 		}
 	}
-	return env
+	return nil, false
 }
 
-// Alive reports whether pid runs; a zombie does not.
-func Alive(pid int) bool {
-	if pid <= 0 || syscall.Kill(pid, 0) != nil {
-		return false
+// Cells are the cell processes (all but the agency simulator and the
+// router), c1 first.
+func (st *Stack) Cells() []Process {
+	var cells []Process
+	for _, p := range st.Processes {
+		if p.Name != "agencysim" && p.Name != "router" {
+			cells = append(cells, p)
+		}
 	}
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return !errors.Is(err, os.ErrNotExist)
-	}
-	// pid (comm) S ...: the state follows the last ')'.
-	if i := bytes.LastIndexByte(b, ')'); i >= 0 && i+2 < len(b) {
-		return b[i+2] != 'Z' && b[i+2] != 'X'
-	}
-	return true
+	return cells
 }
 
 // Read reads a stack record (dev.json).
@@ -86,31 +87,12 @@ func Read(path string) (*Stack, error) {
 	return &st, nil
 }
 
-// Write replaces the stack record at path atomically.
+// Write replaces the stack record at path atomically. It holds the API
+// key, so only its owner may read it.
 func Write(path string, st *Stack) error {
 	b, err := json.MarshalIndent(st, "", "  ")
 	if err != nil {
 		return err
 	}
-	return registry.WriteFileAtomic(path, append(b, '\n'))
-}
-
-// Start starts p in its own session (a terminal's Ctrl-C reaches only the
-// caller, which stops the processes in order) with its output appended to
-// its log, and without CELLKIT_* variables. The channel gets its exit.
-func Start(p Process) (done chan error, pid int, err error) {
-	logf, err := os.OpenFile(p.Log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		return nil, 0, err
-	}
-	defer logf.Close()
-	cmd := exec.Command(p.Bin, p.Args...)
-	cmd.Stdout, cmd.Stderr, cmd.Env = logf, logf, ChildEnv()
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-	if err := cmd.Start(); err != nil {
-		return nil, 0, fmt.Errorf("start %s: %w", p.Name, err)
-	}
-	done = make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	return done, cmd.Process.Pid, nil
+	return atomicfile.WriteFile(path, append(b, '\n'), 0o600)
 }

@@ -2,48 +2,61 @@ package devstack
 
 import (
 	"os"
-	"os/exec"
+	"path/filepath"
+	"reflect"
 	"testing"
+	"time"
+
+	"go.uber.org/goleak"
 )
 
-func TestAlive(t *testing.T) {
-	if !Alive(os.Getpid()) {
-		t.Fatal("Alive(self) = false")
-	}
-	cmd := exec.Command("sleep", "10")
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	pid := cmd.Process.Pid
-	if !Alive(pid) {
-		t.Fatal("Alive(running child) = false")
-	}
-	cmd.Process.Kill()
-	// Killed but not yet reaped: a zombie, which is not alive.
-	for i := 0; i < 1000 && Alive(pid); i++ {
-		exec.Command("true").Run() // let the kernel deliver the signal
-	}
-	if Alive(pid) {
-		t.Fatal("Alive(zombie) = true")
-	}
-	cmd.Wait()
-	if Alive(pid) || Alive(0) || Alive(-1) {
-		t.Fatal("Alive of a reaped or invalid pid = true")
-	}
+func TestMain(m *testing.M) {
+	// Every child's reaper must have returned by the end. Idle keep-alive
+	// connections of HTTP clients are not leaks.
+	goleak.VerifyTestMain(m,
+		goleak.IgnoreTopFunction("net/http.(*persistConn).readLoop"),
+		goleak.IgnoreTopFunction("net/http.(*persistConn).writeLoop"),
+	)
 }
 
-func TestChildEnvDropsCellkitVariables(t *testing.T) {
-	t.Setenv("CELLKIT_REGISTRY", "file:/x")
-	t.Setenv("KEEP_ME", "1")
-	env := ChildEnv()
-	var kept bool
-	for _, kv := range env {
-		if kv == "CELLKIT_REGISTRY=file:/x" {
-			t.Fatal("CELLKIT_REGISTRY passed to children")
-		}
-		kept = kept || kv == "KEEP_ME=1"
+func TestWriteRead(t *testing.T) {
+	dir := t.TempDir()
+	st := &Stack{Dir: dir, Registry: "file:" + dir + "/registry/map.json", APIKey: "ck_secret",
+		StartedAt: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC),
+		Processes: []Process{
+			{Name: "agencysim", PID: 10, Bin: "/bin/agencysim", Args: []string{"-x"}},
+			{Name: "c1", PID: 11, Addrs: map[string]string{"intake": "127.0.0.1:1"}},
+			{Name: "c2", PID: 12},
+			{Name: "router", PID: 13},
+		}}
+	path := StatePath(dir)
+	if err := Write(path, st); err != nil {
+		t.Fatal(err)
 	}
-	if !kept {
-		t.Fatal("other variables dropped")
+	if info, err := os.Stat(path); err != nil || info.Mode().Perm() != 0o600 {
+		t.Fatalf("dev.json mode = %v, %v; want 0600 (it holds the API key)", info.Mode().Perm(), err)
+	}
+	got, err := Read(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got, st) {
+		t.Fatalf("Read(Write(st)) = %+v, want %+v", got, st)
+	}
+	var names []string
+	for _, p := range got.Cells() {
+		names = append(names, p.Name)
+	}
+	if !reflect.DeepEqual(names, []string{"c1", "c2"}) {
+		t.Errorf("Cells() = %v, want [c1 c2]", names)
+	}
+	if p, ok := got.Process("c2"); !ok || p.PID != 12 {
+		t.Errorf("Process(c2) = %v, %v", p, ok)
+	}
+	if _, ok := got.Process("c9"); ok {
+		t.Error("Process(c9) found")
+	}
+	if _, err := Read(filepath.Join(dir, "missing.json")); !os.IsNotExist(err) {
+		t.Errorf("Read(missing) = %v, want not exist", err)
 	}
 }

@@ -12,8 +12,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cellkit/cellkit/internal/atomicfile"
 	"github.com/cellkit/cellkit/internal/inquiry"
-	"github.com/cellkit/cellkit/internal/registry"
 	"github.com/cellkit/cellkit/internal/slotmap"
 )
 
@@ -144,7 +144,7 @@ func (mv *Moves) Err() error {
 }
 
 // saveLocked writes the moves to mv.path, atomically (see
-// registry.WriteFileAtomic).
+// internal/atomicfile).
 func (mv *Moves) saveLocked() error {
 	list := make([]movedJSON, 0, len(mv.from))
 	for s, e := range mv.from {
@@ -155,7 +155,7 @@ func (mv *Moves) saveLocked() error {
 	if err != nil {
 		return err
 	}
-	if err := registry.WriteFileAtomic(mv.path, b); err != nil {
+	if err := atomicfile.WriteFile(mv.path, b, 0o600); err != nil {
 		return fmt.Errorf("slot moves: %w", err)
 	}
 	return nil

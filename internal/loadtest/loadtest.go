@@ -1,18 +1,19 @@
-// Package loadtest drives open-loop load at a cellkit router and checks what
-// the system promises under failure (the drills).
+// Package loadtest drives open-loop load at a cellkit router, records and
+// reports its outcomes, and provides the checks the drills (internal/drill)
+// make of them: windows of samples, assertions, and the verification that
+// every accepted inquiry reached a final state exactly once.
 //
 // Open loop: every request has an intended send time fixed in advance by the
 // rate (or steps); it is sent at that time whatever the answers to earlier
 // requests, and its latency is measured from the intended time, not from when
 // it was actually sent — a stalled server makes later requests' latency grow
 // instead of silently sending fewer requests (no coordinated omission). A run
-// is bounded in count and time: it stops by itself.
+// is bounded in count and time: it stops by itself. The pacing is the
+// Generator's, which scripts/bench-router uses too.
 package loadtest
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -22,8 +23,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/cellkit/cellkit/internal/inquiry"
 )
 
 // Config is one run. Zero values mean the defaults in brackets (see
@@ -42,11 +41,13 @@ type Config struct {
 	// Seed makes the user sequence reproducible [1].
 	Seed uint64
 	// Timeout bounds one request [5s]; a request past it counts as a
-	// timeout (status 0).
+	// timeout (status 0). It bounds the run too: no request is sent later
+	// than Timeout after the last intended time.
 	Timeout time.Duration
-	// MaxInflight bounds the requests in flight [10000]; when reached, the
-	// next request waits (and its latency, counted from its intended time,
-	// shows it).
+	// MaxInflight bounds the requests in flight [128]: it is the number of
+	// the Generator's senders, each on its own OS thread. When every one is
+	// busy the next request waits, and its latency, counted from its
+	// intended time, shows it.
 	MaxInflight int
 	// KeepSamples keeps every request's outcome in Result.Samples (the
 	// drills need them).
@@ -55,7 +56,7 @@ type Config struct {
 
 // DefaultConfig returns the defaults.
 func DefaultConfig() Config {
-	return Config{Users: 1000, Seed: 1, Timeout: 5 * time.Second, MaxInflight: 10000}
+	return Config{Users: 1000, Seed: 1, Timeout: 5 * time.Second, MaxInflight: 128}
 }
 
 // Options carry a run's collaborators. The zero value is usable.
@@ -153,9 +154,27 @@ func (r *Runner) Run(ctx context.Context) (*Result, error) {
 		return nil, err
 	}
 	sched := Schedule(r.cfg.Steps)
-	sem := make(chan struct{}, r.cfg.MaxInflight)
-	var wg sync.WaitGroup
+	// The users are drawn up front: request i has the i-th user whichever
+	// sender takes it.
+	user := make([]int, len(sched))
+	for i := range user {
+		user[i] = users.Next()
+	}
 	var inflight atomic.Int64
+	gen := Generator[Sample]{
+		Start: r.start, Schedule: sched, Senders: r.cfg.MaxInflight, Timeout: r.cfg.Timeout,
+		Send: func(ctx context.Context, q Request) Sample {
+			inflight.Add(1)
+			defer inflight.Add(-1)
+			s := Sample{Seq: q.Seq, At: sched[q.Seq], User: user[q.Seq], Key: "lt-" + r.runID + "-" + strconv.Itoa(q.Seq)}
+			r.send(ctx, &s)
+			return s
+		},
+		Done: func(q Request, s Sample) {
+			s.Latency = q.Latency
+			r.rec.record(s)
+		},
+	}
 
 	progressDone := make(chan struct{})
 	stopProgress := make(chan struct{})
@@ -175,119 +194,14 @@ func (r *Runner) Run(ctx context.Context) (*Result, error) {
 			}
 		}
 	}()
-
-	timer := time.NewTimer(0)
-	<-timer.C
-	sent := 0
-loop:
-	for seq, at := range sched {
-		if d := time.Until(r.start.Add(at)); d > 0 {
-			timer.Reset(d)
-			select {
-			case <-ctx.Done():
-				timer.Stop()
-				break loop
-			case <-timer.C:
-			}
-		} else if ctx.Err() != nil {
-			break
-		}
-		s := Sample{Seq: seq, At: at, User: users.Next(), Key: "lt-" + r.runID + "-" + strconv.Itoa(seq)}
-		select {
-		case sem <- struct{}{}:
-		case <-ctx.Done():
-			break loop
-		}
-		sent++
-		wg.Add(1)
-		inflight.Add(1)
-		go func() {
-			defer func() { <-sem; inflight.Add(-1); wg.Done() }()
-			r.send(context.WithoutCancel(ctx), &s)
-			r.rec.record(s)
-		}()
-	}
-	wg.Wait()
+	sum := gen.Run(ctx)
 	close(stopProgress)
 	<-progressDone
+
 	r.mu.Lock()
 	events := append([]Event(nil), r.events...)
 	r.mu.Unlock()
 	res := r.rec.result(r.cfg, Total(r.cfg.Steps), events)
-	res.Planned = len(sched)
-	res.Sent = sent
+	res.Planned, res.Sent, res.MaxLag = sum.Planned, sum.Sent, float64(sum.MaxLag)/float64(time.Millisecond)
 	return res, nil
-}
-
-// Body is the request body of user u's request number seq: the same seq
-// always gives the same body, so a retry with the same Idempotency-Key is
-// the same request.
-func Body(u, seq int) []byte {
-	b, _ := json.Marshal(inquiry.Request{
-		UserID: UserID(u), Product: "credit_loan", Amount: 1_000_000 + int64(seq%1000)*1000,
-		Priority: []inquiry.Priority{inquiry.Normal, inquiry.High}[seq%4/3],
-	})
-	return b
-}
-
-// send posts s's inquiry and fills in its outcome.
-func (r *Runner) send(ctx context.Context, s *Sample) {
-	intended := r.start.Add(s.At)
-	ctx, cancel := context.WithTimeout(ctx, r.cfg.Timeout)
-	defer cancel()
-	st, hdr, body, err := post(ctx, r.opts.Client, r.cfg.Target, r.cfg.Key, s.Key, Body(s.User, s.Seq))
-	s.Latency = time.Since(intended)
-	if err != nil {
-		s.Err = errKind(err)
-		return
-	}
-	s.Status = st
-	s.Cell = hdr.Get("Cellkit-Cell")
-	s.RetryAfter = hdr.Get("Retry-After") != ""
-	if st == http.StatusAccepted {
-		var a struct {
-			ID   string `json:"id"`
-			Cell string `json:"cell"`
-		}
-		if json.Unmarshal(body, &a) == nil {
-			s.ID = a.ID
-			if s.Cell == "" {
-				s.Cell = a.Cell
-			}
-		}
-	}
-}
-
-// post sends one POST /v1/inquiries.
-func post(ctx context.Context, hc *http.Client, target, key, idemKey string, body []byte) (int, http.Header, []byte, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, target+"/v1/inquiries", bytes.NewReader(body))
-	if err != nil {
-		return 0, nil, nil, err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("X-API-Key", key)
-	if idemKey != "" {
-		req.Header.Set("Idempotency-Key", idemKey)
-	}
-	resp, err := hc.Do(req)
-	if err != nil {
-		return 0, nil, nil, err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-	if err != nil {
-		return 0, nil, nil, err
-	}
-	return resp.StatusCode, resp.Header, b, nil
-}
-
-func errKind(err error) string {
-	if errors.Is(err, context.DeadlineExceeded) {
-		return "timeout"
-	}
-	var ne net.Error
-	if errors.As(err, &ne) && ne.Timeout() {
-		return "timeout"
-	}
-	return err.Error()
 }

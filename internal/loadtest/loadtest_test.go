@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -204,6 +205,63 @@ func TestRunNoCoordinatedOmission(t *testing.T) {
 	}
 }
 
+// A server that stalls every request arriving between 300 and 600 ms
+// until 600 ms: the requests due meanwhile are still sent on time (there
+// are senders enough), and each one's latency counts the stall from its
+// intended time.
+func TestRunStalledServer(t *testing.T) {
+	const from, until = 300 * time.Millisecond, 600 * time.Millisecond
+	var r *Runner
+	var mu sync.Mutex
+	arrived := map[string]time.Duration{} // Idempotency-Key → arrival
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		at := r.Elapsed()
+		mu.Lock()
+		arrived[req.Header.Get("Idempotency-Key")] = at
+		mu.Unlock()
+		if at >= from && at < until {
+			time.Sleep(until - at)
+		}
+		w.Header().Set("Cellkit-Cell", "c1")
+		w.WriteHeader(http.StatusAccepted)
+		fmt.Fprint(w, `{"id":"c1-x"}`)
+	}))
+	t.Cleanup(srv.Close)
+	var err error
+	r, err = NewRunner(Config{Target: srv.URL, Key: "k", Steps: []Step{{100, time.Second}}, Users: 10, KeepSamples: true, MaxInflight: 64}, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := r.Run(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Sent != 100 || len(res.Samples) != 100 {
+		t.Fatalf("sent %d, samples %d; want 100", res.Sent, len(res.Samples))
+	}
+	stalled := 0
+	for _, s := range res.Samples {
+		// The stall lasts 300 ms; a generator held up by it would send the
+		// requests due meanwhile that late. (The first ones may be late
+		// anyway while the senders start.)
+		if late := arrived[s.Key] - s.At; s.At >= 100*time.Millisecond && late > 100*time.Millisecond {
+			t.Errorf("request %d (due %v) arrived %v late: the stall held up sending", s.Seq, s.At, late)
+		}
+		if s.At >= from+10*time.Millisecond && s.At < until-10*time.Millisecond {
+			stalled++
+			if want := until - s.At; s.Latency < want-5*time.Millisecond {
+				t.Errorf("request %d due at %v: latency %v, want ≥ %v (until the stall ends)", s.Seq, s.At, s.Latency, want)
+			}
+		}
+	}
+	if stalled < 25 {
+		t.Errorf("%d requests in the stall, want ~28", stalled)
+	}
+	if all := (Window{To: time.Second}).Stats(res.Samples); all.P99 < 250*time.Millisecond {
+		t.Errorf("p99 %v: the stall is missing from the latency", all.P99)
+	}
+}
+
 func TestStats(t *testing.T) {
 	ss := []Sample{
 		{At: 0, User: 1, Status: 202, Latency: time.Millisecond, Cell: "c1"},
@@ -211,21 +269,11 @@ func TestStats(t *testing.T) {
 		{At: time.Second, User: 2, Status: 503, Latency: 3 * time.Millisecond, Cell: "c2"},
 		{At: 2 * time.Second, User: 2, Err: "timeout", Latency: 5 * time.Second},
 	}
-	st := stats(ss, window{time.Second, 3 * time.Second, func(u int) bool { return u == 2 }})
+	st := Window{From: time.Second, To: 3 * time.Second, Users: func(u int) bool { return u == 2 }}.Stats(ss)
 	if st.N != 3 || st.Errors != 3 || st.Timeouts != 1 || st.NoRetryAfter != 1 || st.P99 != 5*time.Second {
 		t.Errorf("stats = %+v", st)
 	}
-	if uc := userCells(ss, 0, 2*time.Second); uc[1] != "c1" || uc[2] != "c2" {
-		t.Errorf("userCells = %v", uc)
-	}
-}
-
-func TestScaleLatency(t *testing.T) {
-	got, err := scaleLatency(agencyLatency{"dist": "lognormal", "p50": "50ms", "p99": "150ms"}, 10)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got["p50"] != "500ms" || got["p99"] != "1.5s" || got["dist"] != "lognormal" {
-		t.Errorf("scaleLatency = %v", got)
+	if uc := UserCells(ss, 0, 2*time.Second); uc[1] != "c1" || uc[2] != "c2" {
+		t.Errorf("UserCells = %v", uc)
 	}
 }

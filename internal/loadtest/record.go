@@ -152,7 +152,9 @@ type Point struct {
 	ErrRate float64 `json:"error_rate"` // answers other than 202, 0..1
 }
 
-// Result is a run's report.
+// Result is a run's report. MaxLag is the latest a request was sent after
+// its intended time, in ms: the load generator's own delay (a request that
+// waited for a free sender counts the wait too).
 type Result struct {
 	Target   string                 `json:"target"`
 	Steps    []StepJSON             `json:"steps"`
@@ -161,6 +163,7 @@ type Result struct {
 	Duration float64                `json:"duration_s"`
 	Planned  int                    `json:"planned"`
 	Sent     int                    `json:"sent"`
+	MaxLag   float64                `json:"max_send_lag_ms"`
 	Status   map[string]int         `json:"status"`
 	Overall  Latency                `json:"overall"`
 	Cells    map[string]*CellResult `json:"cells"`
@@ -168,7 +171,7 @@ type Result struct {
 	Series  []map[string]Point `json:"series"`
 	Events  []Event            `json:"events,omitempty"`
 	Samples []Sample           `json:"-"`
-	Drill   *DrillReport       `json:"drill,omitempty"`
+	Drill   *Verdict           `json:"drill,omitempty"` // the verdict of the drill that ran the load
 }
 
 // StepJSON is a step in the report.

@@ -1,22 +1,24 @@
 package loadtest
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
 	"math"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
+
+	"github.com/cellkit/cellkit/internal/atomicfile"
 )
 
 // WriteText writes the run's table: overall and per cell, latency and
 // status counts.
 func WriteText(w io.Writer, res *Result) {
-	fmt.Fprintf(w, "target %s, %d users%s, %.0fs planned, %d requests sent of %d planned\n\n",
-		res.Target, res.Users, zipfText(res.Zipf), res.Duration, res.Sent, res.Planned)
+	fmt.Fprintf(w, "target %s, %d users%s, %.0fs planned, %d requests sent of %d planned, at most %.1fms after their intended time\n\n",
+		res.Target, res.Users, zipfText(res.Zipf), res.Duration, res.Sent, res.Planned, res.MaxLag)
 	codes := statusCodes(res.Status)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintf(tw, "CELL\tREQUESTS\tP50 ms\tP90 ms\tP99 ms\tP99.9 ms\tMAX ms\t%s\t\n", strings.Join(codes, "\t"))
@@ -74,23 +76,20 @@ func statusCodes(m map[string]int) []string {
 	return ks
 }
 
-// WriteJSONFile writes the report as JSON.
+// WriteJSONFile replaces the file at path with the report as JSON.
 func WriteJSONFile(path string, res *Result) error {
 	b, err := json.MarshalIndent(res, "", "  ")
 	if err != nil {
 		return err
 	}
-	return os.WriteFile(path, append(b, '\n'), 0o644)
+	return atomicfile.WriteFile(path, append(b, '\n'), 0o644)
 }
 
-// WriteSVGFile writes the chart.
+// WriteSVGFile replaces the file at path with the chart.
 func WriteSVGFile(path string, res *Result) error {
-	f, err := os.Create(path)
-	if err != nil {
-		return err
-	}
-	WriteSVG(f, res)
-	return f.Close()
+	var b bytes.Buffer
+	WriteSVG(&b, res)
+	return atomicfile.WriteFile(path, b.Bytes(), 0o644)
 }
 
 var palette = []string{"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"}

@@ -11,6 +11,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/cellkit/cellkit/internal/atomicfile"
 	"github.com/cellkit/cellkit/internal/slotmap"
 )
 
@@ -149,42 +150,10 @@ func (f *File) CompareAndSwap(ctx context.Context, old int64, m *slotmap.Map) er
 	case cur.Version() != old:
 		return fmt.Errorf("%w: registry holds version %d, expected %d", ErrConflict, cur.Version(), old)
 	}
-	if err := WriteFileAtomic(f.path, data); err != nil {
+	if err := atomicfile.WriteFile(f.path, data, 0o600); err != nil {
 		return fmt.Errorf("file registry: %w", err)
 	}
 	return nil
-}
-
-// WriteFileAtomic replaces path with data so that readers see either the
-// old content or the new, also across a crash: temp file in the same
-// directory, fsync, rename, fsync of the directory.
-func WriteFileAtomic(path string, data []byte) error {
-	dir := filepath.Dir(path)
-	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name()) // no-op after the rename
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		return err
-	}
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
 }
 
 // Watch polls the file's identity every PollInterval and

@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
 
+	"github.com/cellkit/cellkit/internal/atomicfile"
 	"github.com/cellkit/cellkit/internal/slotmap"
 )
 
@@ -209,7 +210,7 @@ func (f *Follower) install(m *slotmap.Map, fromCache bool) {
 		f.log.Info("cell map updated", "version", m.Version(), "change", m.Change())
 		if f.cachePath != "" {
 			if data, err := m.Encode(); err == nil {
-				if err := WriteFileAtomic(f.cachePath, data); err != nil {
+				if err := atomicfile.WriteFile(f.cachePath, data, 0o600); err != nil {
 					f.log.Warn("cannot write map cache", "cache", f.cachePath, "err", err)
 				}
 			}

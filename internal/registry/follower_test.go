@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/cellkit/cellkit/internal/atomicfile"
 	"github.com/cellkit/cellkit/internal/testkit"
 )
 
@@ -105,7 +106,7 @@ func TestFollowerNeverGoesBackwardsOrTakesAnInvalidMap(t *testing.T) {
 
 	// Someone puts version 1 back by hand, then garbage.
 	old, _ := v1.Encode()
-	if err := WriteFileAtomic(path, old); err != nil {
+	if err := atomicfile.WriteFile(path, old, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	testkit.WaitFor(t, 5*time.Second, "a successful round over the old version", func() bool {
@@ -116,7 +117,7 @@ func TestFollowerNeverGoesBackwardsOrTakesAnInvalidMap(t *testing.T) {
 	if got := f.Map().Version(); got != 2 {
 		t.Fatalf("follower went back to version %d", got)
 	}
-	if err := WriteFileAtomic(path, []byte(`{"version":3,"slots":64,`)); err != nil {
+	if err := atomicfile.WriteFile(path, []byte(`{"version":3,"slots":64,`), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	testkit.WaitFor(t, 5*time.Second, "the follower to report the corrupt file", func() bool {

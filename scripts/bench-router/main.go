@@ -9,7 +9,8 @@
 // The load generator sends POST /v1/inquiries at a constant rate whatever
 // the answers do (open loop) and measures each latency from the request's
 // intended send time, so a stall is charged to every request it delays
-// (no coordinated omission). It prints one JSON line of percentiles.
+// (no coordinated omission). It prints one JSON line of percentiles. Its
+// pacing is internal/loadtest's Generator, the same as the drills'.
 package main
 
 import (
@@ -28,18 +29,15 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
-	"runtime"
 	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
 
-	"golang.org/x/sys/unix"
-
+	"github.com/cellkit/cellkit/internal/loadtest"
 	"github.com/cellkit/cellkit/internal/registry"
 	"github.com/cellkit/cellkit/internal/slotmap"
 )
@@ -233,66 +231,51 @@ func load(ctx context.Context, o loadOptions) (Result, error) {
 	total := int(o.rate * (o.warmup + o.duration).Seconds())
 	interval := time.Duration(float64(time.Second) / o.rate)
 	measureFrom := int(o.rate * o.warmup.Seconds())
-	lat := make([]time.Duration, total)
-	status := make([]int32, total) // 0 not done, >0 HTTP status, -1 error
-	var sent atomic.Int64
-
-	ctx, cancel := context.WithTimeout(ctx, o.warmup+o.duration+5*time.Second)
-	defer cancel()
-	start := time.Now().Add(50 * time.Millisecond)
-	var wg sync.WaitGroup
-	var dialErr atomic.Value
-	for c := range o.conns {
-		target := o.targets[c%len(o.targets)]
-		host := strings.TrimPrefix(strings.TrimPrefix(target, "http://"), "https://")
-		wg.Go(func() {
-			var conn net.Conn
-			var br *bufio.Reader
-			// Request i is due at start + i*interval and goes out on
-			// connection i % conns; a request that waits for its
-			// connection counts the wait as latency. Each connection
-			// sleeps with nanosleep on its own thread: Go's timers wake
-			// up to a millisecond late when the process is otherwise idle
-			// (the runtime's epoll wait has millisecond resolution), which
-			// added ~0.4 ms of schedule lag to every target's latency.
-			runtime.LockOSThread()
-			defer runtime.UnlockOSThread()
-			for i := c; i < total; i += o.conns {
-				intended := start.Add(time.Duration(i) * interval)
-				sleepUntil(intended)
-				if ctx.Err() != nil {
-					break
-				}
-				sent.Add(1)
-				if conn == nil {
-					var err error
-					if conn, err = net.DialTimeout("tcp", host, time.Second); err != nil {
-						dialErr.Store(err)
-						status[i] = -1
-						conn = nil
-						continue
-					}
-					br = bufio.NewReaderSize(conn, 16<<10)
-				}
-				conn.SetDeadline(time.Now().Add(5 * time.Second))
-				code, err := roundTrip(conn, br, reqs[i%len(reqs)])
-				lat[i] = time.Since(intended)
-				if err != nil {
-					status[i] = -1
-					conn.Close()
-					conn = nil
-					continue
-				}
-				status[i] = int32(code)
-			}
-			if conn != nil {
-				conn.Close()
-			}
-		})
+	sched := make([]time.Duration, total)
+	for i := range sched {
+		sched[i] = time.Duration(i) * interval
 	}
-	wg.Wait()
+	lat := make([]time.Duration, total)
+	status := make([]int32, total) // 0 not sent, >0 HTTP status, -1 error
 
-	res := Result{Name: o.name, Rate: o.rate, Sent: int(sent.Load())}
+	// The pacing is the drills' (internal/loadtest's Generator): request i
+	// is due at start + i*interval and goes out on the next free sender,
+	// each on its own OS thread with its own keep-alive connection (sender
+	// c to target c % targets), sleeping in nanosleep for the last
+	// milliseconds before the intended time. A Go timer alone wakes up to a
+	// millisecond late when the process is otherwise idle, which had added
+	// ~0.4 ms of schedule lag to every target's latency.
+	conns := make([]*benchConn, o.conns)
+	for c := range conns {
+		target := o.targets[c%len(o.targets)]
+		conns[c] = &benchConn{host: strings.TrimPrefix(strings.TrimPrefix(target, "http://"), "https://")}
+	}
+	var dialErr atomic.Value
+	gen := loadtest.Generator[int32]{
+		Start:    time.Now().Add(50 * time.Millisecond),
+		Schedule: sched,
+		Senders:  o.conns,
+		Timeout:  5 * time.Second,
+		Send: func(ctx context.Context, r loadtest.Request) int32 {
+			code, err := conns[r.Sender].roundTrip(ctx, reqs[r.Seq%len(reqs)])
+			if err != nil {
+				if errors.Is(err, errDial) {
+					dialErr.Store(err)
+				}
+				return -1
+			}
+			return int32(code)
+		},
+		Done: func(r loadtest.Request, code int32) {
+			lat[r.Seq], status[r.Seq] = r.Latency, code
+		},
+	}
+	sum := gen.Run(ctx)
+	for _, c := range conns {
+		c.close()
+	}
+
+	res := Result{Name: o.name, Rate: o.rate, Sent: sum.Sent}
 	var ms []time.Duration
 	for i := measureFrom; i < total; i++ {
 		switch s := status[i]; {
@@ -322,14 +305,40 @@ func load(ctx context.Context, o loadOptions) (Result, error) {
 	return res, nil
 }
 
-// sleepUntil blocks the thread in nanosleep until t.
-func sleepUntil(t time.Time) {
-	d := time.Until(t)
-	if d <= 0 {
-		return
+// errDial marks a failure to connect.
+var errDial = errors.New("dial")
+
+// benchConn is one sender's keep-alive connection, dialled on first use
+// and again after an error.
+type benchConn struct {
+	host string
+	conn net.Conn
+	br   *bufio.Reader
+}
+
+// roundTrip sends req and reads its answer within ctx's deadline.
+func (c *benchConn) roundTrip(ctx context.Context, req []byte) (int, error) {
+	if c.conn == nil {
+		conn, err := net.DialTimeout("tcp", c.host, time.Second)
+		if err != nil {
+			return 0, fmt.Errorf("%w: %w", errDial, err)
+		}
+		c.conn, c.br = conn, bufio.NewReaderSize(conn, 16<<10)
 	}
-	ts := unix.NsecToTimespec(int64(d))
-	for unix.Nanosleep(&ts, &ts) == unix.EINTR {
+	if dl, ok := ctx.Deadline(); ok {
+		c.conn.SetDeadline(dl)
+	}
+	code, err := roundTrip(c.conn, c.br, req)
+	if err != nil {
+		c.close()
+	}
+	return code, err
+}
+
+func (c *benchConn) close() {
+	if c.conn != nil {
+		c.conn.Close()
+		c.conn = nil
 	}
 }
 

@@ -1,4 +1,4 @@
-package loadtest
+package drill
 
 import (
 	"context"
@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/cellkit/cellkit/internal/loadtest"
 )
 
 // TestRunAgainstStack sends 3 s of load through a real local stack started
@@ -31,7 +33,7 @@ func TestRunAgainstStack(t *testing.T) {
 			t.Error(err)
 		}
 	})
-	r, err := NewRunner(Config{Target: st.Router, Key: st.APIKey, Steps: []Step{{50, 3 * time.Second}}, Users: 50, KeepSamples: true}, Options{})
+	r, err := loadtest.NewRunner(loadtest.Config{Target: st.Router, Key: st.APIKey, Steps: []loadtest.Step{{Rate: 50, For: 3 * time.Second}}, Users: 50, KeepSamples: true}, loadtest.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,7 +47,7 @@ func TestRunAgainstStack(t *testing.T) {
 	if len(res.CellNames()) < 2 {
 		t.Errorf("cells = %v, want the load spread over the cells", res.CellNames())
 	}
-	v := verify(ctx, r.opts.Client, st.Router, st.APIKey, res.Samples, 30*time.Second, 20, nil)
+	v := r.Verify(ctx, res.Samples, 30*time.Second, 20)
 	if v.Done+v.Failed != 150 || v.Lost+v.Unfinished+v.Changed+v.ReplayNewID != 0 {
 		t.Errorf("verify = %+v", v)
 	}

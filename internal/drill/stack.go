@@ -1,4 +1,4 @@
-package loadtest
+package drill
 
 import (
 	"bytes"
@@ -10,7 +10,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/cellkit/cellkit/internal/devstack"
@@ -20,9 +19,10 @@ import (
 type Stack struct {
 	devstack.Stack
 
-	path    string // dev.json
-	cellctl string // the cellctl binary
-	owned   bool   // started by StartStack: Stop takes it down
+	path     string                     // dev.json
+	cellctl  string                     // the cellctl binary
+	owned    bool                       // started by StartStack: Stop takes it down
+	children map[string]*devstack.Child // processes this drill restarted
 }
 
 // Process is one process of the stack.
@@ -35,7 +35,7 @@ func LoadStack(path, cellctl string) (*Stack, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read the stack: %w (start one with 'cellctl dev up')", err)
 	}
-	return &Stack{Stack: *rec, path: path, cellctl: cellctl}, nil
+	return &Stack{Stack: *rec, path: path, cellctl: cellctl, children: map[string]*devstack.Child{}}, nil
 }
 
 // StartStack runs `cellctl dev up` detached in a fresh temporary directory
@@ -56,7 +56,7 @@ func StartStack(ctx context.Context, binDir string, devUpArgs ...string) (*Stack
 		os.RemoveAll(dir)
 		return nil, fmt.Errorf("cellctl dev up: %v: %s", err, bytes.TrimSpace(out))
 	}
-	st, err := LoadStack(filepath.Join(dir, "dev.json"), cellctl)
+	st, err := LoadStack(devstack.StatePath(dir), cellctl)
 	if err != nil {
 		return nil, err
 	}
@@ -64,36 +64,30 @@ func StartStack(ctx context.Context, binDir string, devUpArgs ...string) (*Stack
 	return st, nil
 }
 
-// Stop takes down a stack that StartStack started and removes its
-// directory; a stack that was running before is left alone.
+// Stop takes down a stack that StartStack started, as 'cellctl dev down'
+// does, and removes its directory; a stack that was running before is left
+// alone.
 func (st *Stack) Stop(ctx context.Context) error {
 	if !st.owned {
 		return nil
 	}
-	out, err := exec.CommandContext(ctx, st.cellctl, "dev", "down", "--dir", st.Dir).CombinedOutput()
-	if err != nil {
-		return fmt.Errorf("cellctl dev down: %v: %s", err, bytes.TrimSpace(out))
-	}
+	devstack.StopAll(ctx, st.Processes, devstack.StopGrace, nil)
 	return os.RemoveAll(st.Dir)
 }
 
 // Proc returns the process named name.
 func (st *Stack) Proc(name string) (*Process, error) {
-	for i := range st.Processes {
-		if st.Processes[i].Name == name {
-			return &st.Processes[i], nil
-		}
+	if p, ok := st.Process(name); ok {
+		return p, nil
 	}
 	return nil, fmt.Errorf("no process %q in %s", name, st.path)
 }
 
-// Cells are the cell processes, c1 first.
+// Cells are the cell processes' names, c1 first.
 func (st *Stack) Cells() []string {
 	var cells []string
-	for _, p := range st.Processes {
-		if p.Name != "agencysim" && p.Name != "router" {
-			cells = append(cells, p.Name)
-		}
+	for _, p := range st.Stack.Cells() {
+		cells = append(cells, p.Name)
 	}
 	return cells
 }
@@ -104,13 +98,10 @@ func (st *Stack) Kill(ctx context.Context, name string) error {
 	if err != nil {
 		return err
 	}
-	if !devstack.Alive(p.PID) {
-		return fmt.Errorf("%s (pid %d) is not running", name, p.PID)
+	if _, err := devstack.Stop(ctx, *p, 0); err != nil {
+		return fmt.Errorf("kill %s (pid %d): %w", name, p.PID, err)
 	}
-	if err := syscall.Kill(p.PID, syscall.SIGKILL); err != nil {
-		return fmt.Errorf("kill %s: %w", name, err)
-	}
-	return pollUntil(ctx, 10*time.Second, func() bool { return !devstack.Alive(p.PID) })
+	return nil
 }
 
 // Restart starts the process again with the binary and arguments recorded
@@ -120,22 +111,26 @@ func (st *Stack) Restart(name string) error {
 	if err != nil {
 		return err
 	}
-	if _, p.PID, err = devstack.Start(*p); err != nil { // its exit is reaped by Start
-		return fmt.Errorf("restart %s: %w", name, err)
+	c, err := devstack.Start(*p)
+	if err != nil {
+		return err
 	}
+	st.children[name], p.PID = c, c.PID
 	return devstack.Write(st.path, &st.Stack)
 }
 
-// WaitReady polls the process's readiness URL until it answers 200.
+// WaitReady polls the process's readiness URL until it answers 200; a
+// process that ends meanwhile fails it with the end of its log.
 func (st *Stack) WaitReady(ctx context.Context, name string, within time.Duration) error {
 	p, err := st.Proc(name)
 	if err != nil {
 		return err
 	}
-	if err := pollUntil(ctx, within, func() bool { return getOK(ctx, p.Ready) }); err != nil {
-		return fmt.Errorf("%s not ready: %w", name, err)
+	c := st.children[name]
+	if c == nil {
+		c = devstack.Attach(*p)
 	}
-	return nil
+	return devstack.WaitReady(ctx, adminClient, within, c)
 }
 
 // Cellctl runs the cellctl binary against the stack's registry.
@@ -143,7 +138,7 @@ func (st *Stack) Cellctl(ctx context.Context, args ...string) (string, error) {
 	full := append([]string{"--registry", st.Registry}, args...)
 	out, err := exec.CommandContext(ctx, st.cellctl, full...).CombinedOutput()
 	if err != nil {
-		return string(out), fmt.Errorf("cellctl %s: %v: %s", strings.Join(args, " "), err, lastLines(string(out), 3))
+		return string(out), fmt.Errorf("cellctl %s: %v: %s", strings.Join(args, " "), err, devstack.Tail(string(out), 3))
 	}
 	return string(out), nil
 }
@@ -171,36 +166,7 @@ func (st *Stack) Status(ctx context.Context, cell string) (CellStatus, error) {
 	return cs, err
 }
 
-// pollUntil calls ok every 50 ms until it holds, ctx ends or within passes.
-func pollUntil(ctx context.Context, within time.Duration, ok func() bool) error {
-	deadline := time.Now().Add(within)
-	for !ok() {
-		if time.Now().After(deadline) {
-			return fmt.Errorf("not within %v", within)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
-	return nil
-}
-
 var adminClient = &http.Client{Timeout: 2 * time.Second}
-
-func getOK(ctx context.Context, url string) bool {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return false
-	}
-	resp, err := adminClient.Do(req)
-	if err != nil {
-		return false
-	}
-	resp.Body.Close()
-	return resp.StatusCode == http.StatusOK
-}
 
 func getJSON(ctx context.Context, url string, v any) error {
 	return doJSON(ctx, http.MethodGet, url, nil, v)
@@ -236,12 +202,4 @@ func doJSON(ctx context.Context, method, url string, body, v any) error {
 		return nil
 	}
 	return json.NewDecoder(resp.Body).Decode(v)
-}
-
-func lastLines(s string, n int) string {
-	lines := strings.Split(strings.TrimSpace(s), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, " | ")
 }

@@ -1,0 +1,351 @@
+package cellctl
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/cellkit/cellkit/internal/atomicfile"
+	"github.com/cellkit/cellkit/internal/devstack"
+	"github.com/cellkit/cellkit/internal/registry"
+)
+
+// devUp starts the stack; see devUpCommand.
+func (x *inv) devUp(ctx context.Context, o devOptions) error {
+	dir, err := filepath.Abs(o.dir)
+	if err != nil {
+		return err
+	}
+	if old, err := readDevStack(dir); err == nil {
+		for _, p := range old.Processes {
+			if devstack.Alive(p.PID) {
+				return fmt.Errorf("a stack from %s is already running (%s pid %d): see 'cellctl dev status --dir %s', stop it with 'cellctl dev down --dir %s'",
+					devstack.StatePath(dir), p.Name, p.PID, o.dir, o.dir)
+			}
+		}
+	}
+	bins, err := findBinaries(o.binDir, "agencysim", "cell", "router")
+	if err != nil {
+		return err
+	}
+	for _, sub := range []string{"registry", "cells", "router", "logs"} {
+		if err := os.MkdirAll(filepath.Join(dir, sub), 0o755); err != nil {
+			return err
+		}
+	}
+	ports, err := allocPorts(o)
+	if err != nil {
+		return err
+	}
+	regURL := "file:" + filepath.Join(dir, "registry", "map.json")
+	if err := x.devMap(ctx, regURL, o.cells, ports); err != nil {
+		return err
+	}
+	key, err := devKey(ctx, bins["router"], dir)
+	if err != nil {
+		return err
+	}
+
+	procs := []DevProcess{{
+		Name: "agencysim", Bin: bins["agencysim"],
+		Args: []string{"-admin-listen", ports.agencyAdmin, "-nice-listen", ports.nice, "-kcb-listen", ports.kcb,
+			"-nice-sessions", "80", "-kcb-sessions", "40", "-latency-p50", "50ms", "-latency-p99", "150ms"},
+		Ready: "http://" + ports.agencyAdmin + "/readyz",
+		Addrs: map[string]string{"admin": ports.agencyAdmin, "nice": ports.nice, "kcb": ports.kcb},
+	}}
+	for i := 1; i <= o.cells; i++ {
+		id := cellName(i)
+		args := []string{"--cell", id, "--registry", regURL, "--store", filepath.Join(dir, "cells", id),
+			"--intake", ports.intake[i-1], "--admin", ports.admin[i-1],
+			"--agency", "nice=" + ports.nice, "--agency", "kcb=" + ports.kcb,
+			"--callback-allow", "127.0.0.0/8,::1/128"} // a callback receiver on this machine
+		if o.ageBudget > 0 {
+			args = append(args, "--age-budget", o.ageBudget.String())
+		}
+		procs = append(procs, DevProcess{
+			Name: id, Bin: bins["cell"],
+			Args:  args,
+			Ready: "http://" + ports.admin[i-1] + "/readyz",
+			Addrs: map[string]string{"intake": ports.intake[i-1], "admin": ports.admin[i-1]},
+		})
+	}
+	procs = append(procs, DevProcess{
+		Name: "router", Bin: bins["router"],
+		Args: []string{"-listen", ports.router, "-admin-listen", ports.routerAdmin, "-registry", regURL,
+			"-keys", filepath.Join(dir, "router", "keys.json"), "-map-cache", filepath.Join(dir, "router", "map-cache.json")},
+		Ready: "http://" + ports.routerAdmin + "/readyz",
+		Addrs: map[string]string{"listen": ports.router, "admin": ports.routerAdmin},
+	})
+
+	st := &DevStack{
+		Dir: dir, Registry: regURL, Router: "http://" + ports.router, RouterAdmin: "http://" + ports.routerAdmin,
+		AgencyAdmin: "http://" + ports.agencyAdmin, APIKey: key, Foreground: o.foreground,
+		StartedAt: x.cli.now(),
+	}
+	var children []*devstack.Child
+	fail := func(err error) error {
+		// Stop what was started, newest first; keep the logs.
+		devstack.StopAll(context.WithoutCancel(ctx), st.Processes, devstack.StopGrace, nil)
+		os.Remove(devstack.StatePath(dir))
+		return err
+	}
+	for _, p := range procs {
+		p.Log = filepath.Join(dir, "logs", p.Name+".log")
+		c, err := devstack.Start(p)
+		if err != nil {
+			return fail(err)
+		}
+		children = append(children, c)
+		st.Processes = append(st.Processes, c.Process)
+	}
+	if err := writeDevStack(dir, st); err != nil {
+		return fail(err)
+	}
+	x.notef("Started %d processes (logs in %s); waiting until they are ready...", len(procs), filepath.Join(dir, "logs"))
+	if err := devstack.WaitReady(ctx, x.cli.httpClient(), o.readyWait, children...); err != nil {
+		return fail(err)
+	}
+	writeDevBanner(x, st, o)
+	if !o.foreground {
+		return nil
+	}
+
+	// Foreground: report processes that end, stop everything on a signal.
+	ended := make(chan string, len(children))
+	for _, c := range children {
+		go func() {
+			<-c.Exited()
+			ended <- fmt.Sprintf("%s (pid %d) exited: %v; see %s", c.Name, c.PID, devstack.ExitText(c.Err()), c.Log)
+		}()
+	}
+	for {
+		select {
+		case msg := <-ended:
+			x.warnf("%s", msg)
+			continue
+		case <-ctx.Done():
+		}
+		break
+	}
+	fmt.Fprintln(x.out, "\nStopping the stack...")
+	devstack.StopAll(context.WithoutCancel(ctx), st.Processes, devstack.StopGrace, x.reportStop)
+	if err := os.Remove(devstack.StatePath(dir)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	fmt.Fprintf(x.out, "Stopped; data kept in %s for the next run.\n", o.dir)
+	return nil
+}
+
+func cellName(i int) string { return "c" + strconv.Itoa(i) }
+
+// devPorts are the stack's listen addresses.
+type devPorts struct {
+	router, routerAdmin    string
+	agencyAdmin, nice, kcb string
+	intake, admin          []string // per cell, c1 first
+}
+
+// allocPorts derives the addresses from the base ports; a base of 0 takes
+// free ports from the kernel (they are free now, not reserved).
+func allocPorts(o devOptions) (devPorts, error) {
+	var p devPorts
+	var err error
+	addr := func(base, off int) string {
+		if err != nil {
+			return ""
+		}
+		if base == 0 {
+			var a string
+			a, err = freeAddr()
+			return a
+		}
+		return net.JoinHostPort("127.0.0.1", strconv.Itoa(base+off))
+	}
+	p.router, p.routerAdmin = addr(o.routerPort, 0), addr(o.routerPort, 1)
+	p.agencyAdmin, p.nice, p.kcb = addr(o.agencyPort, 0), addr(o.agencyPort, 1), addr(o.agencyPort, 2)
+	for i := 1; i <= o.cells; i++ {
+		p.intake = append(p.intake, addr(o.portBase, i))
+		p.admin = append(p.admin, addr(o.portBase, 100+i))
+	}
+	return p, err
+}
+
+func freeAddr() (string, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", fmt.Errorf("find a free port: %w", err)
+	}
+	defer ln.Close()
+	return ln.Addr().String(), nil
+}
+
+// findBinaries looks for the programs in dir, else next to this executable,
+// else in ./bin.
+func findBinaries(dir string, names ...string) (map[string]string, error) {
+	var dirs []string
+	if dir != "" {
+		dirs = []string{dir}
+	} else {
+		if exe, err := os.Executable(); err == nil {
+			dirs = append(dirs, filepath.Dir(exe))
+		}
+		dirs = append(dirs, "bin")
+	}
+	for _, d := range dirs {
+		found := map[string]string{}
+		for _, n := range names {
+			p, err := filepath.Abs(filepath.Join(d, n))
+			if err != nil {
+				continue
+			}
+			if info, err := os.Stat(p); err == nil && info.Mode().IsRegular() && info.Mode()&0o111 != 0 {
+				found[n] = p
+			}
+		}
+		if len(found) == len(names) {
+			return found, nil
+		}
+	}
+	return nil, fmt.Errorf("cannot find %s in %s: run 'make build' first (or pass --bin DIR)", strings.Join(names, ", "), strings.Join(dirs, " or "))
+}
+
+// devMap makes sure the registry holds a map with cells c1..cN at the given
+// addresses, through the ordinary init, provision and endpoints commands.
+// Their plans go to DIR/logs/setup.log.
+func (x *inv) devMap(ctx context.Context, regURL string, cells int, ports devPorts) error {
+	dir := filepath.Dir(filepath.Dir(strings.TrimPrefix(regURL, "file:")))
+	logf, err := os.OpenFile(filepath.Join(dir, "logs", "setup.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	defer logf.Close()
+	run := func(args ...string) error {
+		var errb bytes.Buffer
+		full := append([]string{"--registry", regURL}, args...)
+		fmt.Fprintf(logf, "$ cellctl %s\n", strings.Join(args, " "))
+		if code := x.cli.Run(ctx, full, logf, &errb); code != ExitOK {
+			logf.Write(errb.Bytes())
+			return fmt.Errorf("cellctl %s: %s", strings.Join(args, " "), strings.TrimSpace(errb.String()))
+		}
+		return nil
+	}
+	reg, err := registry.Open(registry.Config{URL: regURL}, registry.Options{})
+	if err != nil {
+		return err
+	}
+	m, err := reg.Load(ctx)
+	reg.Close()
+	switch {
+	case errors.Is(err, registry.ErrNoMap):
+		if err := run("init", "--agency", "nice=80", "--agency", "kcb=40"); err != nil {
+			return err
+		}
+		x.notef("Created the map in %s (plans in %s).", regURL, logf.Name())
+	case err != nil:
+		return registryError(reg, err)
+	}
+	for i := 1; i <= cells; i++ {
+		id := cellName(i)
+		intake, admin := "http://"+ports.intake[i-1], "http://"+ports.admin[i-1]
+		var cur struct{ Intake, Admin string }
+		found := false
+		if m != nil {
+			if c, ok := m.Cell(id); ok {
+				cur.Intake, cur.Admin, found = c.Intake, c.Admin, true
+			}
+		}
+		switch {
+		case !found:
+			if err := run("provision", id, "--intake", intake, "--admin", admin); err != nil {
+				return err
+			}
+			x.notef("Provisioned cell %s (intake %s, admin %s).", id, intake, admin)
+		case cur.Intake != intake || cur.Admin != admin:
+			if err := run("endpoints", id, "--intake", intake, "--admin", admin); err != nil {
+				return err
+			}
+			x.notef("Moved cell %s to intake %s, admin %s.", id, intake, admin)
+		}
+	}
+	return nil
+}
+
+// devKey returns the dev API key, made once with 'router keygen' and kept in
+// DIR/router/dev-key.
+func devKey(ctx context.Context, routerBin, dir string) (string, error) {
+	keyFile := filepath.Join(dir, "router", "dev-key")
+	keysFile := filepath.Join(dir, "router", "keys.json")
+	if b, err := os.ReadFile(keyFile); err == nil {
+		if _, err := os.Stat(keysFile); err == nil && len(bytes.TrimSpace(b)) > 0 {
+			return string(bytes.TrimSpace(b)), nil
+		}
+	}
+	var out, errb bytes.Buffer
+	cmd := exec.CommandContext(ctx, routerBin, "keygen", "-client", devKeyClient, "-rate", "1000", "-burst", "2000", "-keys", keysFile)
+	cmd.Stdout, cmd.Stderr, cmd.Env = &out, &errb, devstack.ChildEnv()
+	if err := cmd.Run(); err != nil {
+		return "", fmt.Errorf("router keygen: %v: %s", err, strings.TrimSpace(errb.String()))
+	}
+	key := strings.TrimSpace(out.String())
+	if key == "" {
+		return "", errors.New("router keygen printed no key")
+	}
+	if err := atomicfile.WriteFile(keyFile, []byte(key+"\n"), 0o600); err != nil {
+		return "", err
+	}
+	return key, nil
+}
+
+// writeDevBanner prints what to do with a ready stack.
+func writeDevBanner(x *inv, st *DevStack, o devOptions) {
+	rel := o.dir
+	var cells []string
+	for _, p := range st.Cells() {
+		cells = append(cells, fmt.Sprintf("%s %s", p.Name, p.Addrs["intake"]))
+	}
+	fmt.Fprintf(x.out, `
+cellkit local stack is ready: agency simulator, %d cells, router.
+
+  router      %s   (admin %s)
+  cells       %s
+  registry    %s
+  dev API key %s   (kept in %s)
+
+Try it:
+  curl -s -H 'X-API-Key: %s' -H 'Content-Type: application/json' -d '{"user_id":"u-42","product":"credit_loan","amount":5000000,"priority":"high"}' %s/v1/inquiries
+  curl -s -H 'X-API-Key: %s' %s/v1/inquiries/ID        # the status_url it answered
+
+Metrics:  %s/metrics (router), http://ADMIN/metrics per cell (see 'cellctl dev status --dir %s'), %s/metrics (agencies)
+Status:   ./bin/cellctl --registry %s status
+`, len(cells), st.Router, st.RouterAdmin, strings.Join(cells, ", "), st.Registry,
+		st.APIKey, filepath.Join(rel, "router", "dev-key"),
+		st.APIKey, st.Router, st.APIKey, st.Router,
+		st.RouterAdmin, rel, st.AgencyAdmin, relRegistry(st.Registry))
+	if o.foreground {
+		fmt.Fprintln(x.out, "\nCtrl-C stops everything.")
+	} else {
+		fmt.Fprintf(x.out, "\nStop it with: cellctl dev down --dir %s\n", rel)
+	}
+}
+
+// relRegistry shortens a file registry URL to a path relative to the
+// working directory when it is below it.
+func relRegistry(u string) string {
+	p, ok := strings.CutPrefix(u, "file:")
+	if !ok {
+		return u
+	}
+	if wd, err := os.Getwd(); err == nil {
+		if r, err := filepath.Rel(wd, p); err == nil && !strings.HasPrefix(r, "..") {
+			return "file:" + r
+		}
+	}
+	return u
+}

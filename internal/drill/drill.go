@@ -1,0 +1,162 @@
+// Package drill runs the chaos drills against a local stack (see
+// internal/devstack): under open-loop load from internal/loadtest it injects
+// a fault (kill a cell, drain one, slow the agencies), then asserts what the
+// system promises under that fault and that no accepted inquiry was lost or
+// duplicated. A drill's result is the load's report with its verdict.
+package drill
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/cellkit/cellkit/internal/loadtest"
+)
+
+// ErrAssertion is returned when a drill ran and one of its assertions
+// failed.
+var ErrAssertion = errors.New("drill assertion failed")
+
+// Config is one drill. Zero values mean the defaults in brackets (see
+// DefaultConfig).
+type Config struct {
+	Stack *Stack
+	// Rate is the constant request rate [100/s].
+	Rate float64
+	// Users and Zipf as in loadtest.Config [200 users, uniform].
+	Users int
+	Zipf  float64
+	// Cell is the cell the drill acts on [c2].
+	Cell string
+	// Baseline is the load before the fault [15s].
+	Baseline time.Duration
+	// Fault is how long the fault lasts: kill → restart, slow → restore
+	// [10s kill, 20s agency-slow]; for drain, the longest the drain may take
+	// [60s].
+	Fault time.Duration
+	// After is the load after the fault [15s].
+	After time.Duration
+	// P99Factor bounds the other cells' p99 during the fault against their
+	// baseline p99 [1.2].
+	P99Factor float64
+	// DownP99 bounds the p99 of the killed cell's users while it is down
+	// [50ms].
+	DownP99 time.Duration
+	// SlowFactor multiplies the agencies' latency in agency-slow [10].
+	SlowFactor float64
+	// IntakeP99 bounds the intake p99 while the agencies are slow [250ms].
+	IntakeP99 time.Duration
+	// VerifyWithin bounds the polling of accepted ids [120s].
+	VerifyWithin time.Duration
+	// Replays is how many accepted requests are re-sent with their
+	// Idempotency-Key to check they keep their id [300].
+	Replays int
+	// Progress gets the progress lines (nil: none).
+	Progress io.Writer
+}
+
+// DefaultConfig returns the defaults. Fault is left zero: its default
+// depends on the drill.
+func DefaultConfig() Config {
+	return Config{
+		Rate: 100, Users: 200, Cell: "c2", Baseline: 15 * time.Second, After: 15 * time.Second,
+		P99Factor: 1.2, DownP99: 50 * time.Millisecond, SlowFactor: 10, IntakeP99: 250 * time.Millisecond,
+		VerifyWithin: 120 * time.Second, Replays: 300,
+	}
+}
+
+func (c *Config) defaults(fault time.Duration) {
+	d := DefaultConfig()
+	if c.Rate <= 0 {
+		c.Rate = d.Rate
+	}
+	if c.Users <= 0 {
+		c.Users = d.Users
+	}
+	if c.Cell == "" {
+		c.Cell = d.Cell
+	}
+	if c.Baseline <= 0 {
+		c.Baseline = d.Baseline
+	}
+	if c.Fault <= 0 {
+		c.Fault = fault
+	}
+	if c.After <= 0 {
+		c.After = d.After
+	}
+	if c.P99Factor <= 0 {
+		c.P99Factor = d.P99Factor
+	}
+	if c.DownP99 <= 0 {
+		c.DownP99 = d.DownP99
+	}
+	if c.SlowFactor <= 0 {
+		c.SlowFactor = d.SlowFactor
+	}
+	if c.IntakeP99 <= 0 {
+		c.IntakeP99 = d.IntakeP99
+	}
+	if c.VerifyWithin <= 0 {
+		c.VerifyWithin = d.VerifyWithin
+	}
+	if c.Replays <= 0 {
+		c.Replays = d.Replays
+	}
+}
+
+func (c *Config) runner(total time.Duration) (*loadtest.Runner, error) {
+	return loadtest.NewRunner(loadtest.Config{
+		Target: c.Stack.Router, Key: c.Stack.APIKey, Steps: []loadtest.Step{{Rate: c.Rate, For: total}},
+		Users: c.Users, Zipf: c.Zipf, KeepSamples: true, Timeout: 5 * time.Second,
+	}, loadtest.Options{Progress: c.Progress})
+}
+
+func (c *Config) logf(format string, args ...any) {
+	if c.Progress != nil {
+		fmt.Fprintf(c.Progress, "drill: "+format+"\n", args...)
+	}
+}
+
+// startLoad runs r in the background.
+func startLoad(ctx context.Context, r *loadtest.Runner) func() (*loadtest.Result, error) {
+	var res *loadtest.Result
+	var err error
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		res, err = r.Run(ctx)
+	}()
+	return func() (*loadtest.Result, error) { <-done; return res, err }
+}
+
+// sleepUntil waits until the run's clock reaches at.
+func sleepUntil(ctx context.Context, r *loadtest.Runner, at time.Duration) error {
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(at - r.Elapsed()):
+		return nil
+	}
+}
+
+func sinceText(at, from time.Duration) string {
+	if at < 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.2fs", max(at-from, 0).Seconds())
+}
+
+func countAccepted(samples []loadtest.Sample) int {
+	n := 0
+	for _, s := range samples {
+		if s.ID != "" {
+			n++
+		}
+	}
+	return n
+}
+
+func msf(d time.Duration) string { return fmt.Sprintf("%.1fms", float64(d)/float64(time.Millisecond)) }

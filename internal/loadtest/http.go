@@ -1,0 +1,83 @@
+package loadtest
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+
+	"github.com/cellkit/cellkit/internal/inquiry"
+)
+
+// Body is the request body of user u's request number seq: the same seq
+// always gives the same body, so a retry with the same Idempotency-Key is
+// the same request.
+func Body(u, seq int) []byte {
+	b, _ := json.Marshal(inquiry.Request{
+		UserID: UserID(u), Product: "credit_loan", Amount: 1_000_000 + int64(seq%1000)*1000,
+		Priority: []inquiry.Priority{inquiry.Normal, inquiry.High}[seq%4/3],
+	})
+	return b
+}
+
+// send posts s's inquiry and fills in its outcome but the latency, which
+// the Generator measures. ctx bounds the request.
+func (r *Runner) send(ctx context.Context, s *Sample) {
+	st, hdr, body, err := post(ctx, r.opts.Client, r.cfg.Target, r.cfg.Key, s.Key, Body(s.User, s.Seq))
+	if err != nil {
+		s.Err = errKind(err)
+		return
+	}
+	s.Status = st
+	s.Cell = hdr.Get("Cellkit-Cell")
+	s.RetryAfter = hdr.Get("Retry-After") != ""
+	if st == http.StatusAccepted {
+		var a struct {
+			ID   string `json:"id"`
+			Cell string `json:"cell"`
+		}
+		if json.Unmarshal(body, &a) == nil {
+			s.ID = a.ID
+			if s.Cell == "" {
+				s.Cell = a.Cell
+			}
+		}
+	}
+}
+
+// post sends one POST /v1/inquiries.
+func post(ctx context.Context, hc *http.Client, target, key, idemKey string, body []byte) (int, http.Header, []byte, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, target+"/v1/inquiries", bytes.NewReader(body))
+	if err != nil {
+		return 0, nil, nil, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("X-API-Key", key)
+	if idemKey != "" {
+		req.Header.Set("Idempotency-Key", idemKey)
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return 0, nil, nil, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err != nil {
+		return 0, nil, nil, err
+	}
+	return resp.StatusCode, resp.Header, b, nil
+}
+
+func errKind(err error) string {
+	if errors.Is(err, context.DeadlineExceeded) {
+		return "timeout"
+	}
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		return "timeout"
+	}
+	return err.Error()
+}

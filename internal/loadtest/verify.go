@@ -1,0 +1,188 @@
+package loadtest
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"sync"
+	"time"
+)
+
+// Verification is what polling the accepted ids found.
+type Verification struct {
+	Accepted, Done, Failed int
+	Lost                   int // 404: accepted but unknown
+	Unfinished             int // still pending at the deadline
+	Changed                int // final result differs between two polls
+	Replayed, ReplayNewID  int // re-POSTs with the same Idempotency-Key; of them answered with another id
+}
+
+// Verify polls every accepted id of samples (GET /v1/inquiries/{id} through
+// the run's target, with its key and client) until it is done or failed or
+// within passes, then polls the final ones once more and compares; then
+// re-sends up to replays of the accepted requests with their
+// Idempotency-Key and checks the same id comes back. It reports to the
+// run's Progress.
+func (r *Runner) Verify(ctx context.Context, samples []Sample, within time.Duration, replays int) Verification {
+	hc, target, key, progress := r.opts.Client, r.cfg.Target, r.cfg.Key, r.opts.Progress
+	var acc []Sample
+	for _, s := range samples {
+		if s.ID != "" {
+			acc = append(acc, s)
+		}
+	}
+	v := Verification{Accepted: len(acc)}
+	type outcome struct {
+		status string
+		final  string
+	}
+	res := make([]outcome, len(acc))
+	deadline := time.Now().Add(within)
+	parallel(len(acc), 32, func(i int) {
+		for {
+			st, body := getInquiry(ctx, hc, target, key, acc[i].ID)
+			if st == "done" || st == "failed" || st == "404" {
+				res[i] = outcome{st, body}
+				return
+			}
+			if time.Now().After(deadline) || ctx.Err() != nil {
+				res[i] = outcome{"pending", ""}
+				return
+			}
+			time.Sleep(250 * time.Millisecond)
+		}
+	})
+	var mu sync.Mutex
+	parallel(len(acc), 32, func(i int) {
+		if res[i].status != "done" && res[i].status != "failed" {
+			return
+		}
+		st, body := getInquiry(ctx, hc, target, key, acc[i].ID)
+		if st != "" && body != res[i].final {
+			mu.Lock()
+			v.Changed++
+			mu.Unlock()
+		}
+	})
+	for _, o := range res {
+		switch o.status {
+		case "done":
+			v.Done++
+		case "failed":
+			v.Failed++
+		case "404":
+			v.Lost++
+		default:
+			v.Unfinished++
+		}
+	}
+	// Replays, spread over the run.
+	stepN := max(1, len(acc)/max(replays, 1))
+	var pick []Sample
+	for i := 0; i < len(acc) && len(pick) < replays; i += stepN {
+		pick = append(pick, acc[i])
+	}
+	parallel(len(pick), 16, func(i int) {
+		s := pick[i]
+		var st int
+		var body []byte
+		for try := range 10 {
+			c, cancel := context.WithTimeout(ctx, 5*time.Second)
+			var err error
+			st, _, body, err = post(c, hc, target, key, s.Key, Body(s.User, s.Seq))
+			cancel()
+			if err == nil && st == http.StatusAccepted {
+				break
+			}
+			time.Sleep(time.Duration(try+1) * 100 * time.Millisecond)
+		}
+		if st != http.StatusAccepted {
+			return
+		}
+		var a struct {
+			ID string `json:"id"`
+		}
+		json.Unmarshal(body, &a)
+		mu.Lock()
+		v.Replayed++
+		if a.ID != s.ID {
+			v.ReplayNewID++
+		}
+		mu.Unlock()
+	})
+	if progress != nil {
+		fmt.Fprintf(progress, "verified %d accepted ids: %d done, %d failed, %d lost, %d unfinished, %d changed; %d replays, %d with a new id\n",
+			v.Accepted, v.Done, v.Failed, v.Lost, v.Unfinished, v.Changed, v.Replayed, v.ReplayNewID)
+	}
+	return v
+}
+
+// getInquiry returns the inquiry's status ("404" when unknown, "" when it
+// could not be read in a few tries: 429, 5xx, transport errors) and its
+// status, result and reason.
+func getInquiry(ctx context.Context, hc *http.Client, target, key, id string) (string, string) {
+	for try := range 10 {
+		if st, body := getInquiryOnce(ctx, hc, target, key, id); st != "" {
+			return st, body
+		}
+		select {
+		case <-ctx.Done():
+			return "", ""
+		case <-time.After(time.Duration(try+1) * 100 * time.Millisecond):
+		}
+	}
+	return "", ""
+}
+
+func getInquiryOnce(ctx context.Context, hc *http.Client, target, key, id string) (string, string) {
+	c, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(c, http.MethodGet, target+"/v1/inquiries/"+id, nil)
+	if err != nil {
+		return "", ""
+	}
+	req.Header.Set("X-API-Key", key)
+	resp, err := hc.Do(req)
+	if err != nil {
+		return "", ""
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode == http.StatusNotFound {
+		return "404", ""
+	}
+	if resp.StatusCode != http.StatusOK {
+		return "", ""
+	}
+	var rec struct {
+		Status string          `json:"status"`
+		Result json.RawMessage `json:"result"`
+		Reason string          `json:"reason"`
+	}
+	b, _ := io.ReadAll(resp.Body)
+	if json.Unmarshal(b, &rec) != nil {
+		return "", ""
+	}
+	return rec.Status, rec.Status + " " + string(rec.Result) + " " + rec.Reason
+}
+
+// parallel runs f(0..n-1) on up to k goroutines.
+func parallel(n, k int, f func(i int)) {
+	var wg sync.WaitGroup
+	next := make(chan int)
+	for range min(n, k) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				f(i)
+			}
+		}()
+	}
+	for i := range n {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+}
