@@ -63,6 +63,15 @@ type Generator[T any] struct {
 	// Done, when set, gets each sent request's outcome with r.Latency, on
 	// the same sender, as soon as Send returns.
 	Done func(r Request, out T)
+	// OnePacer paces every request on one locked thread, which hands each
+	// one at its intended time to the first free sender, and the senders
+	// are ordinary goroutines. Use it when Send blocks on goroutines of its
+	// own, as net/http's client does: a sender locked to its thread pays a
+	// hand-off between threads for every wake-up, which on a busy machine
+	// put the drills' p99 at 27 ms against 6 ms. Without it each sender
+	// paces itself on its own thread (a raw connection per sender, as
+	// bench-router has: no hand-off at all).
+	OnePacer bool
 }
 
 // Request is one request of a Generator's schedule.
@@ -109,37 +118,74 @@ func (g *Generator[T]) Run(ctx context.Context) Summary {
 		cutoff = g.Schedule[n-1] + timeout
 	}
 	var next, sent, skipped, maxLag atomic.Int64
+	// take returns the next request to send, once its intended time has
+	// come, or false when there is none left.
+	take := func(w int) (Request, bool) {
+		for {
+			i := int(next.Add(1) - 1)
+			if i >= n {
+				return Request{}, false
+			}
+			at := g.Schedule[i]
+			intended := start.Add(at)
+			if at > cutoff || !sleepUntil(ctx, intended) || time.Since(start) > cutoff {
+				skipped.Add(1)
+				continue
+			}
+			return Request{Seq: i, Sender: w, Intended: intended}, true
+		}
+	}
+	send := func(r Request) {
+		r.Sent = time.Now()
+		for lag := int64(r.Lag()); ; {
+			cur := maxLag.Load()
+			if lag <= cur || maxLag.CompareAndSwap(cur, lag) {
+				break
+			}
+		}
+		sent.Add(1)
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
+		out := g.Send(rctx, r)
+		r.Latency = time.Since(r.Intended)
+		cancel()
+		if g.Done != nil {
+			g.Done(r, out)
+		}
+	}
 	var wg sync.WaitGroup
+	if g.OnePacer {
+		due := make(chan Request)
+		for w := range senders {
+			wg.Go(func() {
+				for r := range due {
+					r.Sender = w
+					send(r)
+				}
+			})
+		}
+		runtime.LockOSThread()
+		for {
+			r, ok := take(0)
+			if !ok {
+				break
+			}
+			due <- r // waits for a free sender: the lag counts
+		}
+		runtime.UnlockOSThread()
+		close(due)
+		wg.Wait()
+		return Summary{Planned: n, Sent: int(sent.Load()), Skipped: int(skipped.Load()), MaxLag: time.Duration(maxLag.Load())}
+	}
 	for w := range senders {
 		wg.Go(func() {
 			runtime.LockOSThread()
 			defer runtime.UnlockOSThread()
 			for {
-				i := int(next.Add(1) - 1)
-				if i >= n {
+				r, ok := take(w)
+				if !ok {
 					return
 				}
-				at := g.Schedule[i]
-				intended := start.Add(at)
-				if at > cutoff || !sleepUntil(ctx, intended) || time.Since(start) > cutoff {
-					skipped.Add(1)
-					continue
-				}
-				r := Request{Seq: i, Sender: w, Intended: intended, Sent: time.Now()}
-				for lag := int64(r.Lag()); ; {
-					cur := maxLag.Load()
-					if lag <= cur || maxLag.CompareAndSwap(cur, lag) {
-						break
-					}
-				}
-				sent.Add(1)
-				rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
-				out := g.Send(rctx, r)
-				r.Latency = time.Since(intended)
-				cancel()
-				if g.Done != nil {
-					g.Done(r, out)
-				}
+				send(r)
 			}
 		})
 	}

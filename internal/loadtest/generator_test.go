@@ -8,16 +8,22 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
+	"github.com/cellkit/cellkit/internal/testkit"
 )
 
-func TestMain(m *testing.M) {
-	// Every sender, progress line and test server must have stopped by the
-	// end. Idle keep-alive connections of HTTP clients are not leaks.
-	goleak.VerifyTestMain(m,
-		goleak.IgnoreTopFunction("net/http.(*persistConn).readLoop"),
-		goleak.IgnoreTopFunction("net/http.(*persistConn).writeLoop"),
-	)
+// Every sender, progress line and test server must have stopped by the end.
+func TestMain(m *testing.M) { testkit.VerifyTestMain(m) }
+
+// pacings runs f for each way a Generator paces: a thread per sender, and
+// one pacing thread handing requests to goroutines.
+func pacings(t *testing.T, f func(t *testing.T, onePacer bool)) {
+	for _, one := range []bool{false, true} {
+		name := "thread per sender"
+		if one {
+			name = "one pacer"
+		}
+		t.Run(name, func(t *testing.T) { f(t, one) })
+	}
 }
 
 // steady is n intended times, gap apart from 0.
@@ -51,114 +57,122 @@ func collect(t *testing.T, ctx context.Context, g Generator[struct{}], send func
 // within 3 %, each close to its intended time (a Go timer alone is up to a
 // millisecond late on an idle process).
 func TestGeneratorKeepsTheRate(t *testing.T) {
-	const n, rate = 1000, 500
-	var busy [8]atomic.Bool
-	sum, got := collect(t, context.Background(), Generator[struct{}]{Schedule: steady(n, time.Second/rate), Senders: len(busy)},
-		func(_ context.Context, r Request) {
-			if !busy[r.Sender].CompareAndSwap(false, true) {
-				t.Errorf("sender %d sends two requests at once", r.Sender)
-			}
-			time.Sleep(200 * time.Microsecond) // a quick answer
-			busy[r.Sender].Store(false)
-		})
-	if sum.Planned != n || sum.Sent != n || sum.Skipped != 0 {
-		t.Fatalf("summary = %+v, want all %d sent", sum, n)
-	}
-	span := got[n-1].Sent.Sub(got[0].Sent)
-	if achieved := float64(n-1) / span.Seconds(); achieved < rate*0.97 || achieved > rate*1.03 {
-		t.Errorf("achieved %.1f/s over %v, want %d/s ± 3%%", achieved, span, rate)
-	}
-	lags := make([]time.Duration, n)
-	for i, r := range got {
-		if r.Seq != i || r.Latency < r.Lag() {
-			t.Fatalf("request %d = %+v: latency must count from the intended time", i, r)
+	pacings(t, func(t *testing.T, onePacer bool) {
+		const n, rate = 1000, 500
+		var busy [8]atomic.Bool
+		sum, got := collect(t, context.Background(), Generator[struct{}]{Schedule: steady(n, time.Second/rate), Senders: len(busy), OnePacer: onePacer},
+			func(_ context.Context, r Request) {
+				if !busy[r.Sender].CompareAndSwap(false, true) {
+					t.Errorf("sender %d sends two requests at once", r.Sender)
+				}
+				time.Sleep(200 * time.Microsecond) // a quick answer
+				busy[r.Sender].Store(false)
+			})
+		if sum.Planned != n || sum.Sent != n || sum.Skipped != 0 {
+			t.Fatalf("summary = %+v, want all %d sent", sum, n)
 		}
-		lags[i] = r.Lag()
-	}
-	slices.Sort(lags)
-	t.Logf("send lag p50 %v, p90 %v, p99 %v, max %v", lags[n/2], lags[n*9/10], lags[n*99/100], sum.MaxLag)
-	// Generous for a shared 2-core machine; on an idle one the median is
-	// tens of microseconds.
-	if p50, p90 := lags[n/2], lags[n*9/10]; p50 > 500*time.Microsecond || p90 > 2*time.Millisecond {
-		t.Errorf("send lag p50 %v, p90 %v (max %v): want p50 ≤ 500µs, p90 ≤ 2ms", p50, p90, sum.MaxLag)
-	}
+		span := got[n-1].Sent.Sub(got[0].Sent)
+		if achieved := float64(n-1) / span.Seconds(); achieved < rate*0.97 || achieved > rate*1.03 {
+			t.Errorf("achieved %.1f/s over %v, want %d/s ± 3%%", achieved, span, rate)
+		}
+		lags := make([]time.Duration, n)
+		for i, r := range got {
+			if r.Seq != i || r.Latency < r.Lag() {
+				t.Fatalf("request %d = %+v: latency must count from the intended time", i, r)
+			}
+			lags[i] = r.Lag()
+		}
+		slices.Sort(lags)
+		t.Logf("send lag p50 %v, p90 %v, p99 %v, max %v", lags[n/2], lags[n*9/10], lags[n*99/100], sum.MaxLag)
+		// Generous for a shared 2-core machine; on an idle one the median is
+		// tens of microseconds.
+		if p50, p90 := lags[n/2], lags[n*9/10]; p50 > 500*time.Microsecond || p90 > 2*time.Millisecond {
+			t.Errorf("send lag p50 %v, p90 %v (max %v): want p50 ≤ 500µs, p90 ≤ 2ms", p50, p90, sum.MaxLag)
+		}
+	})
 }
 
 // A stalled server: two senders, a request every 50 ms, and requests 2 and
 // 3 take 500 ms. The requests due meanwhile wait for a sender, and their
 // latency counts from their intended time, not from when they went out.
 func TestGeneratorLatencyFromIntendedTimeWhenStalled(t *testing.T) {
-	const gap, stall = 50 * time.Millisecond, 500 * time.Millisecond
-	sum, got := collect(t, context.Background(), Generator[struct{}]{Schedule: steady(20, gap), Senders: 2},
-		func(_ context.Context, r Request) {
-			if r.Seq == 2 || r.Seq == 3 {
-				time.Sleep(stall)
-			}
-		})
-	if sum.Sent != 20 {
-		t.Fatalf("sent %d, want 20: a stall must not drop requests", sum.Sent)
-	}
-	// Request 4 is due at 200 ms; the first sender is free at 100+500 ms.
-	for _, r := range got[4:8] {
-		if r.Lag() < 2*gap || r.Latency < r.Lag() {
-			t.Errorf("request %d: lag %v, latency %v; want it sent late and the wait counted", r.Seq, r.Lag(), r.Latency)
+	pacings(t, func(t *testing.T, onePacer bool) {
+		const gap, stall = 50 * time.Millisecond, 500 * time.Millisecond
+		sum, got := collect(t, context.Background(), Generator[struct{}]{Schedule: steady(20, gap), Senders: 2, OnePacer: onePacer},
+			func(_ context.Context, r Request) {
+				if r.Seq == 2 || r.Seq == 3 {
+					time.Sleep(stall)
+				}
+			})
+		if sum.Sent != 20 {
+			t.Fatalf("sent %d, want 20: a stall must not drop requests", sum.Sent)
 		}
-	}
-	if r := got[4]; r.Latency < 600*time.Millisecond-4*gap-5*time.Millisecond {
-		t.Errorf("request 4 latency %v, want ≥ ~400ms (queued behind the stall)", r.Latency)
-	}
-	if sum.MaxLag < 350*time.Millisecond {
-		t.Errorf("max lag %v, want the stall in it", sum.MaxLag)
-	}
-	// After the stall the senders catch up: the last requests are on time.
-	if r := got[19]; r.Lag() > 20*time.Millisecond {
-		t.Errorf("last request lag %v, want caught up", r.Lag())
-	}
+		// Request 4 is due at 200 ms; the first sender is free at 100+500 ms.
+		for _, r := range got[4:8] {
+			if r.Lag() < 2*gap || r.Latency < r.Lag() {
+				t.Errorf("request %d: lag %v, latency %v; want it sent late and the wait counted", r.Seq, r.Lag(), r.Latency)
+			}
+		}
+		if r := got[4]; r.Latency < 600*time.Millisecond-4*gap-5*time.Millisecond {
+			t.Errorf("request 4 latency %v, want ≥ ~400ms (queued behind the stall)", r.Latency)
+		}
+		if sum.MaxLag < 350*time.Millisecond {
+			t.Errorf("max lag %v, want the stall in it", sum.MaxLag)
+		}
+		// After the stall the senders catch up: the last requests are on time.
+		if r := got[19]; r.Lag() > 20*time.Millisecond {
+			t.Errorf("last request lag %v, want caught up", r.Lag())
+		}
+	})
 }
 
 // A run stops by itself: with every request hanging until its timeout, no
 // request is sent after the cutoff and Run returns by cutoff + timeout.
 func TestGeneratorStopsByItself(t *testing.T) {
-	const timeout, cutoff = 100 * time.Millisecond, 300 * time.Millisecond
-	start := time.Now()
-	sum, got := collect(t, context.Background(), Generator[struct{}]{Schedule: steady(200, 5*time.Millisecond), Senders: 4, Timeout: timeout, Cutoff: cutoff},
-		func(ctx context.Context, r Request) { <-ctx.Done() })
-	if took := time.Since(start); took > cutoff+timeout+200*time.Millisecond {
-		t.Errorf("Run took %v, want ≤ cutoff %v + timeout %v", took, cutoff, timeout)
-	}
-	if sum.Sent+sum.Skipped != 200 || sum.Sent == 0 || sum.Skipped == 0 {
-		t.Fatalf("summary = %+v, want some sent, the rest skipped", sum)
-	}
-	for _, r := range got {
-		if !r.Sent.IsZero() && r.Sent.Sub(start) > cutoff+10*time.Millisecond {
-			t.Errorf("request %d sent at %v, after the cutoff", r.Seq, r.Sent.Sub(start))
+	pacings(t, func(t *testing.T, onePacer bool) {
+		const timeout, cutoff = 100 * time.Millisecond, 300 * time.Millisecond
+		start := time.Now()
+		sum, got := collect(t, context.Background(), Generator[struct{}]{Schedule: steady(200, 5*time.Millisecond), Senders: 4, Timeout: timeout, Cutoff: cutoff, OnePacer: onePacer},
+			func(ctx context.Context, r Request) { <-ctx.Done() })
+		if took := time.Since(start); took > cutoff+timeout+200*time.Millisecond {
+			t.Errorf("Run took %v, want ≤ cutoff %v + timeout %v", took, cutoff, timeout)
 		}
-	}
+		if sum.Sent+sum.Skipped != 200 || sum.Sent == 0 || sum.Skipped == 0 {
+			t.Fatalf("summary = %+v, want some sent, the rest skipped", sum)
+		}
+		for _, r := range got {
+			if !r.Sent.IsZero() && r.Sent.Sub(start) > cutoff+10*time.Millisecond {
+				t.Errorf("request %d sent at %v, after the cutoff", r.Seq, r.Sent.Sub(start))
+			}
+		}
+	})
 }
 
 // Cancelling the context stops sending at once; the requests in flight
 // complete with their context intact.
 func TestGeneratorCancel(t *testing.T) {
-	ctx, cancel := context.WithCancel(context.Background())
-	var inflightCancelled atomic.Bool
-	start := time.Now()
-	sum, _ := collect(t, ctx, Generator[struct{}]{Schedule: steady(100, 100*time.Millisecond), Senders: 4},
-		func(rctx context.Context, r Request) {
-			if r.Seq == 2 {
-				cancel()
-				time.Sleep(50 * time.Millisecond)
-				inflightCancelled.Store(rctx.Err() != nil)
-			}
-		})
-	if took := time.Since(start); took > time.Second {
-		t.Errorf("Run took %v after the cancel, want it to stop at once", took)
-	}
-	if sum.Sent != 3 || sum.Skipped != 97 {
-		t.Errorf("summary = %+v, want 3 sent, 97 skipped", sum)
-	}
-	if inflightCancelled.Load() {
-		t.Error("the request in flight saw its context cancelled with the run's")
-	}
+	pacings(t, func(t *testing.T, onePacer bool) {
+		ctx, cancel := context.WithCancel(context.Background())
+		var inflightCancelled atomic.Bool
+		start := time.Now()
+		sum, _ := collect(t, ctx, Generator[struct{}]{Schedule: steady(100, 100*time.Millisecond), Senders: 4, OnePacer: onePacer},
+			func(rctx context.Context, r Request) {
+				if r.Seq == 2 {
+					cancel()
+					time.Sleep(50 * time.Millisecond)
+					inflightCancelled.Store(rctx.Err() != nil)
+				}
+			})
+		if took := time.Since(start); took > time.Second {
+			t.Errorf("Run took %v after the cancel, want it to stop at once", took)
+		}
+		if sum.Sent != 3 || sum.Skipped != 97 {
+			t.Errorf("summary = %+v, want 3 sent, 97 skipped", sum)
+		}
+		if inflightCancelled.Load() {
+			t.Error("the request in flight saw its context cancelled with the run's")
+		}
+	})
 }
 
 func TestGeneratorEmpty(t *testing.T) {

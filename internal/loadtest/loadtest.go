@@ -45,9 +45,9 @@ type Config struct {
 	// than Timeout after the last intended time.
 	Timeout time.Duration
 	// MaxInflight bounds the requests in flight [128]: it is the number of
-	// the Generator's senders, each on its own OS thread. When every one is
-	// busy the next request waits, and its latency, counted from its
-	// intended time, shows it.
+	// the Generator's senders (goroutines; one thread paces them all). When
+	// every one is busy the next request waits, and its latency, counted
+	// from its intended time, shows it.
 	MaxInflight int
 	// KeepSamples keeps every request's outcome in Result.Samples (the
 	// drills need them).
@@ -162,7 +162,7 @@ func (r *Runner) Run(ctx context.Context) (*Result, error) {
 	}
 	var inflight atomic.Int64
 	gen := Generator[Sample]{
-		Start: r.start, Schedule: sched, Senders: r.cfg.MaxInflight, Timeout: r.cfg.Timeout,
+		Start: r.start, Schedule: sched, Senders: r.cfg.MaxInflight, Timeout: r.cfg.Timeout, OnePacer: true,
 		Send: func(ctx context.Context, q Request) Sample {
 			inflight.Add(1)
 			defer inflight.Add(-1)
