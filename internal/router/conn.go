@@ -221,7 +221,7 @@ func (lp *loop) bodyRoom(h *h1.Request) int {
 
 // readBody reads an admitted request's body: a Content-Length body into
 // cl.in, a chunked one decoded as it arrives into cl.dec (its framing is
-// consumed and bounded, see chunkDecoder). Then the request is routed.
+// consumed and bounded, see h1.ChunkDecoder). Then the request is routed.
 func (lp *loop) readBody(cl *client) bool {
 	h := &cl.head
 	if h.Chunked {

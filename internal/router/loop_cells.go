@@ -131,7 +131,7 @@ func (p *pool) dial() {
 	}()
 }
 
-// dialDone marks d finished, once.
+// finish marks d finished, once.
 func (d *dialing) finish() bool {
 	if d.end {
 		return false

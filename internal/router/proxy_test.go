@@ -166,7 +166,7 @@ func TestStaticStability(t *testing.T) {
 	testkit.WaitFor(t, 5*time.Second, "fresh again", func() bool { _, rd := readyz(); return !rd.Stale })
 }
 
-// TestStartsWithoutMapAnswers503: before any map the router refuses with a
+// TestNoMapIs503: before any map the router refuses with a
 // problem rather than guessing (the program waits for the map before it
 // listens, so this is the library's guard).
 func TestNoMapIs503(t *testing.T) {
