@@ -70,7 +70,12 @@ type planner func(m *slotmap.Map) (*slotmap.Plan, error)
 
 // lockRegistry takes the writer lock; release must be called.
 func (x *inv) lockRegistry(ctx context.Context, reg registry.Registry) (lock registry.Lock, release func(), err error) {
-	who := holder(x.cmd.name)
+	who := x.cli.holder(x.cmd.name)
+	if x.g.lockWait > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, x.g.lockWait)
+		defer cancel()
+	}
 	// A short first try, so that a wait for another writer is announced
 	// rather than silent.
 	tctx, cancel := context.WithTimeout(ctx, lockNotice)
@@ -152,7 +157,7 @@ func (x *inv) apply(ctx context.Context, reg registry.Registry, plan planner) (*
 				x.warnf("keep version %d in the history %s: %v", cur.Version(), hist.describe(), err)
 			}
 		}
-		next := p.After.Stamped(x.cli.now())
+		next := x.cli.noted(p.After).Stamped(x.cli.now())
 		err = reg.CompareAndSwap(ctx, cur.Version(), next)
 		if errors.Is(err, registry.ErrConflict) {
 			if attempt < maxReplans {

@@ -65,6 +65,11 @@ type CLI struct {
 	// HTTP talks to admin APIs. Nil means a client without a global timeout
 	// (every call carries a deadline of its own).
 	HTTP *http.Client
+	// Origin names the tool that drives cellctl in process ("terraform");
+	// empty for the command line. It is written into the writer lock's
+	// holder and into the change text of every map version committed, so
+	// that the history says where a change came from.
+	Origin string
 	// Terminal reports whether w is an interactive terminal, where progress
 	// lines overwrite themselves. Nil means: w is an *os.File on a character
 	// device.
@@ -115,6 +120,7 @@ type globals struct {
 	registry   string
 	json       bool
 	timeout    time.Duration
+	lockWait   time.Duration
 	adminToken string
 }
 
@@ -122,6 +128,7 @@ func (g *globals) register(fs *flag.FlagSet) {
 	fs.StringVar(&g.registry, "registry", g.registry, "")
 	fs.BoolVar(&g.json, "json", g.json, "")
 	fs.DurationVar(&g.timeout, "timeout", g.timeout, "")
+	fs.DurationVar(&g.lockWait, "lock-wait", g.lockWait, "")
 	fs.StringVar(&g.adminToken, "admin-token", g.adminToken, "")
 }
 
@@ -130,6 +137,8 @@ const globalFlagsHelp = `Global flags (before or after the command):
                        (default $CELLKIT_REGISTRY)
   --json               print JSON for machines instead of tables
   --timeout D          give up after D (default 30s; drain --wait: no limit)
+  --lock-wait D        wait at most D for the registry's writer lock (default:
+                       as long as --timeout allows)
   --admin-token TOKEN  bearer token for admin APIs (default $CELLKIT_ADMIN_TOKEN)
   -h, --help           help for the command
 
@@ -317,7 +326,7 @@ func registryError(reg registry.Registry, err error) error {
 	case errors.Is(err, registry.ErrNoMap):
 		return fmt.Errorf("registry %s holds no map yet: create one with 'cellctl init'", reg.Describe())
 	case errors.As(err, &locked):
-		return fmt.Errorf("gave up waiting for the writer lock of %s: %v; nothing changed (wait for that run to finish, or raise --timeout)", reg.Describe(), err)
+		return fmt.Errorf("gave up waiting for the writer lock of %s: %v; nothing changed (wait for that run to finish, or raise --lock-wait or --timeout)", reg.Describe(), err)
 	case errors.Is(err, slotmap.ErrInvalid):
 		return fmt.Errorf("registry %s holds an invalid map, which cellctl will not overwrite: %v", reg.Describe(), err)
 	case errors.Is(err, context.DeadlineExceeded):
@@ -329,7 +338,7 @@ func registryError(reg registry.Registry, err error) error {
 }
 
 // holder describes this run for the writer lock.
-func holder(cmd string) string {
+func (c *CLI) holder(cmd string) string {
 	who := os.Getenv("USER")
 	if u, err := user.Current(); err == nil && u.Username != "" {
 		who = u.Username
@@ -338,5 +347,16 @@ func holder(cmd string) string {
 	if who == "" {
 		who = "unknown"
 	}
+	if c.Origin != "" {
+		return fmt.Sprintf("%s (cellctl %s) by %s@%s", c.Origin, cmd, who, host)
+	}
 	return fmt.Sprintf("cellctl %s by %s@%s", cmd, who, host)
+}
+
+// noted marks a map about to be committed with the tool it came from.
+func (c *CLI) noted(m *slotmap.Map) *slotmap.Map {
+	if c.Origin == "" {
+		return m
+	}
+	return m.WithChange(m.Change() + " (" + c.Origin + ")")
 }

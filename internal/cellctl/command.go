@@ -145,7 +145,7 @@ func writeHelp(w io.Writer, cmd *command, fs *flag.FlagSet) {
 	var lines []string
 	fs.VisitAll(func(f *flag.Flag) {
 		switch f.Name {
-		case "registry", "json", "timeout", "admin-token":
+		case "registry", "json", "timeout", "lock-wait", "admin-token":
 			return
 		}
 		name, usage := flag.UnquoteUsage(f)

@@ -260,6 +260,12 @@ func TestLockHeld(t *testing.T) {
 		if !bytes.Equal(before, e.raw()) {
 			t.Error("the map changed while the lock was held by someone else")
 		}
+		// --lock-wait bounds the wait for the lock alone.
+		start := time.Now()
+		r = e.run("--timeout", "20s", "--lock-wait", "300ms", "weight", "c1", "2")
+		if r.code != ExitFailure || !strings.Contains(r.stderr, "terraform apply by alice") || time.Since(start) > 10*time.Second {
+			t.Errorf("with --lock-wait 300ms after %v: %v", time.Since(start), r)
+		}
 		// Reads and dry runs do not need the lock.
 		e.ok("weight", "c1", "2", "--dry-run")
 		e.ok("status")

@@ -166,6 +166,14 @@ func (m *Map) Stamped(at time.Time) *Map {
 	return &c
 }
 
+// WithChange returns a copy of m whose change text is change (the writer
+// notes where a change came from). The version is unchanged.
+func (m *Map) WithChange(change string) *Map {
+	c := *m
+	c.change = change
+	return &c
+}
+
 // Cells returns copies of the cells, sorted by id.
 func (m *Map) Cells() []Cell {
 	out := make([]Cell, len(m.cells))
