@@ -35,7 +35,7 @@ type drainResult struct {
 }
 
 func drainCommand() *command {
-	var wait, force bool
+	var wait, force, last bool
 	interval := time.Second
 	c := &command{
 		name:      "drain",
@@ -60,17 +60,21 @@ draining, a consistent state). --force marks a draining cell drained without
 waiting, for a dead cell whose queue will never empty (its pending work stays
 in its store; undrain it to finish that work).
 
-Refused for the last active cell: something must own the slots.`,
+Refused for the last active cell, whose slots would have no owner, unless
+--last says so: taking a whole installation down, every user is then refused
+(the routers answer 503) until a cell is active again.`,
 		examples: `cellctl drain c2 --dry-run
 cellctl drain c2 --wait
 cellctl drain c2 --wait --timeout 20m
 cellctl drain c2            # move slots and close intake only; later:
-cellctl drain c2 --wait     # resume: wait for the queue, then mark drained`,
+cellctl drain c2 --wait     # resume: wait for the queue, then mark drained
+cellctl drain c1 --wait --last   # the last active cell: nobody is served after this`,
 		minArgs: 1, maxArgs: 1,
 		mutates: true,
 		flags: func(fs *flag.FlagSet) {
 			fs.BoolVar(&wait, "wait", false, "wait for the queue to empty, then mark the cell drained")
 			fs.BoolVar(&force, "force", false, "mark the cell drained without waiting for its queue")
+			fs.BoolVar(&last, "last", false, "drain even the last active cell: every user is refused (503) until a cell is active again")
 			fs.DurationVar(&interval, "interval", interval, "how often --wait asks the cell")
 		},
 	}
@@ -82,19 +86,25 @@ cellctl drain c2 --wait     # resume: wait for the queue, then mark drained`,
 		if interval <= 0 {
 			return usagef("--interval must be positive")
 		}
-		return x.drain(ctx, args[0], wait, force, interval)
+		return x.drain(ctx, args[0], drainOpts{wait: wait, force: force, last: last, interval: interval})
 	}
 	return c
 }
 
-func (x *inv) drain(ctx context.Context, id string, wait, force bool, interval time.Duration) error {
+// drainOpts are drain's flags.
+type drainOpts struct {
+	wait, force, last bool
+	interval          time.Duration
+}
+
+func (x *inv) drain(ctx context.Context, id string, o drainOpts) error {
 	reg, err := x.openRegistry()
 	if err != nil {
 		return err
 	}
 	defer reg.Close()
 	res := &drainResult{Cell: id}
-	err = x.drainSteps(ctx, reg, res, id, wait, force, interval)
+	err = x.drainSteps(ctx, reg, res, id, o)
 	if x.g.json && res.State != "" {
 		if jerr := writeJSON(x.out, res); jerr != nil && err == nil {
 			err = jerr
@@ -103,7 +113,8 @@ func (x *inv) drain(ctx context.Context, id string, wait, force bool, interval t
 	return err
 }
 
-func (x *inv) drainSteps(ctx context.Context, reg registry.Registry, res *drainResult, id string, wait, force bool, interval time.Duration) error {
+func (x *inv) drainSteps(ctx context.Context, reg registry.Registry, res *drainResult, id string, o drainOpts) error {
+	wait, force, last, interval := o.wait, o.force, o.last, o.interval
 	m, err := x.load(ctx, reg)
 	if err != nil {
 		return err
@@ -127,6 +138,9 @@ func (x *inv) drainSteps(ctx context.Context, reg registry.Registry, res *drainR
 		r, err := x.apply(ctx, reg, func(m *slotmap.Map) (*slotmap.Plan, error) {
 			if err := knownCell(m, id); err != nil {
 				return nil, err
+			}
+			if last && len(m.ActiveCells()) == 1 {
+				return m.DrainLast(id)
 			}
 			return m.Drain(id)
 		})

@@ -144,7 +144,7 @@ cellctl init --slots 4096 --agency nice=80 --dry-run`,
 				fmt.Fprintf(x.out, "\nDry run: nothing applied.\n")
 				return nil
 			}
-			next = next.Stamped(x.cli.now())
+			next = x.cli.noted(next).Stamped(x.cli.now())
 			err = reg.CompareAndSwap(ctx, old, next)
 			if errors.Is(err, registry.ErrConflict) && attempt < maxReplans {
 				x.notef("The map changed while this plan was made (%v): planning again (%d of %d).", err, attempt+1, maxReplans)

@@ -253,9 +253,34 @@ func (m *Map) Drain(id string) (*Plan, error) {
 	if len(m.ActiveCells()) == 1 {
 		return nil, invalid("cannot drain %q: it is the last active cell", id)
 	}
+	return m.drain(p, id)
+}
+
+// DrainLast plans draining the last active cell: its slots go to no one, so
+// every user is refused (routers answer 503) until a cell is active again.
+// It is for taking a whole installation down; Drain refuses it.
+func (m *Map) DrainLast(id string) (*Plan, error) {
+	p, err := m.pos(id)
+	if err != nil {
+		return nil, err
+	}
+	if st := m.cells[p].State; st != Active {
+		return nil, invalid("cell %q is %s, not active", id, st)
+	}
+	if len(m.ActiveCells()) != 1 {
+		return nil, invalid("cell %q is not the last active cell: drain it with the others taking its slots", id)
+	}
+	return m.drain(p, id)
+}
+
+func (m *Map) drain(p int, id string) (*Plan, error) {
 	return m.plan("drain "+id, func(n *Map) error {
 		n.cells[p].State = Draining
 		cands := n.candidates()
+		if len(cands) == 0 {
+			n.table = nil // no active cell: no slot has an owner
+			return nil
+		}
 		for s, owner := range n.table {
 			if int(owner) == p {
 				n.table[s] = winner(cands, s)

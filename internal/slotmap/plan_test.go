@@ -544,3 +544,41 @@ func TestWinsAgreesWithWinner(t *testing.T) {
 		}
 	}
 }
+
+// The last active cell can be drained only on purpose (DrainLast): its slots
+// go to no one, the map stays valid, and an undrain takes every slot back.
+func TestDrainLast(t *testing.T) {
+	m := buildMap(t, []int{1, 1})
+	if _, err := m.DrainLast("c00"); err == nil {
+		t.Fatal("DrainLast with two active cells: want a refusal")
+	}
+	p, err := m.Drain("c00")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m = p.After
+	if _, err := m.Drain("c01"); err == nil {
+		t.Fatal("Drain of the last active cell: want a refusal")
+	}
+	p, err = m.DrainLast("c01")
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := p.After
+	if err := last.Validate(); err != nil {
+		t.Fatalf("after DrainLast: %v", err)
+	}
+	if r := last.Lookup("u-1"); r.Cell != "" {
+		t.Errorf("Lookup after DrainLast = %+v, want no cell", r)
+	}
+	if n := p.MovedSlots; n != m.Slots() {
+		t.Errorf("DrainLast moved %d slots, want all %d", n, m.Slots())
+	}
+	back, err := last.Undrain("c01")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := back.After.SlotCounts()["c01"]; got != m.Slots() {
+		t.Errorf("after undrain c01 owns %d slots, want all %d", got, m.Slots())
+	}
+}
