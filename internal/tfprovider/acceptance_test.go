@@ -5,19 +5,24 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/cellkit/cellkit/internal/agencysim"
 	"github.com/cellkit/cellkit/internal/cellctl"
+	"github.com/cellkit/cellkit/internal/celltest"
 	"github.com/cellkit/cellkit/internal/consultest"
 	"github.com/cellkit/cellkit/internal/registry"
 	"github.com/cellkit/cellkit/internal/slotmap"
+	"github.com/cellkit/cellkit/internal/telegram"
 	"github.com/cellkit/cellkit/internal/testkit"
 )
 
@@ -428,4 +433,149 @@ resource "cellkit_cell" "c1" {
 	}
 	f.config(base)
 	f.ok("destroy", "-auto-approve")
+}
+
+// buildCell builds the cell program next to the provider.
+func buildCell(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(providerDir(t), "cell")
+	cellOnce.Do(func() {
+		_, file, _, _ := runtime.Caller(0)
+		cmd := exec.Command("go", "build", "-o", bin, "./cell")
+		cmd.Dir = filepath.Join(filepath.Dir(file), "..", "..")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			cellErr = fmt.Errorf("go build ./cell: %v: %s", err, out)
+		}
+	})
+	if cellErr != nil {
+		t.Fatal(cellErr)
+	}
+	return bin
+}
+
+var (
+	cellOnce sync.Once
+	cellErr  error
+)
+
+// startCell runs a real cell process for id against the registry, its
+// agencies the simulators at nice and kcb, until the test ends.
+func startCell(t *testing.T, id, reg, intake, admin, nice, kcb string) {
+	t.Helper()
+	var log bytes.Buffer
+	cmd := exec.Command(buildCell(t), "--cell", id, "--registry", reg, "--store", t.TempDir(),
+		"--intake", intake, "--admin", admin, "--nats-port", "-1",
+		"--agency", "nice="+nice, "--agency", "kcb="+kcb,
+		"--workers", "2", "--css-latency", "1ms", "--core-latency", "1ms", "--log-level", "warn")
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "CELLKIT_") {
+			cmd.Env = append(cmd.Env, kv)
+		}
+	}
+	cmd.Stdout, cmd.Stderr = &log, &log
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	go func() { cmd.Wait(); close(exited) }()
+	t.Cleanup(func() {
+		cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-exited:
+		case <-time.After(20 * time.Second):
+			cmd.Process.Kill()
+			<-exited
+		}
+		if t.Failed() {
+			t.Logf("cell %s log:\n%s", id, log.String())
+		}
+	})
+	testkit.WaitFor(t, 30*time.Second, "cell "+id+" to be ready", func() bool {
+		select {
+		case <-exited:
+			t.Fatalf("cell %s exited: %v\n%s", id, cmd.ProcessState, log.String())
+		default:
+		}
+		resp, err := http.Get("http://" + admin + "/readyz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
+}
+
+// state = "drained" on a running cell with queued work: apply waits until
+// the queue and in-flight work are empty, then the cell owns no slot and
+// every inquiry it had accepted is done.
+func TestDrainWaitsForTheQueue(t *testing.T) {
+	f := newTF(t, "file:"+filepath.Join(t.TempDir(), "map.json"))
+	slow := agencysim.Config{Latency: agencysim.FixedLatency(200 * time.Millisecond)}
+	nice := celltest.StartSim(t, telegram.NICE(), slow)
+	kcb := celltest.StartSim(t, telegram.KCB(), slow)
+	intake, admin := testkit.FreeAddr(t), testkit.FreeAddr(t)
+	cells := func(state string) string {
+		return fmt.Sprintf(`
+resource "cellkit_map" "this" {
+  agencies = { nice = 80, kcb = 40 }
+}
+resource "cellkit_cell" "c1" {
+  id            = "c1"
+  intake        = "http://127.0.0.1:1"
+  admin         = "http://127.0.0.1:1"
+  force_destroy = true
+  depends_on    = [cellkit_map.this]
+}
+resource "cellkit_cell" "c2" {
+  id         = "c2"
+  intake     = "http://%s"
+  admin      = "http://%s"
+  state      = %q
+  depends_on = [cellkit_map.this]
+  timeouts {
+    update = "2m"
+  }
+}
+`, intake, admin, state)
+	}
+	f.config(cells("active"))
+	f.ok("apply", "-auto-approve")
+	startCell(t, "c2", f.reg, intake, admin, nice.Addr().String(), kcb.Addr().String())
+
+	// 24 inquiries for c2's users: with 2 workers and 200 ms agencies they
+	// take a few seconds.
+	m := f.load()
+	var ids []string
+	for u := 0; len(ids) < 24; u++ {
+		user := fmt.Sprintf("user-%d", u)
+		if m.Lookup(user).Cell != "c2" {
+			continue
+		}
+		r := testkit.Do(t, nil, "POST", "http://"+intake+"/v1/inquiries",
+			map[string]any{"user_id": user, "product": "credit_loan", "amount": 5000000, "priority": "normal"}, nil)
+		var a struct{ ID string }
+		r.JSON(t, &a)
+		if r.Status != http.StatusAccepted {
+			t.Fatalf("POST for %s: %d %s", user, r.Status, r.Body)
+		}
+		ids = append(ids, a.ID)
+	}
+	f.config(cells("drained"))
+	start := time.Now()
+	f.ok("apply", "-auto-approve")
+	took := time.Since(start)
+	t.Logf("apply with the drain took %v", took)
+	after := f.load()
+	if c, _ := after.Cell("c2"); c.State != slotmap.Drained || after.SlotCounts()["c2"] != 0 {
+		t.Fatalf("c2 after apply: %s with %d slots, want drained with none", c.State, after.SlotCounts()["c2"])
+	}
+	for _, id := range ids {
+		r := testkit.Do(t, nil, "GET", "http://"+intake+"/v1/inquiries/"+id, nil, nil)
+		var v struct{ Status string }
+		r.JSON(t, &v)
+		if v.Status != "done" {
+			t.Errorf("inquiry %s is %q after the drain, want done: apply returned before the queue was empty (took %v)", id, v.Status, took)
+		}
+	}
+	f.noChanges()
 }
