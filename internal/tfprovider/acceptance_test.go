@@ -579,3 +579,39 @@ resource "cellkit_cell" "c2" {
 	}
 	f.noChanges()
 }
+
+// The examples users copy: terraform get (the local module; nothing is
+// downloaded), apply, and a plan with nothing left to do.
+func TestExamples(t *testing.T) {
+	_, file, _, _ := runtime.Caller(0)
+	src := filepath.Join(filepath.Dir(file), "..", "..", "terraform")
+	for _, ex := range []struct{ name, varName string }{{"local", "registry"}, {"consul", "consul"}} {
+		t.Run(ex.name, func(t *testing.T) {
+			var reg, value string
+			if ex.name == "local" {
+				reg = "file:" + filepath.Join(t.TempDir(), "map.json")
+				value = reg
+			} else {
+				if testing.Short() {
+					t.Skip("starts a Consul agent: skipped with -short")
+				}
+				a := consultest.Start(t)
+				reg, value = "consul://"+a.Addr()+"/cellkit", a.Addr()
+			}
+			f := newTF(t, reg)
+			// The example and the module, at the same relative places.
+			if err := os.CopyFS(filepath.Join(f.dir, "terraform"), os.DirFS(src)); err != nil {
+				t.Fatal(err)
+			}
+			f.dir = filepath.Join(f.dir, "terraform", "examples", ex.name)
+			f.ok("get")
+			f.ok("apply", "-auto-approve", "-var", ex.varName+"="+value)
+			if m := f.load(); m == nil || len(m.ActiveCells()) != 4 {
+				t.Fatalf("after applying the example: %v", m)
+			}
+			if out, code := f.run("plan", "-detailed-exitcode", "-var", ex.varName+"="+value); code != 0 {
+				t.Fatalf("plan after apply: exit %d:\n%s", code, out)
+			}
+		})
+	}
+}
