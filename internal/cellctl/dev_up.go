@@ -163,7 +163,7 @@ func allocPorts(o devOptions) (devPorts, error) {
 		}
 		if base == 0 {
 			var a string
-			a, err = freeAddr()
+			a, err = devstack.FreeAddr()
 			return a
 		}
 		return net.JoinHostPort("127.0.0.1", strconv.Itoa(base+off))
@@ -175,15 +175,6 @@ func allocPorts(o devOptions) (devPorts, error) {
 		p.admin = append(p.admin, addr(o.portBase, 100+i))
 	}
 	return p, err
-}
-
-func freeAddr() (string, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", fmt.Errorf("find a free port: %w", err)
-	}
-	defer ln.Close()
-	return ln.Addr().String(), nil
 }
 
 // findBinaries looks for the programs in dir, else next to this executable,

@@ -1,9 +1,11 @@
 package devstack
 
 import (
+	"net"
 	"os"
 	"path/filepath"
 	"reflect"
+	"strconv"
 	"testing"
 	"time"
 
@@ -58,5 +60,31 @@ func TestWriteRead(t *testing.T) {
 	}
 	if _, err := Read(filepath.Join(dir, "missing.json")); !os.IsNotExist(err) {
 		t.Errorf("Read(missing) = %v, want not exist", err)
+	}
+}
+
+// FreeAddr's ports are outside the kernel's ephemeral range, free now, and
+// spread (two calls rarely agree).
+func TestFreeAddr(t *testing.T) {
+	seen := map[string]bool{}
+	for range 50 {
+		a, err := FreeAddr()
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, p, _ := net.SplitHostPort(a)
+		port, _ := strconv.Atoi(p)
+		if port >= ephemeralLow() || port < 1024 {
+			t.Fatalf("FreeAddr() = %s: in the ephemeral range (from %d)", a, ephemeralLow())
+		}
+		ln, err := net.Listen("tcp", a)
+		if err != nil {
+			t.Fatalf("FreeAddr() = %s, but it cannot be bound: %v", a, err)
+		}
+		ln.Close()
+		seen[a] = true
+	}
+	if len(seen) < 45 {
+		t.Errorf("50 calls gave %d distinct addresses", len(seen))
 	}
 }

@@ -3,6 +3,8 @@ package testkit
 import (
 	"net"
 	"testing"
+
+	"github.com/cellkit/cellkit/internal/devstack"
 )
 
 // Listen returns a TCP listener on a free loopback port, closed when the
@@ -19,14 +21,13 @@ func Listen(t testing.TB) net.Listener {
 
 // FreeAddr returns a loopback address (host:port) that nothing listens on
 // at the moment: for a part the test starts later, or for a peer that is
-// down. Another process may take the port meanwhile; tests that must bind
-// it later skip when they cannot.
+// down. Its port is below the kernel's ephemeral range (see
+// devstack.FreeAddr), so no server asking for any port takes it meanwhile.
 func FreeAddr(t testing.TB) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	a, err := devstack.FreeAddr()
 	if err != nil {
-		t.Fatalf("listen on loopback: %v", err)
+		t.Fatal(err)
 	}
-	defer ln.Close()
-	return ln.Addr().String()
+	return a
 }
