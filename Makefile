@@ -73,7 +73,7 @@ fuzz: ## run every fuzz target for FUZZTIME each (default 50000x executions; a d
 	done
 
 .PHONY: drill
-drill: build ## the chaos drills (kill, drain, agency-slow at DRILL_RATE/s, default 100; agency-slow again at 250/s with a 5 s age budget, where the cells must shed) on a fresh local stack each; reports in var/drill/
+drill: tools build ## the chaos drills (kill, drain, agency-slow at DRILL_RATE/s, default 100; agency-slow again at 250/s with a 5 s age budget, where the cells must shed; kill again with a real Prometheus checking the alerts) on a fresh local stack each; reports in var/drill/
 	@mkdir -p var/drill; rc=0; \
 	for d in kill drain agency-slow; do \
 	  echo "== loadtest drill $$d"; \
@@ -83,6 +83,9 @@ drill: build ## the chaos drills (kill, drain, agency-slow at DRILL_RATE/s, defa
 	echo "== loadtest drill agency-slow, overloaded: 250/s, age budget 5s"; \
 	$(BIN)/loadtest drill agency-slow --bin $(BIN) --rate 250 --age-budget 5s --baseline 8s --after 8s \
 	  --json var/drill/agency-slow-overload.json --svg var/drill/agency-slow-overload.svg || rc=1; \
+	echo "== loadtest drill kill, with Prometheus evaluating the alert rules"; \
+	$(BIN)/loadtest drill kill --bin $(BIN) --rate $(DRILL_RATE) --baseline 10s --fault 45s --after 20s \
+	  --prometheus $(BIN)/prometheus --json var/drill/kill-alerts.json --svg var/drill/kill-alerts.svg || rc=1; \
 	exit $$rc
 
 .PHONY: fmt

@@ -47,6 +47,8 @@ func Command(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	fs.Float64Var(&c.SlowFactor, "slow-factor", d.SlowFactor, "agency-slow: latency multiplier")
 	fs.DurationVar(&c.IntakeP99, "intake-p99", d.IntakeP99, "agency-slow: intake p99 bound while slow")
 	fs.DurationVar(&c.VerifyWithin, "verify-within", d.VerifyWithin, "how long to poll accepted ids until final")
+	fs.StringVar(&c.Prometheus, "prometheus", "", "kill: run this prometheus `BIN` against the stack and check the alerts (needs --fault 45s or more)")
+	fs.StringVar(&c.Rules, "rules", d.Rules, "the alert rules `FILE` for --prometheus")
 	fs.BoolVar(&quiet, "quiet", false, "no progress lines")
 	var ageBudget time.Duration
 	fs.DurationVar(&ageBudget, "age-budget", 0, "the cells' oldest-pending budget for a stack the drill starts (`D`; 0: the cell's default)")

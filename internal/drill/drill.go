@@ -53,6 +53,13 @@ type Config struct {
 	// Replays is how many accepted requests are re-sent with their
 	// Idempotency-Key to check they keep their id [300].
 	Replays int
+	// Prometheus, when set, is a prometheus binary: the drill runs it on
+	// loopback against the stack with the alert rules of Rules and checks
+	// the alerts (kill: the killed cell's down alert fires within
+	// CellDownBound and resolves after the restart, none for the others).
+	Prometheus string
+	// Rules is the alert rules file [deploy/observability/prometheus/rules.yml].
+	Rules string
 	// Progress gets the progress lines (nil: none).
 	Progress io.Writer
 }
@@ -63,7 +70,7 @@ func DefaultConfig() Config {
 	return Config{
 		Rate: 100, Users: 200, Cell: "c2", Baseline: 15 * time.Second, After: 15 * time.Second,
 		P99Factor: 1.2, DownP99: 50 * time.Millisecond, SlowFactor: 10, IntakeP99: 250 * time.Millisecond,
-		VerifyWithin: 120 * time.Second, Replays: 300,
+		VerifyWithin: 120 * time.Second, Replays: 300, Rules: "deploy/observability/prometheus/rules.yml",
 	}
 }
 
@@ -104,6 +111,9 @@ func (c *Config) defaults(fault time.Duration) {
 	}
 	if c.Replays <= 0 {
 		c.Replays = d.Replays
+	}
+	if c.Rules == "" {
+		c.Rules = d.Rules
 	}
 }
 

@@ -17,10 +17,27 @@ func Kill(ctx context.Context, c Config) (*loadtest.Result, error) {
 	if _, err := st.Proc(c.Cell); err != nil {
 		return nil, err
 	}
+	var prom *Prometheus
+	if c.Prometheus != "" {
+		if c.Fault < CellDownBound+5*time.Second || c.After < ResolveBound+5*time.Second {
+			return nil, fmt.Errorf("drill kill: with a Prometheus the fault must last at least %v and the load after it %v (the alert's bounds)",
+				CellDownBound+5*time.Second, ResolveBound+5*time.Second)
+		}
+		c.logf("starting prometheus (rules %s)...", c.Rules)
+		p, err := StartPrometheus(ctx, c.Prometheus, c.Rules, st)
+		if err != nil {
+			return nil, err
+		}
+		defer p.Stop()
+		prom = p
+	}
 	end := c.Baseline + c.Fault + c.After
 	r, err := c.runner(end)
 	if err != nil {
 		return nil, err
+	}
+	if prom != nil {
+		prom.Watch(ctx, r)
 	}
 	wait := startLoad(ctx, r)
 	var killAt, restartAt, readyAt time.Duration
@@ -115,6 +132,9 @@ func Kill(ctx context.Context, c Config) (*loadtest.Result, error) {
 		fmt.Sprintf("first 202 after %s, last error after %s, ready after %s",
 			sinceText(first, restartAt), sinceText(lastErr, restartAt), sinceText(readyAt, restartAt)),
 		"recovered before the load ends")
+	if prom != nil {
+		checkCellDownAlert(d, prom.Alerts(), c.Cell, killAt, readyAt)
+	}
 	c.logf("verifying %d accepted ids...", countAccepted(res.Samples))
 	d.CheckVerification(r.Verify(ctx, res.Samples, c.VerifyWithin, c.Replays))
 	d.Finish()
