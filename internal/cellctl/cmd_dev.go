@@ -22,6 +22,7 @@ import (
 //	var/router/keys.json    the router's keys file; var/router/dev-key the dev key
 //	var/logs/<name>.log     each process's output
 //	var/dev.json            PIDs, ports, URLs and the key, for dev status/down and drills
+//	var/prometheus/targets.json  every admin listener for Prometheus (file_sd), rewritten by each dev up
 //
 // A second dev up reuses all of it.
 
@@ -65,7 +66,11 @@ The binaries (agencysim, cell, router) are taken from the directory of this
 cellctl, else ./bin ('make build' puts them there). Everything is kept under
 --dir: a second run reuses the map, the cells' stores and the key. PIDs,
 ports and the key are recorded in DIR/dev.json for 'dev status', 'dev down'
-and the drills; logs go to DIR/logs/NAME.log.
+and the drills; logs go to DIR/logs/NAME.log. Every process's admin listener
+(where it serves /metrics) is listed for Prometheus in
+DIR/prometheus/targets.json, a file_sd file rewritten by every dev up: job
+cellkit-agencysim, cellkit-cell (with cell="c1"...) and cellkit-router;
+deploy/observability/prometheus/prometheus.yml reads var's.
 
 Ports: the router on --router-port (admin on the next port), cell N's intake
 on --port-base+N and its admin on --port-base+100+N, the simulator's admin on

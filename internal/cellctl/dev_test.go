@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"syscall"
 	"testing"
@@ -73,11 +74,13 @@ func TestDevStack(t *testing.T) {
 	if len(st.Processes) != 6 {
 		t.Fatalf("dev.json lists %d processes, want 6 (agencysim, c1..c4, router)", len(st.Processes))
 	}
-	for _, want := range []string{st.APIKey, "curl -s -H 'X-API-Key: " + st.APIKey + "'", st.Router + "/v1/inquiries", st.RouterAdmin + "/metrics", "status"} {
+	for _, want := range []string{st.APIKey, "curl -s -H 'X-API-Key: " + st.APIKey + "'", st.Router + "/v1/inquiries", st.RouterAdmin + "/metrics", "status",
+		"var/prometheus/targets.json"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("dev up output lacks %q:\n%s", want, out)
 		}
 	}
+	assertScrapeTargets(t, st)
 	id := devInquiry(t, st, "u-42")
 
 	out = run("dev", "status")
@@ -148,6 +151,7 @@ func TestDevStack(t *testing.T) {
 	if got := devGet(t, st, "/v1/inquiries/"+id); got["status"] != "done" {
 		t.Errorf("after a restart, inquiry %s = %v, want it done (the store is reused)", id, got)
 	}
+	assertScrapeTargets(t, st) // rewritten: the ports are new
 	devInquiry(t, st, "u-7")
 	if err := fg.Process.Signal(syscall.SIGINT); err != nil {
 		t.Fatal(err)
@@ -211,6 +215,41 @@ func devGet(t *testing.T, st *DevStack, path string) map[string]any {
 		t.Fatalf("GET %s: %v", path, err)
 	}
 	return m
+}
+
+// assertScrapeTargets checks DIR/prometheus/targets.json against the
+// stack: every process's admin listener with its job (and cell) label, and
+// each of them serving /metrics.
+func assertScrapeTargets(t *testing.T, st *DevStack) {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(st.Dir, "prometheus", "targets.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []scrapeGroup
+	if err := json.Unmarshal(b, &got); err != nil {
+		t.Fatalf("targets.json: %v\n%s", err, b)
+	}
+	sim, _ := st.Process("agencysim")
+	want := []scrapeGroup{{Targets: []string{sim.Addrs["admin"]}, Labels: map[string]string{"job": "cellkit-agencysim"}}}
+	for _, p := range st.Cells() {
+		want = append(want, scrapeGroup{Targets: []string{p.Addrs["admin"]}, Labels: map[string]string{"job": "cellkit-cell", "cell": p.Name}})
+	}
+	router, _ := st.Process("router")
+	want = append(want, scrapeGroup{Targets: []string{router.Addrs["admin"]}, Labels: map[string]string{"job": "cellkit-router"}})
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("targets.json = %+v, want %+v", got, want)
+	}
+	for _, g := range got {
+		resp, err := http.Get("http://" + g.Targets[0] + "/metrics")
+		if err != nil {
+			t.Fatalf("target %s %v: %v", g.Targets[0], g.Labels, err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Errorf("GET http://%s/metrics (%v) = %s, want 200", g.Targets[0], g.Labels, resp.Status)
+		}
+	}
 }
 
 func assertGone(t *testing.T, procs []DevProcess) {

@@ -3,6 +3,7 @@ package cellctl
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -106,6 +107,9 @@ func (x *inv) devUp(ctx context.Context, o devOptions) error {
 		st.Processes = append(st.Processes, c.Process)
 	}
 	if err := writeDevStack(dir, st); err != nil {
+		return fail(err)
+	}
+	if err := writeScrapeTargets(dir, st); err != nil {
 		return fail(err)
 	}
 	x.notef("Started %d processes (logs in %s); waiting until they are ready...", len(procs), filepath.Join(dir, "logs"))
@@ -314,11 +318,12 @@ Try it:
   curl -s -H 'X-API-Key: %s' %s/v1/inquiries/ID        # the status_url it answered
 
 Metrics:  %s/metrics (router), http://ADMIN/metrics per cell (see 'cellctl dev status --dir %s'), %s/metrics (agencies)
+Scrape:   %s (Prometheus file_sd targets: see deploy/observability/README.md)
 Status:   ./bin/cellctl --registry %s status
 `, len(cells), st.Router, st.RouterAdmin, strings.Join(cells, ", "), st.Registry,
 		st.APIKey, filepath.Join(rel, "router", "dev-key"),
 		st.APIKey, st.Router, st.APIKey, st.Router,
-		st.RouterAdmin, rel, st.AgencyAdmin, relRegistry(st.Registry))
+		st.RouterAdmin, rel, st.AgencyAdmin, filepath.Join(rel, scrapeTargetsFile), relRegistry(st.Registry))
 	if o.foreground {
 		fmt.Fprintln(x.out, "\nCtrl-C stops everything.")
 	} else {
@@ -339,4 +344,60 @@ func relRegistry(u string) string {
 		}
 	}
 	return u
+}
+
+// scrapeTargetsFile is where dev up writes the stack's Prometheus targets,
+// relative to the stack's directory.
+const scrapeTargetsFile = "prometheus/targets.json"
+
+// The Prometheus job of each kind of process in the targets file.
+const (
+	jobRouter    = "cellkit-router"
+	jobCell      = "cellkit-cell"
+	jobAgencySim = "cellkit-agencysim"
+)
+
+// scrapeGroup is one entry of a Prometheus file_sd file: targets
+// (host:port) and the labels Prometheus puts on every series scraped from
+// them.
+type scrapeGroup struct {
+	Targets []string          `json:"targets"`
+	Labels  map[string]string `json:"labels"`
+}
+
+// scrapeTargets lists every process's admin listener, where it serves
+// /metrics, in the stack's order: job cellkit-agencysim, cellkit-cell with
+// cell="<id>", cellkit-router.
+func scrapeTargets(st *DevStack) []scrapeGroup {
+	var groups []scrapeGroup
+	for _, p := range st.Processes {
+		labels := map[string]string{}
+		switch p.Name {
+		case "agencysim":
+			labels["job"] = jobAgencySim
+		case "router":
+			labels["job"] = jobRouter
+		default:
+			labels["job"], labels["cell"] = jobCell, p.Name
+		}
+		groups = append(groups, scrapeGroup{Targets: []string{p.Addrs["admin"]}, Labels: labels})
+	}
+	return groups
+}
+
+// writeScrapeTargets replaces DIR/prometheus/targets.json atomically, so
+// that a Prometheus watching it never reads half a file.
+func writeScrapeTargets(dir string, st *DevStack) error {
+	path := filepath.Join(dir, scrapeTargetsFile)
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	b, err := json.MarshalIndent(scrapeTargets(st), "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := atomicfile.WriteFile(path, append(b, '\n'), 0o644); err != nil {
+		return fmt.Errorf("write the scrape targets: %w", err)
+	}
+	return nil
 }
