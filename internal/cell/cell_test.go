@@ -483,6 +483,19 @@ func TestTransientFailuresAreRetriedThenDeadLettered(t *testing.T) {
 
 func TestQuotaFollowsTheMap(t *testing.T) {
 	h := start(t, setup{sessions: 4, sim: agencysim.Config{MaxSessions: 20}})
+	limits := func() string {
+		var lines []string
+		for _, l := range strings.Split(string(h.adminDo("GET", "/metrics", nil).Body), "\n") {
+			if strings.HasPrefix(l, "cellkit_cell_agency_limit{") {
+				lines = append(lines, l)
+			}
+		}
+		return strings.Join(lines, "\n")
+	}
+	want := "cellkit_cell_agency_limit{agency=\"kcb\",cell=\"c1\"} 4\ncellkit_cell_agency_limit{agency=\"nice\",cell=\"c1\"} 4"
+	if got := limits(); got != want {
+		t.Fatalf("/metrics agency limits:\n%s\nwant\n%s", got, want)
+	}
 	h.reg.Change(func(m *slotmap.Map) (*slotmap.Plan, error) { return m.SetAgency("nice", 7) })
 	testkit.WaitFor(t, 5*time.Second, "the nice pool to grow to 7", func() bool {
 		st := h.cell.clients["nice"].Status()
@@ -495,6 +508,10 @@ func TestQuotaFollowsTheMap(t *testing.T) {
 	h.adminDo("GET", "/v1/admin/status", nil).JSON(t, &st)
 	if st.Agencies["nice"].Quota != 7 || st.Agencies["kcb"].Quota != 4 || st.Map.OwnedSlots != slotmap.DefaultSlots || st.Map.State != "active" {
 		t.Fatalf("status %+v", st)
+	}
+	want = strings.Replace(want, `agency="nice",cell="c1"} 4`, `agency="nice",cell="c1"} 7`, 1)
+	if got := limits(); got != want {
+		t.Fatalf("/metrics agency limits after the change:\n%s\nwant\n%s", got, want)
 	}
 }
 

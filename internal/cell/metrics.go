@@ -8,9 +8,11 @@ import (
 
 	"github.com/cellkit/cellkit/internal/inquiry"
 	"github.com/cellkit/cellkit/internal/queue"
+	"github.com/cellkit/cellkit/internal/slotmap"
 )
 
-// registerMetrics adds the cell's gauges, read from the last queue sample.
+// registerMetrics adds the cell's gauges: the queue's, read from the last
+// queue sample, and the agencies' session limits, from the map.
 func (c *Cell) registerMetrics() {
 	last := func(f func(*sample) float64) func() float64 {
 		return func() float64 {
@@ -61,5 +63,27 @@ func (c *Cell) registerMetrics() {
 			Name: "cellkit_cell_queue_depth", ConstLabels: prometheus.Labels{"lane": string(lane)},
 			Help: "Work messages not yet acked, by lane.",
 		}, last(func(s *sample) float64 { return float64(s.Depth[inquiry.Priority(lane)]) }))
+	}
+	c.metrics.MustRegister(agencyLimits{m: c.follower.Map, desc: prometheus.NewDesc("cellkit_cell_agency_limit",
+		"Sessions the agency allows across all cells (its limit in the cell's map).", []string{"agency"}, nil)})
+}
+
+// agencyLimits exports each agency's session limit from the cell's map, so
+// that the sum of the cells' pool sizes can be checked against it. Before
+// the first map it exports nothing rather than a limit of 0.
+type agencyLimits struct {
+	m    func() *slotmap.Map
+	desc *prometheus.Desc
+}
+
+func (a agencyLimits) Describe(ch chan<- *prometheus.Desc) { ch <- a.desc }
+
+func (a agencyLimits) Collect(ch chan<- prometheus.Metric) {
+	m := a.m()
+	if m == nil {
+		return
+	}
+	for name, limit := range m.Agencies() {
+		ch <- prometheus.MustNewConstMetric(a.desc, prometheus.GaugeValue, float64(limit), name)
 	}
 }
