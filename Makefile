@@ -31,8 +31,9 @@ run: build ## the local stack in the foreground: agency simulator, 4 cells, rout
 	$(BIN)/cellctl dev up --foreground
 
 .PHONY: tools
-tools: ## install the programs the tests need into ./bin (a real Consul agent, built once)
+tools: ## install the programs the tests need into ./bin (a real Consul agent, promtool and Prometheus, each built once)
 	./scripts/install-consul.sh $(CONSUL)
+	./scripts/install-prometheus.sh $(BIN)/promtool
 
 .PHONY: test
 test: tools build ## run the whole test suite with -race (runs `make tools` and `make build`: some tests run the programs in ./bin)
