@@ -33,6 +33,16 @@ func newClient(reg string, lockWait time.Duration, adminToken string) *client {
 	return &client{registry: reg, lockWait: lockWait, adminToken: adminToken, cli: &cellctl.CLI{Origin: Origin}}
 }
 
+// configured is the client a resource or data source gets from the
+// provider's Configure (ProviderData is nil while Terraform validates a
+// configuration before the provider is configured: keep what it had).
+func configured(providerData any, had *client) *client {
+	if c, ok := providerData.(*client); ok {
+		return c
+	}
+	return had
+}
+
 // run runs one cellctl command with --json and returns its standard output,
 // or an error holding the one line cellctl printed on failure. within
 // bounds the command (0: cellctl's default).

@@ -54,9 +54,7 @@ func (d *mapDataSource) Schema(_ context.Context, _ datasource.SchemaRequest, re
 }
 
 func (d *mapDataSource) Configure(_ context.Context, req datasource.ConfigureRequest, _ *datasource.ConfigureResponse) {
-	if c, ok := req.ProviderData.(*client); ok {
-		d.c = c
-	}
+	d.c = configured(req.ProviderData, d.c)
 }
 
 func (d *mapDataSource) Read(ctx context.Context, _ datasource.ReadRequest, resp *datasource.ReadResponse) {
@@ -84,21 +82,19 @@ func (d *mapDataSource) Read(ctx context.Context, _ datasource.ReadRequest, resp
 		cells = append(cells, obj)
 	}
 	out := mapDataModel{Version: types.Int64Value(m.Version()), Slots: types.Int64Value(int64(m.Slots())), Change: types.StringValue(m.Change())}
-	var diags = resp.Diagnostics
-	lv, dd := types.ListValue(types.ObjectType{AttrTypes: cellAttrTypes}, cells)
-	diags.Append(dd...)
+	lv, dg := types.ListValue(types.ObjectType{AttrTypes: cellAttrTypes}, cells)
+	resp.Diagnostics.Append(dg...)
 	out.Cells = lv
 	limits := map[string]int64{}
 	for k, n := range m.Agencies() {
 		limits[k] = int64(n)
 	}
-	av, dd := types.MapValueFrom(ctx, types.Int64Type, limits)
-	diags.Append(dd...)
+	av, dg := types.MapValueFrom(ctx, types.Int64Type, limits)
+	resp.Diagnostics.Append(dg...)
 	out.Agencies = av
-	ov, dd := types.MapValueFrom(ctx, types.StringType, m.Overrides())
-	diags.Append(dd...)
+	ov, dg := types.MapValueFrom(ctx, types.StringType, m.Overrides())
+	resp.Diagnostics.Append(dg...)
 	out.Overrides = ov
-	resp.Diagnostics = diags
 	resp.Diagnostics.Append(resp.State.Set(ctx, &out)...)
 }
 
@@ -135,9 +131,7 @@ func (d *lookupDataSource) Schema(_ context.Context, _ datasource.SchemaRequest,
 }
 
 func (d *lookupDataSource) Configure(_ context.Context, req datasource.ConfigureRequest, _ *datasource.ConfigureResponse) {
-	if c, ok := req.ProviderData.(*client); ok {
-		d.c = c
-	}
+	d.c = configured(req.ProviderData, d.c)
 }
 
 func (d *lookupDataSource) Read(ctx context.Context, req datasource.ReadRequest, resp *datasource.ReadResponse) {

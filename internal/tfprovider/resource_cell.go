@@ -98,9 +98,7 @@ func (r *cellResource) Schema(ctx context.Context, _ resource.SchemaRequest, res
 }
 
 func (r *cellResource) Configure(_ context.Context, req resource.ConfigureRequest, _ *resource.ConfigureResponse) {
-	if c, ok := req.ProviderData.(*client); ok {
-		r.c = c
-	}
+	r.c = configured(req.ProviderData, r.c)
 }
 
 func quotas(ctx context.Context, v types.Map) (map[string]int, diag.Diagnostics) {

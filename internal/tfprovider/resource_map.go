@@ -70,9 +70,7 @@ func (r *mapResource) Schema(_ context.Context, _ resource.SchemaRequest, resp *
 }
 
 func (r *mapResource) Configure(_ context.Context, req resource.ConfigureRequest, _ *resource.ConfigureResponse) {
-	if c, ok := req.ProviderData.(*client); ok {
-		r.c = c
-	}
+	r.c = configured(req.ProviderData, r.c)
 }
 
 func agencyLimits(ctx context.Context, v types.Map) (map[string]int, error) {

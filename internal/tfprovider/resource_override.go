@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 
+	"github.com/hashicorp/terraform-plugin-framework/diag"
 	"github.com/hashicorp/terraform-plugin-framework/path"
 	"github.com/hashicorp/terraform-plugin-framework/resource"
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema"
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema/planmodifier"
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema/stringplanmodifier"
+	"github.com/hashicorp/terraform-plugin-framework/tfsdk"
 	"github.com/hashicorp/terraform-plugin-framework/types"
 
 	"github.com/cellkit/cellkit/internal/registry"
@@ -49,9 +51,7 @@ func (r *overrideResource) Schema(_ context.Context, _ resource.SchemaRequest, r
 }
 
 func (r *overrideResource) Configure(_ context.Context, req resource.ConfigureRequest, _ *resource.ConfigureResponse) {
-	if c, ok := req.ProviderData.(*client); ok {
-		r.c = c
-	}
+	r.c = configured(req.ProviderData, r.c)
 }
 
 // ModifyPlan runs cellctl's dry run of the override against the current
@@ -73,22 +73,23 @@ func (r *overrideResource) ModifyPlan(ctx context.Context, req resource.ModifyPl
 	}
 }
 
-func (r *overrideResource) set(ctx context.Context, m overrideModel, diags interface{ AddError(string, string) }) {
+// set pins the planned user to the planned cell and records it: create
+// and update are the same command.
+func (r *overrideResource) set(ctx context.Context, plan tfsdk.Plan, state *tfsdk.State, diags *diag.Diagnostics) {
+	var m overrideModel
+	diags.Append(plan.Get(ctx, &m)...)
+	if diags.HasError() {
+		return
+	}
 	if _, err := r.c.run(ctx, 0, "override", "set", m.User.ValueString(), m.Cell.ValueString()); err != nil {
 		diags.AddError("Cannot pin "+m.User.ValueString(), err.Error())
+		return
 	}
+	diags.Append(state.Set(ctx, &m)...)
 }
 
 func (r *overrideResource) Create(ctx context.Context, req resource.CreateRequest, resp *resource.CreateResponse) {
-	var plan overrideModel
-	resp.Diagnostics.Append(req.Plan.Get(ctx, &plan)...)
-	if resp.Diagnostics.HasError() {
-		return
-	}
-	r.set(ctx, plan, &resp.Diagnostics)
-	if !resp.Diagnostics.HasError() {
-		resp.Diagnostics.Append(resp.State.Set(ctx, &plan)...)
-	}
+	r.set(ctx, req.Plan, &resp.State, &resp.Diagnostics)
 }
 
 func (r *overrideResource) Read(ctx context.Context, req resource.ReadRequest, resp *resource.ReadResponse) {
@@ -116,15 +117,7 @@ func (r *overrideResource) Read(ctx context.Context, req resource.ReadRequest, r
 }
 
 func (r *overrideResource) Update(ctx context.Context, req resource.UpdateRequest, resp *resource.UpdateResponse) {
-	var plan overrideModel
-	resp.Diagnostics.Append(req.Plan.Get(ctx, &plan)...)
-	if resp.Diagnostics.HasError() {
-		return
-	}
-	r.set(ctx, plan, &resp.Diagnostics)
-	if !resp.Diagnostics.HasError() {
-		resp.Diagnostics.Append(resp.State.Set(ctx, &plan)...)
-	}
+	r.set(ctx, req.Plan, &resp.State, &resp.Diagnostics)
 }
 
 func (r *overrideResource) Delete(ctx context.Context, req resource.DeleteRequest, resp *resource.DeleteResponse) {
