@@ -1,0 +1,219 @@
+// Package reload keeps a process's view of files it reads at runtime (API
+// keys, certificates, tokens) current without a restart.
+//
+// A Watcher looks at its files every Interval (size, modification time and
+// inode, through symbolic links: an atomic rename, an in-place write and a
+// Kubernetes secret's symlink swap are all seen) and calls its Load when one
+// of them changed, or at once when Trigger is called (a process calls it on
+// SIGHUP). Load parses and swaps in the new state; when it fails, the
+// process keeps the state it had, the failure is logged and counted, and
+// the same files are tried again once they change again or on the next
+// Trigger. A half-written file is therefore never taken: it is refused,
+// and taken once the writer finishes.
+package reload
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"os"
+	"os/signal"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Config tunes a Watcher. Zero values mean the defaults in brackets.
+type Config struct {
+	// What names the files in logs and in the metrics' "what" label, e.g.
+	// "keys" or "tls_certificate". Required.
+	What string
+	// Interval spaces two looks at the files [1s].
+	Interval time.Duration
+}
+
+// Options carry a Watcher's collaborators.
+type Options struct {
+	// Logger hears of every reload and every refused file. Nil: none.
+	Logger *slog.Logger
+	// Registerer receives cellkit_reloads_total{what,result} and
+	// cellkit_reload_last_success_timestamp_seconds{what}, prefixed as the
+	// caller wraps it. Nil: not registered.
+	Registerer prometheus.Registerer
+}
+
+// Watcher reloads a set of files when they change. Run drives it.
+type Watcher struct {
+	cfg   Config
+	paths []string
+	load  func() error
+	log   *slog.Logger
+
+	trigger chan struct{}
+
+	mu   sync.Mutex // serialises loads
+	seen []stamp    // the files as of the last load, good or refused
+
+	ok, failed prometheus.Counter
+	lastOK     prometheus.Gauge
+}
+
+// stamp is what says a file changed.
+type stamp struct {
+	size  int64
+	mtime time.Time
+	ino   uint64
+	err   bool // the file could not be read
+}
+
+func stampOf(path string) stamp {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return stamp{err: true}
+	}
+	s := stamp{size: fi.Size(), mtime: fi.ModTime()}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		s.ino = st.Ino
+	}
+	return s
+}
+
+// New returns a watcher of paths that calls load when they change. The
+// caller has loaded them once already (and refused to start if that
+// failed): New records them as they are now.
+func New(paths []string, load func() error, cfg Config, opts Options) *Watcher {
+	if cfg.Interval <= 0 {
+		cfg.Interval = time.Second
+	}
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	// Several watchers of one process share the two metrics.
+	reloads := Shared(opts.Registerer, prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "cellkit_reloads_total",
+		Help: "Reloads of files read at runtime (API keys, certificates, tokens), by outcome: ok, or refused (the old state kept).",
+	}, []string{"what", "result"}))
+	last := Shared(opts.Registerer, prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "cellkit_reload_last_success_timestamp_seconds",
+		Help: "When the files were last loaded successfully (at start or by a reload).",
+	}, []string{"what"}))
+	w := &Watcher{
+		cfg: cfg, paths: paths, load: load, log: log.With("what", cfg.What),
+		trigger: make(chan struct{}, 1),
+		ok:      reloads.WithLabelValues(cfg.What, "ok"),
+		failed:  reloads.WithLabelValues(cfg.What, "refused"),
+		lastOK:  last.WithLabelValues(cfg.What),
+	}
+	w.seen = w.stamps()
+	w.lastOK.SetToCurrentTime()
+	return w
+}
+
+// Shared registers c with reg, or returns the collector of the same
+// description registered before it: metrics that several parts of one
+// process share, told apart by a label. Nil reg: c, unregistered.
+func Shared[C prometheus.Collector](reg prometheus.Registerer, c C) C {
+	if reg == nil {
+		return c
+	}
+	if err := reg.Register(c); err != nil {
+		var are prometheus.AlreadyRegisteredError
+		if errors.As(err, &are) {
+			if prev, ok := are.ExistingCollector.(C); ok {
+				return prev
+			}
+		}
+		panic(err)
+	}
+	return c
+}
+
+func (w *Watcher) stamps() []stamp {
+	s := make([]stamp, len(w.paths))
+	for i, p := range w.paths {
+		s[i] = stampOf(p)
+	}
+	return s
+}
+
+// Trigger asks Run to load the files now, changed or not.
+func (w *Watcher) Trigger() {
+	select {
+	case w.trigger <- struct{}{}:
+	default:
+	}
+}
+
+// Reload loads the files now and says whether they were taken.
+func (w *Watcher) Reload() error { return w.reload(true) }
+
+// reload loads the files if forced or if they changed since the last load.
+func (w *Watcher) reload(force bool) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	now := w.stamps()
+	if !force && equal(now, w.seen) {
+		return nil
+	}
+	w.seen = now
+	if err := w.load(); err != nil {
+		w.failed.Inc()
+		w.log.Error("refused the new files; keeping the ones loaded before", "files", w.paths, "err", err)
+		return err
+	}
+	w.ok.Inc()
+	w.lastOK.SetToCurrentTime()
+	w.log.Info("reloaded", "files", w.paths)
+	return nil
+}
+
+func equal(a, b []stamp) bool {
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return len(a) == len(b)
+}
+
+// Run looks at the files every Interval and on Trigger until ctx ends;
+// it returns nil then.
+func (w *Watcher) Run(ctx context.Context) error {
+	t := time.NewTicker(w.cfg.Interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+			w.reload(false)
+		case <-w.trigger:
+			w.reload(true)
+		}
+	}
+}
+
+// OnSignal triggers every watcher on each of sigs (SIGHUP, usually) until
+// ctx ends; it returns nil then.
+func OnSignal(ctx context.Context, sigs []os.Signal, ws ...*Watcher) error {
+	if len(ws) == 0 {
+		<-ctx.Done()
+		return nil
+	}
+	ch := make(chan os.Signal, 1)
+	signal.Notify(ch, sigs...)
+	defer signal.Stop(ch)
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-ch:
+			for _, w := range ws {
+				w.Trigger()
+			}
+		}
+	}
+}
