@@ -116,6 +116,10 @@ type Options struct {
 	// Now is the clock of the rate limiter and the hot keys. Nil means
 	// time.Now.
 	Now func() time.Time
+	// TLS, if not nil, makes the public listener speak TLS only, with
+	// this configuration (its GetConfigForClient may swap certificates;
+	// see internal/tlsconf). Nil: plain HTTP.
+	TLS *tls.Config
 }
 
 // ServerLimits bound what a client can make the router hold. Zero values
