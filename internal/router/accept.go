@@ -2,6 +2,7 @@ package router
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -148,18 +149,39 @@ func (e *engine) admitConn(c net.Conn) {
 		c.Close()
 		return
 	}
-	// Enrolling duplicates the socket into the loop and closes c; the
-	// loop's OnOpen takes over the counts.
-	if _, err := e.cli.EnrollContext(c, acceptedConn{key}); err != nil {
+	ac := acceptedConn{key: key}
+	if e.r.tlsConfig != nil {
+		go e.handshake(c, ac)
+		return
+	}
+	e.enroll(c, ac)
+}
+
+// enroll hands an admitted connection to an event loop. Enrolling
+// duplicates the socket into the loop and closes c; the loop's OnOpen
+// takes over the counts.
+func (e *engine) enroll(c net.Conn, ac acceptedConn) {
+	if _, err := e.cli.EnrollContext(c, ac); err != nil {
 		e.conns.Add(-1)
-		e.addrs.release(key)
+		e.addrs.release(ac.key)
 		e.r.log.Warn("cannot hand a client connection to an event loop", "err", err)
 	}
 }
 
+// unadmit closes an admitted connection that never reached a loop.
+func (e *engine) unadmit(c net.Conn, ac acceptedConn) {
+	c.Close()
+	e.conns.Add(-1)
+	e.addrs.release(ac.key)
+}
+
 // acceptedConn is the context of a client connection until OnOpen makes
 // its client.
-type acceptedConn struct{ key netip.Addr }
+type acceptedConn struct {
+	key netip.Addr
+	tls *tls.Conn     // a TLS connection's, its handshake done
+	tr  *tlsTransport // under tls
+}
 
 // What evictIdle closes, in order: connections kept alive between
 // requests, then connections open without a byte of a request yet.

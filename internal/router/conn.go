@@ -129,7 +129,26 @@ func (lp *loop) pull(cl *client, limit int) {
 	}
 	b, _ := cl.c.Peek(k)
 	cl.in = append(cl.in, b...)
-	cl.c.Discard(k)
+	cl.c.Discard(len(b)) // a TLS connection may hold fewer plaintext bytes than it counts
+}
+
+// tlsTraffic reads what a TLS client sent; when its TLS stream has ended
+// (close_notify) or failed, nothing more comes: the request being
+// answered is still answered, then the connection closes.
+func (lp *loop) tlsTraffic(cl *client) {
+	if cl.state == stClosed {
+		return
+	}
+	lp.traffic(cl)
+	t, ok := cl.c.(*tlsConn)
+	if !ok || t.err == nil || cl.state == stClosed {
+		return
+	}
+	if cl.state == stBusy {
+		cl.close = true
+		return
+	}
+	lp.closeClient(cl)
 }
 
 // serve reads and answers the requests in cl's buffer, one at a time,

@@ -37,6 +37,7 @@ type engine struct {
 	mu    sync.Mutex
 	loops map[gnet.EventLoop]*loop
 
+	hs       handshakes   // TLS handshakes under way, off the loops
 	conns    atomic.Int64 // client connections open
 	addrs    addrCounts   // client connections open per address
 	busy     atomic.Int64 // requests being answered
@@ -106,16 +107,28 @@ func (e *engine) loopOf(c gnet.Conn) *loop {
 }
 
 func (e *engine) OnOpen(c gnet.Conn) ([]byte, gnet.Action) {
-	var key netip.Addr
+	var ac acceptedConn
 	switch x := c.Context().(type) {
 	case *upconn:
 		x.opened(c)
 		return nil, gnet.None
 	case acceptedConn:
-		key = x.key
+		ac = x
 	}
 	lp := e.loopOf(c)
-	cl := &client{c: c, gc: c, lp: lp, remote: addrOf(c.RemoteAddr()), key: key}
+	cl := &client{c: c, gc: c, lp: lp, remote: addrOf(c.RemoteAddr()), key: ac.key}
+	if ac.tls != nil {
+		ac.tr.gc = c
+		cl.c = &tlsConn{gc: c, tc: ac.tls, tr: ac.tr, room: 2*lp.maxRequest() + tlsPlainRoom}
+		// The handshake may have read the first request's bytes already:
+		// they are in the tls.Conn, and no traffic event will come for
+		// them.
+		lp.el.Execute(context.Background(), gnet.RunnableFunc(func(context.Context) error {
+			defer func() { e.panicked("traffic", recover()) }()
+			lp.tlsTraffic(cl)
+			return nil
+		}))
+	}
 	cl.t.owner, cl.w.owner, cl.wt.owner = cl, cl, cl
 	cl.head.Fields = cl.hdrs[:0]
 	c.SetContext(cl)
@@ -149,6 +162,10 @@ func (e *engine) OnTraffic(c gnet.Conn) (action gnet.Action) {
 	}()
 	switch x := c.Context().(type) {
 	case *client:
+		if _, ok := x.c.(*tlsConn); ok {
+			x.lp.tlsTraffic(x)
+			break
+		}
 		x.lp.traffic(x)
 	case *upconn:
 		x.traffic()
@@ -270,6 +287,7 @@ func (e *engine) serve(addr string, ready func(net.Addr)) error {
 	case <-e.quit:
 		ln.Close()
 		<-accepting
+		e.hs.stop()
 		if err := cli.Stop(); err != nil {
 			e.r.log.Warn("event loops stopped with an error", "err", err)
 		}
@@ -283,6 +301,7 @@ func (e *engine) serve(addr string, ready func(net.Addr)) error {
 	}
 	ln.Close()
 	<-accepting
+	e.hs.stop()
 	cli.Stop()
 	return err
 }

@@ -1,6 +1,7 @@
 package router
 
 import (
+	"crypto/tls"
 	"net"
 	"os"
 	"time"
@@ -25,15 +26,22 @@ type halfClosed struct {
 	fd      int
 	timeout time.Duration
 	out     []byte
+	tls     *tls.Conn // a TLS connection's: what the loop writes is encrypted into out
 }
 
 var _ conn = (*halfClosed)(nil)
 
-func (h *halfClosed) Peek(int) ([]byte, error)    { return nil, nil }
-func (h *halfClosed) Discard(int) (int, error)    { return 0, nil }
-func (h *halfClosed) InboundBuffered() int        { return 0 }
-func (h *halfClosed) OutboundBuffered() int       { return 0 }
-func (h *halfClosed) Write(b []byte) (int, error) { h.out = append(h.out, b...); return len(b), nil }
+func (h *halfClosed) Peek(int) ([]byte, error) { return nil, nil }
+func (h *halfClosed) Discard(int) (int, error) { return 0, nil }
+func (h *halfClosed) InboundBuffered() int     { return 0 }
+func (h *halfClosed) OutboundBuffered() int    { return 0 }
+func (h *halfClosed) Write(b []byte) (int, error) {
+	if h.tls != nil {
+		return h.tls.Write(b)
+	}
+	h.out = append(h.out, b...)
+	return len(b), nil
+}
 
 // finish writes what the loop wrote to the client, within timeout, and
 // closes the socket, from a goroutine of its own.
@@ -68,10 +76,19 @@ func (lp *loop) halfClose(cl *client) bool {
 	// with its connection: they are taken now and answered in turn. (The
 	// current request's fields keep viewing the old buffer if this one
 	// moves.)
-	if b, _ := cl.gc.Peek(-1); len(b) > 0 {
+	hc := &halfClosed{fd: fd, timeout: lp.e.r.cfg.Server.WriteTimeout}
+	if t, ok := cl.c.(*tlsConn); ok {
+		// Decrypted first: all that gnet still holds.
+		t.room = int(^uint(0) >> 1)
+		if b, _ := t.Peek(-1); len(b) > 0 {
+			cl.in = append(cl.in, b...)
+		}
+		hc.tls = t.tc
+		t.tr.gc, t.tr.held, t.gc = nil, hc, nil
+	} else if b, _ := cl.gc.Peek(-1); len(b) > 0 {
 		cl.in = append(cl.in, b...)
 	}
-	cl.c = &halfClosed{fd: fd, timeout: lp.e.r.cfg.Server.WriteTimeout}
+	cl.c = hc
 	cl.gc = nil
 	return true
 }

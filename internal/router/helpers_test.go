@@ -3,6 +3,7 @@ package router
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -142,7 +143,8 @@ type worldOptions struct {
 	noRefresh  bool
 	intake     map[string]string // cell → an intake URL other than its backend's
 	wrapMaps   func(MapSource) MapSource
-	failing    bool // the test makes ListenAndServe fail: its error goes to world.served
+	failing    bool        // the test makes ListenAndServe fail: its error goes to world.served
+	clientTLS  *tls.Config // with opts.TLS: how the test's client verifies the router
 }
 
 func newWorld(t *testing.T, o worldOptions) *world {
@@ -239,6 +241,10 @@ func newWorld(t *testing.T, o worldOptions) *world {
 	}
 	w.url = "http://" + addr.String()
 	tr := &http.Transport{MaxIdleConnsPerHost: 64}
+	if o.opts.TLS != nil {
+		w.url = "https://" + addr.String()
+		tr.TLSClientConfig = o.clientTLS
+	}
 	w.client = &http.Client{Transport: tr, Timeout: 10 * time.Second}
 	t.Cleanup(tr.CloseIdleConnections)
 	return w

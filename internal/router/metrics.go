@@ -30,6 +30,9 @@ type metrics struct {
 	connRefuse *prometheus.CounterVec
 	evicted    prometheus.Counter
 
+	tlsHandshakes       *prometheus.CounterVec
+	tlsHandshakeSeconds prometheus.Histogram
+
 	mu     sync.Mutex
 	byCell map[string]*cellMetrics
 }
@@ -99,6 +102,15 @@ func newMetrics(reg prometheus.Registerer, gauges prometheus.Collector) *metrics
 		evicted: auto.NewCounter(prometheus.CounterOpts{
 			Name: "cellkit_router_connections_evicted_total",
 			Help: "Idle client connections closed to make room for a new one at the connection limit.",
+		}),
+		tlsHandshakes: auto.NewCounterVec(prometheus.CounterOpts{
+			Name: "cellkit_router_tls_handshakes_total",
+			Help: "TLS handshakes on the public listener: ok, or failed (a bad or missing certificate, a protocol error, no handshake within the read-header timeout, or stopping).",
+		}, []string{"result"}),
+		tlsHandshakeSeconds: auto.NewHistogram(prometheus.HistogramOpts{
+			Name:    "cellkit_router_tls_handshake_seconds",
+			Help:    "Time from a TLS client's connection accepted to its handshake done.",
+			Buckets: []float64{.0005, .001, .002, .005, .01, .025, .05, .1, .25, .5, 1, 5},
 		}),
 		byCell: map[string]*cellMetrics{},
 	}

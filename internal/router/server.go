@@ -243,6 +243,8 @@ type Router struct {
 	log     *slog.Logger
 	eng     *engine
 
+	tlsConfig *tls.Config // the public listener's, nil for plain HTTP
+
 	ridPrefix [17]byte // 16 hex digits of randomness and '-'
 	ridSeq    atomic.Uint64
 
@@ -275,15 +277,16 @@ func New(cfg Config, opts Options) (*Router, error) {
 	}
 	cfg.defaults(log)
 	r := &Router{
-		cfg:     cfg,
-		maps:    opts.Maps,
-		refresh: opts.Refresh,
-		keys:    opts.Keys,
-		limits:  newLimits(opts.Keys, now),
-		hot:     hotkeys.New(cfg.HotKeys, hotkeys.Options{Now: now}),
-		log:     log,
-		guards:  map[string]*guard{},
-		probs:   map[string]*cellProbs{},
+		cfg:       cfg,
+		maps:      opts.Maps,
+		refresh:   opts.Refresh,
+		keys:      opts.Keys,
+		limits:    newLimits(opts.Keys, now),
+		hot:       hotkeys.New(cfg.HotKeys, hotkeys.Options{Now: now}),
+		log:       log,
+		tlsConfig: opts.TLS,
+		guards:    map[string]*guard{},
+		probs:     map[string]*cellProbs{},
 	}
 	var seed [8]byte
 	if _, err := rand.Read(seed[:]); err != nil {
