@@ -10,9 +10,15 @@
 #                       worker is): for information, the target is (d)
 #   (f) router at REF   with BASE_REF=<git ref>: the router built from that commit,
 #                       to measure a change before/after in the same run
+#   (g) nginx, TLS      (b) with TLS on its listener (TLS 1.3, ECDSA P-256)
+#   (h) router, TLS     (d) with TLS on its listener, the same certificate
+#                       (TLS=0 leaves (g) and (h) out). Connections are kept
+#                       alive: this is the record layer's cost; the
+#                       handshake's is in the pair rounds with a new
+#                       connection per request (TLS_NEWCONN_ROUNDS, 3).
 #
 # Pair rounds: PAIR_ROUNDS (8) more rounds load the router and NGINX at the
-# same time (wrk -t1 -c32 each), and with BASE_REF the router and (f): both
+# same time (wrk -t1 -c32 each), with TLS (h) and (g) too, and with BASE_REF the router and (f): both
 # see the same machine noise, so the ratios of their throughput and CPU per
 # request are steadier than across rounds in turn.
 #
@@ -51,8 +57,13 @@ ROUTER1_ADMIN=19091
 BASE_PORT=19095
 BASE_ADMIN=19096
 BASE_REF=${BASE_REF:-}
+TLS=${TLS:-1}
+NGINX_TLS_PORT=19301
+ROUTER_TLS_PORT=19082
+ROUTER_TLS_ADMIN=19083
 TARGETS="a b c d e"
-[ -n "$BASE_REF" ] && TARGETS="a b c d e f"
+[ -n "$BASE_REF" ] && TARGETS="$TARGETS f"
+[ "$TLS" = 1 ] && TARGETS="$TARGETS g h"
 PIDS=()
 
 log() { printf '%s\n' "$*" >&2; }
@@ -102,7 +113,7 @@ wait_port() { # host:port
 
 # Every port must be free: a stale process on one would answer in place of
 # the target (and its CPU would not be counted).
-for p in "${PORTS[@]}" $NGINX_PORT $MINPROXY_PORT $ROUTER_PORT $ROUTER_ADMIN $ROUTER1_PORT $ROUTER1_ADMIN $BASE_PORT $BASE_ADMIN; do
+for p in "${PORTS[@]}" $NGINX_PORT $MINPROXY_PORT $ROUTER_PORT $ROUTER_ADMIN $ROUTER1_PORT $ROUTER1_ADMIN $BASE_PORT $BASE_ADMIN $NGINX_TLS_PORT $ROUTER_TLS_PORT $ROUTER_TLS_ADMIN; do
   if (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
     log "port $p is in use (a stale bench process?); free it first"; exit 1
   fi
@@ -124,6 +135,12 @@ ROUTER_ARGS=(-listen "127.0.0.1:$ROUTER_PORT" -admin-listen "127.0.0.1:$ROUTER_A
 ROUTER_PID=$!; PIDS+=("$ROUTER_PID")
 GOMAXPROCS=1 "$WORK/router" "${ROUTER_ARGS[@]}" -listen "127.0.0.1:$ROUTER1_PORT" -admin-listen "127.0.0.1:$ROUTER1_ADMIN" 2>"$WORK/router1.log" &
 ROUTER1_PID=$!; PIDS+=("$ROUTER1_PID")
+if [ "$TLS" = 1 ]; then
+  "$WORK/bench-router" certs -dir "$WORK/certs"
+  "$WORK/router" "${ROUTER_ARGS[@]}" -listen "127.0.0.1:$ROUTER_TLS_PORT" -admin-listen "127.0.0.1:$ROUTER_TLS_ADMIN" \
+    -tls-cert "$WORK/certs/router.pem" -tls-key "$WORK/certs/router-key.pem" 2>"$WORK/router-tls.log" &
+  ROUTER_TLS_PID=$!; PIDS+=("$ROUTER_TLS_PID")
+fi
 if [ -n "$BASE_REF" ]; then
   "$WORK/router-base" "${ROUTER_ARGS[@]}" -listen "127.0.0.1:$BASE_PORT" -admin-listen "127.0.0.1:$BASE_ADMIN" 2>"$WORK/router-base.log" &
   BASE_PID=$!; PIDS+=("$BASE_PID")
@@ -155,6 +172,21 @@ mkdir -p "$WORK/nginx"
   echo "      proxy_set_header X-Forwarded-For \$remote_addr;"
   echo "    }"
   echo "  }"
+  if [ "$TLS" = 1 ]; then
+    echo "  server {"
+    echo "    listen 127.0.0.1:$NGINX_TLS_PORT ssl backlog=4096;"
+    echo "    ssl_certificate $WORK/certs/router.pem;"
+    echo "    ssl_certificate_key $WORK/certs/router-key.pem;"
+    echo "    ssl_protocols TLSv1.2 TLSv1.3;"
+    echo "    ssl_session_cache shared:SSL:10m;"
+    echo "    location / {"
+    echo "      proxy_pass http://cells;"
+    echo "      proxy_http_version 1.1;"
+    echo "      proxy_set_header Connection \"\";"
+    echo "      proxy_set_header X-Forwarded-For \$remote_addr;"
+    echo "    }"
+    echo "  }"
+  fi
   echo "}"
 } >"$WORK/nginx/nginx.conf"
 "$NGINX" -c "$WORK/nginx/nginx.conf" -p "$WORK/nginx" -e "$WORK/nginx/error.log" -g 'daemon off;' &
@@ -165,6 +197,7 @@ wait_port "127.0.0.1:$ROUTER1_PORT"
 wait_port "127.0.0.1:$MINPROXY_PORT"
 wait_port "127.0.0.1:$NGINX_PORT"
 [ -z "$BASE_REF" ] || wait_port "127.0.0.1:$BASE_PORT"
+[ "$TLS" != 1 ] || wait_port "127.0.0.1:$ROUTER_TLS_PORT"
 
 # --- measuring --------------------------------------------------------------
 cat >"$WORK/req.lua" <<'EOF'
@@ -179,6 +212,8 @@ init = function(args)
 end
 request = function() i = i % 1000 + 1; return reqs[i] end
 EOF
+# the same requests, each on a new connection (a TLS handshake each)
+sed 's/\["X-API-Key"\] = key}/["X-API-Key"] = key, ["Connection"] = "close"}/' "$WORK/req.lua" >"$WORK/req-close.lua"
 
 # cpu_ticks PID... — user+system clock ticks of the processes and their children
 cpu_ticks() {
@@ -199,7 +234,11 @@ URL[b]="http://127.0.0.1:$NGINX_PORT";  PROCS[b]="$NGINX_PID"
 URL[c]="http://127.0.0.1:$MINPROXY_PORT"; PROCS[c]="$MINPROXY_PID"
 URL[d]="http://127.0.0.1:$ROUTER_PORT"; PROCS[d]="$ROUTER_PID"
 URL[e]="http://127.0.0.1:$ROUTER1_PORT"; PROCS[e]="$ROUTER1_PID"
-declare -A NAME=([a]="direct" [b]="nginx" [c]="httputil" [d]="router" [e]="router-1P" [f]="router@$BASE_REF")
+declare -A NAME=([a]="direct" [b]="nginx" [c]="httputil" [d]="router" [e]="router-1P" [f]="router@$BASE_REF" [g]="nginx-tls" [h]="router-tls")
+if [ "$TLS" = 1 ]; then
+  URL[g]="https://127.0.0.1:$NGINX_TLS_PORT"; PROCS[g]="$NGINX_PID"
+  URL[h]="https://127.0.0.1:$ROUTER_TLS_PORT"; PROCS[h]="$ROUTER_TLS_PID"
+fi
 if [ -n "$BASE_REF" ]; then URL[f]="http://127.0.0.1:$BASE_PORT"; PROCS[f]="$BASE_PID"; fi
 
 # throughput TARGET ROUND — runs wrk, records req/s and proxy CPU µs/request
@@ -228,33 +267,44 @@ for t in $TARGETS; do BENCH_KEY=$KEY wrk -t2 -c"$CONNS" -d2s -s "$WORK/req.lua" 
 
 ORDERS=("a b c d e" "e d c b a" "b d a e c" "c e a d b")
 [ -z "$BASE_REF" ] || ORDERS=("a b c d e f" "f e d c b a" "b f d a e c" "c e a f d b")
+if [ "$TLS" = 1 ]; then
+  ORDERS=("${ORDERS[0]} g h" "h g ${ORDERS[1]}" "${ORDERS[2]} h g" "g ${ORDERS[3]} h")
+fi
 for round in $(seq 1 "$ROUNDS"); do
   for t in ${ORDERS[$(((round - 1) % 4))]}; do throughput "$t" "$round"; done
 done
 
 PAIRS="$WORK/pairs.txt"
 : >"$PAIRS"
-# pair_round X Y — X and Y loaded at once; appends "X Y throughput-ratio cpu-ratio"
+# pair_round X Y [LUA TAG] — X and Y loaded at once; appends "X Y throughput-ratio cpu-ratio [TAG]"
 pair_round() {
-  local x=$1 y=$2 x0 y0 x1 y1 wx wy nx ny
+  local x=$1 y=$2 lua=${3:-$WORK/req.lua} tag=${4:-} x0 y0 x1 y1 wx wy nx ny
   # shellcheck disable=SC2086
   x0=$(cpu_ticks ${PROCS[$x]}); y0=$(cpu_ticks ${PROCS[$y]})
-  BENCH_KEY=$KEY wrk -t1 -c$((CONNS / 2)) -d"${DURATION}s" -s "$WORK/req.lua" "${URL[$x]}/v1/inquiries" >"$WORK/w$x.txt" &
+  BENCH_KEY=$KEY wrk -t1 -c$((CONNS / 2)) -d"${DURATION}s" -s "$lua" "${URL[$x]}/v1/inquiries" >"$WORK/w$x.txt" &
   wx=$!
-  BENCH_KEY=$KEY wrk -t1 -c$((CONNS / 2)) -d"${DURATION}s" -s "$WORK/req.lua" "${URL[$y]}/v1/inquiries" >"$WORK/w$y.txt" &
+  BENCH_KEY=$KEY wrk -t1 -c$((CONNS / 2)) -d"${DURATION}s" -s "$lua" "${URL[$y]}/v1/inquiries" >"$WORK/w$y.txt" &
   wy=$!
   wait "$wx" "$wy"
   # shellcheck disable=SC2086
   x1=$(cpu_ticks ${PROCS[$x]}); y1=$(cpu_ticks ${PROCS[$y]})
   nx=$(awk '/requests in/ {print $1}' "$WORK/w$x.txt"); ny=$(awk '/requests in/ {print $1}' "$WORK/w$y.txt")
   awk -v x="$x" -v y="$y" -v nx="$nx" -v ny="$ny" -v cx=$((x1 - x0)) -v cy=$((y1 - y0)) \
-    'BEGIN { printf "%s %s %.4f %.4f\n", x, y, nx / ny, (cx / nx) / (cy / ny) }' >>"$PAIRS"
+    -v tag="$tag" 'BEGIN { printf "%s %s %.4f %.4f %s\n", x, y, nx / ny, (cx / nx) / (cy / ny), tag }' >>"$PAIRS"
   log "pair round: ${NAME[$x]} and ${NAME[$y]} at once: $(tail -1 "$PAIRS")"
 }
 for pr in $(seq 1 "${PAIR_ROUNDS:-8}"); do
   if [ $((pr % 2)) = 1 ]; then pair_round d b; else pair_round b d; fi
   if [ -n "$BASE_REF" ]; then pair_round d f; fi
+  if [ "$TLS" = 1 ]; then
+    if [ $((pr % 2)) = 1 ]; then pair_round h g; else pair_round g h; fi
+  fi
 done
+if [ "$TLS" = 1 ]; then
+  for pr in $(seq 1 "${TLS_NEWCONN_ROUNDS:-3}"); do
+    if [ $((pr % 2)) = 1 ]; then pair_round h g "$WORK/req-close.lua" newconn; else pair_round g h "$WORK/req-close.lua" newconn; fi
+  done
+fi
 
 LAT="$WORK/latency.txt"
 : >"$LAT"
@@ -262,7 +312,8 @@ for lr in $(seq 1 "$LAT_ROUNDS"); do
   for t in $TARGETS; do
     targets=${URL[$t]}
     [ "$t" = a ] && targets=$BACKEND_LIST
-    "$WORK/bench-router" load -name "$t" -targets "$targets" -key "$KEY" -rate "$RATE" -duration "${LAT_DURATION}s" -conns "$CONNS" >>"$LAT"
+    ca=(); [[ ${URL[$t]} != https* ]] || ca=(-ca "$WORK/certs/ca.pem")
+    "$WORK/bench-router" load -name "$t" -targets "$targets" -key "$KEY" -rate "$RATE" -duration "${LAT_DURATION}s" -conns "$CONNS" "${ca[@]}" >>"$LAT"
     log "latency round $lr ${NAME[$t]}: $(tail -1 "$LAT")"
   done
 done
@@ -280,7 +331,7 @@ awk -v targets="$TARGETS" -v ref="$BASE_REF" '
   { rps[$1, $2] = $3; cpu[$1, $2] = $4; bcpu[$1, $2] = $5; bad[$1] += $6; if ($2 > rounds) rounds = $2 }
   END {
     nt = split(targets, ts, " ")
-    name["a"] = "(a) direct"; name["b"] = "(b) nginx"; name["c"] = "(c) httputil"; name["d"] = "(d) router"; name["e"] = "(e) router, GOMAXPROCS=1"; name["f"] = "(f) router at " ref
+    name["a"] = "(a) direct"; name["b"] = "(b) nginx"; name["c"] = "(c) httputil"; name["d"] = "(d) router"; name["e"] = "(e) router, GOMAXPROCS=1"; name["f"] = "(f) router at " ref; name["g"] = "(g) nginx, TLS"; name["h"] = "(h) router, TLS"
     printf "| target | req/s (median) | / direct | proxy CPU µs/req | backend CPU µs/req | non-2xx |\n|---|---:|---:|---:|---:|---:|\n"
     for (k = 1; k <= nt; k++) {
       t = ts[k]
@@ -295,7 +346,12 @@ awk -v targets="$TARGETS" -v ref="$BASE_REF" '
     printf "router CPU per request / nginx CPU per request: %.2f×\n", median(cb, rounds)
     for (r = 1; r <= rounds; r++) { eb[r] = rps["e", r] / rps["b", r] }
     printf "(e)/(b) router with GOMAXPROCS=1 vs nginx: %.2f×\n", median(eb, rounds)
-    if (nt == 6) {
+    if (index(targets, "h")) {
+      for (r = 1; r <= rounds; r++) { hg[r] = rps["h", r] / rps["g", r]; chg[r] = cpu["h", r] / cpu["g", r]; hd[r] = rps["h", r] / rps["d", r]; chd[r] = cpu["h", r] / cpu["d", r] }
+      printf "(h)/(g) router vs nginx, both on TLS: throughput %.2f×, CPU per request %.2f×\n", median(hg, rounds), median(chg, rounds)
+      printf "(h)/(d) the router on TLS vs plain: throughput %.2f×, CPU per request %.2f×\n", median(hd, rounds), median(chd, rounds)
+    }
+    if (index(targets, "f")) {
       for (r = 1; r <= rounds; r++) { df[r] = rps["d", r] / rps["f", r]; cf[r] = cpu["d", r] / cpu["f", r] }
       printf "(d)/(f) router vs router at %s: throughput %.3f× (rounds:", ref, median(df, rounds)
       for (r = 1; r <= rounds; r++) printf " %.2f", rps["d", r] / rps["f", r]
@@ -310,11 +366,12 @@ if [ -s "$PAIRS" ]; then
     }
     {
       # ratios as router / other, whichever order the round ran in
-      if ($1 == "d") { k = $2; t = $3; c = $4 } else { k = $1; t = 1 / $3; c = 1 / $4 }
+      # TLS pairs: h is the router, g the peer; the newconn tag marks a new connection per request
+      if ($1 == "d" || $1 == "h") { k = $2 $5; t = $3; c = $4 } else { k = $1 $5; t = 1 / $3; c = 1 / $4 }
       n[k]++; tt[k, n[k]] = t; cc[k, n[k]] = c; line[k] = line[k] sprintf(" %.3f/%.3f", t, c)
     }
     END {
-      label["b"] = "nginx"; label["f"] = "router at " ref
+      label["b"] = "nginx"; label["f"] = "router at " ref; label["g"] = "nginx, both on TLS (kept-alive connections)"; label["gnewconn"] = "nginx, both on TLS, a new connection (a handshake) per request"
       for (k in n) {
         for (r = 1; r <= n[k]; r++) { a[r] = tt[k, r]; z[r] = cc[k, r] }
         printf "router and %s loaded at once, %d rounds: router throughput %.3f×, CPU per request %.3f× (per round:%s)\n", label[k], n[k], median(a, n[k]), median(z, n[k]), line[k]
@@ -329,13 +386,13 @@ awk -v targets="$TARGETS" -v ref="$BASE_REF" '
     return (n % 2) ? arr[(n + 1) / 2] : (arr[n / 2] + arr[n / 2 + 1]) / 2
   }
   {
-    match($0, /"name":"[a-f]"/); t = substr($0, RSTART + 8, 1)
+    match($0, /"name":"[a-h]"/); t = substr($0, RSTART + 8, 1)
     n[t]++; p50[t, n[t]] = num("p50_us"); p99[t, n[t]] = num("p99_us"); p999[t, n[t]] = num("p999_us")
     errs[t] += num("errors") + num("non_2xx") + num("late")
   }
   END {
     nt = split(targets, ts, " ")
-    name["a"] = "(a) direct"; name["b"] = "(b) nginx"; name["c"] = "(c) httputil"; name["d"] = "(d) router"; name["e"] = "(e) router, GOMAXPROCS=1"; name["f"] = "(f) router at " ref
+    name["a"] = "(a) direct"; name["b"] = "(b) nginx"; name["c"] = "(c) httputil"; name["d"] = "(d) router"; name["e"] = "(e) router, GOMAXPROCS=1"; name["f"] = "(f) router at " ref; name["g"] = "(g) nginx, TLS"; name["h"] = "(h) router, TLS"
     for (k = 1; k <= nt; k++) { t = ts[k]
       for (r = 1; r <= n[t]; r++) { x[r] = p50[t, r]; y[r] = p99[t, r]; z[r] = p999[t, r] }
       m50[t] = median(x, n[t]); m99[t] = median(y, n[t]); m999[t] = median(z, n[t]) }
@@ -349,6 +406,11 @@ awk -v targets="$TARGETS" -v ref="$BASE_REF" '
     printf "p99 µs per round, router / nginx:"
     for (r = 1; r <= n["d"]; r++) printf " %.0f/%.0f", p99["d", r], p99["b", r]
     printf "\n"
+    if (n["h"] > 0) {
+      w99 = 0; w999 = 0
+      for (r = 1; r <= n["h"]; r++) { if (p99["h", r] <= p99["g", r]) w99++; if (p999["h", r] <= p999["g", r]) w999++ }
+      printf "per round, router vs nginx on TLS: p99 at or below in %d of %d rounds, p99.9 in %d of %d\n", w99, n["h"], w999, n["h"]
+    }
   }' "$LAT"
 echo
 echo "targets: (d) ≥ 1.10× nginx throughput, ≤ 0.9× its CPU per request; p99 and p99.9 ≤ nginx's at the open-loop rate"

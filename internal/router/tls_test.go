@@ -279,3 +279,36 @@ func TestTLSCertificateReloadUnderLoad(t *testing.T) {
 	}
 	t.Logf("%d requests across two reloads, none failed", sent.Load())
 }
+
+// TestTLSPipelineFloodIsCut: a TLS client that keeps sending while its
+// request is answered is cut once it has sent more than two whole
+// requests can hold, as a plain one is; what the router decrypts ahead is
+// bounded.
+func TestTLSPipelineFloodIsCut(t *testing.T) {
+	tw := newTLSWorld(t, worldOptions{})
+	tw.backends["c1"].mode.Store(modeHang)
+	c := tw.dial(t)
+	if _, err := io.WriteString(c, rawCreate(tw.key, userIn(t, tw.currentMap(), "c1", 1))); err != nil {
+		t.Fatal(err)
+	}
+	junk := []byte(strings.Repeat("x", 16<<10))
+	limit := 2 * tw.router.eng.r.cfg.Server.MaxHeaderBytes * 40 // far more than 2 × (header + body limits)
+	sent := 0
+	var err error
+	for sent < limit {
+		var n int
+		n, err = c.Write(junk)
+		sent += n
+		if err != nil {
+			break
+		}
+	}
+	if err == nil {
+		c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		_, err = c.Read(make([]byte, 1))
+	}
+	if err == nil {
+		t.Fatalf("a client that sent %d bytes behind a request in flight was not cut", sent)
+	}
+	t.Logf("cut after %d bytes sent: %v", sent, err)
+}

@@ -4,7 +4,8 @@
 //	bench-router backends -ports 9101,9102,9103,9104    four trivial "cells"
 //	bench-router minproxy -listen ADDR -backends URL,...  a minimal httputil.ReverseProxy
 //	bench-router mkmap -out FILE -backends URL,...        a cell map with one cell per backend
-//	bench-router load -targets URL,... -rate 2000 ...      an open-loop load generator
+//	bench-router certs -dir DIR                            a CA and role certificates (the TLS targets)
+//	bench-router load -targets URL,... -rate 2000 ...      an open-loop load generator (-ca FILE for https)
 //
 // The load generator sends POST /v1/inquiries at a constant rate whatever
 // the answers do (open loop) and measures each latency from the request's
@@ -17,6 +18,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -38,8 +40,10 @@ import (
 	"time"
 
 	"github.com/cellkit/cellkit/internal/loadtest"
+	"github.com/cellkit/cellkit/internal/pki"
 	"github.com/cellkit/cellkit/internal/registry"
 	"github.com/cellkit/cellkit/internal/slotmap"
+	"github.com/cellkit/cellkit/internal/tlsconf"
 )
 
 func main() {
@@ -54,7 +58,7 @@ func main() {
 
 func run(ctx context.Context, args []string, stdout io.Writer) error {
 	if len(args) == 0 {
-		return errors.New("usage: bench-router backends|minproxy|mkmap|load [flags]")
+		return errors.New("usage: bench-router backends|minproxy|mkmap|certs|load [flags]")
 	}
 	fs := flag.NewFlagSet("bench-router "+args[0], flag.ContinueOnError)
 	switch args[0] {
@@ -90,6 +94,12 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 			return err
 		}
 		return mkmap(ctx, *out, strings.Split(*targets, ","))
+	case "certs":
+		dir := fs.String("dir", "", "directory to write a CA and role certificates (for localhost and 127.0.0.1) into")
+		if err := fs.Parse(args[1:]); err != nil {
+			return err
+		}
+		return pki.WriteDev(*dir, []string{"localhost", "127.0.0.1"})
 	case "load":
 		var o loadOptions
 		targets := fs.String("targets", "", "base URLs, comma-separated; connections are spread over them")
@@ -100,8 +110,16 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		fs.DurationVar(&o.warmup, "warmup", 2*time.Second, "unmeasured time first")
 		fs.IntVar(&o.conns, "conns", 64, "keep-alive connections")
 		fs.IntVar(&o.users, "users", 1000, "distinct user ids")
+		ca := fs.String("ca", "", "CA file (PEM) verifying https targets")
 		if err := fs.Parse(args[1:]); err != nil {
 			return err
+		}
+		if *ca != "" {
+			pool, err := tlsconf.LoadPool(*ca)
+			if err != nil {
+				return err
+			}
+			o.tls = &tls.Config{RootCAs: pool, ServerName: "localhost", ClientSessionCache: tls.NewLRUClientSessionCache(1024)}
 		}
 		o.targets = strings.Split(*targets, ",")
 		res, err := load(ctx, o)
@@ -204,6 +222,7 @@ type loadOptions struct {
 	warmup   time.Duration
 	conns    int
 	users    int
+	tls      *tls.Config // for https targets
 }
 
 // Result is the load generator's report; latencies in microseconds.
@@ -249,6 +268,9 @@ func load(ctx context.Context, o loadOptions) (Result, error) {
 	for c := range conns {
 		target := o.targets[c%len(o.targets)]
 		conns[c] = &benchConn{host: strings.TrimPrefix(strings.TrimPrefix(target, "http://"), "https://")}
+		if strings.HasPrefix(target, "https://") {
+			conns[c].tls = o.tls
+		}
 	}
 	var dialErr atomic.Value
 	gen := loadtest.Generator[int32]{
@@ -312,6 +334,7 @@ var errDial = errors.New("dial")
 // and again after an error.
 type benchConn struct {
 	host string
+	tls  *tls.Config // for an https target
 	conn net.Conn
 	br   *bufio.Reader
 }
@@ -320,6 +343,14 @@ type benchConn struct {
 func (c *benchConn) roundTrip(ctx context.Context, req []byte) (int, error) {
 	if c.conn == nil {
 		conn, err := net.DialTimeout("tcp", c.host, time.Second)
+		if err == nil && c.tls != nil {
+			tc := tls.Client(conn, c.tls)
+			tc.SetDeadline(time.Now().Add(time.Second))
+			if err = tc.Handshake(); err != nil {
+				conn.Close()
+			}
+			conn = tc
+		}
 		if err != nil {
 			return 0, fmt.Errorf("%w: %w", errDial, err)
 		}
