@@ -38,9 +38,11 @@ type Config struct {
 type Options struct {
 	// Logger hears of every reload and every refused file. Nil: none.
 	Logger *slog.Logger
-	// Registerer receives cellkit_reloads_total{what,result} and
-	// cellkit_reload_last_success_timestamp_seconds{what}, prefixed as the
-	// caller wraps it. Nil: not registered.
+	// Registerer receives cellkit_reloads_total{what,result},
+	// cellkit_reload_refused{what} and
+	// cellkit_reload_last_success_timestamp_seconds{what}: pass the
+	// process's registry unwrapped (the names are whole). Nil: not
+	// registered.
 	Registerer prometheus.Registerer
 }
 
@@ -56,8 +58,8 @@ type Watcher struct {
 	mu   sync.Mutex // serialises loads
 	seen []stamp    // the files as of the last load, good or refused
 
-	ok, failed prometheus.Counter
-	lastOK     prometheus.Gauge
+	ok, failed      prometheus.Counter
+	lastOK, refused prometheus.Gauge
 }
 
 // stamp is what says a file changed.
@@ -100,13 +102,19 @@ func New(paths []string, load func() error, cfg Config, opts Options) *Watcher {
 		Name: "cellkit_reload_last_success_timestamp_seconds",
 		Help: "When the files were last loaded successfully (at start or by a reload).",
 	}, []string{"what"}))
+	refused := Shared(opts.Registerer, prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "cellkit_reload_refused",
+		Help: "1 while the files on disk are ones the process refused (it runs on the ones it loaded before), 0 once it has loaded them.",
+	}, []string{"what"}))
 	w := &Watcher{
 		cfg: cfg, paths: paths, load: load, log: log.With("what", cfg.What),
 		trigger: make(chan struct{}, 1),
 		ok:      reloads.WithLabelValues(cfg.What, "ok"),
 		failed:  reloads.WithLabelValues(cfg.What, "refused"),
 		lastOK:  last.WithLabelValues(cfg.What),
+		refused: refused.WithLabelValues(cfg.What),
 	}
+	w.refused.Set(0)
 	w.seen = w.stamps()
 	w.lastOK.SetToCurrentTime()
 	return w
@@ -161,10 +169,12 @@ func (w *Watcher) reload(force bool) error {
 	w.seen = now
 	if err := w.load(); err != nil {
 		w.failed.Inc()
+		w.refused.Set(1)
 		w.log.Error("refused the new files; keeping the ones loaded before", "files", w.paths, "err", err)
 		return err
 	}
 	w.ok.Inc()
+	w.refused.Set(0)
 	w.lastOK.SetToCurrentTime()
 	w.log.Info("reloaded", "files", w.paths)
 	return nil
