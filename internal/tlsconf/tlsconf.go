@@ -220,7 +220,12 @@ type ClientFiles struct {
 func (f ClientFiles) Enabled() bool { return f.CA != "" || f.Cert != "" || f.Key != "" }
 
 // Client is a client's TLS configuration: its certificate is current with
-// its files (the CA is read once).
+// its files. Its CA is read once: the configuration is copied by the
+// clients that use it (net/http's Transport), and crypto/tls verifies a
+// server's name only against a configuration's own ServerName, which a
+// verification callback cannot see; so a new CA for the servers is taken
+// at a restart (rotate by adding the new CA to the file first, see
+// docs/tls-and-access.md).
 type Client struct {
 	files   ClientFiles
 	opts    Options
