@@ -152,6 +152,49 @@ func (k *Keys) Authenticate(key []byte) (*Client, authResult) {
 	return sk.client, authOK
 }
 
+// keyring is the keys in use and their clients' token buckets, swapped
+// whole by SetKeys: a request authenticates and takes its token from the
+// one it loaded, so a Client always indexes its own keys' buckets.
+type keyring struct {
+	keys   *Keys
+	limits *limits
+}
+
+// ring is the keyring in use: one atomic load per request, no lock.
+func (r *Router) ring() *keyring { return r.keyring.Load() }
+
+// Keys returns the keys in use.
+func (r *Router) Keys() *Keys { return r.ring().keys }
+
+// SetKeys replaces the API keys, for the requests that follow, on every
+// connection (a request is authenticated on its own, kept-alive connection
+// or not): a key k lacks is refused from the next request on. A client in
+// both keeps its rate-limit bucket, and the tokens in it, under its new
+// limits; a client k lacks loses its bucket. It refuses nil or empty keys.
+func (r *Router) SetKeys(k *Keys) error {
+	if k == nil || len(k.clients) == 0 {
+		return errors.New("router: no API keys")
+	}
+	r.keysMu.Lock()
+	defer r.keysMu.Unlock()
+	old := r.ring()
+	r.keyring.Store(&keyring{keys: k, limits: carryLimits(old, k, r.now)})
+	kept := make(map[string]bool, len(k.clients))
+	for _, c := range k.clients {
+		kept[c.ID] = true
+	}
+	removed := 0
+	for _, c := range old.keys.clients {
+		if !kept[c.ID] {
+			removed++
+			r.metrics.limited.DeleteLabelValues(c.ID)
+		}
+	}
+	r.log.Info("API keys replaced", "clients", len(k.clients), "keys", len(k.byPrefix),
+		"clients_removed", removed)
+	return nil
+}
+
 // KeyPrefix starts every generated key, so that leaked keys are easy to scan for.
 const KeyPrefix = "ck_"
 
