@@ -5,17 +5,28 @@
 //
 //	router [flags]                 serve
 //	router keygen [flags]          make an API key and its keys-file entry
+//	router keys add|revoke|list    edit or show the keys file
 //
 // A flag not on the command line is read from CELLKIT_ROUTER_<FLAG>, else
 // CELLKIT_<FLAG> (upper case, '-' as '_': CELLKIT_ROUTER_CELL_TIMEOUT,
 // CELLKIT_REGISTRY); see internal/flagenv.
 //
+// Files read at runtime are reloaded when they change (checked every
+// --reload-interval) and at once on SIGHUP: the keys file (a revoked key is
+// refused from the next request on), the admin token file and the TLS
+// certificates. A file that does not load is refused with one log line
+// naming it, and what was loaded before stays in use.
+//
 // Admin listener: /healthz, /readyz (ready once there is a cell map; says
-// when it is stale), /metrics, /v1/admin/hotkeys, /v1/admin/cells.
+// when it is stale), /metrics, /v1/admin/hotkeys, /v1/admin/cells. With
+// --admin-token-file or --admin-tls-client-ca, all but /healthz and /readyz
+// need a bearer token or a client certificate (internal/adminauth); without
+// either, the router refuses an --admin-listen address other than loopback.
 package main
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -27,7 +38,6 @@ import (
 	"net/http/pprof"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"syscall"
 	"time"
 
@@ -35,10 +45,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"golang.org/x/sync/errgroup"
 
-	"github.com/cellkit/cellkit/internal/atomicfile"
+	"github.com/cellkit/cellkit/internal/adminauth"
 	"github.com/cellkit/cellkit/internal/flagenv"
+	"github.com/cellkit/cellkit/internal/pki"
 	"github.com/cellkit/cellkit/internal/registry"
+	"github.com/cellkit/cellkit/internal/reload"
 	"github.com/cellkit/cellkit/internal/router"
+	"github.com/cellkit/cellkit/internal/tlsconf"
 )
 
 func main() {
@@ -60,10 +73,14 @@ type options struct {
 	staleAfter          time.Duration
 	mapWait             time.Duration
 	shutdownTimeout     time.Duration
+	reloadInterval      time.Duration
 	logLevel            slog.Level
 	pprof               bool
 	server              router.ServerLimits
 	cell                router.CellLimits
+	adminTokenFile      string
+	publicTLS, adminTLS tlsconf.ServerFiles
+	cellTLS             tlsconf.ClientFiles
 }
 
 func parseFlags(args []string, getenv func(string) string, output io.Writer) (options, error) {
@@ -72,15 +89,20 @@ func parseFlags(args []string, getenv func(string) string, output io.Writer) (op
 	fs := flag.NewFlagSet("router", flag.ContinueOnError)
 	fs.SetOutput(output)
 	fs.StringVar(&o.listen, "listen", "127.0.0.1:8080", "public HTTP address")
-	fs.StringVar(&o.adminListen, "admin-listen", "127.0.0.1:9080", "admin HTTP address: health, readiness, metrics, hot keys")
+	fs.StringVar(&o.adminListen, "admin-listen", "127.0.0.1:9080", "admin HTTP address: health, readiness, metrics, hot keys (not a loopback address: needs --admin-token-file or --admin-tls-client-ca)")
 	fs.StringVar(&o.registryURL, "registry", "", "cell map registry: file:PATH or consul://HOST:PORT/PREFIX (default $"+registry.EnvRegistry+")")
-	fs.StringVar(&o.keysPath, "keys", "", "API keys file: a JSON array of {client, key_sha256, rate, burst} (make one with `router keygen`)")
+	fs.StringVar(&o.keysPath, "keys", "", "API keys file: a JSON array of {client, key_sha256, rate, burst} (edit it with `router keys`; reloaded when it changes or on SIGHUP)")
 	fs.StringVar(&o.mapCache, "map-cache", "", "file keeping the last good cell map, to start while the registry is down (empty: none)")
 	fs.DurationVar(&o.staleAfter, "stale-after", registry.DefaultFollowerConfig().StaleAfter, "report the map stale after this long without the registry")
 	fs.DurationVar(&o.mapWait, "map-wait", 0, "give up if no cell map arrives within this time (0: wait until stopped)")
 	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 15*time.Second, "how long requests in flight may finish at shutdown")
+	fs.DurationVar(&o.reloadInterval, "reload-interval", time.Second, "how often the keys, admin token and certificate files are checked for changes (SIGHUP: at once)")
 	fs.TextVar(&o.logLevel, "log-level", slog.LevelInfo, "log level: debug, info, warn or error")
 	fs.BoolVar(&o.pprof, "pprof", false, "serve /debug/pprof/ on the admin listener")
+	fs.StringVar(&o.adminTokenFile, "admin-token-file", "", "admin listener: file of bearer tokens, one per line ('#' comments); every admin path but /healthz and /readyz then needs Authorization: Bearer TOKEN (reloaded when it changes or on SIGHUP)")
+	o.publicTLS.RegisterFlags(fs, "", "public listener", "")
+	o.adminTLS.RegisterFlags(fs, "admin-", "admin listener", pki.RoleOperator)
+	o.cellTLS.RegisterFlags(fs, "cell-", "the cells")
 
 	fs.DurationVar(&o.server.ReadHeaderTimeout, "read-header-timeout", d.Server.ReadHeaderTimeout, "time to read a request's header")
 	fs.DurationVar(&o.server.ReadTimeout, "read-timeout", d.Server.ReadTimeout, "time to read a request's body after its header")
@@ -111,9 +133,42 @@ func parseFlags(args []string, getenv func(string) string, output io.Writer) (op
 		return o, err
 	}
 	if o.keysPath == "" {
-		return o, errors.New("no keys file: pass --keys (make a key with `router keygen`)")
+		return o, errors.New("no keys file: pass --keys (make a key with `router keys add`)")
+	}
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	for _, l := range []struct {
+		prefix string
+		files  *tlsconf.ServerFiles
+	}{{"", &o.publicTLS}, {"admin-", &o.adminTLS}} {
+		if err := checkServerFiles(l.prefix, l.files, given); err != nil {
+			return o, err
+		}
+	}
+	if o.reloadInterval <= 0 {
+		return o, errors.New("--reload-interval must be > 0")
+	}
+	// An admin API open to the network would hand out the cells' map,
+	// hot users and profiles to anyone who asks.
+	if err := adminauth.CheckListen(o.adminListen, o.adminTokenFile != "" || o.adminTLS.ClientCA != ""); err != nil {
+		return o, fmt.Errorf("--admin-listen %w: set --admin-token-file or --admin-tls-client-ca, or listen on a loopback address", err)
 	}
 	return o, nil
+}
+
+// checkServerFiles checks a listener's TLS flags go together. A client
+// role set by default (the admin listener's) applies only with a client CA.
+func checkServerFiles(prefix string, f *tlsconf.ServerFiles, given map[string]bool) error {
+	if f.ClientCA == "" && f.ClientRole != "" {
+		if given[prefix+"tls-client-role"] {
+			return fmt.Errorf("--%stls-client-role needs --%stls-client-ca", prefix, prefix)
+		}
+		f.ClientRole = ""
+	}
+	if f.ClientCA != "" && !f.Enabled() {
+		return fmt.Errorf("--%stls-client-ca needs --%stls-cert and --%stls-key", prefix, prefix, prefix)
+	}
+	return nil
 }
 
 // addrs are where run listens.
@@ -122,8 +177,13 @@ type addrs struct{ Public, Admin net.Addr }
 // run serves until ctx ends, then shuts down gracefully. ready, if not nil,
 // is called once the public listener accepts requests.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer, ready func(addrs)) error {
-	if len(args) > 0 && args[0] == "keygen" {
-		return keygen(args[1:], stdout, stderr)
+	if len(args) > 0 {
+		switch args[0] {
+		case "keygen":
+			return keygen(args[1:], stdout, stderr)
+		case "keys":
+			return keysCommand(args[1:], stdout, stderr)
+		}
 	}
 	o, err := parseFlags(args, os.Getenv, stderr)
 	if errors.Is(err, flag.ErrHelp) {
@@ -133,30 +193,91 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, ready fun
 		return err
 	}
 	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: o.logLevel}))
+	metrics := prometheus.NewRegistry()
+	metrics.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	// The keys' watcher records the file before it is read, so that a
+	// change made meanwhile is seen; it runs once the router exists.
+	var rt *router.Router
+	keysWatcher := reload.New([]string{o.keysPath}, func() error {
+		k, err := router.LoadKeys(o.keysPath)
+		if err != nil {
+			return err
+		}
+		return rt.SetKeys(k)
+	}, reload.Config{What: "keys", Interval: o.reloadInterval}, reload.Options{Logger: log, Registerer: metrics})
 	keys, err := router.LoadKeys(o.keysPath)
 	if err != nil {
 		return err
 	}
+
+	// The files read at runtime, each with its watcher: a bad one stops
+	// the start, with an error naming it.
+	watchers := []*reload.Watcher{keysWatcher}
+	watch := func(w *reload.Watcher) {
+		if w != nil {
+			watchers = append(watchers, w)
+		}
+	}
+	tlsOpts := func(what string) tlsconf.Options {
+		return tlsconf.Options{What: what, Interval: o.reloadInterval, Logger: log, Registerer: metrics}
+	}
+	var publicTLS *tls.Config
+	if o.publicTLS.Enabled() {
+		srv, err := tlsconf.NewServer(o.publicTLS, tlsOpts("public_tls"))
+		if err != nil {
+			return fmt.Errorf("public listener: %w", err)
+		}
+		publicTLS = srv.Config()
+		watch(srv.Watcher())
+	}
+	var adminTLS *tlsconf.Server
+	if o.adminTLS.Enabled() {
+		if adminTLS, err = tlsconf.NewServer(o.adminTLS, tlsOpts("admin_tls")); err != nil {
+			return fmt.Errorf("admin listener: %w", err)
+		}
+		watch(adminTLS.Watcher())
+	}
+	cellLimits := o.cell
+	if o.cellTLS.Enabled() {
+		c, err := tlsconf.NewClient(o.cellTLS, tlsOpts("cell_tls"))
+		if err != nil {
+			return fmt.Errorf("cells: %w", err)
+		}
+		cellLimits.TLS = c.Config()
+		watch(c.Watcher())
+	}
+	guard, err := adminauth.New(adminauth.Config{
+		TokenFile:   o.adminTokenFile,
+		ClientCerts: o.adminTLS.ClientCA != "",
+		ClientRole:  o.adminTLS.ClientRole,
+		Interval:    o.reloadInterval,
+	}, adminauth.Options{Logger: log, Registerer: metrics})
+	if err != nil {
+		return err
+	}
+	watch(guard.Watcher())
+	if o.adminTokenFile != "" && adminTLS == nil && !adminauth.Loopback(o.adminListen) {
+		log.Warn("admin bearer tokens cross the network in clear text: give the admin listener a certificate (--admin-tls-cert, --admin-tls-key)", "admin", o.adminListen)
+	}
+
 	reg, err := registry.Open(registry.Config{URL: o.registryURL}, registry.Options{})
 	if err != nil {
 		return err
 	}
 	defer reg.Close()
-
-	metrics := prometheus.NewRegistry()
-	metrics.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	follower, err := registry.NewFollower(registry.FollowerConfig{StaleAfter: o.staleAfter, CachePath: o.mapCache}, registry.FollowerOptions{
 		Registry: reg, Logger: log, Registerer: prometheus.WrapRegistererWithPrefix("cellkit_router_", metrics),
 	})
 	if err != nil {
 		return err
 	}
-	rt, err := router.New(router.Config{Server: o.server, Cell: o.cell}, router.Options{
+	rt, err = router.New(router.Config{Server: o.server, Cell: cellLimits}, router.Options{
 		Maps:       follower,
 		Refresh:    reg.Load,
 		Keys:       keys,
 		Logger:     log,
 		Registerer: metrics,
+		TLS:        publicTLS,
 	})
 	if err != nil {
 		return err
@@ -166,6 +287,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, ready fun
 	adminLn, err := net.Listen("tcp", o.adminListen)
 	if err != nil {
 		return fmt.Errorf("admin: listen: %w", err)
+	}
+	adminAddr := adminLn.Addr()
+	if adminTLS != nil {
+		adminLn = tls.NewListener(adminLn, adminTLS.Config())
 	}
 	var adminHandler http.Handler = rt.AdminHandler(metrics)
 	if o.pprof {
@@ -178,7 +303,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, ready fun
 		adminHandler = mux
 	}
 	admin := &http.Server{
-		Handler:           adminHandler,
+		Handler:           guard.Handler(adminHandler),
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       10 * time.Second,
 		WriteTimeout:      30 * time.Second,
@@ -187,6 +312,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, ready fun
 
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return follower.Run(gctx) })
+	for _, w := range watchers {
+		g.Go(func() error { return w.Run(gctx) })
+	}
+	g.Go(func() error { return reload.OnSignal(gctx, []os.Signal{syscall.SIGHUP}, watchers...) })
 	g.Go(func() error {
 		if err := admin.Serve(adminLn); !errors.Is(err, http.ErrServerClosed) {
 			return fmt.Errorf("admin: %w", err)
@@ -211,10 +340,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, ready fun
 		}
 		close(serving)
 		return rt.ListenAndServe(o.listen, func(a net.Addr) {
-			log.Info("router ready", "listen", a.String(), "admin", adminLn.Addr().String(),
-				"map_version", follower.Map().Version(), "clients", len(keys.Clients()))
+			log.Info("router ready", "listen", a.String(), "admin", adminAddr.String(),
+				"map_version", follower.Map().Version(), "clients", len(rt.Keys().Clients()),
+				"tls", publicTLS != nil, "admin_tls", adminTLS != nil, "admin_auth", guard.Enabled())
 			if ready != nil {
-				ready(addrs{Public: a, Admin: adminLn.Addr()})
+				ready(addrs{Public: a, Admin: adminAddr})
 			}
 		})
 	})
@@ -241,13 +371,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, ready fun
 
 // keygen makes a new API key: the key goes to stdout (it is shown once and
 // never stored), its entry to the keys file named by -keys (added, or the
-// file created) or, without -keys, to stderr.
+// file created: `router keys add`) or, without -keys, to stderr.
 func keygen(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("router keygen", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	client := fs.String("client", "", "client id the key belongs to (required)")
-	rate := fs.Float64("rate", 100, "the client's sustained limit, requests per second")
-	burst := fs.Int("burst", 200, "the client's burst")
+	rate := fs.Float64("rate", 100, "the client's sustained limit, requests per second (with -keys, default: the client's, for a client with keys already)")
+	burst := fs.Int("burst", 200, "the client's burst (with -keys, default: the client's, for a client with keys already)")
 	keysPath := fs.String("keys", "", "keys file to add the entry to (created if missing)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -258,45 +388,27 @@ func keygen(args []string, stdout, stderr io.Writer) error {
 	if *client == "" {
 		return errors.New("keygen: -client is required")
 	}
+	entry := router.KeyEntry{Client: *client, Rate: *rate, Burst: *burst}
+	if *keysPath != "" {
+		given := map[string]bool{}
+		fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+		key, _, _, err := addKey(*keysPath, entry, given["rate"], given["burst"])
+		if err != nil {
+			return fmt.Errorf("keygen: %w", err)
+		}
+		fmt.Fprintln(stdout, key)
+		return nil
+	}
 	key, sum, err := router.GenerateKey()
 	if err != nil {
 		return err
 	}
-	entry := router.KeyEntry{Client: *client, KeySHA256: sum, Rate: *rate, Burst: *burst}
-	if *keysPath == "" {
-		line, _ := json.Marshal(entry)
-		fmt.Fprintf(stderr, "keys file entry: %s\n", line)
-	} else if err := addKey(*keysPath, entry); err != nil {
-		return err
+	entry.KeySHA256 = sum
+	line, err := json.Marshal(entry)
+	if err != nil {
+		return fmt.Errorf("keygen: %w", err)
 	}
+	fmt.Fprintf(stderr, "keys file entry: %s\n", line)
 	fmt.Fprintln(stdout, key)
 	return nil
-}
-
-// addKey adds entry to the keys file at path, checking the result parses.
-func addKey(path string, entry router.KeyEntry) error {
-	var entries []router.KeyEntry
-	data, err := os.ReadFile(path)
-	switch {
-	case errors.Is(err, os.ErrNotExist):
-	case err != nil:
-		return fmt.Errorf("keygen: %w", err)
-	default:
-		if err := json.Unmarshal(data, &entries); err != nil {
-			return fmt.Errorf("keygen: %s: %w", path, err)
-		}
-	}
-	entries = append(entries, entry)
-	out, err := json.MarshalIndent(entries, "", "  ")
-	if err != nil {
-		return err
-	}
-	out = append(out, '\n')
-	if _, err := router.ParseKeys(out); err != nil {
-		return fmt.Errorf("keygen: %w", err)
-	}
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return fmt.Errorf("keygen: %w", err)
-	}
-	return atomicfile.WriteFile(path, out, 0o600)
 }

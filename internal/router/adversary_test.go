@@ -351,7 +351,7 @@ func TestFileLimitCheckedAtStart(t *testing.T) {
 	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &l); err != nil {
 		t.Fatal(err)
 	}
-	r, err := New(Config{Server: ServerLimits{MaxConns: int(l.Cur)}}, Options{Maps: w.follower, Keys: w.router.keys})
+	r, err := New(Config{Server: ServerLimits{MaxConns: int(l.Cur)}}, Options{Maps: w.follower, Keys: w.router.Keys()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -495,7 +495,7 @@ func TestDefaultMaxConnsFitsTheFileLimit(t *testing.T) {
 	if err := unix.Setrlimit(unix.RLIMIT_NOFILE, &low); err != nil {
 		t.Fatal(err)
 	}
-	r, err := New(Config{}, Options{Maps: w.follower, Keys: w.router.keys, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	r, err := New(Config{}, Options{Maps: w.follower, Keys: w.router.Keys(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err := unix.Setrlimit(unix.RLIMIT_NOFILE, &saved); err != nil {
 		t.Fatal(err)
 	}
@@ -505,7 +505,7 @@ func TestDefaultMaxConnsFitsTheFileLimit(t *testing.T) {
 	if got, want := r.cfg.Server.MaxConns, 3000-fdReserve; got != want {
 		t.Errorf("default MaxConns under a limit of 3000 = %d, want %d", got, want)
 	}
-	if r2, _ := New(Config{}, Options{Maps: w.follower, Keys: w.router.keys}); r2.cfg.Server.MaxConns != min(defaultMaxConns, fileLimitRoom()) {
+	if r2, _ := New(Config{}, Options{Maps: w.follower, Keys: w.router.Keys()}); r2.cfg.Server.MaxConns != min(defaultMaxConns, fileLimitRoom()) {
 		t.Errorf("default MaxConns = %d", r2.cfg.Server.MaxConns)
 	}
 }

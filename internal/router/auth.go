@@ -71,34 +71,42 @@ const (
 
 // ParseKeys parses and validates a keys file.
 func ParseKeys(data []byte) (*Keys, error) {
-	var entries []KeyEntry
-	if err := json.Unmarshal(data, &entries); err != nil {
+	k, err := parseKeys(data)
+	if err != nil {
 		return nil, fmt.Errorf("keys: %w", err)
 	}
+	return k, nil
+}
+
+func parseKeys(data []byte) (*Keys, error) {
+	var entries []KeyEntry
+	if err := json.Unmarshal(data, &entries); err != nil {
+		return nil, err
+	}
 	if len(entries) > MaxClients {
-		return nil, fmt.Errorf("keys: %d entries, at most %d", len(entries), MaxClients)
+		return nil, fmt.Errorf("%d entries, at most %d", len(entries), MaxClients)
 	}
 	k := &Keys{byPrefix: make(map[uint64]storedKey, len(entries))}
 	byID := map[string]*Client{}
 	for i, e := range entries {
 		if !validClientID(e.Client) {
-			return nil, fmt.Errorf("keys: entry %d: client %q: want 1-64 of [A-Za-z0-9._-]", i, e.Client)
+			return nil, fmt.Errorf("entry %d: client %q: want 1-64 of [A-Za-z0-9._-]", i, e.Client)
 		}
 		raw, err := hex.DecodeString(e.KeySHA256)
 		if err != nil || len(raw) != sha256.Size {
-			return nil, fmt.Errorf("keys: entry %d (%s): key_sha256 must be 64 hex digits", i, e.Client)
+			return nil, fmt.Errorf("entry %d (%s): key_sha256 must be 64 hex digits", i, e.Client)
 		}
 		if !(e.Rate > 0) || math.IsInf(e.Rate, 0) {
-			return nil, fmt.Errorf("keys: entry %d (%s): rate must be > 0", i, e.Client)
+			return nil, fmt.Errorf("entry %d (%s): rate must be > 0", i, e.Client)
 		}
 		if e.Burst < 1 {
-			return nil, fmt.Errorf("keys: entry %d (%s): burst must be ≥ 1", i, e.Client)
+			return nil, fmt.Errorf("entry %d (%s): burst must be ≥ 1", i, e.Client)
 		}
 		d := [sha256.Size]byte(raw)
 		if _, dup := k.byPrefix[digestPrefix(&d)]; dup {
 			// The same key twice, or (with odds of 2^-64) two keys
 			// sharing a prefix: either way, issue another key.
-			return nil, fmt.Errorf("keys: entry %d (%s): duplicate key", i, e.Client)
+			return nil, fmt.Errorf("entry %d (%s): duplicate key", i, e.Client)
 		}
 		c, seen := byID[e.Client]
 		switch {
@@ -108,7 +116,7 @@ func ParseKeys(data []byte) (*Keys, error) {
 			byID[e.Client] = c
 			k.clients = append(k.clients, c)
 		case c.Rate != e.Rate || c.Burst != e.Burst:
-			return nil, fmt.Errorf("keys: entry %d: client %s has keys with different limits", i, e.Client)
+			return nil, fmt.Errorf("entry %d: client %s has keys with different limits", i, e.Client)
 		}
 		k.byPrefix[digestPrefix(&d)] = storedKey{digest: d, client: c}
 	}
@@ -118,13 +126,17 @@ func ParseKeys(data []byte) (*Keys, error) {
 	return k, nil
 }
 
-// LoadKeys reads the keys file at path.
+// LoadKeys reads the keys file at path; its error names the file.
 func LoadKeys(path string) (*Keys, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("keys: %w", err)
 	}
-	return ParseKeys(data)
+	k, err := parseKeys(data)
+	if err != nil {
+		return nil, fmt.Errorf("keys file %s: %w", path, err)
+	}
+	return k, nil
 }
 
 // Clients returns the clients, in file order.
@@ -150,6 +162,49 @@ func (k *Keys) Authenticate(key []byte) (*Client, authResult) {
 		return nil, authUnknown
 	}
 	return sk.client, authOK
+}
+
+// keyring is the keys in use and their clients' token buckets, swapped
+// whole by SetKeys: a request authenticates and takes its token from the
+// one it loaded, so a Client always indexes its own keys' buckets.
+type keyring struct {
+	keys   *Keys
+	limits *limits
+}
+
+// ring is the keyring in use: one atomic load per request, no lock.
+func (r *Router) ring() *keyring { return r.keyring.Load() }
+
+// Keys returns the keys in use.
+func (r *Router) Keys() *Keys { return r.ring().keys }
+
+// SetKeys replaces the API keys, for the requests that follow, on every
+// connection (a request is authenticated on its own, kept-alive connection
+// or not): a key k lacks is refused from the next request on. A client in
+// both keeps its rate-limit bucket, and the tokens in it, under its new
+// limits; a client k lacks loses its bucket. It refuses nil or empty keys.
+func (r *Router) SetKeys(k *Keys) error {
+	if k == nil || len(k.clients) == 0 {
+		return errors.New("router: no API keys")
+	}
+	r.keysMu.Lock()
+	defer r.keysMu.Unlock()
+	old := r.ring()
+	r.keyring.Store(&keyring{keys: k, limits: carryLimits(old, k, r.now)})
+	kept := make(map[string]bool, len(k.clients))
+	for _, c := range k.clients {
+		kept[c.ID] = true
+	}
+	removed := 0
+	for _, c := range old.keys.clients {
+		if !kept[c.ID] {
+			removed++
+			r.metrics.limited.DeleteLabelValues(c.ID)
+		}
+	}
+	r.log.Info("API keys replaced", "clients", len(k.clients), "keys", len(k.byPrefix),
+		"clients_removed", removed)
+	return nil
 }
 
 // KeyPrefix starts every generated key, so that leaked keys are easy to scan for.
@@ -185,4 +240,4 @@ func validClientID(id string) bool {
 	return true
 }
 
-var errNoKeys = errors.New("keys file holds no keys")
+var errNoKeys = errors.New("holds no keys")

@@ -71,7 +71,8 @@ func (lp *loop) admit(cl *client) bool {
 		lp.refuseHead(cl, &probExpectation, 0, nil, false)
 		return false
 	}
-	client, res := r.keys.Authenticate(h.Get(hdrAPIKey))
+	kr := r.ring()
+	client, res := kr.keys.Authenticate(h.Get(hdrAPIKey))
 	switch res {
 	case authMissing:
 		r.metrics.authFail.WithLabelValues("missing").Inc()
@@ -87,7 +88,7 @@ func (lp *loop) admit(cl *client) bool {
 		lp.tooLarge(cl, h.ContentLength-int64(len(cl.in)-cl.bodyOff))
 		return false
 	}
-	ex.v = r.limits.take(client)
+	ex.v = kr.limits.take(client)
 	if !ex.v.ok {
 		r.metrics.limited.WithLabelValues(client.ID).Inc()
 		lp.refuseHead(cl, &probRateLimit, ex.v.retryAfter, nil, false)

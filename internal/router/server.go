@@ -105,7 +105,8 @@ type Options struct {
 	// Refresh reads the newest map straight from the registry; the router
 	// calls it when a cell answers 421. Nil: a 421 waits for the follower.
 	Refresh func(context.Context) (*slotmap.Map, error)
-	// Keys are the clients' API keys and limits. Required.
+	// Keys are the clients' API keys and limits. Required; SetKeys
+	// replaces them.
 	Keys *Keys
 	// Logger receives one line per event that matters, never one per
 	// request. Nil means none.
@@ -235,8 +236,9 @@ type Router struct {
 	cfg     Config
 	maps    MapSource
 	refresh func(context.Context) (*slotmap.Map, error)
-	keys    *Keys
-	limits  *limits
+	keyring atomic.Pointer[keyring] // the API keys and rate limits (SetKeys)
+	keysMu  sync.Mutex              // serialises SetKeys
+	now     func() time.Time
 	hot     *hotkeys.Tracker
 	metrics *metrics
 	noCell  *cellMetrics
@@ -280,8 +282,7 @@ func New(cfg Config, opts Options) (*Router, error) {
 		cfg:       cfg,
 		maps:      opts.Maps,
 		refresh:   opts.Refresh,
-		keys:      opts.Keys,
-		limits:    newLimits(opts.Keys, now),
+		now:       now,
 		hot:       hotkeys.New(cfg.HotKeys, hotkeys.Options{Now: now}),
 		log:       log,
 		tlsConfig: opts.TLS,
@@ -297,6 +298,7 @@ func New(cfg Config, opts Options) (*Router, error) {
 	m := newMetrics(opts.Registerer, newGuardGauges(r.allGuards))
 	r.metrics = m
 	r.noCell = m.cell(noCell)
+	r.keyring.Store(&keyring{keys: opts.Keys, limits: newLimits(opts.Keys, now)})
 	r.eng = newEngine(r)
 	return r, nil
 }
