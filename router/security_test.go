@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"io"
 	"log"
@@ -485,4 +486,54 @@ func TestRouterToCellOverMutualTLS(t *testing.T) {
 	if calls.Load() != 1 {
 		t.Errorf("the cell served %d calls, want still 1", calls.Load())
 	}
+}
+
+// TestPublicListenerOnTLS: with --tls-cert and --tls-key the public
+// listener speaks TLS only: an https client that trusts the CA is served,
+// a plain HTTP one is not, and a certificate replaced on disk is served to
+// the next handshake after SIGHUP.
+func TestPublicListenerOnTLS(t *testing.T) {
+	hup := make(chan os.Signal, 1) // the test's own interest keeps SIGHUP from ending it
+	signal.Notify(hup, syscall.SIGHUP)
+	t.Cleanup(func() { signal.Stop(hup) })
+	certs := celltest.DevCerts(t)
+	dir := t.TempDir()
+	keys := filepath.Join(dir, "keys.json")
+	key := mustAddKey(t, keys, "platform-a")
+	cert, keyFile := filepath.Join(dir, "pub.pem"), filepath.Join(dir, "pub-key.pem")
+	issue := func(name string) {
+		is, err := certs.CAObject(t).Issue(pki.Request{Name: name, Hosts: []string{"127.0.0.1"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := is.Write(dir, "pub"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	issue("first")
+	r := startRouter(t, okCell(t).URL, keys, "-tls-cert", cert, "-tls-key", keyFile, "-reload-interval", "1h")
+	pool, err := tlsconf.LoadPool(certs.CA())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var served atomic.Value
+	tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, VerifyConnection: func(cs tls.ConnectionState) error {
+		served.Store(cs.PeerCertificates[0].Subject.CommonName)
+		return nil
+	}}, DisableKeepAlives: true}
+	t.Cleanup(tr.CloseIdleConnections)
+	r.client = &http.Client{Transport: tr, Timeout: 5 * time.Second}
+	plain := r.public
+	r.public = strings.Replace(r.public, "http://", "https://", 1)
+	if s := r.post(key); s != http.StatusAccepted || served.Load() != "first" {
+		t.Fatalf("over TLS: %d with certificate %v, want 202 with first", s, served.Load())
+	}
+	if _, err := testkit.Send(&http.Client{Timeout: 2 * time.Second}, "POST", plain+"/v1/inquiries", `{"user_id":"u1"}`, map[string]string{"X-API-Key": key}); err == nil {
+		t.Error("plain HTTP on the TLS listener got an answer")
+	}
+	issue("second")
+	syscall.Kill(os.Getpid(), syscall.SIGHUP)
+	testkit.WaitFor(t, 5*time.Second, "the new certificate served after SIGHUP", func() bool {
+		return r.post(key) == http.StatusAccepted && served.Load() == "second"
+	})
 }
