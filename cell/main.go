@@ -150,7 +150,9 @@ func parseFlags(args []string, getenv func(string) string, output io.Writer) (ce
 	fs.TextVar(level, "log-level", slog.LevelInfo, "log level: debug, info, warn or error")
 	x.tls.Intake.RegisterFlags(fs, "", "intake listener", pki.RoleRouter)
 	x.tls.Admin.RegisterFlags(fs, "admin-", "admin listener", pki.RoleOperator)
-	x.tls.Peer.RegisterFlags(fs, "peer-", "the other cells' intake (asked about an inquiry after a slot move; default with --tls-client-ca: this cell's --tls-cert, --tls-key and --tls-client-ca)")
+	fs.Lookup("tls-client-role").Usage = "intake listener: with --tls-client-ca, the role (certificate Subject OU) of the routers' certificates (empty: any); a certificate naming the role cell (another cell) may only read inquiries, any other is refused"
+	x.tls.Peer.RegisterFlags(fs, "peer-", "the other cells' intake")
+	fs.Lookup("peer-tls-cert").Usage += "; it is asked about an inquiry after a slot move (default with --tls-client-ca and no --peer-tls-*: --tls-cert, --tls-key and --tls-client-ca as CA)"
 	fs.Var(&trusted, "trusted-router-cidrs", "peer addresses served as routers on intake connections without a client certificate, as `CIDR[,CIDR...]` (default 127.0.0.0/8,::1/128); other callers that are not routers get 403")
 	if err := fs.Parse(args); err != nil {
 		return c, x, err

@@ -242,8 +242,8 @@ role is the certificate's Subject OU, which the listeners check.
 The certificates are valid for --hosts (names and addresses) for a year. A
 CA already in DIR/certs is kept, so that certificates issued by it before
 still verify; the role certificates are made again. 'dev up --tls' uses these
-files. The keys are written with mode 0600: for a local stack and tests, not
-for production.`,
+files. Keys are written with mode 0600. This is a CA for a local stack and
+tests: production brings certificates from its own CA, with the same roles.`,
 		examples: `cellctl dev certs
 cellctl dev certs --dir /tmp/stack --hosts localhost,127.0.0.1,cell1.internal`,
 		maxArgs: 0,

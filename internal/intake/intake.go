@@ -14,8 +14,8 @@
 //   - Overload (the shedder's budgets), a closed intake and an unreachable
 //     NATS are answered at once with 503 and Retry-After.
 //   - Every error is an RFC 9457 problem naming the field at fault.
-//   - Only routers are served (see Trust in trust.go): a caller that is not
-//     one gets 403, and the headers it set are not read.
+//   - Only routers are served (see trust.go): a caller that is not one gets
+//     403, and the headers it set are not read.
 package intake
 
 import (
@@ -56,7 +56,8 @@ const (
 	// HeaderClient names the router's client (the API key's holder) a
 	// request comes from. An inquiry belongs to the client that created
 	// it: a read naming another client is answered 404, as if it did not
-	// exist. A caller that names no client (not a router) is not checked.
+	// exist. A caller that names no client (a trusted caller other than a
+	// router, such as a test on loopback) is not checked.
 	HeaderClient = "Cellkit-Client"
 )
 
