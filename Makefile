@@ -30,6 +30,10 @@ build: ## compile every package and command into ./bin (the Terraform provider a
 run: build ## the local stack in the foreground: agency simulator, 4 cells, router on :8080, data in ./var (Ctrl-C stops it)
 	$(BIN)/cellctl dev up --foreground
 
+.PHONY: run-tls
+run-tls: build ## `make run` on TLS: certificates in ./var/certs (made once), mutual TLS to the cells, https to the router
+	$(BIN)/cellctl dev up --foreground --tls
+
 .PHONY: tools
 tools: ## install the programs the tests need into ./bin (a real Consul agent, promtool and Prometheus, each built once)
 	./scripts/install-consul.sh $(CONSUL)

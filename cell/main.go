@@ -12,6 +12,13 @@
 // SIGTERM or SIGINT stops it gracefully: intake closes, work in flight
 // finishes (or is left for redelivery after --drain-timeout), NATS is flushed
 // and shut down, exit 0.
+//
+// TLS: --tls-cert and --tls-key make the intake speak TLS, and
+// --tls-client-ca makes it mutual (routers' certificates only, see
+// --tls-client-role); --admin-tls-* do the same for the admin listener
+// (operators' certificates). The files are reloaded when they change and
+// on SIGHUP; a bad file stops the start with one line naming it, before
+// anything listens.
 package main
 
 import (
@@ -25,6 +32,7 @@ import (
 	"os"
 	"os/signal"
 	"strings"
+	"sync"
 	"syscall"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -32,6 +40,10 @@ import (
 
 	"github.com/cellkit/cellkit/internal/cell"
 	"github.com/cellkit/cellkit/internal/flagenv"
+	"github.com/cellkit/cellkit/internal/intake"
+	"github.com/cellkit/cellkit/internal/pki"
+	"github.com/cellkit/cellkit/internal/reload"
+	"github.com/cellkit/cellkit/internal/tlsconf"
 )
 
 func main() {
@@ -88,12 +100,19 @@ func (p *prefixFlag) Set(v string) error {
 	return nil
 }
 
-func parseFlags(args []string, getenv func(string) string, output io.Writer) (cell.Config, slog.Level, error) {
+// extra are the settings that are not the cell's Config.
+type extra struct {
+	level slog.Level
+	tls   cell.TLSFiles
+}
+
+func parseFlags(args []string, getenv func(string) string, output io.Writer) (cell.Config, extra, error) {
 	var c cell.Config
 	d := cell.DefaultConfig()
-	var level slog.Level
+	var x extra
+	level := &x.level
 	var agencies agencyFlag
-	var callbackAllow prefixFlag
+	var callbackAllow, trusted prefixFlag
 	fs := flag.NewFlagSet("cell", flag.ContinueOnError)
 	fs.SetOutput(output)
 	fs.StringVar(&c.ID, "cell", "", "cell id, as in the cell map (required)")
@@ -128,49 +147,81 @@ func parseFlags(args []string, getenv func(string) string, output io.Writer) (ce
 	fs.DurationVar(&c.Breaker.SlowCall, "breaker-slow-call", d.Breaker.SlowCall, "agency circuit breaker: a call this long or longer is slow")
 	fs.DurationVar(&c.Breaker.OpenFor, "breaker-open-for", d.Breaker.OpenFor, "agency circuit breaker: refuse calls this long, then probe")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", d.ShutdownTimeout, "at shutdown, how long requests in flight may finish")
-	fs.TextVar(&level, "log-level", slog.LevelInfo, "log level: debug, info, warn or error")
+	fs.TextVar(level, "log-level", slog.LevelInfo, "log level: debug, info, warn or error")
+	x.tls.Intake.RegisterFlags(fs, "", "intake listener", pki.RoleRouter)
+	x.tls.Admin.RegisterFlags(fs, "admin-", "admin listener", pki.RoleOperator)
+	fs.Lookup("tls-client-role").Usage = "intake listener: with --tls-client-ca, the role (certificate Subject OU) of the routers' certificates (empty: any); a certificate naming the role cell (another cell) may only read inquiries, any other is refused"
+	x.tls.Peer.RegisterFlags(fs, "peer-", "the other cells' intake")
+	fs.Lookup("peer-tls-cert").Usage += "; it is asked about an inquiry after a slot move (default with --tls-client-ca and no --peer-tls-*: --tls-cert, --tls-key and --tls-client-ca as CA)"
+	fs.Var(&trusted, "trusted-router-cidrs", "peer addresses served as routers on intake connections without a client certificate, as `CIDR[,CIDR...]` (default 127.0.0.0/8,::1/128); other callers that are not routers get 403")
 	if err := fs.Parse(args); err != nil {
-		return c, level, err
+		return c, x, err
 	}
 	if fs.NArg() > 0 {
-		return c, level, fmt.Errorf("unexpected arguments %q", fs.Args())
+		return c, x, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
 	if err := flagenv.Fill(fs, "cell", getenv); err != nil {
-		return c, level, err
+		return c, x, err
 	}
 	c.Agencies = agencies
 	c.Pipeline.CallbackAllow = callbackAllow
+	c.TrustedRouterCIDRs = intake.DefaultTrustedCIDRs()
+	if len(trusted) > 0 {
+		c.TrustedRouterCIDRs = trusted
+	}
 	if c.ID == "" {
-		return c, level, errors.New("--cell (or CELLKIT_CELL) is required")
+		return c, x, errors.New("--cell (or CELLKIT_CELL) is required")
 	}
 	b := c.Breaker
 	switch {
 	case b.FailureRate <= 0 || b.FailureRate > 1 || b.SlowRate <= 0 || b.SlowRate > 1:
-		return c, level, fmt.Errorf("--breaker-failure-rate and --breaker-slow-rate must be in (0, 1], got %g and %g", b.FailureRate, b.SlowRate)
+		return c, x, fmt.Errorf("--breaker-failure-rate and --breaker-slow-rate must be in (0, 1], got %g and %g", b.FailureRate, b.SlowRate)
 	case b.Window < 1 || b.MinCalls < 1 || b.MinCalls > b.Window:
-		return c, level, fmt.Errorf("--breaker-min-calls must be in [1, --breaker-window], got %d of %d", b.MinCalls, b.Window)
+		return c, x, fmt.Errorf("--breaker-min-calls must be in [1, --breaker-window], got %d of %d", b.MinCalls, b.Window)
 	case b.SlowCall <= 0 || b.OpenFor <= 0:
-		return c, level, errors.New("--breaker-slow-call and --breaker-open-for must be positive")
+		return c, x, errors.New("--breaker-slow-call and --breaker-open-for must be positive")
 	}
-	return c, level, nil
+	return c, x, nil
 }
 
 // run starts the cell and serves until ctx ends.
 func run(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer) error {
-	cfg, level, err := parseFlags(args, getenv, stderr)
+	cfg, x, err := parseFlags(args, getenv, stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return nil
 	}
 	if err != nil {
 		return err
 	}
-	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level}))
+	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: x.level}))
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	c, err := cell.New(ctx, cfg, cell.Options{Logger: log, Registerer: reg, Gatherer: reg})
+	// Certificates first: a bad file stops the start before anything
+	// listens.
+	certs, err := cell.LoadTLS(x.tls, tlsconf.Options{Logger: log, Registerer: reg})
 	if err != nil {
 		return err
 	}
-	log.Info("cell started", "cell", cfg.ID, "intake", c.IntakeAddr().String(), "admin", c.AdminAddr().String(), "nats", c.NATSURL())
-	return c.Run(ctx)
+	if certs.RouterRole != "" {
+		cfg.RouterRole = certs.RouterRole
+	}
+	c, err := cell.New(ctx, cfg, cell.Options{Logger: log, Registerer: reg, Gatherer: reg,
+		IntakeTLS: certs.Intake, AdminTLS: certs.Admin, PeerTLS: certs.Peer})
+	if err != nil {
+		return err
+	}
+	log.Info("cell started", "cell", cfg.ID, "intake", c.IntakeURL(), "admin", c.AdminURL(), "nats", c.NATSURL())
+	// The watchers reload the certificates until the cell has stopped.
+	wctx, stopWatchers := context.WithCancel(context.WithoutCancel(ctx))
+	var watchers sync.WaitGroup
+	for _, w := range certs.Watchers {
+		watchers.Go(func() { w.Run(wctx) })
+	}
+	if len(certs.Watchers) > 0 {
+		watchers.Go(func() { reload.OnSignal(wctx, []os.Signal{syscall.SIGHUP}, certs.Watchers...) })
+	}
+	err = c.Run(ctx)
+	stopWatchers()
+	watchers.Wait()
+	return err
 }

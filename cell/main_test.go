@@ -84,6 +84,16 @@ func TestFlagsAndEnvironment(t *testing.T) {
 	}
 }
 
+// buildBinary builds the cell into the test's temporary directory.
+func buildBinary(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "cell")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return bin
+}
+
 // proc is one run of the built cell binary.
 type proc struct {
 	cmd    *exec.Cmd
@@ -128,7 +138,7 @@ func startBinary(t *testing.T, bin string, args []string) *proc {
 	})
 	select {
 	case a := <-addrs:
-		p.intake, p.admin = "http://"+a[0], "http://"+a[1]
+		p.intake, p.admin = a[0], a[1] // base URLs
 	case err := <-p.exited:
 		t.Fatalf("cell exited at start: %v", err)
 	case <-time.After(30 * time.Second):
@@ -155,11 +165,7 @@ func TestCrashLosesNothing(t *testing.T) {
 		t.Skip("builds the binary and runs a load: skipped with -short")
 	}
 	dir := t.TempDir()
-	bin := filepath.Join(dir, "cell")
-	build := exec.Command("go", "build", "-o", bin, ".")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := buildBinary(t)
 	// 8 sessions at 40 ms: the pipeline drains 200/s, less than the load
 	// offers, so work is queued and in flight when the cell is killed.
 	sim := agencysim.Config{MaxSessions: 32, Latency: agencysim.FixedLatency(40 * time.Millisecond)}

@@ -16,11 +16,13 @@ package cell
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
@@ -59,6 +61,15 @@ type Options struct {
 	// (tests inject failures).
 	CSS  pipeline.CSS
 	Core pipeline.CoreBanking
+	// IntakeTLS and AdminTLS, if not nil, make the intake and the admin
+	// listener speak TLS only (LoadTLS makes them from certificate files,
+	// with client certificates required when a client CA is given). Nil:
+	// plain HTTP.
+	IntakeTLS, AdminTLS *tls.Config
+	// PeerTLS is the client configuration for other cells' https intake,
+	// asked about an inquiry after a slot move (see intake.Options). Nil:
+	// Go's defaults.
+	PeerTLS *tls.Config
 }
 
 // Cell is one running cell.
@@ -84,7 +95,9 @@ type Cell struct {
 	shed     *shed.Shedder
 	intake   *intake.Handler
 
-	intakeLn, adminLn net.Listener
+	intakeLn, adminLn   net.Listener
+	intakeTLS, adminTLS bool
+	endpointsWarned     string // the last endpoint mismatch logged
 
 	ready    atomic.Bool // map loaded, workers started
 	stopping atomic.Bool
@@ -184,8 +197,8 @@ func New(ctx context.Context, cfg Config, opts Options) (_ *Cell, err error) {
 	if err != nil {
 		return nil, err
 	}
-	c.intake, err = intake.New(intake.Config{Cell: cfg.ID}, intake.Options{
-		Queue: c.queue, Shedder: c.shed, Map: c.follower.Map, Logger: c.log, Registerer: c.metrics,
+	c.intake, err = intake.New(intake.Config{Cell: cfg.ID, TrustedCIDRs: cfg.TrustedRouterCIDRs, RouterRole: cfg.RouterRole}, intake.Options{
+		Queue: c.queue, Shedder: c.shed, Map: c.follower.Map, Logger: c.log, Registerer: c.metrics, PeerTLS: opts.PeerTLS,
 	})
 	if err != nil {
 		return nil, err
@@ -200,6 +213,12 @@ func New(ctx context.Context, cfg Config, opts Options) (_ *Cell, err error) {
 	}
 	if c.adminLn, err = net.Listen("tcp", cfg.AdminAddr); err != nil {
 		return nil, fmt.Errorf("admin listener: %w", err)
+	}
+	if opts.IntakeTLS != nil {
+		c.intakeLn, c.intakeTLS = tls.NewListener(c.intakeLn, opts.IntakeTLS), true
+	}
+	if opts.AdminTLS != nil {
+		c.adminLn, c.adminTLS = tls.NewListener(c.adminLn, opts.AdminTLS), true
 	}
 	return c, nil
 }
@@ -234,6 +253,49 @@ func (c *Cell) IntakeAddr() net.Addr { return c.intakeLn.Addr() }
 // AdminAddr is the admin listener's address.
 func (c *Cell) AdminAddr() net.Addr { return c.adminLn.Addr() }
 
+// IntakeURL is the intake's base URL: https when it speaks TLS. The map
+// must name the cell's intake with this scheme (cellctl provision or
+// endpoints --intake), since routers call the URL the map gives.
+func (c *Cell) IntakeURL() string { return baseURL(c.intakeTLS, c.IntakeAddr()) }
+
+// AdminURL is the admin API's base URL: https when it speaks TLS.
+func (c *Cell) AdminURL() string { return baseURL(c.adminTLS, c.AdminAddr()) }
+
+func baseURL(tls bool, addr net.Addr) string {
+	if tls {
+		return "https://" + addr.String()
+	}
+	return "http://" + addr.String()
+}
+
+// checkEndpoints logs, once per mismatch, a map that names this cell's
+// intake or admin API with a scheme other than the one it serves: routers
+// (or cellctl) would fail to reach it.
+func (c *Cell) checkEndpoints(m *slotmap.Map) {
+	entry, ok := m.Cell(c.cfg.ID)
+	if !ok {
+		return
+	}
+	var bad []any
+	for _, e := range []struct {
+		name, inMap string
+		tls         bool
+	}{{"intake", entry.Intake, c.intakeTLS}, {"admin", entry.Admin, c.adminTLS}} {
+		want := map[bool]string{true: "https", false: "http"}[e.tls]
+		if u, err := url.Parse(e.inMap); err == nil && u.Scheme != want {
+			bad = append(bad, e.name, e.inMap, e.name+"_serves", want)
+		}
+	}
+	key := fmt.Sprint(bad...)
+	if len(bad) == 0 || key == c.endpointsWarned {
+		c.endpointsWarned = key
+		return
+	}
+	c.endpointsWarned = key
+	c.log.Warn("the cell map names this cell with a URL scheme it does not serve; fix it with cellctl endpoints",
+		append(bad, "map_version", m.Version())...)
+}
+
 // NATSURL is the embedded server's URL ("" if external or not listening).
 func (c *Cell) NATSURL() string {
 	if c.ns == nil {
@@ -246,8 +308,11 @@ func (c *Cell) NATSURL() string {
 // doc). It closes the cell: a Cell runs once.
 func (c *Cell) Run(ctx context.Context) error {
 	g, gctx := errgroup.WithContext(ctx)
-	intakeSrv := &http.Server{Handler: c.intake, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second, IdleTimeout: time.Minute}
-	adminSrv := &http.Server{Handler: c.adminHandler(), ReadHeaderTimeout: 5 * time.Second}
+	// net/http's own errors (a failed TLS handshake, mostly) go to the
+	// cell's log.
+	errLog := slog.NewLogLogger(c.log.Handler(), slog.LevelWarn)
+	intakeSrv := &http.Server{Handler: c.intake, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second, IdleTimeout: time.Minute, ErrorLog: errLog}
+	adminSrv := &http.Server{Handler: c.adminHandler(), ReadHeaderTimeout: 5 * time.Second, ErrorLog: errLog}
 	g.Go(func() error { return c.follower.Run(gctx) })
 	g.Go(func() error { c.moves.Follow(gctx, c.follower.Map, c.follower.Changed, time.Now); return nil })
 	g.Go(func() error { return serve(adminSrv, c.adminLn) })
@@ -274,7 +339,7 @@ func (c *Cell) Run(ctx context.Context) error {
 		}
 		c.ready.Store(true)
 		c.intake.Open()
-		c.log.Info("cell ready", "intake", c.IntakeAddr().String(), "admin", c.AdminAddr().String(), "map_version", c.follower.Map().Version())
+		c.log.Info("cell ready", "intake", c.IntakeURL(), "admin", c.AdminURL(), "map_version", c.follower.Map().Version())
 		c.followQuotas(gctx)
 		return nil
 	})
@@ -402,6 +467,7 @@ func (c *Cell) followQuotas(ctx context.Context) {
 func (c *Cell) applyQuotas(m *slotmap.Map) {
 	c.quotaMu.Lock()
 	defer c.quotaMu.Unlock()
+	c.checkEndpoints(m)
 	for _, name := range c.names {
 		q := m.Quota(c.cfg.ID, name)
 		if old, ok := c.quota[name]; ok && old == q {

@@ -3,6 +3,7 @@ package cell
 import (
 	"errors"
 	"fmt"
+	"net/netip"
 	"path/filepath"
 	"time"
 
@@ -31,6 +32,16 @@ type Config struct {
 	IntakeAddr string
 	// AdminAddr is the admin API's listen address [127.0.0.1:9081].
 	AdminAddr string
+	// TrustedRouterCIDRs are the peer addresses whose requests the intake
+	// serves as a router's on a connection without a verified client
+	// certificate: plain HTTP, or TLS without a client CA [127.0.0.0/8,
+	// ::1/128]. Anything else not from a router is refused with 403 (see
+	// internal/intake). An empty, non-nil list trusts no address.
+	TrustedRouterCIDRs []netip.Prefix
+	// RouterRole is the role a verified client certificate of the intake
+	// names to be a router's [router] (intake.AnyRole: any certificate the
+	// client CA signed). LoadTLS gives it.
+	RouterRole string
 	// AdminToken, if set, is required as "Authorization: Bearer TOKEN" on
 	// /v1/admin/*. The probes and /metrics stay open.
 	AdminToken string

@@ -3,15 +3,20 @@ package cellctl
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
+	"os"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/cellkit/cellkit/internal/tlsconf"
 )
 
 // adminCallTimeout bounds one call to an admin API, within the command's own
@@ -28,7 +33,73 @@ type adminClient struct {
 }
 
 func (x *inv) admin() adminClient {
-	return adminClient{http: x.cli.httpClient(), token: x.g.adminToken}
+	return adminClient{http: x.adminHTTP, token: x.adminToken}
+}
+
+// setupAdmin reads the admin APIs' token and TLS files (for every
+// command, so that a bad file is one line before anything is done) and
+// returns what closes the connections left idle.
+func (x *inv) setupAdmin() (func(), error) {
+	tok, err := x.token()
+	if err != nil {
+		return nil, err
+	}
+	x.adminToken, x.adminHTTP = tok, x.cli.httpClient()
+	if !x.g.tls.Enabled() {
+		return func() {}, nil
+	}
+	cl, err := tlsconf.NewClient(x.g.tls, tlsconf.Options{What: "admin_tls"})
+	if err != nil {
+		return nil, fmt.Errorf("admin APIs' TLS: %w", err)
+	}
+	hc := *x.adminHTTP
+	tr, ok := hc.Transport.(*http.Transport)
+	if !ok || tr == nil {
+		tr = http.DefaultTransport.(*http.Transport)
+	}
+	tr = tr.Clone()
+	tr.TLSClientConfig = cl.Config().Clone()
+	hc.Transport = tr
+	x.adminHTTP = &hc
+	return tr.CloseIdleConnections, nil
+}
+
+// token is --admin-token, or what --admin-token-file holds. When both are
+// set, the one on the command line wins over the environment's
+// (CELLKIT_ADMIN_TOKEN, which the cells read too, is often set); both from
+// the same place are a usage error.
+func (x *inv) token() (string, error) {
+	tok, file := x.g.adminToken, x.g.adminTokenFile
+	if tok != "" && file != "" {
+		switch tokGiven, fileGiven := x.given["admin-token"], x.given["admin-token-file"]; {
+		case tokGiven && !fileGiven:
+			file = ""
+		case fileGiven && !tokGiven:
+		default:
+			return "", usagef("give --admin-token or --admin-token-file, not both")
+		}
+	}
+	if file == "" {
+		return tok, nil
+	}
+	return readToken(file)
+}
+
+// readToken reads a bearer token file: its content without surrounding
+// white space, which must not be empty.
+func readToken(path string) (string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("admin token file: %w", err)
+	}
+	tok := strings.TrimSpace(string(b))
+	if tok == "" {
+		return "", fmt.Errorf("admin token file %s is empty", path)
+	}
+	if strings.ContainsAny(tok, "\r\n") {
+		return "", fmt.Errorf("admin token file %s holds more than one line", path)
+	}
+	return tok, nil
 }
 
 // AdminError is a failed admin call: unreachable (Status 0) or an error
@@ -89,7 +160,7 @@ func (c adminClient) call(ctx context.Context, method, base, path string, body, 
 		if errors.As(err, &uerr) {
 			err = uerr.Err
 		}
-		return &AdminError{URL: target, Err: err}
+		return &AdminError{URL: target, Err: tlsHint(err)}
 	}
 	defer resp.Body.Close()
 	data, err := io.ReadAll(io.LimitReader(resp.Body, maxAdminBody))
@@ -106,6 +177,21 @@ func (c adminClient) call(ctx context.Context, method, base, path string, body, 
 		return &AdminError{URL: target, Status: resp.StatusCode, Detail: "answer is not the JSON expected: " + err.Error()}
 	}
 	return nil
+}
+
+// tlsHint adds to a failed TLS handshake the flag that would fix it.
+func tlsHint(err error) error {
+	var verr *tls.CertificateVerificationError
+	var oerr *net.OpError
+	switch {
+	case errors.As(err, &verr):
+		return fmt.Errorf("%w (--tls-ca names the CA of the admin APIs' certificates)", err)
+	case errors.As(err, &oerr) && oerr.Op == "remote error" && strings.Contains(oerr.Err.Error(), "certificate"):
+		// The server's alert about the client's certificate: required,
+		// bad (another role), unknown CA.
+		return fmt.Errorf("%w (the admin API wants an operator's client certificate: --tls-cert and --tls-key)", err)
+	}
+	return err
 }
 
 // problemDetail extracts the detail of an RFC 9457 problem body, or the

@@ -32,6 +32,7 @@ import (
 	"github.com/cellkit/cellkit/internal/flagenv"
 	"github.com/cellkit/cellkit/internal/registry"
 	"github.com/cellkit/cellkit/internal/slotmap"
+	"github.com/cellkit/cellkit/internal/tlsconf"
 )
 
 // Exit statuses.
@@ -117,12 +118,18 @@ func (c *CLI) terminal(w io.Writer) bool {
 
 // globals are the flags every command takes.
 type globals struct {
-	registry   string
-	json       bool
-	timeout    time.Duration
-	lockWait   time.Duration
-	adminToken string
+	registry       string
+	json           bool
+	timeout        time.Duration
+	lockWait       time.Duration
+	adminToken     string
+	adminTokenFile string
+	tls            tlsconf.ClientFiles // for the admin APIs
 }
+
+// globalNames are the global flags' names, which a command's help leaves
+// to the global flags' text.
+var globalNames = []string{"registry", "json", "timeout", "lock-wait", "admin-token", "admin-token-file", "tls-ca", "tls-cert", "tls-key"}
 
 func (g *globals) register(fs *flag.FlagSet) {
 	fs.StringVar(&g.registry, "registry", g.registry, "")
@@ -130,6 +137,11 @@ func (g *globals) register(fs *flag.FlagSet) {
 	fs.DurationVar(&g.timeout, "timeout", g.timeout, "")
 	fs.DurationVar(&g.lockWait, "lock-wait", g.lockWait, "")
 	fs.StringVar(&g.adminToken, "admin-token", g.adminToken, "")
+	fs.StringVar(&g.adminTokenFile, "admin-token-file", g.adminTokenFile, "")
+	// The TLS flags' names are tlsconf's, as in every program; their
+	// values, like the others', are kept from an earlier FlagSet by
+	// Run (Visit and Set).
+	g.tls.RegisterFlags(fs, "", "the cells' admin APIs")
 }
 
 const globalFlagsHelp = `Global flags (before or after the command):
@@ -140,6 +152,12 @@ const globalFlagsHelp = `Global flags (before or after the command):
   --lock-wait D        wait at most D for the registry's writer lock (default:
                        as long as --timeout allows)
   --admin-token TOKEN  bearer token for admin APIs (default $CELLKIT_ADMIN_TOKEN)
+  --admin-token-file F the bearer token read from file F instead
+  --tls-ca F           CA file (PEM) the admin APIs' certificates are verified by
+                       (https URLs in the map; default: the system's roots)
+  --tls-cert F         client certificate (PEM) for admin APIs that require
+                       one (mutual TLS: the cells' take an operator's)
+  --tls-key F          its private key (PEM)
   -h, --help           help for the command
 
 A flag not on the command line is read from CELLKIT_CELLCTL_<FLAG>, else
@@ -154,6 +172,10 @@ type inv struct {
 	errw    io.Writer
 	cmd     *command
 	timeout bool // --timeout was given explicitly
+
+	given      map[string]bool // the flags on the command line (not from the environment)
+	adminHTTP  *http.Client    // with --tls-*: their TLS configuration
+	adminToken string          // --admin-token, or --admin-token-file's content
 }
 
 // usageError is a bad command line: exit status 2.
@@ -223,6 +245,8 @@ func (c *CLI) Run(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	// Global flags given before the command are given too; the others come
 	// from the environment if set there.
 	top.Visit(func(f *flag.Flag) { fs.Set(f.Name, f.Value.String()) })
+	x.given = map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { x.given[f.Name] = true })
 	if err := flagenv.Fill(fs, "cellctl", c.getenv); err != nil {
 		return x.fail(name, usageError{msg: err.Error()})
 	}
@@ -237,6 +261,11 @@ func (c *CLI) Run(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if x.g.timeout < 0 {
 		return x.fail(name, usagef("--timeout %v must not be negative", x.g.timeout))
 	}
+	closeAdmin, err := x.setupAdmin()
+	if err != nil {
+		return x.fail(name, err)
+	}
+	defer closeAdmin()
 
 	// The command's deadline: --timeout, or DefaultTimeout unless the
 	// command waits for as long as it takes (drain --wait) and no

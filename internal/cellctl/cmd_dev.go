@@ -5,12 +5,14 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"time"
 
 	"github.com/cellkit/cellkit/internal/devstack"
+	"github.com/cellkit/cellkit/internal/pki"
 )
 
 // The local stack of `cellctl dev up`: the agency simulator, N cells and the
@@ -23,6 +25,7 @@ import (
 //	var/logs/<name>.log     each process's output
 //	var/dev.json            PIDs, ports, URLs and the key, for dev status/down and drills
 //	var/prometheus/targets.json  every admin listener for Prometheus (file_sd), rewritten by each dev up
+//	var/certs/              the dev CA and role certificates (dev certs, dev up --tls)
 //
 // A second dev up reuses all of it.
 
@@ -45,6 +48,7 @@ type devOptions struct {
 	ageBudget  time.Duration // the cells' oldest-pending budget; 0: the cell's default
 	binDir     string
 	readyWait  time.Duration
+	tls        bool // cells' listeners on mutual TLS, the router's public one on TLS
 }
 
 func devUpCommand() *command {
@@ -76,12 +80,20 @@ Ports: the router on --router-port (admin on the next port), cell N's intake
 on --port-base+N and its admin on --port-base+100+N, the simulator's admin on
 --agency-port (NICE +1, KCB +2). 0 picks free ports.
 
+With --tls the stack runs on TLS with the certificates of DIR/certs (made as
+'cellctl dev certs' does unless they are there): each cell's intake takes
+only the router's certificate and its admin API only the operator's (mutual
+TLS), the router's public listener is https, and the map names the cells
+with https URLs. dev up and dev status use the operator certificate; the
+banner says how to point cellctl and curl at the stack.
+
 Without --foreground the processes keep running after dev up returns (stop
 them with 'cellctl dev down'). With --foreground it stays attached and
 Ctrl-C (SIGINT or SIGTERM) stops everything: SIGTERM to each process, SIGKILL
 after 30 s.`,
 		examples: `cellctl dev up                             # detached; stop with: cellctl dev down
 cellctl dev up --foreground                # what 'make run' does after building ./bin
+cellctl dev up --foreground --tls          # 'make run-tls': mutual TLS between the processes
 cellctl dev up --cells 3 --dir /tmp/stack --router-port 0 --port-base 0 --agency-port 0`,
 		maxArgs:   0,
 		unbounded: func() bool { return true },
@@ -95,6 +107,7 @@ cellctl dev up --cells 3 --dir /tmp/stack --router-port 0 --port-base 0 --agency
 			fs.StringVar(&o.binDir, "bin", "", "`DIR` holding agencysim, cell and router (default: next to cellctl, else ./bin)")
 			fs.DurationVar(&o.ageBudget, "age-budget", 0, "the cells' shedding budget for the oldest pending inquiry (`D`; 0: the cell's default)")
 			fs.DurationVar(&o.readyWait, "ready-timeout", o.readyWait, "give up if the stack is not ready within `D`")
+			fs.BoolVar(&o.tls, "tls", false, "run on TLS with the certificates of DIR/certs (made if missing): mutual TLS to the cells, https to the router")
 		},
 	}
 	c.run = func(ctx context.Context, x *inv, _ []string) error {
@@ -167,9 +180,14 @@ cellctl dev status --json | jq '.processes[] | select(.ready == false)'`,
 		}
 		var rows []row
 		bad := 0
+		hc, err := x.stackClient(st)
+		if err != nil {
+			return err
+		}
+		defer hc.CloseIdleConnections()
 		for _, p := range st.Processes {
 			r := row{DevProcess: p, Alive: devstack.Alive(p.PID)}
-			r.Ready = r.Alive && devstack.Probe(ctx, x.cli.httpClient(), p.Ready)
+			r.Ready = r.Alive && devstack.Probe(ctx, hc, p.Ready)
 			if !r.Ready {
 				bad++
 			}
@@ -194,6 +212,84 @@ cellctl dev status --json | jq '.processes[] | select(.ready == false)'`,
 		return nil
 	}
 	return c
+}
+
+// stackClient is the client for the stack's readiness URLs: x's own
+// unless the stack runs on TLS.
+func (x *inv) stackClient(st *DevStack) (*http.Client, error) {
+	if st.TLS == nil {
+		return x.cli.httpClient(), nil
+	}
+	hc, err := st.TLS.Client(0)
+	if err != nil {
+		return nil, fmt.Errorf("the stack's certificates: %w", err)
+	}
+	return hc, nil
+}
+
+func devCertsCommand() *command {
+	dir, hosts := "var", strings.Join(devstack.DevHosts, ",")
+	c := &command{
+		name:    "dev certs",
+		section: secDev,
+		summary: "make a local CA and certificates for the router, the cells and operators",
+		help: `Writes a local certificate authority and, signed by it, a certificate and key
+per role into DIR/certs: router.pem (the router's public listener, and its
+client certificate to the cells), cell.pem (the cells' intake and admin
+listeners) and operator.pem (cellctl and Prometheus to the admin APIs). The
+role is the certificate's Subject OU, which the listeners check.
+
+The certificates are valid for --hosts (names and addresses) for a year. A
+CA already in DIR/certs is kept, so that certificates issued by it before
+still verify; the role certificates are made again. 'dev up --tls' uses these
+files. Keys are written with mode 0600. This is a CA for a local stack and
+tests: production brings certificates from its own CA, with the same roles.`,
+		examples: `cellctl dev certs
+cellctl dev certs --dir /tmp/stack --hosts localhost,127.0.0.1,cell1.internal`,
+		maxArgs: 0,
+		flags: func(fs *flag.FlagSet) {
+			fs.StringVar(&dir, "dir", dir, "`DIR` of the local stack; the files go to DIR/certs")
+			fs.StringVar(&hosts, "hosts", hosts, "`NAMES` and addresses the certificates are valid for, comma-separated")
+		},
+	}
+	c.run = func(ctx context.Context, x *inv, _ []string) error {
+		var hs []string
+		for _, h := range strings.Split(hosts, ",") {
+			if h = strings.TrimSpace(h); h != "" {
+				hs = append(hs, h)
+			}
+		}
+		if len(hs) == 0 {
+			return usagef("--hosts names no host")
+		}
+		certs := filepath.Join(dir, "certs")
+		if err := pki.WriteDev(certs, hs); err != nil {
+			return err
+		}
+		files := devstack.DevFiles(certs)
+		if x.g.json {
+			return writeJSON(x.out, map[string]any{"dir": certs, "hosts": hs, "files": files})
+		}
+		fmt.Fprintf(x.out, "Certificates for %s in %s:\n", strings.Join(hs, ", "), certs)
+		for _, f := range files {
+			fmt.Fprintf(x.out, "  %s\n", f)
+		}
+		abs, err := filepath.Abs(certs)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(x.out, "\ncellctl to the cells' admin APIs (operator certificate):\n  %s\n", cellctlTLSEnv(devstack.DevTLS(abs)))
+		return nil
+	}
+	return c
+}
+
+// cellctlTLSEnv is the line that points cellctl at a stack's cells with
+// the operator certificate. It sets cellctl's own variables: the shared
+// CELLKIT_TLS_CERT and CELLKIT_TLS_KEY would also reach a cell's or a
+// router's --tls-cert and --tls-key started from the same shell.
+func cellctlTLSEnv(t *devstack.TLS) string {
+	return fmt.Sprintf("export CELLKIT_CELLCTL_TLS_CA=%s CELLKIT_CELLCTL_TLS_CERT=%s CELLKIT_CELLCTL_TLS_KEY=%s", t.CA, t.Cert, t.Key)
 }
 
 func yesNo(b bool) string {

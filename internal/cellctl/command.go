@@ -52,7 +52,7 @@ func commands() []*command {
 
 		statusCommand(), failedListCommand(), failedRetryCommand(), circuitCommand(), hotkeysCommand(),
 
-		devUpCommand(), devDownCommand(), devStatusCommand(),
+		devUpCommand(), devDownCommand(), devStatusCommand(), devCertsCommand(),
 	}
 }
 
@@ -144,8 +144,7 @@ func writeHelp(w io.Writer, cmd *command, fs *flag.FlagSet) {
 	fmt.Fprintf(w, "%s\n", strings.TrimSpace(cmd.help))
 	var lines []string
 	fs.VisitAll(func(f *flag.Flag) {
-		switch f.Name {
-		case "registry", "json", "timeout", "lock-wait", "admin-token":
+		if slices.Contains(globalNames, f.Name) {
 			return
 		}
 		name, usage := flag.UnquoteUsage(f)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/cellkit/cellkit/internal/atomicfile"
 	"github.com/cellkit/cellkit/internal/devstack"
+	"github.com/cellkit/cellkit/internal/pki"
 	"github.com/cellkit/cellkit/internal/registry"
 )
 
@@ -46,7 +47,19 @@ func (x *inv) devUp(ctx context.Context, o devOptions) error {
 		return err
 	}
 	regURL := "file:" + filepath.Join(dir, "registry", "map.json")
-	if err := x.devMap(ctx, regURL, o.cells, ports); err != nil {
+	var certs *devstack.TLS
+	scheme := "http"
+	if o.tls {
+		certs, scheme = devstack.DevTLS(filepath.Join(dir, "certs")), "https"
+		made, err := devstack.EnsureDevCerts(certs.Dir, devstack.DevHosts)
+		if err != nil {
+			return err
+		}
+		if made {
+			x.notef("Made the dev CA and certificates in %s.", certs.Dir)
+		}
+	}
+	if err := x.devMap(ctx, regURL, o.cells, ports, scheme); err != nil {
 		return err
 	}
 	key, err := devKey(ctx, bins["router"], dir)
@@ -61,34 +74,12 @@ func (x *inv) devUp(ctx context.Context, o devOptions) error {
 		Ready: "http://" + ports.agencyAdmin + "/readyz",
 		Addrs: map[string]string{"admin": ports.agencyAdmin, "nice": ports.nice, "kcb": ports.kcb},
 	}}
-	for i := 1; i <= o.cells; i++ {
-		id := cellName(i)
-		args := []string{"--cell", id, "--registry", regURL, "--store", filepath.Join(dir, "cells", id),
-			"--intake", ports.intake[i-1], "--admin", ports.admin[i-1],
-			"--agency", "nice=" + ports.nice, "--agency", "kcb=" + ports.kcb,
-			"--callback-allow", "127.0.0.0/8,::1/128"} // a callback receiver on this machine
-		if o.ageBudget > 0 {
-			args = append(args, "--age-budget", o.ageBudget.String())
-		}
-		procs = append(procs, DevProcess{
-			Name: id, Bin: bins["cell"],
-			Args:  args,
-			Ready: "http://" + ports.admin[i-1] + "/readyz",
-			Addrs: map[string]string{"intake": ports.intake[i-1], "admin": ports.admin[i-1]},
-		})
-	}
-	procs = append(procs, DevProcess{
-		Name: "router", Bin: bins["router"],
-		Args: []string{"-listen", ports.router, "-admin-listen", ports.routerAdmin, "-registry", regURL,
-			"-keys", filepath.Join(dir, "router", "keys.json"), "-map-cache", filepath.Join(dir, "router", "map-cache.json")},
-		Ready: "http://" + ports.routerAdmin + "/readyz",
-		Addrs: map[string]string{"listen": ports.router, "admin": ports.routerAdmin},
-	})
+	procs = append(procs, devCellsAndRouter(o, dir, regURL, bins, ports, certs)...)
 
 	st := &DevStack{
-		Dir: dir, Registry: regURL, Router: "http://" + ports.router, RouterAdmin: "http://" + ports.routerAdmin,
+		Dir: dir, Registry: regURL, Router: scheme + "://" + ports.router, RouterAdmin: "http://" + ports.routerAdmin,
 		AgencyAdmin: "http://" + ports.agencyAdmin, APIKey: key, Foreground: o.foreground,
-		StartedAt: x.cli.now(),
+		StartedAt: x.cli.now(), TLS: certs,
 	}
 	var children []*devstack.Child
 	fail := func(err error) error {
@@ -113,7 +104,13 @@ func (x *inv) devUp(ctx context.Context, o devOptions) error {
 		return fail(err)
 	}
 	x.notef("Started %d processes (logs in %s); waiting until they are ready...", len(procs), filepath.Join(dir, "logs"))
-	if err := devstack.WaitReady(ctx, x.cli.httpClient(), o.readyWait, children...); err != nil {
+	hc, err := x.stackClient(st)
+	if err != nil {
+		return fail(err)
+	}
+	err = devstack.WaitReady(ctx, hc, o.readyWait, children...)
+	hc.CloseIdleConnections()
+	if err != nil {
 		return fail(err)
 	}
 	writeDevBanner(x, st, o)
@@ -145,6 +142,54 @@ func (x *inv) devUp(ctx context.Context, o devOptions) error {
 	}
 	fmt.Fprintf(x.out, "Stopped; data kept in %s for the next run.\n", o.dir)
 	return nil
+}
+
+// devCellsAndRouter are the stack's cells and its router. With certs, the
+// cells' intake takes only the router's certificate and their admin API
+// only an operator's (the cells' default client roles), and the router
+// serves https and calls the cells with its certificate.
+func devCellsAndRouter(o devOptions, dir, regURL string, bins map[string]string, ports devPorts, certs *devstack.TLS) []DevProcess {
+	scheme := "http"
+	if certs != nil {
+		scheme = "https"
+	}
+	file := func(name string) string { return filepath.Join(certs.Dir, name) }
+	var procs []DevProcess
+	for i := 1; i <= o.cells; i++ {
+		id := cellName(i)
+		args := []string{"--cell", id, "--registry", regURL, "--store", filepath.Join(dir, "cells", id),
+			"--intake", ports.intake[i-1], "--admin", ports.admin[i-1],
+			"--agency", "nice=" + ports.nice, "--agency", "kcb=" + ports.kcb,
+			"--callback-allow", "127.0.0.0/8,::1/128"} // a callback receiver on this machine
+		if o.ageBudget > 0 {
+			args = append(args, "--age-budget", o.ageBudget.String())
+		}
+		if certs != nil {
+			cert, key := file(pki.DevCell+".pem"), file(pki.DevCell+"-key.pem")
+			args = append(args,
+				"--tls-cert", cert, "--tls-key", key, "--tls-client-ca", certs.CA,
+				"--admin-tls-cert", cert, "--admin-tls-key", key, "--admin-tls-client-ca", certs.CA)
+		}
+		procs = append(procs, DevProcess{
+			Name: id, Bin: bins["cell"],
+			Args:  args,
+			Ready: scheme + "://" + ports.admin[i-1] + "/readyz",
+			Addrs: map[string]string{"intake": ports.intake[i-1], "admin": ports.admin[i-1]},
+		})
+	}
+	args := []string{"-listen", ports.router, "-admin-listen", ports.routerAdmin, "-registry", regURL,
+		"-keys", filepath.Join(dir, "router", "keys.json"), "-map-cache", filepath.Join(dir, "router", "map-cache.json")}
+	if certs != nil {
+		cert, key := file(pki.DevRouter+".pem"), file(pki.DevRouter+"-key.pem")
+		args = append(args, "-tls-cert", cert, "-tls-key", key,
+			"-cell-tls-ca", certs.CA, "-cell-tls-cert", cert, "-cell-tls-key", key)
+	}
+	return append(procs, DevProcess{
+		Name: "router", Bin: bins["router"],
+		Args:  args,
+		Ready: "http://" + ports.routerAdmin + "/readyz",
+		Addrs: map[string]string{"listen": ports.router, "admin": ports.routerAdmin},
+	})
 }
 
 func cellName(i int) string { return "c" + strconv.Itoa(i) }
@@ -212,9 +257,9 @@ func findBinaries(dir string, names ...string) (map[string]string, error) {
 }
 
 // devMap makes sure the registry holds a map with cells c1..cN at the given
-// addresses, through the ordinary init, provision and endpoints commands.
+// addresses, with scheme (https for a stack on TLS), through the ordinary init, provision and endpoints commands.
 // Their plans go to DIR/logs/setup.log.
-func (x *inv) devMap(ctx context.Context, regURL string, cells int, ports devPorts) error {
+func (x *inv) devMap(ctx context.Context, regURL string, cells int, ports devPorts, scheme string) error {
 	dir := filepath.Dir(filepath.Dir(strings.TrimPrefix(regURL, "file:")))
 	logf, err := os.OpenFile(filepath.Join(dir, "logs", "setup.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
@@ -248,7 +293,7 @@ func (x *inv) devMap(ctx context.Context, regURL string, cells int, ports devPor
 	}
 	for i := 1; i <= cells; i++ {
 		id := cellName(i)
-		intake, admin := "http://"+ports.intake[i-1], "http://"+ports.admin[i-1]
+		intake, admin := scheme+"://"+ports.intake[i-1], scheme+"://"+ports.admin[i-1]
 		var cur struct{ Intake, Admin string }
 		found := false
 		if m != nil {
@@ -305,6 +350,16 @@ func writeDevBanner(x *inv, st *DevStack, o devOptions) {
 	for _, p := range st.Cells() {
 		cells = append(cells, fmt.Sprintf("%s %s", p.Name, p.Addrs["intake"]))
 	}
+	curl, cellAdmin, onTLS := "curl -s", "http://ADMIN", ""
+	if st.TLS != nil {
+		curl = "curl -s --cacert " + filepath.Join(rel, "certs", filepath.Base(st.TLS.CA))
+		cellAdmin = "https://ADMIN"
+		onTLS = fmt.Sprintf(`
+TLS:      certificates in %s; the cells take only the router's certificate
+          on their intake and an operator's on their admin API. For cellctl:
+          %s
+`, filepath.Join(rel, "certs"), cellctlTLSEnv(st.TLS))
+	}
 	fmt.Fprintf(x.out, `
 cellkit local stack is ready: agency simulator, %d cells, router.
 
@@ -314,16 +369,16 @@ cellkit local stack is ready: agency simulator, %d cells, router.
   dev API key %s   (kept in %s)
 
 Try it:
-  curl -s -H 'X-API-Key: %s' -H 'Content-Type: application/json' -d '{"user_id":"u-42","product":"credit_loan","amount":5000000,"priority":"high"}' %s/v1/inquiries
-  curl -s -H 'X-API-Key: %s' %s/v1/inquiries/ID        # the status_url it answered
+  %s -H 'X-API-Key: %s' -H 'Content-Type: application/json' -d '{"user_id":"u-42","product":"credit_loan","amount":5000000,"priority":"high"}' %s/v1/inquiries
+  %s -H 'X-API-Key: %s' %s/v1/inquiries/ID        # the status_url it answered
 
-Metrics:  %s/metrics (router), http://ADMIN/metrics per cell (see 'cellctl dev status --dir %s'), %s/metrics (agencies)
+Metrics:  %s/metrics (router), %s/metrics per cell (see 'cellctl dev status --dir %s'), %s/metrics (agencies)
 Scrape:   %s (Prometheus file_sd targets: see deploy/observability/README.md)
 Status:   ./bin/cellctl --registry %s status
-`, len(cells), st.Router, st.RouterAdmin, strings.Join(cells, ", "), st.Registry,
+%s`, len(cells), st.Router, st.RouterAdmin, strings.Join(cells, ", "), st.Registry,
 		st.APIKey, filepath.Join(rel, "router", "dev-key"),
-		st.APIKey, st.Router, st.APIKey, st.Router,
-		st.RouterAdmin, rel, st.AgencyAdmin, filepath.Join(rel, scrapeTargetsFile), relRegistry(st.Registry))
+		curl, st.APIKey, st.Router, curl, st.APIKey, st.Router,
+		st.RouterAdmin, cellAdmin, rel, st.AgencyAdmin, filepath.Join(rel, scrapeTargetsFile), relRegistry(st.Registry), onTLS)
 	if o.foreground {
 		fmt.Fprintln(x.out, "\nCtrl-C stops everything.")
 	} else {

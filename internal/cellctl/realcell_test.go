@@ -18,6 +18,7 @@ import (
 
 	"github.com/cellkit/cellkit/internal/agencysim"
 	"github.com/cellkit/cellkit/internal/celltest"
+	"github.com/cellkit/cellkit/internal/pki"
 	"github.com/cellkit/cellkit/internal/slotmap"
 	"github.com/cellkit/cellkit/internal/telegram"
 	"github.com/cellkit/cellkit/internal/testkit"
@@ -62,13 +63,28 @@ type realCell struct {
 // waits until it is ready.
 func startCell(t *testing.T, id, registryURL, intakeAddr, adminAddr, nice, kcb string) *realCell {
 	t.Helper()
+	return startCellWith(t, id, registryURL, intakeAddr, adminAddr, nice, kcb, nil)
+}
+
+// startCellWith is startCell, with both listeners on mutual TLS with certs'
+// cell certificate if certs is not nil (readiness is then asked with the
+// operator's certificate).
+func startCellWith(t *testing.T, id, registryURL, intakeAddr, adminAddr, nice, kcb string, certs *celltest.Certs) *realCell {
+	t.Helper()
 	bin := buildCell(t)
-	c := &realCell{intake: "http://" + intakeAddr, admin: "http://" + adminAddr, log: &bytes.Buffer{}}
-	c.cmd = exec.Command(bin,
-		"--cell", id, "--registry", registryURL, "--store", t.TempDir(),
+	scheme, ready := "http", http.DefaultClient
+	args := []string{"--cell", id, "--registry", registryURL, "--store", t.TempDir(),
 		"--intake", intakeAddr, "--admin", adminAddr, "--nats-port", "-1",
-		"--agency", "nice="+nice, "--agency", "kcb="+kcb,
-		"--workers", "2", "--css-latency", "1ms", "--core-latency", "1ms", "--log-level", "warn")
+		"--agency", "nice=" + nice, "--agency", "kcb=" + kcb,
+		"--workers", "2", "--css-latency", "1ms", "--core-latency", "1ms", "--log-level", "warn"}
+	if certs != nil {
+		cert, key := certs.Cert(pki.RoleCell), certs.Key(pki.RoleCell)
+		args = append(args, "--tls-cert", cert, "--tls-key", key, "--tls-client-ca", certs.CA(),
+			"--admin-tls-cert", cert, "--admin-tls-key", key, "--admin-tls-client-ca", certs.CA())
+		scheme, ready = "https", certs.TLSClient(t, pki.RoleOperator)
+	}
+	c := &realCell{intake: scheme + "://" + intakeAddr, admin: scheme + "://" + adminAddr, log: &bytes.Buffer{}}
+	c.cmd = exec.Command(bin, args...)
 	// The cell reads CELLKIT_* variables: keep the developer's out.
 	for _, kv := range os.Environ() {
 		if !strings.HasPrefix(kv, "CELLKIT_") {
@@ -99,7 +115,7 @@ func startCell(t *testing.T, id, registryURL, intakeAddr, adminAddr, nice, kcb s
 			t.Fatalf("cell %s exited: %v\n%s", id, c.cmd.ProcessState, c.log)
 		default:
 		}
-		resp, err := http.Get(c.admin + "/readyz")
+		resp, err := ready.Get(c.admin + "/readyz")
 		if err != nil {
 			return false
 		}

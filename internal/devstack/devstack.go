@@ -35,6 +35,10 @@ type Stack struct {
 	Foreground  bool      `json:"foreground"`
 	StartedAt   time.Time `json:"started_at"`
 	Processes   []Process `json:"processes"` // in order of start
+	// TLS, if set, says the stack runs on TLS (dev up --tls) and names its
+	// certificate files: readiness URLs and the cells' admin APIs are https
+	// and need them (TLS.Client).
+	TLS *TLS `json:"tls,omitempty"`
 }
 
 // Process is one process of the stack.

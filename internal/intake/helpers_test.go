@@ -3,6 +3,7 @@ package intake
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -22,12 +23,14 @@ import (
 	"github.com/cellkit/cellkit/internal/celltest"
 	"github.com/cellkit/cellkit/internal/inquiry"
 	"github.com/cellkit/cellkit/internal/natsembed"
+	"github.com/cellkit/cellkit/internal/pki"
 	"github.com/cellkit/cellkit/internal/problem"
 	"github.com/cellkit/cellkit/internal/queue"
 	"github.com/cellkit/cellkit/internal/shed"
 	"github.com/cellkit/cellkit/internal/slotmap"
 	"github.com/cellkit/cellkit/internal/store"
 	"github.com/cellkit/cellkit/internal/testkit"
+	"github.com/cellkit/cellkit/internal/tlsconf"
 )
 
 func TestMain(m *testing.M) { testkit.VerifyTestMain(m) }
@@ -75,6 +78,11 @@ type cellOpts struct {
 	cmap   func() *slotmap.Map
 	closed bool   // leave the intake as New makes it (closed)
 	moves  *Moves // TrackMoves before serving
+	// tls serves the intake over TLS with a cell certificate of certs,
+	// client certificates of its CA required (their role is the
+	// handler's to judge); requests are sent with the router's
+	// certificate and the handler asks other cells with the cell's.
+	tls *celltest.Certs
 }
 
 // testCell is one cell's intake wired as internal/cell wires it: its own
@@ -91,6 +99,8 @@ type testCell struct {
 	h   *Handler
 	ts  *httptest.Server
 	url string
+	// client sends the test's requests (with tls: a router's certificate).
+	client *http.Client
 }
 
 func (e *env) cell(o cellOpts) *testCell {
@@ -115,7 +125,11 @@ func (e *env) cell(o cellOpts) *testCell {
 	}
 	sh := shed.New(o.shed, shed.Options{Now: e.clk.Now})
 	o.intake.Cell = o.id
-	h, err := New(o.intake, Options{Queue: q, Shedder: sh, Map: o.cmap, Logger: testkit.Logger(), Now: e.clk.Now})
+	opts := Options{Queue: q, Shedder: sh, Map: o.cmap, Logger: testkit.Logger(), Now: e.clk.Now}
+	if o.tls != nil {
+		opts.PeerTLS = clientTLS(t, *o.tls, pki.RoleCell)
+	}
+	h, err := New(o.intake, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -125,14 +139,37 @@ func (e *env) cell(o cellOpts) *testCell {
 	if !o.closed {
 		h.Open()
 	}
-	ts := httptest.NewServer(h) // 127.0.0.1, a free port
+	ts := httptest.NewUnstartedServer(h) // 127.0.0.1, a free port
+	var client *http.Client
+	if o.tls != nil {
+		srv, err := tlsconf.NewServer(tlsconf.ServerFiles{Cert: o.tls.Cert(pki.RoleCell), Key: o.tls.Key(pki.RoleCell), ClientCA: o.tls.CA()}, tlsconf.Options{What: "test"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ts.TLS = srv.Config()
+		ts.StartTLS()
+		client = o.tls.TLSClient(t, pki.RoleRouter)
+	} else {
+		ts.Start()
+		client = ts.Client()
+	}
 	t.Cleanup(func() {
 		ts.Close()
 		if h.peers != nil {
 			h.peers.CloseIdleConnections()
 		}
 	})
-	return &testCell{id: o.id, e: e, nc: nc, js: js, st: st, q: q, sh: sh, h: h, ts: ts, url: ts.URL}
+	return &testCell{id: o.id, e: e, nc: nc, js: js, st: st, q: q, sh: sh, h: h, ts: ts, url: ts.URL, client: client}
+}
+
+// clientTLS is the client configuration of role's certificate of certs.
+func clientTLS(t *testing.T, certs celltest.Certs, role string) *tls.Config {
+	t.Helper()
+	cl, err := tlsconf.NewClient(tlsconf.ClientFiles{CA: certs.CA(), Cert: certs.Cert(role), Key: certs.Key(role)}, tlsconf.Options{What: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cl.Config()
 }
 
 // testMap builds a map of 64 slots over the given cells (all active). The
@@ -223,7 +260,7 @@ func (c *testCell) do(t testing.TB, method, path string, body any, hdr map[strin
 		}
 		req.Header[http.CanonicalHeaderKey(k)] = []string{v}
 	}
-	resp, err := c.ts.Client().Do(req)
+	resp, err := c.client.Do(req)
 	if err != nil {
 		t.Fatalf("%s %s: %v", method, path, err)
 	}

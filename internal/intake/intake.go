@@ -14,10 +14,13 @@
 //   - Overload (the shedder's budgets), a closed intake and an unreachable
 //     NATS are answered at once with 503 and Retry-After.
 //   - Every error is an RFC 9457 problem naming the field at fault.
+//   - Only routers are served (see trust.go): a caller that is not one gets
+//     403, and the headers it set are not read.
 package intake
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -25,6 +28,7 @@ import (
 	"log/slog"
 	"mime"
 	"net/http"
+	"net/netip"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -34,6 +38,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/cellkit/cellkit/internal/inquiry"
+	"github.com/cellkit/cellkit/internal/pki"
 	"github.com/cellkit/cellkit/internal/problem"
 	"github.com/cellkit/cellkit/internal/queue"
 	"github.com/cellkit/cellkit/internal/shed"
@@ -51,7 +56,8 @@ const (
 	// HeaderClient names the router's client (the API key's holder) a
 	// request comes from. An inquiry belongs to the client that created
 	// it: a read naming another client is answered 404, as if it did not
-	// exist. A caller that names no client (not a router) is not checked.
+	// exist. A caller that names no client (a trusted caller other than a
+	// router, such as a test on loopback) is not checked.
 	HeaderClient = "Cellkit-Client"
 )
 
@@ -71,11 +77,22 @@ type Config struct {
 	// Timeout bounds the handling of one request, the wait for the PubAck
 	// included [5s].
 	Timeout time.Duration
+	// TrustedCIDRs are the peer addresses served as routers on a
+	// connection without a verified client certificate (plain HTTP, or TLS
+	// without client certificates) [127.0.0.0/8, ::1/128]. An empty,
+	// non-nil list trusts no address.
+	TrustedCIDRs []netip.Prefix
+	// RouterRole is the role a verified client certificate names to be
+	// served as a router [pki.RoleRouter]; AnyRole takes every verified
+	// certificate as a router's. A certificate naming PeerRole (another
+	// cell) may read inquiries only.
+	RouterRole string
 }
 
 // DefaultConfig returns the defaults.
 func DefaultConfig() Config {
-	return Config{ClosedRetryAfter: 5 * time.Second, Timeout: 5 * time.Second}
+	return Config{ClosedRetryAfter: 5 * time.Second, Timeout: 5 * time.Second,
+		TrustedCIDRs: DefaultTrustedCIDRs(), RouterRole: pki.RoleRouter}
 }
 
 // Options carry the intake's collaborators.
@@ -96,6 +113,11 @@ type Options struct {
 	Registerer prometheus.Registerer
 	// Now is the clock. Nil means time.Now.
 	Now func() time.Time
+	// PeerTLS is the TLS configuration for asking other cells' intake
+	// (https ones) about an inquiry after a slot move (see TrackMoves): its
+	// client certificate should name PeerRole. Nil means Go's defaults (the
+	// system's roots, no client certificate).
+	PeerTLS *tls.Config
 }
 
 // Handler serves the intake API. It starts closed: Open it once the cell
@@ -111,15 +133,23 @@ type Handler struct {
 	open atomic.Bool
 	m    *metrics
 
-	moves *Moves       // nil: keyed retries are not checked against the slot's previous cell
-	peers *http.Client // asks other cells' intake APIs
+	moves   *Moves       // nil: keyed retries are not checked against the slot's previous cell
+	peers   *http.Client // asks other cells' intake APIs
+	peerTLS *tls.Config
+
+	refusedLog atomic.Int64 // when a refused caller was last logged (Unix ns)
 }
 
 // TrackMoves makes keyed requests for users whose slot moved here within
 // MoveWindow check the previous owner first (see Moves).
 func (h *Handler) TrackMoves(mv *Moves) {
 	h.moves = mv
-	h.peers = &http.Client{Timeout: time.Second}
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.Proxy = nil // cells talk to each other directly
+	if h.peerTLS != nil {
+		tr.TLSClientConfig = h.peerTLS.Clone()
+	}
+	h.peers = &http.Client{Timeout: time.Second, Transport: tr}
 }
 
 // New builds the handler.
@@ -137,9 +167,15 @@ func New(cfg Config, opts Options) (*Handler, error) {
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = d.Timeout
 	}
+	if cfg.TrustedCIDRs == nil {
+		cfg.TrustedCIDRs = d.TrustedCIDRs
+	}
+	if cfg.RouterRole == "" {
+		cfg.RouterRole = d.RouterRole
+	}
 	h := &Handler{
 		cfg: cfg, q: opts.Queue, st: opts.Queue.Store(), shed: opts.Shedder, cmap: opts.Map,
-		log: opts.Logger, now: opts.Now, m: newMetrics(opts.Registerer),
+		log: opts.Logger, now: opts.Now, m: newMetrics(opts.Registerer), peerTLS: opts.PeerTLS,
 	}
 	if h.log == nil {
 		h.log = slog.New(slog.DiscardHandler)
@@ -175,14 +211,23 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case r.URL.Path == PathInquiries:
 		route = "post"
+	case strings.HasPrefix(r.URL.Path, prefixByID):
+		route = "get"
+	}
+	read := route == "get" && (r.Method == http.MethodGet || r.Method == http.MethodHead)
+	switch who, why := h.callerOf(r); {
+	case who == untrusted:
+		h.refuse(rw, r, why)
+	case who == fromPeerCell && !read:
+		h.refuse(rw, r, "its certificate is another cell's, which may only read inquiries")
+	case route == "post":
 		if r.Method != http.MethodPost {
 			methodNotAllowed(rw, http.MethodPost)
 			break
 		}
 		h.post(rw, r)
-	case strings.HasPrefix(r.URL.Path, prefixByID):
-		route = "get"
-		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+	case route == "get":
+		if !read {
 			methodNotAllowed(rw, "GET, HEAD")
 			break
 		}

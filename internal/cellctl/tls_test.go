@@ -1,0 +1,200 @@
+package cellctl
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cellkit/cellkit/internal/agencysim"
+	"github.com/cellkit/cellkit/internal/celltest"
+	"github.com/cellkit/cellkit/internal/devstack"
+	"github.com/cellkit/cellkit/internal/pki"
+	"github.com/cellkit/cellkit/internal/telegram"
+	"github.com/cellkit/cellkit/internal/testkit"
+	"github.com/cellkit/cellkit/internal/tlsconf"
+)
+
+// TestAdminCallsOverMutualTLS: a real cell whose admin API takes only
+// operators' certificates; cellctl reaches it with --tls-* (or their
+// variables) and fails in one line without them or with another role's
+// certificate.
+func TestAdminCallsOverMutualTLS(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the cell binary")
+	}
+	certs := celltest.DevCerts(t)
+	sim := agencysim.Config{Latency: agencysim.FixedLatency(time.Millisecond)}
+	nice := celltest.StartSim(t, telegram.NICE(), sim).Addr().String()
+	kcb := celltest.StartSim(t, telegram.KCB(), sim).Addr().String()
+	e := newFileEnv(t)
+	intakeAddr, adminAddr := testkit.FreeAddr(t), testkit.FreeAddr(t)
+	e.ok("init", "--agency", "nice=4", "--agency", "kcb=4", "--slots", "4096")
+	e.ok("provision", "c1", "--intake", "https://"+intakeAddr, "--admin", "https://"+adminAddr)
+	startCellWith(t, "c1", e.url, intakeAddr, adminAddr, nice, kcb, &certs)
+
+	operator := []string{"--tls-ca", certs.CA(), "--tls-cert", certs.Cert(pki.RoleOperator), "--tls-key", certs.Key(pki.RoleOperator)}
+	var st statusJSON
+	e.json(&st, append([]string{"status"}, operator...)...)
+	if c := st.Cells[0]; !c.Reachable || c.Status == nil || !c.Status.Ready {
+		t.Fatalf("status with the operator certificate: %+v", c)
+	}
+	r := e.ok(append([]string{"circuit", "c1", "nice", "open"}, operator...)...)
+	if r.stdout != "c1 nice breaker: forced_open (open).\n" {
+		t.Errorf("circuit open: %q", r.stdout)
+	}
+
+	// Without a client certificate, or with a router's: refused in the
+	// handshake. status still prints its table (the cell unreachable, with
+	// the reason); a command about one cell fails in one line.
+	for _, tc := range []struct {
+		name string
+		args []string
+	}{
+		{"the CA only", []string{"--tls-ca", certs.CA()}},
+		{"a router's certificate", []string{"--tls-ca", certs.CA(), "--tls-cert", certs.Cert(pki.RoleRouter), "--tls-key", certs.Key(pki.RoleRouter)}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e.json(&st, append([]string{"status"}, tc.args...)...)
+			if c := st.Cells[0]; c.Reachable || !strings.Contains(c.Error, "https://"+adminAddr) {
+				t.Errorf("status: %+v, want c1 unreachable", c)
+			}
+			r := e.run(append([]string{"failed", "list", "c1"}, tc.args...)...)
+			if r.code != ExitFailure || strings.Count(r.stderr, "\n") != 1 || !strings.Contains(r.stderr, "https://"+adminAddr) ||
+				!strings.Contains(r.stderr, "(the admin API wants an operator's client certificate: --tls-cert and --tls-key)") {
+				t.Errorf("failed list: %v, want one line naming the admin URL, with a hint at the certificate", r)
+			}
+		})
+	}
+	r = e.run("failed", "list", "c1")
+	if r.code != ExitFailure || !strings.Contains(r.stderr, "unknown authority (--tls-ca names the CA") {
+		t.Errorf("failed list with no TLS flags: %v, want a hint at --tls-ca", r)
+	}
+
+	// From the environment: cellctl's own variables.
+	env := map[string]string{
+		"CELLKIT_CELLCTL_TLS_CA": certs.CA(), "CELLKIT_CELLCTL_TLS_CERT": certs.Cert(pki.RoleOperator), "CELLKIT_CELLCTL_TLS_KEY": certs.Key(pki.RoleOperator),
+	}
+	e.cli.Getenv = func(k string) string { return env[k] }
+	var failed []FailedInquiry
+	e.json(&failed, "failed", "list", "c1")
+	e.ok("circuit", "c1", "nice", "reset")
+}
+
+// TestAdminTLSAndTokenFlags: bad files are one line naming them, before
+// anything is done; the token file is sent as a bearer token.
+func TestAdminTLSAndTokenFlags(t *testing.T) {
+	e := newFileEnv(t)
+	cells := statusEnv(t, e)
+	c2 := cells["c2"]
+	c2.set(func(f *fakeCell) { f.token = "s3cret" })
+	dir := t.TempDir()
+	tokenFile := filepath.Join(dir, "token")
+	if err := os.WriteFile(tokenFile, []byte("s3cret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	e.ok("failed", "list", "c2", "--admin-token-file", tokenFile)
+	if got := c2.called("GET /v1/admin/failed"); len(got) != 1 {
+		t.Errorf("calls %v", got)
+	}
+	// The command line's wins over the environment's; both on the command
+	// line are refused.
+	e.cli.Getenv = func(k string) string { return map[string]string{EnvAdminToken: "wrong"}[k] }
+	e.ok("failed", "list", "c2", "--admin-token-file", tokenFile)
+	e.cli.Getenv = func(k string) string { return map[string]string{"CELLKIT_ADMIN_TOKEN_FILE": tokenFile}[k] }
+	e.ok("failed", "list", "c2")
+	if r := e.run("failed", "list", "c2", "--admin-token", "wrong"); r.code != ExitFailure || !strings.Contains(r.stderr, "401") {
+		t.Errorf("--admin-token on the command line over CELLKIT_ADMIN_TOKEN_FILE: %v", r)
+	}
+	e.cli.Getenv = func(string) string { return "" }
+	if r := e.run("failed", "list", "c2", "--admin-token", "s3cret", "--admin-token-file", tokenFile); r.code != ExitUsage {
+		t.Errorf("both token flags: %v", r)
+	}
+
+	empty := filepath.Join(dir, "empty")
+	os.WriteFile(empty, []byte(" \n"), 0o600)
+	certs := celltest.DevCerts(t)
+	missing := filepath.Join(dir, "missing.pem")
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--admin-token-file", missing}, missing},
+		{[]string{"--admin-token-file", empty}, empty + " is empty"},
+		{[]string{"--tls-ca", missing}, missing},
+		{[]string{"--tls-ca", certs.CA(), "--tls-cert", certs.Cert(pki.RoleOperator), "--tls-key", certs.Key(pki.RoleRouter)}, certs.Cert(pki.RoleOperator)},
+		{[]string{"--tls-cert", certs.Cert(pki.RoleOperator)}, "both a certificate and a key"},
+	} {
+		r := e.run(append([]string{"map", "show"}, tc.args...)...)
+		if r.code == ExitOK || r.stdout != "" || strings.Count(r.stderr, "\n") != 1 || !strings.Contains(r.stderr, tc.want) {
+			t.Errorf("map show %q: %v, want one line containing %q", tc.args, r, tc.want)
+		}
+	}
+}
+
+// TestDevCerts: dev certs writes a CA and a certificate per role that
+// tlsconf loads, valid for the hosts given; a second run keeps the CA.
+func TestDevCerts(t *testing.T) {
+	dir := t.TempDir()
+	r := runPlain("dev", "certs", "--dir", dir, "--hosts", "localhost,127.0.0.1,cell9.internal")
+	if r.code != ExitOK {
+		t.Fatalf("%v", r)
+	}
+	certs := filepath.Join(dir, "certs")
+	for _, f := range devstack.DevFiles(certs) {
+		if !strings.Contains(r.stdout, f+"\n") {
+			t.Errorf("dev certs does not print %s:\n%s", f, r.stdout)
+		}
+	}
+	if !strings.Contains(r.stdout, "CELLKIT_CELLCTL_TLS_CERT="+filepath.Join(certs, "operator.pem")) {
+		t.Errorf("dev certs does not say how to point cellctl at the cells:\n%s", r.stdout)
+	}
+	file := func(name string) string { return filepath.Join(certs, name) }
+	srv, err := tlsconf.NewServer(tlsconf.ServerFiles{Cert: file("cell.pem"), Key: file("cell-key.pem"), ClientCA: file("ca.pem"), ClientRole: pki.RoleOperator}, tlsconf.Options{What: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaf := srv.Current().Certificates[0].Leaf
+	if !slices.Contains(leaf.DNSNames, "cell9.internal") || !tlsconf.HasRole(leaf, pki.RoleCell) {
+		t.Errorf("cell certificate: names %v, OU %v", leaf.DNSNames, leaf.Subject.OrganizationalUnit)
+	}
+	for _, role := range []string{pki.RoleRouter, pki.RoleOperator} {
+		pair, err := tlsconf.LoadKeyPair(file(role+".pem"), file(role+"-key.pem"), time.Now())
+		if err != nil || !tlsconf.HasRole(pair.Leaf, role) {
+			t.Errorf("%s certificate: %v", role, err)
+		}
+	}
+	if _, err := tlsconf.NewClient(tlsconf.ClientFiles{CA: file("ca.pem"), Cert: file("operator.pem"), Key: file("operator-key.pem")}, tlsconf.Options{What: "test"}); err != nil {
+		t.Fatal(err)
+	}
+	if info, err := os.Stat(file("operator-key.pem")); err != nil || info.Mode().Perm() != 0o600 {
+		t.Errorf("operator key mode: %v %v", info, err)
+	}
+
+	ca, _ := os.ReadFile(file("ca.pem"))
+	cell, _ := os.ReadFile(file("cell.pem"))
+	if r := runPlain("dev", "certs", "--dir", dir); r.code != ExitOK {
+		t.Fatalf("%v", r)
+	}
+	ca2, _ := os.ReadFile(file("ca.pem"))
+	cell2, _ := os.ReadFile(file("cell.pem"))
+	if string(ca2) != string(ca) || string(cell2) == string(cell) {
+		t.Fatal("a second dev certs made a new CA, or kept the old role certificates")
+	}
+	pair, err := tls.LoadX509KeyPair(file("cell.pem"), file("cell-key.pem"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pool, err := tlsconf.LoadPool(file("ca.pem")); err != nil {
+		t.Fatal(err)
+	} else if _, err := pair.Leaf.Verify(x509.VerifyOptions{Roots: pool}); err != nil {
+		t.Fatalf("the new cell certificate does not verify with the kept CA: %v", err)
+	}
+	if r := runPlain("dev", "certs", "--dir", dir, "--hosts", " , "); r.code != ExitUsage {
+		t.Errorf("no hosts: %v", r)
+	}
+}
