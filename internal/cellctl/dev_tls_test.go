@@ -96,22 +96,9 @@ func TestEnsureDevCerts(t *testing.T) {
 	}
 }
 
-// routerSpeaksTLS says whether the router binary has the flags dev up
-// --tls gives it (its public listener's and its client's to the cells).
-func routerSpeaksTLS(t *testing.T, router string) bool {
-	out, _ := exec.Command(router, "-h").CombinedOutput()
-	for _, flag := range []string{"-tls-cert", "-tls-key", "-cell-tls-ca", "-cell-tls-cert", "-cell-tls-key"} {
-		if !strings.Contains(string(out), flag+" ") {
-			return false
-		}
-	}
-	return true
-}
-
 // TestDevStackTLS runs `dev up --tls` with the real programs: an inquiry
 // through the router over https, cellctl status with the operator
-// certificate, dev status, dev down. It needs a router that takes the TLS
-// flags; with an older one it is skipped.
+// certificate, dev status, dev down.
 func TestDevStackTLS(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the whole local stack")
@@ -125,9 +112,6 @@ func TestDevStackTLS(t *testing.T) {
 		}
 	}
 	build("router")
-	if !routerSpeaksTLS(t, filepath.Join(bin, "router")) {
-		t.Skip("the router does not take -tls-cert, -tls-key and -cell-tls-* yet")
-	}
 	for _, name := range []string{"cellctl", "agencysim", "cell"} {
 		build(name)
 	}
