@@ -40,9 +40,10 @@ type exports struct {
 // They are checked against the code (the name is a string literal of a
 // non-test Go file) and docs/metrics.md (its labels) instead.
 var rareMetrics = map[string]string{
-	"cellkit_router_limited_total":             "a client over its rate limit (the dev key allows 1000/s)",
-	"cellkit_router_connections_refused_total": "a connection over the router's limits (1024 per address)",
-	"cellkit_agency_breaker_transitions_total": "an agency breaker changing state (20 calls in a cell, 20 % failed)",
+	"cellkit_router_limited_total":                     "a client over its rate limit (the dev key allows 1000/s)",
+	"cellkit_router_connections_refused_total":         "a connection over the router's limits (1024 per address)",
+	"cellkit_agency_breaker_transitions_total":         "an agency breaker changing state (20 calls in a cell, 20 % failed)",
+	"cellkit_tls_certificate_expiry_timestamp_seconds": "a listener or a client on TLS (cellctl dev up --tls)",
 }
 
 // documented is a metric's row in docs/metrics.md.
