@@ -33,7 +33,6 @@ type exchange struct {
 	admitted bool
 	sentAt   time.Time
 	attempts int  // calls made to the cell for this request (a stale connection is retried once)
-	tlsCall  bool // at an https cell, through its Transport
 	retried  bool
 	uc       *upconn
 }
@@ -203,10 +202,6 @@ func (lp *loop) call(cl *client) {
 // dispatch hands the request to a connection to its cell, or queues it
 // for one being dialled.
 func (lp *loop) dispatch(cl *client) {
-	if cl.ex.u.tls != nil {
-		lp.callTLS(cl)
-		return
-	}
 	p := lp.pool(cl.ex.u)
 	if uc := p.take(); uc != nil {
 		uc.send(cl)
@@ -261,7 +256,6 @@ func (lp *loop) abandon(cl *client) {
 			p.unwait(cl)
 		}
 	}
-	ex.tlsCall = false
 	if uc := ex.uc; uc != nil {
 		// The cell has the request: its answer will be read and dropped,
 		// and the connection reused.

@@ -2,6 +2,7 @@ package router
 
 import (
 	"context"
+	"crypto/tls"
 	"net"
 	"slices"
 	"time"
@@ -95,18 +96,32 @@ type dialing struct {
 }
 
 // dial opens one more connection to the cell, off the loop; it joins the
-// loop when connected, or the first waiter fails.
+// loop when connected (for an https cell, once its TLS handshake is done,
+// within another DialTimeout), or the first waiter fails.
 func (p *pool) dial() {
 	lp := p.lp
-	d := &dialing{p: p, at: lp.e.now() + int64(lp.e.r.cfg.Cell.DialTimeout+time.Second)}
+	timeout := lp.e.r.cfg.Cell.DialTimeout
+	d := &dialing{p: p, at: lp.e.now() + int64(2*timeout+time.Second)}
 	p.dialing++
 	lp.dials = append(lp.dials, d)
 	uc := &upconn{p: p, d: d}
 	uc.t.owner = uc
-	addr, timeout, stopped := p.u.addr, lp.e.r.cfg.Cell.DialTimeout, lp.e.stopped
+	addr, stopped, tlsCfg := p.u.addr, lp.e.stopped, p.u.tls
+	room := lp.e.r.cfg.Cell.MaxResponseBytes + maxAnswerHead + tlsPlainRoom
 	go func() {
 		dl := net.Dialer{Timeout: timeout, KeepAlive: 30 * time.Second}
 		c, err := dl.Dial("tcp", addr)
+		if err == nil && tlsCfg != nil {
+			tr := &tlsTransport{Conn: c}
+			tc := tls.Client(tr, tlsCfg)
+			c.SetDeadline(time.Now().Add(timeout))
+			if err = tc.Handshake(); err != nil {
+				c.Close()
+			} else {
+				c.SetDeadline(time.Time{})
+				uc.tls = &tlsConn{tc: tc, tr: tr, room: room}
+			}
+		}
 		if err == nil {
 			var ch <-chan gnet.RegisteredResult
 			if ch, err = lp.el.Enroll(gnet.NewContext(context.Background(), uc), c); err == nil {
@@ -201,6 +216,8 @@ type upconn struct {
 	orphan bool // the client went away; drop the answer
 	dead   bool
 	got    bool // bytes of the answer arrived
+	tls    *tlsConn // an https cell's: what the loop reads and writes goes through it
+	io     conn     // the connection as the calls see it: c, or tls
 	head   h1.Response
 	hdrs   [h1.MaxFields]h1.Field
 	body   []byte          // a chunked answer's data, decoded as it arrives
@@ -209,7 +226,11 @@ type upconn struct {
 }
 
 func (uc *upconn) opened(c gnet.Conn) {
-	uc.c = c
+	uc.c, uc.io = c, c
+	if uc.tls != nil {
+		uc.tls.gc, uc.tls.tr.gc = c, c
+		uc.io = uc.tls
+	}
 	uc.p.open++
 	uc.head.Fields = uc.hdrs[:0]
 	if uc.d != nil {
@@ -228,7 +249,7 @@ func (uc *upconn) send(cl *client) {
 	cl.ex.attempts++
 	lp.calls.arm(&uc.t, lp.e.now()-int64(time.Since(cl.ex.sentAt)))
 	lp.out = lp.e.r.forward(lp.out[:0], cl)
-	if _, err := uc.c.Write(lp.out); err != nil {
+	if _, err := uc.io.Write(lp.out); err != nil {
 		uc.shut()
 	}
 }
@@ -236,9 +257,12 @@ func (uc *upconn) send(cl *client) {
 // traffic reads the cell's answer.
 func (uc *upconn) traffic() {
 	lp := uc.p.lp
-	buf, _ := uc.c.Peek(-1)
+	buf, _ := uc.io.Peek(-1)
 	if uc.cl == nil {
-		uc.c.Discard(-1) // nothing was asked
+		if len(buf) == 0 && (uc.tls == nil || uc.tls.err == nil) {
+			return // TLS's own messages (a session ticket): nothing of HTTP
+		}
+		uc.io.Discard(-1) // nothing was asked
 		uc.shut()
 		return
 	}
@@ -259,7 +283,7 @@ func (uc *upconn) traffic() {
 				uc.broken()
 				return
 			}
-			uc.c.Discard(n)
+			uc.io.Discard(n)
 			buf = buf[n:]
 			continue
 		}
@@ -316,7 +340,7 @@ func (uc *upconn) finish(body []byte, used int, closeAfter bool) {
 			uc.p.lp.answered(cl, &uc.head, body)
 		}
 	}
-	uc.c.Discard(used)
+	uc.io.Discard(used)
 	if cap(uc.body) > keptAnswer {
 		uc.body = nil // a large chunked answer's buffer is not kept
 	}
@@ -395,7 +419,7 @@ func (uc *upconn) closed() {
 	if got {
 		// An answer delimited by the end of the connection is whole now.
 		h := &uc.head
-		buf, _ := uc.c.Peek(-1)
+		buf, _ := uc.io.Peek(-1)
 		n, err := h1.ParseResponse(buf, h, maxAnswerHead)
 		if err == nil && n > 0 && h.Status >= 200 && h.ContentLength < 0 && !h.Chunked &&
 			len(buf)-n <= uc.p.lp.e.r.cfg.Cell.MaxResponseBytes {

@@ -373,9 +373,9 @@ func TestShutdownWaitsForRequestsInFlight(t *testing.T) {
 	}
 }
 
-// TestHTTPSCell: a cell whose intake is https is reached through net/http's
-// Transport (the loops speak plain HTTP/1.1) with the same chain: the
-// request as forwarded, the answer as proxied, the timeout as 504.
+// TestHTTPSCell: a cell whose intake is https is reached by the loops
+// with the same chain: the request as forwarded, the answer as proxied,
+// the timeout as 504.
 func TestHTTPSCell(t *testing.T) {
 	b := &backend{cell: "c1", release: make(chan struct{})}
 	b.srv = httptest.NewTLSServer(http.HandlerFunc(b.serve))

@@ -1,21 +1,14 @@
 package router
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"crypto/tls"
-	"errors"
 	"fmt"
-	"io"
 	"net"
-	"net/http"
 	"net/url"
 	"strings"
 	"sync/atomic"
 	"time"
-
-	"github.com/panjf2000/gnet/v2"
 
 	"github.com/cellkit/cellkit/internal/h1"
 	"github.com/cellkit/cellkit/internal/slotmap"
@@ -33,8 +26,8 @@ type upstream struct {
 	guard   *guard
 	m       *cellMetrics
 	probs   *cellProbs
-	retired atomic.Bool     // no longer in the map: its connections close when next idle
-	tls     *http.Transport // an https cell's connections (nil for http)
+	retired atomic.Bool // no longer in the map: its connections close when next idle
+	tls     *tls.Config // an https cell's TLS client configuration (nil for http)
 }
 
 func newUpstream(c slotmap.Cell, cfg CellLimits, g *guard, m *cellMetrics) (*upstream, error) {
@@ -53,21 +46,24 @@ func newUpstream(c slotmap.Cell, cfg CellLimits, g *guard, m *cellMetrics) (*ups
 		}
 		addr = net.JoinHostPort(u.Hostname(), port)
 	}
-	var tr *http.Transport
+	var tc *tls.Config
 	if u.Scheme == "https" {
-		d := &net.Dialer{Timeout: cfg.DialTimeout, KeepAlive: 30 * time.Second}
-		tr = &http.Transport{
-			DialContext:         d.DialContext,
-			TLSClientConfig:     cfg.TLS.Clone(),
-			TLSHandshakeTimeout: cfg.Timeout,
-			MaxConnsPerHost:     cfg.MaxConcurrent,
-			MaxIdleConnsPerHost: cfg.MaxConcurrent,
-			IdleConnTimeout:     cfg.IdleConnTimeout,
-			TLSNextProto:        map[string]func(string, *tls.Conn) http.RoundTripper{}, // HTTP/1.1, as to plain cells
+		tc = cfg.TLS.Clone()
+		if tc == nil {
+			tc = &tls.Config{MinVersion: tls.VersionTLS12}
+		}
+		if tc.ServerName == "" {
+			tc.ServerName = u.Hostname()
+		}
+		tc.NextProtos = []string{"http/1.1"}
+		if tc.ClientSessionCache == nil {
+			// Connections dialled again resume their session: no
+			// certificate exchange or signature.
+			tc.ClientSessionCache = tls.NewLRUClientSessionCache(64)
 		}
 	}
 	return &upstream{
-		tls:    tr,
+		tls:    tc,
 		cell:   c.ID,
 		intake: c.Intake,
 		addr:   addr,
@@ -79,63 +75,9 @@ func newUpstream(c slotmap.Cell, cfg CellLimits, g *guard, m *cellMetrics) (*ups
 }
 
 // retire marks u's connections for closing: the loops close theirs when
-// idle, the Transport its idle ones now.
-func (u *upstream) retire() {
-	u.retired.Store(true)
-	if u.tls != nil {
-		u.tls.CloseIdleConnections()
-	}
-}
+// idle.
+func (u *upstream) retire() { u.retired.Store(true) }
 
-// callTLS sends cl's request to an https cell through the upstream's
-// Transport, from a goroutine (the loops speak plain HTTP/1.1), and
-// brings the answer back to the loop.
-func (lp *loop) callTLS(cl *client) {
-	r := lp.e.r
-	u := cl.ex.u
-	raw := r.forward(nil, cl)
-	seq, scheme, host := cl.seq, "https", string(u.host)
-	timeout, max := r.cfg.Cell.Timeout, r.cfg.Cell.MaxResponseBytes
-	cl.ex.attempts++
-	cl.ex.tlsCall = true
-	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), timeout)
-		defer cancel()
-		var resp *http.Response
-		var body []byte
-		req, err := http.ReadRequest(bufio.NewReader(bytes.NewReader(raw)))
-		if err == nil {
-			req.URL.Scheme, req.URL.Host, req.RequestURI = scheme, host, ""
-			resp, err = u.tls.RoundTrip(req.WithContext(ctx))
-		}
-		if err == nil {
-			body, err = io.ReadAll(io.LimitReader(resp.Body, int64(max)+1))
-			resp.Body.Close()
-			if err == nil && len(body) > max {
-				err = errors.New("answer too large")
-			}
-		}
-		timedOut := ctx.Err() != nil
-		lp.el.Execute(context.Background(), gnet.RunnableFunc(func(context.Context) error {
-			if cl.state != stBusy || cl.seq != seq || !cl.ex.tlsCall {
-				return nil // the client left: abandon released the place
-			}
-			cl.ex.tlsCall = false
-			if err != nil {
-				lp.failed(cl, timedOut)
-				return nil
-			}
-			h := h1.Response{Status: resp.StatusCode, ContentLength: int64(len(body))}
-			for k, vs := range resp.Header {
-				for _, v := range vs {
-					h.Fields = append(h.Fields, h1.Field{Name: []byte(k), Value: []byte(v)})
-				}
-			}
-			lp.answered(cl, &h, body)
-			return nil
-		}))
-	}()
-}
 
 // cellTable is what the router routes with: one map version and an
 // upstream for each of its cells.

@@ -162,8 +162,9 @@ type CellLimits struct {
 	// HalfOpenProbes 3] (see internal/breaker for the rule).
 	Breaker breaker.Config
 	// TLS is the client configuration for cells whose intake is https
-	// [nil: the system's roots]. Plain http cells are served by the event
-	// loops; https ones through net/http's Transport, off the loops.
+	// [nil: the system's roots]: their CA and the client certificate
+	// presented to them (mutual TLS). https cells are served by the event
+	// loops as plain ones are (see tls.go).
 	TLS *tls.Config
 }
 

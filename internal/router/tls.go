@@ -26,6 +26,12 @@ import (
 //
 // Only HTTP/1.1 is offered (ALPN "http/1.1"): the router's parser is an
 // HTTP/1.1 one.
+//
+// Connections to https cells work the same way from the other side: the
+// dialling goroutine connects and runs the client handshake (within
+// DialTimeout), the connection joins the loop, and the calls read and
+// write it through a tlsConn. Sessions are resumed when a connection is
+// dialled again (a client session cache per cell).
 
 // tlsPlainRoom is how much decrypted plaintext a connection holds ahead of
 // what the chain has taken, beyond two whole requests (what a plain

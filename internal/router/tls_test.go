@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -311,4 +312,96 @@ func TestTLSPipelineFloodIsCut(t *testing.T) {
 		t.Fatalf("a client that sent %d bytes behind a request in flight was not cut", sent)
 	}
 	t.Logf("cut after %d bytes sent: %v", sent, err)
+}
+
+// TestMutualTLSToCells: cells on mutual TLS (routers' certificates only)
+// are served by the loops over kept-alive TLS connections: every request
+// of a concurrent burst arrives with the router's certificate, the
+// connections are far fewer than the requests, chunked answers are whole,
+// and a cell that closes its idle connections (close_notify, then FIN) is
+// dialled again and served.
+func TestMutualTLSToCells(t *testing.T) {
+	certs := celltest.DevCerts(t)
+	srvTLS, err := tlsconf.NewServer(tlsconf.ServerFiles{Cert: certs.Cert(pki.RoleCell), Key: certs.Key(pki.RoleCell),
+		ClientCA: certs.CA(), ClientRole: pki.RoleRouter}, tlsconf.Options{What: "intake_tls"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cliTLS, err := tlsconf.NewClient(tlsconf.ClientFiles{CA: certs.CA(), Cert: certs.Cert(pki.RoleRouter), Key: certs.Key(pki.RoleRouter)}, tlsconf.Options{What: "cell_tls"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := &backend{cell: "c1", release: make(chan struct{})}
+	var conns, fromRouter, chunked atomic.Int64
+	b.srv = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.TLS != nil && len(r.TLS.VerifiedChains) > 0 && tlsconf.PeerHasRole(r.TLS, pki.RoleRouter) {
+			fromRouter.Add(1)
+		}
+		if r.Method == http.MethodGet {
+			chunked.Add(1)
+			w.Header().Set("Content-Type", "application/json")
+			for i := range 3 {
+				fmt.Fprintf(w, `{"part":%d,"pad":"%s"}`, i, strings.Repeat("p", 20000))
+				w.(http.Flusher).Flush()
+			}
+			return
+		}
+		b.serve(w, r)
+	}))
+	b.srv.TLS = srvTLS.Config()
+	b.srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			conns.Add(1)
+		}
+	}
+	b.srv.StartTLS()
+	t.Cleanup(func() { close(b.release); b.srv.CloseClientConnections(); b.srv.Close() })
+	w := newWorld(t, worldOptions{cells: []string{"c1"}, intake: map[string]string{"c1": b.srv.URL},
+		cfg: Config{Cell: CellLimits{TLS: cliTLS.Config()}}})
+
+	const senders, each = 8, 25
+	var wg sync.WaitGroup
+	var bad atomic.Int64
+	for range senders {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range each {
+				req, _ := http.NewRequest("POST", w.url+"/v1/inquiries", strings.NewReader(inquiryBody("u1")))
+				req.Header.Set("X-API-Key", w.key)
+				resp, err := w.client.Do(req)
+				if err != nil {
+					bad.Add(1)
+					continue
+				}
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != http.StatusAccepted {
+					bad.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if bad.Load() > 0 || fromRouter.Load() != senders*each {
+		t.Fatalf("%d failed; the cell saw %d requests with the router's certificate, want %d", bad.Load(), fromRouter.Load(), senders*each)
+	}
+	if n := conns.Load(); n > senders*2 {
+		t.Errorf("%d TLS connections for %d requests: not kept alive", n, senders*each)
+	}
+	a := w.do("GET", "/v1/inquiries/c1-abc", "")
+	if a.status != 200 || len(a.body) < 60000 || !strings.HasSuffix(string(a.body), `}`) {
+		t.Fatalf("a chunked answer over TLS: %d, %d bytes", a.status, len(a.body))
+	}
+
+	// The cell closes every connection it holds (a restart, an idle
+	// timeout): the router dials again.
+	b.srv.CloseClientConnections()
+	before := conns.Load()
+	testkit.WaitFor(t, 5*time.Second, "a request served after the cell closed its connections", func() bool {
+		return w.do("GET", "/v1/inquiries/c1-abc", "").status == 200
+	})
+	if conns.Load() == before {
+		t.Error("no new connection after the cell closed them all")
+	}
 }

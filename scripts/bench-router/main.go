@@ -257,13 +257,16 @@ func load(ctx context.Context, o loadOptions) (Result, error) {
 	lat := make([]time.Duration, total)
 	status := make([]int32, total) // 0 not sent, >0 HTTP status, -1 error
 
-	// The pacing is the drills' (internal/loadtest's Generator): request i
-	// is due at start + i*interval and goes out on the next free sender,
-	// each on its own OS thread with its own keep-alive connection (sender
-	// c to target c % targets), sleeping in nanosleep for the last
-	// milliseconds before the intended time. A Go timer alone wakes up to a
-	// millisecond late when the process is otherwise idle, which had added
-	// ~0.4 ms of schedule lag to every target's latency.
+	// The pacing is the drills' (internal/loadtest's Generator with
+	// OnePacer): one thread sleeps in nanosleep until each request's
+	// intended time and hands it to a free sender, each with its own
+	// keep-alive connection (sender c to target c % targets). A thread per
+	// sender, each taking the next request and sleeping until it is due,
+	// had each free sender hold a request an interval ahead: on this
+	// 2-core machine a sender woken late made its connection's requests
+	// late by about the interval per connection (64 connections at
+	// 2000 req/s: 32 ms), which showed as a 30 ms p50 on whichever TLS
+	// target the client's extra work tipped over.
 	conns := make([]*benchConn, o.conns)
 	for c := range conns {
 		target := o.targets[c%len(o.targets)]
@@ -277,6 +280,7 @@ func load(ctx context.Context, o loadOptions) (Result, error) {
 		Start:    time.Now().Add(50 * time.Millisecond),
 		Schedule: sched,
 		Senders:  o.conns,
+		OnePacer: true,
 		Timeout:  5 * time.Second,
 		Send: func(ctx context.Context, r loadtest.Request) int32 {
 			code, err := conns[r.Sender].roundTrip(ctx, reqs[r.Seq%len(reqs)])
