@@ -32,7 +32,7 @@ type exchange struct {
 	permit   breaker.Permit
 	admitted bool
 	sentAt   time.Time
-	attempts int  // calls made to the cell for this request (a stale connection is retried once)
+	attempts int // calls made to the cell for this request (a stale connection is retried once)
 	retried  bool
 	uc       *upconn
 }

@@ -215,7 +215,7 @@ type upconn struct {
 	cl     *client
 	orphan bool // the client went away; drop the answer
 	dead   bool
-	got    bool // bytes of the answer arrived
+	got    bool     // bytes of the answer arrived
 	tls    *tlsConn // an https cell's: what the loop reads and writes goes through it
 	io     conn     // the connection as the calls see it: c, or tls
 	head   h1.Response

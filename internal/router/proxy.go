@@ -78,7 +78,6 @@ func newUpstream(c slotmap.Cell, cfg CellLimits, g *guard, m *cellMetrics) (*ups
 // idle.
 func (u *upstream) retire() { u.retired.Store(true) }
 
-
 // cellTable is what the router routes with: one map version and an
 // upstream for each of its cells.
 type cellTable struct {
