@@ -16,6 +16,10 @@
 #                       alive: this is the record layer's cost; the
 #                       handshake's is in the pair rounds with a new
 #                       connection per request (TLS_NEWCONN_ROUNDS, 3).
+#   (i) router, mTLS    (d) with the 4 backends on mutual TLS (a second set,
+#                       requiring the router's client certificate)
+#   (j) nginx, mTLS     (b) likewise (proxy_ssl_certificate, upstream keep-alive,
+#                       session reuse); (i) and (j) also have pair rounds
 #
 # Pair rounds: PAIR_ROUNDS (8) more rounds load the router and NGINX at the
 # same time (wrk -t1 -c32 each), with TLS (h) and (g) too, and with BASE_REF the router and (f): both
@@ -61,9 +65,13 @@ TLS=${TLS:-1}
 NGINX_TLS_PORT=19301
 ROUTER_TLS_PORT=19082
 ROUTER_TLS_ADMIN=19083
+TLS_PORTS=(19111 19112 19113 19114)
+NGINX_MTLS_PORT=19302
+ROUTER_MTLS_PORT=19084
+ROUTER_MTLS_ADMIN=19085
 TARGETS="a b c d e"
 [ -n "$BASE_REF" ] && TARGETS="$TARGETS f"
-[ "$TLS" = 1 ] && TARGETS="$TARGETS g h"
+[ "$TLS" = 1 ] && TARGETS="$TARGETS g h i j"
 PIDS=()
 
 log() { printf '%s\n' "$*" >&2; }
@@ -113,7 +121,7 @@ wait_port() { # host:port
 
 # Every port must be free: a stale process on one would answer in place of
 # the target (and its CPU would not be counted).
-for p in "${PORTS[@]}" $NGINX_PORT $MINPROXY_PORT $ROUTER_PORT $ROUTER_ADMIN $ROUTER1_PORT $ROUTER1_ADMIN $BASE_PORT $BASE_ADMIN $NGINX_TLS_PORT $ROUTER_TLS_PORT $ROUTER_TLS_ADMIN; do
+for p in "${PORTS[@]}" $NGINX_PORT $MINPROXY_PORT $ROUTER_PORT $ROUTER_ADMIN $ROUTER1_PORT $ROUTER1_ADMIN $BASE_PORT $BASE_ADMIN $NGINX_TLS_PORT $ROUTER_TLS_PORT $ROUTER_TLS_ADMIN "${TLS_PORTS[@]}" $NGINX_MTLS_PORT $ROUTER_MTLS_PORT $ROUTER_MTLS_ADMIN; do
   if (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
     log "port $p is in use (a stale bench process?); free it first"; exit 1
   fi
@@ -140,6 +148,16 @@ if [ "$TLS" = 1 ]; then
   "$WORK/router" "${ROUTER_ARGS[@]}" -listen "127.0.0.1:$ROUTER_TLS_PORT" -admin-listen "127.0.0.1:$ROUTER_TLS_ADMIN" \
     -tls-cert "$WORK/certs/router.pem" -tls-key "$WORK/certs/router-key.pem" 2>"$WORK/router-tls.log" &
   ROUTER_TLS_PID=$!; PIDS+=("$ROUTER_TLS_PID")
+  "$WORK/bench-router" backends -ports "$(IFS=,; echo "${TLS_PORTS[*]}")" \
+    -tls-cert "$WORK/certs/cell.pem" -tls-key "$WORK/certs/cell-key.pem" -tls-client-ca "$WORK/certs/ca.pem" &
+  TLS_BACKENDS_PID=$!; PIDS+=("$TLS_BACKENDS_PID")
+  TLS_BACKEND_URLS=()
+  for p in "${TLS_PORTS[@]}"; do wait_port "127.0.0.1:$p"; TLS_BACKEND_URLS+=("https://127.0.0.1:$p"); done
+  "$WORK/bench-router" mkmap -out "$WORK/registry-tls/map.json" -backends "$(IFS=,; echo "${TLS_BACKEND_URLS[*]}")"
+  "$WORK/router" "${ROUTER_ARGS[@]}" -listen "127.0.0.1:$ROUTER_MTLS_PORT" -admin-listen "127.0.0.1:$ROUTER_MTLS_ADMIN" \
+    -registry "file:$WORK/registry-tls/map.json" -cell-tls-ca "$WORK/certs/ca.pem" \
+    -cell-tls-cert "$WORK/certs/router.pem" -cell-tls-key "$WORK/certs/router-key.pem" 2>"$WORK/router-mtls.log" &
+  ROUTER_MTLS_PID=$!; PIDS+=("$ROUTER_MTLS_PID")
 fi
 if [ -n "$BASE_REF" ]; then
   "$WORK/router-base" "${ROUTER_ARGS[@]}" -listen "127.0.0.1:$BASE_PORT" -admin-listen "127.0.0.1:$BASE_ADMIN" 2>"$WORK/router-base.log" &
@@ -173,6 +191,26 @@ mkdir -p "$WORK/nginx"
   echo "    }"
   echo "  }"
   if [ "$TLS" = 1 ]; then
+    echo "  upstream cells_tls {"
+    for p in "${TLS_PORTS[@]}"; do echo "    server 127.0.0.1:$p;"; done
+    echo "    keepalive 256;"
+    echo "  }"
+    echo "  server {"
+    echo "    listen 127.0.0.1:$NGINX_MTLS_PORT backlog=4096;"
+    echo "    location / {"
+    echo "      proxy_pass https://cells_tls;"
+    echo "      proxy_http_version 1.1;"
+    echo "      proxy_set_header Connection \"\";"
+    echo "      proxy_set_header X-Forwarded-For \$remote_addr;"
+    echo "      proxy_ssl_certificate $WORK/certs/router.pem;"
+    echo "      proxy_ssl_certificate_key $WORK/certs/router-key.pem;"
+    echo "      proxy_ssl_trusted_certificate $WORK/certs/ca.pem;"
+    echo "      proxy_ssl_verify on;"
+    echo "      proxy_ssl_name localhost;"
+    echo "      proxy_ssl_session_reuse on;"
+    echo "      proxy_ssl_protocols TLSv1.2 TLSv1.3;"
+    echo "    }"
+    echo "  }"
     echo "  server {"
     echo "    listen 127.0.0.1:$NGINX_TLS_PORT ssl backlog=4096;"
     echo "    ssl_certificate $WORK/certs/router.pem;"
@@ -197,7 +235,7 @@ wait_port "127.0.0.1:$ROUTER1_PORT"
 wait_port "127.0.0.1:$MINPROXY_PORT"
 wait_port "127.0.0.1:$NGINX_PORT"
 [ -z "$BASE_REF" ] || wait_port "127.0.0.1:$BASE_PORT"
-[ "$TLS" != 1 ] || wait_port "127.0.0.1:$ROUTER_TLS_PORT"
+[ "$TLS" != 1 ] || { wait_port "127.0.0.1:$ROUTER_TLS_PORT"; wait_port "127.0.0.1:$ROUTER_MTLS_PORT"; wait_port "127.0.0.1:$NGINX_MTLS_PORT"; }
 
 # --- measuring --------------------------------------------------------------
 cat >"$WORK/req.lua" <<'EOF'
@@ -234,10 +272,12 @@ URL[b]="http://127.0.0.1:$NGINX_PORT";  PROCS[b]="$NGINX_PID"
 URL[c]="http://127.0.0.1:$MINPROXY_PORT"; PROCS[c]="$MINPROXY_PID"
 URL[d]="http://127.0.0.1:$ROUTER_PORT"; PROCS[d]="$ROUTER_PID"
 URL[e]="http://127.0.0.1:$ROUTER1_PORT"; PROCS[e]="$ROUTER1_PID"
-declare -A NAME=([a]="direct" [b]="nginx" [c]="httputil" [d]="router" [e]="router-1P" [f]="router@$BASE_REF" [g]="nginx-tls" [h]="router-tls")
+declare -A NAME=([a]="direct" [b]="nginx" [c]="httputil" [d]="router" [e]="router-1P" [f]="router@$BASE_REF" [g]="nginx-tls" [h]="router-tls" [i]="router-mtls-cells" [j]="nginx-mtls-cells")
 if [ "$TLS" = 1 ]; then
   URL[g]="https://127.0.0.1:$NGINX_TLS_PORT"; PROCS[g]="$NGINX_PID"
   URL[h]="https://127.0.0.1:$ROUTER_TLS_PORT"; PROCS[h]="$ROUTER_TLS_PID"
+  URL[i]="http://127.0.0.1:$ROUTER_MTLS_PORT"; PROCS[i]="$ROUTER_MTLS_PID"
+  URL[j]="http://127.0.0.1:$NGINX_MTLS_PORT"; PROCS[j]="$NGINX_PID"
 fi
 if [ -n "$BASE_REF" ]; then URL[f]="http://127.0.0.1:$BASE_PORT"; PROCS[f]="$BASE_PID"; fi
 
@@ -247,10 +287,11 @@ RESULTS="$WORK/results.txt"
 throughput() {
   local t=$1 round=$2 out t0 t1 b0 b1 rps reqs non2xx
   # shellcheck disable=SC2086
-  t0=$(cpu_ticks ${PROCS[$t]}); b0=$(cpu_ticks "$BACKENDS_PID")
+  local bp=$BACKENDS_PID; [[ $t != [ij] ]] || bp=$TLS_BACKENDS_PID
+  t0=$(cpu_ticks ${PROCS[$t]}); b0=$(cpu_ticks "$bp")
   out=$(BENCH_KEY=$KEY wrk -t2 -c"$CONNS" -d"${DURATION}s" -s "$WORK/req.lua" "${URL[$t]}/v1/inquiries")
   # shellcheck disable=SC2086
-  t1=$(cpu_ticks ${PROCS[$t]}); b1=$(cpu_ticks "$BACKENDS_PID")
+  t1=$(cpu_ticks ${PROCS[$t]}); b1=$(cpu_ticks "$bp")
   rps=$(awk '/^Requests\/sec:/ {print $2}' <<<"$out")
   reqs=$(awk '/requests in/ {print $1}' <<<"$out")
   non2xx=$(awk '/Non-2xx/ {print $NF}' <<<"$out"); non2xx=${non2xx:-0}
@@ -268,7 +309,7 @@ for t in $TARGETS; do BENCH_KEY=$KEY wrk -t2 -c"$CONNS" -d2s -s "$WORK/req.lua" 
 ORDERS=("a b c d e" "e d c b a" "b d a e c" "c e a d b")
 [ -z "$BASE_REF" ] || ORDERS=("a b c d e f" "f e d c b a" "b f d a e c" "c e a f d b")
 if [ "$TLS" = 1 ]; then
-  ORDERS=("${ORDERS[0]} g h" "h g ${ORDERS[1]}" "${ORDERS[2]} h g" "g ${ORDERS[3]} h")
+  ORDERS=("${ORDERS[0]} g h i j" "j i h g ${ORDERS[1]}" "${ORDERS[2]} h j g i" "g i ${ORDERS[3]} j h")
 fi
 for round in $(seq 1 "$ROUNDS"); do
   for t in ${ORDERS[$(((round - 1) % 4))]}; do throughput "$t" "$round"; done
@@ -298,6 +339,7 @@ for pr in $(seq 1 "${PAIR_ROUNDS:-8}"); do
   if [ -n "$BASE_REF" ]; then pair_round d f; fi
   if [ "$TLS" = 1 ]; then
     if [ $((pr % 2)) = 1 ]; then pair_round h g; else pair_round g h; fi
+    if [ $((pr % 2)) = 1 ]; then pair_round i j; else pair_round j i; fi
   fi
 done
 if [ "$TLS" = 1 ]; then
@@ -331,7 +373,7 @@ awk -v targets="$TARGETS" -v ref="$BASE_REF" '
   { rps[$1, $2] = $3; cpu[$1, $2] = $4; bcpu[$1, $2] = $5; bad[$1] += $6; if ($2 > rounds) rounds = $2 }
   END {
     nt = split(targets, ts, " ")
-    name["a"] = "(a) direct"; name["b"] = "(b) nginx"; name["c"] = "(c) httputil"; name["d"] = "(d) router"; name["e"] = "(e) router, GOMAXPROCS=1"; name["f"] = "(f) router at " ref; name["g"] = "(g) nginx, TLS"; name["h"] = "(h) router, TLS"
+    name["a"] = "(a) direct"; name["b"] = "(b) nginx"; name["c"] = "(c) httputil"; name["d"] = "(d) router"; name["e"] = "(e) router, GOMAXPROCS=1"; name["f"] = "(f) router at " ref; name["g"] = "(g) nginx, TLS"; name["h"] = "(h) router, TLS"; name["i"] = "(i) router, mutual TLS to the cells"; name["j"] = "(j) nginx, mutual TLS to the cells"
     printf "| target | req/s (median) | / direct | proxy CPU µs/req | backend CPU µs/req | non-2xx |\n|---|---:|---:|---:|---:|---:|\n"
     for (k = 1; k <= nt; k++) {
       t = ts[k]
@@ -350,6 +392,9 @@ awk -v targets="$TARGETS" -v ref="$BASE_REF" '
       for (r = 1; r <= rounds; r++) { hg[r] = rps["h", r] / rps["g", r]; chg[r] = cpu["h", r] / cpu["g", r]; hd[r] = rps["h", r] / rps["d", r]; chd[r] = cpu["h", r] / cpu["d", r] }
       printf "(h)/(g) router vs nginx, both on TLS: throughput %.2f×, CPU per request %.2f×\n", median(hg, rounds), median(chg, rounds)
       printf "(h)/(d) the router on TLS vs plain: throughput %.2f×, CPU per request %.2f×\n", median(hd, rounds), median(chd, rounds)
+      for (r = 1; r <= rounds; r++) { ij[r] = rps["i", r] / rps["j", r]; cij[r] = cpu["i", r] / cpu["j", r]; id[r] = rps["i", r] / rps["d", r]; cid[r] = cpu["i", r] / cpu["d", r] }
+      printf "(i)/(j) router vs nginx, both on mutual TLS to the cells: throughput %.2f×, CPU per request %.2f×\n", median(ij, rounds), median(cij, rounds)
+      printf "(i)/(d) the router with mutual TLS to the cells vs plain: throughput %.2f×, CPU per request %.2f×\n", median(id, rounds), median(cid, rounds)
     }
     if (index(targets, "f")) {
       for (r = 1; r <= rounds; r++) { df[r] = rps["d", r] / rps["f", r]; cf[r] = cpu["d", r] / cpu["f", r] }
@@ -367,11 +412,11 @@ if [ -s "$PAIRS" ]; then
     {
       # ratios as router / other, whichever order the round ran in
       # TLS pairs: h is the router, g the peer; the newconn tag marks a new connection per request
-      if ($1 == "d" || $1 == "h") { k = $2 $5; t = $3; c = $4 } else { k = $1 $5; t = 1 / $3; c = 1 / $4 }
+      if ($1 == "d" || $1 == "h" || $1 == "i") { k = $2 $5; t = $3; c = $4 } else { k = $1 $5; t = 1 / $3; c = 1 / $4 }
       n[k]++; tt[k, n[k]] = t; cc[k, n[k]] = c; line[k] = line[k] sprintf(" %.3f/%.3f", t, c)
     }
     END {
-      label["b"] = "nginx"; label["f"] = "router at " ref; label["g"] = "nginx, both on TLS (kept-alive connections)"; label["gnewconn"] = "nginx, both on TLS, a new connection (a handshake) per request"
+      label["b"] = "nginx"; label["f"] = "router at " ref; label["g"] = "nginx, both on TLS (kept-alive connections)"; label["gnewconn"] = "nginx, both on TLS, a new connection (a handshake) per request"; label["j"] = "nginx, both on mutual TLS to the cells"
       for (k in n) {
         for (r = 1; r <= n[k]; r++) { a[r] = tt[k, r]; z[r] = cc[k, r] }
         printf "router and %s loaded at once, %d rounds: router throughput %.3f×, CPU per request %.3f× (per round:%s)\n", label[k], n[k], median(a, n[k]), median(z, n[k]), line[k]
@@ -386,13 +431,13 @@ awk -v targets="$TARGETS" -v ref="$BASE_REF" '
     return (n % 2) ? arr[(n + 1) / 2] : (arr[n / 2] + arr[n / 2 + 1]) / 2
   }
   {
-    match($0, /"name":"[a-h]"/); t = substr($0, RSTART + 8, 1)
+    match($0, /"name":"[a-j]"/); t = substr($0, RSTART + 8, 1)
     n[t]++; p50[t, n[t]] = num("p50_us"); p99[t, n[t]] = num("p99_us"); p999[t, n[t]] = num("p999_us")
     errs[t] += num("errors") + num("non_2xx") + num("late")
   }
   END {
     nt = split(targets, ts, " ")
-    name["a"] = "(a) direct"; name["b"] = "(b) nginx"; name["c"] = "(c) httputil"; name["d"] = "(d) router"; name["e"] = "(e) router, GOMAXPROCS=1"; name["f"] = "(f) router at " ref; name["g"] = "(g) nginx, TLS"; name["h"] = "(h) router, TLS"
+    name["a"] = "(a) direct"; name["b"] = "(b) nginx"; name["c"] = "(c) httputil"; name["d"] = "(d) router"; name["e"] = "(e) router, GOMAXPROCS=1"; name["f"] = "(f) router at " ref; name["g"] = "(g) nginx, TLS"; name["h"] = "(h) router, TLS"; name["i"] = "(i) router, mutual TLS to the cells"; name["j"] = "(j) nginx, mutual TLS to the cells"
     for (k = 1; k <= nt; k++) { t = ts[k]
       for (r = 1; r <= n[t]; r++) { x[r] = p50[t, r]; y[r] = p99[t, r]; z[r] = p999[t, r] }
       m50[t] = median(x, n[t]); m99[t] = median(y, n[t]); m999[t] = median(z, n[t]) }

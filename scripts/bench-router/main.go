@@ -1,7 +1,7 @@
 // Command bench-router holds the parts of `make bench-router`
 // (scripts/bench-router.sh) that are not the router or NGINX:
 //
-//	bench-router backends -ports 9101,9102,9103,9104    four trivial "cells"
+//	bench-router backends -ports 9101,9102,9103,9104    four trivial "cells" (-tls-cert, -tls-key, -tls-client-ca: on mutual TLS)
 //	bench-router minproxy -listen ADDR -backends URL,...  a minimal httputil.ReverseProxy
 //	bench-router mkmap -out FILE -backends URL,...        a cell map with one cell per backend
 //	bench-router certs -dir DIR                            a CA and role certificates (the TLS targets)
@@ -64,10 +64,20 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	switch args[0] {
 	case "backends":
 		ports := fs.String("ports", "9101,9102,9103,9104", "loopback ports, one cell each")
+		var files tlsconf.ServerFiles
+		files.RegisterFlags(fs, "", "the backends", "router")
 		if err := fs.Parse(args[1:]); err != nil {
 			return err
 		}
-		return backends(ctx, strings.Split(*ports, ","))
+		var tc *tls.Config
+		if files.Enabled() {
+			srv, err := tlsconf.NewServer(files, tlsconf.Options{What: "backends"})
+			if err != nil {
+				return err
+			}
+			tc = srv.Config()
+		}
+		return backends(ctx, strings.Split(*ports, ","), tc)
 	case "minproxy":
 		listen := fs.String("listen", "127.0.0.1:9201", "address")
 		targets := fs.String("backends", "", "backend URLs, comma-separated")
@@ -133,7 +143,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 
 // backends serves the trivial cells: each answers any request at once with
 // a small JSON naming itself (202 to POST, 200 otherwise).
-func backends(ctx context.Context, ports []string) error {
+func backends(ctx context.Context, ports []string, tc *tls.Config) error {
 	var servers []*http.Server
 	errc := make(chan error, len(ports))
 	for i, p := range ports {
@@ -150,7 +160,11 @@ func backends(ctx context.Context, ports []string) error {
 		if err != nil {
 			return err
 		}
-		srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second, IdleTimeout: 120 * time.Second}
+		if tc != nil {
+			ln = tls.NewListener(ln, tc)
+		}
+		srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second, IdleTimeout: 120 * time.Second,
+			ErrorLog: log.New(io.Discard, "", 0)} // the script's port probes end TLS handshakes early
 		servers = append(servers, srv)
 		go func() { errc <- srv.Serve(ln) }()
 	}
