@@ -184,7 +184,8 @@ type acceptedConn struct {
 }
 
 // What evictIdle closes, in order: connections kept alive between
-// requests, then connections open without a byte of a request yet.
+// requests, then connections open without a byte of a request yet, then
+// (TLS) the oldest connection still in its handshake.
 const (
 	evictKeptAlive = iota
 	evictSilent
@@ -210,6 +211,10 @@ func (e *engine) evictIdle() bool {
 			e.r.metrics.evicted.Inc()
 			return true
 		}
+	}
+	if e.hs.evictOldest() {
+		e.r.metrics.evicted.Inc()
+		return true
 	}
 	return false
 }

@@ -181,7 +181,7 @@ func (t *tlsConn) Write(b []byte) (int, error) { return t.tc.Write(b) }
 // handshakes are the TLS handshakes under way, off the loops.
 type handshakes struct {
 	mu    sync.Mutex
-	conns map[net.Conn]struct{}
+	conns map[net.Conn]time.Time // when each was accepted
 	wg    sync.WaitGroup
 	done  bool
 }
@@ -194,9 +194,9 @@ func (h *handshakes) add(c net.Conn) bool {
 		return false
 	}
 	if h.conns == nil {
-		h.conns = map[net.Conn]struct{}{}
+		h.conns = map[net.Conn]time.Time{}
 	}
-	h.conns[c] = struct{}{}
+	h.conns[c] = time.Now()
 	h.wg.Add(1)
 	return true
 }
@@ -206,6 +206,27 @@ func (h *handshakes) remove(c net.Conn) {
 	delete(h.conns, c)
 	h.mu.Unlock()
 	h.wg.Done()
+}
+
+// evictOldest ends the oldest handshake under way, to make room for a new
+// connection at the connection limit (a handshake not done is a
+// connection without a byte of a request); false if there is none.
+func (h *handshakes) evictOldest() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var oldest net.Conn
+	var at time.Time
+	for c, t := range h.conns {
+		if oldest == nil || t.Before(at) {
+			oldest, at = c, t
+		}
+	}
+	if oldest == nil {
+		return false
+	}
+	delete(h.conns, oldest)
+	oldest.Close()
+	return true
 }
 
 // stop ends every handshake under way and waits for their goroutines.

@@ -405,3 +405,27 @@ func TestMutualTLSToCells(t *testing.T) {
 		t.Error("no new connection after the cell closed them all")
 	}
 }
+
+// TestTLSHandshakesAreEvictedAtTheLimit: at the connection limit, a
+// connection that never finishes its handshake gives its place to a new
+// one, as a connection without a byte of a request does on plain HTTP.
+func TestTLSHandshakesAreEvictedAtTheLimit(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Server.MaxConns = 2
+	tw := newTLSWorld(t, worldOptions{cfg: cfg})
+	addr := strings.TrimPrefix(tw.url, "https://")
+	for range 2 {
+		c, err := net.Dial("tcp", addr) // connects, never says hello
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+	}
+	testkit.WaitFor(t, 5*time.Second, "two connections in their handshake", func() bool { return tw.router.eng.conns.Load() == 2 })
+	if a := tw.create(userIn(t, tw.currentMap(), "c1", 1)); a.status != http.StatusAccepted {
+		t.Fatalf("a client at the limit with two silent handshakes: %v", a)
+	}
+	if got := testutil.ToFloat64(tw.router.metrics.evicted); got < 1 {
+		t.Fatalf("evicted = %v, want ≥ 1", got)
+	}
+}
