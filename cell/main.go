@@ -19,6 +19,12 @@
 // (operators' certificates). The files are reloaded when they change and
 // on SIGHUP; a bad file stops the start with one line naming it, before
 // anything listens.
+//
+// Admin API: /healthz and /readyz answer anyone. With --admin-token-file or
+// --admin-tls-client-ca, everything else (/metrics, /v1/admin/*) needs a
+// bearer token of the file or a verified client certificate
+// (internal/adminauth; the token file is reloaded like the certificates);
+// without either, the cell refuses an --admin address other than loopback.
 package main
 
 import (
@@ -38,6 +44,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/cellkit/cellkit/internal/adminauth"
 	"github.com/cellkit/cellkit/internal/cell"
 	"github.com/cellkit/cellkit/internal/flagenv"
 	"github.com/cellkit/cellkit/internal/intake"
@@ -102,8 +109,9 @@ func (p *prefixFlag) Set(v string) error {
 
 // extra are the settings that are not the cell's Config.
 type extra struct {
-	level slog.Level
-	tls   cell.TLSFiles
+	level          slog.Level
+	tls            cell.TLSFiles
+	adminTokenFile string
 }
 
 func parseFlags(args []string, getenv func(string) string, output io.Writer) (cell.Config, extra, error) {
@@ -117,8 +125,8 @@ func parseFlags(args []string, getenv func(string) string, output io.Writer) (ce
 	fs.SetOutput(output)
 	fs.StringVar(&c.ID, "cell", "", "cell id, as in the cell map (required)")
 	fs.StringVar(&c.IntakeAddr, "intake", d.IntakeAddr, "listen address of the intake API")
-	fs.StringVar(&c.AdminAddr, "admin", d.AdminAddr, "listen address of the admin API, probes and metrics")
-	fs.StringVar(&c.AdminToken, "admin-token", "", "bearer token required on /v1/admin/* (empty: none)")
+	fs.StringVar(&c.AdminAddr, "admin", d.AdminAddr, "listen address of the admin API, probes and metrics (not a loopback address: needs --admin-token-file or --admin-tls-client-ca)")
+	fs.StringVar(&x.adminTokenFile, "admin-token-file", "", "admin listener: file of bearer tokens, one per line ('#' comments); every admin path but /healthz and /readyz then needs Authorization: Bearer TOKEN (reloaded when it changes or on SIGHUP)")
 	fs.StringVar(&c.Registry, "registry", "", "cell map registry: file:PATH or consul://HOST:PORT/PREFIX (default $CELLKIT_REGISTRY)")
 	fs.StringVar(&c.StoreDir, "store", "", "store dir of the embedded NATS, the map cache and the lock (default var/cells/<cell>)")
 	fs.StringVar(&c.NATSURL, "nats-url", "", "external NATS with JetStream (empty: embedded)")
@@ -181,6 +189,14 @@ func parseFlags(args []string, getenv func(string) string, output io.Writer) (ce
 	case b.SlowCall <= 0 || b.OpenFor <= 0:
 		return c, x, errors.New("--breaker-slow-call and --breaker-open-for must be positive")
 	}
+	// An admin API open to the network would let anyone close the intake,
+	// force breakers and re-enqueue failed inquiries.
+	if c.AdminAddr == "" {
+		c.AdminAddr = d.AdminAddr
+	}
+	if err := adminauth.CheckListen(c.AdminAddr, x.adminTokenFile != "" || x.tls.Admin.ClientCA != ""); err != nil {
+		return c, x, fmt.Errorf("--admin %w: set --admin-token-file or --admin-tls-client-ca, or listen on a loopback address", err)
+	}
 	return c, x, nil
 }
 
@@ -205,20 +221,36 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	if certs.RouterRole != "" {
 		cfg.RouterRole = certs.RouterRole
 	}
-	c, err := cell.New(ctx, cfg, cell.Options{Logger: log, Registerer: reg, Gatherer: reg,
-		IntakeTLS: certs.Intake, AdminTLS: certs.Admin, PeerTLS: certs.Peer})
+	guard, err := adminauth.New(adminauth.Config{
+		TokenFile:   x.adminTokenFile,
+		ClientCerts: x.tls.Admin.ClientCA != "",
+		ClientRole:  x.tls.Admin.ClientRole,
+	}, adminauth.Options{Logger: log, Registerer: reg})
 	if err != nil {
 		return err
 	}
-	log.Info("cell started", "cell", cfg.ID, "intake", c.IntakeURL(), "admin", c.AdminURL(), "nats", c.NATSURL())
-	// The watchers reload the certificates until the cell has stopped.
+	files := certs.Watchers
+	if w := guard.Watcher(); w != nil {
+		files = append(files, w)
+	}
+	if x.adminTokenFile != "" && !x.tls.Admin.Enabled() && !adminauth.Loopback(cfg.AdminAddr) {
+		log.Warn("admin bearer tokens cross the network in clear text: give the admin listener a certificate (--admin-tls-cert, --admin-tls-key)", "admin", cfg.AdminAddr)
+	}
+	c, err := cell.New(ctx, cfg, cell.Options{Logger: log, Registerer: reg, Gatherer: reg,
+		IntakeTLS: certs.Intake, AdminTLS: certs.Admin, PeerTLS: certs.Peer, AdminGuard: guard})
+	if err != nil {
+		return err
+	}
+	log.Info("cell started", "cell", cfg.ID, "intake", c.IntakeURL(), "admin", c.AdminURL(), "nats", c.NATSURL(), "admin_auth", guard.Enabled())
+	// The watchers reload the certificates and the admin tokens until the
+	// cell has stopped.
 	wctx, stopWatchers := context.WithCancel(context.WithoutCancel(ctx))
 	var watchers sync.WaitGroup
-	for _, w := range certs.Watchers {
+	for _, w := range files {
 		watchers.Go(func() { w.Run(wctx) })
 	}
-	if len(certs.Watchers) > 0 {
-		watchers.Go(func() { reload.OnSignal(wctx, []os.Signal{syscall.SIGHUP}, certs.Watchers...) })
+	if len(files) > 0 {
+		watchers.Go(func() { reload.OnSignal(wctx, []os.Signal{syscall.SIGHUP}, files...) })
 	}
 	err = c.Run(ctx)
 	stopWatchers()

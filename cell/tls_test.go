@@ -103,7 +103,8 @@ func TestBadCertificateStopsTheStart(t *testing.T) {
 
 // TestBinaryOnMutualTLS runs the built cell with both listeners on mutual
 // TLS, as `cellctl dev up --tls` does: a router's request is served, an
-// operator reads the admin API, and certificates renewed on disk are served
+// operator reads the admin API without a token (an admin token file is
+// given too), and certificates renewed on disk are served
 // without a restart (SIGHUP reloads them at once; the watchers would within
 // a second anyway, so this does not tell the two apart).
 func TestBinaryOnMutualTLS(t *testing.T) {
@@ -114,11 +115,16 @@ func TestBinaryOnMutualTLS(t *testing.T) {
 	sim := agencysim.Config{MaxSessions: 8, Latency: agencysim.FixedLatency(time.Millisecond)}
 	nice := celltest.StartSim(t, telegram.NICE(), sim)
 	reg := celltest.NewRegistry(t, map[string]int{"nice": 4}, celltest.TestCell("c1"))
+	tokens := filepath.Join(t.TempDir(), "admin-tokens")
+	if err := os.WriteFile(tokens, []byte("s3cret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	p := startBinary(t, buildBinary(t), []string{
 		"--cell", "c1", "--registry", reg.URL(), "--store", t.TempDir(), "--agency", "nice=" + nice.Addr().String(),
 		"--intake", "127.0.0.1:0", "--admin", "127.0.0.1:0", "--nats-port", "-1",
 		"--tls-cert", certs.Cert(pki.RoleCell), "--tls-key", certs.Key(pki.RoleCell), "--tls-client-ca", certs.CA(),
 		"--admin-tls-cert", certs.Cert(pki.RoleCell), "--admin-tls-key", certs.Key(pki.RoleCell), "--admin-tls-client-ca", certs.CA(),
+		"--admin-token-file", tokens,
 	})
 	if !strings.HasPrefix(p.intake, "https://") || !strings.HasPrefix(p.admin, "https://") {
 		t.Fatalf("the cell started on %s and %s, want https", p.intake, p.admin)
@@ -132,8 +138,10 @@ func TestBinaryOnMutualTLS(t *testing.T) {
 	if r := testkit.Do(t, router, http.MethodPost, p.intake+intake.PathInquiries, req, nil); r.Status != http.StatusAccepted {
 		t.Fatalf("router POST = %d %s", r.Status, r.Body)
 	}
-	if r := testkit.Do(t, operator, http.MethodGet, p.admin+"/v1/admin/status", nil, nil); r.Status != http.StatusOK {
-		t.Fatalf("operator status = %d %s", r.Status, r.Body)
+	for _, path := range []string{"/v1/admin/status", "/metrics"} {
+		if r := testkit.Do(t, operator, http.MethodGet, p.admin+path, nil, nil); r.Status != http.StatusOK {
+			t.Fatalf("operator GET %s without a token = %d %s", path, r.Status, r.Body)
+		}
 	}
 
 	serial := func() string {

@@ -2,7 +2,6 @@ package cell
 
 import (
 	"context"
-	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"io"
@@ -32,7 +31,8 @@ import (
 //	GET  /v1/admin/failed[?limit=N]            failed and dead-lettered inquiries
 //	POST /v1/admin/failed/retry                {"ids":[...]} or {"all":true}
 //
-// With an AdminToken, /v1/admin/* needs "Authorization: Bearer TOKEN".
+// With an Options.AdminGuard, all but /healthz and /readyz need a bearer
+// token or a verified client certificate (401 otherwise).
 func (c *Cell) adminHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/healthz", only(http.MethodGet, func(w http.ResponseWriter, r *http.Request) {
@@ -57,29 +57,10 @@ func (c *Cell) adminHandler() http.Handler {
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		problem.Write(w, problem.New(http.StatusNotFound, problem.NotFound, "no such path: "+r.URL.Path))
 	})
-	return c.authorize(mux)
-}
-
-func (c *Cell) authorize(next http.Handler) http.Handler {
-	if c.cfg.AdminToken == "" {
-		return next
+	if c.adminGuard == nil {
+		return mux
 	}
-	want := []byte("Bearer " + c.cfg.AdminToken)
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if strings.HasPrefix(r.URL.Path, "/v1/admin/") {
-			got := r.Header.Get("Authorization")
-			if got == "" {
-				w.Header().Set("WWW-Authenticate", `Bearer realm="cellkit-admin"`)
-				problem.Write(w, problem.New(http.StatusUnauthorized, problem.Unauthorized, "the admin API needs a bearer token"))
-				return
-			}
-			if subtle.ConstantTimeCompare([]byte(got), want) != 1 {
-				problem.Write(w, problem.New(http.StatusForbidden, problem.Forbidden, "wrong admin token"))
-				return
-			}
-		}
-		next.ServeHTTP(w, r)
-	})
+	return c.adminGuard.Handler(mux)
 }
 
 func only(method string, h http.HandlerFunc) http.HandlerFunc {

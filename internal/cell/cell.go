@@ -33,6 +33,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/cellkit/cellkit/internal/adminauth"
 	"github.com/cellkit/cellkit/internal/agency"
 	"github.com/cellkit/cellkit/internal/intake"
 	"github.com/cellkit/cellkit/internal/natsembed"
@@ -66,6 +67,11 @@ type Options struct {
 	// with client certificates required when a client CA is given). Nil:
 	// plain HTTP.
 	IntakeTLS, AdminTLS *tls.Config
+	// AdminGuard, if not nil, authenticates the admin API's requests: all
+	// but /healthz and /readyz need a bearer token or a verified client
+	// certificate (see internal/adminauth; the caller runs its watcher).
+	// Nil: the admin API is open to whoever reaches its listener.
+	AdminGuard *adminauth.Guard
 	// PeerTLS is the client configuration for other cells' https intake,
 	// asked about an inquiry after a slot move (see intake.Options). Nil:
 	// Go's defaults.
@@ -95,6 +101,8 @@ type Cell struct {
 	shed     *shed.Shedder
 	intake   *intake.Handler
 
+	adminGuard *adminauth.Guard
+
 	intakeLn, adminLn   net.Listener
 	intakeTLS, adminTLS bool
 	endpointsWarned     string // the last endpoint mismatch logged
@@ -120,7 +128,7 @@ func New(ctx context.Context, cfg Config, opts Options) (_ *Cell, err error) {
 		return nil, err
 	}
 	c := &Cell{
-		cfg: cfg, log: opts.Logger, reg: opts.Gatherer, promReg: opts.Registerer,
+		cfg: cfg, log: opts.Logger, reg: opts.Gatherer, promReg: opts.Registerer, adminGuard: opts.AdminGuard,
 		metrics: prometheus.WrapRegistererWith(prometheus.Labels{"cell": cfg.ID}, opts.Registerer),
 		clients: map[string]*agency.Client{}, quota: map[string]int{},
 	}

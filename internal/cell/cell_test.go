@@ -6,6 +6,8 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -13,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cellkit/cellkit/internal/adminauth"
 	"github.com/cellkit/cellkit/internal/agencysim"
 	"github.com/cellkit/cellkit/internal/celltest"
 	"github.com/cellkit/cellkit/internal/inquiry"
@@ -516,17 +519,29 @@ func TestQuotaFollowsTheMap(t *testing.T) {
 }
 
 func TestAdminAPI(t *testing.T) {
-	h := start(t, setup{config: func(c *Config) { c.AdminToken = "s3cret" }})
+	tokens := filepath.Join(t.TempDir(), "admin-tokens")
+	if err := os.WriteFile(tokens, []byte("# operators\ns3cret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	guard, err := adminauth.New(adminauth.Config{TokenFile: tokens}, adminauth.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := start(t, setup{opts: Options{AdminGuard: guard}})
 	for _, tc := range []struct {
 		method, path, token string
 		status              int
 	}{
 		{"GET", "/healthz", "", 200},
 		{"GET", "/readyz", "", 200},
-		{"GET", "/metrics", "", 200},
+		{"GET", "/metrics", "", 401},
+		{"GET", "/metrics", "wrong", 401},
+		{"GET", "/metrics", "s3cret", 200},
 		{"GET", "/v1/admin/status", "", 401},
-		{"GET", "/v1/admin/status", "wrong", 403},
+		{"GET", "/v1/admin/status", "wrong", 401},
 		{"GET", "/v1/admin/status", "s3cret", 200},
+		{"GET", "/v1/admin/nothing", "", 401},
+		{"GET", "/v1/admin/nothing", "s3cret", 404},
 		{"POST", "/v1/admin/status", "s3cret", 405},
 		{"POST", "/v1/admin/circuit/nice/open", "s3cret", 200},
 		{"POST", "/v1/admin/circuit/nice/sideways", "s3cret", 400},
@@ -544,6 +559,11 @@ func TestAdminAPI(t *testing.T) {
 		if resp.Status != tc.status {
 			t.Errorf("%s %s (token %q) = %d %s, want %d", tc.method, tc.path, tc.token, resp.Status, resp.Body, tc.status)
 		}
+		if resp.Status == http.StatusUnauthorized {
+			if p := resp.Problem(t); p.Type != "https://cellkit.dev/problems/unauthorized" || !strings.HasPrefix(resp.Header.Get("WWW-Authenticate"), "Bearer") {
+				t.Errorf("%s %s (token %q): problem %+v, WWW-Authenticate %q", tc.method, tc.path, tc.token, p, resp.Header.Get("WWW-Authenticate"))
+			}
+		}
 	}
 	// The forced-open breaker fails inquiries at once.
 	id := h.accept(user(1), nil)
@@ -560,7 +580,7 @@ func TestAdminAPI(t *testing.T) {
 	if st.Agencies["nice"].Breaker != "closed" || !st.Ready || st.NATS != "CONNECTED" || st.Map.Version == 0 {
 		t.Fatalf("status %+v", st)
 	}
-	metrics := string(testkit.Do(t, h.client, "GET", h.admin+"/metrics", nil, nil).Body)
+	metrics := string(testkit.Do(t, h.client, "GET", h.admin+"/metrics", nil, auth).Body)
 	for _, name := range []string{
 		"cellkit_cell_queue_depth", "cellkit_cell_queue_oldest_age_seconds", "cellkit_cell_intake_shed_total",
 		"cellkit_cell_map_version", "cellkit_agency_breaker_state", "cellkit_cell_deliveries_total", "cellkit_cell_failed_inquiries",

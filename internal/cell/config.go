@@ -42,9 +42,6 @@ type Config struct {
 	// names to be a router's [router] (intake.AnyRole: any certificate the
 	// client CA signed). LoadTLS gives it.
 	RouterRole string
-	// AdminToken, if set, is required as "Authorization: Bearer TOKEN" on
-	// /v1/admin/*. The probes and /metrics stay open.
-	AdminToken string
 	// Registry is the cell map registry URL (file:PATH, consul://...);
 	// empty means $CELLKIT_REGISTRY.
 	Registry string

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/cellkit/cellkit/internal/adminauth"
 	"github.com/cellkit/cellkit/internal/celltest"
 	"github.com/cellkit/cellkit/internal/pki"
 	"github.com/cellkit/cellkit/internal/testkit"
@@ -41,7 +42,15 @@ func withTLS(tl TLS) setup {
 func TestMutualTLS(t *testing.T) {
 	certs := celltest.DevCerts(t)
 	other := celltest.DevCerts(t) // another CA
-	h := start(t, withTLS(devTLS(t, certs)))
+	s := withTLS(devTLS(t, certs))
+	// As cell/main.go guards it: a verified operator certificate is let in
+	// without a token.
+	guard, err := adminauth.New(adminauth.Config{ClientCerts: true, ClientRole: pki.RoleOperator}, adminauth.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.opts.AdminGuard = guard
+	h := start(t, s)
 	if !strings.HasPrefix(h.cell.IntakeURL(), "https://") || !strings.HasPrefix(h.cell.AdminURL(), "https://") {
 		t.Fatalf("URLs %s and %s, want https", h.cell.IntakeURL(), h.cell.AdminURL())
 	}
@@ -94,7 +103,7 @@ func TestMutualTLS(t *testing.T) {
 		t.Fatalf("a cell's POST = %d %+v, want 403 forbidden, not from a router", r.Status, p)
 	}
 
-	// An operator: the admin API, probes and metrics.
+	// An operator: the admin API, probes and metrics, without a token.
 	for _, path := range []string{"/v1/admin/status", "/readyz", "/healthz", "/metrics"} {
 		if r := testkit.Do(t, operator, http.MethodGet, admin+path, nil, nil); r.Status != http.StatusOK {
 			t.Errorf("operator GET %s = %d %s", path, r.Status, r.Body)

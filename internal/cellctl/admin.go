@@ -66,8 +66,8 @@ func (x *inv) setupAdmin() (func(), error) {
 
 // token is --admin-token, or what --admin-token-file holds. When both are
 // set, the one on the command line wins over the environment's
-// (CELLKIT_ADMIN_TOKEN, which the cells read too, is often set); both from
-// the same place are a usage error.
+// (CELLKIT_ADMIN_TOKEN is often set in an operator's shell); both from the
+// same place are a usage error.
 func (x *inv) token() (string, error) {
 	tok, file := x.g.adminToken, x.g.adminTokenFile
 	if tok != "" && file != "" {

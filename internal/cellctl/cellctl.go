@@ -44,8 +44,8 @@ const (
 
 // EnvAdminToken names the environment variable holding the bearer token sent
 // to cells' and routers' admin APIs when --admin-token is not given: the
-// flag's shared variable (see internal/flagenv), which a cell's
-// --admin-token reads too.
+// flag's shared variable (see internal/flagenv). Cells and routers take
+// their tokens from a file (--admin-token-file, CELLKIT_ADMIN_TOKEN_FILE).
 const EnvAdminToken = "CELLKIT_ADMIN_TOKEN"
 
 // DefaultTimeout bounds a command (registry calls, lock wait, admin calls)

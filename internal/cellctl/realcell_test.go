@@ -68,8 +68,8 @@ func startCell(t *testing.T, id, registryURL, intakeAddr, adminAddr, nice, kcb s
 
 // startCellWith is startCell, with both listeners on mutual TLS with certs'
 // cell certificate if certs is not nil (readiness is then asked with the
-// operator's certificate).
-func startCellWith(t *testing.T, id, registryURL, intakeAddr, adminAddr, nice, kcb string, certs *celltest.Certs) *realCell {
+// operator's certificate), and with the cell flags extra.
+func startCellWith(t *testing.T, id, registryURL, intakeAddr, adminAddr, nice, kcb string, certs *celltest.Certs, extra ...string) *realCell {
 	t.Helper()
 	bin := buildCell(t)
 	scheme, ready := "http", http.DefaultClient
@@ -83,6 +83,7 @@ func startCellWith(t *testing.T, id, registryURL, intakeAddr, adminAddr, nice, k
 			"--admin-tls-cert", cert, "--admin-tls-key", key, "--admin-tls-client-ca", certs.CA())
 		scheme, ready = "https", certs.TLSClient(t, pki.RoleOperator)
 	}
+	args = append(args, extra...)
 	c := &realCell{intake: scheme + "://" + intakeAddr, admin: scheme + "://" + adminAddr, log: &bytes.Buffer{}}
 	c.cmd = exec.Command(bin, args...)
 	// The cell reads CELLKIT_* variables: keep the developer's out.

@@ -85,6 +85,61 @@ func TestAdminCallsOverMutualTLS(t *testing.T) {
 	e.ok("circuit", "c1", "nice", "reset")
 }
 
+// TestAdminCallsWithToken: a real cell whose admin API takes the tokens of
+// its --admin-token-file; cellctl sends one from its own --admin-token-file
+// (or --admin-token, or CELLKIT_ADMIN_TOKEN) and fails in one line
+// without it or with another.
+func TestAdminCallsWithToken(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the cell binary")
+	}
+	sim := agencysim.Config{Latency: agencysim.FixedLatency(time.Millisecond)}
+	nice := celltest.StartSim(t, telegram.NICE(), sim).Addr().String()
+	kcb := celltest.StartSim(t, telegram.KCB(), sim).Addr().String()
+	dir := t.TempDir()
+	cellTokens, token := filepath.Join(dir, "cell-tokens"), filepath.Join(dir, "token")
+	if err := os.WriteFile(cellTokens, []byte("# operators\ns3cret\nother-token\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(token, []byte("s3cret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	e := newFileEnv(t)
+	intakeAddr, adminAddr := testkit.FreeAddr(t), testkit.FreeAddr(t)
+	e.ok("init", "--agency", "nice=4", "--agency", "kcb=4", "--slots", "4096")
+	e.ok("provision", "c1", "--intake", "http://"+intakeAddr, "--admin", "http://"+adminAddr)
+	startCellWith(t, "c1", e.url, intakeAddr, adminAddr, nice, kcb, nil, "--admin-token-file", cellTokens)
+
+	var st statusJSON
+	e.json(&st, "status", "--admin-token-file", token)
+	if c := st.Cells[0]; !c.Reachable || c.Status == nil || !c.Status.Ready {
+		t.Fatalf("status with the token: %+v", c)
+	}
+	if r := e.ok("circuit", "c1", "nice", "open", "--admin-token", "other-token"); r.stdout != "c1 nice breaker: forced_open (open).\n" {
+		t.Errorf("circuit open: %q", r.stdout)
+	}
+	e.cli.Getenv = func(k string) string { return map[string]string{EnvAdminToken: "s3cret"}[k] }
+	e.ok("circuit", "c1", "nice", "reset")
+	e.cli.Getenv = func(string) string { return "" }
+
+	for _, tc := range []struct {
+		name, detail string
+		args         []string
+	}{
+		{"no token", "the admin API needs Authorization: Bearer TOKEN", nil},
+		{"a wrong token", "the bearer token is not one of the admin API's tokens", []string{"--admin-token", "wrong"}},
+	} {
+		r := e.run(append([]string{"failed", "list", "c1"}, tc.args...)...)
+		if r.code != ExitFailure || strings.Count(r.stderr, "\n") != 1 || !strings.Contains(r.stderr, "answered 401 Unauthorized: "+tc.detail) {
+			t.Errorf("failed list with %s: %v, want one line with 401 and %q", tc.name, r, tc.detail)
+		}
+		e.json(&st, append([]string{"status"}, tc.args...)...)
+		if c := st.Cells[0]; !strings.Contains(c.Error, "401") {
+			t.Errorf("status with %s: %+v, want the cell's 401", tc.name, c)
+		}
+	}
+}
+
 // TestAdminTLSAndTokenFlags: bad files are one line naming them, before
 // anything is done; the token file is sent as a bearer token.
 func TestAdminTLSAndTokenFlags(t *testing.T) {

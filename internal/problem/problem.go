@@ -43,8 +43,8 @@ const (
 	// Who is asking.
 	MissingAPIKey = TypeBase + "missing-api-key" // 401: no X-API-Key
 	UnknownAPIKey = TypeBase + "unknown-api-key" // 403
-	Unauthorized  = TypeBase + "unauthorized"    // 401: the admin API needs a bearer token
-	Forbidden     = TypeBase + "forbidden"       // 403: wrong admin token
+	Unauthorized  = TypeBase + "unauthorized"    // 401: an admin API without a (known) bearer token or client certificate
+	Forbidden     = TypeBase + "forbidden"       // 403: a caller the intake does not serve (not a router)
 	RateLimited   = TypeBase + "rate-limited"    // 429, with Retry-After
 
 	// What the request names.
