@@ -13,9 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cellkit/cellkit/internal/registry"
 	"github.com/cellkit/cellkit/internal/router"
-	"github.com/cellkit/cellkit/internal/slotmap"
 	"github.com/cellkit/cellkit/internal/testkit"
 )
 
@@ -119,21 +117,7 @@ func TestRunWaitsForTheMapThenServesAndShutsDown(t *testing.T) {
 	case <-time.After(300 * time.Millisecond): // the registry is polled every 100 ms
 	}
 
-	m, err := slotmap.New(0, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := m.AddCell(slotmap.Cell{ID: "c1", Weight: 1, Intake: cell.URL, Admin: cell.URL})
-	if err != nil {
-		t.Fatal(err)
-	}
-	reg, err := registry.NewFile(registry.FileConfig{Path: regPath}, registry.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := reg.CompareAndSwap(context.Background(), 0, p.After); err != nil {
-		t.Fatal(err)
-	}
+	publishMap(t, regPath, cell.URL)
 	var a addrs
 	select {
 	case a = <-readyCh:

@@ -328,19 +328,7 @@ func TestAdminMutualTLS(t *testing.T) {
 	r := startRouter(t, okCell(t).URL, keys, "-admin-tls-cert", certs.Cert(pki.RoleRouter), "-admin-tls-key", certs.Key(pki.RoleRouter),
 		"-admin-tls-client-ca", certs.CA())
 	r.admin = strings.Replace(r.admin, "http://", "https://", 1)
-	clientAs := func(role string) *http.Client {
-		files := tlsconf.ClientFiles{CA: certs.CA()}
-		if role != "" {
-			files.Cert, files.Key = certs.Cert(role), certs.Key(role)
-		}
-		c, err := tlsconf.NewClient(files, tlsconf.Options{What: "test"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		tr := &http.Transport{TLSClientConfig: c.Config()}
-		t.Cleanup(tr.CloseIdleConnections)
-		return &http.Client{Transport: tr, Timeout: 5 * time.Second}
-	}
+	clientAs := func(role string) *http.Client { return certs.TLSClient(t, role) }
 	op := clientAs(pki.RoleOperator)
 	for _, path := range []string{"/metrics", "/v1/admin/cells", "/healthz"} {
 		if a := testkit.Do(t, op, "GET", r.admin+path, nil, nil); a.Status != 200 {

@@ -259,19 +259,7 @@ func TestClientCertificates(t *testing.T) {
 	srv.StartTLS()
 	t.Cleanup(srv.Close)
 
-	clientFor := func(role string) *http.Client {
-		files := tlsconf.ClientFiles{CA: certs.CA()}
-		if role != "" {
-			files.Cert, files.Key = certs.Cert(role), certs.Key(role)
-		}
-		c, err := tlsconf.NewClient(files, tlsconf.Options{What: "test"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		tr := &http.Transport{TLSClientConfig: c.Config()}
-		t.Cleanup(tr.CloseIdleConnections)
-		return &http.Client{Transport: tr, Timeout: 5 * time.Second}
-	}
+	clientFor := func(role string) *http.Client { return certs.TLSClient(t, role) }
 	if a := testkit.Do(t, clientFor(pki.RoleOperator), "GET", srv.URL+"/metrics", nil, nil); a.Status != 200 {
 		t.Errorf("operator certificate: %d %s", a.Status, a.Body)
 	}
