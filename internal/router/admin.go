@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"strconv"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -141,6 +142,15 @@ type CellStatus struct {
 	InFlight int64  `json:"in_flight"`
 	Bulkhead int64  `json:"bulkhead"`
 	Breaker  string `json:"breaker"`
+	// Instances are the intakes the router spreads the cell's calls over,
+	// with those out of the rotation for failing.
+	Instances []InstanceStatus `json:"instances"`
+}
+
+// InstanceStatus is one intake of a cell as the router sees it.
+type InstanceStatus struct {
+	Intake  string `json:"intake"`
+	Ejected bool   `json:"ejected"`
 }
 
 // Cells reports every cell of the routing table.
@@ -154,6 +164,10 @@ func (r *Router) Cells() []CellStatus {
 		cs := CellStatus{Cell: c.ID, State: string(c.State), Intake: c.Intake}
 		if u := t.byID[c.ID]; u != nil {
 			cs.InFlight, cs.Bulkhead, cs.Breaker = u.guard.inFlight.Load(), u.guard.limit, u.guard.br.State().String()
+			now := time.Now().UnixNano()
+			for _, ep := range u.eps {
+				cs.Instances = append(cs.Instances, InstanceStatus{Intake: ep.intake, Ejected: ep.ejected(now)})
+			}
 		}
 		out = append(out, cs)
 	}

@@ -29,6 +29,8 @@ type exchange struct {
 	slot     int
 	version  int64
 	u        *upstream
+	ep       *endpoint // the instance the call went to
+	redialed bool      // the call was moved to another instance once, undelivered
 	permit   breaker.Permit
 	admitted bool
 	sentAt   time.Time
@@ -199,10 +201,17 @@ func (lp *loop) call(cl *client) {
 	lp.dispatch(cl)
 }
 
-// dispatch hands the request to a connection to its cell, or queues it
-// for one being dialled.
+// dispatch hands the request to a connection to one of its cell's
+// instances, or queues it for one being dialled.
 func (lp *loop) dispatch(cl *client) {
-	p := lp.pool(cl.ex.u)
+	lp.dispatchAvoiding(cl, nil)
+}
+
+// dispatchAvoiding is dispatch to an instance other than avoid if the cell
+// has another in rotation.
+func (lp *loop) dispatchAvoiding(cl *client, avoid *endpoint) {
+	cl.ex.ep = lp.pick(cl.ex.u, avoid)
+	p := lp.pool(cl.ex.ep)
 	if uc := p.take(); uc != nil {
 		uc.send(cl)
 		return
@@ -219,8 +228,22 @@ func (lp *loop) waitExpired(cl *client) {
 	if cl.state != stBusy {
 		return
 	}
-	lp.pool(cl.ex.u).unwait(cl)
+	lp.pool(cl.ex.ep).unwait(cl)
 	lp.failed(cl, true)
+}
+
+// undelivered: no connection could be opened to the call's instance, so
+// the cell never saw the request. It goes to another instance of the
+// cell, once, if there is one; otherwise it fails.
+func (lp *loop) undelivered(cl *client) {
+	ex := &cl.ex
+	if ex.redialed || len(ex.u.eps) < 2 {
+		lp.failed(cl, false)
+		return
+	}
+	ex.redialed = true
+	lp.e.r.endpointFailed(ex.ep)
+	lp.dispatchAvoiding(cl, ex.ep)
 }
 
 // failed ends a call that got no answer: a timeout (504) or a connection
@@ -230,6 +253,9 @@ func (lp *loop) failed(cl *client, timeout bool) {
 	u := ex.u
 	ex.uc = nil
 	lp.leave(cl, true)
+	if ex.ep != nil {
+		lp.e.r.endpointFailed(ex.ep)
+	}
 	if timeout {
 		u.m.timeout.Inc()
 		lp.answer(cl, &u.probs.timeout, 0, nil)
@@ -251,8 +277,8 @@ func (lp *loop) leave(cl *client, failed bool) {
 func (lp *loop) abandon(cl *client) {
 	ex := &cl.ex
 	cl.wt.stop()
-	if ex.u != nil {
-		if p := lp.pools[ex.u]; p != nil {
+	if ex.ep != nil {
+		if p := lp.pools[ex.ep]; p != nil {
 			p.unwait(cl)
 		}
 	}
@@ -275,6 +301,11 @@ func (lp *loop) answered(cl *client, resp *h1.Response, body []byte) {
 	shedByCell := status == 503 && bytes.Equal(resp.Get(hdrOverloaded), valTrue)
 	lp.leave(cl, status >= 500 && !shedByCell)
 	ex.uc = nil
+	if status >= 500 && !shedByCell {
+		lp.e.r.endpointFailed(ex.ep)
+	} else {
+		ex.ep.fails.Store(0)
+	}
 	if status == 421 {
 		u.m.misdir.Inc()
 		if !ex.retried {

@@ -91,7 +91,7 @@ func (e *engine) loopOf(c gnet.Conn) *loop {
 	lp := e.loops[el]
 	if lp == nil {
 		s := e.r.cfg.Server
-		lp = &loop{e: e, el: el, pools: map[*upstream]*pool{}}
+		lp = &loop{e: e, el: el, pools: map[*endpoint]*pool{}, rnd: uint64(time.Now().UnixNano()) | 1}
 		lp.heads.init(s.ReadHeaderTimeout)
 		lp.bodies.init(s.ReadTimeout)
 		lp.idles.init(s.IdleTimeout)

@@ -20,7 +20,8 @@ import (
 type loop struct {
 	e     *engine
 	el    gnet.EventLoop
-	pools map[*upstream]*pool
+	pools map[*endpoint]*pool
+	rnd   uint64 // xorshift state: the choice of endpoints
 
 	heads, bodies, idles, drains, writes tlist // client timers
 	waits, calls, upIdles                tlist // exchange and cell connection timers

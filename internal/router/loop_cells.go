@@ -23,9 +23,10 @@ const (
 	keptAnswer = 64 << 10
 )
 
-// pool is one loop's keep-alive connections to one cell.
+// pool is one loop's keep-alive connections to one endpoint of a cell.
 type pool struct {
 	lp      *loop
+	ep      *endpoint
 	u       *upstream
 	idle    []*upconn // most recently used last
 	waiters []*client
@@ -33,13 +34,23 @@ type pool struct {
 	open    int // connections open
 }
 
-func (lp *loop) pool(u *upstream) *pool {
-	p := lp.pools[u]
+func (lp *loop) pool(ep *endpoint) *pool {
+	p := lp.pools[ep]
 	if p == nil {
-		p = &pool{lp: lp, u: u}
-		lp.pools[u] = p
+		p = &pool{lp: lp, ep: ep, u: ep.u}
+		lp.pools[ep] = p
 	}
 	return p
+}
+
+// outstanding is how many calls the loop has at ep: connections lent out
+// and requests waiting for one.
+func (lp *loop) outstanding(ep *endpoint) int {
+	p := lp.pools[ep]
+	if p == nil {
+		return 0
+	}
+	return p.open - len(p.idle) + len(p.waiters)
 }
 
 // take returns an idle connection, or nil.
@@ -106,7 +117,7 @@ func (p *pool) dial() {
 	lp.dials = append(lp.dials, d)
 	uc := &upconn{p: p, d: d}
 	uc.t.owner = uc
-	addr, stopped, tlsCfg := p.u.addr, lp.e.stopped, p.u.tls
+	addr, stopped, tlsCfg := p.ep.addr, lp.e.stopped, p.ep.tls
 	room := lp.e.r.cfg.Cell.MaxResponseBytes + maxAnswerHead + tlsPlainRoom
 	go func() {
 		dl := net.Dialer{Timeout: timeout, KeepAlive: 30 * time.Second}
@@ -167,7 +178,7 @@ func (d *dialing) failed() {
 		p.waiters = p.waiters[1:]
 		cl.wt.stop()
 		if cl.state == stBusy {
-			p.lp.failed(cl, false)
+			p.lp.undelivered(cl)
 			return
 		}
 	}
@@ -176,15 +187,15 @@ func (d *dialing) failed() {
 // sweepPools closes the idle connections to cells that left the map (or
 // changed endpoint) and forgets their pools once nothing uses them.
 func (lp *loop) sweepPools() {
-	for u, p := range lp.pools {
-		if !u.retired.Load() {
+	for ep, p := range lp.pools {
+		if !ep.u.retired.Load() {
 			continue
 		}
 		for uc := p.take(); uc != nil; uc = p.take() {
 			uc.shut()
 		}
 		if p.open == 0 && p.dialing == 0 && len(p.waiters) == 0 {
-			delete(lp.pools, u)
+			delete(lp.pools, ep)
 		}
 	}
 }

@@ -30,6 +30,7 @@ type metrics struct {
 	connRefuse *prometheus.CounterVec
 	evicted    prometheus.Counter
 
+	ejections           *prometheus.CounterVec
 	tlsHandshakes       *prometheus.CounterVec
 	tlsHandshakeSeconds prometheus.Histogram
 
@@ -39,14 +40,15 @@ type metrics struct {
 
 // cellMetrics are one cell's series, resolved.
 type cellMetrics struct {
-	m        *metrics
-	cell     string
-	codes    [600]atomic.Pointer[codeCounter]
-	duration prometheus.Observer
-	shed     [shedReasons]prometheus.Counter
-	timeout  prometheus.Counter
-	connErr  prometheus.Counter
-	misdir   prometheus.Counter
+	m         *metrics
+	cell      string
+	codes     [600]atomic.Pointer[codeCounter]
+	duration  prometheus.Observer
+	shed      [shedReasons]prometheus.Counter
+	timeout   prometheus.Counter
+	connErr   prometheus.Counter
+	misdir    prometheus.Counter
+	ejections prometheus.Counter
 }
 
 type codeCounter struct{ prometheus.Counter }
@@ -103,6 +105,10 @@ func newMetrics(reg prometheus.Registerer, gauges prometheus.Collector) *metrics
 			Name: "cellkit_router_connections_evicted_total",
 			Help: "Idle client connections closed to make room for a new one at the connection limit.",
 		}),
+		ejections: auto.NewCounterVec(prometheus.CounterOpts{
+			Name: "cellkit_router_instance_ejections_total",
+			Help: "Times an instance of a cell was taken out of the rotation for failing (a cell of several instances).",
+		}, []string{"cell"}),
 		tlsHandshakes: auto.NewCounterVec(prometheus.CounterOpts{
 			Name: "cellkit_router_tls_handshakes_total",
 			Help: "TLS handshakes on the public listener: ok, or failed (a bad or missing certificate, a protocol error, no handshake within the read-header timeout, or stopping).",
@@ -128,12 +134,13 @@ func (m *metrics) cell(id string) *cellMetrics {
 		return cm
 	}
 	cm := &cellMetrics{
-		m:        m,
-		cell:     id,
-		duration: m.duration.WithLabelValues(id),
-		timeout:  m.upstream.WithLabelValues(id, "timeout"),
-		connErr:  m.upstream.WithLabelValues(id, "connection"),
-		misdir:   m.misdirects.WithLabelValues(id),
+		m:         m,
+		cell:      id,
+		duration:  m.duration.WithLabelValues(id),
+		timeout:   m.upstream.WithLabelValues(id, "timeout"),
+		connErr:   m.upstream.WithLabelValues(id, "connection"),
+		misdir:    m.misdirects.WithLabelValues(id),
+		ejections: m.ejections.WithLabelValues(id),
 	}
 	for r := range shedReasons {
 		cm.shed[r] = m.shed.WithLabelValues(id, r.String())

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -14,29 +15,55 @@ import (
 	"github.com/cellkit/cellkit/internal/slotmap"
 )
 
-// upstream is how the router reaches one cell: its intake endpoint, its
-// guard, and (on each event loop) a keep-alive connection pool sized by
-// the bulkhead.
+// upstream is how the router reaches one cell: its guard, its metrics and
+// answers, and its endpoints (one per instance in rotation), each with (on
+// each event loop) a keep-alive connection pool sized by the bulkhead.
 type upstream struct {
 	cell    string
-	intake  string // the map's Intake URL, to notice endpoint changes
-	addr    string // host:port to dial
-	host    []byte // host[:port] as sent in Host
-	prefix  string // path prefix of the intake URL, without the trailing '/'
+	intakes []string // the map's intake URLs, to notice endpoint changes
+	eps     []*endpoint
 	guard   *guard
 	m       *cellMetrics
 	probs   *cellProbs
 	retired atomic.Bool // no longer in the map: its connections close when next idle
-	tls     *tls.Config // an https cell's TLS client configuration (nil for http)
+}
+
+// endpoint is one instance of a cell: where to dial, what to send as Host,
+// and whether it is ejected from the rotation for failing.
+type endpoint struct {
+	u      *upstream
+	intake string
+	addr   string      // host:port to dial
+	host   []byte      // host[:port] as sent in Host
+	prefix string      // path prefix of the intake URL, without the trailing '/'
+	tls    *tls.Config // an https endpoint's TLS client configuration (nil for http)
+
+	fails        atomic.Int32 // consecutive failed calls
+	ejectedUntil atomic.Int64 // unix nanoseconds; 0: in rotation
 }
 
 func newUpstream(c slotmap.Cell, cfg CellLimits, g *guard, m *cellMetrics) (*upstream, error) {
-	u, err := url.Parse(c.Intake)
+	u := &upstream{cell: c.ID, intakes: c.Intakes(), guard: g, m: m}
+	if len(u.intakes) == 0 {
+		return nil, fmt.Errorf("cell %s: every instance is drained", c.ID)
+	}
+	for _, intake := range u.intakes {
+		ep, err := newEndpoint(u, intake, cfg)
+		if err != nil {
+			return nil, fmt.Errorf("cell %s: %w", c.ID, err)
+		}
+		u.eps = append(u.eps, ep)
+	}
+	return u, nil
+}
+
+func newEndpoint(up *upstream, intake string, cfg CellLimits) (*endpoint, error) {
+	u, err := url.Parse(intake)
 	if err != nil {
-		return nil, fmt.Errorf("cell %s: intake %q: %w", c.ID, c.Intake, err)
+		return nil, fmt.Errorf("intake %q: %w", intake, err)
 	}
 	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, fmt.Errorf("cell %s: intake %q: want http(s)://host[:port][/prefix]", c.ID, c.Intake)
+		return nil, fmt.Errorf("intake %q: want http(s)://host[:port][/prefix]", intake)
 	}
 	addr := u.Host
 	if u.Port() == "" {
@@ -62,17 +89,18 @@ func newUpstream(c slotmap.Cell, cfg CellLimits, g *guard, m *cellMetrics) (*ups
 			tc.ClientSessionCache = tls.NewLRUClientSessionCache(64)
 		}
 	}
-	return &upstream{
-		tls:    tc,
-		cell:   c.ID,
-		intake: c.Intake,
+	return &endpoint{
+		u:      up,
+		intake: intake,
 		addr:   addr,
 		host:   []byte(u.Host),
 		prefix: strings.TrimSuffix(u.EscapedPath(), "/"),
-		guard:  g,
-		m:      m,
+		tls:    tc,
 	}, nil
 }
+
+// ejected says whether ep is out of the rotation at now (unix ns).
+func (ep *endpoint) ejected(now int64) bool { return ep.ejectedUntil.Load() > now }
 
 // retire marks u's connections for closing: the loops close theirs when
 // idle.
@@ -122,7 +150,7 @@ func (r *Router) rebuild(m *slotmap.Map) *cellTable {
 	}
 	t := &cellTable{m: m, byID: map[string]*upstream{}}
 	for _, c := range m.Cells() {
-		if prev := old.lookup(c.ID); prev != nil && prev.intake == c.Intake {
+		if prev := old.lookup(c.ID); prev != nil && slices.Equal(prev.intakes, c.Intakes()) {
 			t.byID[c.ID] = prev
 			continue
 		}
@@ -271,14 +299,14 @@ var protoHTTP = []byte("http")
 func (r *Router) forward(b []byte, cl *client) []byte {
 	h := &cl.head
 	ex := &cl.ex
-	u := ex.u
+	ep := ex.ep
 	b = append(b, h.Method...)
 	b = append(b, ' ')
-	b = append(b, u.prefix...)
+	b = append(b, ep.prefix...)
 	b = append(b, h.Path...)
 	b = append(b, h.Query...)
 	b = append(b, " HTTP/1.1\r\nHost: "...)
-	b = append(b, u.host...)
+	b = append(b, ep.host...)
 	b = append(b, '\r', '\n')
 	for i := range h.Fields {
 		f := &h.Fields[i]

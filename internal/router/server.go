@@ -161,6 +161,10 @@ type CellLimits struct {
 	// FailureRate 0.5, SlowCall Timeout, SlowRate 0.5, OpenFor 5s,
 	// HalfOpenProbes 3] (see internal/breaker for the rule).
 	Breaker breaker.Config
+	// EjectAfter consecutive failed calls take an instance of a cell of
+	// several out of the rotation for EjectFor [3, 5s] (see endpoints.go).
+	EjectAfter int
+	EjectFor   time.Duration
 	// TLS is the client configuration for cells whose intake is https
 	// [nil: the system's roots]: their CA and the client certificate
 	// presented to them (mutual TLS). https cells are served by the event
@@ -184,6 +188,7 @@ func DefaultConfig() Config {
 		Cell: CellLimits{
 			MaxConcurrent: 256, Timeout: 5 * time.Second, DialTimeout: time.Second,
 			IdleConnTimeout: 30 * time.Second, MaxResponseBytes: 1 << 20,
+			EjectAfter: 3, EjectFor: 5 * time.Second,
 			Breaker: breaker.Config{
 				Window: 50, MinCalls: 10, FailureRate: 0.5, SlowRate: 0.5,
 				OpenFor: 5 * time.Second, HalfOpenProbes: 3,
@@ -220,6 +225,8 @@ func (c *Config) defaults(log *slog.Logger) {
 	l.DialTimeout = or(l.DialTimeout, dl.DialTimeout)
 	l.IdleConnTimeout = or(l.IdleConnTimeout, dl.IdleConnTimeout)
 	l.MaxResponseBytes = or(l.MaxResponseBytes, dl.MaxResponseBytes)
+	l.EjectAfter = or(l.EjectAfter, dl.EjectAfter)
+	l.EjectFor = or(l.EjectFor, dl.EjectFor)
 	db := dl.Breaker
 	db.SlowCall = l.Timeout
 	l.Breaker = l.Breaker.WithDefaults(db)

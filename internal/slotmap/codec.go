@@ -422,6 +422,23 @@ func (m *Map) checkCells() error {
 		if err := checkURL(c.Admin); err != nil {
 			return invalid("cell %q: admin %v", c.ID, err)
 		}
+		if len(c.Instances) > MaxInstances {
+			return invalid("cell %q: %d instances, at most %d", c.ID, len(c.Instances), MaxInstances)
+		}
+		for j, in := range c.Instances {
+			if !ValidCellID(in.ID) {
+				return invalid("cell %q: instance id %q must be 1-32 of [a-z0-9-], starting and ending with a letter or digit", c.ID, in.ID)
+			}
+			if j > 0 && c.Instances[j-1].ID >= in.ID {
+				return invalid("cell %q: instances must be in id order without duplicates (%q after %q)", c.ID, in.ID, c.Instances[j-1].ID)
+			}
+			if err := checkURL(in.Intake); err != nil {
+				return invalid("cell %q: instance %q: intake %v", c.ID, in.ID, err)
+			}
+			if err := checkURL(in.Admin); err != nil {
+				return invalid("cell %q: instance %q: admin %v", c.ID, in.ID, err)
+			}
+		}
 		for agency, n := range c.FixedQuota {
 			if _, ok := m.agencies[agency]; !ok {
 				return invalid("cell %q: fixed quota for unknown agency %q", c.ID, agency)

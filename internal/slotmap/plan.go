@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"sort"
 	"time"
 )
@@ -396,6 +397,65 @@ func (m *Map) SetEndpoints(id, intake, admin string) (*Plan, error) {
 		n.cells[p].Intake, n.cells[p].Admin = intake, admin
 		return nil
 	})
+}
+
+// SetInstance plans adding an instance to a cell, or replacing the one of
+// the same id. The cell's Intake and Admin follow its first instance in
+// rotation, for readers that know no instances.
+func (m *Map) SetInstance(id string, in Instance) (*Plan, error) {
+	p, err := m.pos(id)
+	if err != nil {
+		return nil, err
+	}
+	return m.plan("instance "+id+"/"+in.ID, func(n *Map) error {
+		c := &n.cells[p]
+		i, found := slices.BinarySearchFunc(c.Instances, in.ID, func(x Instance, id string) int { return strings.Compare(x.ID, id) })
+		if found {
+			c.Instances[i] = in
+		} else {
+			c.Instances = slices.Insert(c.Instances, i, in)
+		}
+		c.followInstances()
+		return nil
+	})
+}
+
+// RemoveInstance plans removing an instance from a cell; its last
+// instance cannot be removed (remove the cell).
+func (m *Map) RemoveInstance(id, instance string) (*Plan, error) {
+	p, err := m.pos(id)
+	if err != nil {
+		return nil, err
+	}
+	i := slices.IndexFunc(m.cells[p].Instances, func(x Instance) bool { return x.ID == instance })
+	switch {
+	case i < 0:
+		return nil, invalid("cell %q has no instance %q", id, instance)
+	case len(m.cells[p].Instances) == 1:
+		return nil, invalid("instance %q is cell %q's last: remove the cell instead", instance, id)
+	}
+	return m.plan("remove instance "+id+"/"+instance, func(n *Map) error {
+		c := &n.cells[p]
+		c.Instances = slices.Delete(c.Instances, i, i+1)
+		c.followInstances()
+		return nil
+	})
+}
+
+// followInstances points Intake and Admin at the first instance in
+// rotation (the first instance if all are drained).
+func (c *Cell) followInstances() {
+	if len(c.Instances) == 0 {
+		return
+	}
+	first := c.Instances[0]
+	for _, in := range c.Instances {
+		if !in.Drained {
+			first = in
+			break
+		}
+	}
+	c.Intake, c.Admin = first.Intake, first.Admin
 }
 
 // SetOverride plans pinning a user to an active cell.

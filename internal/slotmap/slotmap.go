@@ -71,11 +71,45 @@ type Cell struct {
 	// FixedQuota holds the quotas an operator set explicitly; the rest of an
 	// agency's limit is split over the other cells by weight.
 	FixedQuota map[string]int `json:"fixed_quota,omitempty"`
+	// Instances are the cell's processes when it runs several (on
+	// different hosts, over one JetStream cluster), in id order. Empty: the
+	// cell is the one process at Intake and Admin.
+	Instances []Instance `json:"instances,omitempty"`
+}
+
+// Instance is one process of a cell.
+type Instance struct {
+	// ID names the instance within its cell: 1–32 of [a-z0-9-].
+	ID string `json:"id"`
+	// Intake and Admin are its base URLs.
+	Intake string `json:"intake"`
+	Admin  string `json:"admin"`
+	// Drained takes it out of the routers' rotation (the others serve).
+	Drained bool `json:"drained,omitempty"`
+}
+
+// MaxInstances bounds a cell's instances.
+const MaxInstances = 16
+
+// Intakes are the intake URLs requests to the cell go to: its instances'
+// that are not drained, or Intake when it lists no instances.
+func (c Cell) Intakes() []string {
+	if len(c.Instances) == 0 {
+		return []string{c.Intake}
+	}
+	var out []string
+	for _, in := range c.Instances {
+		if !in.Drained {
+			out = append(out, in.Intake)
+		}
+	}
+	return out
 }
 
 func (c Cell) clone() Cell {
 	c.Quota = maps.Clone(c.Quota)
 	c.FixedQuota = maps.Clone(c.FixedQuota)
+	c.Instances = slices.Clone(c.Instances)
 	return c
 }
 

@@ -1,0 +1,114 @@
+package router
+
+import (
+	"time"
+)
+
+// A cell may run as several instances (the map lists their intakes); the
+// router spreads the cell's calls over those in rotation and takes one
+// that fails out of it for a while:
+//
+//   - Choice: the power of two choices on each loop: two instances at
+//     random, the one with fewer calls outstanding on this loop (lent
+//     connections and waiting requests). No state is shared between
+//     loops for it.
+//   - Ejection: EjectAfter consecutive failed calls at an instance (no
+//     connection, a timeout, an unreadable answer, or 500, 502, 504; not
+//     the cell's own load shedding, a 503 with Cellkit-Overloaded) take it
+//     out of rotation for EjectFor. When it comes back, one more failure
+//     takes it out again; one success puts its count back to zero. When
+//     every instance is ejected, all are chosen from (a cell with no
+//     instance to try would only fail faster).
+//   - Failover: a request that never reached an instance (its connection
+//     could not be opened) goes to another instance at once, once. A
+//     request that may have been delivered is not sent again, unless it is
+//     idempotent (GET, HEAD, an Idempotency-Key) and its kept-alive
+//     connection closed before a byte of the answer came (the rule for
+//     one instance too).
+//
+// So an instance that refuses connections costs its cell's users nothing
+// but a connection attempt (and is out after EjectAfter of them); one that
+// is unreachable costs at most DialTimeout to the requests that try it
+// before it is ejected; one that hangs costs the requests in flight there
+// a 504 after Timeout.
+
+// pick chooses the instance of u a call goes to, not avoid if another is
+// in rotation.
+func (lp *loop) pick(u *upstream, avoid *endpoint) *endpoint {
+	eps := u.eps
+	if len(eps) == 1 {
+		return eps[0]
+	}
+	now := time.Now().UnixNano()
+	n := 0
+	for _, ep := range eps {
+		if ep != avoid && !ep.ejected(now) {
+			n++
+		}
+	}
+	in := func(ep *endpoint) bool { return ep != avoid && !ep.ejected(now) }
+	if n == 0 {
+		// None in rotation: every one but avoid, or avoid itself.
+		in = func(ep *endpoint) bool { return ep != avoid }
+		n = len(eps) - 1
+		if avoid == nil {
+			n = len(eps)
+		}
+		if n == 0 {
+			return eps[0]
+		}
+	}
+	a, b := lp.random(n), lp.random(n)
+	if n > 1 {
+		for b == a {
+			b = lp.random(n)
+		}
+	}
+	var first, second *endpoint
+	for i, k := 0, 0; i < len(eps); i++ {
+		if !in(eps[i]) {
+			continue
+		}
+		if k == a {
+			first = eps[i]
+		}
+		if k == b {
+			second = eps[i]
+		}
+		k++
+	}
+	if lp.outstanding(second) < lp.outstanding(first) {
+		return second
+	}
+	return first
+}
+
+// random is a number in [0, n) from the loop's xorshift generator.
+func (lp *loop) random(n int) int {
+	x := lp.rnd
+	x ^= x << 13
+	x ^= x >> 7
+	x ^= x << 17
+	lp.rnd = x
+	return int(x % uint64(n))
+}
+
+// endpointFailed counts a failed call at ep and ejects it at the
+// threshold.
+func (r *Router) endpointFailed(ep *endpoint) {
+	if len(ep.u.eps) < 2 {
+		return // one instance: the cell's breaker is what acts
+	}
+	n := ep.fails.Add(1)
+	if int(n) < r.cfg.Cell.EjectAfter {
+		return
+	}
+	now := time.Now()
+	if ep.ejected(now.UnixNano()) {
+		return
+	}
+	ep.ejectedUntil.Store(now.Add(r.cfg.Cell.EjectFor).UnixNano())
+	ep.u.m.ejections.Inc()
+	r.log.Warn("cell instance out of rotation", "cell", ep.u.cell, "intake", ep.intake,
+		"failures", n, "for", r.cfg.Cell.EjectFor)
+}
