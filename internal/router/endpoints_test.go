@@ -107,7 +107,6 @@ func TestFailingInstanceIsEjected(t *testing.T) {
 	}
 }
 
-
 // BenchmarkPick: the choice of an instance among three, one ejected.
 func BenchmarkPick(b *testing.B) {
 	u := &upstream{}

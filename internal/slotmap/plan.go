@@ -4,8 +4,8 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"strings"
 	"sort"
+	"strings"
 	"time"
 )
 
