@@ -43,6 +43,7 @@ func commands() []*command {
 	return []*command{
 		initCommand(), provisionCommand(), drainCommand(), undrainCommand(),
 		weightCommand(), rebalanceCommand(), endpointsCommand(), removeCommand(),
+		instanceSetCommand(), instanceStateCommand(true), instanceStateCommand(false), instanceRemoveCommand(),
 		overrideSetCommand(), overrideClearCommand(),
 		quotaSetCommand(), quotaClearCommand(), quotaLimitCommand(),
 
