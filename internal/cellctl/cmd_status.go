@@ -35,6 +35,22 @@ type cellStatus struct {
 	Reachable bool           `json:"reachable"`
 	Error     string         `json:"error,omitempty"`
 	Status    *CellStatus    `json:"status,omitempty"`
+	// Instances of a cell of several processes, each as its admin API
+	// reports it; the cell's Status is its first ready instance's.
+	Instances []instanceStatus `json:"instances,omitempty"`
+}
+
+// instanceStatus is one instance of a cell and what its admin API said.
+type instanceStatus struct {
+	ID        string `json:"id"`
+	Intake    string `json:"intake"`
+	Admin     string `json:"admin"`
+	Drained   bool   `json:"drained"`
+	Reachable bool   `json:"reachable"`
+	Ready     bool   `json:"ready"`
+	Error     string `json:"error,omitempty"`
+
+	status *CellStatus
 }
 
 func statusCommand() *command {
@@ -90,6 +106,22 @@ func (x *inv) collectStatus(ctx context.Context, m *slotmap.Map) statusJSON {
 		if m.Slots() > 0 {
 			cs.UsersPct = 100 * float64(cs.Slots) / float64(m.Slots())
 		}
+		if len(c.Instances) > 0 {
+			cs.Instances = make([]instanceStatus, len(c.Instances))
+			for j, in := range c.Instances {
+				is := &cs.Instances[j]
+				*is = instanceStatus{ID: in.ID, Intake: in.Intake, Admin: in.Admin, Drained: in.Drained}
+				wg.Go(func() {
+					s, err := ac.status(ctx, in.Admin)
+					if err != nil {
+						is.Error, is.Reachable = err.Error(), !unreachable(err)
+						return
+					}
+					is.Reachable, is.Ready, is.status = true, s.Ready, s
+				})
+			}
+			continue
+		}
 		wg.Go(func() {
 			s, err := ac.status(ctx, c.Admin)
 			if err != nil {
@@ -101,6 +133,34 @@ func (x *inv) collectStatus(ctx context.Context, m *slotmap.Map) statusJSON {
 		})
 	}
 	wg.Wait()
+	for i := range st.Cells {
+		cs := &st.Cells[i]
+		if len(cs.Instances) == 0 {
+			continue
+		}
+		// The queue, the store and the quotas are the cell's, shared by its
+		// instances: the cell reports what its first ready instance (else
+		// its first reachable one) says.
+		var errs []string
+		for _, pass := range []func(instanceStatus) bool{
+			func(is instanceStatus) bool { return is.Ready },
+			func(is instanceStatus) bool { return is.Reachable },
+		} {
+			for _, is := range cs.Instances {
+				if cs.Status == nil && is.status != nil && pass(is) {
+					cs.Status, cs.Reachable = is.status, true
+				}
+			}
+		}
+		for _, is := range cs.Instances {
+			if is.Error != "" {
+				errs = append(errs, is.ID+": "+is.Error)
+			}
+		}
+		if cs.Status == nil {
+			cs.Error = strings.Join(errs, "; ")
+		}
+	}
 	return st
 }
 
@@ -120,6 +180,27 @@ func (x *inv) writeStatus(m *slotmap.Map, st statusJSON) {
 	header = append(header, "BREAKERS", "FAILED/DLQ")
 	t := newTable(w, header...)
 	var notes []string
+	// instanceRows writes a cell's instances under its row.
+	instanceRows := func(c cellStatus) {
+		for _, is := range c.Instances {
+			state := "in rotation"
+			if is.Drained {
+				state = "drained"
+			}
+			ready := "yes"
+			switch {
+			case !is.Reachable && is.Error != "":
+				ready = "unreachable"
+				notes = append(notes, fmt.Sprintf("%s/%s: %s", c.ID, is.ID, is.Error))
+			case is.Error != "":
+				ready = "error"
+				notes = append(notes, fmt.Sprintf("%s/%s: %s", c.ID, is.ID, is.Error))
+			case !is.Ready:
+				ready = "no"
+			}
+			t.row("  "+c.ID+"/"+is.ID, state, "", "", "", ready)
+		}
+	}
 	for _, c := range st.Cells {
 		row := []string{c.ID, string(c.State), itoa(c.Weight), itoa(c.Slots), pct(c.Slots, st.Slots)}
 		s := c.Status
@@ -131,6 +212,7 @@ func (x *inv) writeStatus(m *slotmap.Map, st statusJSON) {
 			row = append(row, what)
 			notes = append(notes, fmt.Sprintf("%s: %s", c.ID, c.Error))
 			t.row(row...)
+			instanceRows(c)
 			continue
 		}
 		ready := "yes"
@@ -176,6 +258,7 @@ func (x *inv) writeStatus(m *slotmap.Map, st statusJSON) {
 		}
 		row = append(row, b, fmt.Sprintf("%d/%d", s.Failed, s.DLQ))
 		t.row(row...)
+		instanceRows(c)
 	}
 	t.flush()
 	if len(notes) > 0 {

@@ -59,3 +59,29 @@ func TestInstanceCommands(t *testing.T) {
 		t.Fatalf("after remove i1: %+v", c.Instances)
 	}
 }
+
+// TestStatusShowsInstances: a cell of several instances shows one row per
+// instance under its own, with its health; the cell's figures come from a
+// ready instance, and an unreachable instance is named in the notes.
+func TestStatusShowsInstances(t *testing.T) {
+	e := newFileEnv(t)
+	i1, i2 := newFakeCell(t, "c1"), newFakeCell(t, "c1")
+	i2.set(func(f *fakeCell) { f.intake = "closed" }) // not ready
+	e.setup([]string{"c1"}, func(string) string { return i1.URL() })
+	e.ok("instance", "set", "c1", "i1", "--intake", "http://10.0.1.1:8081", "--admin", i1.URL())
+	e.ok("instance", "set", "c1", "i2", "--intake", "http://10.0.1.2:8081", "--admin", i2.URL())
+	e.ok("instance", "set", "c1", "i3", "--intake", "http://10.0.1.3:8081", "--admin", "http://127.0.0.1:1")
+	e.ok("instance", "drain", "c1", "i3")
+	r := e.ok("status")
+	for _, want := range []string{"c1/i1  in rotation", "c1/i2  in rotation", "c1/i3  drained", "c1/i3: "} {
+		if !strings.Contains(strings.Join(strings.Fields(r.stdout), " "), strings.Join(strings.Fields(want), " ")) {
+			t.Errorf("status lacks %q:\n%s", want, r.stdout)
+		}
+	}
+	var st statusJSON
+	e.json(&st, "status")
+	c := st.Cells[0]
+	if len(c.Instances) != 3 || !c.Instances[0].Ready || c.Instances[1].Ready || c.Instances[2].Reachable || !c.Reachable || c.Status == nil || !c.Status.Ready {
+		t.Fatalf("status --json of c1: %+v", c)
+	}
+}
