@@ -62,8 +62,11 @@ func statusCommand() *command {
 slots and share of users (from the map), and from its admin API: ready or not,
 queue depth per lane (high/normal), oldest pending age, in flight, sessions in
 use/pool size per agency, breaker states, failed inquiries (error stream/DLQ).
-A cell whose admin API does not answer is shown as unreachable; the command
-still succeeds. Cells are asked in parallel, each for at most 5 s.`,
+A cell of several instances has a row per instance under its own (in
+rotation or drained, ready, unreachable); its figures are those of a ready
+instance (the queue, store and quotas are the cell's). A cell whose admin API
+does not answer is shown as unreachable; the command still succeeds. Cells
+are asked in parallel, each for at most 5 s.`,
 		examples: `cellctl status
 cellctl status --json | jq '.cells[] | select(.reachable | not) | .id'`,
 		maxArgs: 0,
