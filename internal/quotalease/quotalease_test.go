@@ -1,0 +1,209 @@
+package quotalease
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/cellkit/cellkit/internal/celltest"
+	"github.com/cellkit/cellkit/internal/testkit"
+)
+
+func TestMain(m *testing.M) { testkit.VerifyTestMain(m) }
+
+// pools is every instance's session limits, as the agency would count
+// the sessions: an instance's sessions are its limit (closed at once when
+// it drops), and none once it is dead.
+type pools struct {
+	mu     sync.Mutex
+	limits map[string]map[string]int // instance → agency → limit
+}
+
+func (p *pools) sum(agency string) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := 0
+	for _, l := range p.limits {
+		n += l[agency]
+	}
+	return n
+}
+
+func (p *pools) of(inst, agency string) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.limits[inst][agency]
+}
+
+// instanceSessions is one instance's view of pools.
+type instanceSessions struct {
+	p    *pools
+	name string
+	dead atomic.Bool
+}
+
+func (s *instanceSessions) Limit(agency string, n int) int {
+	s.p.mu.Lock()
+	defer s.p.mu.Unlock()
+	if s.dead.Load() {
+		n = 0
+	}
+	if s.p.limits[s.name] == nil {
+		s.p.limits[s.name] = map[string]int{}
+	}
+	s.p.limits[s.name][agency] = n
+	return n
+}
+
+// cuttable is a bucket that can be cut off from this instance.
+type cuttable struct {
+	jetstream.KeyValue
+	cut atomic.Bool
+}
+
+var errCut = errors.New("cut off")
+
+func (c *cuttable) Put(ctx context.Context, k string, v []byte) (uint64, error) {
+	if c.cut.Load() {
+		return 0, errCut
+	}
+	return c.KeyValue.Put(ctx, k, v)
+}
+
+func (c *cuttable) Create(ctx context.Context, k string, v []byte, opts ...jetstream.KVCreateOpt) (uint64, error) {
+	if c.cut.Load() {
+		return 0, errCut
+	}
+	return c.KeyValue.Create(ctx, k, v, opts...)
+}
+
+func (c *cuttable) Update(ctx context.Context, k string, v []byte, rev uint64) (uint64, error) {
+	if c.cut.Load() {
+		return 0, errCut
+	}
+	return c.KeyValue.Update(ctx, k, v, rev)
+}
+
+func (c *cuttable) Delete(ctx context.Context, k string, opts ...jetstream.KVDeleteOpt) error {
+	if c.cut.Load() {
+		return errCut
+	}
+	return c.KeyValue.Delete(ctx, k, opts...)
+}
+
+func (c *cuttable) ListKeysFiltered(ctx context.Context, f ...string) (jetstream.KeyLister, error) {
+	if c.cut.Load() {
+		return nil, errCut
+	}
+	return c.KeyValue.ListKeysFiltered(ctx, f...)
+}
+
+type running struct {
+	ses    *instanceSessions
+	kv     *cuttable
+	l      *Leaser
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// TestSharesNeverExceedTheQuota: three instances share a quota of 10, a
+// fourth joins, one is cut off from the bucket, one dies; the shares move
+// each time, and the sum of the session limits, sampled every few
+// milliseconds throughout, never exceeds 10.
+func TestSharesNeverExceedTheQuota(t *testing.T) {
+	_, js := celltest.NATS(t)
+	cfg := Config{Lease: 300 * time.Millisecond, Grace: 300 * time.Millisecond}
+	kv, err := js.CreateOrUpdateKeyValue(context.Background(), BucketConfig("c1", cfg, 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const q = 10
+	p := &pools{limits: map[string]map[string]int{}}
+	var worst atomic.Int64
+	stop := make(chan struct{})
+	sampled := make(chan struct{})
+	go func() {
+		defer close(sampled)
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(2 * time.Millisecond):
+			}
+			if s := int64(p.sum("kcb")); s > worst.Load() {
+				worst.Store(s)
+			}
+		}
+	}()
+	insts := map[string]*running{}
+	start := func(name string) {
+		r := &running{ses: &instanceSessions{p: p, name: name}, kv: &cuttable{KeyValue: kv}, done: make(chan struct{})}
+		c := cfg
+		c.Instance = name
+		r.l, err = New(c, Options{KV: r.kv, Sessions: r.ses})
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.l.SetQuota(map[string]int{"kcb": q})
+		ctx, cancel := context.WithCancel(context.Background())
+		r.cancel = cancel
+		go func() { defer close(r.done); r.l.Run(ctx) }()
+		insts[name] = r
+	}
+	t.Cleanup(func() {
+		for _, r := range insts {
+			r.cancel()
+			<-r.done
+		}
+		close(stop)
+		<-sampled
+	})
+	holds := func(want map[string]int) func() bool {
+		return func() bool {
+			for name, n := range want {
+				if p.of(name, "kcb") != n {
+					return false
+				}
+			}
+			return true
+		}
+	}
+
+	for _, n := range []string{"i1", "i2", "i3"} {
+		start(n)
+	}
+	testkit.WaitFor(t, 10*time.Second, "shares 4/3/3", holds(map[string]int{"i1": 4, "i2": 3, "i3": 3}))
+
+	start("i4")
+	testkit.WaitFor(t, 10*time.Second, "shares 3/3/2/2 after i4 joins", holds(map[string]int{"i1": 3, "i2": 3, "i3": 2, "i4": 2}))
+
+	// i2 cannot reach the bucket: it stops counting on its leases, and
+	// only then do they go to the others.
+	insts["i2"].kv.cut.Store(true)
+	testkit.WaitFor(t, 10*time.Second, "i2 fenced off and its slots shared out", holds(map[string]int{"i2": 0, "i1": 4, "i3": 3, "i4": 3}))
+
+	// i3 dies: its sessions go with it, its leases expire.
+	r3 := insts["i3"]
+	r3.ses.dead.Store(true)
+	r3.kv.cut.Store(true)
+	r3.cancel()
+	<-r3.done
+	delete(insts, "i3")
+	testkit.WaitFor(t, 10*time.Second, "i3's slots shared out", holds(map[string]int{"i1": 5, "i4": 5}))
+
+	// The quota shrinks: the instances give back what is over it.
+	for _, r := range insts {
+		r.l.SetQuota(map[string]int{"kcb": 4})
+	}
+	testkit.WaitFor(t, 10*time.Second, "shares of the smaller quota", holds(map[string]int{"i1": 2, "i4": 2}))
+
+	if w := worst.Load(); w > q {
+		t.Fatalf("the instances held %d sessions at once, over the quota of %d", w, q)
+	}
+	t.Logf("most sessions held at once across the changes: %d of %d", worst.Load(), q)
+}
