@@ -40,6 +40,7 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -130,6 +131,8 @@ func parseFlags(args []string, getenv func(string) string, output io.Writer) (ce
 	fs.StringVar(&c.Registry, "registry", "", "cell map registry: file:PATH or consul://HOST:PORT/PREFIX (default $CELLKIT_REGISTRY)")
 	fs.StringVar(&c.StoreDir, "store", "", "store dir of the embedded NATS, the map cache and the lock (default var/cells/<cell>)")
 	fs.StringVar(&c.NATSURL, "nats-url", "", "external NATS with JetStream (empty: embedded)")
+	fs.StringVar(&c.Instance, "instance", "", "this process's id among the instances of a cell that runs as several over one JetStream cluster (needs --nats-url); they share the cell's agency quotas by leases (empty: the cell is this one process)")
+	fs.DurationVar(&c.LeaseGrace, "lease-grace", 30*time.Second, "with --instance: how long a session lease outlives its holder's last renewal, beyond the 6 s it counts on it: at least the agencies' idle timeout")
 	fs.IntVar(&c.NATSPort, "nats-port", 0, "loopback port of the embedded NATS (0: a free one, -1: none)")
 	fs.Var(&agencies, "agency", "an agency as name=host:port (repeat; name nice or kcb picks the telegram profile)")
 	fs.IntVar(&c.Pipeline.Workers, "workers", d.Pipeline.Workers, "inquiries processed at once")

@@ -39,6 +39,7 @@ import (
 	"github.com/cellkit/cellkit/internal/natsembed"
 	"github.com/cellkit/cellkit/internal/pipeline"
 	"github.com/cellkit/cellkit/internal/queue"
+	"github.com/cellkit/cellkit/internal/quotalease"
 	"github.com/cellkit/cellkit/internal/registry"
 	"github.com/cellkit/cellkit/internal/sessionpool"
 	"github.com/cellkit/cellkit/internal/shed"
@@ -98,6 +99,7 @@ type Cell struct {
 	clients  map[string]*agency.Client
 	names    []string
 	pipe     *pipeline.Pipeline
+	leaser   *quotalease.Leaser // an instance of a cell of several: its share of the quotas
 	shed     *shed.Shedder
 	intake   *intake.Handler
 
@@ -156,6 +158,16 @@ func New(ctx context.Context, cfg Config, opts Options) (_ *Cell, err error) {
 	}
 	if c.store, err = store.OpenReplicated(ctx, c.js, cfg.ID, cfg.RecordTTL, cfg.Replicas); err != nil {
 		return nil, err
+	}
+	if cfg.Instance != "" {
+		lc := quotalease.Config{Instance: cfg.Instance, Lease: cfg.Lease, Grace: cfg.LeaseGrace}
+		kv, err := c.js.CreateOrUpdateKeyValue(ctx, quotalease.BucketConfig(cfg.ID, lc, cfg.Replicas))
+		if err != nil {
+			return nil, fmt.Errorf("open the session lease bucket: %w", err)
+		}
+		if c.leaser, err = quotalease.New(lc, quotalease.Options{KV: kv, Sessions: leasedSessions{c}, Logger: c.log, Registerer: c.metrics}); err != nil {
+			return nil, err
+		}
 	}
 	c.queue, err = queue.Setup(ctx, c.js, c.store, queue.Config{
 		Cell: cfg.ID, MaxMsgs: cfg.QueueMaxMsgs, MaxBytes: cfg.QueueMaxBytes, AckWait: cfg.AckWait, Replicas: cfg.Replicas,
@@ -352,9 +364,29 @@ func (c *Cell) Run(ctx context.Context) error {
 		return nil
 	})
 
+	// The leases outlive the pipeline: its work in flight keeps its
+	// sessions until it stops, then the leases are given back.
+	lctx, stopLeases := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopLeases()
+	leasesDone := make(chan struct{})
+	if c.leaser != nil {
+		g.Go(func() error {
+			defer close(leasesDone)
+			select {
+			case <-started:
+			case <-gctx.Done():
+				return nil
+			}
+			return c.leaser.Run(lctx)
+		})
+	} else {
+		close(leasesDone)
+	}
 	g.Go(func() error {
 		<-gctx.Done()
 		c.shutdown(intakeSrv, adminSrv, stopPipeline, pipeDone)
+		stopLeases()
+		<-leasesDone
 		return nil
 	})
 	err := g.Wait()
@@ -483,9 +515,27 @@ func (c *Cell) applyQuotas(m *slotmap.Map) {
 		}
 		c.log.Info("agency session quota", "agency", name, "sessions", q, "map_version", m.Version())
 		c.quota[name] = q
-		c.clients[name].Resize(q)
-		c.pipe.Resize(name, q)
+		if c.leaser == nil {
+			c.clients[name].Resize(q)
+			c.pipe.Resize(name, q)
+		}
 	}
+	if c.leaser != nil {
+		c.leaser.SetQuota(c.quota) // its rounds size the pools to this instance's leases
+	}
+}
+
+// leasedSessions lets the quota leaser size an instance's session pools.
+type leasedSessions struct{ c *Cell }
+
+func (s leasedSessions) Limit(agency string, n int) int {
+	cl := s.c.clients[agency]
+	if cl == nil {
+		return 0
+	}
+	cl.Resize(n)
+	s.c.pipe.Resize(agency, n)
+	return cl.Status().Pool.Open
 }
 
 // sampleLoop observes the queue for the shedder, readiness and metrics.

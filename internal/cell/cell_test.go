@@ -801,3 +801,63 @@ func TestClosedIntakeStillFencesMovedUsers(t *testing.T) {
 		t.Fatalf("owned user with the intake closed = %d %s, want 503", resp.Status, resp.Body)
 	}
 }
+
+// TestInstancesShareTheQuota: two instances of one cell over one NATS
+// server share its session quota (the simulators never see more sessions
+// than it, sampled throughout); when one stops, the other takes all of it,
+// and both serve inquiries meanwhile.
+func TestInstancesShareTheQuota(t *testing.T) {
+	srv, err := natsembed.Start(natsembed.Config{Name: "shared", StoreDir: t.TempDir()}, natsembed.Options{Logger: testkit.Logger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Shutdown)
+	lease := func(c *Config, inst string) {
+		c.NATSURL, c.Instance, c.Lease, c.LeaseGrace = srv.ClientURL(), inst, 300*time.Millisecond, 300*time.Millisecond
+	}
+	first := start(t, setup{sessions: 6, config: func(c *Config) { lease(c, "i1") }})
+	// Not ready until the first instance gives it a share: not waited for.
+	second := start(t, setup{sessions: 6, reg: first.reg, noStart: true, config: func(c *Config) {
+		lease(c, "i2")
+		c.Agencies = first.cfg.Agencies
+	}})
+	var worst atomic.Int64
+	stop := make(chan struct{})
+	sampled := make(chan struct{})
+	go func() {
+		defer close(sampled)
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(5 * time.Millisecond):
+			}
+			if n := first.kcb.Stats().ActiveSessions; n > worst.Load() {
+				worst.Store(n)
+			}
+		}
+	}()
+	defer func() { close(stop); <-sampled }()
+	pool := func(h *harness) int { return h.cell.clients["kcb"].Status().Pool.Size }
+	ready := func(h *harness) bool { ok, _ := h.cell.readiness(); return ok }
+	if !testkit.Poll(20*time.Second, func() bool {
+		return pool(first) == 3 && pool(second) == 3 && ready(first) && ready(second)
+	}) {
+		_, c1 := first.cell.readiness()
+		_, c2 := second.cell.readiness()
+		t.Fatalf("after 20 s: pools %d and %d (shares %v and %v), readiness %v and %v",
+			pool(first), pool(second), first.cell.leaser.Share(), second.cell.leaser.Share(), c1, c2)
+	}
+	for _, h := range []*harness{first, second} {
+		if r := testkit.Do(t, h.client, "POST", h.intake+"/v1/inquiries", map[string]any{"user_id": "u-" + h.cfg.Instance, "product": "credit_line", "amount": 5000}, nil); r.Status != 202 {
+			t.Fatalf("instance %s: POST %d %s", h.cfg.Instance, r.Status, r.Body)
+		}
+	}
+	if err := second.stop(); err != nil {
+		t.Fatal(err)
+	}
+	testkit.WaitFor(t, 20*time.Second, "the first instance with all 6", func() bool { return pool(first) == 6 })
+	if w := worst.Load(); w > 6 {
+		t.Fatalf("the agency saw %d sessions at once, over the quota of 6", w)
+	}
+}

@@ -55,6 +55,19 @@ type Config struct {
 	// bucket [1]. More than 1 needs NATSURL: a JetStream cluster (3 is the
 	// usual: acknowledged work survives the loss of a node).
 	Replicas int
+	// Instance, if set, names this process among the instances of a cell
+	// that runs as several (on different hosts, over one JetStream cluster:
+	// NATSURL). The instances share the cell's agency quotas through
+	// leases (internal/quotalease) instead of each taking all of them.
+	Instance string
+	// Lease is how long an instance counts on a session lease after
+	// renewing it; leases are renewed every Lease/3 [6s]. With Instance
+	// only.
+	Lease time.Duration
+	// LeaseGrace is how much longer than its holder counts on it a session
+	// lease outlives the holder's last renewal: at least the agencies'
+	// idle timeout [30s]. With Instance only.
+	LeaseGrace time.Duration
 	// NATSPort is the embedded server's loopback port: 0 a free one, -1 no
 	// listener (in-process clients only).
 	NATSPort int
@@ -134,6 +147,14 @@ func (c *Config) defaults() error {
 		return fmt.Errorf("--replicas %d needs --nats-url (a JetStream cluster): the embedded server is one node", c.Replicas)
 	case c.Replicas > 5:
 		return fmt.Errorf("--replicas %d: JetStream allows at most 5", c.Replicas)
+	}
+	if c.Instance != "" {
+		if !slotmap.ValidCellID(c.Instance) {
+			return fmt.Errorf("instance %q: want 1–32 of [a-z0-9-], starting and ending with a letter or digit", c.Instance)
+		}
+		if c.NATSURL == "" {
+			return fmt.Errorf("--instance %s needs --nats-url: a cell's instances share one JetStream cluster", c.Instance)
+		}
 	}
 	seen := map[string]bool{}
 	for _, a := range c.Agencies {
