@@ -174,7 +174,7 @@ func (x *inv) drainSteps(ctx context.Context, reg registry.Registry, res *drainR
 		// Closed also when resuming: the cell may have restarted with its
 		// intake open.
 		res.Intake = "closed"
-		if err := x.admin().setIntake(ctx, cell.Admin, false); err != nil {
+		if err := x.setIntakes(ctx, cell, false); err != nil {
 			if unreachable(err) {
 				res.Intake = "unreachable"
 				x.warnf("%s's admin API cannot be reached (%v): its slots moved, but its intake could not be closed", id, err)

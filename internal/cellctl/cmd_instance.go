@@ -2,6 +2,7 @@ package cellctl
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"slices"
@@ -133,6 +134,34 @@ cannot be removed (remove the cell). No slot moves.`,
 		})
 	}
 	return c
+}
+
+// admins are the admin URLs of a cell's processes: its instances', or its
+// own.
+func admins(c slotmap.Cell) []string {
+	if len(c.Instances) == 0 {
+		return []string{c.Admin}
+	}
+	out := make([]string, len(c.Instances))
+	for i, in := range c.Instances {
+		out[i] = in.Admin
+	}
+	return out
+}
+
+// setIntakes opens or closes the intake of every process of the cell
+// (the errors of those that failed, joined).
+func (x *inv) setIntakes(ctx context.Context, c slotmap.Cell, open bool) error {
+	var errs []error
+	for _, a := range admins(c) {
+		if err := x.admin().setIntake(ctx, a, open); err != nil {
+			if len(c.Instances) > 0 {
+				err = fmt.Errorf("%s: %w", a, err)
+			}
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // knownInstance finds instance inst of cell id.

@@ -85,3 +85,25 @@ func TestStatusShowsInstances(t *testing.T) {
 		t.Fatalf("status --json of c1: %+v", c)
 	}
 }
+
+// TestDrainClosesEveryInstance: drain closes the intake of every instance
+// of the cell, undrain reopens them all.
+func TestDrainClosesEveryInstance(t *testing.T) {
+	e := newFileEnv(t)
+	i1, i2 := newFakeCell(t, "c1"), newFakeCell(t, "c1")
+	e.setup([]string{"c1", "c2"}, func(string) string { return i1.URL() })
+	e.ok("instance", "set", "c1", "i1", "--intake", "http://10.0.1.1:8081", "--admin", i1.URL())
+	e.ok("instance", "set", "c1", "i2", "--intake", "http://10.0.1.2:8081", "--admin", i2.URL())
+	e.ok("drain", "c1", "--force")
+	for i, f := range []*fakeCell{i1, i2} {
+		if got := f.called("POST /v1/admin/intake/close"); len(got) != 1 {
+			t.Errorf("instance %d: intake close calls %v, want 1", i+1, got)
+		}
+	}
+	e.ok("undrain", "c1")
+	for i, f := range []*fakeCell{i1, i2} {
+		if got := f.called("POST /v1/admin/intake/open"); len(got) != 1 {
+			t.Errorf("instance %d: intake open calls %v, want 1", i+1, got)
+		}
+	}
+}
