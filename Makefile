@@ -34,6 +34,16 @@ run: build ## the local stack in the foreground: agency simulator, 4 cells, rout
 run-tls: build ## `make run` on TLS: certificates in ./var/certs (made once), mutual TLS to the cells, https to the router
 	$(BIN)/cellctl dev up --foreground --tls
 
+NET_CELLS  ?= 2
+
+.PHONY: net-up
+net-up: tools build ## as root: the stack on a network lab, a namespace per process (NET_CELLS cells, default 2), data in ./var/net
+	$(BIN)/loadtest net up --dir var/net --cells $(NET_CELLS)
+
+.PHONY: net-down
+net-down: ## stop the stack of make net-up and remove its namespaces, veths and bridge (also after a crash)
+	$(BIN)/loadtest net down --dir var/net
+
 .PHONY: tools
 tools: ## install the programs the tests need into ./bin (a real Consul agent, promtool and Prometheus, each built once)
 	./scripts/install-consul.sh $(CONSUL)

@@ -1,6 +1,7 @@
-// Command loadtest sends open-loop load at a cellkit router (loadtest run)
-// and runs the chaos drills against the local stack (loadtest drill).
-// Run 'loadtest help' for the commands.
+// Command loadtest sends open-loop load at a cellkit router (loadtest run),
+// runs the chaos drills against the local stack (loadtest drill) and brings
+// cellkit up on a network lab of namespaces (loadtest net). Run 'loadtest
+// help' for the commands.
 package main
 
 import (
@@ -13,6 +14,7 @@ import (
 
 	"github.com/cellkit/cellkit/internal/drill"
 	"github.com/cellkit/cellkit/internal/loadtest"
+	"github.com/cellkit/cellkit/internal/netlab/netstack"
 )
 
 const usage = `loadtest — open-loop load and chaos drills for cellkit
@@ -21,8 +23,10 @@ const usage = `loadtest — open-loop load and chaos drills for cellkit
                  [--users K] [--zipf S] [--json out.json] [--svg out.svg]
   loadtest drill kill|drain|agency-slow [--dev-json var/dev.json | --bin ./bin]
                  [--rate R] [--users K] [--cell c2] [--json out.json] [--svg out.svg]
+  loadtest net up [--dir var/net] [--cells N] [--bin ./bin]   (as root: a host per process)
+  loadtest net status|down [--dir var/net]
 
-'loadtest run -h' and 'loadtest drill -h' list every flag. A flag not on the
+'loadtest run -h', 'loadtest drill -h' and 'loadtest net up -h' list every flag. A flag not on the
 command line is read from CELLKIT_LOADTEST_<FLAG>, else CELLKIT_<FLAG>.`
 
 func main() {
@@ -45,6 +49,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return loadtest.Command(ctx, args[1:], stdout, stderr)
 	case "drill":
 		return drill.Command(ctx, args[1:], stdout, stderr)
+	case "net":
+		return netstack.Command(ctx, args[1:], stdout, stderr)
 	}
 	return fmt.Errorf("unknown command %q\n%s", args[0], usage)
 }

@@ -19,6 +19,12 @@ func TestRunDispatches(t *testing.T) {
 		{[]string{"drill", "flood"}, "", `unknown drill "flood"`},
 		{[]string{"run", "--key", "k"}, "", "give --rate and --duration, or --steps"},
 		{[]string{"bench"}, "", `unknown command "bench"`},
+		{[]string{"net"}, "loadtest net up|down|status", ""},
+		{[]string{"net", "sideways"}, "", `unknown net command "sideways"`},
+		{[]string{"net", "up", "--cells", "0"}, "", "--cells 0: want 1 to 99"},
+		{[]string{"net", "up", "--subnet", "lab"}, "", `--subnet "lab": want an IPv4 CIDR`},
+		{[]string{"net", "down", "extra"}, "", `unexpected arguments ["extra"]`},
+		{[]string{"net", "status", "--dir", "/nonexistent"}, "", "no stack in /nonexistent"},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			var out, errb bytes.Buffer

@@ -51,6 +51,12 @@ type Process struct {
 	Ready string   `json:"ready"` // URL answering 200 when ready
 	// Addrs are its listen addresses by role (intake, admin, nice, kcb...).
 	Addrs map[string]string `json:"addrs"`
+	// Netns, if set, is the network namespace it runs in (a host of
+	// internal/netlab): Start runs it through `ip netns exec NETNS`.
+	Netns string `json:"netns,omitempty"`
+	// Env are KEY=VALUE variables it gets on top of ChildEnv's, such as
+	// CONSUL_HTTP_TOKEN.
+	Env []string `json:"env,omitempty"`
 }
 
 // StatePath is the record's path in the stack's directory.

@@ -51,7 +51,9 @@ func ChildEnv() []string {
 
 // Start starts p.Bin with p.Args in a session of its own (so it leads its
 // own process group), with its output appended to p.Log and the environment
-// of ChildEnv. The returned child carries the new pid; its end is reaped
+// of ChildEnv plus p.Env. With p.Netns it runs in that network namespace:
+// `ip netns exec` enters it and then executes p.Bin in its own place, so the
+// pid is p.Bin's. The returned child carries the new pid; its end is reaped
 // and reported by Exited.
 func Start(p Process) (*Child, error) {
 	logf, err := os.OpenFile(p.Log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
@@ -60,7 +62,14 @@ func Start(p Process) (*Child, error) {
 	}
 	defer logf.Close()
 	cmd := exec.Command(p.Bin, p.Args...)
-	cmd.Stdout, cmd.Stderr, cmd.Env = logf, logf, ChildEnv()
+	if p.Netns != "" {
+		ip, err := exec.LookPath("ip")
+		if err != nil {
+			return nil, fmt.Errorf("start %s in network namespace %s: %w", p.Name, p.Netns, err)
+		}
+		cmd = exec.Command(ip, append([]string{"netns", "exec", p.Netns, p.Bin}, p.Args...)...)
+	}
+	cmd.Stdout, cmd.Stderr, cmd.Env = logf, logf, append(ChildEnv(), p.Env...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start %s: %w", p.Name, err)
@@ -198,12 +207,17 @@ func signal(pid int, sig syscall.Signal) error {
 }
 
 // sameProgram guards against a recycled pid: where /proc tells, the process
-// must run p's binary.
+// must run p's binary (or, in a network namespace, still be the
+// `ip netns exec NETNS BIN` that is about to become it).
 func sameProgram(p Process) bool {
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(p.PID) + "/cmdline")
 	if err != nil {
 		return true
 	}
-	argv0, _, _ := bytes.Cut(b, []byte{0})
-	return string(argv0) == p.Bin
+	argv := bytes.Split(b, []byte{0})
+	if string(argv[0]) == p.Bin {
+		return true
+	}
+	return p.Netns != "" && len(argv) > 4 && string(argv[1]) == "netns" && string(argv[2]) == "exec" &&
+		string(argv[3]) == p.Netns && string(argv[4]) == p.Bin
 }

@@ -126,6 +126,16 @@ func TestStartLogsAndReportsTheExit(t *testing.T) {
 	}
 }
 
+func TestStartAddsEnv(t *testing.T) {
+	p := shell(t, "env", `echo "token ${CONSUL_HTTP_TOKEN:-none}"`)
+	p.Env = []string{"CONSUL_HTTP_TOKEN=s3cret"}
+	c := start(t, p)
+	<-c.Exited()
+	if got := LogTail(p.Log, 1); got != "token s3cret" {
+		t.Errorf("log = %q, want the variable of Process.Env", got)
+	}
+}
+
 func TestStop(t *testing.T) {
 	t.Run("SIGTERM", func(t *testing.T) {
 		c := start(t, sleeper(t, "term"))

@@ -29,8 +29,8 @@ const (
 const lockDelay = time.Second
 
 // Consul keeps the map in Consul's KV store at PREFIX/map and the writer lock
-// at PREFIX/lock. The ACL token and TLS settings come from the usual
-// CONSUL_HTTP_* environment variables.
+// at PREFIX/lock. The ACL token (unless ConsulConfig.Token gives one) and
+// the TLS settings come from the usual CONSUL_HTTP_* environment variables.
 type Consul struct {
 	addr, prefix string
 	conf         ConsulConfig
@@ -60,6 +60,9 @@ type ConsulConfig struct {
 	// without unlocking loses the lock within 2×LockTTL [10s, the smallest
 	// TTL Consul accepts].
 	LockTTL time.Duration
+	// Token is the ACL token [$CONSUL_HTTP_TOKEN]: for a program that
+	// talks to a Consul other than its environment's (loadtest net up).
+	Token string
 }
 
 func (c ConsulConfig) withDefaults() ConsulConfig {
@@ -90,6 +93,9 @@ func NewConsul(cfg ConsulConfig, opts Options) (*Consul, error) {
 	cfg = cfg.withDefaults()
 	acfg := api.DefaultConfig()
 	acfg.Address = cfg.Addr
+	if cfg.Token != "" {
+		acfg.Token = cfg.Token
+	}
 	client, err := api.NewClient(acfg)
 	if err != nil {
 		return nil, fmt.Errorf("consul client for %s: %w", cfg.Addr, err)

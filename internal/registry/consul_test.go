@@ -196,6 +196,16 @@ func TestConsulToken(t *testing.T) {
 	if m, err := bad.Load(ctx); err == nil || errors.Is(err, ErrNoMap) {
 		t.Errorf("Load with a wrong token = %v, %v; want an ACL error", m, err)
 	}
+
+	// Config.Token wins over the environment's.
+	reg, err := Open(Config{URL: "consul://" + agent.Addr() + "/" + prefix, Token: token}, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer reg.Close()
+	if m, err := reg.Load(ctx); err != nil || m.Version() != 1 {
+		t.Errorf("Load with Config.Token = %v, %v; want version 1", m, err)
+	}
 }
 
 // A holder whose session ends loses the lock (Lost closes), and the next

@@ -147,6 +147,8 @@ type Config struct {
 	WatchWait    time.Duration
 	MaxBackoff   time.Duration
 	LockTTL      time.Duration
+	// Token is a Consul registry's ACL token [$CONSUL_HTTP_TOKEN].
+	Token string
 }
 
 // Options carry a registry backend's collaborators. The zero value is
@@ -193,6 +195,7 @@ func Open(cfg Config, opts Options) (Registry, error) {
 		return NewConsul(ConsulConfig{
 			Addr: u.Host, Prefix: strings.Trim(u.Path, "/"),
 			PollInterval: cfg.PollInterval, WatchWait: cfg.WatchWait, MaxBackoff: cfg.MaxBackoff, LockTTL: cfg.LockTTL,
+			Token: cfg.Token,
 		}, opts)
 	default:
 		return nil, fmt.Errorf("registry url %q: unknown scheme %q (want file: or consul://)", rawURL, u.Scheme)

@@ -1,0 +1,624 @@
+// Package netstack runs cellkit on a network lab (internal/netlab): every
+// process on a host of its own, with its own address, as it would be on
+// separate machines. It is `loadtest net up|down|status`, and the base of
+// the partition drills.
+//
+// The topology, for N cells (addresses in the lab's subnet, in this order
+// from .2):
+//
+//	consul    a Consul agent (server, dev mode, ACLs on, default deny)  :8500
+//	agency    agencysim: admin :7000, NICE :7001, KCB :7002
+//	router1   a router: public :8080, admin :9080
+//	router2   a router: public :8080, admin :9080
+//	cellI     cell cI: intake :8081, admin :9081; its embedded NATS on the
+//	          host's own loopback (127.0.0.1:4222 in its namespace)
+//
+// Every listener is bound to its host's address (or its loopback), never to
+// a wildcard. The map is in Consul (consul://CONSUL:8500/cellkit), made in
+// process with cellctl's own commands (init, provision); every cellkit
+// process gets the Consul management token as CONSUL_HTTP_TOKEN. The admin
+// APIs, which listen on a host address, take the bearer token of
+// DIR/admin-token; the cells serve as routers' the requests from the
+// routers' and the cells' addresses (--trusted-router-cidrs), as they serve
+// loopback in the local stack.
+//
+// DIR keeps net.json (the stack: hosts, processes, URLs, key and tokens;
+// 0600), netlab-PREFIX.json (the lab's own record, for a sweep after a
+// crash), the tokens, the router's keys file, the cells' stores and the
+// processes' logs (DIR/logs/NAME.log). The binaries come from a directory,
+// ./bin by default (`make build`; consul from `make tools`).
+package netstack
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"maps"
+	"net/http"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/cellkit/cellkit/internal/atomicfile"
+	"github.com/cellkit/cellkit/internal/cellctl"
+	"github.com/cellkit/cellkit/internal/devstack"
+	"github.com/cellkit/cellkit/internal/netlab"
+	"github.com/cellkit/cellkit/internal/registry"
+)
+
+// StateFile is the stack's record in its directory.
+const StateFile = "net.json"
+
+// Family is the prefix family of the labs `loadtest net up` makes.
+const Family = "ckn"
+
+// The ports on each host.
+const (
+	consulHTTP    = 8500
+	consulServer  = 8300
+	consulSerfLAN = 8301
+	consulSerfWAN = 8302
+	agencyAdmin   = 7000
+	agencyNICE    = 7001
+	agencyKCB     = 7002
+	routerPublic  = 8080
+	routerAdmin   = 9080
+	cellIntake    = 8081
+	cellAdmin     = 9081
+	cellNATS      = 4222
+)
+
+// Config describes the stack. Zero values mean the defaults in brackets.
+type Config struct {
+	// Dir keeps the stack's record, tokens, stores and logs [var/net].
+	Dir string
+	// Bin holds consul, cell, router and agencysim [bin].
+	Bin string
+	// Cells is the number of cells, c1..cN, each on a host [2].
+	Cells int
+	// Lab is the network lab's configuration. An empty StateDir means Dir.
+	// [DefaultConfig: family ckn, detached, so that it outlives net up]
+	Lab netlab.Config
+	// ReadyWait bounds the wait for every process to be ready [60s].
+	ReadyWait time.Duration
+}
+
+// DefaultConfig is `loadtest net up` without flags.
+func DefaultConfig() Config {
+	return Config{Dir: "var/net", Bin: "bin", Cells: 2, Lab: netlab.Config{Family: Family, Detached: true}, ReadyWait: 60 * time.Second}
+}
+
+// Options carry the stack's collaborators. The zero value is usable.
+type Options struct {
+	// Logger gets the lab's lines. Nil means none.
+	Logger *slog.Logger
+	// Progress gets a line for each step of Up. Nil means none.
+	Progress io.Writer
+}
+
+// Stack is DIR/net.json: the lab and what runs on it. Its devstack part
+// names the processes (each with its namespace), the registry, router1's
+// URLs and the API key, as dev.json does for the local stack.
+type Stack struct {
+	devstack.Stack
+	Lab            Lab                `json:"lab"`
+	Hosts          []netlab.HostState `json:"hosts"`
+	Routers        []string           `json:"routers"` // every router's public base URL
+	ConsulToken    string             `json:"consul_token"`
+	AdminTokenFile string             `json:"admin_token_file"`
+}
+
+// Lab locates the stack's network lab.
+type Lab struct {
+	Prefix   string       `json:"prefix"`
+	StateDir string       `json:"state_dir"`
+	Subnet   netip.Prefix `json:"subnet"`
+	Gateway  netip.Addr   `json:"gateway"`
+	Bridge   string       `json:"bridge"`
+}
+
+// StatePath is the stack's record in dir.
+func StatePath(dir string) string { return filepath.Join(dir, StateFile) }
+
+// Read reads DIR/net.json.
+func Read(dir string) (*Stack, error) {
+	b, err := os.ReadFile(StatePath(dir))
+	if err != nil {
+		return nil, err
+	}
+	var st Stack
+	if err := json.Unmarshal(b, &st); err != nil {
+		return nil, fmt.Errorf("read %s: %w", StatePath(dir), err)
+	}
+	return &st, nil
+}
+
+func write(st *Stack) error {
+	b, err := json.MarshalIndent(st, "", "  ")
+	if err != nil {
+		return err
+	}
+	return atomicfile.WriteFile(StatePath(st.Dir), append(b, '\n'), 0o600)
+}
+
+// Cells are the cell processes, c1 first (the embedded devstack.Stack's
+// Cells would count Consul and the routers among them).
+func (st *Stack) Cells() []devstack.Process {
+	var cells []devstack.Process
+	for _, p := range st.Processes {
+		if p.Addrs["intake"] != "" {
+			cells = append(cells, p)
+		}
+	}
+	return cells
+}
+
+// Host returns the host named name.
+func (st *Stack) Host(name string) (netlab.HostState, bool) {
+	for _, h := range st.Hosts {
+		if h.Name == name {
+			return h, true
+		}
+	}
+	return netlab.HostState{}, false
+}
+
+// OpenLab opens the stack's network lab, to cut its hosts apart or look at
+// them.
+func (st *Stack) OpenLab(opts netlab.Options) (*netlab.Lab, error) {
+	return netlab.Open(st.Lab.StateDir, st.Lab.Prefix, opts)
+}
+
+// Up makes the lab and starts the stack on it; it returns once every
+// process is ready. On a failure it takes down what it made, keeping the
+// logs. A stack recorded in cfg.Dir whose processes still run is refused;
+// one that crashed is swept first.
+func Up(ctx context.Context, cfg Config, opts Options) (*Stack, error) {
+	d := DefaultConfig()
+	if cfg.Dir == "" {
+		cfg.Dir = d.Dir
+	}
+	if cfg.Bin == "" {
+		cfg.Bin = d.Bin
+	}
+	if cfg.Cells == 0 {
+		cfg.Cells = d.Cells
+	}
+	if cfg.ReadyWait <= 0 {
+		cfg.ReadyWait = d.ReadyWait
+	}
+	if cfg.Cells < 1 || cfg.Cells > 99 {
+		return nil, fmt.Errorf("%d cells: want 1 to 99", cfg.Cells)
+	}
+	progress := opts.Progress
+	if progress == nil {
+		progress = io.Discard
+	}
+	dir, err := filepath.Abs(cfg.Dir)
+	if err != nil {
+		return nil, err
+	}
+	if old, err := Read(dir); err == nil {
+		for _, p := range old.Processes {
+			if devstack.Alive(p.PID) {
+				return nil, fmt.Errorf("a stack is up in %s (%s pid %d): 'loadtest net down --dir %s' first", dir, p.Name, p.PID, cfg.Dir)
+			}
+		}
+	}
+	if sw, err := sweepDir(dir); err != nil {
+		return nil, fmt.Errorf("sweep the crashed lab in %s: %w", dir, err)
+	} else if !sw.Empty() {
+		fmt.Fprintf(progress, "net: swept a crashed lab %v: %d processes, %d namespaces, %d links\n", sw.Prefixes, len(sw.Killed), len(sw.Namespaces), len(sw.Links))
+	}
+	bins, err := findBinaries(cfg.Bin, "consul", "cell", "router", "agencysim")
+	if err != nil {
+		return nil, err
+	}
+	// The cells' stores belong to the map of a Consul that is gone.
+	if err := os.RemoveAll(filepath.Join(dir, "cells")); err != nil {
+		return nil, err
+	}
+	for _, sub := range []string{"logs", "router", "cells"} {
+		if err := os.MkdirAll(filepath.Join(dir, sub), 0o755); err != nil {
+			return nil, err
+		}
+	}
+	consulToken, adminToken := uuid(), randomHex(16)
+	adminTokenFile := filepath.Join(dir, "admin-token")
+	for path, v := range map[string]string{adminTokenFile: adminToken, filepath.Join(dir, "consul-token"): consulToken} {
+		if err := atomicfile.WriteFile(path, []byte(v+"\n"), 0o600); err != nil {
+			return nil, err
+		}
+	}
+	key, err := apiKey(ctx, bins["router"], dir)
+	if err != nil {
+		return nil, err
+	}
+
+	labCfg := cfg.Lab
+	if labCfg.StateDir == "" {
+		labCfg.StateDir = dir
+	}
+	lab, err := netlab.New(labCfg, netlab.Options{Logger: opts.Logger})
+	if err != nil {
+		return nil, err
+	}
+	st := &Stack{
+		Stack: devstack.Stack{Dir: dir, APIKey: key, StartedAt: time.Now().UTC()},
+		Lab: Lab{Prefix: lab.Prefix(), StateDir: filepath.Dir(lab.StatePath()), Subnet: lab.Subnet(),
+			Gateway: lab.Gateway(), Bridge: lab.Bridge()},
+		ConsulToken: consulToken, AdminTokenFile: adminTokenFile,
+	}
+	fail := func(err error) error {
+		devstack.StopAll(context.WithoutCancel(ctx), st.Processes, 5*time.Second, nil)
+		if cerr := lab.Close(); cerr != nil {
+			err = fmt.Errorf("%w (and removing the lab: %v)", err, cerr)
+		}
+		os.Remove(StatePath(dir))
+		return err
+	}
+	if err := write(st); err != nil {
+		return nil, fail(err)
+	}
+	fmt.Fprintf(progress, "net: lab %s on %s (gateway %s, bridge %s)\n", lab.Prefix(), lab.Subnet(), lab.Gateway(), lab.Bridge())
+
+	names := []string{"consul", "agency", "router1", "router2"}
+	for i := 1; i <= cfg.Cells; i++ {
+		names = append(names, "cell"+strconv.Itoa(i))
+	}
+	hosts := map[string]*netlab.Host{}
+	for _, n := range names {
+		h, err := lab.AddHost(n)
+		if err != nil {
+			return nil, fail(err)
+		}
+		hosts[n] = h
+		st.Hosts = append(st.Hosts, netlab.HostState{Name: n, Netns: h.Netns(), Link: h.Link(), Addr: h.Addr()})
+	}
+	if err := write(st); err != nil {
+		return nil, fail(err)
+	}
+
+	hc := &http.Client{Timeout: 2 * time.Second}
+	defer hc.CloseIdleConnections()
+	start := func(h *netlab.Host, p devstack.Process) (*devstack.Child, error) {
+		p.Log = filepath.Join(dir, "logs", p.Name+".log")
+		c, err := h.Start(p)
+		if err != nil {
+			return nil, err
+		}
+		st.Processes = append(st.Processes, c.Process)
+		return c, write(st)
+	}
+
+	// Consul first: the map goes into it before anything reads it.
+	consul := hosts["consul"]
+	c, err := start(consul, consulProcess(bins["consul"], consul, consulToken))
+	if err != nil {
+		return nil, fail(err)
+	}
+	if err := devstack.WaitReady(ctx, hc, cfg.ReadyWait, c); err != nil {
+		return nil, fail(err)
+	}
+	if err := waitConsul(ctx, hc, consul, consulToken, cfg.ReadyWait); err != nil {
+		return nil, fail(err)
+	}
+	st.Registry = "consul://" + consul.HostPort(consulHTTP) + "/cellkit"
+	fmt.Fprintf(progress, "net: consul ready on %s\n", consul.HostPort(consulHTTP))
+	if err := provision(ctx, st, hosts, cfg.Cells); err != nil {
+		return nil, fail(err)
+	}
+	fmt.Fprintf(progress, "net: map with %d cells in %s\n", cfg.Cells, st.Registry)
+
+	env := []string{"CONSUL_HTTP_TOKEN=" + consulToken}
+	agency := hosts["agency"]
+	type hostProc struct {
+		host *netlab.Host
+		p    devstack.Process
+	}
+	procs := []hostProc{{agency, devstack.Process{
+		Name: "agencysim", Bin: bins["agencysim"],
+		Args: []string{"-admin-listen", agency.HostPort(agencyAdmin), "-nice-listen", agency.HostPort(agencyNICE), "-kcb-listen", agency.HostPort(agencyKCB),
+			"-nice-sessions", "80", "-kcb-sessions", "40", "-latency-p50", "50ms", "-latency-p99", "150ms"},
+		Ready: "http://" + agency.HostPort(agencyAdmin) + "/readyz",
+		Addrs: map[string]string{"admin": agency.HostPort(agencyAdmin), "nice": agency.HostPort(agencyNICE), "kcb": agency.HostPort(agencyKCB)},
+	}}}
+	var trusted []string
+	for _, n := range names {
+		if strings.HasPrefix(n, "router") || strings.HasPrefix(n, "cell") {
+			trusted = append(trusted, hosts[n].Addr().String()+"/32")
+		}
+	}
+	for i := 1; i <= cfg.Cells; i++ {
+		id, h := "c"+strconv.Itoa(i), hosts["cell"+strconv.Itoa(i)]
+		procs = append(procs, hostProc{h, devstack.Process{
+			Name: id, Bin: bins["cell"], Env: env,
+			Args: []string{"--cell", id, "--registry", st.Registry, "--store", filepath.Join(dir, "cells", id),
+				"--intake", h.HostPort(cellIntake), "--admin", h.HostPort(cellAdmin), "--admin-token-file", adminTokenFile,
+				"--nats-port", strconv.Itoa(cellNATS),
+				"--agency", "nice=" + agency.HostPort(agencyNICE), "--agency", "kcb=" + agency.HostPort(agencyKCB),
+				"--trusted-router-cidrs", strings.Join(trusted, ",")},
+			Ready: "http://" + h.HostPort(cellAdmin) + "/readyz",
+			Addrs: map[string]string{"intake": h.HostPort(cellIntake), "admin": h.HostPort(cellAdmin), "nats": "127.0.0.1:" + strconv.Itoa(cellNATS)},
+		}})
+	}
+	for _, n := range []string{"router1", "router2"} {
+		h := hosts[n]
+		if err := os.MkdirAll(filepath.Join(dir, n), 0o755); err != nil {
+			return nil, fail(err)
+		}
+		procs = append(procs, hostProc{h, devstack.Process{
+			Name: n, Bin: bins["router"], Env: env,
+			Args: []string{"--listen", h.HostPort(routerPublic), "--admin-listen", h.HostPort(routerAdmin), "--admin-token-file", adminTokenFile,
+				"--registry", st.Registry, "--keys", filepath.Join(dir, "router", "keys.json"),
+				"--map-cache", filepath.Join(dir, n, "map-cache.json")},
+			Ready: "http://" + h.HostPort(routerAdmin) + "/readyz",
+			Addrs: map[string]string{"listen": h.HostPort(routerPublic), "admin": h.HostPort(routerAdmin)},
+		}})
+		st.Routers = append(st.Routers, "http://"+h.HostPort(routerPublic))
+	}
+	r1 := hosts["router1"]
+	st.Router, st.RouterAdmin = st.Routers[0], "http://"+r1.HostPort(routerAdmin)
+	st.AgencyAdmin = "http://" + agency.HostPort(agencyAdmin)
+	var children []*devstack.Child
+	for _, x := range procs {
+		c, err := start(x.host, x.p)
+		if err != nil {
+			return nil, fail(err)
+		}
+		children = append(children, c)
+	}
+	fmt.Fprintf(progress, "net: started %d processes (logs in %s); waiting until they are ready...\n", len(children)+1, filepath.Join(dir, "logs"))
+	if err := devstack.WaitReady(ctx, hc, cfg.ReadyWait, children...); err != nil {
+		return nil, fail(err)
+	}
+	return st, nil
+}
+
+// consulProcess is a Consul server in dev mode (in memory, its own
+// leader) bound to the host's address, with ACLs on and token as the
+// initial management token.
+func consulProcess(bin string, h *netlab.Host, token string) devstack.Process {
+	a := h.Addr().String()
+	hcl := fmt.Sprintf(`disable_update_check = true acl { enabled = true default_policy = "deny" tokens { initial_management = %q agent = %q } }`, token, token)
+	return devstack.Process{
+		Name: "consul", Bin: bin,
+		Args: []string{"agent", "-dev", "-node", "consul", "-bind", a, "-client", a, "-advertise", a,
+			"-http-port", strconv.Itoa(consulHTTP), "-server-port", strconv.Itoa(consulServer),
+			"-serf-lan-port", strconv.Itoa(consulSerfLAN), "-serf-wan-port", strconv.Itoa(consulSerfWAN),
+			"-dns-port=-1", "-grpc-port=-1", "-grpc-tls-port=-1", "-log-level", "info", "-hcl", hcl},
+		// Answers 200 once HTTP is up; waitConsul waits for the leader.
+		Ready: "http://" + h.HostPort(consulHTTP) + "/v1/status/leader",
+		Addrs: map[string]string{"http": h.HostPort(consulHTTP), "server": h.HostPort(consulServer)},
+	}
+}
+
+// waitConsul waits until the agent has a leader and its node is in the
+// catalog: the writer lock's session needs both.
+func waitConsul(ctx context.Context, hc *http.Client, h *netlab.Host, token string, within time.Duration) error {
+	base := "http://" + h.HostPort(consulHTTP)
+	deadline := time.Now().Add(within)
+	var last error
+	for {
+		var leader string
+		var node *struct{ Node struct{ Node string } }
+		last = getJSON(ctx, hc, base+"/v1/status/leader", "", &leader)
+		if last == nil && leader == "" {
+			last = errors.New("no leader yet")
+		}
+		if last == nil {
+			last = getJSON(ctx, hc, base+"/v1/catalog/node/consul", token, &node)
+			if last == nil && node == nil {
+				last = errors.New("its node is not registered yet")
+			}
+		}
+		if last == nil {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("consul on %s not ready within %v: %w", h.Addr(), within, last)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("interrupted while waiting for consul: %w", ctx.Err())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+func getJSON(ctx context.Context, hc *http.Client, url, token string, v any) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	if token != "" {
+		req.Header.Set("X-Consul-Token", token)
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("GET %s: %s: %s", url, resp.Status, bytes.TrimSpace(body))
+	}
+	return json.Unmarshal(body, v)
+}
+
+// provision writes the map into Consul with cellctl's commands, run in
+// process: init, then provision for each cell. Their plans go to
+// DIR/logs/setup.log.
+func provision(ctx context.Context, st *Stack, hosts map[string]*netlab.Host, cells int) error {
+	logf, err := os.OpenFile(filepath.Join(st.Dir, "logs", "setup.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	defer logf.Close()
+	cli := &cellctl.CLI{
+		Origin: "loadtest net up",
+		Getenv: func(string) string { return "" }, // the flags below are the whole configuration
+		OpenRegistry: func(u string) (registry.Registry, error) {
+			return registry.Open(registry.Config{URL: u, Token: st.ConsulToken}, registry.Options{})
+		},
+	}
+	run := func(args ...string) error {
+		var errb bytes.Buffer
+		fmt.Fprintf(logf, "$ cellctl %s\n", strings.Join(args, " "))
+		if code := cli.Run(ctx, append([]string{"--registry", st.Registry}, args...), logf, &errb); code != cellctl.ExitOK {
+			logf.Write(errb.Bytes())
+			return fmt.Errorf("cellctl %s: %s", strings.Join(args, " "), strings.TrimSpace(errb.String()))
+		}
+		return nil
+	}
+	if err := run("init", "--agency", "nice=80", "--agency", "kcb=40"); err != nil {
+		return err
+	}
+	for i := 1; i <= cells; i++ {
+		h := hosts["cell"+strconv.Itoa(i)]
+		if err := run("provision", "c"+strconv.Itoa(i), "--intake", "http://"+h.HostPort(cellIntake), "--admin", "http://"+h.HostPort(cellAdmin)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// apiKey makes a fresh API key with 'router keygen' (DIR/router/keys.json,
+// the key in DIR/router/dev-key).
+func apiKey(ctx context.Context, routerBin, dir string) (string, error) {
+	keys := filepath.Join(dir, "router", "keys.json")
+	if err := os.Remove(keys); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return "", err
+	}
+	var out, errb bytes.Buffer
+	cmd := exec.CommandContext(ctx, routerBin, "keygen", "-client", "lab", "-rate", "1000", "-burst", "2000", "-keys", keys)
+	cmd.Stdout, cmd.Stderr, cmd.Env = &out, &errb, devstack.ChildEnv()
+	if err := cmd.Run(); err != nil {
+		return "", fmt.Errorf("router keygen: %v: %s", err, strings.TrimSpace(errb.String()))
+	}
+	key := strings.TrimSpace(out.String())
+	if key == "" {
+		return "", errors.New("router keygen printed no key")
+	}
+	return key, atomicfile.WriteFile(filepath.Join(dir, "router", "dev-key"), []byte(key+"\n"), 0o600)
+}
+
+// Down stops the stack recorded in dir (newest process first: SIGTERM,
+// SIGKILL after devstack.StopGrace; report, if not nil, gets each
+// outcome), then sweeps its lab and any other lab recorded in dir: every
+// process in their namespaces, the namespaces, veths and bridge. It works
+// after a crash of net up or of the processes, from whatever is recorded.
+// The logs and stores stay in dir.
+func Down(ctx context.Context, dir string, report func(p devstack.Process, how string)) (netlab.Swept, error) {
+	var sw netlab.Swept
+	dir, err := filepath.Abs(dir)
+	if err != nil {
+		return sw, err
+	}
+	labs := map[string]string{} // prefix: state dir
+	st, err := Read(dir)
+	switch {
+	case err == nil:
+		devstack.StopAll(ctx, st.Processes, devstack.StopGrace, report)
+		if st.Lab.Prefix != "" {
+			labs[st.Lab.Prefix] = st.Lab.StateDir
+		}
+	case !errors.Is(err, os.ErrNotExist):
+		return sw, err
+	}
+	recorded, err := netlab.States(dir, "")
+	if err != nil {
+		return sw, err
+	}
+	for _, l := range recorded {
+		labs[l.Prefix] = dir
+	}
+	if st == nil && len(labs) == 0 {
+		return sw, fmt.Errorf("no network lab recorded in %s", dir)
+	}
+	for _, prefix := range slices.Sorted(maps.Keys(labs)) {
+		s, err := netlab.Sweep(prefix, labs[prefix])
+		sw.Prefixes = append(sw.Prefixes, prefix)
+		sw.Killed = append(sw.Killed, s.Killed...)
+		sw.Namespaces = append(sw.Namespaces, s.Namespaces...)
+		sw.Links = append(sw.Links, s.Links...)
+		if err != nil {
+			return sw, err
+		}
+	}
+	if err := os.Remove(StatePath(dir)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return sw, err
+	}
+	return sw, nil
+}
+
+// sweepDir sweeps every lab recorded in dir (netlab-*.json).
+func sweepDir(dir string) (netlab.Swept, error) {
+	var sw netlab.Swept
+	sts, err := netlab.States(dir, "")
+	if err != nil {
+		return sw, err
+	}
+	for _, st := range sts {
+		s, err := netlab.Sweep(st.Prefix, dir)
+		sw.Prefixes = append(sw.Prefixes, st.Prefix)
+		sw.Killed = append(sw.Killed, s.Killed...)
+		sw.Namespaces = append(sw.Namespaces, s.Namespaces...)
+		sw.Links = append(sw.Links, s.Links...)
+		if err != nil {
+			return sw, err
+		}
+	}
+	return sw, nil
+}
+
+// findBinaries finds the programs in dir.
+func findBinaries(dir string, names ...string) (map[string]string, error) {
+	found := map[string]string{}
+	var missing []string
+	for _, n := range names {
+		p, err := filepath.Abs(filepath.Join(dir, n))
+		if err != nil {
+			return nil, err
+		}
+		if info, err := os.Stat(p); err != nil || !info.Mode().IsRegular() || info.Mode()&0o111 == 0 {
+			missing = append(missing, n)
+			continue
+		}
+		found[n] = p
+	}
+	if len(missing) > 0 {
+		return nil, fmt.Errorf("no %s in %s: run 'make build' (and 'make tools' for consul), or pass --bin DIR", strings.Join(missing, ", "), dir)
+	}
+	return found, nil
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// uuid is a random (version 4) UUID, the form Consul wants for tokens.
+func uuid() string {
+	b := make([]byte, 16)
+	rand.Read(b)
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	h := hex.EncodeToString(b)
+	return h[:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:]
+}
