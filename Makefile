@@ -20,11 +20,12 @@ help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[1m%-8s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 .PHONY: build
-build: ## compile every package and command into ./bin (the Terraform provider as bin/terraform-provider-cellkit)
+build: ## compile every package and command into ./bin (the Terraform provider as bin/terraform-provider-cellkit; nats-server, the version cells embed, for the network lab)
 	go build ./...
 	@cmds=$$(go list -f '{{if eq .Name "main"}}{{.ImportPath}}{{end}}' ./... | grep -v '/terraform$$'); \
 	if [ -n "$$cmds" ]; then GOBIN=$(BIN) go install $$cmds; fi
 	go build -o $(BIN)/terraform-provider-cellkit ./terraform
+	go build -o $(BIN)/nats-server github.com/nats-io/nats-server/v2
 
 .PHONY: run
 run: build ## the local stack in the foreground: agency simulator, 4 cells, router on :8080, data in ./var (Ctrl-C stops it)

@@ -23,7 +23,9 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -35,6 +37,7 @@ import (
 
 	"github.com/cellkit/cellkit/internal/adminauth"
 	"github.com/cellkit/cellkit/internal/agency"
+	"github.com/cellkit/cellkit/internal/backoff"
 	"github.com/cellkit/cellkit/internal/intake"
 	"github.com/cellkit/cellkit/internal/natsembed"
 	"github.com/cellkit/cellkit/internal/pipeline"
@@ -156,24 +159,32 @@ func New(ctx context.Context, cfg Config, opts Options) (_ *Cell, err error) {
 	if err = c.openNATS(); err != nil {
 		return nil, err
 	}
-	if c.store, err = store.OpenReplicated(ctx, c.js, cfg.ID, cfg.RecordTTL, cfg.Replicas); err != nil {
+	if err = c.untilJetStream(ctx, func(ctx context.Context) (err error) {
+		c.store, err = store.OpenReplicated(ctx, c.js, cfg.ID, cfg.RecordTTL, cfg.Replicas)
+		return err
+	}); err != nil {
 		return nil, err
 	}
 	if cfg.Instance != "" {
 		lc := quotalease.Config{Instance: cfg.Instance, Lease: cfg.Lease, Grace: cfg.LeaseGrace}
-		kv, err := c.js.CreateOrUpdateKeyValue(ctx, quotalease.BucketConfig(cfg.ID, lc, cfg.Replicas))
-		if err != nil {
+		var kv jetstream.KeyValue
+		if err = c.untilJetStream(ctx, func(ctx context.Context) (err error) {
+			kv, err = c.js.CreateOrUpdateKeyValue(ctx, quotalease.BucketConfig(cfg.ID, lc, cfg.Replicas))
+			return err
+		}); err != nil {
 			return nil, fmt.Errorf("open the session lease bucket: %w", err)
 		}
 		if c.leaser, err = quotalease.New(lc, quotalease.Options{KV: kv, Sessions: leasedSessions{c}, Logger: c.log, Registerer: c.metrics}); err != nil {
 			return nil, err
 		}
 	}
-	c.queue, err = queue.Setup(ctx, c.js, c.store, queue.Config{
-		Cell: cfg.ID, MaxMsgs: cfg.QueueMaxMsgs, MaxBytes: cfg.QueueMaxBytes, AckWait: cfg.AckWait, Replicas: cfg.Replicas,
-		MaxAckPending: max(1000, 2*cfg.Pipeline.Workers), Retention: cfg.RecordTTL,
-	})
-	if err != nil {
+	if err = c.untilJetStream(ctx, func(ctx context.Context) (err error) {
+		c.queue, err = queue.Setup(ctx, c.js, c.store, queue.Config{
+			Cell: cfg.ID, MaxMsgs: cfg.QueueMaxMsgs, MaxBytes: cfg.QueueMaxBytes, AckWait: cfg.AckWait, Replicas: cfg.Replicas,
+			MaxAckPending: max(1000, 2*cfg.Pipeline.Workers), Retention: cfg.RecordTTL,
+		})
+		return err
+	}); err != nil {
 		return nil, err
 	}
 
@@ -247,7 +258,19 @@ func (c *Cell) openNATS() error {
 	var err error
 	opts := []nats.Option{nats.MaxReconnects(-1), nats.ReconnectWait(250 * time.Millisecond)}
 	if c.cfg.NATSURL != "" {
-		c.nc, err = nats.Connect(c.cfg.NATSURL, append(opts, nats.Name("cell-"+c.cfg.ID))...)
+		// A server across the network: a dead route or host is noticed
+		// within two missed pings (about 3 s), and the client then moves
+		// to another server of the URL list, which it tries in the order
+		// given (the instance's own node first).
+		opts = append(opts, nats.Name("cell-"+c.cfg.ID), nats.PingInterval(1500*time.Millisecond), nats.MaxPingsOutstanding(2), nats.DontRandomize())
+		if c.cfg.NATSTokenFile != "" {
+			tok, err := readToken(c.cfg.NATSTokenFile)
+			if err != nil {
+				return err
+			}
+			opts = append(opts, nats.Token(tok))
+		}
+		c.nc, err = nats.Connect(c.cfg.NATSURL, opts...)
 		if err != nil {
 			return fmt.Errorf("connect to nats %s: %w", c.cfg.NATSURL, err)
 		}
@@ -265,6 +288,67 @@ func (c *Cell) openNATS() error {
 	}
 	c.js, err = jetstream.New(c.nc)
 	return err
+}
+
+// untilJetStream runs a setup step of the cell's streams and buckets, each
+// try bounded by 2 s, again while it fails as a JetStream cluster does
+// when it is not ready yet (no answer, no responders, a leader still
+// being elected, too few peers: all nodes starting at once), until
+// Config.StartTimeout. Any other error ends it at once. (Instances that
+// create the same stream at once see the cluster drop the answers of all
+// but one: the next try finds it made.)
+func (c *Cell) untilJetStream(ctx context.Context, step func(context.Context) error) error {
+	deadline := time.Now().Add(c.cfg.StartTimeout)
+	for n := 1; ; n++ {
+		sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		err := step(sctx)
+		cancel()
+		if err == nil || !jetStreamNotReady(err) || ctx.Err() != nil {
+			return err
+		}
+		wait := backoff.Jittered(250*time.Millisecond, 2*time.Second, n)
+		if time.Now().Add(wait).After(deadline) {
+			return fmt.Errorf("%w (JetStream not ready within %v)", err, c.cfg.StartTimeout)
+		}
+		c.log.Warn("JetStream not ready, trying again", "err", err, "attempt", n, "in", wait)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(wait):
+		}
+	}
+}
+
+// jetStreamNotReady reports whether err is what a JetStream cluster answers
+// (or fails to) while it is forming or electing.
+func jetStreamNotReady(err error) bool {
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) {
+		switch apiErr.ErrorCode {
+		case jetstream.JSErrCodeJetStreamNotEnabled, 10008, // JetStream temporarily unavailable
+			10005, // no suitable peers for placement (too few yet)
+			10009, // the cluster cannot handle the request (no leader)
+			10023: // insufficient resources
+			return true
+		}
+		return apiErr.Code == 503 || apiErr.Code == 408
+	}
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) ||
+		errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrNoStreamResponse) ||
+		errors.Is(err, jetstream.ErrJetStreamNotEnabled)
+}
+
+// readToken reads a token file: its first line, which must not be empty.
+func readToken(path string) (string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("nats token file: %w", err)
+	}
+	tok, _, _ := strings.Cut(string(b), "\n")
+	if tok = strings.TrimSpace(tok); tok == "" {
+		return "", fmt.Errorf("nats token file %s: empty", path)
+	}
+	return tok, nil
 }
 
 // IntakeAddr is the intake listener's address.

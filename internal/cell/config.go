@@ -51,6 +51,14 @@ type Config struct {
 	// NATSURL, if set, is an external NATS server or cluster with JetStream;
 	// otherwise NATS runs embedded with its store under StoreDir.
 	NATSURL string
+	// StartTimeout bounds how long the start waits for JetStream to set up
+	// the cell's streams and buckets: a cluster whose nodes start with the
+	// cell may need seconds to elect its leaders [60s].
+	StartTimeout time.Duration
+	// NATSTokenFile, with NATSURL, holds the token the NATS servers
+	// require (authorization { token } in their configuration); it is read
+	// once, at start. Empty means none.
+	NATSTokenFile string
 	// Replicas is the replica count of the cell's streams and record
 	// bucket [1]. More than 1 needs NATSURL: a JetStream cluster (3 is the
 	// usual: acknowledged work survives the loss of a node).
@@ -147,6 +155,12 @@ func (c *Config) defaults() error {
 		return fmt.Errorf("--replicas %d needs --nats-url (a JetStream cluster): the embedded server is one node", c.Replicas)
 	case c.Replicas > 5:
 		return fmt.Errorf("--replicas %d: JetStream allows at most 5", c.Replicas)
+	}
+	if c.StartTimeout <= 0 {
+		c.StartTimeout = 60 * time.Second
+	}
+	if c.NATSTokenFile != "" && c.NATSURL == "" {
+		return errors.New("--nats-token-file needs --nats-url: the embedded server takes no token")
 	}
 	if c.Instance != "" {
 		if !slotmap.ValidCellID(c.Instance) {

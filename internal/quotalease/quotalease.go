@@ -316,13 +316,18 @@ func (l *Leaser) fit(ctx context.Context, agency string, q, share int) {
 			extra = append(extra, slot)
 		}
 	}
+	// Until they are released, the limit stays at what is kept: the
+	// sessions beyond it close as they come back from their calls.
+	pending := 0
 	if len(extra) > 0 {
 		keep := len(h) - len(extra)
+		pending = len(extra)
 		if open := l.ses.Limit(agency, min(keep, l.usable(agency))); open <= keep {
 			for _, slot := range extra {
 				l.kv.Delete(ctx, key(agency, slot), jetstream.LastRevision(h[slot].rev))
 				delete(h, slot)
 			}
+			pending = 0
 		}
 	}
 	// Claim free slots up to the share.
@@ -338,7 +343,7 @@ func (l *Leaser) fit(ctx context.Context, agency string, q, share int) {
 			break // the bucket is unreachable: try next round
 		}
 	}
-	n := l.usable(agency)
+	n := min(l.usable(agency), len(h)-pending)
 	l.ses.Limit(agency, n)
 	l.limitG.WithLabelValues(agency).Set(float64(n))
 }

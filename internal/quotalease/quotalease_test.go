@@ -16,20 +16,22 @@ import (
 
 func TestMain(m *testing.M) { testkit.VerifyTestMain(m) }
 
-// pools is every instance's session limits, as the agency would count
-// the sessions: an instance's sessions are its limit (closed at once when
-// it drops), and none once it is dead.
+// pools is every instance's sessions, as the agency would count them. A
+// pool grows at once to a higher limit; when the limit drops, the sessions
+// above it close only at the next call (they were busy and come back
+// later), as a real pool's in-use sessions do. A dead instance has none.
 type pools struct {
 	mu     sync.Mutex
 	limits map[string]map[string]int // instance → agency → limit
+	open   map[string]map[string]int // instance → agency → open sessions
 }
 
 func (p *pools) sum(agency string) int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	n := 0
-	for _, l := range p.limits {
-		n += l[agency]
+	for _, o := range p.open {
+		n += o[agency]
 	}
 	return n
 }
@@ -37,7 +39,7 @@ func (p *pools) sum(agency string) int {
 func (p *pools) of(inst, agency string) int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.limits[inst][agency]
+	return p.open[inst][agency]
 }
 
 // instanceSessions is one instance's view of pools.
@@ -50,14 +52,17 @@ type instanceSessions struct {
 func (s *instanceSessions) Limit(agency string, n int) int {
 	s.p.mu.Lock()
 	defer s.p.mu.Unlock()
-	if s.dead.Load() {
-		n = 0
-	}
 	if s.p.limits[s.name] == nil {
-		s.p.limits[s.name] = map[string]int{}
+		s.p.limits[s.name], s.p.open[s.name] = map[string]int{}, map[string]int{}
 	}
-	s.p.limits[s.name][agency] = n
-	return n
+	lim, open := s.p.limits[s.name], s.p.open[s.name]
+	open[agency] = min(open[agency], lim[agency]) // the busy ones came back
+	lim[agency] = n
+	open[agency] = max(open[agency], n)
+	if s.dead.Load() {
+		lim[agency], open[agency] = 0, 0
+	}
+	return open[agency]
 }
 
 // cuttable is a bucket that can be cut off from this instance.
@@ -123,7 +128,7 @@ func TestSharesNeverExceedTheQuota(t *testing.T) {
 		t.Fatal(err)
 	}
 	const q = 10
-	p := &pools{limits: map[string]map[string]int{}}
+	p := &pools{limits: map[string]map[string]int{}, open: map[string]map[string]int{}}
 	var worst atomic.Int64
 	stop := make(chan struct{})
 	sampled := make(chan struct{})

@@ -38,7 +38,8 @@ func Command(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	var subnet string
 	switch sub {
 	case "up":
-		fs.IntVar(&cfg.Cells, "cells", cfg.Cells, "`N` cells, c1..cN, each on a host of its own (1..99)")
+		fs.IntVar(&cfg.Cells, "cells", cfg.Cells, "`N` cells, c1..cN (1..99)")
+		fs.IntVar(&cfg.Instances, "instances", cfg.Instances, "`M` instances of each cell (1..5), each on a host of its own with a node of the cell's JetStream cluster")
 		fs.StringVar(&cfg.Bin, "bin", cfg.Bin, "`DIR` holding consul, cell, router and agencysim (make build; make tools for consul)")
 		fs.StringVar(&subnet, "subnet", "", "the lab's IPv4 `CIDR`, /16 to /29 (default: the first free /24 of "+netlab.DefaultPool.String()+")")
 		fs.DurationVar(&cfg.ReadyWait, "ready-timeout", cfg.ReadyWait, "give up if the stack is not ready within `D`")
@@ -59,6 +60,9 @@ func Command(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	case "up":
 		if cfg.Cells < 1 || cfg.Cells > 99 {
 			return fmt.Errorf("--cells %d: want 1 to 99", cfg.Cells)
+		}
+		if cfg.Instances < 1 || cfg.Instances > 5 {
+			return fmt.Errorf("--instances %d: want 1 to 5", cfg.Instances)
 		}
 		if subnet != "" {
 			p, err := netip.ParsePrefix(subnet)
@@ -96,8 +100,17 @@ func writeBanner(w io.Writer, st *Stack, dir string) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "  HOST\tADDRESS\tPROCESS\tLISTENS ON")
 	for _, h := range st.Hosts {
-		name, addrs := processOn(st, h)
-		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", h.Name, h.Addr, name, addrs)
+		host, addr := h.Name, h.Addr.String()
+		for _, p := range processesOn(st, h) {
+			var as []string
+			for _, k := range slices.Sorted(maps.Keys(p.Addrs)) {
+				if k != "cell" {
+					as = append(as, k+" "+p.Addrs[k])
+				}
+			}
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", host, addr, p.Name, strings.Join(as, ", "))
+			host, addr = "", ""
+		}
 	}
 	tw.Flush()
 	fmt.Fprintf(w, `
@@ -110,7 +123,7 @@ Try it:
   curl -s -H 'X-API-Key: %s' -H 'Content-Type: application/json' -d '{"user_id":"u-42","product":"credit_loan","amount":5000000,"priority":"high"}' %s/v1/inquiries
   CONSUL_HTTP_TOKEN=$(cat %s) ./bin/cellctl --registry %s --admin-token-file %s status
   ./bin/loadtest run --target %s --key %s --rate 50 --duration 10s
-  ip netns exec %s-cell1 ss -ltn   # inside a host
+  ip netns exec %s-c1i1 ss -ltn   # inside a host
 
 Status: ./bin/loadtest net status --dir %s
 Stop:   ./bin/loadtest net down --dir %s
@@ -120,18 +133,15 @@ Stop:   ./bin/loadtest net down --dir %s
 		st.Router, st.APIKey, st.Lab.Prefix, dir, dir)
 }
 
-// processOn is the process running on host h and its addresses.
-func processOn(st *Stack, h netlab.HostState) (string, string) {
+// processesOn are the processes running on host h.
+func processesOn(st *Stack, h netlab.HostState) []devstack.Process {
+	var ps []devstack.Process
 	for _, p := range st.Processes {
 		if p.Netns == h.Netns {
-			var as []string
-			for _, k := range slices.Sorted(maps.Keys(p.Addrs)) {
-				as = append(as, k+" "+p.Addrs[k])
-			}
-			return p.Name, strings.Join(as, ", ")
+			ps = append(ps, p)
 		}
 	}
-	return "-", ""
+	return ps
 }
 
 // status prints each host of the stack in dir: address, link, cuts, its
@@ -160,20 +170,25 @@ func status(ctx context.Context, dir string, w io.Writer) error {
 				link, cuts, bound = hostNet(h)
 			}
 		}
-		name, pid, alive, ready := "-", "-", "-", "-"
-		for _, p := range st.Processes {
-			if p.Netns != hs.Netns {
-				continue
-			}
+		ps := processesOn(st, hs)
+		if len(ps) == 0 {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t-\t-\t-\t-\t%s\n", hs.Name, hs.Addr, link, cuts, bound)
+		}
+		for i, p := range ps {
 			total++
 			a := devstack.Alive(p.PID)
 			r := a && devstack.Probe(ctx, hc, p.Ready)
 			if !r {
 				bad++
 			}
-			name, pid, alive, ready = p.Name, strconv.Itoa(p.PID), yesNo(a), yesNo(r)
+			if i == 0 {
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t", hs.Name, hs.Addr, link, cuts)
+			} else {
+				fmt.Fprint(tw, "\t\t\t\t")
+				bound = ""
+			}
+			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\n", p.Name, p.PID, yesNo(a), yesNo(r), bound)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", hs.Name, hs.Addr, link, cuts, name, pid, alive, ready, bound)
 	}
 	tw.Flush()
 	if bad > 0 {

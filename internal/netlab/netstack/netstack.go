@@ -3,15 +3,23 @@
 // separate machines. It is `loadtest net up|down|status`, and the base of
 // the partition drills.
 //
-// The topology, for N cells (addresses in the lab's subnet, in this order
-// from .2):
+// The topology, for N cells of M instances each (addresses in the lab's
+// subnet, in this order from .2):
 //
 //	consul    a Consul agent (server, dev mode, ACLs on, default deny)  :8500
 //	agency    agencysim: admin :7000, NICE :7001, KCB :7002
 //	router1   a router: public :8080, admin :9080
 //	router2   a router: public :8080, admin :9080
-//	cellI     cell cI: intake :8081, admin :9081; its embedded NATS on the
-//	          host's own loopback (127.0.0.1:4222 in its namespace)
+//	cIiJ      instance iJ of cell cI (process cI-iJ): the cell (intake :8081, admin :9081)
+//	          and node cI-nJ of the cell's JetStream cluster, a nats-server
+//	          (clients :4222, routes :6222, monitoring :8222)
+//
+// A cell's M nodes form a JetStream cluster of its own ("cell-cI"); its
+// streams and record bucket have min(M, 3) replicas, so a cell of three
+// survives the loss of any one host. Each instance connects to its own
+// host's node first, then the others, and the instances share the cell's
+// agency quotas by leases (internal/quotalease). The NATS servers require
+// a token (DIR/nats-token) of clients and a password of each other's routes.
 //
 // Every listener is bound to its host's address (or its loopback), never to
 // a wildcard. The map is in Consul (consul://CONSUL:8500/cellkit), made in
@@ -33,6 +41,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -76,7 +85,19 @@ const (
 	routerAdmin   = 9080
 	cellIntake    = 8081
 	cellAdmin     = 9081
-	cellNATS      = 4222
+	natsClient    = 4222
+	natsRoute     = 6222
+	natsMonitor   = 8222
+)
+
+// The agency cuts sessions silent for agencyIdle (a firewall's idle
+// timeout): the cells heartbeat sessions idle for 30 s, checked every
+// 7.5 s. A lease outlives its holder's last renewal by leaseGrace, more
+// than agencyIdle: the sessions of a host that vanished without a FIN are
+// gone at the agency before their leases go to the survivors.
+const (
+	agencyIdle = 45 * time.Second
+	leaseGrace = 50 * time.Second
 )
 
 // Config describes the stack. Zero values mean the defaults in brackets.
@@ -85,8 +106,11 @@ type Config struct {
 	Dir string
 	// Bin holds consul, cell, router and agencysim [bin].
 	Bin string
-	// Cells is the number of cells, c1..cN, each on a host [2].
+	// Cells is the number of cells, c1..cN [2].
 	Cells int
+	// Instances is the number of instances of each cell, each on a host
+	// with a node of the cell's JetStream cluster [3].
+	Instances int
 	// Lab is the network lab's configuration. An empty StateDir means Dir.
 	// [DefaultConfig: family ckn, detached, so that it outlives net up]
 	Lab netlab.Config
@@ -96,7 +120,7 @@ type Config struct {
 
 // DefaultConfig is `loadtest net up` without flags.
 func DefaultConfig() Config {
-	return Config{Dir: "var/net", Bin: "bin", Cells: 2, Lab: netlab.Config{Family: Family, Detached: true}, ReadyWait: 60 * time.Second}
+	return Config{Dir: "var/net", Bin: "bin", Cells: 2, Instances: 3, Lab: netlab.Config{Family: Family, Detached: true}, ReadyWait: 60 * time.Second}
 }
 
 // Options carry the stack's collaborators. The zero value is usable.
@@ -115,8 +139,26 @@ type Stack struct {
 	Lab            Lab                `json:"lab"`
 	Hosts          []netlab.HostState `json:"hosts"`
 	Routers        []string           `json:"routers"` // every router's public base URL
-	ConsulToken    string             `json:"consul_token"`
+	CellSet        []Cell             `json:"cells"`
+	ConsulToken    string             `json:"consul_token"` // the cellkit policy's
+	ConsulRoot     string             `json:"consul_root"`  // the management token
 	AdminTokenFile string             `json:"admin_token_file"`
+	NATSTokenFile  string             `json:"nats_token_file"`
+}
+
+// Cell is a cell of the stack and where its instances run.
+type Cell struct {
+	ID        string     `json:"id"`
+	Instances []Instance `json:"instances"`
+}
+
+// Instance is one instance of a cell: its host, its cell process and the
+// JetStream node beside it.
+type Instance struct {
+	ID   string `json:"id"`   // i1
+	Host string `json:"host"` // c1i1
+	Proc string `json:"proc"` // c1-i1
+	NATS string `json:"nats"` // c1-n1
 }
 
 // Lab locates the stack's network lab.
@@ -152,8 +194,8 @@ func write(st *Stack) error {
 	return atomicfile.WriteFile(StatePath(st.Dir), append(b, '\n'), 0o600)
 }
 
-// Cells are the cell processes, c1 first (the embedded devstack.Stack's
-// Cells would count Consul and the routers among them).
+// Cells are the cell processes, c1's instances first (the embedded
+// devstack.Stack's Cells would count Consul and the routers among them).
 func (st *Stack) Cells() []devstack.Process {
 	var cells []devstack.Process
 	for _, p := range st.Processes {
@@ -162,6 +204,16 @@ func (st *Stack) Cells() []devstack.Process {
 		}
 	}
 	return cells
+}
+
+// Cell returns the cell of that id.
+func (st *Stack) Cell(id string) (Cell, bool) {
+	for _, c := range st.CellSet {
+		if c.ID == id {
+			return c, true
+		}
+	}
+	return Cell{}, false
 }
 
 // Host returns the host named name.
@@ -195,11 +247,17 @@ func Up(ctx context.Context, cfg Config, opts Options) (*Stack, error) {
 	if cfg.Cells == 0 {
 		cfg.Cells = d.Cells
 	}
+	if cfg.Instances == 0 {
+		cfg.Instances = d.Instances
+	}
 	if cfg.ReadyWait <= 0 {
 		cfg.ReadyWait = d.ReadyWait
 	}
 	if cfg.Cells < 1 || cfg.Cells > 99 {
 		return nil, fmt.Errorf("%d cells: want 1 to 99", cfg.Cells)
+	}
+	if cfg.Instances < 1 || cfg.Instances > 5 {
+		return nil, fmt.Errorf("%d instances: want 1 to 5 (JetStream replicates over at most 5 nodes)", cfg.Instances)
 	}
 	progress := opts.Progress
 	if progress == nil {
@@ -221,7 +279,7 @@ func Up(ctx context.Context, cfg Config, opts Options) (*Stack, error) {
 	} else if !sw.Empty() {
 		fmt.Fprintf(progress, "net: swept a crashed lab %v: %d processes, %d namespaces, %d links\n", sw.Prefixes, len(sw.Killed), len(sw.Namespaces), len(sw.Links))
 	}
-	bins, err := findBinaries(cfg.Bin, "consul", "cell", "router", "agencysim")
+	bins, err := findBinaries(cfg.Bin, "consul", "cell", "router", "agencysim", "nats-server")
 	if err != nil {
 		return nil, err
 	}
@@ -229,14 +287,17 @@ func Up(ctx context.Context, cfg Config, opts Options) (*Stack, error) {
 	if err := os.RemoveAll(filepath.Join(dir, "cells")); err != nil {
 		return nil, err
 	}
-	for _, sub := range []string{"logs", "router", "cells"} {
+	if err := os.RemoveAll(filepath.Join(dir, "nats")); err != nil {
+		return nil, err
+	}
+	for _, sub := range []string{"logs", "router", "cells", "nats"} {
 		if err := os.MkdirAll(filepath.Join(dir, sub), 0o755); err != nil {
 			return nil, err
 		}
 	}
-	consulToken, adminToken := uuid(), randomHex(16)
-	adminTokenFile := filepath.Join(dir, "admin-token")
-	for path, v := range map[string]string{adminTokenFile: adminToken, filepath.Join(dir, "consul-token"): consulToken} {
+	consulRoot, adminToken, natsToken := uuid(), randomHex(16), randomHex(16)
+	adminTokenFile, natsTokenFile := filepath.Join(dir, "admin-token"), filepath.Join(dir, "nats-token")
+	for path, v := range map[string]string{adminTokenFile: adminToken, filepath.Join(dir, "consul-root-token"): consulRoot, natsTokenFile: natsToken} {
 		if err := atomicfile.WriteFile(path, []byte(v+"\n"), 0o600); err != nil {
 			return nil, err
 		}
@@ -258,7 +319,7 @@ func Up(ctx context.Context, cfg Config, opts Options) (*Stack, error) {
 		Stack: devstack.Stack{Dir: dir, APIKey: key, StartedAt: time.Now().UTC()},
 		Lab: Lab{Prefix: lab.Prefix(), StateDir: filepath.Dir(lab.StatePath()), Subnet: lab.Subnet(),
 			Gateway: lab.Gateway(), Bridge: lab.Bridge()},
-		ConsulToken: consulToken, AdminTokenFile: adminTokenFile,
+		ConsulRoot: consulRoot, AdminTokenFile: adminTokenFile, NATSTokenFile: natsTokenFile,
 	}
 	fail := func(err error) error {
 		devstack.StopAll(context.WithoutCancel(ctx), st.Processes, 5*time.Second, nil)
@@ -275,7 +336,13 @@ func Up(ctx context.Context, cfg Config, opts Options) (*Stack, error) {
 
 	names := []string{"consul", "agency", "router1", "router2"}
 	for i := 1; i <= cfg.Cells; i++ {
-		names = append(names, "cell"+strconv.Itoa(i))
+		c := Cell{ID: "c" + strconv.Itoa(i)}
+		for j := 1; j <= cfg.Instances; j++ {
+			in := Instance{ID: "i" + strconv.Itoa(j), Host: fmt.Sprintf("%si%d", c.ID, j), Proc: fmt.Sprintf("%s-i%d", c.ID, j), NATS: fmt.Sprintf("%s-n%d", c.ID, j)}
+			c.Instances = append(c.Instances, in)
+			names = append(names, in.Host)
+		}
+		st.CellSet = append(st.CellSet, c)
 	}
 	hosts := map[string]*netlab.Host{}
 	for _, n := range names {
@@ -304,24 +371,30 @@ func Up(ctx context.Context, cfg Config, opts Options) (*Stack, error) {
 
 	// Consul first: the map goes into it before anything reads it.
 	consul := hosts["consul"]
-	c, err := start(consul, consulProcess(bins["consul"], consul, consulToken))
+	c, err := start(consul, consulProcess(bins["consul"], consul, consulRoot))
 	if err != nil {
 		return nil, fail(err)
 	}
 	if err := devstack.WaitReady(ctx, hc, cfg.ReadyWait, c); err != nil {
 		return nil, fail(err)
 	}
-	if err := waitConsul(ctx, hc, consul, consulToken, cfg.ReadyWait); err != nil {
+	if err := waitConsul(ctx, hc, consul, consulRoot, cfg.ReadyWait); err != nil {
+		return nil, fail(err)
+	}
+	if st.ConsulToken, err = cellkitToken(ctx, hc, consul, consulRoot); err != nil {
+		return nil, fail(err)
+	}
+	if err := atomicfile.WriteFile(filepath.Join(dir, "consul-token"), []byte(st.ConsulToken+"\n"), 0o600); err != nil {
 		return nil, fail(err)
 	}
 	st.Registry = "consul://" + consul.HostPort(consulHTTP) + "/cellkit"
 	fmt.Fprintf(progress, "net: consul ready on %s\n", consul.HostPort(consulHTTP))
-	if err := provision(ctx, st, hosts, cfg.Cells); err != nil {
+	if err := provision(ctx, st, hosts); err != nil {
 		return nil, fail(err)
 	}
 	fmt.Fprintf(progress, "net: map with %d cells in %s\n", cfg.Cells, st.Registry)
 
-	env := []string{"CONSUL_HTTP_TOKEN=" + consulToken}
+	env := []string{"CONSUL_HTTP_TOKEN=" + st.ConsulToken}
 	agency := hosts["agency"]
 	type hostProc struct {
 		host *netlab.Host
@@ -330,28 +403,58 @@ func Up(ctx context.Context, cfg Config, opts Options) (*Stack, error) {
 	procs := []hostProc{{agency, devstack.Process{
 		Name: "agencysim", Bin: bins["agencysim"],
 		Args: []string{"-admin-listen", agency.HostPort(agencyAdmin), "-nice-listen", agency.HostPort(agencyNICE), "-kcb-listen", agency.HostPort(agencyKCB),
-			"-nice-sessions", "80", "-kcb-sessions", "40", "-latency-p50", "50ms", "-latency-p99", "150ms"},
+			"-nice-sessions", "80", "-kcb-sessions", "40", "-latency-p50", "50ms", "-latency-p99", "150ms",
+			"-idle-timeout", agencyIdle.String()},
 		Ready: "http://" + agency.HostPort(agencyAdmin) + "/readyz",
 		Addrs: map[string]string{"admin": agency.HostPort(agencyAdmin), "nice": agency.HostPort(agencyNICE), "kcb": agency.HostPort(agencyKCB)},
 	}}}
 	var trusted []string
 	for _, n := range names {
-		if strings.HasPrefix(n, "router") || strings.HasPrefix(n, "cell") {
+		if n != "consul" && n != "agency" {
 			trusted = append(trusted, hosts[n].Addr().String()+"/32")
 		}
 	}
-	for i := 1; i <= cfg.Cells; i++ {
-		id, h := "c"+strconv.Itoa(i), hosts["cell"+strconv.Itoa(i)]
-		procs = append(procs, hostProc{h, devstack.Process{
-			Name: id, Bin: bins["cell"], Env: env,
-			Args: []string{"--cell", id, "--registry", st.Registry, "--store", filepath.Join(dir, "cells", id),
-				"--intake", h.HostPort(cellIntake), "--admin", h.HostPort(cellAdmin), "--admin-token-file", adminTokenFile,
-				"--nats-port", strconv.Itoa(cellNATS),
-				"--agency", "nice=" + agency.HostPort(agencyNICE), "--agency", "kcb=" + agency.HostPort(agencyKCB),
-				"--trusted-router-cidrs", strings.Join(trusted, ",")},
-			Ready: "http://" + h.HostPort(cellAdmin) + "/readyz",
-			Addrs: map[string]string{"intake": h.HostPort(cellIntake), "admin": h.HostPort(cellAdmin), "nats": "127.0.0.1:" + strconv.Itoa(cellNATS)},
-		}})
+	// Each cell's JetStream cluster first: its instances need it to start.
+	var natsNodes []*devstack.Child
+	for _, c := range st.CellSet {
+		for _, in := range c.Instances {
+			p, err := natsProcess(bins["nats-server"], dir, c, in, hosts, natsToken)
+			if err != nil {
+				return nil, fail(err)
+			}
+			n, err := start(hosts[in.Host], p)
+			if err != nil {
+				return nil, fail(err)
+			}
+			natsNodes = append(natsNodes, n)
+		}
+	}
+	fmt.Fprintf(progress, "net: started %d JetStream nodes; waiting until each cell's cluster has a leader...\n", len(natsNodes))
+	if err := devstack.WaitReady(ctx, hc, cfg.ReadyWait, natsNodes...); err != nil {
+		return nil, fail(err)
+	}
+	replicas := strconv.Itoa(min(cfg.Instances, 3))
+	for _, c := range st.CellSet {
+		for j, in := range c.Instances {
+			h := hosts[in.Host]
+			// The instance's own node first, then the others in turn.
+			var urls []string
+			for k := range c.Instances {
+				other := c.Instances[(j+k)%len(c.Instances)]
+				urls = append(urls, "nats://"+hosts[other.Host].HostPort(natsClient))
+			}
+			procs = append(procs, hostProc{h, devstack.Process{
+				Name: in.Proc, Bin: bins["cell"], Env: env,
+				Args: []string{"--cell", c.ID, "--instance", in.ID, "--registry", st.Registry, "--store", filepath.Join(dir, "cells", in.Proc),
+					"--intake", h.HostPort(cellIntake), "--admin", h.HostPort(cellAdmin), "--admin-token-file", adminTokenFile,
+					"--nats-url", strings.Join(urls, ","), "--nats-token-file", natsTokenFile, "--replicas", replicas,
+					"--lease-grace", leaseGrace.String(),
+					"--agency", "nice=" + agency.HostPort(agencyNICE), "--agency", "kcb=" + agency.HostPort(agencyKCB),
+					"--trusted-router-cidrs", strings.Join(trusted, ",")},
+				Ready: "http://" + h.HostPort(cellAdmin) + "/readyz",
+				Addrs: map[string]string{"intake": h.HostPort(cellIntake), "admin": h.HostPort(cellAdmin), "cell": c.ID},
+			}})
+		}
 	}
 	for _, n := range []string{"router1", "router2"} {
 		h := hosts[n]
@@ -461,9 +564,9 @@ func getJSON(ctx context.Context, hc *http.Client, url, token string, v any) err
 }
 
 // provision writes the map into Consul with cellctl's commands, run in
-// process: init, then provision for each cell. Their plans go to
-// DIR/logs/setup.log.
-func provision(ctx context.Context, st *Stack, hosts map[string]*netlab.Host, cells int) error {
+// process: init, then provision for each cell (at its first instance) and
+// instance set for each instance. Their plans go to DIR/logs/setup.log.
+func provision(ctx context.Context, st *Stack, hosts map[string]*netlab.Host) error {
 	logf, err := os.OpenFile(filepath.Join(st.Dir, "logs", "setup.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return err
@@ -488,13 +591,110 @@ func provision(ctx context.Context, st *Stack, hosts map[string]*netlab.Host, ce
 	if err := run("init", "--agency", "nice=80", "--agency", "kcb=40"); err != nil {
 		return err
 	}
-	for i := 1; i <= cells; i++ {
-		h := hosts["cell"+strconv.Itoa(i)]
-		if err := run("provision", "c"+strconv.Itoa(i), "--intake", "http://"+h.HostPort(cellIntake), "--admin", "http://"+h.HostPort(cellAdmin)); err != nil {
+	for _, c := range st.CellSet {
+		first := hosts[c.Instances[0].Host]
+		if err := run("provision", c.ID, "--intake", "http://"+first.HostPort(cellIntake), "--admin", "http://"+first.HostPort(cellAdmin)); err != nil {
 			return err
+		}
+		for _, in := range c.Instances {
+			h := hosts[in.Host]
+			if err := run("instance", "set", c.ID, in.ID, "--intake", "http://"+h.HostPort(cellIntake), "--admin", "http://"+h.HostPort(cellAdmin)); err != nil {
+				return err
+			}
 		}
 	}
 	return nil
+}
+
+// natsProcess is node in.NATS of cell c's JetStream cluster, on in's
+// host: its configuration (with the client token and the route password,
+// so 0600) in DIR/nats/NODE.conf, its store in DIR/nats/NODE. Every write
+// is synced to disk before it is acknowledged, as in the embedded server.
+func natsProcess(bin, dir string, c Cell, in Instance, hosts map[string]*netlab.Host, token string) (devstack.Process, error) {
+	h := hosts[in.Host]
+	// The route password is derived from the client token: one secret to
+	// keep for the stack, distinct on the wire.
+	routePass := fmt.Sprintf("%x", sha256.Sum256([]byte("route:"+token)))[:32]
+	var routes []string
+	for _, other := range c.Instances {
+		routes = append(routes, strconv.Quote("nats-route://route:"+routePass+"@"+hosts[other.Host].HostPort(natsRoute)))
+	}
+	conf := fmt.Sprintf(`server_name: %q
+listen: %q
+http: %q
+jetstream {
+  store_dir: %q
+  sync_interval: always
+  max_memory_store: 64MB
+}
+authorization { token: %q }
+cluster {
+  name: %q
+  listen: %q
+  authorization { user: route, password: %q }
+  routes: [%s]
+}
+`, in.NATS, h.HostPort(natsClient), h.HostPort(natsMonitor), filepath.Join(dir, "nats", in.NATS),
+		token, "cell-"+c.ID, h.HostPort(natsRoute), routePass, strings.Join(routes, ", "))
+	path := filepath.Join(dir, "nats", in.NATS+".conf")
+	if err := atomicfile.WriteFile(path, []byte(conf), 0o600); err != nil {
+		return devstack.Process{}, err
+	}
+	return devstack.Process{
+		Name: in.NATS, Bin: bin, Args: []string{"-c", path},
+		// 200 once JetStream is current: the cluster has a meta leader.
+		Ready: "http://" + h.HostPort(natsMonitor) + "/healthz",
+		Addrs: map[string]string{"nats": h.HostPort(natsClient), "route": h.HostPort(natsRoute), "monitor": h.HostPort(natsMonitor), "cell": c.ID},
+	}, nil
+}
+
+// cellkitToken makes, with the management token, the policy the cellkit
+// processes need (the keys under cellkit/, sessions for the writer lock,
+// reading nodes) and a token of it.
+func cellkitToken(ctx context.Context, hc *http.Client, h *netlab.Host, root string) (string, error) {
+	base := "http://" + h.HostPort(consulHTTP)
+	rules := `key_prefix "cellkit/" { policy = "write" }
+session_prefix "" { policy = "write" }
+node_prefix "" { policy = "read" }
+service_prefix "" { policy = "read" }`
+	var pol struct{ ID string }
+	if err := sendJSON(ctx, hc, http.MethodPut, base+"/v1/acl/policy", root, map[string]string{"Name": "cellkit", "Rules": rules}, &pol); err != nil {
+		return "", fmt.Errorf("consul policy: %w", err)
+	}
+	var tok struct{ SecretID string }
+	if err := sendJSON(ctx, hc, http.MethodPut, base+"/v1/acl/token", root,
+		map[string]any{"Description": "cellkit processes", "Policies": []map[string]string{{"ID": pol.ID}}}, &tok); err != nil {
+		return "", fmt.Errorf("consul token: %w", err)
+	}
+	if tok.SecretID == "" {
+		return "", errors.New("consul token: no secret in the answer")
+	}
+	return tok.SecretID, nil
+}
+
+func sendJSON(ctx context.Context, hc *http.Client, method, url, token string, body, v any) error {
+	b, err := json.Marshal(body)
+	if err != nil {
+		return err
+	}
+	req, err := http.NewRequestWithContext(ctx, method, url, bytes.NewReader(b))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("X-Consul-Token", token)
+	resp, err := hc.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	out, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s %s: %s: %s", method, url, resp.Status, bytes.TrimSpace(out))
+	}
+	return json.Unmarshal(out, v)
 }
 
 // apiKey makes a fresh API key with 'router keygen' (DIR/router/keys.json,

@@ -19,11 +19,29 @@ import (
 
 func TestMain(m *testing.M) { testkit.VerifyTestMain(m) }
 
-// TestUpInquiryDown brings the stack up on a lab with two cells (the
-// binaries of ./bin), sends an inquiry through router1 from the root
-// namespace to the cell that owns its user on another host, reads it back
-// through both routers, and takes everything down: no process, namespace or
-// link of the lab is left.
+func hc() *http.Client { return &http.Client{Timeout: 5 * time.Second} }
+
+func getStatus(t *testing.T, c *http.Client, url, token string) int {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("X-Consul-Token", token)
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	c.CloseIdleConnections()
+	return resp.StatusCode
+}
+
+// TestUpInquiryDown brings the stack up on a lab with two cells of three
+// instances (the binaries of ./bin), sends an inquiry through router1 from
+// the root namespace to the cell that owns its user on other hosts, reads
+// it back through both routers, and takes everything down: no process,
+// namespace or link of the lab is left.
 func TestUpInquiryDown(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts Consul, two cells, two routers and the simulator on a network lab")
@@ -33,7 +51,7 @@ func TestUpInquiryDown(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, b := range []string{"consul", "cell", "router", "agencysim"} {
+	for _, b := range []string{"consul", "cell", "router", "agencysim", "nats-server"} {
 		if _, err := os.Stat(filepath.Join(bin, b)); err != nil {
 			t.Skipf("no %s in %s: run make build (make tools for consul)", b, bin)
 		}
@@ -41,7 +59,7 @@ func TestUpInquiryDown(t *testing.T) {
 	ctx := testkit.Context(t, 90*time.Second)
 	dir := t.TempDir()
 	t0 := time.Now()
-	st, err := Up(ctx, Config{Dir: dir, Bin: bin, Cells: 2, Lab: netlab.Config{Family: netlabtest.Family, StateDir: netlab.DefaultStateDir}, ReadyWait: 45 * time.Second},
+	st, err := Up(ctx, Config{Dir: dir, Bin: bin, Cells: 2, Instances: 3, Lab: netlab.Config{Family: netlabtest.Family, StateDir: netlab.DefaultStateDir}, ReadyWait: 45 * time.Second},
 		Options{Logger: testkit.Logger()})
 	if err != nil {
 		t.Fatal(err)
@@ -57,8 +75,9 @@ func TestUpInquiryDown(t *testing.T) {
 		netlabtest.AssertGone(t, prefix)
 	})
 	t.Logf("up in %v: lab %s on %s", time.Since(t0).Round(time.Millisecond), prefix, st.Lab.Subnet)
-	if len(st.Processes) != 6 || len(st.Hosts) != 6 || len(st.Routers) != 2 || len(st.Cells()) != 2 {
-		t.Fatalf("stack: %d processes on %d hosts, routers %v, %d cells; want 6, 6, 2, 2", len(st.Processes), len(st.Hosts), st.Routers, len(st.Cells()))
+	if len(st.Processes) != 16 || len(st.Hosts) != 10 || len(st.Routers) != 2 || len(st.Cells()) != 6 || len(st.CellSet) != 2 {
+		t.Fatalf("stack: %d processes on %d hosts, routers %v, %d cell processes of %d cells; want 16, 10, 2, 6, 2",
+			len(st.Processes), len(st.Hosts), st.Routers, len(st.Cells()), len(st.CellSet))
 	}
 
 	// Every socket is bound to its host's address or loopback.
@@ -88,12 +107,25 @@ func TestUpInquiryDown(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	for _, c := range st.CellSet {
+		entry, ok := m.Cell(c.ID)
+		if !ok || len(entry.Instances) != 3 {
+			t.Errorf("map: cell %s has instances %+v, want 3", c.ID, entry.Instances)
+		}
+	}
+	// The processes hold a token of the cellkit policy, not the
+	// management token: listing the ACL tokens is refused.
+	aclResp := getStatus(t, hc(), "http://"+strings.TrimPrefix(strings.TrimSuffix(st.Registry, "/cellkit"), "consul://")+"/v1/acl/tokens", st.ConsulToken)
+	if aclResp != http.StatusForbidden || st.ConsulToken == st.ConsulRoot {
+		t.Errorf("the processes' Consul token lists ACL tokens: %d, want 403", aclResp)
+	}
 	const user = "u-42"
 	want := m.Lookup(user).Cell
-	cellProc, ok := st.Process(want)
+	cell, ok := st.Cell(want)
 	if !ok {
-		t.Fatalf("the map sends %s to %q, not a process of the stack", user, want)
+		t.Fatalf("the map sends %s to %q, not a cell of the stack", user, want)
 	}
+	cellProc, _ := st.Process(cell.Instances[0].Proc)
 	r1, _ := st.Process("router1")
 	if cellProc.Netns == r1.Netns || !strings.HasPrefix(st.Router, "http://"+strings.Split(r1.Addrs["listen"], ":")[0]) {
 		t.Fatalf("router1 %v and cell %s %v", r1.Addrs, want, cellProc.Addrs)
