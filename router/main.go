@@ -117,6 +117,7 @@ func parseFlags(args []string, getenv func(string) string, output io.Writer) (op
 	fs.IntVar(&o.cell.MaxConcurrent, "cell-max-concurrent", d.Cell.MaxConcurrent, "bulkhead: requests in flight to one cell (503 above)")
 	fs.DurationVar(&o.cell.Timeout, "cell-timeout", d.Cell.Timeout, "time a cell has to answer one request (504 after)")
 	fs.DurationVar(&o.cell.DialTimeout, "cell-dial-timeout", d.Cell.DialTimeout, "time to connect to a cell")
+	fs.DurationVar(&o.cell.UnackedTimeout, "cell-unacked-timeout", d.Cell.UnackedTimeout, "close a connection to a cell whose sent bytes stay unacknowledged this long (TCP_USER_TIMEOUT): a cell cut off by the network fails requests after this, not after --cell-timeout")
 	fs.DurationVar(&o.cell.IdleConnTimeout, "cell-idle-conn-timeout", d.Cell.IdleConnTimeout, "close connections to a cell idle this long")
 	fs.IntVar(&o.cell.Breaker.Window, "breaker-window", d.Cell.Breaker.Window, "circuit breaker: outcomes remembered per cell")
 	fs.IntVar(&o.cell.Breaker.MinCalls, "breaker-min-calls", d.Cell.Breaker.MinCalls, "circuit breaker: outcomes needed before it can open")

@@ -645,7 +645,11 @@ func (c *Cell) sampleLoop(ctx context.Context) {
 			for _, n := range s.Depth {
 				depth += n
 			}
-			c.shed.Observe(shed.Sample{Depth: depth, Oldest: s.Oldest, At: s.At, Mark: mark, Capacity: c.pipe.Capacity()})
+			instances := 1
+			if c.leaser != nil {
+				instances = c.leaser.Live()
+			}
+			c.shed.Observe(shed.Sample{Depth: depth, Oldest: s.Oldest, At: s.At, Mark: mark, Capacity: c.pipe.Capacity(), Instances: instances})
 		}
 		c.sample.Store(s)
 		select {

@@ -5,26 +5,36 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
+	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/cellkit/cellkit/internal/flagenv"
 	"github.com/cellkit/cellkit/internal/loadtest"
+	"github.com/cellkit/cellkit/internal/netlab"
+	"github.com/cellkit/cellkit/internal/netlab/netstack"
 )
 
 // Command is `loadtest drill NAME`: args are the name and its flags.
 func Command(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" {
 		fmt.Fprintln(stdout, "loadtest drill kill|drain|agency-slow [flags]; 'loadtest drill kill -h' lists the flags")
+		fmt.Fprintln(stdout, "loadtest drill "+strings.Join(slices.Sorted(maps.Keys(NetDrills)), "|")+" [flags]: on a network lab, as root; 'loadtest drill host-loss -h' lists the flags")
 		return nil
 	}
 	name := args[0]
+	if run, ok := NetDrills[name]; ok {
+		return netCommand(ctx, name, run, args[1:], stdout, stderr)
+	}
 	drills := map[string]func(context.Context, Config) (*loadtest.Result, error){
 		"kill": Kill, "drain": Drain, "agency-slow": AgencySlow,
 	}
 	run, ok := drills[name]
 	if !ok {
-		return fmt.Errorf("unknown drill %q: kill, drain or agency-slow", name)
+		return fmt.Errorf("unknown drill %q: kill, drain, agency-slow, or on a network lab %s", name, strings.Join(slices.Sorted(maps.Keys(NetDrills)), ", "))
 	}
 	fs := flag.NewFlagSet("loadtest drill "+name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -85,6 +95,89 @@ func Command(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return err
 	}
 	c.Stack = st
+	res, err := run(ctx, c)
+	if res != nil {
+		if werr := out.Write(stdout, res); werr != nil && err == nil {
+			err = werr
+		}
+	}
+	if err != nil {
+		return err
+	}
+	if !res.Drill.Pass {
+		return fmt.Errorf("%w: %s", ErrAssertion, name)
+	}
+	return nil
+}
+
+// netCommand is `loadtest drill NAME` of a drill on the network lab.
+func netCommand(ctx context.Context, name string, run func(context.Context, NetConfig) (*loadtest.Result, error), args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("loadtest drill "+name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	c := DefaultNetConfig()
+	var netDir string
+	var out loadtest.Outputs
+	var quiet bool
+	fs.StringVar(&netDir, "net-dir", "", "use the stack of 'loadtest net up' recorded in `DIR` instead of bringing one up (it must have the cell and instance named)")
+	fs.StringVar(&c.Bin, "bin", c.Bin, "`DIR` holding cellctl, cell, router, agencysim, nats-server and consul")
+	fs.IntVar(&c.Cells, "cells", c.Cells, "cells of a stack the drill brings up")
+	fs.IntVar(&c.Instances, "instances", c.Instances, "instances of each cell of a stack the drill brings up")
+	fs.Float64Var(&c.Rate, "rate", c.Rate, "requests per second, through router1")
+	fs.IntVar(&c.Users, "users", c.Users, "K distinct users")
+	fs.StringVar(&c.Cell, "cell", c.Cell, "the cell the fault hits")
+	fs.StringVar(&c.Instance, "instance", c.Instance, "host-loss, cut-nats: the instance of --cell whose host goes")
+	fs.DurationVar(&c.Baseline, "baseline", c.Baseline, "load before the fault")
+	fs.DurationVar(&c.Fault, "fault", 0, "how long the fault lasts [20s; host-loss 30s]")
+	fs.DurationVar(&c.After, "after", c.After, "load after the heal")
+	fs.DurationVar(&c.ErrorWindow, "error-window", c.ErrorWindow, "host-loss, cut-nats: from the fault, how long the cell's users may see errors for requests in flight on the instance that went")
+	fs.DurationVar(&c.DownP99, "down-p99", c.DownP99, "cut-router: bound of the cut cell's users' p99")
+	fs.DurationVar(&c.Recover, "recover", c.Recover, "bound from the heal to the last error, and to a map change applied everywhere")
+	fs.IntVar(&c.Moves, "moves", c.Moves, "cut-consul-*: users moved each way during the cut")
+	fs.DurationVar(&c.VerifyWithin, "verify-within", c.VerifyWithin, "how long to poll accepted ids until final")
+	fs.BoolVar(&quiet, "quiet", false, "no progress lines")
+	out.Register(fs)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("loadtest drill %s: unexpected arguments %q", name, fs.Args())
+	}
+	if err := flagenv.Fill(fs, "loadtest", nil); err != nil {
+		return err
+	}
+	if !quiet {
+		c.Progress = stderr
+	}
+	if netDir != "" {
+		st, err := netstack.Read(netDir)
+		if err != nil {
+			return fmt.Errorf("read the stack in %s: %w (start one with 'loadtest net up')", netDir, err)
+		}
+		c.Stack = st
+	} else {
+		if err := netlab.Available(); err != nil {
+			return fmt.Errorf("drill %s needs a network lab: %w", name, err)
+		}
+		dir, err := os.MkdirTemp("", "cellkit-netdrill-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(dir)
+		fmt.Fprintf(stderr, "drill: bringing up %d cells of %d instances on a network lab (%s)...\n", c.Cells, c.Instances, dir)
+		cfg := netstack.DefaultConfig()
+		cfg.Dir, cfg.Bin, cfg.Cells, cfg.Instances = dir, c.Bin, c.Cells, c.Instances
+		cfg.Lab.Family, cfg.Lab.Detached = "ckd", false
+		st, err := netstack.Up(ctx, cfg, netstack.Options{})
+		if err != nil {
+			return err
+		}
+		c.Stack = st
+		defer func() {
+			if _, err := netstack.Down(context.WithoutCancel(ctx), dir, nil); err != nil {
+				fmt.Fprintln(stderr, "drill: take the lab down:", err)
+			}
+		}()
+	}
 	res, err := run(ctx, c)
 	if res != nil {
 		if werr := out.Write(stdout, res); werr != nil && err == nil {

@@ -3,6 +3,7 @@ package loadtest
 import (
 	"fmt"
 	"io"
+	"strings"
 	"text/tabwriter"
 )
 
@@ -46,6 +47,9 @@ func (d *Verdict) Finish() {
 func (d *Verdict) CheckVerification(v Verification) {
 	d.Check("accepted ids lost (404 or never final)", v.Lost+v.Unfinished == 0,
 		fmt.Sprintf("%d of %d (%d done, %d failed)", v.Lost+v.Unfinished, v.Accepted, v.Done, v.Failed), "0")
+	if len(v.Examples) > 0 {
+		d.Note("lost or never final, e.g. %s", strings.Join(v.Examples, ", "))
+	}
 	d.Check("accepted ids duplicated", v.Changed+v.ReplayNewID == 0,
 		fmt.Sprintf("%d (result changed %d; new id on replay %d of %d)", v.Changed+v.ReplayNewID, v.Changed, v.ReplayNewID, v.Replayed), "0")
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
 	"sync"
 	"time"
 )
@@ -17,6 +18,9 @@ type Verification struct {
 	Unfinished             int // still pending at the deadline
 	Changed                int // final result differs between two polls
 	Replayed, ReplayNewID  int // re-POSTs with the same Idempotency-Key; of them answered with another id
+	// Examples are up to 5 ids lost or unfinished, each with the last
+	// status read ("pending", "404", or "" for no answer).
+	Examples []string `json:"examples,omitempty"`
 }
 
 // Verify polls every accepted id of samples (GET /v1/inquiries/{id} through
@@ -48,7 +52,7 @@ func (r *Runner) Verify(ctx context.Context, samples []Sample, within time.Durat
 				return
 			}
 			if time.Now().After(deadline) || ctx.Err() != nil {
-				res[i] = outcome{"pending", ""}
+				res[i] = outcome{"pending", st}
 				return
 			}
 			time.Sleep(250 * time.Millisecond)
@@ -76,6 +80,15 @@ func (r *Runner) Verify(ctx context.Context, samples []Sample, within time.Durat
 			v.Lost++
 		default:
 			v.Unfinished++
+		}
+	}
+	for i, o := range res {
+		if (o.status == "404" || o.status == "pending") && len(v.Examples) < 5 {
+			last := o.status
+			if o.status == "pending" {
+				last = "last read " + strconv.Quote(o.final)
+			}
+			v.Examples = append(v.Examples, acc[i].ID+" ("+last+")")
 		}
 	}
 	// Replays, spread over the run.

@@ -117,6 +117,7 @@ type Leaser struct {
 	mu     sync.Mutex
 	quotas map[string]int // the map's quota of the cell per agency
 	share  map[string]int // this instance's share, last round
+	live   int            // instances live at the last round
 
 	limitG *prometheus.GaugeVec
 }
@@ -171,6 +172,14 @@ func (l *Leaser) Share() map[string]int {
 	return copyMap(l.share)
 }
 
+// Live is how many instances of the cell had their heartbeat in the
+// bucket at the last round (this one included); 1 before the first.
+func (l *Leaser) Live() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return max(1, l.live)
+}
+
 // Run renews, claims and releases leases every Lease/3 until ctx ends;
 // then it drops the session limits to 0 and releases what it holds.
 func (l *Leaser) Run(ctx context.Context) error {
@@ -211,7 +220,7 @@ func (l *Leaser) round(ctx context.Context) {
 		l.fit(rctx, agency, q, share[agency])
 	}
 	l.mu.Lock()
-	l.share = share
+	l.share, l.live = share, len(live)
 	l.mu.Unlock()
 }
 

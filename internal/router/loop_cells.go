@@ -5,9 +5,11 @@ import (
 	"crypto/tls"
 	"net"
 	"slices"
+	"syscall"
 	"time"
 
 	"github.com/panjf2000/gnet/v2"
+	"golang.org/x/sys/unix"
 
 	"github.com/cellkit/cellkit/internal/h1"
 )
@@ -117,10 +119,10 @@ func (p *pool) dial() {
 	lp.dials = append(lp.dials, d)
 	uc := &upconn{p: p, d: d}
 	uc.t.owner = uc
-	addr, stopped, tlsCfg := p.ep.addr, lp.e.stopped, p.ep.tls
+	addr, stopped, tlsCfg, unacked := p.ep.addr, lp.e.stopped, p.ep.tls, lp.e.r.cfg.Cell.UnackedTimeout
 	room := lp.e.r.cfg.Cell.MaxResponseBytes + maxAnswerHead + tlsPlainRoom
 	go func() {
-		dl := net.Dialer{Timeout: timeout, KeepAlive: 30 * time.Second}
+		dl := net.Dialer{Timeout: timeout, KeepAlive: 30 * time.Second, Control: unackedTimeout(unacked)}
 		c, err := dl.Dial("tcp", addr)
 		if err == nil && tlsCfg != nil {
 			tr := &tlsTransport{Conn: c}
@@ -155,6 +157,24 @@ func (p *pool) dial() {
 			}))
 		}
 	}()
+}
+
+// unackedTimeout sets TCP_USER_TIMEOUT on a connection to a cell: the
+// kernel closes it when bytes sent on it stay unacknowledged for d. A cell
+// that is slow to answer still acknowledges what it receives at once, so
+// this catches only a path or host that is gone: without it a request
+// written on a kept-alive connection into a partition waits for the
+// whole call Timeout.
+func unackedTimeout(d time.Duration) func(network, address string, rc syscall.RawConn) error {
+	return func(_, _ string, rc syscall.RawConn) error {
+		var serr error
+		if err := rc.Control(func(fd uintptr) {
+			serr = unix.SetsockoptInt(int(fd), unix.IPPROTO_TCP, unix.TCP_USER_TIMEOUT, int(d/time.Millisecond))
+		}); err != nil {
+			return err
+		}
+		return serr
+	}
 }
 
 // finish marks d finished, once.

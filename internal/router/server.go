@@ -152,6 +152,11 @@ type CellLimits struct {
 	Timeout time.Duration
 	// DialTimeout bounds connecting to a cell [1s].
 	DialTimeout time.Duration
+	// UnackedTimeout closes a connection to a cell whose sent bytes stay
+	// unacknowledged this long (TCP_USER_TIMEOUT): a cell cut off by the
+	// network fails the requests written to it after this, not after
+	// Timeout [1s]. Keep it above the round trip between hosts.
+	UnackedTimeout time.Duration
 	// IdleConnTimeout closes pooled connections unused this long; keep it
 	// below the cells' own idle timeout [30s].
 	IdleConnTimeout time.Duration
@@ -186,7 +191,7 @@ func DefaultConfig() Config {
 			MaxConnsPerAddr: 1024, StallTimeout: 10 * time.Second,
 		},
 		Cell: CellLimits{
-			MaxConcurrent: 256, Timeout: 5 * time.Second, DialTimeout: time.Second,
+			MaxConcurrent: 256, Timeout: 5 * time.Second, DialTimeout: time.Second, UnackedTimeout: time.Second,
 			IdleConnTimeout: 30 * time.Second, MaxResponseBytes: 1 << 20,
 			EjectAfter: 3, EjectFor: 5 * time.Second,
 			Breaker: breaker.Config{
@@ -223,6 +228,7 @@ func (c *Config) defaults(log *slog.Logger) {
 	l.MaxConcurrent = or(l.MaxConcurrent, dl.MaxConcurrent)
 	l.Timeout = or(l.Timeout, dl.Timeout)
 	l.DialTimeout = or(l.DialTimeout, dl.DialTimeout)
+	l.UnackedTimeout = or(l.UnackedTimeout, dl.UnackedTimeout)
 	l.IdleConnTimeout = or(l.IdleConnTimeout, dl.IdleConnTimeout)
 	l.MaxResponseBytes = or(l.MaxResponseBytes, dl.MaxResponseBytes)
 	l.EjectAfter = or(l.EjectAfter, dl.EjectAfter)

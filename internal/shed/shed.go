@@ -70,6 +70,11 @@ type Sample struct {
 	// can finish now, from the calls in flight (0: no estimate). It leads
 	// the measured drain rate when the agencies slow down.
 	Capacity float64
+	// Instances is how many instances of the cell drain the same queue
+	// (0 or 1: this process alone). The drain rate and the capacity are
+	// this instance's, its share of the cell's; Depth is the cell's. The
+	// pace a new inquiry waits for is the instance's times Instances.
+	Instances int
 }
 
 // Decision is Admit's answer.
@@ -215,8 +220,10 @@ func (s *Shedder) paceLocked() float64 {
 	if c := s.sample.Capacity; c > 0 {
 		p = min(p, c)
 	}
-	return p
+	return p * s.instancesLocked()
 }
+
+func (s *Shedder) instancesLocked() float64 { return float64(max(1, s.sample.Instances)) }
 
 // Admit decides on one new inquiry.
 func (s *Shedder) Admit() Decision {
@@ -266,6 +273,6 @@ func (s *Shedder) retryAfterLocked(depth int) time.Duration {
 		}
 		return s.cfg.MaxRetryAfter
 	}
-	d := time.Duration(float64(depth) / s.rate * float64(time.Second))
+	d := time.Duration(float64(depth) / (s.rate * s.instancesLocked()) * float64(time.Second))
 	return min(max(d, time.Second), s.cfg.MaxRetryAfter)
 }

@@ -99,6 +99,30 @@ func TestShedsWhenTheBacklogWouldOutliveTheBudget(t *testing.T) {
 	}
 }
 
+// TestInstancesShareTheDrain: an instance of a cell of three drains a
+// third of the cell's queue; the backlog a new inquiry waits for drains at
+// three times its own rate.
+func TestInstancesShareTheDrain(t *testing.T) {
+	clk := testkit.NewClock(time.Unix(1000, 0))
+	s := New(Config{MaxAge: 5 * time.Second, MaxDepth: 1_000_000}, Options{Now: clk.Now})
+	for range 5 { // this instance drains 100/s, the cell 300/s
+		clk.Advance(time.Second)
+		s.Drained(100)
+		s.Observe(Sample{Depth: 900, Oldest: clk.Now().Add(-time.Second), At: clk.Now(), Mark: s.Mark(), Instances: 3})
+	}
+	if d := s.Admit(); !d.OK {
+		t.Fatalf("900 queued at 3 × 100/s (3 s) with a 5 s budget: %+v", d)
+	}
+	s.Observe(Sample{Depth: 900, Oldest: clk.Now().Add(-time.Second), At: clk.Now(), Mark: s.Mark(), Instances: 1})
+	if d := s.Admit(); d.OK || d.Reason != "wait" {
+		t.Fatalf("900 queued at 100/s (9 s) with a 5 s budget, alone: %+v", d)
+	}
+	s.Observe(Sample{Depth: 1350, Oldest: clk.Now().Add(-time.Second), At: clk.Now(), Mark: s.Mark(), Instances: 3})
+	if d := s.Admit(); d.OK || d.RetryAfter < 4*time.Second || d.RetryAfter > 5*time.Second {
+		t.Fatalf("1350 queued at 3 × 100/s (4.5 s): %+v, want shed with Retry-After 4.5 s", d)
+	}
+}
+
 func TestAnIdleQueueDoesNotLowerTheDrainRate(t *testing.T) {
 	clk := testkit.NewClock(time.Unix(1000, 0))
 	s := New(Config{MaxAge: 5 * time.Second}, Options{Now: clk.Now})

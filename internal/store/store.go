@@ -6,6 +6,13 @@
 // a worker and a redelivered copy of a message can never overwrite each
 // other's decision: the loser gets ErrConflict, re-reads and decides again.
 // Records expire TTL after their last write.
+//
+// Reads of a replicated bucket go to the stream's leader. A key-value
+// bucket answers reads from any replica by default (direct gets), and a
+// replica that has not yet applied a write answers as if it were not
+// there: a worker that read "no such record" for an inquiry just accepted
+// would drop its work as stale, and the inquiry would stay pending
+// forever. The leader has applied every write it acknowledged.
 package store
 
 import (
@@ -15,6 +22,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/cellkit/cellkit/internal/inquiry"
@@ -38,6 +46,9 @@ func Bucket(cell string) string { return "cellkit-" + cell + "-inquiries" }
 // Store is a cell's record bucket. It is safe for concurrent use.
 type Store struct {
 	kv jetstream.KeyValue
+	// nc and bucket, for a replicated bucket: reads go to its leader.
+	nc     *nats.Conn
+	bucket string
 }
 
 // Open creates or updates the bucket of cell with the given TTL (0: 7
@@ -66,7 +77,11 @@ func OpenReplicated(ctx context.Context, js jetstream.JetStream, cell string, tt
 	if err != nil {
 		return nil, fmt.Errorf("open record bucket %s: %w", Bucket(cell), err)
 	}
-	return &Store{kv: kv}, nil
+	st := &Store{kv: kv}
+	if replicas > 1 {
+		st.nc, st.bucket = js.Conn(), Bucket(cell)
+	}
+	return st, nil
 }
 
 // Create stores a new record; ErrExists if one is there.
@@ -88,17 +103,73 @@ func (s *Store) Create(ctx context.Context, r *inquiry.Record) (uint64, error) {
 // Get reads a record and its revision.
 func (s *Store) Get(ctx context.Context, id string) (inquiry.Record, uint64, error) {
 	var r inquiry.Record
-	e, err := s.kv.Get(ctx, id)
+	var value []byte
+	var rev uint64
+	var err error
+	if s.nc != nil {
+		value, rev, err = s.leaderGet(ctx, id)
+	} else {
+		var e jetstream.KeyValueEntry
+		if e, err = s.kv.Get(ctx, id); err == nil {
+			value, rev = e.Value(), e.Revision()
+		}
+	}
 	if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
 		return r, 0, ErrNotFound
 	}
 	if err != nil {
 		return r, 0, fmt.Errorf("read record %s: %w", id, err)
 	}
-	if err := json.Unmarshal(e.Value(), &r); err != nil {
+	if err := json.Unmarshal(value, &r); err != nil {
 		return r, 0, fmt.Errorf("decode record %s: %w", id, err)
 	}
-	return r, e.Revision(), nil
+	return r, rev, nil
+}
+
+// leaderGet reads key's last value through the stream's leader (the
+// STREAM.MSG.GET API, which only the leader answers).
+func (s *Store) leaderGet(ctx context.Context, key string) ([]byte, uint64, error) {
+	req, err := json.Marshal(map[string]string{"last_by_subj": "$KV." + s.bucket + "." + key})
+	if err != nil {
+		return nil, 0, err
+	}
+	msg, err := s.nc.RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET.KV_"+s.bucket, req)
+	if err != nil {
+		return nil, 0, err
+	}
+	var resp struct {
+		Message *struct {
+			Seq  uint64 `json:"seq"`
+			Hdrs []byte `json:"hdrs"`
+			Data []byte `json:"data"`
+		} `json:"message"`
+		Error *struct {
+			Code        int    `json:"code"`
+			ErrCode     int    `json:"err_code"`
+			Description string `json:"description"`
+		} `json:"error"`
+	}
+	if err := json.Unmarshal(msg.Data, &resp); err != nil {
+		return nil, 0, fmt.Errorf("decode the leader's answer: %w", err)
+	}
+	switch {
+	case resp.Error != nil && resp.Error.ErrCode == int(jetstream.JSErrCodeMessageNotFound):
+		return nil, 0, jetstream.ErrKeyNotFound
+	case resp.Error != nil:
+		return nil, 0, fmt.Errorf("%s (%d)", resp.Error.Description, resp.Error.ErrCode)
+	case resp.Message == nil:
+		return nil, 0, errors.New("empty answer from the leader")
+	}
+	if len(resp.Message.Hdrs) > 0 {
+		h, err := nats.DecodeHeadersMsg(resp.Message.Hdrs)
+		if err != nil {
+			return nil, 0, fmt.Errorf("decode the record's headers: %w", err)
+		}
+		if op := h.Get("KV-Operation"); op == "DEL" || op == "PURGE" {
+			return nil, 0, jetstream.ErrKeyDeleted
+		}
+	}
+	return resp.Message.Data, resp.Message.Seq, nil
 }
 
 // Update replaces the record if it is still at rev; ErrConflict if not.

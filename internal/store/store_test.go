@@ -1,13 +1,15 @@
 package store_test
 
 import (
-	"context"
 	"errors"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/cellkit/cellkit/internal/celltest"
 	"github.com/cellkit/cellkit/internal/inquiry"
+	"github.com/cellkit/cellkit/internal/natsembed"
 	"github.com/cellkit/cellkit/internal/store"
 	"github.com/cellkit/cellkit/internal/testkit"
 )
@@ -16,10 +18,40 @@ func TestMain(m *testing.M) { testkit.VerifyTestMain(m) }
 
 func TestStoreCompareAndSwap(t *testing.T) {
 	_, js := celltest.NATS(t)
-	ctx := context.Background()
-	st, err := store.Open(ctx, js, "c1", time.Hour)
+	testCompareAndSwap(t, js, 1)
+}
+
+// TestReplicatedStoreReadsTheLeader runs the same on a three-node cluster,
+// where reads go to the stream's leader (a client connected to each node
+// in turn): revisions, not-found and delete markers come out the same.
+func TestReplicatedStoreReadsTheLeader(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a three-node JetStream cluster")
+	}
+	nodes, err := natsembed.StartCluster(natsembed.ClusterConfig{Name: "store", Dirs: []string{t.TempDir(), t.TempDir(), t.TempDir()}}, natsembed.Options{Logger: testkit.Logger()})
 	if err != nil {
 		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		for _, n := range nodes {
+			n.Shutdown()
+		}
+	})
+	for _, n := range nodes {
+		_, js := celltest.Connect(t, n)
+		testCompareAndSwap(t, js, 3)
+	}
+}
+
+func testCompareAndSwap(t *testing.T, js jetstream.JetStream, replicas int) {
+	t.Helper()
+	ctx := testkit.Context(t, 30*time.Second)
+	st, err := store.OpenReplicated(ctx, js, "c1", time.Hour, replicas)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := st.Get(ctx, inquiry.NewID("c1")); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("Get of an unknown id = %v, want ErrNotFound", err)
 	}
 	rec := inquiry.NewRecord(inquiry.NewID("c1"), "c1", inquiry.Request{UserID: "u", Product: "p", Amount: 1}, time.Now())
 	rev, err := st.Create(ctx, &rec)
@@ -32,6 +64,9 @@ func TestStoreCompareAndSwap(t *testing.T) {
 	rev2, err := st.Update(ctx, &rec, rev)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if got, gotRev, err := st.Get(ctx, rec.ID); err != nil || gotRev != rev2 || got.ID != rec.ID {
+		t.Fatalf("Get after Update = %+v at %d, %v; want revision %d", got, gotRev, err, rev2)
 	}
 	if _, err := st.Update(ctx, &rec, rev); !errors.Is(err, store.ErrConflict) {
 		t.Fatalf("Update at a stale revision = %v, want ErrConflict", err)

@@ -633,6 +633,9 @@ cluster {
   listen: %q
   authorization { user: route, password: %q }
   routes: [%s]
+  ping_interval: "1s"
+  ping_max: 2
+  write_deadline: "2s"
 }
 `, in.NATS, h.HostPort(natsClient), h.HostPort(natsMonitor), filepath.Join(dir, "nats", in.NATS),
 		token, "cell-"+c.ID, h.HostPort(natsRoute), routePass, strings.Join(routes, ", "))
@@ -821,4 +824,42 @@ func uuid() string {
 	b[8] = b[8]&0x3f | 0x80
 	h := hex.EncodeToString(b)
 	return h[:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:]
+}
+
+// Kill sends SIGKILL to the process named name and waits until it is
+// gone.
+func (st *Stack) Kill(ctx context.Context, name string) error {
+	p, ok := st.Process(name)
+	if !ok {
+		return fmt.Errorf("no process %q in the stack", name)
+	}
+	if _, err := devstack.Stop(ctx, *p, 0); err != nil {
+		return fmt.Errorf("kill %s (pid %d): %w", name, p.PID, err)
+	}
+	return nil
+}
+
+// Restart starts the process named name again on its host, with the
+// arguments and environment recorded, appending to its log, and records
+// its new pid in DIR/net.json.
+func (st *Stack) Restart(lab *netlab.Lab, name string) (*devstack.Child, error) {
+	p, ok := st.Process(name)
+	if !ok {
+		return nil, fmt.Errorf("no process %q in the stack", name)
+	}
+	var host *netlab.Host
+	for _, h := range lab.Hosts() {
+		if h.Netns() == p.Netns {
+			host = h
+		}
+	}
+	if host == nil {
+		return nil, fmt.Errorf("%s: no host of the lab has its namespace %s", name, p.Netns)
+	}
+	c, err := host.Start(*p)
+	if err != nil {
+		return nil, err
+	}
+	p.PID = c.PID
+	return c, write(st)
 }

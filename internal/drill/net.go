@@ -1,0 +1,441 @@
+package drill
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/cellkit/cellkit/internal/devstack"
+	"github.com/cellkit/cellkit/internal/loadtest"
+	"github.com/cellkit/cellkit/internal/netlab"
+	"github.com/cellkit/cellkit/internal/netlab/netstack"
+)
+
+// The partition drills run on the network lab (internal/netlab/netstack):
+// every process on a host of its own, faults made by unplugging a host or
+// by blackhole routes between hosts. The load comes from this machine's
+// root namespace through router1, as in the local drills. Each drill
+// checks, besides its own promises, that no accepted inquiry was lost or
+// duplicated and that the agencies never saw more sessions than their
+// limits (their peak and their refusals, sampled throughout).
+
+// NetConfig is one drill on the network lab. Zero values mean the defaults
+// in brackets (DefaultNetConfig).
+type NetConfig struct {
+	// Stack is the running stack; nil means the drill brings one up in a
+	// temporary directory and takes it down at the end.
+	Stack *netstack.Stack
+	// Bin holds the binaries for a stack the drill brings up [bin].
+	Bin string
+	// Cells and Instances size a stack the drill brings up [3, 3].
+	Cells, Instances int
+	// Rate is the constant request rate through router1 [100/s].
+	Rate float64
+	// Users as in loadtest.Config [200].
+	Users int
+	// Cell is the cell the fault hits [c2]; Instance the instance of it
+	// (host-loss, cut-nats) [i1].
+	Cell, Instance string
+	// Baseline is the load before the fault [15s]; Fault how long it lasts
+	// [20s; host-loss 30s]; After the load after the heal [25s].
+	Baseline, Fault, After time.Duration
+	// ErrorWindow bounds, from the fault, when the hit cell's users may
+	// still see errors (host-loss, cut-nats) [15s]. Requests in flight on
+	// the instance that went away end at the router's 5 s call timeout.
+	// When the host led one of the cell's streams, the cell cannot write
+	// until the others elect a leader: nats-server's Raft waits 4–9 s (not
+	// configurable) after its last heartbeat, the cell answers 503 (NATS)
+	// meanwhile, and the router's breaker, open for 5 s, turns those into
+	// fast 503s.
+	ErrorWindow time.Duration
+	// DownP99 bounds the p99 of the cut cell's users (cut-router) [1.5s:
+	// the router's 1 s UnackedTimeout for requests written on a kept-alive
+	// connection into the cut, the rest answered at once by its breaker].
+	DownP99 time.Duration
+	// Recover bounds the time from the heal to the last error of the
+	// users the fault hit, and to a map change applied everywhere [20s].
+	Recover time.Duration
+	// Moves is how many users a consul cut drill moves each way [4].
+	Moves int
+	// VerifyWithin bounds the polling of accepted ids [120s].
+	VerifyWithin time.Duration
+	// Replays is how many accepted requests are re-sent with their
+	// Idempotency-Key [300].
+	Replays int
+	// Progress gets the progress lines (nil: none).
+	Progress io.Writer
+}
+
+// DefaultNetConfig returns the defaults; Fault is left zero: its default
+// depends on the drill.
+func DefaultNetConfig() NetConfig {
+	return NetConfig{
+		Bin: "bin", Cells: 3, Instances: 3, Rate: 100, Users: 200, Cell: "c2", Instance: "i1",
+		Baseline: 15 * time.Second, After: 25 * time.Second, ErrorWindow: 15 * time.Second,
+		DownP99: 1500 * time.Millisecond, Recover: 20 * time.Second, Moves: 4,
+		VerifyWithin: 120 * time.Second, Replays: 300,
+	}
+}
+
+func (c *NetConfig) defaults(fault time.Duration) {
+	d := DefaultNetConfig()
+	or := func(v *time.Duration, def time.Duration) {
+		if *v <= 0 {
+			*v = def
+		}
+	}
+	or(&c.Baseline, d.Baseline)
+	or(&c.Fault, fault)
+	or(&c.After, d.After)
+	or(&c.ErrorWindow, d.ErrorWindow)
+	or(&c.DownP99, d.DownP99)
+	or(&c.Recover, d.Recover)
+	or(&c.VerifyWithin, d.VerifyWithin)
+	if c.Bin == "" {
+		c.Bin = d.Bin
+	}
+	if c.Cells <= 0 {
+		c.Cells = d.Cells
+	}
+	if c.Instances <= 0 {
+		c.Instances = d.Instances
+	}
+	if c.Rate <= 0 {
+		c.Rate = d.Rate
+	}
+	if c.Users <= 0 {
+		c.Users = d.Users
+	}
+	if c.Cell == "" {
+		c.Cell = d.Cell
+	}
+	if c.Instance == "" {
+		c.Instance = d.Instance
+	}
+	if c.Moves <= 0 {
+		c.Moves = d.Moves
+	}
+	if c.Replays <= 0 {
+		c.Replays = d.Replays
+	}
+}
+
+func (c *NetConfig) logf(format string, args ...any) {
+	if c.Progress != nil {
+		fmt.Fprintf(c.Progress, "drill: "+format+"\n", args...)
+	}
+}
+
+// NetDrills are the drills on the network lab, by name.
+var NetDrills = map[string]func(context.Context, NetConfig) (*loadtest.Result, error){
+	"host-loss":  HostLoss,
+	"cut-router": CutRouter,
+	// "cut-consul-router": CutConsulRouter,
+	// "cut-consul-cell":   CutConsulCell,
+	// "cut-nats":          CutNATS,
+	// "cut-agency":        CutAgency,
+}
+
+// netRun is a drill in progress: the stack, its lab and the load.
+type netRun struct {
+	c     *NetConfig
+	st    *netstack.Stack
+	lab   *netlab.Lab
+	r     *loadtest.Runner
+	hc    *http.Client
+	admin string // the admin bearer token
+
+	sessions *sessionWatch
+}
+
+func newNetRun(c *NetConfig, total time.Duration) (*netRun, error) {
+	st := c.Stack
+	if _, ok := st.Cell(c.Cell); !ok {
+		return nil, fmt.Errorf("no cell %q in the stack", c.Cell)
+	}
+	lab, err := st.OpenLab(netlab.Options{})
+	if err != nil {
+		return nil, err
+	}
+	tok, err := os.ReadFile(st.AdminTokenFile)
+	if err != nil {
+		return nil, err
+	}
+	r, err := loadtest.NewRunner(loadtest.Config{
+		Target: st.Router, Key: st.APIKey, Steps: []loadtest.Step{{Rate: c.Rate, For: total}},
+		Users: c.Users, KeepSamples: true, Timeout: 10 * time.Second,
+	}, loadtest.Options{Progress: c.Progress})
+	if err != nil {
+		return nil, err
+	}
+	return &netRun{c: c, st: st, lab: lab, r: r, hc: &http.Client{Timeout: 3 * time.Second}, admin: strings.TrimSpace(string(tok))}, nil
+}
+
+// host is the lab's host named name.
+func (n *netRun) host(name string) (*netlab.Host, error) {
+	h, ok := n.lab.Host(name)
+	if !ok {
+		return nil, fmt.Errorf("no host %q in the lab", name)
+	}
+	return h, nil
+}
+
+// cellHosts are the hosts of a cell's instances.
+func (n *netRun) cellHosts(cell string) ([]*netlab.Host, error) {
+	c, ok := n.st.Cell(cell)
+	if !ok {
+		return nil, fmt.Errorf("no cell %q in the stack", cell)
+	}
+	var hs []*netlab.Host
+	for _, in := range c.Instances {
+		h, err := n.host(in.Host)
+		if err != nil {
+			return nil, err
+		}
+		hs = append(hs, h)
+	}
+	return hs, nil
+}
+
+// instance is the named instance of the drill's cell.
+func (n *netRun) instance() (netstack.Instance, error) {
+	c, _ := n.st.Cell(n.c.Cell)
+	for _, in := range c.Instances {
+		if in.ID == n.c.Instance {
+			return in, nil
+		}
+	}
+	return netstack.Instance{}, fmt.Errorf("cell %s has no instance %q", n.c.Cell, n.c.Instance)
+}
+
+// cut cuts every host of as from every host of bs; the returned func heals
+// them.
+func cut(as, bs []*netlab.Host) (heal func() error, err error) {
+	var done [][2]*netlab.Host
+	heal = func() error {
+		var errs []error
+		for _, p := range done {
+			errs = append(errs, p[0].Heal(p[1]))
+		}
+		done = nil
+		return errors.Join(errs...)
+	}
+	for _, a := range as {
+		for _, b := range bs {
+			if err := a.Cut(b); err != nil {
+				return heal, errors.Join(err, heal())
+			}
+			done = append(done, [2]*netlab.Host{a, b})
+		}
+	}
+	return heal, nil
+}
+
+// waitReady waits until the named processes answer their readiness URL.
+func (n *netRun) waitReady(ctx context.Context, within time.Duration, children ...*devstack.Child) error {
+	return devstack.WaitReady(ctx, n.hc, within, children...)
+}
+
+// cellctl runs bin/cellctl against the stack's registry with the
+// processes' Consul token.
+func (n *netRun) cellctl(ctx context.Context, args ...string) (string, error) {
+	cmd := exec.CommandContext(ctx, filepath.Join(n.c.Bin, "cellctl"), append([]string{"--registry", n.st.Registry}, args...)...)
+	cmd.Env = append(devstack.ChildEnv(), "CONSUL_HTTP_TOKEN="+n.st.ConsulToken)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return string(out), fmt.Errorf("cellctl %s: %v: %s", strings.Join(args, " "), err, devstack.Tail(string(out), 3))
+	}
+	return string(out), nil
+}
+
+// routerMap is the version of the map a router routes with (its /readyz).
+func (n *netRun) routerMap(ctx context.Context, adminAddr string) (int64, error) {
+	var rd struct {
+		MapVersion int64 `json:"map_version"`
+	}
+	err := n.getJSON(ctx, "http://"+adminAddr+"/readyz", &rd)
+	return rd.MapVersion, err
+}
+
+// cellMap is the version of the map a cell instance fences with (its
+// admin status).
+func (n *netRun) cellMap(ctx context.Context, adminAddr string) (int64, error) {
+	var st struct {
+		Map struct {
+			Version int64 `json:"version"`
+		} `json:"map"`
+	}
+	err := n.getJSON(ctx, "http://"+adminAddr+"/v1/admin/status", &st)
+	return st.Map.Version, err
+}
+
+func (n *netRun) getJSON(ctx context.Context, url string, v any) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Authorization", "Bearer "+n.admin)
+	resp, err := n.hc.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("GET %s: %s: %s", url, resp.Status, bytes.TrimSpace(b))
+	}
+	return json.Unmarshal(b, v)
+}
+
+// sessionWatch samples the agencies' open sessions every 100 ms while a
+// drill runs; the simulator's own peak and refusals are read at the end.
+type sessionWatch struct {
+	mu      sync.Mutex
+	max     map[string]int64
+	limit   map[string]int
+	refused map[string]int64 // at the start
+	stop    context.CancelFunc
+	done    chan struct{}
+}
+
+type agencyStatus struct {
+	Agency string `json:"agency"`
+	Config struct {
+		MaxSessions int `json:"max_sessions"`
+	} `json:"config"`
+	Stats struct {
+		ActiveSessions int64 `json:"active_sessions"`
+		PeakSessions   int64 `json:"peak_sessions"`
+		Refused        int64 `json:"refused"`
+	} `json:"stats"`
+}
+
+func (n *netRun) agencies(ctx context.Context) ([]agencyStatus, error) {
+	var out []agencyStatus
+	err := n.getJSON(ctx, n.st.AgencyAdmin+"/v1/agencies", &out)
+	return out, err
+}
+
+func (n *netRun) watchSessions(ctx context.Context) error {
+	first, err := n.agencies(ctx)
+	if err != nil {
+		return fmt.Errorf("agency sessions: %w", err)
+	}
+	w := &sessionWatch{max: map[string]int64{}, limit: map[string]int{}, refused: map[string]int64{}, done: make(chan struct{})}
+	for _, a := range first {
+		w.limit[a.Agency], w.refused[a.Agency] = a.Config.MaxSessions, a.Stats.Refused
+	}
+	wctx, stop := context.WithCancel(ctx)
+	w.stop = stop
+	go func() {
+		defer close(w.done)
+		for wctx.Err() == nil {
+			if as, err := n.agencies(wctx); err == nil {
+				w.mu.Lock()
+				for _, a := range as {
+					w.max[a.Agency] = max(w.max[a.Agency], a.Stats.ActiveSessions)
+				}
+				w.mu.Unlock()
+			}
+			select {
+			case <-wctx.Done():
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+	}()
+	n.sessions = w
+	return nil
+}
+
+// checkSessions stops the sampling and asserts, per agency, that the
+// sessions never passed its limit: the sampled maximum, the simulator's
+// own peak (every admission counted), and no connection refused for
+// being over it.
+func (n *netRun) checkSessions(ctx context.Context, d *loadtest.Verdict) {
+	w := n.sessions
+	w.stop()
+	<-w.done
+	last, err := n.agencies(ctx)
+	if err != nil {
+		d.Check("agency sessions read", false, err.Error(), "readable")
+		return
+	}
+	for _, a := range last {
+		lim := w.limit[a.Agency]
+		refused := a.Stats.Refused - w.refused[a.Agency]
+		d.Check(a.Agency+" sessions ≤ its limit", a.Stats.PeakSessions <= int64(lim) && refused == 0 && w.max[a.Agency] <= int64(lim),
+			fmt.Sprintf("peak %d, sampled max %d, refused %d", a.Stats.PeakSessions, w.max[a.Agency], refused),
+			fmt.Sprintf("≤ %d, 0 refused", lim))
+	}
+}
+
+// usersOf maps each user of the run to the cell that answered it before
+// the fault.
+func usersOf(res *loadtest.Result, before time.Duration) map[int]string {
+	return loadtest.UserCells(res.Samples, 0, before)
+}
+
+// checkOthers asserts that the cells the fault did not hit answered every
+// request from the fault on.
+func checkOthers(d *loadtest.Verdict, res *loadtest.Result, cells map[int]string, hit []string, from, to time.Duration) {
+	names := map[string]bool{}
+	for _, c := range cells {
+		if c != "" && !slices.Contains(hit, c) {
+			names[c] = true
+		}
+	}
+	for _, cell := range slices.Sorted(mapsKeys(names)) {
+		mine := func(u int) bool { return cells[u] == cell }
+		st := loadtest.Window{From: from, To: to, Users: mine}.Stats(res.Samples)
+		base := loadtest.Window{To: from, Users: mine}.Stats(res.Samples)
+		d.Check(cell+" errors from the fault on", st.Errors == 0 && st.N > 0, fmt.Sprintf("%d of %d %v", st.Errors, st.N, st.Status), "0")
+		d.Note("%s p50/p99: baseline %s/%s, from the fault on %s/%s", cell, msf(base.P50), msf(base.P99), msf(st.P50), msf(st.P99))
+	}
+}
+
+func mapsKeys(m map[string]bool) func(func(string) bool) {
+	return func(yield func(string) bool) {
+		for k := range m {
+			if !yield(k) {
+				return
+			}
+		}
+	}
+}
+
+// lastError is when the last answer other than 202 to a user in users,
+// among requests sent in [from, to), came back; -1 if none.
+func lastError(res *loadtest.Result, users func(int) bool, from, to time.Duration) time.Duration {
+	last := time.Duration(-1)
+	for _, s := range res.Samples {
+		if s.At < from || s.At >= to || !users(s.User) || s.Status == http.StatusAccepted {
+			continue
+		}
+		last = max(last, s.At+s.Latency)
+	}
+	return last
+}
+
+// finishNet verifies the accepted ids and the sessions and ends the
+// verdict.
+func (n *netRun) finishNet(ctx context.Context, d *loadtest.Verdict, res *loadtest.Result) {
+	n.c.logf("verifying %d accepted ids...", countAccepted(res.Samples))
+	d.CheckVerification(n.r.Verify(ctx, res.Samples, n.c.VerifyWithin, n.c.Replays))
+	n.checkSessions(ctx, d)
+	d.Finish()
+	res.Drill = d
+}
