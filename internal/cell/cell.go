@@ -649,7 +649,7 @@ func (c *Cell) sampleLoop(ctx context.Context) {
 			if c.leaser != nil {
 				instances = c.leaser.Live()
 			}
-			c.shed.Observe(shed.Sample{Depth: depth, Oldest: s.Oldest, At: s.At, Mark: mark, Capacity: c.pipe.Capacity(), Instances: instances})
+			c.shed.Observe(shed.Sample{Depth: depth, Oldest: s.Oldest, At: s.At, Mark: mark, Capacity: c.pipe.Capacity(), Instances: instances, Idle: c.pipe.Inflight() == 0})
 		}
 		c.sample.Store(s)
 		select {

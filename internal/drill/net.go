@@ -64,7 +64,9 @@ type NetConfig struct {
 	// connection into the cut, the rest answered at once by its breaker].
 	DownP99 time.Duration
 	// Recover bounds the time from the heal to the last error of the
-	// users the fault hit, and to a map change applied everywhere [20s].
+	// users the fault hit, and to a map change applied everywhere [30s:
+	// a JetStream node that rejoins its cluster after a cut forces an
+	// election in every group it is in, see CutNATS].
 	Recover time.Duration
 	// Moves is how many users a consul cut drill moves each way [4].
 	Moves int
@@ -83,7 +85,7 @@ func DefaultNetConfig() NetConfig {
 	return NetConfig{
 		Bin: "bin", Cells: 3, Instances: 3, Rate: 100, Users: 200, Cell: "c2", Instance: "i1",
 		Baseline: 15 * time.Second, After: 25 * time.Second, ErrorWindow: 15 * time.Second,
-		DownP99: 1500 * time.Millisecond, Recover: 20 * time.Second, Moves: 4,
+		DownP99: 1500 * time.Millisecond, Recover: 30 * time.Second, Moves: 4,
 		VerifyWithin: 120 * time.Second, Replays: 300,
 	}
 }
@@ -139,12 +141,12 @@ func (c *NetConfig) logf(format string, args ...any) {
 
 // NetDrills are the drills on the network lab, by name.
 var NetDrills = map[string]func(context.Context, NetConfig) (*loadtest.Result, error){
-	"host-loss":  HostLoss,
-	"cut-router": CutRouter,
-	// "cut-consul-router": CutConsulRouter,
-	// "cut-consul-cell":   CutConsulCell,
-	// "cut-nats":          CutNATS,
-	// "cut-agency":        CutAgency,
+	"host-loss":         HostLoss,
+	"cut-router":        CutRouter,
+	"cut-consul-router": CutConsulRouter,
+	"cut-consul-cell":   CutConsulCell,
+	"cut-nats":          CutNATS,
+	"cut-agency":        CutAgency,
 }
 
 // netRun is a drill in progress: the stack, its lab and the load.
@@ -366,6 +368,15 @@ func (n *netRun) watchSessions(ctx context.Context) error {
 // own peak (every admission counted), and no connection refused for
 // being over it.
 func (n *netRun) checkSessions(ctx context.Context, d *loadtest.Verdict) {
+	n.checkSessionsAllowing(ctx, d, false)
+}
+
+// checkSessionsAllowing is checkSessions; with refusals, connections the
+// agency refused are reported, not failed: after a cut between a cell and
+// an agency the cell's side of its sessions is gone at once, the agency's
+// only at its idle timeout or when a FIN sent into the cut is sent again
+// after the heal, and the cell dials again before that (see docs/drills.md).
+func (n *netRun) checkSessionsAllowing(ctx context.Context, d *loadtest.Verdict, refusals bool) {
 	w := n.sessions
 	w.stop()
 	<-w.done
@@ -377,6 +388,12 @@ func (n *netRun) checkSessions(ctx context.Context, d *loadtest.Verdict) {
 	for _, a := range last {
 		lim := w.limit[a.Agency]
 		refused := a.Stats.Refused - w.refused[a.Agency]
+		if refusals {
+			d.Check(a.Agency+" sessions ≤ its limit", a.Stats.PeakSessions <= int64(lim) && w.max[a.Agency] <= int64(lim),
+				fmt.Sprintf("peak %d, sampled max %d", a.Stats.PeakSessions, w.max[a.Agency]), fmt.Sprintf("≤ %d", lim))
+			d.Note("%s refused %d connections over its limit (redials after the heal while it still counted the sessions lost in the cut)", a.Agency, refused)
+			continue
+		}
 		d.Check(a.Agency+" sessions ≤ its limit", a.Stats.PeakSessions <= int64(lim) && refused == 0 && w.max[a.Agency] <= int64(lim),
 			fmt.Sprintf("peak %d, sampled max %d, refused %d", a.Stats.PeakSessions, w.max[a.Agency], refused),
 			fmt.Sprintf("≤ %d, 0 refused", lim))
@@ -435,7 +452,7 @@ func lastError(res *loadtest.Result, users func(int) bool, from, to time.Duratio
 func (n *netRun) finishNet(ctx context.Context, d *loadtest.Verdict, res *loadtest.Result) {
 	n.c.logf("verifying %d accepted ids...", countAccepted(res.Samples))
 	d.CheckVerification(n.r.Verify(ctx, res.Samples, n.c.VerifyWithin, n.c.Replays))
-	n.checkSessions(ctx, d)
+	n.checkSessionsAllowing(ctx, d, d.Name == "cut-agency")
 	d.Finish()
 	res.Drill = d
 }

@@ -2,8 +2,13 @@ package drill
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"io"
+	"maps"
+	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -12,6 +17,7 @@ import (
 
 	"github.com/cellkit/cellkit/internal/loadtest"
 	"github.com/cellkit/cellkit/internal/netlab"
+	"github.com/cellkit/cellkit/internal/registry"
 )
 
 // HostLoss: one instance host of a cell goes away, as in a power loss:
@@ -259,4 +265,444 @@ func (n *netRun) caughtUp(ctx context.Context, cell string, within time.Duration
 		}
 	}
 	return 0, fmt.Errorf("not within %v: %s", within, last)
+}
+
+// CutConsulRouter: router1, which takes the load, is cut from Consul; a
+// map change (users pinned across cells) is made meanwhile. See
+// cutConsul.
+func CutConsulRouter(ctx context.Context, c NetConfig) (*loadtest.Result, error) {
+	return cutConsul(ctx, c, "cut-consul-router")
+}
+
+// CutConsulCell: every host of a cell is cut from Consul; a map change
+// moving users into and out of it is made meanwhile. See cutConsul.
+func CutConsulCell(ctx context.Context, c NetConfig) (*loadtest.Result, error) {
+	return cutConsul(ctx, c, "cut-consul-cell")
+}
+
+// cutConsul cuts router1 (cut-consul-router) or the hosts of c.Cell
+// (cut-consul-cell) from Consul. Two seconds into the cut, Moves users of
+// c.Cell are pinned to another cell and as many of that cell to c.Cell
+// (cellctl override set, in Consul). Both sides keep serving on the last
+// map they had: the users not moved see no error. Nothing is misrouted:
+// after the change, no moved user is accepted by its old cell (the cells
+// fence by the newest map they know; a router on a stale map gets 421 and
+// answers 503). After the heal the change reaches the side that was cut
+// within Recover, and the moved users are served by their new cells.
+func cutConsul(ctx context.Context, c NetConfig, name string) (*loadtest.Result, error) {
+	c.defaults(20 * time.Second)
+	end := c.Baseline + c.Fault + c.After
+	n, err := newNetRun(&c, end)
+	if err != nil {
+		return nil, err
+	}
+	consul, err := n.host("consul")
+	if err != nil {
+		return nil, err
+	}
+	var side []*netlab.Host
+	var watch []string // admin addresses that must see the change after the heal
+	if name == "cut-consul-router" {
+		r1, err := n.host("router1")
+		if err != nil {
+			return nil, err
+		}
+		side = []*netlab.Host{r1}
+		p, _ := n.st.Process("router1")
+		watch = append(watch, "router:"+p.Addrs["admin"])
+	} else {
+		if side, err = n.cellHosts(c.Cell); err != nil {
+			return nil, err
+		}
+		cell, _ := n.st.Cell(c.Cell)
+		for _, in := range cell.Instances {
+			p, _ := n.st.Process(in.Proc)
+			watch = append(watch, "cell:"+p.Addrs["admin"])
+		}
+	}
+	// The users to move: of the load's users, Moves of c.Cell and Moves
+	// of another cell, by the map in Consul now.
+	reg, err := registry.Open(registry.Config{URL: n.st.Registry, Token: n.st.ConsulToken}, registry.Options{})
+	if err != nil {
+		return nil, err
+	}
+	m, err := reg.Load(ctx)
+	reg.Close()
+	if err != nil {
+		return nil, err
+	}
+	other := ""
+	for _, cl := range n.st.CellSet {
+		if cl.ID != c.Cell {
+			other = cl.ID
+			break
+		}
+	}
+	if other == "" {
+		return nil, fmt.Errorf("drill %s needs two cells", name)
+	}
+	moves := map[int]string{} // user → its new cell
+	from := map[int]string{}  // user → its old cell
+	out, in := 0, 0
+	for u := 0; u < c.Users && (out < c.Moves || in < c.Moves); u++ {
+		switch owner := m.Lookup(loadtest.UserID(u)).Cell; {
+		case owner == c.Cell && out < c.Moves:
+			moves[u], from[u] = other, owner
+			out++
+		case owner == other && in < c.Moves:
+			moves[u], from[u] = c.Cell, owner
+			in++
+		}
+	}
+	defer func() {
+		for u := range moves {
+			n.cellctl(context.WithoutCancel(ctx), "override", "clear", loadtest.UserID(u))
+		}
+	}()
+	if err := n.watchSessions(ctx); err != nil {
+		return nil, err
+	}
+	wait := startLoad(ctx, n.r)
+	var cutAt, changeAt, healAt time.Duration
+	var heal func() error
+	var version int64
+	actErr := func() error {
+		if err := sleepUntil(ctx, n.r, c.Baseline); err != nil {
+			return err
+		}
+		if heal, err = cut(side, []*netlab.Host{consul}); err != nil {
+			return err
+		}
+		cutAt = n.r.Elapsed()
+		n.r.Mark(name)
+		c.logf("%s at %.1fs", name, cutAt.Seconds())
+		if err := sleepUntil(ctx, n.r, cutAt+2*time.Second); err != nil {
+			return err
+		}
+		for _, u := range slices.Sorted(maps.Keys(moves)) {
+			if _, err := n.cellctl(ctx, "override", "set", loadtest.UserID(u), moves[u]); err != nil {
+				return err
+			}
+		}
+		changeAt = n.r.Elapsed()
+		n.r.Mark(fmt.Sprintf("%d users moved", len(moves)))
+		reg, err := registry.Open(registry.Config{URL: n.st.Registry, Token: n.st.ConsulToken}, registry.Options{})
+		if err != nil {
+			return err
+		}
+		m, err := reg.Load(ctx)
+		reg.Close()
+		if err != nil {
+			return err
+		}
+		version = m.Version()
+		c.logf("%d users moved at %.1fs (map version %d)", len(moves), changeAt.Seconds(), version)
+		if err := sleepUntil(ctx, n.r, cutAt+c.Fault); err != nil {
+			return err
+		}
+		err = heal()
+		healAt = n.r.Elapsed()
+		n.r.Mark("healed")
+		c.logf("healed at %.1fs", healAt.Seconds())
+		return err
+	}()
+	// After the heal, how long until the cut side routes or fences with
+	// the new map.
+	applied := time.Duration(-1)
+	if actErr == nil {
+		t0 := time.Now()
+		for time.Since(t0) < c.Recover && applied < 0 {
+			all := true
+			for _, w := range watch {
+				kind, addr, _ := strings.Cut(w, ":")
+				var v int64
+				var err error
+				if kind == "router" {
+					v, err = n.routerMap(ctx, addr)
+				} else {
+					v, err = n.cellMap(ctx, addr)
+				}
+				all = all && err == nil && v >= version
+			}
+			if all {
+				applied = n.r.Elapsed() - healAt
+				break
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	res, err := wait()
+	if heal != nil && healAt == 0 {
+		heal()
+	}
+	if err != nil {
+		return nil, err
+	}
+	if actErr != nil {
+		return res, fmt.Errorf("drill %s: %w", name, actErr)
+	}
+	d := &loadtest.Verdict{Name: name}
+	moved := func(u int) bool { _, ok := moves[u]; return ok }
+	stay := func(u int) bool { return !moved(u) }
+	all := loadtest.Window{From: cutAt, To: end, Users: stay}.Stats(res.Samples)
+	d.Check("users not moved: errors from the cut on", all.Errors == 0 && all.N > 0, fmt.Sprintf("%d of %d %v", all.Errors, all.N, all.Status), "0")
+	// Misrouted: accepted by the old cell after the change had reached
+	// every side that was not cut (one second).
+	misrouted, movedOK, movedErr := 0, 0, 0
+	for _, s := range res.Samples {
+		if !moved(s.User) || s.At < changeAt+time.Second {
+			continue
+		}
+		if s.Status == http.StatusAccepted {
+			movedOK++
+			if s.Cell == from[s.User] {
+				misrouted++
+				if misrouted <= 3 {
+					d.Note("misrouted: %s (moved %s → %s) accepted by %s at %.1fs as %s", loadtest.UserID(s.User), from[s.User], moves[s.User], s.Cell, s.At.Seconds(), s.ID)
+				}
+			}
+		} else {
+			movedErr++
+		}
+	}
+	d.Check("moved users accepted by their old cell after the change", misrouted == 0,
+		fmt.Sprintf("%d (of %d accepted, %d refused while the cut side had the old map)", misrouted, movedOK, movedErr), "0")
+	d.Check("the change applied on the cut side after the heal", applied >= 0,
+		fmt.Sprintf("after %s", sinceText(applied, 0)), "within "+c.Recover.String())
+	checkRecovery(d, res, "moved users", moved, healAt, end, c.Recover)
+	n.finishNet(ctx, d, res)
+	return res, nil
+}
+
+// CutNATS: one node of a cell's JetStream cluster is cut off from the
+// others (blackhole routes between its host and theirs); the routers
+// still reach the instance beside it, whose writes now fail. The cell
+// keeps accepting on its other instances (quorum): the router takes the
+// cut-off instance out of rotation after its first failures, and from
+// ErrorWindow on the cell's users see no errors but those of the
+// router's probes of it; nothing is lost; after the heal the node catches
+// up and the cell serves again within Recover. The heal itself costs the
+// cell an election: alone, the node kept starting elections it could not
+// win, its Raft term grew, and when it is back every leader of a group
+// it is in steps down (nats-server's Raft has no pre-vote).
+func CutNATS(ctx context.Context, c NetConfig) (*loadtest.Result, error) {
+	c.defaults(30 * time.Second)
+	end := c.Baseline + c.Fault + c.After
+	n, err := newNetRun(&c, end)
+	if err != nil {
+		return nil, err
+	}
+	in, err := n.instance()
+	if err != nil {
+		return nil, err
+	}
+	h, err := n.host(in.Host)
+	if err != nil {
+		return nil, err
+	}
+	var peers []*netlab.Host
+	cell, _ := n.st.Cell(c.Cell)
+	for _, o := range cell.Instances {
+		if o.ID != in.ID {
+			p, err := n.host(o.Host)
+			if err != nil {
+				return nil, err
+			}
+			peers = append(peers, p)
+		}
+	}
+	if err := n.watchSessions(ctx); err != nil {
+		return nil, err
+	}
+	wait := startLoad(ctx, n.r)
+	var cutAt, healAt time.Duration
+	var heal func() error
+	actErr := func() error {
+		if err := sleepUntil(ctx, n.r, c.Baseline); err != nil {
+			return err
+		}
+		if heal, err = cut([]*netlab.Host{h}, peers); err != nil {
+			return err
+		}
+		cutAt = n.r.Elapsed()
+		n.r.Mark(in.NATS + " cut off")
+		c.logf("%s cut off from its peers at %.1fs", in.NATS, cutAt.Seconds())
+		if err := sleepUntil(ctx, n.r, cutAt+c.Fault); err != nil {
+			return err
+		}
+		err := heal()
+		healAt = n.r.Elapsed()
+		n.r.Mark("healed")
+		c.logf("healed at %.1fs", healAt.Seconds())
+		return err
+	}()
+	res, err := wait()
+	if heal != nil && healAt == 0 {
+		heal()
+	}
+	if err != nil {
+		return nil, err
+	}
+	if actErr != nil {
+		return res, fmt.Errorf("drill cut-nats: %w", actErr)
+	}
+	d := &loadtest.Verdict{Name: "cut-nats"}
+	cells := usersOf(res, cutAt)
+	victim := func(u int) bool { return cells[u] == c.Cell }
+	checkOthers(d, res, cells, []string{c.Cell}, cutAt, end)
+	early := loadtest.Window{From: cutAt, To: cutAt + c.ErrorWindow, Users: victim}.Stats(res.Samples)
+	late := loadtest.Window{From: cutAt + c.ErrorWindow, To: healAt, Users: victim}.Stats(res.Samples)
+	// From the window on, each event loop of router1 tries the ejected
+	// instance once per EjectFor (5 s): at most that many errors.
+	probes := 2 * int((healAt-cutAt-c.ErrorWindow)/(5*time.Second)+1)
+	d.Check(c.Cell+" keeps accepting: errors after the first "+c.ErrorWindow.String(), late.N > 0 && late.Errors <= probes,
+		fmt.Sprintf("%d of %d %v", late.Errors, late.N, late.Status), fmt.Sprintf("≤ %d (the router's probes of the ejected instance)", probes))
+	d.Note("%s in the first %s: %d errors of %d %v", c.Cell, c.ErrorWindow, early.Errors, early.N, early.Status)
+	checkRecovery(d, res, c.Cell, victim, healAt, end, c.Recover)
+	if lag, err := n.caughtUp(ctx, c.Cell, c.Recover); err != nil {
+		d.Check(in.NATS+" caught up after the heal", false, err.Error(), "every replica current")
+	} else {
+		d.Check(in.NATS+" caught up after the heal", true, "every replica current "+lag.Round(100*time.Millisecond).String()+" after the load", "within "+c.Recover.String())
+	}
+	n.finishNet(ctx, d, res)
+	return res, nil
+}
+
+// CutAgency: every host of a cell is cut from the agency simulator. The
+// cell keeps taking inquiries (its intake does not call the agencies);
+// its agency breakers open, so inquiries fail fast (failed, reason
+// recorded) or wait within the age budget, as designed; none is lost;
+// the other cells are untouched; after the heal new inquiries of the cell
+// are done again within Recover.
+func CutAgency(ctx context.Context, c NetConfig) (*loadtest.Result, error) {
+	c.defaults(20 * time.Second)
+	end := c.Baseline + c.Fault + c.After
+	n, err := newNetRun(&c, end)
+	if err != nil {
+		return nil, err
+	}
+	agency, err := n.host("agency")
+	if err != nil {
+		return nil, err
+	}
+	cellHosts, err := n.cellHosts(c.Cell)
+	if err != nil {
+		return nil, err
+	}
+	if err := n.watchSessions(ctx); err != nil {
+		return nil, err
+	}
+	wait := startLoad(ctx, n.r)
+	var cutAt, healAt time.Duration
+	var heal func() error
+	actErr := func() error {
+		if err := sleepUntil(ctx, n.r, c.Baseline); err != nil {
+			return err
+		}
+		if heal, err = cut(cellHosts, []*netlab.Host{agency}); err != nil {
+			return err
+		}
+		cutAt = n.r.Elapsed()
+		n.r.Mark(c.Cell + " cut from the agency")
+		c.logf("%s cut from the agency at %.1fs", c.Cell, cutAt.Seconds())
+		if err := sleepUntil(ctx, n.r, cutAt+c.Fault); err != nil {
+			return err
+		}
+		err := heal()
+		healAt = n.r.Elapsed()
+		n.r.Mark("healed")
+		c.logf("healed at %.1fs", healAt.Seconds())
+		return err
+	}()
+	res, err := wait()
+	if heal != nil && healAt == 0 {
+		heal()
+	}
+	if err != nil {
+		return nil, err
+	}
+	if actErr != nil {
+		return res, fmt.Errorf("drill cut-agency: %w", actErr)
+	}
+	d := &loadtest.Verdict{Name: "cut-agency"}
+	cells := usersOf(res, cutAt)
+	victim := func(u int) bool { return cells[u] == c.Cell }
+	checkOthers(d, res, cells, []string{c.Cell}, cutAt, end)
+	during := loadtest.Window{From: cutAt, To: healAt, Users: victim}.Stats(res.Samples)
+	d.Check(c.Cell+" intake while cut: 202 or 503 with Retry-After", during.N > 0 && during.OK+during.Status["503"] == during.N && during.NoRetryAfter == 0,
+		fmt.Sprintf("%v", during.Status), "no other answer")
+	c.logf("verifying %d accepted ids...", countAccepted(res.Samples))
+	outcomes := n.outcomes(ctx, res, victim)
+	// Recovery: from the heal, the time after which every inquiry the cell
+	// accepted ended done.
+	var cutDone, cutFailed, afterDone int
+	lastNotDone := time.Duration(-1)
+	for _, o := range outcomes {
+		switch {
+		case o.at >= cutAt && o.at < healAt && o.status == "done":
+			cutDone++
+		case o.at >= cutAt && o.at < healAt && o.status == "failed":
+			cutFailed++
+		case o.at >= healAt && o.status != "done":
+			lastNotDone = max(lastNotDone, o.at)
+		}
+	}
+	for _, o := range outcomes {
+		if o.at > max(lastNotDone, healAt) && o.status == "done" {
+			afterDone++
+		}
+	}
+	d.Check(c.Cell+" inquiries accepted while cut: ended", cutDone+cutFailed > 0, fmt.Sprintf("%d failed fast or timed out, %d done after waiting", cutFailed, cutDone), "done or failed")
+	d.Check(c.Cell+" inquiries done again after the heal", afterDone > 0 && lastNotDone-healAt <= c.Recover,
+		fmt.Sprintf("the last one not done accepted %s after the heal; %d done after it", sinceText(lastNotDone, healAt), afterDone), "within "+c.Recover.String())
+	n.finishNet(ctx, d, res)
+	return res, nil
+}
+
+// outcome is an accepted inquiry's final status.
+type outcome struct {
+	at     time.Duration
+	status string
+}
+
+// outcomes polls the final status of the accepted inquiries of users
+// (through router1), until VerifyWithin.
+func (n *netRun) outcomes(ctx context.Context, res *loadtest.Result, users func(int) bool) []outcome {
+	var out []outcome
+	deadline := time.Now().Add(n.c.VerifyWithin)
+	for _, s := range res.Samples {
+		if s.ID == "" || !users(s.User) {
+			continue
+		}
+		o := outcome{at: s.At}
+		for time.Now().Before(deadline) {
+			var rec struct {
+				Status string `json:"status"`
+			}
+			if err := n.inquiry(ctx, s.ID, &rec); err == nil && (rec.Status == "done" || rec.Status == "failed") {
+				o.status = rec.Status
+				break
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+		out = append(out, o)
+	}
+	return out
+}
+
+func (n *netRun) inquiry(ctx context.Context, id string, v any) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, n.st.Router+"/v1/inquiries/"+id, nil)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("X-API-Key", n.st.APIKey)
+	resp, err := n.hc.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("GET %s: %s", id, resp.Status)
+	}
+	return json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(v)
 }

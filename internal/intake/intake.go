@@ -12,7 +12,8 @@
 //     newest map it knows, unless the caller's Cellkit-Map-Version is newer
 //     than that map; otherwise 421 with the cell's map version.
 //   - Overload (the shedder's budgets), a closed intake and an unreachable
-//     NATS are answered at once with 503 and Retry-After.
+//     NATS are answered at once with 503 and Retry-After; all but the
+//     last with Cellkit-Overloaded (a refusal, not a failure).
 //   - Every error is an RFC 9457 problem naming the field at fault.
 //   - Only routers are served (see trust.go): a caller that is not one gets
 //     403, and the headers it set are not read.
@@ -254,7 +255,13 @@ type Accepted struct {
 
 func (h *Handler) shedNow(w http.ResponseWriter, reason, detail string, after time.Duration) {
 	h.m.shed.WithLabelValues(reason).Inc()
-	w.Header().Set(HeaderOverloaded, "true")
+	// Cellkit-Overloaded tells a router that the cell chose to refuse:
+	// not a failure of the instance. A queue it cannot reach is one: the
+	// router takes the instance out of rotation (the others of the cell
+	// may reach theirs) and counts it toward the cell's breaker.
+	if reason != "nats" {
+		w.Header().Set(HeaderOverloaded, "true")
+	}
 	problem.WriteRetry(w, problem.New(http.StatusServiceUnavailable, reasonKind[reason], detail), after)
 }
 
@@ -308,7 +315,7 @@ func (h *Handler) post(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), h.cfg.Timeout)
 	defer cancel()
 	if idemKey != "" && h.moves != nil {
-		if prev, ok := h.moves.Previous(h.cmap().SlotOf(req.UserID), h.now()); ok {
+		if prev, ok := h.moves.Previous(req.UserID, h.cmap().SlotOf(req.UserID), h.now()); ok {
 			// The user's slot came from another cell lately: a retry of a
 			// request that cell accepted must get that inquiry back, not a
 			// second one. If that cell cannot be asked, availability wins

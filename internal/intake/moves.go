@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -25,17 +26,20 @@ import (
 const MoveWindow = 10 * time.Minute
 
 // Moves remembers, for the slots this cell gained, which cell owned them
-// before and when they moved. It is fed every map the cell follows. With a
+// before and when they moved; and the same for single users whose route
+// came to this cell by an override (a user pinned here, or unpinned from
+// another cell back to this one). It is fed every map the cell follows. With a
 // file (MovesConfig.Path) it survives a restart: the moves are written to
 // it whenever they change, and read back within MoveWindow.
 type Moves struct {
-	cell string
-	path string // "" keeps the log in memory only
-	mu   sync.Mutex
-	prev *slotmap.Map
-	from map[int]moved
-	err  error        // the last failure to write path
-	log  *slog.Logger // for write failures; nil: none
+	cell  string
+	path  string // "" keeps the log in memory only
+	mu    sync.Mutex
+	prev  *slotmap.Map
+	from  map[int]moved
+	users map[string]moved // users routed here by an override change
+	err   error            // the last failure to write path
+	log   *slog.Logger     // for write failures; nil: none
 }
 
 type moved struct {
@@ -45,7 +49,8 @@ type moved struct {
 
 // movedJSON is one move in the file.
 type movedJSON struct {
-	Slot int       `json:"slot"`
+	Slot int       `json:"slot"`           // -1 for a user's move
+	User string    `json:"user,omitempty"` // a user moved by an override
 	From string    `json:"from"`
 	At   time.Time `json:"at"`
 }
@@ -76,7 +81,7 @@ func NewMoves(cfg MovesConfig, opts MovesOptions) (*Moves, error) {
 	if cfg.Cell == "" {
 		return nil, errors.New("slot moves: cell id is required")
 	}
-	mv := &Moves{cell: cfg.Cell, path: cfg.Path, from: map[int]moved{}, log: opts.Logger}
+	mv := &Moves{cell: cfg.Cell, path: cfg.Path, from: map[int]moved{}, users: map[string]moved{}, log: opts.Logger}
 	if cfg.Path == "" {
 		return mv, nil
 	}
@@ -97,7 +102,11 @@ func NewMoves(cfg MovesConfig, opts MovesOptions) (*Moves, error) {
 		return nil, fmt.Errorf("slot moves %s: %w", path, err)
 	}
 	for _, e := range list {
-		if now.Sub(e.At) <= MoveWindow && e.From != "" && e.Slot >= 0 {
+		switch {
+		case now.Sub(e.At) > MoveWindow || e.From == "":
+		case e.User != "":
+			mv.users[e.User] = moved{cell: e.From, at: e.At}
+		case e.Slot >= 0:
 			mv.from[e.Slot] = moved{cell: e.From, at: e.At}
 		}
 	}
@@ -117,11 +126,27 @@ func (mv *Moves) Observe(m *slotmap.Map, now time.Time) {
 			changed = true
 		}
 	}
+	for u, e := range mv.users {
+		if now.Sub(e.at) > MoveWindow {
+			delete(mv.users, u)
+			changed = true
+		}
+	}
 	if mv.prev != nil && mv.prev.Slots() == m.Slots() && m.Version() > mv.prev.Version() {
 		for s := 0; s < m.Slots(); s++ {
 			if before := mv.prev.Owner(s); m.Owner(s) == mv.cell && before != "" && before != mv.cell {
 				mv.from[s] = moved{cell: before, at: now}
 				changed = true
+			}
+		}
+		// Users pinned or unpinned: those routed here now and elsewhere
+		// before.
+		for _, overrides := range []map[string]string{mv.prev.Overrides(), m.Overrides()} {
+			for u := range overrides {
+				if before := mv.prev.Lookup(u).Cell; m.Lookup(u).Cell == mv.cell && before != "" && before != mv.cell {
+					mv.users[u] = moved{cell: before, at: now}
+					changed = true
+				}
 			}
 		}
 	}
@@ -150,7 +175,15 @@ func (mv *Moves) saveLocked() error {
 	for s, e := range mv.from {
 		list = append(list, movedJSON{Slot: s, From: e.cell, At: e.at.UTC()})
 	}
-	slices.SortFunc(list, func(a, b movedJSON) int { return a.Slot - b.Slot })
+	for u, e := range mv.users {
+		list = append(list, movedJSON{Slot: -1, User: u, From: e.cell, At: e.at.UTC()})
+	}
+	slices.SortFunc(list, func(a, b movedJSON) int {
+		if a.Slot != b.Slot {
+			return a.Slot - b.Slot
+		}
+		return strings.Compare(a.User, b.User)
+	})
 	b, err := json.Marshal(list)
 	if err != nil {
 		return err
@@ -161,10 +194,15 @@ func (mv *Moves) saveLocked() error {
 	return nil
 }
 
-// Previous returns the cell that owned slot within MoveWindow, if any.
-func (mv *Moves) Previous(slot int, now time.Time) (string, bool) {
+// Previous returns the cell that user was routed to before, if the user
+// or its slot came to this cell within MoveWindow: the user's own move
+// first (an override), else the slot's.
+func (mv *Moves) Previous(user string, slot int, now time.Time) (string, bool) {
 	mv.mu.Lock()
 	defer mv.mu.Unlock()
+	if e, ok := mv.users[user]; ok && now.Sub(e.at) <= MoveWindow {
+		return e.cell, true
+	}
 	e, ok := mv.from[slot]
 	if !ok || now.Sub(e.at) > MoveWindow {
 		return "", false

@@ -3,6 +3,7 @@ package intake
 import (
 	"os"
 	"path/filepath"
+	"strconv"
 	"testing"
 	"time"
 
@@ -40,7 +41,7 @@ func TestMovesRemembersThePreviousOwnerForAWhile(t *testing.T) {
 	mv.Observe(p.After, now)
 	gained := 0
 	for s := 0; s < m.Slots(); s++ {
-		prev, ok := mv.Previous(s, now.Add(time.Minute))
+		prev, ok := mv.Previous("", s, now.Add(time.Minute))
 		switch {
 		case m.Owner(s) == "c2" && p.After.Owner(s) == "c1":
 			gained++
@@ -55,7 +56,7 @@ func TestMovesRemembersThePreviousOwnerForAWhile(t *testing.T) {
 		t.Fatal("the drain gave c1 no slots: test map too small")
 	}
 	for s := 0; s < m.Slots(); s++ {
-		if _, ok := mv.Previous(s, now.Add(MoveWindow+time.Second)); ok {
+		if _, ok := mv.Previous("", s, now.Add(MoveWindow+time.Second)); ok {
 			t.Fatalf("slot %d still remembered after the window", s)
 		}
 	}
@@ -103,7 +104,7 @@ func TestMovesSurviveARestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	again.Observe(p.After, later)
-	if prev, ok := again.Previous(moved, later); !ok || prev != "c2" {
+	if prev, ok := again.Previous("", moved, later); !ok || prev != "c2" {
 		t.Fatalf("after a restart, slot %d: Previous = %q, %v, want c2", moved, prev, ok)
 	}
 	// Past the window the file's moves are not read back.
@@ -111,7 +112,7 @@ func TestMovesSurviveARestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := gone.Previous(moved, now.Add(MoveWindow+time.Second)); ok {
+	if _, ok := gone.Previous("", moved, now.Add(MoveWindow+time.Second)); ok {
 		t.Fatal("a move older than the window was read back")
 	}
 	if mv, err := NewMoves(MovesConfig{Cell: "c1", Path: filepath.Join(t.TempDir(), "none.json")}, MovesOptions{}); err != nil || len(mv.from) != 0 {
@@ -122,5 +123,56 @@ func TestMovesSurviveARestart(t *testing.T) {
 	}
 	if _, err := NewMoves(MovesConfig{Cell: "c1", Path: path}, MovesOptions{}); err == nil {
 		t.Fatal("a broken file was accepted")
+	}
+}
+
+// TestMovesRemembersUsersMovedByAnOverride: a user pinned to this cell, or
+// unpinned back to it, came from the cell it was routed to before; that
+// survives a restart, and other users of its slot did not move.
+func TestMovesRemembersUsersMovedByAnOverride(t *testing.T) {
+	m := testMap(t)
+	var user string
+	for i := 0; ; i++ {
+		if u := "u-" + strconv.Itoa(i); m.Lookup(u).Cell == "c2" {
+			user = u
+			break
+		}
+	}
+	now := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+	path := filepath.Join(t.TempDir(), "moves.json")
+	c1, err := NewMoves(MovesConfig{Cell: "c1", Path: path}, MovesOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c2, _ := NewMoves(MovesConfig{Cell: "c2"}, MovesOptions{})
+	pin, err := m.SetOverride(user, "c1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mv := range []*Moves{c1, c2} {
+		mv.Observe(m, now)
+		mv.Observe(pin.After, now)
+	}
+	slot := m.SlotOf(user)
+	if prev, ok := c1.Previous(user, slot, now.Add(time.Minute)); !ok || prev != "c2" {
+		t.Fatalf("c1: %s pinned from c2: Previous = %q, %v", user, prev, ok)
+	}
+	if prev, ok := c1.Previous("someone-else", slot, now.Add(time.Minute)); ok {
+		t.Fatalf("c1: another user of slot %d reported as moved from %s", slot, prev)
+	}
+	again, err := NewMoves(MovesConfig{Cell: "c1", Path: path}, MovesOptions{Now: func() time.Time { return now.Add(time.Minute) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if prev, ok := again.Previous(user, slot, now.Add(time.Minute)); !ok || prev != "c2" {
+		t.Fatalf("c1 after a restart: Previous = %q, %v", prev, ok)
+	}
+	unpin, err := pin.After.ClearOverride(user)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c2.Observe(unpin.After, now.Add(2*time.Minute))
+	if prev, ok := c2.Previous(user, slot, now.Add(3*time.Minute)); !ok || prev != "c1" {
+		t.Fatalf("c2: %s unpinned from c1: Previous = %q, %v", user, prev, ok)
 	}
 }

@@ -269,6 +269,11 @@ func (lp *loop) leave(cl *client, failed bool) {
 	ex := &cl.ex
 	if ex.admitted {
 		ex.admitted = false
+		// A failure at one instance of several, while another is in
+		// rotation, is that instance's (ejection acts on it), not the
+		// cell's: counted, it would open the breaker for every user of a
+		// cell whose other instances serve.
+		failed = failed && cellWide(ex.ep)
 		ex.u.guard.leave(ex.permit, failed, time.Since(ex.sentAt))
 	}
 }
@@ -299,6 +304,16 @@ func (lp *loop) answered(cl *client, resp *h1.Response, body []byte) {
 	u := ex.u
 	status := resp.Status
 	shedByCell := status == 503 && bytes.Equal(resp.Get(hdrOverloaded), valTrue)
+	if shedByCell && !ex.redialed && otherInRotation(ex.ep) {
+		// The instance refused before taking anything (its own shedder:
+		// its pace, its queue connection); another instance of the cell
+		// may take the request. Once, as for a request never delivered.
+		ex.redialed = true
+		ex.uc = nil
+		u.m.shedRetried.Inc()
+		lp.dispatchAvoiding(cl, ex.ep)
+		return
+	}
 	lp.leave(cl, status >= 500 && !shedByCell)
 	ex.uc = nil
 	if status >= 500 && !shedByCell {

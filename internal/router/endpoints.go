@@ -13,14 +13,18 @@ import (
 //     connections and waiting requests). No state is shared between
 //     loops for it.
 //   - Ejection: EjectAfter consecutive failed calls at an instance (no
-//     connection, a timeout, an unreadable answer, or 500, 502, 504; not
+//     connection, a timeout, an unreadable answer, or a 5xx: 503 when the
+//     instance cannot reach its queue included; not
 //     the cell's own load shedding, a 503 with Cellkit-Overloaded) take it
 //     out of rotation for EjectFor. When it comes back, one more failure
 //     takes it out again; one success puts its count back to zero. When
 //     every instance is ejected, all are chosen from (a cell with no
 //     instance to try would only fail faster).
 //   - Failover: a request that never reached an instance (its connection
-//     could not be opened) goes to another instance at once, once. A
+//     could not be opened), or that an instance shed (503 with
+//     Cellkit-Overloaded: it took nothing), goes to another instance in
+//     rotation at once, once. A shed then costs a cell that sheds on
+//     every instance two intake calls per refused request. A
 //     request that may have been delivered is not sent again, unless it is
 //     idempotent (GET, HEAD, an Idempotency-Key) and its kept-alive
 //     connection closed before a byte of the answer came (the rule for
@@ -31,6 +35,12 @@ import (
 // is unreachable costs at most DialTimeout to the requests that try it
 // before it is ejected; one that hangs costs the requests in flight there
 // a 504 after Timeout.
+//
+// The cell's breaker counts a failed call only when it tells of the cell:
+// its only instance, or none other in rotation (cellWide). One bad
+// instance of three is ejection's business; when every instance fails
+// (the cell's queue is down), each is ejected after EjectAfter failures
+// and the failures after that open the breaker.
 
 // pick chooses the instance of u a call goes to, not avoid if another is
 // in rotation.
@@ -91,6 +101,28 @@ func (lp *loop) random(n int) int {
 	x ^= x << 17
 	lp.rnd = x
 	return int(x % uint64(n))
+}
+
+// otherInRotation reports whether ep's cell has another instance in
+// rotation.
+func otherInRotation(ep *endpoint) bool {
+	return ep != nil && !cellWide(ep)
+}
+
+// cellWide reports whether a failed call at ep tells of the cell, for its
+// breaker: ep is its only instance (or none was chosen), or no other
+// instance of it is in rotation.
+func cellWide(ep *endpoint) bool {
+	if ep == nil || len(ep.u.eps) < 2 {
+		return true
+	}
+	now := time.Now().UnixNano()
+	for _, o := range ep.u.eps {
+		if o != ep && !o.ejected(now) {
+			return false
+		}
+	}
+	return true
 }
 
 // endpointFailed counts a failed call at ep and ejects it at the

@@ -1,11 +1,17 @@
 package router
 
 import (
+	"net"
 	"net/http"
+	"os"
+	"strconv"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"golang.org/x/sys/unix"
 
 	"github.com/cellkit/cellkit/internal/slotmap"
 	"github.com/cellkit/cellkit/internal/testkit"
@@ -120,5 +126,124 @@ func BenchmarkPick(b *testing.B) {
 		if lp.pick(u, nil) == u.eps[1] {
 			b.Fatal("picked the ejected instance")
 		}
+	}
+}
+
+// TestCellConnectionsCarryTheUnackedTimeout: the router's connections
+// to a cell have TCP_USER_TIMEOUT set to CellLimits.UnackedTimeout, so
+// bytes written into a network cut fail after that, not after the call
+// timeout. The test finds the router's socket to the cell among the
+// process's descriptors by its peer address.
+func TestCellConnectionsCarryTheUnackedTimeout(t *testing.T) {
+	f := newFakeCell(t, func(int, *http.Request, []byte) string {
+		return "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}"
+	})
+	w := newWorld(t, worldOptions{cells: []string{"c1"}, intake: map[string]string{"c1": f.url()},
+		cfg: Config{Cell: CellLimits{UnackedTimeout: 1500 * time.Millisecond}}})
+	c := w.dial()
+	c.send("GET /v1/inquiries/c1-abc HTTP/1.1\r\nHost: x\r\nX-API-Key: " + w.key + "\r\n\r\n")
+	if resp, _ := c.read("GET"); resp.StatusCode != 200 {
+		t.Fatalf("GET through the router: %d", resp.StatusCode)
+	}
+	cell := f.ln.Addr().(*net.TCPAddr)
+	fds, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Skip("no /proc/self/fd:", err)
+	}
+	found := 0
+	for _, e := range fds {
+		fd, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		sa, err := unix.Getpeername(fd)
+		in4, ok := sa.(*unix.SockaddrInet4)
+		if err != nil || !ok || in4.Port != cell.Port || !net.IP(in4.Addr[:]).Equal(cell.IP) {
+			continue
+		}
+		found++
+		if got, err := unix.GetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_USER_TIMEOUT); err != nil || got != 1500 {
+			t.Errorf("the router's connection to the cell (fd %d): TCP_USER_TIMEOUT = %d ms, %v; want 1500", fd, got, err)
+		}
+	}
+	if found == 0 {
+		t.Fatal("no socket of this process is connected to the cell")
+	}
+	if DefaultConfig().Cell.UnackedTimeout != time.Second {
+		t.Fatalf("default UnackedTimeout %v, want 1s", DefaultConfig().Cell.UnackedTimeout)
+	}
+}
+
+// TestOneFailingInstanceLeavesTheBreakerClosed: an instance that fails
+// every call it gets, again at each return to rotation, never opens the
+// cell's breaker while two others serve, even a breaker that opens at a
+// fifth of 8 calls: its failures are ejection's business. When every
+// instance fails, the breaker opens.
+func TestOneFailingInstanceLeavesTheBreakerClosed(t *testing.T) {
+	sick := newBackend(t, "c1")
+	sick.mode.Store(modeFail)
+	sick.delay.Store(int64(20 * time.Millisecond)) // its failures come slowly, many at once
+	cfg := DefaultConfig()
+	cfg.Cell.EjectFor = 50 * time.Millisecond
+	cfg.Cell.Breaker.MinCalls, cfg.Cell.Breaker.Window, cfg.Cell.Breaker.FailureRate = 4, 8, 0.2
+	w, bs := instancesWorld(t, cfg, sick.srv.URL)
+	var bad atomic.Int64
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			for range 40 {
+				if a := w.create("user-y"); a.status != http.StatusAccepted {
+					bad.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if got := w.router.Cells()[0].Breaker; got != "closed" {
+		t.Errorf("breaker %s after one instance of three failed %d calls, want closed", got, sick.calls.Load())
+	}
+	if sick.calls.Load() <= int64(cfg.Cell.EjectAfter) || bad.Load() != sick.calls.Load() {
+		t.Errorf("%d answers failed, the failing instance got %d calls: want every failure its, more than %d (it came back)", bad.Load(), sick.calls.Load(), cfg.Cell.EjectAfter)
+	}
+	for _, b := range bs {
+		b.mode.Store(modeFail)
+	}
+	testkit.WaitFor(t, 5*time.Second, "the breaker open with every instance failing", func() bool {
+		w.create("user-y")
+		return w.router.Cells()[0].Breaker == "open"
+	})
+}
+
+// TestShedByOneInstanceGoesToAnother: an instance that sheds (503 with
+// Cellkit-Overloaded: it took nothing) has its requests sent once to
+// another instance, which takes them; the shedding instance is not
+// ejected (it answered, quickly). When every instance sheds, the client
+// gets the shed, after two tries.
+func TestShedByOneInstanceGoesToAnother(t *testing.T) {
+	shedding := newBackend(t, "c1")
+	shedding.mode.Store(modeShed)
+	w, bs := instancesWorld(t, DefaultConfig(), shedding.srv.URL)
+	for range 60 {
+		if a := w.create("user-y"); a.status != http.StatusAccepted {
+			t.Fatalf("a request the shedding instance refused: %d, want 202 from another", a.status)
+		}
+	}
+	retried := testutil.ToFloat64(w.router.metrics.cell("c1").shedRetried)
+	if shedding.calls.Load() == 0 || retried != float64(shedding.calls.Load()) {
+		t.Errorf("the shedding instance got %d calls, %v sent again; want some, all", shedding.calls.Load(), retried)
+	}
+	if ejections(w) != 0 {
+		t.Errorf("%v ejections of an instance that sheds, want 0", ejections(w))
+	}
+	for _, b := range bs {
+		b.mode.Store(modeShed)
+	}
+	before := bs[0].calls.Load() + bs[1].calls.Load() + shedding.calls.Load()
+	a := w.create("user-y")
+	if a.status != http.StatusServiceUnavailable || a.header.Get("Cellkit-Overloaded") != "true" {
+		t.Fatalf("every instance shedding: %d %v, want the cell's 503", a.status, a.header)
+	}
+	if n := bs[0].calls.Load() + bs[1].calls.Load() + shedding.calls.Load() - before; n != 2 {
+		t.Errorf("every instance shedding: %d calls for one request, want 2", n)
 	}
 }

@@ -186,6 +186,7 @@ type fakeCell struct {
 	ln      net.Listener
 	answer  func(n int, req *http.Request, body []byte) string // the bytes of the n-th answer (from 1) on all connections; "" closes without one
 	count   atomic.Int64
+	written atomic.Int64 // answers written whole
 	conns   atomic.Int64
 	wg      sync.WaitGroup
 	mu      sync.Mutex
@@ -229,6 +230,7 @@ func newFakeCell(t *testing.T, answer func(n int, req *http.Request, body []byte
 					if _, err := c.Write([]byte(a)); err != nil || strings.Contains(a, "Connection: close") {
 						return
 					}
+					f.written.Add(1)
 				}
 			})
 		}
@@ -598,6 +600,11 @@ func TestWriteTimeoutCutsAClientThatStopsReading(t *testing.T) {
 	if _, err := c.Write([]byte(get)); err != nil {
 		t.Fatal(err)
 	}
+	// The router has the whole answer from the cell (so it is writing it
+	// to the client, which reads nothing) before the clock starts: on a
+	// loaded machine the answer could otherwise reach the router only
+	// once the client reads again.
+	testkit.WaitFor(t, 10*time.Second, "the cell's second answer written", func() bool { return f.written.Load() == 2 })
 	time.Sleep(time.Second) // reading nothing, past the write timeout
 	c.SetReadDeadline(time.Now().Add(10 * time.Second))
 	n, err := io.Copy(io.Discard, c)

@@ -31,6 +31,7 @@ type metrics struct {
 	evicted    prometheus.Counter
 
 	ejections           *prometheus.CounterVec
+	shedRetried         *prometheus.CounterVec
 	tlsHandshakes       *prometheus.CounterVec
 	tlsHandshakeSeconds prometheus.Histogram
 
@@ -40,15 +41,16 @@ type metrics struct {
 
 // cellMetrics are one cell's series, resolved.
 type cellMetrics struct {
-	m         *metrics
-	cell      string
-	codes     [600]atomic.Pointer[codeCounter]
-	duration  prometheus.Observer
-	shed      [shedReasons]prometheus.Counter
-	timeout   prometheus.Counter
-	connErr   prometheus.Counter
-	misdir    prometheus.Counter
-	ejections prometheus.Counter
+	m           *metrics
+	cell        string
+	codes       [600]atomic.Pointer[codeCounter]
+	duration    prometheus.Observer
+	shed        [shedReasons]prometheus.Counter
+	timeout     prometheus.Counter
+	connErr     prometheus.Counter
+	misdir      prometheus.Counter
+	ejections   prometheus.Counter
+	shedRetried prometheus.Counter
 }
 
 type codeCounter struct{ prometheus.Counter }
@@ -109,6 +111,10 @@ func newMetrics(reg prometheus.Registerer, gauges prometheus.Collector) *metrics
 			Name: "cellkit_router_instance_ejections_total",
 			Help: "Times an instance of a cell was taken out of the rotation for failing (a cell of several instances).",
 		}, []string{"cell"}),
+		shedRetried: auto.NewCounterVec(prometheus.CounterOpts{
+			Name: "cellkit_router_instance_shed_retries_total",
+			Help: "Requests an instance of a cell of several shed (503, Cellkit-Overloaded) that were sent once to another of its instances.",
+		}, []string{"cell"}),
 		tlsHandshakes: auto.NewCounterVec(prometheus.CounterOpts{
 			Name: "cellkit_router_tls_handshakes_total",
 			Help: "TLS handshakes on the public listener: ok, or failed (a bad or missing certificate, a protocol error, no handshake within the read-header timeout, or stopping).",
@@ -140,7 +146,7 @@ func (m *metrics) cell(id string) *cellMetrics {
 		timeout:   m.upstream.WithLabelValues(id, "timeout"),
 		connErr:   m.upstream.WithLabelValues(id, "connection"),
 		misdir:    m.misdirects.WithLabelValues(id),
-		ejections: m.ejections.WithLabelValues(id),
+		ejections: m.ejections.WithLabelValues(id), shedRetried: m.shedRetried.WithLabelValues(id),
 	}
 	for r := range shedReasons {
 		cm.shed[r] = m.shed.WithLabelValues(id, r.String())

@@ -75,6 +75,14 @@ type Sample struct {
 	// this instance's, its share of the cell's; Depth is the cell's. The
 	// pace a new inquiry waits for is the instance's times Instances.
 	Instances int
+	// Idle says this instance's pipeline had nothing in flight when the
+	// sample was taken. Its measured pace then says nothing of how fast it
+	// would take new work: it has been given none (everything was shed),
+	// or what is queued is held by another instance (cut off, waiting for
+	// its ack wait). No wait is predicted from it; the age and depth
+	// budgets still hold. Without this, a pace that decayed while
+	// everything was shed would keep everything shed.
+	Idle bool
 }
 
 // Decision is Admit's answer.
@@ -239,7 +247,7 @@ func (s *Shedder) Admit() Decision {
 		d.OK, d.Reason = false, "age"
 	case d.Depth >= s.cfg.MaxDepth:
 		d.OK, d.Reason = false, "depth"
-	case s.rate > 0 && float64(d.Depth)/s.paceLocked()+s.service > waitShare*s.cfg.MaxAge.Seconds():
+	case !s.sample.Idle && s.rate > 0 && float64(d.Depth)/s.paceLocked()+s.service > waitShare*s.cfg.MaxAge.Seconds():
 		// Not over budget yet, but a new inquiry would be: what is queued
 		// takes longer than (most of) the budget to drain at the current
 		// pace (see rateWindow), and then the new one must be served.

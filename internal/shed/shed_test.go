@@ -123,6 +123,35 @@ func TestInstancesShareTheDrain(t *testing.T) {
 	}
 }
 
+// TestAnIdlePipelinePredictsNoWait: a few messages held elsewhere (an
+// instance cut off, until their ack wait) and a drain rate that decayed
+// while nothing was admitted must not shed everything: an idle pipeline
+// takes new work at once. The age budget still holds.
+func TestAnIdlePipelinePredictsNoWait(t *testing.T) {
+	clk := testkit.NewClock(time.Unix(1000, 0))
+	s := New(Config{MaxAge: 10 * time.Second, MaxDepth: 1_000_000}, Options{Now: clk.Now})
+	for range 5 { // drains 10/s
+		clk.Advance(time.Second)
+		s.Drained(10)
+		s.Observe(Sample{Depth: 3, Oldest: clk.Now().Add(-time.Second), At: clk.Now(), Mark: s.Mark()})
+	}
+	for range 30 { // nothing drained for 30 s: the rate decays toward 0
+		clk.Advance(time.Second)
+		s.Observe(Sample{Depth: 3, Oldest: clk.Now().Add(-2 * time.Second), At: clk.Now(), Mark: s.Mark()})
+	}
+	if d := s.Admit(); d.OK || d.Reason != "wait" {
+		t.Fatalf("busy, 3 queued at a decayed rate: %+v, want shed on wait", d)
+	}
+	s.Observe(Sample{Depth: 3, Oldest: clk.Now().Add(-2 * time.Second), At: clk.Now(), Mark: s.Mark(), Idle: true})
+	if d := s.Admit(); !d.OK {
+		t.Fatalf("idle, 3 queued elsewhere: %+v, want admitted", d)
+	}
+	s.Observe(Sample{Depth: 3, Oldest: clk.Now().Add(-11 * time.Second), At: clk.Now(), Mark: s.Mark(), Idle: true})
+	if d := s.Admit(); d.OK || d.Reason != "age" {
+		t.Fatalf("idle, the oldest past the budget: %+v, want shed on age", d)
+	}
+}
+
 func TestAnIdleQueueDoesNotLowerTheDrainRate(t *testing.T) {
 	clk := testkit.NewClock(time.Unix(1000, 0))
 	s := New(Config{MaxAge: 5 * time.Second}, Options{Now: clk.Now})
