@@ -365,18 +365,13 @@ func (n *netRun) watchSessions(ctx context.Context) error {
 
 // checkSessions stops the sampling and asserts, per agency, that the
 // sessions never passed its limit: the sampled maximum, the simulator's
-// own peak (every admission counted), and no connection refused for
-// being over it.
-func (n *netRun) checkSessions(ctx context.Context, d *loadtest.Verdict) {
-	n.checkSessionsAllowing(ctx, d, false)
-}
-
-// checkSessionsAllowing is checkSessions; with refusals, connections the
-// agency refused are reported, not failed: after a cut between a cell and
-// an agency the cell's side of its sessions is gone at once, the agency's
-// only at its idle timeout or when a FIN sent into the cut is sent again
-// after the heal, and the cell dials again before that (see docs/drills.md).
-func (n *netRun) checkSessionsAllowing(ctx context.Context, d *loadtest.Verdict, refusals bool) {
+// own peak (every admission counted), and, unless refusals, no connection
+// refused for being over it. With refusals those are reported, not
+// failed: after a cut between a cell and an agency the cell's side of its
+// sessions is gone at once, the agency's only at its idle timeout or when
+// a FIN sent into the cut is sent again after the heal, and the cell
+// dials again before that (see docs/drills.md).
+func (n *netRun) checkSessions(ctx context.Context, d *loadtest.Verdict, refusals bool) {
 	w := n.sessions
 	w.stop()
 	<-w.done
@@ -452,7 +447,7 @@ func lastError(res *loadtest.Result, users func(int) bool, from, to time.Duratio
 func (n *netRun) finishNet(ctx context.Context, d *loadtest.Verdict, res *loadtest.Result) {
 	n.c.logf("verifying %d accepted ids...", countAccepted(res.Samples))
 	d.CheckVerification(n.r.Verify(ctx, res.Samples, n.c.VerifyWithin, n.c.Replays))
-	n.checkSessionsAllowing(ctx, d, d.Name == "cut-agency")
+	n.checkSessions(ctx, d, d.Name == "cut-agency")
 	d.Finish()
 	res.Drill = d
 }
