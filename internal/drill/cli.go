@@ -127,7 +127,7 @@ func netCommand(ctx context.Context, name string, run func(context.Context, NetC
 	fs.StringVar(&c.Cell, "cell", c.Cell, "the cell the fault hits")
 	fs.StringVar(&c.Instance, "instance", c.Instance, "host-loss, cut-nats: the instance of --cell whose host goes")
 	fs.DurationVar(&c.Baseline, "baseline", c.Baseline, "load before the fault")
-	fs.DurationVar(&c.Fault, "fault", 0, "how long the fault lasts [20s; host-loss, cut-nats 30s]")
+	fs.DurationVar(&c.Fault, "fault", 0, "how long the fault lasts [20s; host-loss, cut-nats 30s; cut-consul-* 40s]")
 	fs.DurationVar(&c.After, "after", c.After, "load after the heal")
 	fs.DurationVar(&c.ErrorWindow, "error-window", c.ErrorWindow, "host-loss, cut-nats: from the fault, how long the cell's users may see errors for requests in flight on the instance that went")
 	fs.DurationVar(&c.DownP99, "down-p99", c.DownP99, "cut-router: bound of the cut cell's users' p99")

@@ -68,7 +68,8 @@ type NetConfig struct {
 	// a JetStream node that rejoins its cluster after a cut forces an
 	// election in every group it is in, see CutNATS].
 	Recover time.Duration
-	// Moves is how many users a consul cut drill moves each way [4].
+	// Moves is how many users a consul cut drill moves each way [2]: each
+	// move is a cellctl run, 1 to 4 s on this machine under the load.
 	Moves int
 	// VerifyWithin bounds the polling of accepted ids [120s].
 	VerifyWithin time.Duration
@@ -85,7 +86,7 @@ func DefaultNetConfig() NetConfig {
 	return NetConfig{
 		Bin: "bin", Cells: 3, Instances: 3, Rate: 100, Users: 200, Cell: "c2", Instance: "i1",
 		Baseline: 15 * time.Second, After: 25 * time.Second, ErrorWindow: 15 * time.Second,
-		DownP99: 1500 * time.Millisecond, Recover: 30 * time.Second, Moves: 4,
+		DownP99: 1500 * time.Millisecond, Recover: 30 * time.Second, Moves: 2,
 		VerifyWithin: 120 * time.Second, Replays: 300,
 	}
 }

@@ -346,9 +346,19 @@ func (l *Leaser) fit(ctx context.Context, agency string, q, share int) {
 		}
 		sent := l.now()
 		rev, err := l.kv.Create(ctx, key(agency, slot), []byte(l.cfg.Instance))
+		if errors.Is(err, jetstream.ErrKeyExists) {
+			// Still this instance's from before it stopped counting on it
+			// (it could not renew for Lease, cut off from the bucket): no
+			// one else can hold it, so it is taken back at its revision
+			// rather than waited out for Grace.
+			if e, gerr := l.kv.Get(ctx, key(agency, slot)); gerr == nil && string(e.Value()) == l.cfg.Instance {
+				sent = l.now()
+				rev, err = l.kv.Update(ctx, key(agency, slot), []byte(l.cfg.Instance), e.Revision())
+			}
+		}
 		if err == nil {
 			h[slot] = &lease{rev: rev, sentAt: sent}
-		} else if !errors.Is(err, jetstream.ErrKeyExists) {
+		} else if !errors.Is(err, jetstream.ErrKeyExists) && !errors.Is(err, jetstream.ErrKeyNotFound) && !errors.Is(err, jetstream.ErrKeyDeleted) {
 			break // the bucket is unreachable: try next round
 		}
 	}

@@ -212,3 +212,61 @@ func TestSharesNeverExceedTheQuota(t *testing.T) {
 	}
 	t.Logf("most sessions held at once across the changes: %d of %d", worst.Load(), q)
 }
+
+func (c *cuttable) Get(ctx context.Context, k string) (jetstream.KeyValueEntry, error) {
+	if c.cut.Load() {
+		return nil, errCut
+	}
+	return c.KeyValue.Get(ctx, k)
+}
+
+// TestACutInstanceTakesBackItsOwnLeases: an instance cut off from the
+// bucket for longer than Lease stops counting on its leases (its limit
+// drops to 0), but the keys still name it until Grace has passed; back
+// within Grace, it takes them back at once instead of waiting them out,
+// and the other instance never gets them meanwhile.
+func TestACutInstanceTakesBackItsOwnLeases(t *testing.T) {
+	_, js := celltest.NATS(t)
+	cfg := Config{Lease: 300 * time.Millisecond, Grace: 5 * time.Second}
+	kv, err := js.CreateOrUpdateKeyValue(context.Background(), BucketConfig("c1", cfg, 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &pools{limits: map[string]map[string]int{}, open: map[string]map[string]int{}}
+	var runs []*running
+	for _, name := range []string{"i1", "i2"} {
+		r := &running{ses: &instanceSessions{p: p, name: name}, kv: &cuttable{KeyValue: kv}, done: make(chan struct{})}
+		c := cfg
+		c.Instance = name
+		if r.l, err = New(c, Options{KV: r.kv, Sessions: r.ses}); err != nil {
+			t.Fatal(err)
+		}
+		r.l.SetQuota(map[string]int{"kcb": 10})
+		ctx, cancel := context.WithCancel(context.Background())
+		r.cancel = cancel
+		go func() { defer close(r.done); r.l.Run(ctx) }()
+		runs = append(runs, r)
+	}
+	t.Cleanup(func() {
+		for _, r := range runs {
+			r.cancel()
+			<-r.done
+		}
+	})
+	testkit.WaitFor(t, 10*time.Second, "shares 5/5", func() bool { return p.of("i1", "kcb") == 5 && p.of("i2", "kcb") == 5 })
+	runs[1].kv.cut.Store(true)
+	testkit.WaitFor(t, 5*time.Second, "i2 fenced off", func() bool { return p.of("i2", "kcb") == 0 })
+	time.Sleep(300 * time.Millisecond)
+	if got := p.of("i1", "kcb"); got != 5 {
+		t.Fatalf("i1 holds %d while i2's keys still name it, want 5", got)
+	}
+	runs[1].kv.cut.Store(false)
+	healed := time.Now()
+	testkit.WaitFor(t, 5*time.Second, "i2 back to 5", func() bool { return p.of("i2", "kcb") == 5 })
+	if took := time.Since(healed); took > 2*time.Second {
+		t.Errorf("i2 took %v to get its leases back, want its own keys taken back at once (Grace is 5 s)", took)
+	}
+	if s := p.sum("kcb"); s > 10 {
+		t.Errorf("%d sessions, over the quota of 10", s)
+	}
+}

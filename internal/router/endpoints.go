@@ -16,8 +16,9 @@ import (
 //     connection, a timeout, an unreadable answer, or a 5xx: 503 when the
 //     instance cannot reach its queue included; not
 //     the cell's own load shedding, a 503 with Cellkit-Overloaded) take it
-//     out of rotation for EjectFor. When it comes back, one more failure
-//     takes it out again; one success puts its count back to zero. When
+//     out of rotation for EjectFor. When it comes back, it takes one call
+//     at a time on each loop until one succeeds, which puts its count back
+//     to zero; one more failure takes it out again. When
 //     every instance is ejected, all are chosen from (a cell with no
 //     instance to try would only fail faster).
 //   - Failover: a request that never reached an instance (its connection
@@ -52,11 +53,11 @@ func (lp *loop) pick(u *upstream, avoid *endpoint) *endpoint {
 	now := time.Now().UnixNano()
 	n := 0
 	for _, ep := range eps {
-		if ep != avoid && !ep.ejected(now) {
+		if ep != avoid && lp.inRotation(ep, now) {
 			n++
 		}
 	}
-	in := func(ep *endpoint) bool { return ep != avoid && !ep.ejected(now) }
+	in := func(ep *endpoint) bool { return ep != avoid && lp.inRotation(ep, now) }
 	if n == 0 {
 		// None in rotation: every one but avoid, or avoid itself.
 		in = func(ep *endpoint) bool { return ep != avoid }
@@ -91,6 +92,18 @@ func (lp *loop) pick(u *upstream, avoid *endpoint) *endpoint {
 		return second
 	}
 	return first
+}
+
+// inRotation reports whether ep may take a call on this loop: not
+// ejected, and, back from an ejection without a success yet, not already
+// trying a call here (one probe at a time per loop: a slow failure would
+// otherwise draw every call made meanwhile, its outstanding count being
+// the lowest).
+func (lp *loop) inRotation(ep *endpoint, now int64) bool {
+	if ep.ejected(now) {
+		return false
+	}
+	return int(ep.fails.Load()) < lp.e.r.cfg.Cell.EjectAfter || lp.outstanding(ep) == 0
 }
 
 // random is a number in [0, n) from the loop's xorshift generator.

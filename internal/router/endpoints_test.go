@@ -247,3 +247,34 @@ func TestShedByOneInstanceGoesToAnother(t *testing.T) {
 		t.Errorf("every instance shedding: %d calls for one request, want 2", n)
 	}
 }
+
+// TestAReturningInstanceTakesOneCallAtATime: an instance back from an
+// ejection that fails slowly gets one call at a time on each event loop,
+// not every call made while its first one is outstanding.
+func TestAReturningInstanceTakesOneCallAtATime(t *testing.T) {
+	sick := newBackend(t, "c1")
+	sick.mode.Store(modeFail)
+	sick.delay.Store(int64(100 * time.Millisecond))
+	cfg := DefaultConfig()
+	cfg.Cell.EjectFor = 50 * time.Millisecond
+	w, _ := instancesWorld(t, cfg, sick.srv.URL)
+	testkit.WaitFor(t, 10*time.Second, "the slow failing instance ejected", func() bool {
+		w.create("user-y")
+		return ejections(w) >= 1
+	})
+	time.Sleep(200 * time.Millisecond) // its calls in flight end
+	sick.maxActive.Store(0)
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			for range 30 {
+				w.create("user-y")
+			}
+		})
+	}
+	wg.Wait()
+	loops := int64(len(w.router.eng.loopList()))
+	if got := sick.maxActive.Load(); got > loops || sick.calls.Load() <= int64(cfg.Cell.EjectAfter) {
+		t.Errorf("the returning instance served %d calls at once (%d in all), want at most one per loop (%d) and some", got, sick.calls.Load(), loops)
+	}
+}

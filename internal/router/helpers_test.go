@@ -42,6 +42,8 @@ type backend struct {
 	calls      atomic.Int64
 	release    chan struct{} // closed at cleanup: frees hanging handlers
 	delay      atomic.Int64  // nanoseconds to wait before answering
+	active     atomic.Int64  // calls being served now
+	maxActive  atomic.Int64  // most calls served at once (reset by tests)
 
 	mu   sync.Mutex
 	last *http.Request
@@ -69,6 +71,10 @@ func newBackend(t *testing.T, cell string) *backend {
 
 func (b *backend) serve(w http.ResponseWriter, r *http.Request) {
 	b.calls.Add(1)
+	if n := b.active.Add(1); n > b.maxActive.Load() {
+		b.maxActive.Store(n) // racy max: good enough, tests read it after the calls
+	}
+	defer b.active.Add(-1)
 	body, _ := io.ReadAll(r.Body)
 	b.mu.Lock()
 	b.last, b.body = r.Clone(context.Background()), body

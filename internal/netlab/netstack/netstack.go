@@ -283,9 +283,13 @@ func Up(ctx context.Context, cfg Config, opts Options) (*Stack, error) {
 	if err != nil {
 		return nil, err
 	}
-	// The cells' stores belong to the map of a Consul that is gone.
-	if err := os.RemoveAll(filepath.Join(dir, "cells")); err != nil {
-		return nil, err
+	// The cells' stores and the routers' map caches belong to the map of
+	// a Consul that is gone: a cached map newer than the new Consul's
+	// would be kept over it.
+	for _, stale := range []string{"cells", "router1", "router2"} {
+		if err := os.RemoveAll(filepath.Join(dir, stale)); err != nil {
+			return nil, err
+		}
 	}
 	if err := os.RemoveAll(filepath.Join(dir, "nats")); err != nil {
 		return nil, err
