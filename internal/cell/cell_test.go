@@ -861,3 +861,21 @@ func TestInstancesShareTheQuota(t *testing.T) {
 		t.Fatalf("the agency saw %d sessions at once, over the quota of 6", w)
 	}
 }
+
+// TestNoSessionsNoFetching: an instance that holds no session of an
+// agency (its leases gone: the leaser sizes the gate as here) leaves its
+// work in the queue rather than taking it and holding it at the gate; it
+// takes it once it has sessions again.
+func TestNoSessionsNoFetching(t *testing.T) {
+	h := start(t, setup{sessions: 4, sim: agencysim.Config{MaxSessions: 20}})
+	h.cell.pipe.Resize("nice", 0)
+	a := h.accept(user(1), nil)
+	time.Sleep(500 * time.Millisecond) // several fetch rounds
+	if n := h.cell.pipe.Inflight(); n != 0 {
+		t.Fatalf("%d inquiries taken with the nice gate shut, want 0 (left in the queue)", n)
+	}
+	h.cell.pipe.Resize("nice", 4)
+	if v := h.settled(a); v.Status != inquiry.Done {
+		t.Fatalf("after the gate opened: %+v, want done", v)
+	}
+}

@@ -22,7 +22,9 @@
 //     allows (workers wait for a place at the agency's gate, up to
 //     GateWait; the call itself then has StepTimeout). A slow agency thus
 //     slows the pipeline down instead of failing the work it accepted; the
-//     shedder turns new work away meanwhile.
+//     shedder turns new work away meanwhile. While an agency's gate has no
+//     place at all (a cell instance holding none of its sessions), no work
+//     is fetched: the other instances take it.
 //   - Run stops fetching when its context ends, lets inquiries in flight
 //     finish for DrainTimeout, then abandons the rest: they are nak'ed, and
 //     after a restart the server redelivers them once their ack wait
@@ -315,7 +317,10 @@ fetching:
 				break grab
 			}
 		}
-		msgs := p.fetch(free)
+		var msgs []jetstream.Msg
+		if !p.shut() {
+			msgs = p.fetch(free)
+		}
 		for _, m := range msgs {
 			wg.Add(1)
 			go func() {
@@ -353,6 +358,23 @@ fetching:
 		<-done
 	}
 	return nil
+}
+
+// shut reports whether an agency's gate has no place at all: this
+// instance holds none of its sessions (a cell instance whose share is 0,
+// or that stopped counting on its leases). Work fetched then could not
+// start; it is left in the queue for the instances that can, instead of
+// being held here until the gate wait runs out.
+func (p *Pipeline) shut() bool {
+	for _, g := range p.gates {
+		g.mu.Lock()
+		zero := g.size == 0
+		g.mu.Unlock()
+		if zero {
+			return true
+		}
+	}
+	return false
 }
 
 // fetch pulls up to n messages, high lane first, without waiting.
