@@ -145,6 +145,9 @@ type MapStatus struct {
 	Registry   string `json:"registry"`
 	Stale      bool   `json:"stale"`
 	FromCache  bool   `json:"from_cache"`
+	// RegistryOlder: the registry holds an older map than the one in use
+	// (rebuilt behind the cache); its version (see registry.FollowerStatus).
+	RegistryOlder int64 `json:"registry_older,omitempty"`
 }
 
 // QueueStatus is the work queue's state.
@@ -175,7 +178,7 @@ func (c *Cell) Status() Status {
 		Agencies: map[string]AgencyStatus{}, NATS: c.nc.Status().String(),
 	}
 	fs := c.follower.Status()
-	st.Map = MapStatus{Version: fs.Version, Registry: fs.Registry, Stale: fs.Stale, FromCache: fs.FromCache}
+	st.Map = MapStatus{Version: fs.Version, Registry: fs.Registry, Stale: fs.Stale, FromCache: fs.FromCache, RegistryOlder: fs.RegistryOlder}
 	if m := c.follower.Map(); m != nil {
 		if cell, ok := m.Cell(c.cfg.ID); ok {
 			st.Map.State = string(cell.State)

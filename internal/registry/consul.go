@@ -222,8 +222,11 @@ func (c *Consul) Watch(ctx context.Context, after int64, fn func(Event)) {
 				ev.Err = ErrNoMap
 			} else if m, err := c.decode(pair); err != nil {
 				ev.Err = err
-			} else if m.Version() > last {
-				ev.Map, last = m, m.Version()
+			} else {
+				ev.Current = m.Version()
+				if m.Version() > last {
+					ev.Map, last = m, m.Version()
+				}
 			}
 			fn(ev)
 		}

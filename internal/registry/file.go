@@ -197,10 +197,10 @@ func (f *File) poll(seen *fileSig, seenErr *error, last *int64) Event {
 		return Event{Err: err, At: f.opts.now()}
 	}
 	if m.Version() <= *last {
-		return Event{At: f.opts.now()}
+		return Event{At: f.opts.now(), Current: m.Version()}
 	}
 	*last = m.Version()
-	return Event{Map: m, At: f.opts.now()}
+	return Event{Map: m, At: f.opts.now(), Current: m.Version()}
 }
 
 // Lock takes the writer lock: an flock on PATH.writer, with the holder

@@ -39,6 +39,7 @@ type Follower struct {
 	changed chan struct{} // closed when a newer map is installed
 	ready   chan struct{} // closed once there is a map
 	lastErr error
+	older   int64 // the registry's version, when older than the map in use
 
 	versionGauge prometheus.Gauge
 	syncErrors   prometheus.Counter
@@ -94,6 +95,12 @@ type FollowerStatus struct {
 	LastError string        `json:"last_error"` // the registry's last error, "" if the last round succeeded
 	Registry  string        `json:"registry"`   // the registry's description
 	FromCache bool          `json:"from_cache"` // the map came from CachePath, not yet confirmed by the registry
+	// RegistryOlder is the registry's map version when it is older than
+	// the map in use (0 otherwise): the registry was rebuilt or restored
+	// behind the cache. The newer map is kept (a map never goes back), so
+	// the registry's changes are not followed until its version passes it
+	// or the cache file is removed and the process restarted.
+	RegistryOlder int64 `json:"registry_older,omitempty"`
 }
 
 // NewFollower returns a follower of opts.Registry. Call Run to start it.
@@ -179,6 +186,19 @@ func (f *Follower) observe(ev Event) {
 	if ev.Map != nil {
 		f.install(ev.Map, false)
 	}
+	if ev.Current > 0 {
+		cur := f.version()
+		f.mu.Lock()
+		switch {
+		case ev.Current >= cur:
+			f.older = 0
+		case f.older != ev.Current:
+			f.older = ev.Current
+			f.log.Warn("the registry's cell map is older than the one in use (from the cache): keeping it; if the registry was rebuilt, remove the cache file and restart, or make the registry's version pass it",
+				"registry_version", ev.Current, "version", cur, "cache", f.cachePath)
+		}
+		f.mu.Unlock()
+	}
 }
 
 func (f *Follower) version() int64 {
@@ -249,6 +269,9 @@ func (f *Follower) WaitReady(ctx context.Context) error {
 func (f *Follower) Status() FollowerStatus {
 	now := f.now()
 	st := FollowerStatus{Version: f.version(), Registry: f.reg.Describe(), FromCache: f.fromCache.Load()}
+	f.mu.Lock()
+	st.RegistryOlder = f.older
+	f.mu.Unlock()
 	if ns := f.lastSync.Load(); ns != 0 {
 		st.Synced = time.Unix(0, ns)
 		st.Age = now.Sub(st.Synced)

@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/cellkit/cellkit/internal/atomicfile"
+	"github.com/cellkit/cellkit/internal/slotmap"
 	"github.com/cellkit/cellkit/internal/testkit"
 )
 
@@ -223,4 +224,63 @@ func TestFollowerChangedIsClosedOnNewVersion(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("Changed not closed after a new version")
 	}
+}
+
+// TestFollowerSaysWhenTheRegistryIsOlderThanItsCache: a registry rebuilt
+// from empty (version 1) behind a cache at version 3: the cache stays in
+// use (a map never goes back) and the status says so, with the registry's
+// version; once the registry passes it, it is followed again.
+func TestFollowerSaysWhenTheRegistryIsOlderThanItsCache(t *testing.T) {
+	dir := t.TempDir()
+	cache := filepath.Join(dir, "map-cache.json")
+	p, err := firstMap(t).AddCell(slotmap.Cell{ID: "c3", Weight: 1, Intake: "http://127.0.0.1:8003", Admin: "http://127.0.0.1:9003"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err = p.After.AddCell(slotmap.Cell{ID: "c4", Weight: 1, Intake: "http://127.0.0.1:8004", Admin: "http://127.0.0.1:9004"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cached := p.After
+	data, err := cached.Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(cache, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r, err := NewFile(FileConfig{Path: filepath.Join(dir, "registry", "map.json"), PollInterval: 10 * time.Millisecond}, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := testkit.Context(t, time.Minute)
+	first := firstMap(t)
+	if err := r.CompareAndSwap(ctx, 0, first); err != nil {
+		t.Fatal(err)
+	}
+	f, err := NewFollower(FollowerConfig{CachePath: cache}, FollowerOptions{Registry: r})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runFollower(t, f)
+	testkit.WaitFor(t, 5*time.Second, "the registry's older map noticed", func() bool { return f.Status().RegistryOlder == first.Version() })
+	if st := f.Status(); st.Version != cached.Version() || !st.FromCache {
+		t.Fatalf("Status() = %+v, want the cache's version %d in use, from the cache", st, cached.Version())
+	}
+	// The registry moves past the cache: followed again, nothing older.
+	m := first
+	for m.Version() <= cached.Version() {
+		p, err := m.SetAgency("nice", int(m.Version())+10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := r.CompareAndSwap(ctx, m.Version(), p.After); err != nil {
+			t.Fatal(err)
+		}
+		m = p.After
+	}
+	testkit.WaitFor(t, 5*time.Second, "the registry followed again", func() bool {
+		st := f.Status()
+		return st.Version == m.Version() && st.RegistryOlder == 0
+	})
 }

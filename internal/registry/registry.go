@@ -79,6 +79,10 @@ type Event struct {
 	Err error
 	// At is when the round trip finished.
 	At time.Time
+	// Current is the version of the map the registry held in this round,
+	// when it was read (0: not read, or no map). It may be older than the
+	// caller's after: a registry rebuilt or restored.
+	Current int64
 }
 
 // Lock is a held writer lock.

@@ -46,6 +46,7 @@ type Readiness struct {
 	Registry          string  `json:"registry"`
 	LastError         string  `json:"last_error,omitempty"`
 	FromCache         bool    `json:"from_cache,omitempty"`
+	RegistryOlder     int64   `json:"registry_older,omitempty"` // the registry's map is this older version (rebuilt behind the cache)
 	Detail            string  `json:"detail"`
 	RefreshedAfter421 bool    `json:"refreshed_after_421,omitempty"` // routing with a map read after a 421
 	Failure           string  `json:"failure,omitempty"`             // why the router cannot go on serving (the process is ending)
@@ -55,7 +56,7 @@ type Readiness struct {
 func (r *Router) Readiness() Readiness {
 	st := r.maps.Status()
 	rd := Readiness{FollowerMap: st.Version, Stale: st.Stale, MapAgeSeconds: st.Age.Seconds(),
-		Registry: st.Registry, LastError: st.LastError, FromCache: st.FromCache}
+		Registry: st.Registry, LastError: st.LastError, FromCache: st.FromCache, RegistryOlder: st.RegistryOlder}
 	m := r.currentMap()
 	switch {
 	case m == nil:

@@ -573,6 +573,10 @@ func TestWriteTimeoutCutsAClientThatStopsReading(t *testing.T) {
 	if resp, body := reader.read("GET"); resp.StatusCode != 200 || len(body) != len(big) {
 		t.Fatalf("a client that reads: %d, %d bytes", resp.StatusCode, len(body))
 	}
+	// Gone before the next connection, so that the one connection waiting
+	// for its header below is the slow reader's.
+	reader.c.Close()
+	testkit.WaitFor(t, 5*time.Second, "the reader's connection closed", func() bool { return w.router.eng.conns.Load() == 0 })
 
 	d := net.Dialer{Control: func(_, _ string, rc syscall.RawConn) error {
 		return rc.Control(func(fd uintptr) { syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 4096) })
@@ -585,18 +589,24 @@ func TestWriteTimeoutCutsAClientThatStopsReading(t *testing.T) {
 	// The router's side of the socket gets a small send buffer too (that
 	// turns off the kernel's autotuning): what the kernel does not take
 	// waits in the loop, under the write timeout.
-	testkit.WaitFor(t, 2*time.Second, "the connection on a loop", func() bool { return w.router.eng.conns.Load() == 2 })
-	for _, lp := range w.router.eng.loopList() {
-		done := make(chan struct{})
-		lp.el.Execute(context.Background(), gnet.RunnableFunc(func(context.Context) error {
-			defer close(done)
-			for tm := lp.heads.head.next; tm != &lp.heads.head; tm = tm.next {
-				tm.owner.(*client).gc.SetWriteBuffer(4096)
-			}
-			return nil
-		}))
-		<-done
-	}
+	// Its connection may be accepted and not yet on a loop: until one
+	// loop has it waiting for its header, with the small buffer set.
+	testkit.WaitFor(t, 5*time.Second, "the connection on a loop, its send buffer small", func() bool {
+		set := 0
+		for _, lp := range w.router.eng.loopList() {
+			done := make(chan struct{})
+			lp.el.Execute(context.Background(), gnet.RunnableFunc(func(context.Context) error {
+				defer close(done)
+				for tm := lp.heads.head.next; tm != &lp.heads.head; tm = tm.next {
+					tm.owner.(*client).gc.SetWriteBuffer(4096)
+					set++
+				}
+				return nil
+			}))
+			<-done
+		}
+		return set == 1
+	})
 	if _, err := c.Write([]byte(get)); err != nil {
 		t.Fatal(err)
 	}
