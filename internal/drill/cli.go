@@ -96,18 +96,7 @@ func Command(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	c.Stack = st
 	res, err := run(ctx, c)
-	if res != nil {
-		if werr := out.Write(stdout, res); werr != nil && err == nil {
-			err = werr
-		}
-	}
-	if err != nil {
-		return err
-	}
-	if !res.Drill.Pass {
-		return fmt.Errorf("%w: %s", ErrAssertion, name)
-	}
-	return nil
+	return report(stdout, out, name, res, err)
 }
 
 // netCommand is `loadtest drill NAME` of a drill on the network lab.
@@ -179,6 +168,12 @@ func netCommand(ctx context.Context, name string, run func(context.Context, NetC
 		}()
 	}
 	res, err := run(ctx, c)
+	return report(stdout, out, name, res, err)
+}
+
+// report writes a drill's result (what there is of it, also when it
+// failed to run) and turns a failed verdict into ErrAssertion.
+func report(stdout io.Writer, out loadtest.Outputs, name string, res *loadtest.Result, err error) error {
 	if res != nil {
 		if werr := out.Write(stdout, res); werr != nil && err == nil {
 			err = werr

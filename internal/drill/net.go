@@ -1,12 +1,11 @@
 package drill
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"os"
 	"os/exec"
@@ -284,24 +283,7 @@ func (n *netRun) cellMap(ctx context.Context, adminAddr string) (int64, error) {
 }
 
 func (n *netRun) getJSON(ctx context.Context, url string, v any) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return err
-	}
-	req.Header.Set("Authorization", "Bearer "+n.admin)
-	resp, err := n.hc.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
-	if err != nil {
-		return err
-	}
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("GET %s: %s: %s", url, resp.Status, bytes.TrimSpace(b))
-	}
-	return json.Unmarshal(b, v)
+	return requestJSON(ctx, n.hc, http.MethodGet, url, n.admin, nil, v)
 }
 
 // sessionWatch samples the agencies' open sessions every 100 ms while a
@@ -411,22 +393,12 @@ func checkOthers(d *loadtest.Verdict, res *loadtest.Result, cells map[int]string
 			names[c] = true
 		}
 	}
-	for _, cell := range slices.Sorted(mapsKeys(names)) {
+	for _, cell := range slices.Sorted(maps.Keys(names)) {
 		mine := func(u int) bool { return cells[u] == cell }
 		st := loadtest.Window{From: from, To: to, Users: mine}.Stats(res.Samples)
 		base := loadtest.Window{To: from, Users: mine}.Stats(res.Samples)
 		d.Check(cell+" errors from the fault on", st.Errors == 0 && st.N > 0, fmt.Sprintf("%d of %d %v", st.Errors, st.N, st.Status), "0")
 		d.Note("%s p50/p99: baseline %s/%s, from the fault on %s/%s", cell, msf(base.P50), msf(base.P99), msf(st.P50), msf(st.P99))
-	}
-}
-
-func mapsKeys(m map[string]bool) func(func(string) bool) {
-	return func(yield func(string) bool) {
-		for k := range m {
-			if !yield(k) {
-				return
-			}
-		}
 	}
 }
 
@@ -451,4 +423,60 @@ func (n *netRun) finishNet(ctx context.Context, d *loadtest.Verdict, res *loadte
 	n.checkSessions(ctx, d, d.Name == "cut-agency")
 	d.Finish()
 	res.Drill = d
+}
+
+// cutDuringLoad runs the drill's load, the agencies' sessions sampled,
+// and cuts every host of as from every host of bs from Baseline for Fault,
+// marking the cut as what. during, if not nil, runs once the cut is in
+// place, with its time; afterHeal, if not nil, once it is healed, while the
+// load goes on. The hosts are healed whatever fails. It returns the load's
+// result (also with an error of the drill's own acts) and when the cut and
+// the heal were.
+func (n *netRun) cutDuringLoad(ctx context.Context, name, what string, as, bs []*netlab.Host,
+	during func(cutAt time.Duration) error, afterHeal func(healAt time.Duration)) (res *loadtest.Result, cutAt, healAt time.Duration, err error) {
+	c := n.c
+	if err := n.watchSessions(ctx); err != nil {
+		return nil, 0, 0, err
+	}
+	wait := startLoad(ctx, n.r)
+	var heal func() error
+	actErr := func() error {
+		if err := sleepUntil(ctx, n.r, c.Baseline); err != nil {
+			return err
+		}
+		var err error
+		if heal, err = cut(as, bs); err != nil {
+			return err
+		}
+		cutAt = n.r.Elapsed()
+		n.r.Mark(what)
+		c.logf("%s at %.1fs", what, cutAt.Seconds())
+		if during != nil {
+			if err := during(cutAt); err != nil {
+				return err
+			}
+		}
+		if err := sleepUntil(ctx, n.r, cutAt+c.Fault); err != nil {
+			return err
+		}
+		err = heal()
+		healAt = n.r.Elapsed()
+		n.r.Mark("healed")
+		c.logf("healed at %.1fs", healAt.Seconds())
+		return err
+	}()
+	if actErr == nil && afterHeal != nil {
+		afterHeal(healAt)
+	}
+	res, err = wait()
+	if heal != nil && healAt == 0 {
+		heal()
+	}
+	if err != nil {
+		return nil, 0, 0, err
+	}
+	if actErr != nil {
+		return res, cutAt, healAt, fmt.Errorf("drill %s: %w", name, actErr)
+	}
+	return res, cutAt, healAt, nil
 }

@@ -147,40 +147,9 @@ func CutRouter(ctx context.Context, c NetConfig) (*loadtest.Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := n.watchSessions(ctx); err != nil {
-		return nil, err
-	}
-	wait := startLoad(ctx, n.r)
-	var cutAt, healAt time.Duration
-	var heal func() error
-	actErr := func() error {
-		if err := sleepUntil(ctx, n.r, c.Baseline); err != nil {
-			return err
-		}
-		if heal, err = cut([]*netlab.Host{r1, r2}, cellHosts); err != nil {
-			return err
-		}
-		cutAt = n.r.Elapsed()
-		n.r.Mark("routers cut from " + c.Cell)
-		c.logf("routers cut from %s at %.1fs", c.Cell, cutAt.Seconds())
-		if err := sleepUntil(ctx, n.r, cutAt+c.Fault); err != nil {
-			return err
-		}
-		err := heal()
-		healAt = n.r.Elapsed()
-		n.r.Mark("healed")
-		c.logf("healed at %.1fs", healAt.Seconds())
-		return err
-	}()
-	res, err := wait()
-	if heal != nil && healAt == 0 {
-		heal()
-	}
+	res, cutAt, healAt, err := n.cutDuringLoad(ctx, "cut-router", "routers cut from "+c.Cell, []*netlab.Host{r1, r2}, cellHosts, nil, nil)
 	if err != nil {
-		return nil, err
-	}
-	if actErr != nil {
-		return res, fmt.Errorf("drill cut-router: %w", actErr)
+		return res, err
 	}
 	d := &loadtest.Verdict{Name: "cut-router"}
 	cells := usersOf(res, cutAt)
@@ -391,23 +360,9 @@ func cutConsul(ctx context.Context, c NetConfig, name string) (*loadtest.Result,
 			n.cellctl(context.WithoutCancel(ctx), "override", "clear", loadtest.UserID(u))
 		}
 	}()
-	if err := n.watchSessions(ctx); err != nil {
-		return nil, err
-	}
-	wait := startLoad(ctx, n.r)
-	var cutAt, changeAt, seenAt, healAt time.Duration
-	var heal func() error
+	var changeAt, seenAt time.Duration
 	var version int64
-	actErr := func() error {
-		if err := sleepUntil(ctx, n.r, c.Baseline); err != nil {
-			return err
-		}
-		if heal, err = cut(side, []*netlab.Host{consul}); err != nil {
-			return err
-		}
-		cutAt = n.r.Elapsed()
-		n.r.Mark(name)
-		c.logf("%s at %.1fs", name, cutAt.Seconds())
+	change := func(cutAt time.Duration) error {
 		if err := sleepUntil(ctx, n.r, cutAt+2*time.Second); err != nil {
 			return err
 		}
@@ -442,37 +397,22 @@ func cutConsul(ctx context.Context, c NetConfig, name string) (*loadtest.Result,
 		if seenAt < 0 {
 			return fmt.Errorf("the side not cut does not have map version %d 10 s after the change", version)
 		}
-		if err := sleepUntil(ctx, n.r, cutAt+c.Fault); err != nil {
-			return err
-		}
-		err = heal()
-		healAt = n.r.Elapsed()
-		n.r.Mark("healed")
-		c.logf("healed at %.1fs", healAt.Seconds())
-		return err
-	}()
+		return nil
+	}
 	// After the heal, how long until the cut side routes or fences with
 	// the new map.
 	applied := time.Duration(-1)
-	if actErr == nil {
-		t0 := time.Now()
-		for time.Since(t0) < c.Recover && applied < 0 {
+	waitApplied := func(healAt time.Duration) {
+		for t0 := time.Now(); time.Since(t0) < c.Recover; time.Sleep(100 * time.Millisecond) {
 			if hasMap(watch, version) {
 				applied = n.r.Elapsed() - healAt
-				break
+				return
 			}
-			time.Sleep(100 * time.Millisecond)
 		}
 	}
-	res, err := wait()
-	if heal != nil && healAt == 0 {
-		heal()
-	}
+	res, cutAt, healAt, err := n.cutDuringLoad(ctx, name, name, side, []*netlab.Host{consul}, change, waitApplied)
 	if err != nil {
-		return nil, err
-	}
-	if actErr != nil {
-		return res, fmt.Errorf("drill %s: %w", name, actErr)
+		return res, err
 	}
 	d := &loadtest.Verdict{Name: name}
 	moved := func(u int) bool { _, ok := moves[u]; return ok }
@@ -545,40 +485,9 @@ func CutNATS(ctx context.Context, c NetConfig) (*loadtest.Result, error) {
 			peers = append(peers, p)
 		}
 	}
-	if err := n.watchSessions(ctx); err != nil {
-		return nil, err
-	}
-	wait := startLoad(ctx, n.r)
-	var cutAt, healAt time.Duration
-	var heal func() error
-	actErr := func() error {
-		if err := sleepUntil(ctx, n.r, c.Baseline); err != nil {
-			return err
-		}
-		if heal, err = cut([]*netlab.Host{h}, peers); err != nil {
-			return err
-		}
-		cutAt = n.r.Elapsed()
-		n.r.Mark(in.NATS + " cut off")
-		c.logf("%s cut off from its peers at %.1fs", in.NATS, cutAt.Seconds())
-		if err := sleepUntil(ctx, n.r, cutAt+c.Fault); err != nil {
-			return err
-		}
-		err := heal()
-		healAt = n.r.Elapsed()
-		n.r.Mark("healed")
-		c.logf("healed at %.1fs", healAt.Seconds())
-		return err
-	}()
-	res, err := wait()
-	if heal != nil && healAt == 0 {
-		heal()
-	}
+	res, cutAt, healAt, err := n.cutDuringLoad(ctx, "cut-nats", in.NATS+" cut off from its peers", []*netlab.Host{h}, peers, nil, nil)
 	if err != nil {
-		return nil, err
-	}
-	if actErr != nil {
-		return res, fmt.Errorf("drill cut-nats: %w", actErr)
+		return res, err
 	}
 	d := &loadtest.Verdict{Name: "cut-nats"}
 	cells := usersOf(res, cutAt)
@@ -623,40 +532,9 @@ func CutAgency(ctx context.Context, c NetConfig) (*loadtest.Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := n.watchSessions(ctx); err != nil {
-		return nil, err
-	}
-	wait := startLoad(ctx, n.r)
-	var cutAt, healAt time.Duration
-	var heal func() error
-	actErr := func() error {
-		if err := sleepUntil(ctx, n.r, c.Baseline); err != nil {
-			return err
-		}
-		if heal, err = cut(cellHosts, []*netlab.Host{agency}); err != nil {
-			return err
-		}
-		cutAt = n.r.Elapsed()
-		n.r.Mark(c.Cell + " cut from the agency")
-		c.logf("%s cut from the agency at %.1fs", c.Cell, cutAt.Seconds())
-		if err := sleepUntil(ctx, n.r, cutAt+c.Fault); err != nil {
-			return err
-		}
-		err := heal()
-		healAt = n.r.Elapsed()
-		n.r.Mark("healed")
-		c.logf("healed at %.1fs", healAt.Seconds())
-		return err
-	}()
-	res, err := wait()
-	if heal != nil && healAt == 0 {
-		heal()
-	}
+	res, cutAt, healAt, err := n.cutDuringLoad(ctx, "cut-agency", c.Cell+" cut from the agency", cellHosts, []*netlab.Host{agency}, nil, nil)
 	if err != nil {
-		return nil, err
-	}
-	if actErr != nil {
-		return res, fmt.Errorf("drill cut-agency: %w", actErr)
+		return res, err
 	}
 	d := &loadtest.Verdict{Name: "cut-agency"}
 	cells := usersOf(res, cutAt)

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -173,6 +174,12 @@ func getJSON(ctx context.Context, url string, v any) error {
 }
 
 func doJSON(ctx context.Context, method, url string, body, v any) error {
+	return requestJSON(ctx, adminClient, method, url, "", body, v)
+}
+
+// requestJSON sends body (if not nil) as JSON, with the bearer token if
+// not empty, and decodes a 2xx answer into v (if not nil).
+func requestJSON(ctx context.Context, hc *http.Client, method, url, token string, body, v any) error {
 	var rd *bytes.Reader
 	if body != nil {
 		b, err := json.Marshal(body)
@@ -190,16 +197,20 @@ func doJSON(ctx context.Context, method, url string, body, v any) error {
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
-	resp, err := adminClient.Do(req)
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := hc.Do(req)
 	if err != nil {
 		return err
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode/100 != 2 {
-		return fmt.Errorf("%s %s: %s", method, url, resp.Status)
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
+		return fmt.Errorf("%s %s: %s: %s", method, url, resp.Status, bytes.TrimSpace(b))
 	}
 	if v == nil {
 		return nil
 	}
-	return json.NewDecoder(resp.Body).Decode(v)
+	return json.NewDecoder(io.LimitReader(resp.Body, 4<<20)).Decode(v)
 }

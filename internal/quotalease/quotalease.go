@@ -113,6 +113,9 @@ type Leaser struct {
 	log  *slog.Logger
 	now  func() time.Time
 	held map[string]map[int]*lease // agency → slot → lease
+	// lapsed are slots this instance stopped counting on (not renewed for
+	// Lease) whose keys may still name it: taken back if they do.
+	lapsed map[string]map[int]bool
 
 	mu     sync.Mutex
 	quotas map[string]int // the map's quota of the cell per agency
@@ -141,7 +144,7 @@ func New(cfg Config, opts Options) (*Leaser, error) {
 	}
 	return &Leaser{
 		cfg: cfg, kv: opts.KV, ses: opts.Sessions, log: log.With("instance", cfg.Instance), now: now,
-		held: map[string]map[int]*lease{}, quotas: map[string]int{}, share: map[string]int{},
+		held: map[string]map[int]*lease{}, lapsed: map[string]map[int]bool{}, quotas: map[string]int{}, share: map[string]int{},
 		limitG: promauto.With(opts.Registerer).NewGaugeVec(prometheus.GaugeOpts{
 			Name: "cellkit_cell_session_leases",
 			Help: "Agency session slots this instance of the cell holds a lease on (its session limit).",
@@ -304,9 +307,15 @@ func (l *Leaser) fit(ctx context.Context, agency string, q, share int) {
 	// Drop leases that no longer count (not renewed for Lease): the
 	// limit goes down first, the key is left to expire.
 	now := l.now()
+	lapsed := l.lapsed[agency]
+	if lapsed == nil {
+		lapsed = map[int]bool{}
+		l.lapsed[agency] = lapsed
+	}
 	for slot, ls := range h {
 		if now.Sub(ls.sentAt) >= l.cfg.Lease {
 			delete(h, slot)
+			lapsed[slot] = true
 		}
 	}
 	// Release what is beyond the quota or the share (the highest slots),
@@ -346,7 +355,7 @@ func (l *Leaser) fit(ctx context.Context, agency string, q, share int) {
 		}
 		sent := l.now()
 		rev, err := l.kv.Create(ctx, key(agency, slot), []byte(l.cfg.Instance))
-		if errors.Is(err, jetstream.ErrKeyExists) {
+		if errors.Is(err, jetstream.ErrKeyExists) && lapsed[slot] {
 			// Still this instance's from before it stopped counting on it
 			// (it could not renew for Lease, cut off from the bucket): no
 			// one else can hold it, so it is taken back at its revision
@@ -354,9 +363,12 @@ func (l *Leaser) fit(ctx context.Context, agency string, q, share int) {
 			if e, gerr := l.kv.Get(ctx, key(agency, slot)); gerr == nil && string(e.Value()) == l.cfg.Instance {
 				sent = l.now()
 				rev, err = l.kv.Update(ctx, key(agency, slot), []byte(l.cfg.Instance), e.Revision())
+			} else if gerr == nil || errors.Is(gerr, jetstream.ErrKeyNotFound) {
+				delete(lapsed, slot) // another's now, or gone: nothing to take back
 			}
 		}
 		if err == nil {
+			delete(lapsed, slot)
 			h[slot] = &lease{rev: rev, sentAt: sent}
 		} else if !errors.Is(err, jetstream.ErrKeyExists) && !errors.Is(err, jetstream.ErrKeyNotFound) && !errors.Is(err, jetstream.ErrKeyDeleted) {
 			break // the bucket is unreachable: try next round

@@ -59,6 +59,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/hashicorp/consul/api"
+
 	"github.com/cellkit/cellkit/internal/atomicfile"
 	"github.com/cellkit/cellkit/internal/cellctl"
 	"github.com/cellkit/cellkit/internal/devstack"
@@ -385,7 +387,7 @@ func Up(ctx context.Context, cfg Config, opts Options) (*Stack, error) {
 	if err := waitConsul(ctx, hc, consul, consulRoot, cfg.ReadyWait); err != nil {
 		return nil, fail(err)
 	}
-	if st.ConsulToken, err = cellkitToken(ctx, hc, consul, consulRoot); err != nil {
+	if st.ConsulToken, err = cellkitToken(consul, consulRoot); err != nil {
 		return nil, fail(err)
 	}
 	if err := atomicfile.WriteFile(filepath.Join(dir, "consul-token"), []byte(st.ConsulToken+"\n"), 0o600); err != nil {
@@ -658,50 +660,27 @@ cluster {
 // cellkitToken makes, with the management token, the policy the cellkit
 // processes need (the keys under cellkit/, sessions for the writer lock,
 // reading nodes) and a token of it.
-func cellkitToken(ctx context.Context, hc *http.Client, h *netlab.Host, root string) (string, error) {
-	base := "http://" + h.HostPort(consulHTTP)
+func cellkitToken(h *netlab.Host, root string) (string, error) {
+	client, err := api.NewClient(&api.Config{Address: h.HostPort(consulHTTP), Token: root})
+	if err != nil {
+		return "", err
+	}
 	rules := `key_prefix "cellkit/" { policy = "write" }
 session_prefix "" { policy = "write" }
 node_prefix "" { policy = "read" }
 service_prefix "" { policy = "read" }`
-	var pol struct{ ID string }
-	if err := sendJSON(ctx, hc, http.MethodPut, base+"/v1/acl/policy", root, map[string]string{"Name": "cellkit", "Rules": rules}, &pol); err != nil {
+	pol, _, err := client.ACL().PolicyCreate(&api.ACLPolicy{Name: "cellkit", Rules: rules}, nil)
+	if err != nil {
 		return "", fmt.Errorf("consul policy: %w", err)
 	}
-	var tok struct{ SecretID string }
-	if err := sendJSON(ctx, hc, http.MethodPut, base+"/v1/acl/token", root,
-		map[string]any{"Description": "cellkit processes", "Policies": []map[string]string{{"ID": pol.ID}}}, &tok); err != nil {
+	tok, _, err := client.ACL().TokenCreate(&api.ACLToken{Description: "cellkit processes", Policies: []*api.ACLTokenPolicyLink{{ID: pol.ID}}}, nil)
+	if err != nil {
 		return "", fmt.Errorf("consul token: %w", err)
 	}
 	if tok.SecretID == "" {
 		return "", errors.New("consul token: no secret in the answer")
 	}
 	return tok.SecretID, nil
-}
-
-func sendJSON(ctx context.Context, hc *http.Client, method, url, token string, body, v any) error {
-	b, err := json.Marshal(body)
-	if err != nil {
-		return err
-	}
-	req, err := http.NewRequestWithContext(ctx, method, url, bytes.NewReader(b))
-	if err != nil {
-		return err
-	}
-	req.Header.Set("X-Consul-Token", token)
-	resp, err := hc.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	out, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-	if err != nil {
-		return err
-	}
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("%s %s: %s: %s", method, url, resp.Status, bytes.TrimSpace(out))
-	}
-	return json.Unmarshal(out, v)
 }
 
 // apiKey makes a fresh API key with 'router keygen' (DIR/router/keys.json,
