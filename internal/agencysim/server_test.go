@@ -147,7 +147,9 @@ func TestFixedLatencyIsHonoured(t *testing.T) {
 	for i := range 3 {
 		start := time.Now()
 		c.mustCall(uint64(i), "slow")
-		if took := time.Since(start); took < latency || took > latency+500*time.Millisecond {
+		// The simulator sets its timers up to maxSlack early so that
+		// answers leave on time on average; one answer may be that early.
+		if took := time.Since(start); took < latency-maxSlack || took > latency+500*time.Millisecond {
 			t.Errorf("call %d took %v, want about %v", i, took, latency)
 		}
 	}
