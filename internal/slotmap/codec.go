@@ -422,6 +422,9 @@ func (m *Map) checkCells() error {
 		if err := checkURL(c.Admin); err != nil {
 			return invalid("cell %q: admin %v", c.ID, err)
 		}
+		if c.Capacity < 0 || c.Capacity > MaxCapacity {
+			return invalid("cell %q: capacity %d req/s must be in 0..%d", c.ID, c.Capacity, MaxCapacity)
+		}
 		if len(c.Instances) > MaxInstances {
 			return invalid("cell %q: %d instances, at most %d", c.ID, len(c.Instances), MaxInstances)
 		}

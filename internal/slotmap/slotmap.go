@@ -71,6 +71,9 @@ type Cell struct {
 	// FixedQuota holds the quotas an operator set explicitly; the rest of an
 	// agency's limit is split over the other cells by weight.
 	FixedQuota map[string]int `json:"fixed_quota,omitempty"`
+	// Capacity is the request rate (req/s) the operator declared the cell
+	// can take; 0 declares none. Plans flag a cell projected over it.
+	Capacity int `json:"capacity,omitempty"`
 	// Instances are the cell's processes when it runs several (on
 	// different hosts, over one JetStream cluster), in id order. Empty: the
 	// cell is the one process at Intake and Admin.
@@ -87,6 +90,9 @@ type Instance struct {
 	// Drained takes it out of the routers' rotation (the others serve).
 	Drained bool `json:"drained,omitempty"`
 }
+
+// MaxCapacity bounds a cell's declared capacity in req/s.
+const MaxCapacity = 10_000_000
 
 // MaxInstances bounds a cell's instances.
 const MaxInstances = 16
