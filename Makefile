@@ -103,7 +103,7 @@ fuzz: ## run every fuzz target for FUZZTIME each (default 50000x executions; a d
 	done
 
 .PHONY: drill
-drill: tools build ## the chaos drills (kill, drain, agency-slow at DRILL_RATE/s, default 100; agency-slow again at 250/s with a 5 s age budget, where the cells must shed; kill again with a real Prometheus checking the alerts) on a fresh local stack each; reports in var/drill/
+drill: tools build ## the chaos drills (kill, drain, agency-slow at DRILL_RATE/s, default 100; agency-slow again at 250/s with a 5 s age budget, where the cells must shed; kill again with a real Prometheus checking the alerts; priority: high and normal lanes under overload, lane-aware cells beside lane-blind ones) on a fresh local stack each; reports in var/drill/
 	@mkdir -p var/drill; rc=0; \
 	for d in kill drain agency-slow; do \
 	  echo "== loadtest drill $$d"; \
@@ -116,6 +116,9 @@ drill: tools build ## the chaos drills (kill, drain, agency-slow at DRILL_RATE/s
 	echo "== loadtest drill kill, with Prometheus evaluating the alert rules"; \
 	$(BIN)/loadtest drill kill --bin $(BIN) --rate $(DRILL_RATE) --baseline 10s --fault 45s --after 20s \
 	  --prometheus $(BIN)/prometheus --json var/drill/kill-alerts.json --svg var/drill/kill-alerts.svg || rc=1; \
+	echo "== loadtest drill priority: agencies ×10, 160/s, 20 % high; c2 and c4 shed lane-blind for comparison"; \
+	$(BIN)/loadtest drill priority --bin $(BIN) --rate 160 --users 1000 --age-budget 10s --baseline 10s --fault 40s \
+	  --json var/drill/priority.json --svg var/drill/priority.svg || rc=1; \
 	exit $$rc
 
 .PHONY: fmt

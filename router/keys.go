@@ -23,7 +23,7 @@ import (
 // and written atomically (internal/atomicfile): a router watching the file
 // sees the old keys or the new ones, never a mix.
 //
-//	router keys add --keys FILE --client C [--rate R --burst B]
+//	router keys add --keys FILE --client C [--rate R --burst B --lanes high,normal --default-lane L]
 //	router keys revoke --keys FILE (--client C | --key KEY | --sha256 HEX)
 //	router keys list --keys FILE
 //
@@ -31,7 +31,7 @@ import (
 // client's rate limit), move the platform to the new key, revoke the old.
 
 const keysUsage = `usage:
-  router keys add --keys FILE --client C [--rate R --burst B]   a new key for C, printed once
+  router keys add --keys FILE --client C [--rate R --burst B --lanes high,normal --default-lane L]   a new key for C, printed once
   router keys revoke --keys FILE (--client C | --key KEY | --sha256 HEX)
   router keys list --keys FILE`
 
@@ -91,6 +91,9 @@ func keysAdd(args []string, stdout, stderr io.Writer) error {
 	client := kf.fs.String("client", "", "client id the key belongs to (required)")
 	rate := kf.fs.Float64("rate", 100, "the client's sustained limit, requests per second (default: the client's, for a client with keys already)")
 	burst := kf.fs.Int("burst", 200, "the client's burst (default: the client's, for a client with keys already)")
+	var lanes lanesFlag
+	kf.fs.Var(&lanes, "lanes", "the priorities the client may send, `high,normal` or one of them (default: the client's, for a client with keys already, else normal)")
+	defLane := kf.fs.String("default-lane", "", "the lane of an inquiry that names no priority (default: the client's, else normal if allowed, else high)")
 	if err := kf.parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
@@ -100,7 +103,8 @@ func keysAdd(args []string, stdout, stderr io.Writer) error {
 	if *client == "" {
 		return errors.New("keys add: --client is required")
 	}
-	key, sum, n, err := addKey(kf.keys, router.KeyEntry{Client: *client, Rate: *rate, Burst: *burst}, kf.set("rate"), kf.set("burst"))
+	entry := router.KeyEntry{Client: *client, Rate: *rate, Burst: *burst, Lanes: lanes, DefaultLane: *defLane}
+	key, sum, n, err := addKey(kf.keys, entry, kf.set("rate"), kf.set("burst"))
 	if err != nil {
 		return fmt.Errorf("keys add: %w", err)
 	}
@@ -110,10 +114,10 @@ func keysAdd(args []string, stdout, stderr io.Writer) error {
 }
 
 // addKey makes a key for entry's client and adds it to the keys file at
-// path (created if missing). A client's keys share its limits: entry's
-// rate and burst are the client's keys' unless given (and then ParseKeys
-// refuses a difference). It returns the key, its SHA-256 and the client's
-// number of keys.
+// path (created if missing). A client's keys share its limits and lanes:
+// entry's rate and burst are the client's keys' unless given, and so are
+// its lanes and default lane unless set (ParseKeys refuses a difference).
+// It returns the key, its SHA-256 and the client's number of keys.
 func addKey(path string, entry router.KeyEntry, rateGiven, burstGiven bool) (key, sum string, n int, err error) {
 	entries, err := readEntries(path, true)
 	if err != nil {
@@ -126,6 +130,12 @@ func addKey(path string, entry router.KeyEntry, rateGiven, burstGiven bool) (key
 			}
 			if !burstGiven {
 				entry.Burst = e.Burst
+			}
+			if entry.Lanes == nil {
+				entry.Lanes = e.Lanes
+			}
+			if entry.DefaultLane == "" {
+				entry.DefaultLane = e.DefaultLane
 			}
 			break
 		}
@@ -237,10 +247,20 @@ func keysList(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "CLIENT\tSHA256\tRATE\tBURST")
+	fmt.Fprintln(tw, "CLIENT\tSHA256\tRATE\tBURST\tLANES\tDEFAULT")
 	for _, e := range entries {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\n", e.Client, strings.ToLower(e.KeySHA256)[:12],
-			strconv.FormatFloat(e.Rate, 'f', -1, 64), e.Burst)
+		lanes, def := e.Lanes, e.DefaultLane
+		if lanes == nil {
+			lanes = []string{"normal"}
+		}
+		if def == "" {
+			def = lanes[0]
+			if slices.Contains(lanes, "normal") {
+				def = "normal"
+			}
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\n", e.Client, strings.ToLower(e.KeySHA256)[:12],
+			strconv.FormatFloat(e.Rate, 'f', -1, 64), e.Burst, strings.Join(lanes, ","), def)
 	}
 	return tw.Flush()
 }
@@ -276,6 +296,16 @@ func writeEntries(path string, entries []router.KeyEntry) error {
 		return err
 	}
 	return atomicfile.WriteFile(path, out, 0o600)
+}
+
+// lanesFlag is a comma-separated list of lanes; unset is nil.
+type lanesFlag []string
+
+func (l *lanesFlag) String() string { return strings.Join(*l, ",") }
+
+func (l *lanesFlag) Set(v string) error {
+	*l = strings.Split(v, ",")
+	return nil // ParseKeys says what is wrong with them
 }
 
 func isHex(s string) bool {

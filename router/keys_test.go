@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -56,10 +57,16 @@ func TestKeysAddListRevoke(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "sub", "keys.json")
 	a1 := mustAddKey(t, path, "platform-a", "--rate", "50", "--burst", "100")
 	a2 := mustAddKey(t, path, "platform-a") // rotation: the client's limits
-	b1 := mustAddKey(t, path, "platform-b", "--rate", "0.5", "--burst", "3")
+	b1 := mustAddKey(t, path, "platform-b", "--rate", "0.5", "--burst", "3", "--lanes", "high,normal", "--default-lane", "high")
 	es := entriesOf(t, path)
 	if len(es) != 3 || es[1].Rate != 50 || es[1].Burst != 100 || es[1].KeySHA256 != router.HashKey(a2) {
 		t.Fatalf("entries %+v", es)
+	}
+	if es[1].Lanes != nil || strings.Join(es[2].Lanes, ",") != "high,normal" || es[2].DefaultLane != "high" {
+		t.Fatalf("lanes of the entries %+v", es)
+	}
+	if _, _, err := cli(t, "keys", "add", "--keys", path, "--client", "platform-c", "--lanes", "urgent"); err == nil || !strings.Contains(err.Error(), `"urgent"`) {
+		t.Fatalf("keys add --lanes urgent: %v, want a refusal naming the lane", err)
 	}
 	if info, _ := os.Stat(path); info.Mode().Perm() != 0o600 {
 		t.Errorf("keys file mode %v, want 0600", info.Mode())
@@ -76,13 +83,17 @@ func TestKeysAddListRevoke(t *testing.T) {
 		t.Fatal(err)
 	}
 	lines := strings.Split(strings.TrimSpace(out), "\n")
-	row := regexp.MustCompile(`^(\S+)\s+([0-9a-f]{12})\s+(\S+)\s+(\d+)$`)
+	row := regexp.MustCompile(`^(\S+)\s+([0-9a-f]{12})\s+(\S+)\s+(\d+)\s+(\S+)\s+(\S+)$`)
 	if len(lines) != 4 || !strings.HasPrefix(lines[0], "CLIENT") {
 		t.Fatalf("list:\n%s", out)
 	}
-	for i, want := range [][]string{{"platform-a", router.HashKey(a1)[:12], "50", "100"}, {"platform-a", router.HashKey(a2)[:12], "50", "100"}, {"platform-b", router.HashKey(b1)[:12], "0.5", "3"}} {
+	for i, want := range [][]string{
+		{"platform-a", router.HashKey(a1)[:12], "50", "100", "normal", "normal"},
+		{"platform-a", router.HashKey(a2)[:12], "50", "100", "normal", "normal"},
+		{"platform-b", router.HashKey(b1)[:12], "0.5", "3", "high,normal", "high"},
+	} {
 		m := row.FindStringSubmatch(lines[i+1])
-		if m == nil || m[1] != want[0] || m[2] != want[1] || m[3] != want[2] || m[4] != want[3] {
+		if m == nil || !slices.Equal(m[1:], want) {
 			t.Errorf("list row %d: %q, want %v", i, lines[i+1], want)
 		}
 	}
@@ -117,7 +128,7 @@ func TestKeysAddListRevoke(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if es := entriesOf(t, path); len(es) != 2 || es[1].KeySHA256 != router.HashKey(strings.TrimSpace(out)) || es[1].Rate != 0.5 {
+	if es := entriesOf(t, path); len(es) != 2 || es[1].KeySHA256 != router.HashKey(strings.TrimSpace(out)) || es[1].Rate != 0.5 || es[1].DefaultLane != "high" {
 		t.Errorf("keygen -keys: %+v", es)
 	}
 }

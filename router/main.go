@@ -380,6 +380,9 @@ func keygen(args []string, stdout, stderr io.Writer) error {
 	rate := fs.Float64("rate", 100, "the client's sustained limit, requests per second (with -keys, default: the client's, for a client with keys already)")
 	burst := fs.Int("burst", 200, "the client's burst (with -keys, default: the client's, for a client with keys already)")
 	keysPath := fs.String("keys", "", "keys file to add the entry to (created if missing)")
+	var lanes lanesFlag
+	fs.Var(&lanes, "lanes", "the priorities the client may send, `high,normal` or one of them (with -keys, default: the client's, for a client with keys already; else normal)")
+	defLane := fs.String("default-lane", "", "the lane of an inquiry that names no priority (default: normal if allowed, else high)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
@@ -389,7 +392,7 @@ func keygen(args []string, stdout, stderr io.Writer) error {
 	if *client == "" {
 		return errors.New("keygen: -client is required")
 	}
-	entry := router.KeyEntry{Client: *client, Rate: *rate, Burst: *burst}
+	entry := router.KeyEntry{Client: *client, Rate: *rate, Burst: *burst, Lanes: lanes, DefaultLane: *defLane}
 	if *keysPath != "" {
 		given := map[string]bool{}
 		fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
@@ -406,6 +409,9 @@ func keygen(args []string, stdout, stderr io.Writer) error {
 	}
 	entry.KeySHA256 = sum
 	line, err := json.Marshal(entry)
+	if err == nil {
+		_, err = router.ParseKeys([]byte("[" + string(line) + "]"))
+	}
 	if err != nil {
 		return fmt.Errorf("keygen: %w", err)
 	}

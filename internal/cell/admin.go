@@ -159,6 +159,16 @@ type QueueStatus struct {
 	ServiceSeconds   float64                  `json:"service_seconds"` // recent peak service time of one inquiry
 	AgeBudgetSeconds float64                  `json:"age_budget_seconds"`
 	DepthLimit       int                      `json:"depth_limit"`
+	// Lanes are the age of each lane's oldest pending inquiry and its
+	// budget; LaneBlind says the cell sheds both lanes on the whole queue.
+	Lanes     map[inquiry.Priority]LaneStatus `json:"lanes"`
+	LaneBlind bool                            `json:"lane_blind,omitempty"`
+}
+
+// LaneStatus is one lane of the work queue.
+type LaneStatus struct {
+	OldestAgeSeconds float64 `json:"oldest_age_seconds"`
+	AgeBudgetSeconds float64 `json:"age_budget_seconds"`
 }
 
 // AgencyStatus is one agency link's state.
@@ -186,7 +196,10 @@ func (c *Cell) Status() Status {
 		st.Map.OwnedSlots = m.SlotCounts()[c.cfg.ID]
 	}
 	shedCfg := c.shed.Config()
-	st.Queue = QueueStatus{DrainRate: c.shed.Rate(), ServiceSeconds: c.shed.Service().Seconds(), AgeBudgetSeconds: shedCfg.MaxAge.Seconds(), DepthLimit: shedCfg.MaxDepth}
+	st.Queue = QueueStatus{DrainRate: c.shed.Rate(), ServiceSeconds: c.shed.Service().Seconds(), AgeBudgetSeconds: shedCfg.MaxAge.Seconds(), DepthLimit: shedCfg.MaxDepth,
+		LaneBlind: shedCfg.LaneBlind, Lanes: map[inquiry.Priority]LaneStatus{
+			inquiry.High: {AgeBudgetSeconds: shedCfg.MaxAgeHigh.Seconds()}, inquiry.Normal: {AgeBudgetSeconds: shedCfg.MaxAge.Seconds()},
+		}}
 	if s := c.sample.Load(); s != nil {
 		st.Sampled = s.At
 		if s.Err != nil {
@@ -195,6 +208,11 @@ func (c *Cell) Status() Status {
 			st.Queue.Depth, st.Queue.Messages = s.Depth, s.Total
 			if !s.Oldest.IsZero() {
 				st.Queue.OldestAgeSeconds = time.Since(s.Oldest).Seconds()
+			}
+			for lane, at := range s.OldestByLane {
+				l := st.Queue.Lanes[lane]
+				l.OldestAgeSeconds = time.Since(at).Seconds()
+				st.Queue.Lanes[lane] = l
 			}
 			st.Failed, st.DeadLetter = s.Failed, s.Dead
 		}

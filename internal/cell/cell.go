@@ -38,6 +38,7 @@ import (
 	"github.com/cellkit/cellkit/internal/adminauth"
 	"github.com/cellkit/cellkit/internal/agency"
 	"github.com/cellkit/cellkit/internal/backoff"
+	"github.com/cellkit/cellkit/internal/inquiry"
 	"github.com/cellkit/cellkit/internal/intake"
 	"github.com/cellkit/cellkit/internal/natsembed"
 	"github.com/cellkit/cellkit/internal/pipeline"
@@ -649,7 +650,10 @@ func (c *Cell) sampleLoop(ctx context.Context) {
 			if c.leaser != nil {
 				instances = c.leaser.Live()
 			}
-			c.shed.Observe(shed.Sample{Depth: depth, Oldest: s.Oldest, At: s.At, Mark: mark, Capacity: c.pipe.Capacity(), Instances: instances, Idle: c.pipe.Inflight() == 0})
+			c.shed.Observe(shed.Sample{
+				Depth: depth, Oldest: s.Oldest, At: s.At, Mark: mark, Capacity: c.pipe.Capacity(), Instances: instances, Idle: c.pipe.Inflight() == 0,
+				High: s.Depth[inquiry.High], OldestHigh: s.OldestByLane[inquiry.High], OldestNormal: s.OldestByLane[inquiry.Normal],
+			})
 		}
 		c.sample.Store(s)
 		select {

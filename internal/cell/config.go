@@ -198,6 +198,15 @@ func (c *Config) defaults() error {
 	if c.Shed.MaxDepth <= 0 {
 		c.Shed.MaxDepth = d.Shed.MaxDepth
 	}
+	switch r := c.Shed.HighReserve; {
+	case r == 0:
+		c.Shed.HighReserve = d.Shed.HighReserve
+	case !(r > 0 && r < 1):
+		return fmt.Errorf("--high-reserve %g: want a share between 0 and 1 (exclusive)", r)
+	}
+	if c.Shed.MaxAgeHigh < 0 {
+		return fmt.Errorf("--age-budget-high %v: want a positive duration (0: the --age-budget)", c.Shed.MaxAgeHigh)
+	}
 	if c.Pipeline.GateWait <= 0 {
 		// An inquiry that waited its whole age budget for an agency is
 		// retried later rather than holding a worker for ever.

@@ -63,6 +63,15 @@ func (c *Cell) registerMetrics() {
 			Name: "cellkit_cell_queue_depth", ConstLabels: prometheus.Labels{"lane": string(lane)},
 			Help: "Work messages not yet acked, by lane.",
 		}, last(func(s *sample) float64 { return float64(s.Depth[inquiry.Priority(lane)]) }))
+		auto.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "cellkit_cell_queue_lane_oldest_age_seconds", ConstLabels: prometheus.Labels{"lane": string(lane)},
+			Help: "Age of the lane's oldest unacked work message (0 when the lane is empty); the lane is shed past its age budget.",
+		}, last(func(s *sample) float64 {
+			if at := s.OldestByLane[lane]; !at.IsZero() {
+				return time.Since(at).Seconds()
+			}
+			return 0
+		}))
 	}
 	c.metrics.MustRegister(agencyLimits{m: c.follower.Map, desc: prometheus.NewDesc("cellkit_cell_agency_limit",
 		"Sessions the agency allows across all cells (its limit in the cell's map).", []string{"agency"}, nil)})

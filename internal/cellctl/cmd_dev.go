@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -46,6 +47,7 @@ type devOptions struct {
 	portBase   int           // cell N: intake base+N, admin base+100+N
 	agencyPort int           // simulator admin; NICE +1, KCB +2
 	ageBudget  time.Duration // the cells' oldest-pending budget; 0: the cell's default
+	laneBlind  string        // cells (comma-separated) that shed lane-blind, for comparison
 	binDir     string
 	readyWait  time.Duration
 	tls        bool // cells' listeners on mutual TLS, the router's public one on TLS
@@ -106,6 +108,7 @@ cellctl dev up --cells 3 --dir /tmp/stack --router-port 0 --port-base 0 --agency
 			fs.IntVar(&o.agencyPort, "agency-port", o.agencyPort, "simulator admin `PORT` (NICE +1, KCB +2; 0: free ports)")
 			fs.StringVar(&o.binDir, "bin", "", "`DIR` holding agencysim, cell and router (default: next to cellctl, else ./bin)")
 			fs.DurationVar(&o.ageBudget, "age-budget", 0, "the cells' shedding budget for the oldest pending inquiry (`D`; 0: the cell's default)")
+			fs.StringVar(&o.laneBlind, "lane-blind", "", "`CELLS` (comma-separated) that shed both lanes alike, as cells did before lanes, to compare with the others")
 			fs.DurationVar(&o.readyWait, "ready-timeout", o.readyWait, "give up if the stack is not ready within `D`")
 			fs.BoolVar(&o.tls, "tls", false, "run on TLS with the certificates of DIR/certs (made if missing): mutual TLS to the cells, https to the router")
 		},
@@ -113,6 +116,13 @@ cellctl dev up --cells 3 --dir /tmp/stack --router-port 0 --port-base 0 --agency
 	c.run = func(ctx context.Context, x *inv, _ []string) error {
 		if o.cells < 1 || o.cells > 99 {
 			return usagef("--cells %d must be in 1..99", o.cells)
+		}
+		if o.laneBlind != "" {
+			for _, id := range strings.Split(o.laneBlind, ",") {
+				if n, err := strconv.Atoi(strings.TrimPrefix(id, "c")); err != nil || cellName(n) != id || n < 1 || n > o.cells {
+					return usagef("--lane-blind %q: %q is not one of the stack's cells c1..c%d", o.laneBlind, id, o.cells)
+				}
+			}
 		}
 		return x.devUp(ctx, o)
 	}

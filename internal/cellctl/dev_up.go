@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -163,6 +164,9 @@ func devCellsAndRouter(o devOptions, dir, regURL string, bins map[string]string,
 			"--callback-allow", "127.0.0.0/8,::1/128"} // a callback receiver on this machine
 		if o.ageBudget > 0 {
 			args = append(args, "--age-budget", o.ageBudget.String())
+		}
+		if slices.Contains(strings.Split(o.laneBlind, ","), id) {
+			args = append(args, "--lane-blind")
 		}
 		if certs != nil {
 			cert, key := file(pki.DevCell+".pem"), file(pki.DevCell+"-key.pem")
@@ -322,13 +326,16 @@ func (x *inv) devMap(ctx context.Context, regURL string, cells int, ports devPor
 func devKey(ctx context.Context, routerBin, dir string) (string, error) {
 	keyFile := filepath.Join(dir, "router", "dev-key")
 	keysFile := filepath.Join(dir, "router", "keys.json")
-	if b, err := os.ReadFile(keyFile); err == nil {
-		if _, err := os.Stat(keysFile); err == nil && len(bytes.TrimSpace(b)) > 0 {
+	if b, err := os.ReadFile(keyFile); err == nil && len(bytes.TrimSpace(b)) > 0 {
+		if devKeyHasBothLanes(keysFile) {
 			return string(bytes.TrimSpace(b)), nil
 		}
+		// A keys file from before lanes: the dev client may send only
+		// normal inquiries. Start it again.
+		os.Remove(keysFile)
 	}
 	var out, errb bytes.Buffer
-	cmd := exec.CommandContext(ctx, routerBin, "keygen", "-client", devKeyClient, "-rate", "1000", "-burst", "2000", "-keys", keysFile)
+	cmd := exec.CommandContext(ctx, routerBin, "keygen", "-client", devKeyClient, "-rate", "1000", "-burst", "2000", "-lanes", "high,normal", "-keys", keysFile)
 	cmd.Stdout, cmd.Stderr, cmd.Env = &out, &errb, devstack.ChildEnv()
 	if err := cmd.Run(); err != nil {
 		return "", fmt.Errorf("router keygen: %v: %s", err, strings.TrimSpace(errb.String()))
@@ -341,6 +348,28 @@ func devKey(ctx context.Context, routerBin, dir string) (string, error) {
 		return "", err
 	}
 	return key, nil
+}
+
+// devKeyHasBothLanes says whether the keys file lets the dev client send
+// both high and normal inquiries.
+func devKeyHasBothLanes(keysFile string) bool {
+	data, err := os.ReadFile(keysFile)
+	if err != nil {
+		return false
+	}
+	var entries []struct { // the fields of router.KeyEntry read here
+		Client string   `json:"client"`
+		Lanes  []string `json:"lanes"`
+	}
+	if json.Unmarshal(data, &entries) != nil {
+		return false
+	}
+	for _, e := range entries {
+		if e.Client == devKeyClient {
+			return slices.Contains(e.Lanes, "high") && slices.Contains(e.Lanes, "normal")
+		}
+	}
+	return false
 }
 
 // writeDevBanner prints what to do with a ready stack.

@@ -21,7 +21,7 @@ import (
 // Command is `loadtest drill NAME`: args are the name and its flags.
 func Command(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" {
-		fmt.Fprintln(stdout, "loadtest drill kill|drain|agency-slow [flags]; 'loadtest drill kill -h' lists the flags")
+		fmt.Fprintln(stdout, "loadtest drill kill|drain|agency-slow|priority [flags]; 'loadtest drill kill -h' lists the flags")
 		fmt.Fprintln(stdout, "loadtest drill "+strings.Join(slices.Sorted(maps.Keys(NetDrills)), "|")+" [flags]: on a network lab, as root; 'loadtest drill host-loss -h' lists the flags")
 		return nil
 	}
@@ -30,11 +30,11 @@ func Command(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return netCommand(ctx, name, run, args[1:], stdout, stderr)
 	}
 	drills := map[string]func(context.Context, Config) (*loadtest.Result, error){
-		"kill": Kill, "drain": Drain, "agency-slow": AgencySlow,
+		"kill": Kill, "drain": Drain, "agency-slow": AgencySlow, "priority": Priority,
 	}
 	run, ok := drills[name]
 	if !ok {
-		return fmt.Errorf("unknown drill %q: kill, drain, agency-slow, or on a network lab %s", name, strings.Join(slices.Sorted(maps.Keys(NetDrills)), ", "))
+		return fmt.Errorf("unknown drill %q: kill, drain, agency-slow, priority, or on a network lab %s", name, strings.Join(slices.Sorted(maps.Keys(NetDrills)), ", "))
 	}
 	fs := flag.NewFlagSet("loadtest drill "+name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -60,6 +60,9 @@ func Command(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	fs.StringVar(&c.Prometheus, "prometheus", "", "kill: run this prometheus `BIN` against the stack and check the alerts (needs --fault 45s or more)")
 	fs.StringVar(&c.Rules, "rules", d.Rules, "the alert rules `FILE` for --prometheus")
 	fs.BoolVar(&quiet, "quiet", false, "no progress lines")
+	fs.Float64Var(&c.HighShare, "high-share", 0, "share of requests asking for the high lane (0: 0.2 in priority, else 0.25)")
+	var laneBlind string
+	fs.StringVar(&laneBlind, "lane-blind", "c2,c4", "priority: the `CELLS` of a stack the drill starts that shed lane-blind, for comparison")
 	var ageBudget time.Duration
 	fs.DurationVar(&ageBudget, "age-budget", 0, "the cells' oldest-pending budget for a stack the drill starts (`D`; 0: the cell's default)")
 	out.Register(fs)
@@ -82,6 +85,9 @@ func Command(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		if ageBudget > 0 {
 			extra = append(extra, "--age-budget", ageBudget.String())
 		}
+		if name == "priority" && laneBlind != "" {
+			extra = append(extra, "--lane-blind", laneBlind)
+		}
 		st, err = StartStack(ctx, bin, extra...)
 		if err == nil {
 			defer func() {
@@ -95,6 +101,9 @@ func Command(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return err
 	}
 	c.Stack = st
+	if name == "priority" && c.HighShare == 0 {
+		c.HighShare = 0.2
+	}
 	res, err := run(ctx, c)
 	return report(stdout, out, name, res, err)
 }

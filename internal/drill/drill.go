@@ -44,8 +44,12 @@ type Config struct {
 	// DownP99 bounds the p99 of the killed cell's users while it is down
 	// [50ms].
 	DownP99 time.Duration
-	// SlowFactor multiplies the agencies' latency in agency-slow [10].
+	// SlowFactor multiplies the agencies' latency in agency-slow [10] and
+	// priority.
 	SlowFactor float64
+	// HighShare is the share of requests asking for the high lane
+	// [loadtest's 0.25; the priority command passes 0.2].
+	HighShare float64
 	// IntakeP99 bounds the intake p99 while the agencies are slow [250ms].
 	IntakeP99 time.Duration
 	// VerifyWithin bounds the polling of accepted ids [120s].
@@ -120,7 +124,7 @@ func (c *Config) defaults(fault time.Duration) {
 func (c *Config) runner(total time.Duration) (*loadtest.Runner, error) {
 	return loadtest.NewRunner(loadtest.Config{
 		Target: c.Stack.Router, Key: c.Stack.APIKey, Steps: []loadtest.Step{{Rate: c.Rate, For: total}},
-		Users: c.Users, Zipf: c.Zipf, KeepSamples: true, Timeout: 5 * time.Second,
+		Users: c.Users, Zipf: c.Zipf, KeepSamples: true, Timeout: 5 * time.Second, HighShare: c.HighShare,
 	}, loadtest.Options{Progress: c.Progress})
 }
 

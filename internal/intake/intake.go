@@ -60,6 +60,13 @@ const (
 	// exist. A caller that names no client (a trusted caller other than a
 	// router, such as a test on loopback) is not checked.
 	HeaderClient = "Cellkit-Client"
+	// HeaderPriority is the lane the router decided for a new inquiry from
+	// its client's policy (the API key's allowed lanes and default). It
+	// wins over the body's priority, and the shedder decides on it before
+	// the body is read. Without it (a trusted caller other than a router)
+	// the body's priority is taken and shedding treats the request as
+	// normal until its body is read.
+	HeaderPriority = "Cellkit-Priority"
 )
 
 // Paths.
@@ -288,8 +295,13 @@ func (h *Handler) post(w http.ResponseWriter, r *http.Request) {
 		h.shedNow(w, "closed", "cell "+h.cfg.Cell+" is not taking new inquiries (draining or starting)", h.cfg.ClosedRetryAfter)
 		return
 	}
-	if d := h.shed.Admit(); !d.OK {
-		h.shedNow(w, d.Reason, fmt.Sprintf("cell %s is overloaded: oldest pending inquiry %s old, %d queued", h.cfg.Cell, d.Age.Round(time.Millisecond), d.Depth), d.RetryAfter)
+	lane, ok := laneOf(w, r)
+	if !ok {
+		return
+	}
+	if d := h.shed.Admit(lane); !d.OK {
+		h.m.laneShed.WithLabelValues(laneName(lane)).Inc()
+		h.shedNow(w, d.Reason, fmt.Sprintf("cell %s is overloaded: oldest pending %s inquiry %s old, %d queued ahead", h.cfg.Cell, laneName(lane), d.Age.Round(time.Millisecond), d.Depth), d.RetryAfter)
 		return
 	}
 	if h.q.Conn().Status() != nats.CONNECTED {
@@ -299,6 +311,9 @@ func (h *Handler) post(w http.ResponseWriter, r *http.Request) {
 	req, ok := h.readRequest(w, r)
 	if !ok {
 		return
+	}
+	if lane != "" {
+		req.Priority = lane // the router's decision, from its client's policy
 	}
 	idemKey := r.Header.Get(HeaderIdemKey)
 	if _, set := r.Header[http.CanonicalHeaderKey(HeaderIdemKey)]; set && !inquiry.ValidIdempotencyKey(idemKey) {
@@ -350,7 +365,7 @@ func (h *Handler) post(w http.ResponseWriter, r *http.Request) {
 		h.enqueueFailed(w, rec.ID, err)
 		return
 	}
-	h.shed.Accepted()
+	h.taken(got.Priority)
 	h.accepted(w, got, false)
 }
 
@@ -369,7 +384,7 @@ func (h *Handler) replay(ctx context.Context, w http.ResponseWriter, want inquir
 				h.enqueueFailed(w, want.ID, err)
 				return
 			}
-			h.shed.Accepted()
+			h.taken(got.Priority)
 			h.accepted(w, got, false)
 			return
 		}
@@ -406,6 +421,12 @@ func (h *Handler) enqueueFailed(w http.ResponseWriter, id string, err error) {
 	}
 	h.log.Warn("inquiry not accepted", "id", id, "err", err)
 	h.shedNow(w, "nats", "cell "+h.cfg.Cell+" could not queue the inquiry; nothing was accepted", h.shed.RetryAfter())
+}
+
+// taken counts a new inquiry accepted into lane.
+func (h *Handler) taken(lane inquiry.Priority) {
+	h.shed.Accepted(lane)
+	h.m.laneTaken.WithLabelValues(laneName(lane)).Inc()
 }
 
 func (h *Handler) accepted(w http.ResponseWriter, rec inquiry.Record, replayed bool) {
@@ -543,6 +564,28 @@ func clientOf(w http.ResponseWriter, r *http.Request) (string, bool) {
 		return "", false
 	}
 	return vs[0], true
+}
+
+// laneOf is the lane a request's Cellkit-Priority names ("" for none); a
+// malformed one is answered 400.
+func laneOf(w http.ResponseWriter, r *http.Request) (inquiry.Priority, bool) {
+	vs := r.Header.Values(HeaderPriority)
+	switch {
+	case len(vs) == 0:
+		return "", true
+	case len(vs) == 1 && (vs[0] == string(inquiry.High) || vs[0] == string(inquiry.Normal)):
+		return inquiry.Priority(vs[0]), true
+	}
+	problem.Write(w, problem.New(http.StatusBadRequest, problem.InvalidHeader, HeaderPriority+` must be one lane: "high" or "normal"`).WithField(HeaderPriority))
+	return "", false
+}
+
+// laneName names a lane in a problem's detail ("" sheds as normal).
+func laneName(lane inquiry.Priority) string {
+	if lane == inquiry.High {
+		return "high"
+	}
+	return "normal"
 }
 
 // headerFingerprint carries a request's fingerprint when a cell asks the

@@ -43,7 +43,7 @@ func TestPostAcceptsStoresAndQueues(t *testing.T) {
 
 	a := c.accept(t, request(u), nil)
 	c.wantStored(t, 1, 1, 0)
-	if got := c.sh.Mark(); got != 1 {
+	if got := c.sh.Mark().All; got != 1 {
 		t.Errorf("shedder counted %d accepted inquiries, want 1", got)
 	}
 
@@ -415,7 +415,7 @@ func TestIdempotencyKey(t *testing.T) {
 		t.Fatalf("equivalent body answered %+v, want %+v", r, b)
 	}
 	c.wantStored(t, 2, 1, 1)
-	if got := c.sh.Mark(); got != 2 {
+	if got := c.sh.Mark().All; got != 2 {
 		t.Errorf("shedder counted %d accepted, want 2 (retries accept nothing)", got)
 	}
 
@@ -631,7 +631,7 @@ func TestShedding(t *testing.T) {
 	}{
 		{
 			name: "oldest pending over the age budget",
-			cfg:  shed.Config{MaxAge: 10 * time.Second, MaxDepth: 100},
+			cfg:  shed.Config{LaneBlind: true, MaxAge: 10 * time.Second, MaxDepth: 100},
 			prime: func(t *testing.T, c *testCell) {
 				now := c.e.clk.Now()
 				c.sh.Observe(shed.Sample{Depth: 3, Oldest: now.Add(-5 * time.Second), At: now, Mark: c.sh.Mark()})
@@ -642,7 +642,7 @@ func TestShedding(t *testing.T) {
 		},
 		{
 			name: "depth limit, counting what was accepted since the sample",
-			cfg:  shed.Config{MaxDepth: 100, MaxRetryAfter: 3 * time.Second},
+			cfg:  shed.Config{LaneBlind: true, MaxDepth: 100, MaxRetryAfter: 3 * time.Second},
 			prime: func(t *testing.T, c *testCell) {
 				c.sh.Observe(shed.Sample{Depth: 99, At: c.e.clk.Now(), Mark: c.sh.Mark()})
 				c.accept(t, request("u-0"), nil) // 99 queued: room for one
@@ -651,7 +651,7 @@ func TestShedding(t *testing.T) {
 		},
 		{
 			name: "backlog would take longer than the budget to drain",
-			cfg:  shed.Config{MaxAge: 10 * time.Second, MaxDepth: 100},
+			cfg:  shed.Config{LaneBlind: true, MaxAge: 10 * time.Second, MaxDepth: 100},
 			prime: func(t *testing.T, c *testCell) {
 				c.sh.Observe(shed.Sample{Depth: 45, At: c.e.clk.Now(), Mark: c.sh.Mark()})
 				c.accept(t, request("u-0"), nil) // no drain rate known yet
@@ -668,7 +668,7 @@ func TestShedding(t *testing.T) {
 			c := e.cell(cellOpts{shed: tc.cfg})
 			tc.prime(t, c)
 			c.wantStored(t, 1, 1, 0)
-			if d := c.sh.Admit(); d.OK || d.Reason != tc.reason {
+			if d := c.sh.Admit(inquiry.Normal); d.OK || d.Reason != tc.reason {
 				t.Fatalf("shedder says %+v, want a refusal for %s", d, tc.reason)
 			}
 
@@ -1078,5 +1078,56 @@ func TestInquiryBelongsToItsClient(t *testing.T) {
 	r := c1.post(t, request(u), map[string]string{HeaderClient: "alice", HeaderIdemKey: "k1", HeaderMapVersion: v})
 	if got := c1.wantAccepted(t, r, inquiry.Pending, true); got.ID != a.ID {
 		t.Fatalf("alice's keyed retry got %s, want %s", got.ID, a.ID)
+	}
+}
+
+// TestLanes: the router's Cellkit-Priority decides the lane, before the
+// body is read and over the body's priority; the normal lane is shed while
+// the high lane still has room.
+func TestLanes(t *testing.T) {
+	e := newEnv(t)
+	e.maps.Set(testMapOf(t, nil, "c1"))
+	c := e.cell(cellOpts{shed: shed.Config{MaxAge: 10 * time.Second, MaxDepth: 100, HighReserve: 0.25}})
+	high, normal := map[string]string{HeaderPriority: "high"}, map[string]string{HeaderPriority: "normal"}
+
+	// The router's lane wins over the body's, both ways.
+	a := c.accept(t, request("u-1"), normal) // the body says high
+	if rec, _, _ := c.record(t, a.ID); rec.Priority != inquiry.Normal {
+		t.Fatalf("body high, router normal: stored %q", rec.Priority)
+	}
+	body := request("u-2")
+	delete(body, "priority")
+	a = c.accept(t, body, high)
+	if rec, _, _ := c.record(t, a.ID); rec.Priority != inquiry.High {
+		t.Fatalf("no priority in the body, router high: stored %q", rec.Priority)
+	}
+	a = c.accept(t, request("u-3"), nil)
+	if rec, _, _ := c.record(t, a.ID); rec.Priority != inquiry.High {
+		t.Fatalf("no router lane: stored %q, want the body's high", rec.Priority)
+	}
+	for _, bad := range []string{"urgent", "HIGH", ""} {
+		c.wantProblem(t, c.post(t, request("u-4"), map[string]string{HeaderPriority: bad}), http.StatusBadRequest, "invalid-header", HeaderPriority)
+	}
+
+	// 80 queued of 100: the normal lane may fill 75, high the rest.
+	c.sh.Observe(shed.Sample{Depth: 80, At: e.clk.Now(), Mark: c.sh.Mark()})
+	p := c.wantShed(t, c.post(t, `{"user_id":`, normal), "overloaded", "10") // shed before the body is read
+	if !strings.Contains(p.Detail, "normal inquiry") {
+		t.Errorf("detail %q, want the lane named", p.Detail)
+	}
+	c.wantShed(t, c.post(t, request("u-5"), nil), "overloaded", "10") // no router lane: shed as normal
+	a = c.accept(t, request("u-6"), high)
+	if rec, _, _ := c.record(t, a.ID); rec.Priority != inquiry.High {
+		t.Fatalf("stored %q, want high", rec.Priority)
+	}
+	for lane, want := range map[string]float64{"normal": 2, "high": 0} {
+		if got := testutil.ToFloat64(c.h.m.laneShed.WithLabelValues(lane)); got != want {
+			t.Errorf("lane_shed_total{%s} = %v, want %v", lane, got, want)
+		}
+	}
+	for lane, want := range map[string]float64{"normal": 1, "high": 3} {
+		if got := testutil.ToFloat64(c.h.m.laneTaken.WithLabelValues(lane)); got != want {
+			t.Errorf("lane_accepted_total{%s} = %v, want %v", lane, got, want)
+		}
 	}
 }

@@ -9,6 +9,8 @@ type metrics struct {
 	requests    *prometheus.CounterVec
 	seconds     *prometheus.HistogramVec
 	shed        *prometheus.CounterVec
+	laneShed    *prometheus.CounterVec
+	laneTaken   *prometheus.CounterVec
 	misdirected prometheus.Counter
 	open        prometheus.Gauge
 }
@@ -29,6 +31,14 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "cellkit_cell_intake_shed_total",
 			Help: "Inquiries turned away with 503, by reason: age (oldest pending over budget), wait (backlog would take longer than the budget to drain), depth, full (stream limit), closed, nats.",
 		}, []string{"reason"}),
+		laneShed: auto.NewCounterVec(prometheus.CounterOpts{
+			Name: "cellkit_cell_intake_lane_shed_total",
+			Help: "Inquiries the shedder turned away (age, depth, wait), by lane (the router's Cellkit-Priority; normal without it).",
+		}, []string{"lane"}),
+		laneTaken: auto.NewCounterVec(prometheus.CounterOpts{
+			Name: "cellkit_cell_intake_lane_accepted_total",
+			Help: "New inquiries accepted (202, not replays), by lane.",
+		}, []string{"lane"}),
 		misdirected: auto.NewCounter(prometheus.CounterOpts{
 			Name: "cellkit_cell_intake_misdirected_total",
 			Help: "Inquiries refused with 421 because this cell does not own the user.",
@@ -40,6 +50,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	}
 	for _, reason := range []string{"age", "depth", "wait", "full", "closed", "nats"} {
 		m.shed.WithLabelValues(reason)
+	}
+	for _, lane := range []string{"high", "normal"} {
+		m.laneShed.WithLabelValues(lane)
+		m.laneTaken.WithLabelValues(lane)
 	}
 	return m
 }

@@ -12,21 +12,30 @@ import (
 	"github.com/cellkit/cellkit/internal/inquiry"
 )
 
-// Body is the request body of user u's request number seq: the same seq
-// always gives the same body, so a retry with the same Idempotency-Key is
-// the same request.
-func Body(u, seq int) []byte {
+// Body is the request body of user u's request number seq, asking for the
+// high lane if high: the same arguments always give the same body, so a
+// retry with the same Idempotency-Key is the same request.
+func Body(u, seq int, high bool) []byte {
 	b, _ := json.Marshal(inquiry.Request{
 		UserID: UserID(u), Product: "credit_loan", Amount: 1_000_000 + int64(seq%1000)*1000,
-		Priority: []inquiry.Priority{inquiry.Normal, inquiry.High}[seq%4/3],
+		Priority: map[bool]inquiry.Priority{true: inquiry.High, false: inquiry.Normal}[high],
 	})
 	return b
+}
+
+// highOf says whether request seq asks for the high lane, for a share of
+// them: a fixed spread over the sequence (Weyl), the same in every run.
+func highOf(seq int, share float64) bool {
+	if share <= 0 {
+		return false
+	}
+	return float64((uint64(seq)*0x9E3779B97F4A7C15)>>11)/(1<<53) < share
 }
 
 // send posts s's inquiry and fills in its outcome but the latency, which
 // the Generator measures. ctx bounds the request.
 func (r *Runner) send(ctx context.Context, s *Sample) {
-	st, hdr, body, err := post(ctx, r.opts.Client, r.cfg.Target, r.cfg.Key, s.Key, Body(s.User, s.Seq))
+	st, hdr, body, err := post(ctx, r.opts.Client, r.cfg.Target, r.cfg.Key, s.Key, Body(s.User, s.Seq, s.High))
 	if err != nil {
 		s.Err = errKind(err)
 		return

@@ -49,6 +49,9 @@ type Config struct {
 	// every one is busy the next request waits, and its latency, counted
 	// from its intended time, shows it.
 	MaxInflight int
+	// HighShare is the share of requests that ask for the high lane
+	// [0.25]; a negative share asks for none.
+	HighShare float64
 	// KeepSamples keeps every request's outcome in Result.Samples (the
 	// drills need them).
 	KeepSamples bool
@@ -56,7 +59,7 @@ type Config struct {
 
 // DefaultConfig returns the defaults.
 func DefaultConfig() Config {
-	return Config{Users: 1000, Seed: 1, Timeout: 5 * time.Second, MaxInflight: 128}
+	return Config{Users: 1000, Seed: 1, Timeout: 5 * time.Second, MaxInflight: 128, HighShare: 0.25}
 }
 
 // Options carry a run's collaborators. The zero value is usable.
@@ -80,6 +83,7 @@ type Sample struct {
 	Latency    time.Duration `json:"latency"`        // from the intended send time
 	ID         string        `json:"id,omitempty"`   // the 202's inquiry id
 	RetryAfter bool          `json:"retry_after,omitempty"`
+	High       bool          `json:"high,omitempty"` // it asked for the high lane
 }
 
 // Event is something that happened during a run, marked on the chart.
@@ -121,6 +125,12 @@ func NewRunner(cfg Config, opts Options) (*Runner, error) {
 	}
 	if cfg.MaxInflight <= 0 {
 		cfg.MaxInflight = d.MaxInflight
+	}
+	switch {
+	case cfg.HighShare == 0:
+		cfg.HighShare = d.HighShare
+	case cfg.HighShare > 1:
+		return nil, fmt.Errorf("high share %g: want at most 1", cfg.HighShare)
 	}
 	if opts.Client == nil {
 		opts.Client = &http.Client{Transport: &http.Transport{
@@ -166,7 +176,7 @@ func (r *Runner) Run(ctx context.Context) (*Result, error) {
 		Send: func(ctx context.Context, q Request) Sample {
 			inflight.Add(1)
 			defer inflight.Add(-1)
-			s := Sample{Seq: q.Seq, At: sched[q.Seq], User: user[q.Seq], Key: "lt-" + r.runID + "-" + strconv.Itoa(q.Seq)}
+			s := Sample{Seq: q.Seq, At: sched[q.Seq], User: user[q.Seq], Key: "lt-" + r.runID + "-" + strconv.Itoa(q.Seq), High: highOf(q.Seq, r.cfg.HighShare)}
 			r.send(ctx, &s)
 			return s
 		},

@@ -86,11 +86,11 @@ func TestUsersZipf(t *testing.T) {
 
 func TestBodyIsValid(t *testing.T) {
 	for seq := range 8 {
-		if _, err := inquiry.DecodeRequest(Body(seq*7, seq)); err != nil {
-			t.Errorf("Body(%d) = %s: %v", seq, Body(seq*7, seq), err)
+		if _, err := inquiry.DecodeRequest(Body(seq*7, seq, seq%2 == 0)); err != nil {
+			t.Errorf("Body(%d) = %s: %v", seq, Body(seq*7, seq, seq%2 == 0), err)
 		}
 	}
-	if !bytes.Equal(Body(3, 5), Body(3, 5)) {
+	if !bytes.Equal(Body(3, 5, true), Body(3, 5, true)) {
 		t.Error("Body is not deterministic")
 	}
 }
@@ -275,5 +275,22 @@ func TestStats(t *testing.T) {
 	}
 	if uc := UserCells(ss, 0, 2*time.Second); uc[1] != "c1" || uc[2] != "c2" {
 		t.Errorf("UserCells = %v", uc)
+	}
+}
+
+func TestHighShareIsSpreadAndFixed(t *testing.T) {
+	for _, share := range []float64{0.2, 0.5} {
+		n := 0
+		for seq := range 10_000 {
+			if highOf(seq, share) {
+				n++
+			}
+		}
+		if got := float64(n) / 10_000; got < share-0.01 || got > share+0.01 {
+			t.Errorf("share %g: %.3f of requests ask for high", share, got)
+		}
+	}
+	if highOf(7, -1) || highOf(7, 0) {
+		t.Error("a share of 0 or less asks for high")
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -21,6 +22,18 @@ type Verification struct {
 	// Examples are up to 5 ids lost or unfinished, each with the last
 	// status read ("pending", "404", or "" for no answer).
 	Examples []string `json:"examples,omitempty"`
+	// Lanes tally the accepted ids by cell and the priority they asked
+	// for, keyed "CELL/high" and "CELL/normal".
+	Lanes map[string]*LaneTally `json:"lanes,omitempty"`
+}
+
+// LaneTally is the fate of one lane's accepted inquiries.
+type LaneTally struct {
+	Accepted, Done, Failed int
+	// AgeP99 is the 99th percentile of the time from acceptance to the
+	// end (done or failed), over the ones that ended.
+	AgeP99 time.Duration
+	ages   []time.Duration
 }
 
 // Verify polls every accepted id of samples (GET /v1/inquiries/{id} through
@@ -41,18 +54,19 @@ func (r *Runner) Verify(ctx context.Context, samples []Sample, within time.Durat
 	type outcome struct {
 		status string
 		final  string
+		age    time.Duration
 	}
 	res := make([]outcome, len(acc))
 	deadline := time.Now().Add(within)
 	parallel(len(acc), 32, func(i int) {
 		for {
-			st, body := getInquiry(ctx, hc, target, key, acc[i].ID)
+			st, body, age := getInquiry(ctx, hc, target, key, acc[i].ID)
 			if st == "done" || st == "failed" || st == "404" {
-				res[i] = outcome{st, body}
+				res[i] = outcome{st, body, age}
 				return
 			}
 			if time.Now().After(deadline) || ctx.Err() != nil {
-				res[i] = outcome{"pending", st}
+				res[i] = outcome{"pending", st, 0}
 				return
 			}
 			time.Sleep(250 * time.Millisecond)
@@ -63,13 +77,37 @@ func (r *Runner) Verify(ctx context.Context, samples []Sample, within time.Durat
 		if res[i].status != "done" && res[i].status != "failed" {
 			return
 		}
-		st, body := getInquiry(ctx, hc, target, key, acc[i].ID)
+		st, body, _ := getInquiry(ctx, hc, target, key, acc[i].ID)
 		if st != "" && body != res[i].final {
 			mu.Lock()
 			v.Changed++
 			mu.Unlock()
 		}
 	})
+	v.Lanes = map[string]*LaneTally{}
+	for i, o := range res {
+		lane := acc[i].Cell + "/" + map[bool]string{true: "high", false: "normal"}[acc[i].High]
+		lt := v.Lanes[lane]
+		if lt == nil {
+			lt = &LaneTally{}
+			v.Lanes[lane] = lt
+		}
+		lt.Accepted++
+		switch o.status {
+		case "done":
+			lt.Done++
+			lt.ages = append(lt.ages, o.age)
+		case "failed":
+			lt.Failed++
+			lt.ages = append(lt.ages, o.age)
+		}
+	}
+	for _, lt := range v.Lanes {
+		if len(lt.ages) > 0 {
+			slices.Sort(lt.ages)
+			lt.AgeP99 = lt.ages[min(len(lt.ages)-1, len(lt.ages)*99/100)]
+		}
+	}
 	for _, o := range res {
 		switch o.status {
 		case "done":
@@ -104,7 +142,7 @@ func (r *Runner) Verify(ctx context.Context, samples []Sample, within time.Durat
 		for try := range 10 {
 			c, cancel := context.WithTimeout(ctx, 5*time.Second)
 			var err error
-			st, _, body, err = post(c, hc, target, key, s.Key, Body(s.User, s.Seq))
+			st, _, body, err = post(c, hc, target, key, s.Key, Body(s.User, s.Seq, s.High))
 			cancel()
 			if err == nil && st == http.StatusAccepted {
 				break
@@ -133,51 +171,58 @@ func (r *Runner) Verify(ctx context.Context, samples []Sample, within time.Durat
 }
 
 // getInquiry returns the inquiry's status ("404" when unknown, "" when it
-// could not be read in a few tries: 429, 5xx, transport errors) and its
-// status, result and reason.
-func getInquiry(ctx context.Context, hc *http.Client, target, key, id string) (string, string) {
+// could not be read in a few tries: 429, 5xx, transport errors), its
+// status, result and reason, and, once it ended, the time from its
+// acceptance to its end.
+func getInquiry(ctx context.Context, hc *http.Client, target, key, id string) (string, string, time.Duration) {
 	for try := range 10 {
-		if st, body := getInquiryOnce(ctx, hc, target, key, id); st != "" {
-			return st, body
+		if st, body, age := getInquiryOnce(ctx, hc, target, key, id); st != "" {
+			return st, body, age
 		}
 		select {
 		case <-ctx.Done():
-			return "", ""
+			return "", "", 0
 		case <-time.After(time.Duration(try+1) * 100 * time.Millisecond):
 		}
 	}
-	return "", ""
+	return "", "", 0
 }
 
-func getInquiryOnce(ctx context.Context, hc *http.Client, target, key, id string) (string, string) {
+func getInquiryOnce(ctx context.Context, hc *http.Client, target, key, id string) (string, string, time.Duration) {
 	c, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	req, err := http.NewRequestWithContext(c, http.MethodGet, target+"/v1/inquiries/"+id, nil)
 	if err != nil {
-		return "", ""
+		return "", "", 0
 	}
 	req.Header.Set("X-API-Key", key)
 	resp, err := hc.Do(req)
 	if err != nil {
-		return "", ""
+		return "", "", 0
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode == http.StatusNotFound {
-		return "404", ""
+		return "404", "", 0
 	}
 	if resp.StatusCode != http.StatusOK {
-		return "", ""
+		return "", "", 0
 	}
 	var rec struct {
-		Status string          `json:"status"`
-		Result json.RawMessage `json:"result"`
-		Reason string          `json:"reason"`
+		Status    string          `json:"status"`
+		Result    json.RawMessage `json:"result"`
+		Reason    string          `json:"reason"`
+		Created   time.Time       `json:"created_at"`
+		Completed *time.Time      `json:"completed_at"`
 	}
 	b, _ := io.ReadAll(resp.Body)
 	if json.Unmarshal(b, &rec) != nil {
-		return "", ""
+		return "", "", 0
 	}
-	return rec.Status, rec.Status + " " + string(rec.Result) + " " + rec.Reason
+	var age time.Duration
+	if rec.Completed != nil {
+		age = rec.Completed.Sub(rec.Created)
+	}
+	return rec.Status, rec.Status + " " + string(rec.Result) + " " + rec.Reason, age
 }
 
 // parallel runs f(0..n-1) on up to k goroutines.

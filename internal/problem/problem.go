@@ -45,6 +45,7 @@ const (
 	UnknownAPIKey = TypeBase + "unknown-api-key" // 403
 	Unauthorized  = TypeBase + "unauthorized"    // 401: an admin API without a (known) bearer token or client certificate
 	Forbidden     = TypeBase + "forbidden"       // 403: a caller the intake does not serve (not a router)
+	LaneForbidden = TypeBase + "lane-forbidden"  // 403: a priority the API key may not send
 	RateLimited   = TypeBase + "rate-limited"    // 429, with Retry-After
 
 	// What the request names.

@@ -359,6 +359,8 @@ type Stats struct {
 	Total  int                      `json:"total"` // messages in the work stream
 	Bytes  uint64                   `json:"bytes"`
 	Oldest time.Time                `json:"oldest"` // when the oldest unacked message was stored; zero if none
+	// OldestByLane is Oldest per lane, for the lanes with messages.
+	OldestByLane map[inquiry.Priority]time.Time `json:"oldest_by_lane,omitempty"`
 }
 
 // Stats reads the work stream and its lane consumers.
@@ -377,6 +379,24 @@ func (q *Queue) Stats(ctx context.Context) (Stats, error) {
 			return Stats{}, fmt.Errorf("consumer %s info: %w", LaneConsumer(lane), err)
 		}
 		st.Depth[lane] = int(ci.NumPending) + ci.NumAckPending
+	}
+	// The work stream drops what is acked, so the first message of a
+	// lane's subject is its oldest pending one.
+	for _, lane := range Lanes {
+		if st.Depth[lane] == 0 || info.State.Msgs == 0 {
+			continue
+		}
+		msg, err := q.work.GetMsg(ctx, info.State.FirstSeq, jetstream.WithGetMsgSubject(LaneSubject(q.cfg.Cell, lane)))
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			continue // acked meanwhile
+		}
+		if err != nil {
+			return Stats{}, fmt.Errorf("oldest message of the %s lane: %w", lane, err)
+		}
+		if st.OldestByLane == nil {
+			st.OldestByLane = map[inquiry.Priority]time.Time{}
+		}
+		st.OldestByLane[lane] = msg.Time
 	}
 	return st, nil
 }

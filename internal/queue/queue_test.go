@@ -71,11 +71,21 @@ func TestEnqueueWritesRecordThenMessageOnItsLane(t *testing.T) {
 	if err != nil || st.Depth[inquiry.High] != 1 || st.Depth[inquiry.Normal] != 1 || st.Total != 2 || st.Oldest.IsZero() {
 		t.Fatalf("Stats = %+v, %v", st, err)
 	}
+	// The normal one went in first: it is the oldest of the queue and of
+	// its lane.
+	if n, h := st.OldestByLane[inquiry.Normal], st.OldestByLane[inquiry.High]; !n.Equal(st.Oldest) || !h.After(n) {
+		t.Fatalf("oldest by lane %v, queue's oldest %v: want normal's = the queue's, before high's", st.OldestByLane, st.Oldest)
+	}
 	m, msg := fetchOne(t, q, inquiry.High)
 	if msg.ID != hi.ID || msg.Job != hi.Job || m.Headers().Get("Nats-Msg-Id") != hi.MsgID() {
 		t.Fatalf("high lane message %+v %v", msg, m.Headers())
 	}
-	m.Ack()
+	if err := m.DoubleAck(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := q.Stats(ctx); err != nil || len(st.OldestByLane) != 1 || st.OldestByLane[inquiry.Normal].IsZero() {
+		t.Fatalf("after the high one was acked: oldest by lane %v, %v; want the normal lane's only", st.OldestByLane, err)
+	}
 	// Replaying the pending record republishes the same job: deduplicated.
 	got, rev, err := q.Store().Get(ctx, lo.ID)
 	if err != nil {

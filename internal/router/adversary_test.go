@@ -191,7 +191,7 @@ func TestExpectations(t *testing.T) {
 func TestInternalHeadersAreStripped(t *testing.T) {
 	w := newWorld(t, worldOptions{cells: []string{"c1"}})
 	claims := []string{
-		"Cellkit-Fingerprint", "Cellkit-Client", "Cellkit-Map-Version", "Cellkit-Slot", "Cellkit-Lane", "CELLKIT-ANYTHING",
+		"Cellkit-Fingerprint", "Cellkit-Client", "Cellkit-Map-Version", "Cellkit-Slot", "Cellkit-Priority", "CELLKIT-ANYTHING",
 		"X-Real-IP", "True-Client-IP", "X-Client-IP", "X-Forwarded-Port", "X-Forwarded-Server", "Forwarded",
 	}
 	var extra strings.Builder

@@ -11,8 +11,11 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"net/http"
 	"os"
 	"strconv"
+
+	"github.com/cellkit/cellkit/internal/problem"
 )
 
 // MaxClients bounds the keys file, and so the number of rate limiters.
@@ -33,6 +36,79 @@ type KeyEntry struct {
 	Rate float64 `json:"rate"`
 	// Burst is how many requests the client may send at once (≥ 1).
 	Burst int `json:"burst"`
+	// Lanes are the priorities the client may ask for in an inquiry's
+	// "priority": "normal", "high" or both [normal]. Asking for another
+	// is refused with 403 lane-forbidden.
+	Lanes []string `json:"lanes,omitempty"`
+	// DefaultLane is the lane of an inquiry that names none; one of Lanes
+	// [normal if allowed, else high].
+	DefaultLane string `json:"default_lane,omitempty"`
+}
+
+// lanePolicy is which lanes a client may use and its default, as the
+// values of the Cellkit-Priority header the cell gets.
+type lanePolicy struct {
+	high, normal bool
+	def          []byte // "high" or "normal"
+	allowed      string // for the refusal's detail: "normal", "high" or "high, normal"
+}
+
+var (
+	laneHigh   = []byte("high")
+	laneNormal = []byte("normal")
+)
+
+// parseLanes checks an entry's lanes and default.
+func parseLanes(lanes []string, def string) (lanePolicy, error) {
+	var p lanePolicy
+	if lanes == nil {
+		lanes = []string{"normal"}
+	}
+	if len(lanes) == 0 {
+		return p, errors.New(`lanes must name at least one of "high" and "normal"`)
+	}
+	for _, l := range lanes {
+		switch {
+		case l == "high" && !p.high:
+			p.high = true
+		case l == "normal" && !p.normal:
+			p.normal = true
+		default:
+			return p, fmt.Errorf(`lanes: %q: want "high" or "normal", each at most once`, l)
+		}
+	}
+	switch {
+	case p.high && p.normal:
+		p.allowed = "high, normal"
+	case p.high:
+		p.allowed = "high"
+	default:
+		p.allowed = "normal"
+	}
+	switch {
+	case def == "" && p.normal, def == "normal" && p.normal:
+		p.def = laneNormal
+	case def == "" && p.high, def == "high" && p.high:
+		p.def = laneHigh
+	default:
+		return p, fmt.Errorf("default_lane %q must be one of its lanes (%s)", def, p.allowed)
+	}
+	return p, nil
+}
+
+// lane is the lane of an inquiry whose body asks for priority (nil: none
+// asked, or the router could not tell, in which case the cell refuses a
+// body it cannot read and otherwise the default holds). ok is false when
+// the client may not use the lane it asks for. A priority that is no lane
+// gets the default: the cell refuses it with 400 invalid-field.
+func (p *lanePolicy) lane(priority []byte) (lane []byte, ok bool) {
+	switch string(priority) {
+	case "high":
+		return laneHigh, p.high
+	case "normal":
+		return laneNormal, p.normal
+	}
+	return p.def, true
 }
 
 // Client is an authenticated platform.
@@ -41,9 +117,11 @@ type Client struct {
 	Rate  float64
 	Burst int
 
-	index     int    // position in Keys.clients, which indexes the limiters
-	limitText []byte // X-RateLimit-Limit value
-	idBytes   []byte // ID, for the Cellkit-Client header
+	lanes       lanePolicy
+	laneRefusal prob   // 403 for a priority the client may not use
+	index       int    // position in Keys.clients, which indexes the limiters
+	limitText   []byte // X-RateLimit-Limit value
+	idBytes     []byte // ID, for the Cellkit-Client header
 }
 
 // Keys is the parsed keys file.
@@ -102,6 +180,10 @@ func parseKeys(data []byte) (*Keys, error) {
 		if e.Burst < 1 {
 			return nil, fmt.Errorf("entry %d (%s): burst must be ≥ 1", i, e.Client)
 		}
+		lanes, err := parseLanes(e.Lanes, e.DefaultLane)
+		if err != nil {
+			return nil, fmt.Errorf("entry %d (%s): %v", i, e.Client, err)
+		}
 		d := [sha256.Size]byte(raw)
 		if _, dup := k.byPrefix[digestPrefix(&d)]; dup {
 			// The same key twice, or (with odds of 2^-64) two keys
@@ -111,12 +193,16 @@ func parseKeys(data []byte) (*Keys, error) {
 		c, seen := byID[e.Client]
 		switch {
 		case !seen:
-			c = &Client{ID: e.Client, Rate: e.Rate, Burst: e.Burst, index: len(k.clients),
+			c = &Client{ID: e.Client, Rate: e.Rate, Burst: e.Burst, lanes: lanes, index: len(k.clients),
 				limitText: strconv.AppendFloat(nil, e.Rate, 'f', -1, 64), idBytes: []byte(e.Client)}
+			c.laneRefusal = newProb(problem.New(http.StatusForbidden, problem.LaneForbidden,
+				"this API key may send only priority "+lanes.allowed+" (its client's lanes)").WithField("priority"))
 			byID[e.Client] = c
 			k.clients = append(k.clients, c)
 		case c.Rate != e.Rate || c.Burst != e.Burst:
 			return nil, fmt.Errorf("entry %d: client %s has keys with different limits", i, e.Client)
+		case c.lanes.high != lanes.high || c.lanes.normal != lanes.normal || string(c.lanes.def) != string(lanes.def):
+			return nil, fmt.Errorf("entry %d: client %s has keys with different lanes", i, e.Client)
 		}
 		k.byPrefix[digestPrefix(&d)] = storedKey{digest: d, client: c}
 	}

@@ -100,3 +100,45 @@ func BenchmarkAuthenticate(b *testing.B) {
 		k.Authenticate(kb)
 	}
 }
+
+func TestParseLanes(t *testing.T) {
+	h1, h2 := HashKey("k1"), HashKey("k2")
+	entry := func(hash, lanes string) string {
+		return `{"client":"a","key_sha256":"` + hash + `","rate":1,"burst":1` + lanes + `}`
+	}
+	for _, tc := range []struct {
+		name, file   string
+		err          string // "" for valid
+		high, normal bool
+		def          string
+	}{
+		{"none: normal only", `[` + entry(h1, "") + `]`, "", false, true, "normal"},
+		{"both, normal first by default", `[` + entry(h1, `,"lanes":["high","normal"]`) + `]`, "", true, true, "normal"},
+		{"both, high by default", `[` + entry(h1, `,"lanes":["normal","high"],"default_lane":"high"`) + `]`, "", true, true, "high"},
+		{"high only", `[` + entry(h1, `,"lanes":["high"]`) + `]`, "", true, false, "high"},
+		{"rotation agrees", `[` + entry(h1, `,"lanes":["high"]`) + `,` + entry(h2, `,"lanes":["high"],"default_lane":"high"`) + `]`, "", true, false, "high"},
+		{"empty lanes", `[` + entry(h1, `,"lanes":[]`) + `]`, "at least one", false, false, ""},
+		{"unknown lane", `[` + entry(h1, `,"lanes":["urgent"]`) + `]`, `"urgent"`, false, false, ""},
+		{"lane twice", `[` + entry(h1, `,"lanes":["high","high"]`) + `]`, "at most once", false, false, ""},
+		{"default not allowed", `[` + entry(h1, `,"default_lane":"high"`) + `]`, "default_lane", false, false, ""},
+		{"default not a lane", `[` + entry(h1, `,"lanes":["high","normal"],"default_lane":"low"`) + `]`, "default_lane", false, false, ""},
+		{"rotation disagrees", `[` + entry(h1, `,"lanes":["high","normal"]`) + `,` + entry(h2, "") + `]`, "different lanes", false, false, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			k, err := ParseKeys([]byte(tc.file))
+			if tc.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.err) {
+					t.Fatalf("ParseKeys = %v, want an error about %q", err, tc.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("ParseKeys: %v", err)
+			}
+			p := k.Clients()[0].lanes
+			if p.high != tc.high || p.normal != tc.normal || string(p.def) != tc.def {
+				t.Fatalf("lanes high=%v normal=%v default %q; want %v %v %q", p.high, p.normal, p.def, tc.high, tc.normal, tc.def)
+			}
+		})
+	}
+}

@@ -26,6 +26,7 @@ type exchange struct {
 	kind     routeKind
 	cellID   []byte
 	userID   []byte
+	lane     []byte // the Cellkit-Priority the cell gets (new inquiries)
 	slot     int
 	version  int64
 	u        *upstream
@@ -160,9 +161,13 @@ func (lp *loop) route(cl *client) {
 			lp.answer(cl, &probNoMap, time.Second, nil)
 			return
 		}
-		id, ok := userIDFrom(cl.body)
+		id, ok, priority := inquiryFields(cl.body)
 		if !ok {
 			lp.answer(cl, &probBadUser, 0, nil)
+			return
+		}
+		if ex.lane, ok = ex.client.lanes.lane(priority); !ok {
+			lp.answer(cl, &ex.client.laneRefusal, 0, nil)
 			return
 		}
 		ex.userID = id

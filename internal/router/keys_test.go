@@ -225,3 +225,62 @@ func BenchmarkAuthenticateAndTake(b *testing.B) {
 		kr.limits.take(c)
 	}
 }
+
+// TestLanesArePolicy: the lane a cell gets is the router's decision from
+// the client's lanes, never the client's word: a priority the key may not
+// use is refused before any cell sees it, and one it names none of gets
+// the client's default.
+func TestLanesArePolicy(t *testing.T) {
+	w := newWorld(t, worldOptions{cells: []string{"c1"}})
+	k, err := ParseKeys([]byte(`[
+		{"client":"platform-a","key_sha256":"` + HashKey(w.key) + `","rate":1e6,"burst":1000000},
+		{"client":"vip","key_sha256":"` + HashKey("ck_vip") + `","rate":1e6,"burst":1000000,"lanes":["high","normal"],"default_lane":"high"}]`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.router.SetKeys(k); err != nil {
+		t.Fatal(err)
+	}
+	body := func(priority string) string {
+		if priority == "" {
+			return `{"user_id":"u1","product":"credit-line","amount":5000000}`
+		}
+		return `{"user_id":"u1","product":"credit-line","amount":5000000,"priority":` + priority + `}`
+	}
+	for _, tc := range []struct {
+		name, key, body string
+		status          int
+		lane            string
+	}{
+		{"normal asks normal", w.key, body(`"normal"`), 202, "normal"},
+		{"normal asks none", w.key, body(""), 202, "normal"},
+		{"normal asks null", w.key, body("null"), 202, "normal"},
+		{"normal asks high", w.key, body(`"high"`), 403, ""},
+		{"normal asks high, folded", w.key, `{"user_id":"u1","PRIORITY":"high"}`, 403, ""},
+		{"vip asks none", "ck_vip", body(""), 202, "high"},
+		{"vip asks normal", "ck_vip", body(`"normal"`), 202, "normal"},
+		{"vip asks high", "ck_vip", body(`"high"`), 202, "high"},
+		{"not a lane: the default, for the cell to refuse", "ck_vip", body(`"urgent"`), 202, "high"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			before, _ := w.backends["c1"].lastRequest()
+			a := w.do("POST", "/v1/inquiries", tc.body, "X-API-Key", tc.key, "Cellkit-Priority", "high")
+			if a.status != tc.status {
+				t.Fatalf("status %d %s, want %d", a.status, a.body, tc.status)
+			}
+			req, _ := w.backends["c1"].lastRequest()
+			if tc.status == 403 {
+				if p := problemOf(t, a); p["type"] != "https://cellkit.dev/problems/lane-forbidden" || p["field"] != "priority" {
+					t.Errorf("problem %v", p)
+				}
+				if req != before {
+					t.Error("a refused request reached the cell")
+				}
+				return
+			}
+			if got := req.Header.Values("Cellkit-Priority"); len(got) != 1 || got[0] != tc.lane {
+				t.Errorf("the cell got Cellkit-Priority %q, want %q", got, tc.lane)
+			}
+		})
+	}
+}

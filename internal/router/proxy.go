@@ -242,6 +242,7 @@ var (
 	hdrMapVersion = []byte("Cellkit-Map-Version")
 	hdrSlot       = []byte("Cellkit-Slot")
 	hdrClient     = []byte("Cellkit-Client")
+	hdrPriority   = []byte("Cellkit-Priority")
 	hdrRequestID  = []byte("X-Request-Id")
 	hdrForwarded  = []byte("Forwarded")
 	hdrXFF        = []byte("X-Forwarded-For")
@@ -342,6 +343,9 @@ func (r *Router) forward(b []byte, cl *client) []byte {
 	}
 	b = append(b, ";proto=http\r\n"...)
 	b = appendHeader(b, hdrClient, ex.client.idBytes)
+	if ex.lane != nil {
+		b = appendHeader(b, hdrPriority, ex.lane)
+	}
 	b = appendHeader(b, hdrRequestID, ex.rid)
 	b = appendHeaderInt(b, hdrMapVersion, ex.version)
 	if ex.slot >= 0 {

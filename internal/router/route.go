@@ -85,77 +85,98 @@ func (u inquiryUser) id() string {
 	return *u.UserID
 }
 
-// userIDFrom returns the user id of an inquiry body and whether it is a valid
-// one. The result is always what encoding/json decodes into inquiryUser
-// (the cell routes nothing, but must see the same user the router routed):
-// a scanner handles plain bodies without allocating and leaves everything
-// unusual (escapes, non-ASCII or case-folded keys, type errors, deep nesting,
-// invalid JSON) to encoding/json. FuzzUserID holds the two together.
-func userIDFrom(body []byte) ([]byte, bool) {
-	if id, ok := scanUserID(body); ok {
-		return id, slotmap.ValidUserID(bstr(id))
+// inquiryLane is the other field the router reads from an inquiry body:
+// the priority it asks for, which the client's policy allows or not. The
+// cell decodes it the same way (a *string: null is none).
+type inquiryLane struct {
+	Priority *string `json:"priority"`
+}
+
+// inquiryFields returns the user id of an inquiry body, whether it is a
+// valid one, and the priority the body asks for (nil for none, or when the
+// body cannot be decoded: the cell then refuses it). The results are always
+// what encoding/json decodes into inquiryUser and inquiryLane (the cell
+// routes nothing, but must see the same user and lane the router saw): a
+// scanner handles plain bodies without allocating and leaves everything
+// unusual (escapes, non-ASCII or case-folded keys, type errors, deep
+// nesting, invalid JSON) to encoding/json. FuzzInquiryFields holds the two
+// together.
+func inquiryFields(body []byte) (id []byte, idOK bool, priority []byte) {
+	if id, priority, ok := scanInquiry(body); ok {
+		return id, slotmap.ValidUserID(bstr(id)), priority
+	}
+	var l inquiryLane
+	if json.Unmarshal(body, &l) == nil && l.Priority != nil {
+		priority = []byte(*l.Priority)
 	}
 	var v inquiryUser
 	if err := json.Unmarshal(body, &v); err != nil {
-		return nil, false
+		return nil, false, priority
 	}
-	return []byte(v.id()), slotmap.ValidUserID(v.id())
+	return []byte(v.id()), slotmap.ValidUserID(v.id()), priority
 }
 
-// scanUserID is the fast path of userIDFrom. ok means body is a JSON object
-// that encoding/json decodes into inquiryUser without error and id is the
-// value it yields (nil for none); !ok means "ask encoding/json".
-func scanUserID(b []byte) (id []byte, ok bool) {
+// scanInquiry is the fast path of inquiryFields. ok means body is a JSON
+// object that encoding/json decodes into inquiryUser and inquiryLane
+// without error and id and priority are the values they yield (nil for
+// none); !ok means "ask encoding/json".
+func scanInquiry(b []byte) (id, priority []byte, ok bool) {
 	i := skipWS(b, 0)
 	if i >= len(b) || b[i] != '{' {
-		return nil, false
+		return nil, nil, false
 	}
 	i = skipWS(b, i+1)
 	if i < len(b) && b[i] == '}' {
-		return nil, skipWS(b, i+1) == len(b)
+		return nil, nil, skipWS(b, i+1) == len(b)
 	}
 	for {
 		key, j, ok := plainString(b, i)
 		if !ok {
-			return nil, false
+			return nil, nil, false
 		}
 		i = skipWS(b, j)
 		if i >= len(b) || b[i] != ':' {
-			return nil, false
+			return nil, nil, false
 		}
 		i = skipWS(b, i+1)
 		switch {
-		case string(key) == "user_id":
+		case string(key) == "user_id" || string(key) == "priority":
+			var v []byte
 			if i < len(b) && b[i] == '"' {
-				v, j, ok := plainString(b, i)
-				if !ok {
-					return nil, false
+				if v, j, ok = plainString(b, i); !ok {
+					return nil, nil, false
 				}
-				id, i = v, j
+				i = j
 			} else if bytes.HasPrefix(b[i:], []byte("null")) {
-				id, i = nil, i+4 // null clears a *string field
+				v, i = nil, i+4 // null clears a *string field
 			} else {
-				return nil, false // a type error: encoding/json says what
+				return nil, nil, false // a type error: encoding/json says what
 			}
-		case len(key) == len("user_id") && strings.EqualFold(bstr(key), "user_id"):
-			return nil, false // encoding/json matches keys case-insensitively
+			if key[0] == 'u' {
+				id = v
+			} else {
+				priority = v
+			}
+		case len(key) == len("user_id") && strings.EqualFold(bstr(key), "user_id"),
+			len(key) == len("priority") && strings.EqualFold(bstr(key), "priority"):
+			return nil, nil, false // encoding/json matches keys case-insensitively
 		default:
 			if i, ok = skipValue(b, i, 0); !ok {
-				return nil, false
+				return nil, nil, false
 			}
 		}
 		i = skipWS(b, i)
 		if i >= len(b) {
-			return nil, false
+			return nil, nil, false
 		}
 		switch b[i] {
 		case ',':
 			i = skipWS(b, i+1)
 			continue
 		case '}':
-			return id, skipWS(b, i+1) == len(b)
+			return id, priority, skipWS(b, i+1) == len(b)
 		}
-		return nil, false
+		return nil, nil, false
 	}
 }
 

@@ -17,6 +17,16 @@ func referenceUserID(body []byte) (string, bool) {
 	return v.id(), slotmap.ValidUserID(v.id())
 }
 
+// referencePriority is the priority encoding/json finds ("" with false for
+// none or for a body it cannot decode into inquiryLane).
+func referencePriority(body []byte) (string, bool) {
+	var l inquiryLane
+	if json.Unmarshal(body, &l) != nil || l.Priority == nil {
+		return "", false
+	}
+	return *l.Priority, true
+}
+
 var userIDCases = []struct {
 	name, body string
 	want       string // "" with ok false
@@ -59,15 +69,53 @@ var userIDCases = []struct {
 func TestUserIDFrom(t *testing.T) {
 	for _, tc := range userIDCases {
 		t.Run(tc.name, func(t *testing.T) {
-			id, ok := userIDFrom([]byte(tc.body))
+			id, ok, _ := inquiryFields([]byte(tc.body))
 			if ok != tc.ok || (ok && string(id) != tc.want) {
-				t.Errorf("userIDFrom(%q) = %q, %v; want %q, %v", tc.body, id, ok, tc.want, tc.ok)
+				t.Errorf("inquiryFields(%q) = %q, %v; want %q, %v", tc.body, id, ok, tc.want, tc.ok)
 			}
 			if want, wantOK := referenceUserID([]byte(tc.body)); ok != wantOK || (ok && string(id) != want) {
-				t.Errorf("userIDFrom(%q) = %q, %v; encoding/json gives %q, %v", tc.body, id, ok, want, wantOK)
+				t.Errorf("inquiryFields(%q) = %q, %v; encoding/json gives %q, %v", tc.body, id, ok, want, wantOK)
 			}
-			if _, fast := scanUserID([]byte(tc.body)); fast != tc.fast {
-				t.Errorf("scanUserID(%q) decided = %v, want %v", tc.body, fast, tc.fast)
+			if _, _, fast := scanInquiry([]byte(tc.body)); fast != tc.fast {
+				t.Errorf("scanInquiry(%q) decided = %v, want %v", tc.body, fast, tc.fast)
+			}
+		})
+	}
+}
+
+// TestPriorityFrom: the priority the router holds against the client's
+// lanes is the one encoding/json (and so the cell) finds, whatever the
+// spelling; the cell refuses whatever it cannot decode.
+func TestPriorityFrom(t *testing.T) {
+	for _, tc := range []struct {
+		name, body string
+		want       string // "" for none
+		fast       bool
+	}{
+		{"high", `{"user_id":"a","priority":"high"}`, "high", true},
+		{"before the user", `{"priority":"normal","user_id":"a"}`, "normal", true},
+		{"none", `{"user_id":"a"}`, "", true},
+		{"null", `{"user_id":"a","priority":null}`, "", true},
+		{"last wins", `{"priority":"normal","user_id":"a","priority":"high"}`, "high", true},
+		{"null clears", `{"priority":"high","priority":null,"user_id":"a"}`, "", true},
+		{"not a lane", `{"user_id":"a","priority":"urgent"}`, "urgent", true},
+		{"folded key", `{"user_id":"a","PRIORITY":"high"}`, "high", false},
+		{"folded after", `{"user_id":"a","priority":"normal","Priority":"high"}`, "high", false},
+		{"escaped key", `{"user_id":"a","pr\u0069ority":"high"}`, "high", false},
+		{"escaped value", `{"user_id":"a","priority":"h\u0069gh"}`, "high", false},
+		{"number", `{"user_id":"a","priority":1}`, "", false},
+		{"invalid json", `{"user_id":"a","priority":"high"`, "", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, _, p := inquiryFields([]byte(tc.body))
+			if string(p) != tc.want {
+				t.Errorf("priority %q, want %q", p, tc.want)
+			}
+			if want, _ := referencePriority([]byte(tc.body)); string(p) != want {
+				t.Errorf("priority %q, encoding/json gives %q", p, want)
+			}
+			if _, _, fast := scanInquiry([]byte(tc.body)); fast != tc.fast {
+				t.Errorf("scanInquiry decided = %v, want %v", fast, tc.fast)
 			}
 		})
 	}
@@ -75,30 +123,42 @@ func TestUserIDFrom(t *testing.T) {
 
 func TestUserIDFastPathDoesNotAllocate(t *testing.T) {
 	body := []byte(`{"user_id":"user-000123","product":"credit-line","amount":5000000,"priority":"normal","callback_url":"https://p.example/cb"}`)
-	if n := testing.AllocsPerRun(1000, func() { userIDFrom(body) }); n != 0 {
-		t.Fatalf("userIDFrom allocates %.1f times, want 0", n)
+	if n := testing.AllocsPerRun(1000, func() { inquiryFields(body) }); n != 0 {
+		t.Fatalf("inquiryFields allocates %.1f times, want 0", n)
 	}
 }
 
-// FuzzUserID holds the scanner to encoding/json: same user id, same verdict,
-// no panics, whatever the body.
-func FuzzUserID(f *testing.F) {
+// FuzzInquiryFields holds the scanner to encoding/json: same user id, same
+// verdict, same priority, no panics, whatever the body.
+func FuzzInquiryFields(f *testing.F) {
 	for _, tc := range userIDCases {
 		f.Add([]byte(tc.body))
 	}
+	f.Add([]byte(`{"user_id":"a","priority":"high"}`))
+	f.Add([]byte(`{"priority":null,"user_id":"a","Priority":"normal"}`))
 	f.Fuzz(func(t *testing.T, body []byte) {
-		id, ok := userIDFrom(body)
+		id, ok, p := inquiryFields(body)
 		want, wantOK := referenceUserID(body)
 		if ok != wantOK || (ok && string(id) != want) {
-			t.Fatalf("userIDFrom(%q) = %q, %v; encoding/json gives %q, %v", body, id, ok, want, wantOK)
+			t.Fatalf("inquiryFields(%q) = %q, %v; encoding/json gives %q, %v", body, id, ok, want, wantOK)
 		}
-		if sid, fast := scanUserID(body); fast {
+		if wantP, _ := referencePriority(body); string(p) != wantP {
+			t.Fatalf("inquiryFields(%q) priority %q; encoding/json gives %q", body, p, wantP)
+		}
+		if sid, sp, fast := scanInquiry(body); fast {
 			var v inquiryUser
+			var l inquiryLane
 			if err := json.Unmarshal(body, &v); err != nil {
-				t.Fatalf("scanUserID(%q) decided, but encoding/json fails: %v", body, err)
+				t.Fatalf("scanInquiry(%q) decided, but encoding/json fails: %v", body, err)
+			}
+			if err := json.Unmarshal(body, &l); err != nil {
+				t.Fatalf("scanInquiry(%q) decided, but encoding/json fails on the priority: %v", body, err)
 			}
 			if string(sid) != v.id() {
-				t.Fatalf("scanUserID(%q) = %q, encoding/json gives %q", body, sid, v.id())
+				t.Fatalf("scanInquiry(%q) = %q, encoding/json gives %q", body, sid, v.id())
+			}
+			if (sp == nil) != (l.Priority == nil) || (sp != nil && string(sp) != *l.Priority) {
+				t.Fatalf("scanInquiry(%q) priority %q, encoding/json gives %v", body, sp, l.Priority)
 			}
 		}
 	})
@@ -143,7 +203,7 @@ func BenchmarkUserIDFrom(b *testing.B) {
 	b.ReportAllocs()
 	b.SetBytes(int64(len(body)))
 	for b.Loop() {
-		userIDFrom(body)
+		inquiryFields(body)
 	}
 }
 

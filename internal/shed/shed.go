@@ -6,6 +6,17 @@
 // admitted before the budget ran out). It tells callers when to come back,
 // from the drain rate.
 //
+// Shedding is lane-aware: workers fetch the high lane first, so a high
+// inquiry waits only for the high ones ahead of it, and a normal one for
+// both lanes and for the high ones that arrive meanwhile. High inquiries
+// keep a reserved share of the pipeline's pace (Config.HighReserve): the
+// normal lane plans with what is left after the larger of high's measured
+// arrival rate and its reserve, and may fill only the rest of the depth
+// limit. So as load rises, normal inquiries are shed first, and a high one
+// is shed only when the high lane alone would outlive its own age budget
+// (Config.MaxAgeHigh). Config.LaneBlind restores the shedding of one queue
+// for both lanes (for comparison).
+//
 // It is pure and cheap on the request path: a sampler feeds it snapshots of
 // the queue (Observe) and the pipeline reports what it finished (Drained);
 // Admit reads them under a mutex, with no I/O. Between two snapshots the
@@ -17,6 +28,8 @@ import (
 	"math"
 	"sync"
 	"time"
+
+	"github.com/cellkit/cellkit/internal/inquiry"
 )
 
 // Config sets the budgets. Zero values mean the defaults in brackets (see
@@ -29,12 +42,21 @@ type Config struct {
 	MaxDepth int
 	// MaxRetryAfter caps the Retry-After advice [MaxAge].
 	MaxRetryAfter time.Duration
+	// MaxAgeHigh is the age budget of the high lane [MaxAge].
+	MaxAgeHigh time.Duration
+	// HighReserve is the share of the pipeline's pace and of MaxDepth that
+	// the normal lane never plans to use, kept for high inquiries
+	// [0.25; 0 < HighReserve < 1].
+	HighReserve float64
+	// LaneBlind sheds both lanes alike, on the whole queue's age, depth and
+	// wait, as cells did before lanes were told apart.
+	LaneBlind bool
 }
 
 // DefaultConfig returns the defaults. MaxRetryAfter is left zero: it
 // follows MaxAge.
 func DefaultConfig() Config {
-	return Config{MaxAge: 60 * time.Second, MaxDepth: 10_000}
+	return Config{MaxAge: 60 * time.Second, MaxDepth: 10_000, HighReserve: 0.25}
 }
 
 // withDefaults fills the zero fields of c.
@@ -48,6 +70,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxRetryAfter <= 0 {
 		c.MaxRetryAfter = c.MaxAge
+	}
+	if c.MaxAgeHigh <= 0 {
+		c.MaxAgeHigh = c.MaxAge
+	}
+	if !(c.HighReserve > 0 && c.HighReserve < 1) {
+		c.HighReserve = d.HighReserve
 	}
 	return c
 }
@@ -65,7 +93,13 @@ type Sample struct {
 	At     time.Time // when the sample was taken
 	// Mark is Mark() read before the queue was: inquiries accepted after
 	// it may be missing from Depth, so they are added to it.
-	Mark uint64
+	Mark Mark
+	// High is the part of Depth in the high lane; OldestHigh and
+	// OldestNormal are when the oldest pending message of each lane was
+	// stored (zero: none).
+	High         int
+	OldestHigh   time.Time
+	OldestNormal time.Time
 	// Capacity is the pipeline's estimate of the inquiries per second it
 	// can finish now, from the calls in flight (0: no estimate). It leads
 	// the measured drain rate when the agencies slow down.
@@ -85,13 +119,17 @@ type Sample struct {
 	Idle bool
 }
 
+// Mark counts the inquiries accepted since the shedder was made, in all
+// and in the high lane.
+type Mark struct{ All, High uint64 }
+
 // Decision is Admit's answer.
 type Decision struct {
 	OK         bool
 	Reason     string        // when shed: "age", "depth" or "wait" (projected drain time over budget)
 	RetryAfter time.Duration // when shed: the time the queue needs to drain
-	Age        time.Duration // age of the oldest pending message
-	Depth      int           // estimated depth
+	Age        time.Duration // age of the oldest pending message the lane waits behind
+	Depth      int           // estimated depth the lane waits behind
 }
 
 // Shedder is safe for concurrent use.
@@ -101,7 +139,8 @@ type Shedder struct {
 
 	mu       sync.Mutex
 	sample   Sample
-	accepted uint64  // accepted since New
+	accepted Mark    // accepted since New
+	highRate float64 // high lane's accepted rate, per second (EWMA over fastWindow)
 	drained  int     // finished since the last rate update
 	rate     float64 // drain rate, messages per second (EWMA over rateWindow)
 	fast     float64 // the same over fastWindow
@@ -148,6 +187,8 @@ func (s *Shedder) Observe(sm Sample) {
 	defer s.mu.Unlock()
 	if dt := sm.At.Sub(s.rateAt).Seconds(); !s.rateAt.IsZero() && dt > 0 {
 		s.service *= math.Exp(-dt / rateWindow.Seconds())
+		high := float64(sm.Mark.High-min(s.sample.Mark.High, sm.Mark.High)) / dt
+		s.highRate = ewma(s.highRate, high, dt, fastWindow)
 		// The drain rate is measured only over intervals that began with
 		// work queued: an idle queue drains what arrives, which says
 		// nothing of what the pipeline can do, and would make a burst after
@@ -175,8 +216,8 @@ func ewma(avg, inst, dt float64, w time.Duration) float64 {
 	return a*inst + (1-a)*avg
 }
 
-// Mark returns the count of accepted inquiries, to put in the next Sample.
-func (s *Shedder) Mark() uint64 {
+// Mark returns the counts of accepted inquiries, to put in the next Sample.
+func (s *Shedder) Mark() Mark {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.accepted
@@ -207,10 +248,13 @@ func (s *Shedder) Service() time.Duration {
 	return time.Duration(s.service * float64(time.Second))
 }
 
-// Accepted records one inquiry taken in.
-func (s *Shedder) Accepted() {
+// Accepted records one inquiry taken into lane.
+func (s *Shedder) Accepted(lane inquiry.Priority) {
 	s.mu.Lock()
-	s.accepted++
+	s.accepted.All++
+	if lane == inquiry.High {
+		s.accepted.High++
+	}
 	s.mu.Unlock()
 }
 
@@ -233,21 +277,43 @@ func (s *Shedder) paceLocked() float64 {
 
 func (s *Shedder) instancesLocked() float64 { return float64(max(1, s.sample.Instances)) }
 
-// Admit decides on one new inquiry.
-func (s *Shedder) Admit() Decision {
+// Admit decides on one new inquiry of lane (a lane other than High is
+// Normal).
+func (s *Shedder) Admit(lane inquiry.Priority) Decision {
 	now := s.now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	d := Decision{OK: true, Depth: s.depthLocked()}
-	if !s.sample.Oldest.IsZero() {
-		d.Age = max(now.Sub(s.sample.Oldest), 0)
+	if s.cfg.LaneBlind {
+		return s.decideLocked(s.depthLocked(), s.cfg.MaxDepth, s.sample.Oldest, s.cfg.MaxAge, s.paceLocked(), now)
+	}
+	if lane == inquiry.High {
+		// Workers fetch the high lane first: a high inquiry waits for
+		// the high ones ahead of it only, at the whole pace.
+		return s.decideLocked(s.highDepthLocked(), s.cfg.MaxDepth, s.sample.OldestHigh, s.cfg.MaxAgeHigh, s.paceLocked(), now)
+	}
+	// A normal inquiry waits for both lanes, and high ones arriving
+	// meanwhile go first: it plans with the pace left after the larger of
+	// high's rate and its reserve, and may fill only the depth high does
+	// not keep.
+	pace := s.paceLocked() * (1 - max(s.cfg.HighReserve, min(s.highRate*s.instancesLocked()/max(s.paceLocked(), 1e-9), 1)))
+	depthLimit := int(float64(s.cfg.MaxDepth) * (1 - s.cfg.HighReserve))
+	return s.decideLocked(s.depthLocked(), depthLimit, s.sample.OldestNormal, s.cfg.MaxAge, pace, now)
+}
+
+// decideLocked admits unless the lane's oldest pending message is over
+// maxAge, depth reached depthLimit, or depth would take longer than most of
+// maxAge to drain at pace (and the new inquiry must then be served).
+func (s *Shedder) decideLocked(depth, depthLimit int, oldest time.Time, maxAge time.Duration, pace float64, now time.Time) Decision {
+	d := Decision{OK: true, Depth: depth}
+	if !oldest.IsZero() {
+		d.Age = max(now.Sub(oldest), 0)
 	}
 	switch {
-	case d.Age > s.cfg.MaxAge:
+	case d.Age > maxAge:
 		d.OK, d.Reason = false, "age"
-	case d.Depth >= s.cfg.MaxDepth:
+	case d.Depth >= depthLimit:
 		d.OK, d.Reason = false, "depth"
-	case !s.sample.Idle && s.rate > 0 && float64(d.Depth)/s.paceLocked()+s.service > waitShare*s.cfg.MaxAge.Seconds():
+	case !s.sample.Idle && s.rate > 0 && (pace <= 0 || float64(d.Depth)/pace+s.service > waitShare*maxAge.Seconds()):
 		// Not over budget yet, but a new inquiry would be: what is queued
 		// takes longer than (most of) the budget to drain at the current
 		// pace (see rateWindow), and then the new one must be served.
@@ -255,7 +321,7 @@ func (s *Shedder) Admit() Decision {
 	default:
 		return d
 	}
-	d.RetryAfter = s.retryAfterLocked(d.Depth)
+	d.RetryAfter = s.retryAfterLocked(s.depthLocked())
 	return d
 }
 
@@ -271,7 +337,12 @@ func (s *Shedder) RetryAfter() time.Duration {
 // depthLocked estimates the depth now: the sample plus what was accepted
 // after its mark (which may count a few twice: an overestimate is safe).
 func (s *Shedder) depthLocked() int {
-	return s.sample.Depth + int(s.accepted-min(s.sample.Mark, s.accepted))
+	return s.sample.Depth + int(s.accepted.All-min(s.sample.Mark.All, s.accepted.All))
+}
+
+// highDepthLocked is depthLocked for the high lane.
+func (s *Shedder) highDepthLocked() int {
+	return s.sample.High + int(s.accepted.High-min(s.sample.Mark.High, s.accepted.High))
 }
 
 func (s *Shedder) retryAfterLocked(depth int) time.Duration {

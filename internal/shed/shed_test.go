@@ -4,56 +4,57 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cellkit/cellkit/internal/inquiry"
 	"github.com/cellkit/cellkit/internal/testkit"
 )
 
 func TestAdmit(t *testing.T) {
 	clk := testkit.NewClock(time.Unix(1000, 0))
-	s := New(Config{MaxAge: 10 * time.Second, MaxDepth: 100}, Options{Now: clk.Now})
-	if d := s.Admit(); !d.OK {
+	s := New(Config{LaneBlind: true, MaxAge: 10 * time.Second, MaxDepth: 100}, Options{Now: clk.Now})
+	if d := s.Admit(inquiry.Normal); !d.OK {
 		t.Fatalf("before any sample: %+v, want admitted", d)
 	}
 	s.Observe(Sample{Depth: 50, Oldest: clk.Now().Add(-5 * time.Second), At: clk.Now(), Mark: s.Mark()})
-	if d := s.Admit(); !d.OK || d.Depth != 50 || d.Age != 5*time.Second {
+	if d := s.Admit(inquiry.Normal); !d.OK || d.Depth != 50 || d.Age != 5*time.Second {
 		t.Fatalf("within budgets: %+v", d)
 	}
 	clk.Advance(6 * time.Second) // the oldest is now 11 s old
-	d := s.Admit()
+	d := s.Admit(inquiry.Normal)
 	if d.OK || d.Reason != "age" || d.RetryAfter < time.Second || d.RetryAfter > 10*time.Second {
 		t.Fatalf("over the age budget: %+v", d)
 	}
 	// An empty queue has no age.
 	s.Observe(Sample{Depth: 0, At: clk.Now(), Mark: s.Mark()})
-	if d := s.Admit(); !d.OK || d.Age != 0 {
+	if d := s.Admit(inquiry.Normal); !d.OK || d.Age != 0 {
 		t.Fatalf("empty queue: %+v", d)
 	}
 }
 
 func TestDepthCountsAcceptsSinceTheMark(t *testing.T) {
 	clk := testkit.NewClock(time.Unix(1000, 0))
-	s := New(Config{MaxDepth: 10}, Options{Now: clk.Now})
+	s := New(Config{LaneBlind: true, MaxDepth: 10}, Options{Now: clk.Now})
 	mark := s.Mark()
 	for range 3 {
-		s.Accepted() // taken while the sample is being read: maybe not in it
+		s.Accepted(inquiry.Normal) // taken while the sample is being read: maybe not in it
 	}
 	s.Observe(Sample{Depth: 5, At: clk.Now(), Mark: mark})
-	if d := s.Admit(); d.Depth != 8 {
+	if d := s.Admit(inquiry.Normal); d.Depth != 8 {
 		t.Fatalf("depth %d, want 5 sampled + 3 accepted since the mark", d.Depth)
 	}
-	s.Accepted()
-	s.Accepted()
-	if d := s.Admit(); d.OK || d.Reason != "depth" {
+	s.Accepted(inquiry.Normal)
+	s.Accepted(inquiry.Normal)
+	if d := s.Admit(inquiry.Normal); d.OK || d.Reason != "depth" {
 		t.Fatalf("at the depth limit: %+v", d)
 	}
 	s.Observe(Sample{Depth: 2, At: clk.Now(), Mark: s.Mark()})
-	if d := s.Admit(); !d.OK || d.Depth != 2 {
+	if d := s.Admit(inquiry.Normal); !d.OK || d.Depth != 2 {
 		t.Fatalf("after a new sample: %+v", d)
 	}
 }
 
 func TestRetryAfterFollowsTheDrainRate(t *testing.T) {
 	clk := testkit.NewClock(time.Unix(1000, 0))
-	s := New(Config{MaxAge: time.Minute, MaxDepth: 100}, Options{Now: clk.Now})
+	s := New(Config{LaneBlind: true, MaxAge: time.Minute, MaxDepth: 100}, Options{Now: clk.Now})
 	s.Observe(Sample{Depth: 200, At: clk.Now(), Mark: s.Mark()})
 	if got := s.RetryAfter(); got != time.Minute {
 		t.Fatalf("no drain measured yet: Retry-After %v, want the cap", got)
@@ -72,29 +73,29 @@ func TestRetryAfterFollowsTheDrainRate(t *testing.T) {
 }
 
 func BenchmarkAdmit(b *testing.B) {
-	s := New(Config{}, Options{})
+	s := New(Config{LaneBlind: true}, Options{})
 	s.Observe(Sample{Depth: 10, Oldest: time.Now(), At: time.Now()})
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
-			s.Admit()
+			s.Admit(inquiry.Normal)
 		}
 	})
 }
 
 func TestShedsWhenTheBacklogWouldOutliveTheBudget(t *testing.T) {
 	clk := testkit.NewClock(time.Unix(1000, 0))
-	s := New(Config{MaxAge: 5 * time.Second, MaxDepth: 1_000_000}, Options{Now: clk.Now})
+	s := New(Config{LaneBlind: true, MaxAge: 5 * time.Second, MaxDepth: 1_000_000}, Options{Now: clk.Now})
 	for range 5 { // drains 100/s
 		clk.Advance(time.Second)
 		s.Drained(100)
 		s.Observe(Sample{Depth: 300, Oldest: clk.Now().Add(-time.Second), At: clk.Now(), Mark: s.Mark()})
 	}
-	if d := s.Admit(); !d.OK {
+	if d := s.Admit(inquiry.Normal); !d.OK {
 		t.Fatalf("300 queued at 100/s (3 s) with a 5 s budget: %+v", d)
 	}
 	s.Observe(Sample{Depth: 450, Oldest: clk.Now().Add(-time.Second), At: clk.Now(), Mark: s.Mark()})
-	if d := s.Admit(); d.OK || d.Reason != "wait" || d.RetryAfter < 4*time.Second || d.RetryAfter > 5*time.Second {
+	if d := s.Admit(inquiry.Normal); d.OK || d.Reason != "wait" || d.RetryAfter < 4*time.Second || d.RetryAfter > 5*time.Second {
 		t.Fatalf("450 queued at 100/s (4.5 s, over 70%% of a 5 s budget): %+v", d)
 	}
 }
@@ -104,21 +105,21 @@ func TestShedsWhenTheBacklogWouldOutliveTheBudget(t *testing.T) {
 // three times its own rate.
 func TestInstancesShareTheDrain(t *testing.T) {
 	clk := testkit.NewClock(time.Unix(1000, 0))
-	s := New(Config{MaxAge: 5 * time.Second, MaxDepth: 1_000_000}, Options{Now: clk.Now})
+	s := New(Config{LaneBlind: true, MaxAge: 5 * time.Second, MaxDepth: 1_000_000}, Options{Now: clk.Now})
 	for range 5 { // this instance drains 100/s, the cell 300/s
 		clk.Advance(time.Second)
 		s.Drained(100)
 		s.Observe(Sample{Depth: 900, Oldest: clk.Now().Add(-time.Second), At: clk.Now(), Mark: s.Mark(), Instances: 3})
 	}
-	if d := s.Admit(); !d.OK {
+	if d := s.Admit(inquiry.Normal); !d.OK {
 		t.Fatalf("900 queued at 3 × 100/s (3 s) with a 5 s budget: %+v", d)
 	}
 	s.Observe(Sample{Depth: 900, Oldest: clk.Now().Add(-time.Second), At: clk.Now(), Mark: s.Mark(), Instances: 1})
-	if d := s.Admit(); d.OK || d.Reason != "wait" {
+	if d := s.Admit(inquiry.Normal); d.OK || d.Reason != "wait" {
 		t.Fatalf("900 queued at 100/s (9 s) with a 5 s budget, alone: %+v", d)
 	}
 	s.Observe(Sample{Depth: 1350, Oldest: clk.Now().Add(-time.Second), At: clk.Now(), Mark: s.Mark(), Instances: 3})
-	if d := s.Admit(); d.OK || d.RetryAfter < 4*time.Second || d.RetryAfter > 5*time.Second {
+	if d := s.Admit(inquiry.Normal); d.OK || d.RetryAfter < 4*time.Second || d.RetryAfter > 5*time.Second {
 		t.Fatalf("1350 queued at 3 × 100/s (4.5 s): %+v, want shed with Retry-After 4.5 s", d)
 	}
 }
@@ -129,7 +130,7 @@ func TestInstancesShareTheDrain(t *testing.T) {
 // takes new work at once. The age budget still holds.
 func TestAnIdlePipelinePredictsNoWait(t *testing.T) {
 	clk := testkit.NewClock(time.Unix(1000, 0))
-	s := New(Config{MaxAge: 10 * time.Second, MaxDepth: 1_000_000}, Options{Now: clk.Now})
+	s := New(Config{LaneBlind: true, MaxAge: 10 * time.Second, MaxDepth: 1_000_000}, Options{Now: clk.Now})
 	for range 5 { // drains 10/s
 		clk.Advance(time.Second)
 		s.Drained(10)
@@ -139,22 +140,22 @@ func TestAnIdlePipelinePredictsNoWait(t *testing.T) {
 		clk.Advance(time.Second)
 		s.Observe(Sample{Depth: 3, Oldest: clk.Now().Add(-2 * time.Second), At: clk.Now(), Mark: s.Mark()})
 	}
-	if d := s.Admit(); d.OK || d.Reason != "wait" {
+	if d := s.Admit(inquiry.Normal); d.OK || d.Reason != "wait" {
 		t.Fatalf("busy, 3 queued at a decayed rate: %+v, want shed on wait", d)
 	}
 	s.Observe(Sample{Depth: 3, Oldest: clk.Now().Add(-2 * time.Second), At: clk.Now(), Mark: s.Mark(), Idle: true})
-	if d := s.Admit(); !d.OK {
+	if d := s.Admit(inquiry.Normal); !d.OK {
 		t.Fatalf("idle, 3 queued elsewhere: %+v, want admitted", d)
 	}
 	s.Observe(Sample{Depth: 3, Oldest: clk.Now().Add(-11 * time.Second), At: clk.Now(), Mark: s.Mark(), Idle: true})
-	if d := s.Admit(); d.OK || d.Reason != "age" {
+	if d := s.Admit(inquiry.Normal); d.OK || d.Reason != "age" {
 		t.Fatalf("idle, the oldest past the budget: %+v, want shed on age", d)
 	}
 }
 
 func TestAnIdleQueueDoesNotLowerTheDrainRate(t *testing.T) {
 	clk := testkit.NewClock(time.Unix(1000, 0))
-	s := New(Config{MaxAge: 5 * time.Second}, Options{Now: clk.Now})
+	s := New(Config{LaneBlind: true, MaxAge: 5 * time.Second}, Options{Now: clk.Now})
 	s.Observe(Sample{Depth: 100, At: clk.Now(), Mark: s.Mark()})
 	clk.Advance(time.Second)
 	s.Drained(100)
@@ -167,16 +168,16 @@ func TestAnIdleQueueDoesNotLowerTheDrainRate(t *testing.T) {
 		t.Fatalf("rate after an idle spell %v, want the last busy rate 100/s", r)
 	}
 	for range 50 {
-		s.Accepted()
+		s.Accepted(inquiry.Normal)
 	}
-	if d := s.Admit(); !d.OK {
+	if d := s.Admit(inquiry.Normal); !d.OK {
 		t.Fatalf("a burst of 50 after a quiet spell was shed: %+v", d)
 	}
 }
 
 func TestAShortStallKeepsMostOfTheRate(t *testing.T) {
 	clk := testkit.NewClock(time.Unix(1000, 0))
-	s := New(Config{MaxAge: 60 * time.Second}, Options{Now: clk.Now})
+	s := New(Config{LaneBlind: true, MaxAge: 60 * time.Second}, Options{Now: clk.Now})
 	s.Observe(Sample{Depth: 10, At: clk.Now(), Mark: s.Mark()})
 	clk.Advance(time.Second)
 	s.Drained(100)
@@ -195,7 +196,7 @@ func TestAShortStallKeepsMostOfTheRate(t *testing.T) {
 // catches up (the agency-slow drill overshot the budget by 50 % that way).
 func TestASuddenSlowdownShedsWithinASecond(t *testing.T) {
 	clk := testkit.NewClock(time.Unix(1000, 0))
-	s := New(Config{MaxAge: 5 * time.Second, MaxDepth: 1_000_000}, Options{Now: clk.Now})
+	s := New(Config{LaneBlind: true, MaxAge: 5 * time.Second, MaxDepth: 1_000_000}, Options{Now: clk.Now})
 	step := func(drained, depth int) {
 		clk.Advance(250 * time.Millisecond)
 		s.Drained(drained)
@@ -204,13 +205,13 @@ func TestASuddenSlowdownShedsWithinASecond(t *testing.T) {
 	for range 40 { // 10 s at 100/s with 200 queued: 2 s of work
 		step(25, 200)
 	}
-	if d := s.Admit(); !d.OK {
+	if d := s.Admit(inquiry.Normal); !d.OK {
 		t.Fatalf("200 queued at 100/s with a 5 s budget: %+v", d)
 	}
 	shedAt := time.Duration(0)
 	for i := range 8 { // now 10/s
 		step([]int{3, 2}[i%2], 200)
-		if d := s.Admit(); !d.OK && shedAt == 0 {
+		if d := s.Admit(inquiry.Normal); !d.OK && shedAt == 0 {
 			if d.Reason != "wait" {
 				t.Fatalf("shed for %q, want wait", d.Reason)
 			}
@@ -230,7 +231,7 @@ func TestASuddenSlowdownShedsWithinASecond(t *testing.T) {
 	for range 8 {
 		step(25, 50)
 	}
-	if d := s.Admit(); !d.OK {
+	if d := s.Admit(inquiry.Normal); !d.OK {
 		t.Fatalf("50 queued after recovering to 100/s: %+v (rate %.0f/s)", d, s.Rate())
 	}
 }
@@ -240,7 +241,7 @@ func TestASuddenSlowdownShedsWithinASecond(t *testing.T) {
 // of a 5 s budget. The peak decays once calls are quick again.
 func TestServiceTimeCountsTowardsTheWait(t *testing.T) {
 	clk := testkit.NewClock(time.Unix(1000, 0))
-	s := New(Config{MaxAge: 5 * time.Second, MaxDepth: 1_000_000}, Options{Now: clk.Now})
+	s := New(Config{LaneBlind: true, MaxAge: 5 * time.Second, MaxDepth: 1_000_000}, Options{Now: clk.Now})
 	step := func() {
 		clk.Advance(250 * time.Millisecond)
 		s.Drained(25)
@@ -250,17 +251,17 @@ func TestServiceTimeCountsTowardsTheWait(t *testing.T) {
 		step()
 	}
 	s.Served(300 * time.Millisecond)
-	if d := s.Admit(); !d.OK {
+	if d := s.Admit(inquiry.Normal); !d.OK {
 		t.Fatalf("3 s of backlog + 0.3 s service, 5 s budget: %+v", d)
 	}
 	s.Served(1500 * time.Millisecond)
-	if d := s.Admit(); d.OK || d.Reason != "wait" {
+	if d := s.Admit(inquiry.Normal); d.OK || d.Reason != "wait" {
 		t.Fatalf("3 s of backlog + 1.5 s service, 5 s budget: %+v, want shed for wait", d)
 	}
 	for range 40 { // 10 s of quick calls
 		step()
 	}
-	if d := s.Admit(); !d.OK || s.Service() > 300*time.Millisecond {
+	if d := s.Admit(inquiry.Normal); !d.OK || s.Service() > 300*time.Millisecond {
 		t.Fatalf("10 s after the last slow call: %+v, service peak %v", d, s.Service())
 	}
 }
@@ -270,7 +271,7 @@ func TestServiceTimeCountsTowardsTheWait(t *testing.T) {
 // completions still show the old pace, but the capacity does not.
 func TestCapacityLeadsTheMeasuredRate(t *testing.T) {
 	clk := testkit.NewClock(time.Unix(1000, 0))
-	s := New(Config{MaxAge: 5 * time.Second, MaxDepth: 1_000_000}, Options{Now: clk.Now})
+	s := New(Config{LaneBlind: true, MaxAge: 5 * time.Second, MaxDepth: 1_000_000}, Options{Now: clk.Now})
 	observe := func(capacity float64) {
 		clk.Advance(250 * time.Millisecond)
 		s.Drained(25)
@@ -279,11 +280,11 @@ func TestCapacityLeadsTheMeasuredRate(t *testing.T) {
 	for range 40 { // 100/s, capacity 120/s: 200 queued is 2 s
 		observe(120)
 	}
-	if d := s.Admit(); !d.OK {
+	if d := s.Admit(inquiry.Normal); !d.OK {
 		t.Fatalf("200 queued at 100/s: %+v", d)
 	}
 	observe(15) // completions as before, but the calls in flight are slow
-	if d := s.Admit(); d.OK || d.Reason != "wait" {
+	if d := s.Admit(inquiry.Normal); d.OK || d.Reason != "wait" {
 		t.Fatalf("200 queued with a capacity of 15/s (13 s): %+v, want shed for wait", d)
 	}
 }

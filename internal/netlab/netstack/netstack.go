@@ -691,7 +691,7 @@ func apiKey(ctx context.Context, routerBin, dir string) (string, error) {
 		return "", err
 	}
 	var out, errb bytes.Buffer
-	cmd := exec.CommandContext(ctx, routerBin, "keygen", "-client", "lab", "-rate", "1000", "-burst", "2000", "-keys", keys)
+	cmd := exec.CommandContext(ctx, routerBin, "keygen", "-client", "lab", "-rate", "1000", "-burst", "2000", "-lanes", "high,normal", "-keys", keys)
 	cmd.Stdout, cmd.Stderr, cmd.Env = &out, &errb, devstack.ChildEnv()
 	if err := cmd.Run(); err != nil {
 		return "", fmt.Errorf("router keygen: %v: %s", err, strings.TrimSpace(errb.String()))

@@ -1,0 +1,126 @@
+package shed
+
+import (
+	"testing"
+	"time"
+
+	"github.com/cellkit/cellkit/internal/inquiry"
+	"github.com/cellkit/cellkit/internal/testkit"
+)
+
+// drainAt feeds s five one-second samples at a drain of perSecond, each
+// with sm (At and Mark filled in, its oldest times keeping their ages),
+// accepting highPerSecond high inquiries each second.
+func drainAt(s *Shedder, clk *testkit.Clock, perSecond, highPerSecond int, sm Sample) {
+	for range 5 {
+		clk.Advance(time.Second)
+		for _, t := range []*time.Time{&sm.Oldest, &sm.OldestHigh, &sm.OldestNormal} {
+			if !t.IsZero() {
+				*t = t.Add(time.Second)
+			}
+		}
+		s.Drained(perSecond)
+		for range highPerSecond {
+			s.Accepted(inquiry.High)
+		}
+		sm.At, sm.Mark = clk.Now(), s.Mark()
+		s.Observe(sm)
+	}
+}
+
+// TestNormalIsShedBeforeHigh: a normal backlog that would outlive its
+// budget sheds normal inquiries; a high one waits only for the high lane,
+// which is empty, and is taken.
+func TestNormalIsShedBeforeHigh(t *testing.T) {
+	clk := testkit.NewClock(time.Unix(1000, 0))
+	s := New(Config{MaxAge: 10 * time.Second, MaxDepth: 1_000_000, HighReserve: 0.25}, Options{Now: clk.Now})
+	// 100/s; the normal lane plans with 75/s (the reserve): 500 queued
+	// take 6.7 s, within 70 % of 10 s.
+	drainAt(s, clk, 100, 0, Sample{Depth: 500, OldestNormal: clk.Now().Add(-time.Second), Oldest: clk.Now().Add(-time.Second)})
+	if d := s.Admit(inquiry.Normal); !d.OK {
+		t.Fatalf("500 normal queued at 75/s (6.7 s) with a 10 s budget: %+v", d)
+	}
+	s.Observe(Sample{Depth: 600, OldestNormal: clk.Now().Add(-time.Second), Oldest: clk.Now().Add(-time.Second), At: clk.Now(), Mark: s.Mark()})
+	if d := s.Admit(inquiry.Normal); d.OK || d.Reason != "wait" {
+		t.Fatalf("600 normal queued at 75/s (8 s, over 7 s): %+v, want shed", d)
+	}
+	if d := s.Admit(inquiry.High); !d.OK || d.Depth != 0 {
+		t.Fatalf("a high inquiry behind no high one: %+v, want taken", d)
+	}
+	// Lane-blind, the same queue sheds both lanes alike.
+	blind := New(Config{MaxAge: 10 * time.Second, MaxDepth: 1_000_000, LaneBlind: true}, Options{Now: clk.Now})
+	drainAt(blind, clk, 100, 0, Sample{Depth: 800, Oldest: clk.Now().Add(-time.Second)})
+	if d := blind.Admit(inquiry.High); d.OK {
+		t.Fatalf("lane-blind, 800 queued at 100/s: a high inquiry was taken: %+v", d)
+	}
+}
+
+// TestHighIsShedOnItsOwnBacklog: a high inquiry is turned away when the
+// high lane alone would outlive its own budget, and by its own age.
+func TestHighIsShedOnItsOwnBacklog(t *testing.T) {
+	clk := testkit.NewClock(time.Unix(1000, 0))
+	s := New(Config{MaxAge: 60 * time.Second, MaxAgeHigh: 5 * time.Second, MaxDepth: 1_000_000}, Options{Now: clk.Now})
+	drainAt(s, clk, 100, 0, Sample{Depth: 300, High: 300, OldestHigh: clk.Now().Add(-time.Second), Oldest: clk.Now().Add(-time.Second)})
+	if d := s.Admit(inquiry.High); !d.OK {
+		t.Fatalf("300 high at 100/s (3 s) within 70 %% of 5 s: %+v", d)
+	}
+	s.Observe(Sample{Depth: 400, High: 400, OldestHigh: clk.Now().Add(-time.Second), At: clk.Now(), Mark: s.Mark()})
+	if d := s.Admit(inquiry.High); d.OK || d.Reason != "wait" || d.Depth != 400 {
+		t.Fatalf("400 high at 100/s (4 s, over 3.5 s): %+v, want shed", d)
+	}
+	s.Observe(Sample{Depth: 10, High: 10, OldestHigh: clk.Now().Add(-6 * time.Second), OldestNormal: clk.Now().Add(-time.Second), At: clk.Now(), Mark: s.Mark()})
+	if d := s.Admit(inquiry.High); d.OK || d.Reason != "age" || d.Age != 6*time.Second {
+		t.Fatalf("the oldest high inquiry is 6 s old, its budget 5 s: %+v, want shed", d)
+	}
+	if d := s.Admit(inquiry.Normal); !d.OK || d.Age != time.Second {
+		t.Fatalf("the oldest normal inquiry is 1 s old, its budget 60 s: %+v, want taken", d)
+	}
+}
+
+// TestNormalLeavesHighItsReserve: the normal lane may not fill the depth
+// high keeps, and plans with the pace high leaves: its reserve, or more
+// when high arrives faster than that.
+func TestNormalLeavesHighItsReserve(t *testing.T) {
+	clk := testkit.NewClock(time.Unix(1000, 0))
+	s := New(Config{MaxAge: 10 * time.Second, MaxDepth: 100, HighReserve: 0.2}, Options{Now: clk.Now})
+	s.Observe(Sample{Depth: 80, At: clk.Now(), Mark: s.Mark()})
+	if d := s.Admit(inquiry.Normal); d.OK || d.Reason != "depth" {
+		t.Fatalf("80 queued of 100, 20 kept for high: normal %+v, want shed", d)
+	}
+	if d := s.Admit(inquiry.High); !d.OK {
+		t.Fatalf("80 queued of 100: high %+v, want taken", d)
+	}
+
+	// High arrives at 50/s of a 100/s pace: normal plans with 50/s.
+	s = New(Config{MaxAge: 10 * time.Second, MaxDepth: 1_000_000, HighReserve: 0.2}, Options{Now: clk.Now})
+	for range 10 {
+		drainAt(s, clk, 100, 50, Sample{Depth: 300})
+	}
+	if d := s.Admit(inquiry.Normal); !d.OK {
+		t.Fatalf("300 queued at the 50/s high leaves (6 s): %+v, want taken", d)
+	}
+	s.Observe(Sample{Depth: 400, At: clk.Now(), Mark: s.Mark()})
+	if d := s.Admit(inquiry.Normal); d.OK || d.Reason != "wait" {
+		t.Fatalf("400 queued at the 50/s high leaves (8 s): %+v, want shed", d)
+	}
+	if d := s.Admit(inquiry.High); !d.OK {
+		t.Fatalf("no high queued: %+v, want taken", d)
+	}
+}
+
+// TestHighCountsAcceptsSinceTheMark: high inquiries taken after the
+// sample's mark count towards the high lane's depth.
+func TestHighCountsAcceptsSinceTheMark(t *testing.T) {
+	clk := testkit.NewClock(time.Unix(1000, 0))
+	s := New(Config{MaxDepth: 1000}, Options{Now: clk.Now})
+	mark := s.Mark()
+	s.Accepted(inquiry.High)
+	s.Accepted(inquiry.Normal)
+	s.Observe(Sample{Depth: 5, High: 2, At: clk.Now(), Mark: mark})
+	if d := s.Admit(inquiry.High); d.Depth != 3 {
+		t.Fatalf("high depth %d, want 2 sampled + 1 accepted since the mark", d.Depth)
+	}
+	if d := s.Admit(inquiry.Normal); d.Depth != 7 {
+		t.Fatalf("depth %d, want 5 sampled + 2 accepted since the mark", d.Depth)
+	}
+}
