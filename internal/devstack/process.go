@@ -211,7 +211,12 @@ func signal(pid int, sig syscall.Signal) error {
 // `ip netns exec NETNS BIN` that is about to become it).
 func sameProgram(p Process) bool {
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(p.PID) + "/cmdline")
-	if err != nil {
+	if err != nil || len(b) == 0 {
+		// An empty command line is a process in the middle of exec (its
+		// arguments are not yet in place: Start has returned, but the
+		// kernel is still loading the binary) or a kernel thread, which
+		// signals do not stop: both are taken as p, so that a process
+		// stopped just after its start is stopped, not left running.
 		return true
 	}
 	argv := bytes.Split(b, []byte{0})
