@@ -2,10 +2,12 @@ package slotmap
 
 import (
 	"bytes"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"math/bits"
 	"net/url"
 	"slices"
 	"strconv"
@@ -46,12 +48,21 @@ func ValidUserID(id string) bool {
 		return false
 	}
 	for i := 0; i < len(id); i++ {
-		if c := id[i]; !isLower(c) && !isDigit(c) && !(c >= 'A' && c <= 'Z') && c != '_' && c != '-' {
+		if !userIDByte[id[i]] {
 			return false
 		}
 	}
 	return true
 }
+
+// userIDByte says which bytes a user id may hold (a map checks up to
+// MaxOverrides of them on every decode).
+var userIDByte = func() (t [256]bool) {
+	for c := range t {
+		t[c] = isLower(byte(c)) || isDigit(byte(c)) || (c >= 'A' && c <= 'Z') || c == '_' || c == '-'
+	}
+	return t
+}()
 
 // validAgency reports whether name is acceptable as an agency name: 1–32 of
 // [a-z0-9_] starting with a letter.
@@ -67,8 +78,14 @@ func validAgency(name string) bool {
 	return true
 }
 
+// Document formats. Format 1 has no "format" field and lists the table as
+// runs; format 2 packs the table into one string. Decode reads both, Encode
+// writes format 2.
+const formatPacked = 2
+
 // document is the JSON form. Field order here is the byte order of Encode.
 type document struct {
+	Format    int               `json:"format,omitempty"`
 	Version   int64             `json:"version"`
 	Slots     int               `json:"slots"`
 	Updated   string            `json:"updated,omitempty"`
@@ -76,25 +93,52 @@ type document struct {
 	Agencies  map[string]int    `json:"agencies"`
 	Cells     []Cell            `json:"cells"`
 	Overrides map[string]string `json:"overrides,omitempty"`
-	Table     []run             `json:"table"`
+	Table     docTable          `json:"table"`
 }
 
-// run is a slot range [From, To] (inclusive) owned by one cell, encoded as
-// the JSON array [from, to, "cell"].
+// docTable is a document's "table": an array of runs in format 1, one string
+// in format 2 (see packTable).
+type docTable struct {
+	kind   tableKind
+	runs   []run
+	packed string
+}
+
+type tableKind uint8
+
+const (
+	tableNone   tableKind = iota // absent or null
+	tableRuns                    // a JSON array of runs
+	tablePacked                  // a JSON string
+)
+
+// MarshalJSON writes the packed table; Encode never writes runs.
+func (t docTable) MarshalJSON() ([]byte, error) {
+	return strconv.AppendQuote(make([]byte, 0, len(t.packed)+2), t.packed), nil
+}
+
+// UnmarshalJSON reads either form; the document's format says which one it
+// must be.
+func (t *docTable) UnmarshalJSON(data []byte) error {
+	switch data[0] {
+	case 'n':
+		*t = docTable{}
+		return nil
+	case '"':
+		t.kind = tablePacked
+		return json.Unmarshal(data, &t.packed)
+	case '[':
+		t.kind = tableRuns
+		return json.Unmarshal(data, &t.runs)
+	}
+	return fmt.Errorf("table %s: want an array of runs or a string", clip(data))
+}
+
+// run is a slot range [From, To] (inclusive) owned by one cell, the JSON
+// array [from, to, "cell"] of a format 1 table.
 type run struct {
 	From, To int
 	Cell     string
-}
-
-func (r run) MarshalJSON() ([]byte, error) {
-	b := make([]byte, 0, 32)
-	b = append(b, '[')
-	b = strconv.AppendInt(b, int64(r.From), 10)
-	b = append(b, ',')
-	b = strconv.AppendInt(b, int64(r.To), 10)
-	b = append(b, ',')
-	b = strconv.AppendQuote(b, r.Cell)
-	return append(b, ']'), nil
 }
 
 // UnmarshalJSON reads [from, to, "cell"]. The common shape (no escapes in
@@ -187,16 +231,17 @@ func clip(b []byte) string {
 }
 
 // Encode returns the map's canonical JSON: the same map always gives the same
-// bytes (cells sorted by id, maps by key, the table as maximal runs).
+// bytes (cells sorted by id, maps by key, the table packed).
 func (m *Map) Encode() ([]byte, error) {
 	d := document{
+		Format:    formatPacked,
 		Version:   m.version,
 		Slots:     m.slots,
 		Change:    m.change,
 		Agencies:  m.agencies,
 		Cells:     m.cells,
 		Overrides: m.overrides,
-		Table:     m.runs(),
+		Table:     docTable{kind: tablePacked, packed: m.packTable()},
 	}
 	if !m.updated.IsZero() {
 		d.Updated = m.updated.UTC().Format(time.RFC3339Nano)
@@ -213,30 +258,118 @@ func (m *Map) Encode() ([]byte, error) {
 // MarshalJSON makes a *Map encode as its canonical document.
 func (m *Map) MarshalJSON() ([]byte, error) { return m.Encode() }
 
-func (m *Map) runs() []run {
-	runs := []run{}
-	for s := 0; s < len(m.table); {
-		e := s
-		for e+1 < len(m.table) && m.table[e+1] == m.table[s] {
-			e++
-		}
-		runs = append(runs, run{From: s, To: e, Cell: m.cells[m.table[s]].ID})
-		s = e + 1
+// tableEncoding is the base64 of a packed table: standard, padded, and
+// strict, so that one table has one spelling.
+var tableEncoding = base64.StdEncoding.Strict()
+
+// tableBits is the width of a cell position in a packed table: enough bits
+// to number n cells, at least one.
+func tableBits(n int) int { return max(1, bits.Len(uint(n-1))) }
+
+// packTable is the format 2 table: each slot's cell position (its index in
+// the cells sorted by id) in tableBits(cells) bits, slot 0 first and most
+// significant bit first, the last byte filled up with zero bits, in base64.
+// It is "" when no slot is assigned (no cell is active).
+func (m *Map) packTable() string {
+	if len(m.table) == 0 {
+		return ""
 	}
-	return runs
+	w := uint(tableBits(len(m.cells)))
+	buf := make([]byte, (len(m.table)*int(w)+7)/8)
+	var acc uint64 // the low n bits are not written yet
+	n, j := uint(0), 0
+	for _, p := range m.table {
+		acc = acc<<w | uint64(p)
+		for n += w; n >= 8; j++ {
+			n -= 8
+			buf[j] = byte(acc >> n)
+		}
+	}
+	if n > 0 {
+		buf[j] = byte(acc << (8 - n))
+	}
+	return tableEncoding.EncodeToString(buf)
 }
 
-// Decode parses and validates a map document. Unknown fields, trailing data
-// and every broken invariant are errors wrapping ErrInvalid.
+// unpackTable reads a format 2 table, refusing one of the wrong length,
+// padding bits that are not zero and positions past the last cell.
+func (m *Map) unpackTable(packed string) error {
+	if packed == "" {
+		return nil // checked by Validate: only allowed with no active cell
+	}
+	if len(m.cells) == 0 {
+		return invalid("the table assigns slots but the map has no cells")
+	}
+	w := uint(tableBits(len(m.cells)))
+	size := (m.slots*int(w) + 7) / 8
+	if want := tableEncoding.EncodedLen(size); len(packed) != want {
+		return invalid("table of %d base64 characters, want %d (%d slots of %d bits for %d cells)", len(packed), want, m.slots, w, len(m.cells))
+	}
+	buf := make([]byte, tableEncoding.DecodedLen(len(packed)))
+	if n, err := tableEncoding.Decode(buf, []byte(packed)); err != nil || n != size {
+		return invalid("table is not base64 of %d bytes", size)
+	}
+	if pad := uint(size*8 - m.slots*int(w)); buf[size-1]&(1<<pad-1) != 0 {
+		return invalid("table: the %d bits after the last slot are not zero", pad)
+	}
+	m.table = make([]uint16, m.slots)
+	mask := uint64(1)<<w - 1
+	var acc uint64 // the low n bits are not read yet
+	n, j := uint(0), 0
+	for s := range m.table {
+		for ; n < w; n += 8 {
+			acc = acc<<8 | uint64(buf[j])
+			j++
+		}
+		n -= w
+		p := int(acc >> n & mask)
+		if p >= len(m.cells) {
+			return invalid("slot %d is assigned to cell position %d, past the last of %d cells", s, p, len(m.cells))
+		}
+		m.table[s] = uint16(p)
+	}
+	return nil
+}
+
+// Decode parses and validates a map document of either format. Unknown
+// fields, trailing data and every broken invariant are errors wrapping
+// ErrInvalid.
 func Decode(data []byte) (*Map, error) {
+	d, ok := parseDocument(data)
+	if !ok {
+		var err error
+		if d, err = decodeJSON(data); err != nil {
+			return nil, err
+		}
+	}
+	return d.toMap()
+}
+
+// decodeJSON reads a document with encoding/json: the reference reading,
+// whose errors Decode reports, for whatever parseDocument leaves to it.
+func decodeJSON(data []byte) (document, error) {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	var d document
 	if err := dec.Decode(&d); err != nil {
-		return nil, invalid("%v", err)
+		return document{}, invalid("%v", err)
 	}
 	if _, err := dec.Token(); err != io.EOF {
-		return nil, invalid("trailing data after the document")
+		return document{}, invalid("trailing data after the document")
+	}
+	return d, nil
+}
+
+// toMap builds and validates the map a document describes. It takes
+// ownership of the document's maps and slices.
+func (d *document) toMap() (*Map, error) {
+	switch {
+	case d.Format == 0 && d.Table.kind == tablePacked:
+		return nil, invalid(`the table is a string, which only "format":%d reads`, formatPacked)
+	case d.Format == formatPacked && d.Table.kind == tableRuns:
+		return nil, invalid("format %d takes the table as one string, not runs", formatPacked)
+	case d.Format != 0 && d.Format != formatPacked:
+		return nil, invalid("format %d is not known: want %d (or no format for a table of runs)", d.Format, formatPacked)
 	}
 	m := &Map{
 		version:   d.Version,
@@ -259,12 +392,19 @@ func Decode(data []byte) (*Map, error) {
 	if len(m.overrides) == 0 {
 		m.overrides = nil
 	}
+	if len(m.cells) == 0 {
+		m.cells = nil
+	}
 	for i := range m.cells {
-		if len(m.cells[i].Quota) == 0 {
-			m.cells[i].Quota = nil
+		c := &m.cells[i]
+		if len(c.Quota) == 0 {
+			c.Quota = nil
 		}
-		if len(m.cells[i].FixedQuota) == 0 {
-			m.cells[i].FixedQuota = nil
+		if len(c.FixedQuota) == 0 {
+			c.FixedQuota = nil
+		}
+		if len(c.Instances) == 0 {
+			c.Instances = nil
 		}
 	}
 	slices.SortFunc(m.cells, func(a, b Cell) int { return cmpString(a.ID, b.ID) })
@@ -275,7 +415,13 @@ func Decode(data []byte) (*Map, error) {
 		return nil, err
 	}
 	m.finish()
-	if err := m.buildTable(d.Table); err != nil {
+	var err error
+	if d.Table.kind == tablePacked {
+		err = m.unpackTable(d.Table.packed)
+	} else {
+		err = m.buildTable(d.Table.runs)
+	}
+	if err != nil {
 		return nil, err
 	}
 	if err := m.checkTable(); err != nil {
@@ -480,6 +626,9 @@ func CheckURL(s string) error {
 }
 
 func checkURL(s string) error {
+	if plainURL(s) {
+		return nil
+	}
 	u, err := url.Parse(s)
 	if err != nil {
 		return fmt.Errorf("url %q is malformed", s)
@@ -499,4 +648,50 @@ func checkURL(s string) error {
 		return fmt.Errorf("url %q must not carry user info, query or fragment", s)
 	}
 	return nil
+}
+
+// plainURL reports whether s is an endpoint URL of the plain shape: http or
+// https, a host of lower-case letters, digits, dots and dashes, an optional
+// port in 1..65535 without leading zeros, an optional path of letters,
+// digits and -._~/. Every such URL passes the checks of checkURL
+// (FuzzPlainURL checks it), which takes this shortcut because url.Parse
+// allocates and a map has thousands of endpoints.
+func plainURL(s string) bool {
+	var rest string
+	switch {
+	case len(s) > 7 && s[:7] == "http://":
+		rest = s[7:]
+	case len(s) > 8 && s[:8] == "https://":
+		rest = s[8:]
+	default:
+		return false
+	}
+	i := 0
+	for i < len(rest) && (isLower(rest[i]) || isDigit(rest[i]) || rest[i] == '.' || rest[i] == '-') {
+		i++
+	}
+	if i == 0 {
+		return false
+	}
+	if i < len(rest) && rest[i] == ':' {
+		i++
+		start, port := i, 0
+		for i < len(rest) && isDigit(rest[i]) && i-start < 5 {
+			port = port*10 + int(rest[i]-'0')
+			i++
+		}
+		if i == start || rest[start] == '0' || port > 65535 {
+			return false
+		}
+	}
+	if i < len(rest) && rest[i] != '/' {
+		return false
+	}
+	for ; i < len(rest); i++ {
+		c := rest[i]
+		if !isLower(c) && !isDigit(c) && !(c >= 'A' && c <= 'Z') && c != '-' && c != '.' && c != '_' && c != '~' && c != '/' {
+			return false
+		}
+	}
+	return true
 }
