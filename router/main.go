@@ -73,6 +73,7 @@ type options struct {
 	staleAfter          time.Duration
 	mapWait             time.Duration
 	shutdownTimeout     time.Duration
+	slotRateWindow      time.Duration
 	reloadInterval      time.Duration
 	logLevel            slog.Level
 	pprof               bool
@@ -96,6 +97,7 @@ func parseFlags(args []string, getenv func(string) string, output io.Writer) (op
 	fs.DurationVar(&o.staleAfter, "stale-after", registry.DefaultFollowerConfig().StaleAfter, "report the map stale after this long without the registry")
 	fs.DurationVar(&o.mapWait, "map-wait", 0, "give up if no cell map arrives within this time (0: wait until stopped)")
 	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 15*time.Second, "how long requests in flight may finish at shutdown")
+	fs.DurationVar(&o.slotRateWindow, "slot-rate-window", time.Minute, "time constant of the per-slot request rates on /v1/admin/slots (cellctl's traffic projections)")
 	fs.DurationVar(&o.reloadInterval, "reload-interval", time.Second, "how often the keys, admin token and certificate files are checked for changes (SIGHUP: at once)")
 	fs.TextVar(&o.logLevel, "log-level", slog.LevelInfo, "log level: debug, info, warn or error")
 	fs.BoolVar(&o.pprof, "pprof", false, "serve /debug/pprof/ on the admin listener")
@@ -272,7 +274,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, ready fun
 	if err != nil {
 		return err
 	}
-	rt, err = router.New(router.Config{Server: o.server, Cell: cellLimits}, router.Options{
+	rt, err = router.New(router.Config{Server: o.server, Cell: cellLimits, SlotRateWindow: o.slotRateWindow}, router.Options{
 		Maps:       follower,
 		Refresh:    reg.Load,
 		Keys:       keys,

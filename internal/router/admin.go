@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/cellkit/cellkit/internal/problem"
+	"github.com/cellkit/cellkit/internal/slotrate"
 )
 
 // AdminHandler serves the admin listener:
@@ -30,6 +31,7 @@ func (r *Router) AdminHandler(gatherer prometheus.Gatherer) http.Handler {
 	mux.Handle("GET /metrics", promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /v1/admin/hotkeys", r.serveHotKeys)
 	mux.HandleFunc("GET /v1/admin/cells", r.serveCells)
+	mux.HandleFunc("GET /v1/admin/slots", r.serveSlots)
 	mux.HandleFunc("/", func(w http.ResponseWriter, _ *http.Request) {
 		problem.Write(w, problem.New(http.StatusNotFound, problem.NotFound, "no such admin resource"))
 	})
@@ -133,6 +135,34 @@ func (r *Router) serveHotKeys(w http.ResponseWriter, req *http.Request) {
 		n = v
 	}
 	writeJSON(w, http.StatusOK, r.HotKeys(n))
+}
+
+// SlotRates is the router's answer on /v1/admin/slots: its request rate
+// per slot (new inquiries routed by user), as a moving average.
+type SlotRates struct {
+	// Version is the map version the router routes with.
+	Version int64 `json:"version"`
+	slotrate.Snapshot
+}
+
+// SlotRates reads the per-slot request rates; ok is false before the
+// first map.
+func (r *Router) SlotRates() (SlotRates, bool) {
+	rs := r.slotRates.Load()
+	t := r.tbl.Load()
+	if rs == nil || t == nil {
+		return SlotRates{}, false
+	}
+	return SlotRates{Version: t.m.Version(), Snapshot: rs.Snapshot()}, true
+}
+
+func (r *Router) serveSlots(w http.ResponseWriter, _ *http.Request) {
+	sr, ok := r.SlotRates()
+	if !ok {
+		problem.WriteRetry(w, problem.New(http.StatusServiceUnavailable, problem.NoCellMap, "the router has routed with no cell map yet"), time.Second)
+		return
+	}
+	writeJSON(w, http.StatusOK, sr)
 }
 
 // CellStatus is one cell as the router sees it.

@@ -173,6 +173,7 @@ func (lp *loop) route(cl *client) {
 		ex.userID = id
 		rt := t.m.Lookup(bstr(id))
 		r.hot.Add(id, uint64(rt.Slot)) // the slot's low bits are the hash's
+		t.rates.Add(rt.Slot)
 		ex.slot = rt.Slot
 		ex.u = t.byID[rt.Cell]
 		if ex.u == nil {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/cellkit/cellkit/internal/h1"
 	"github.com/cellkit/cellkit/internal/slotmap"
+	"github.com/cellkit/cellkit/internal/slotrate"
 )
 
 // upstream is how the router reaches one cell: its guard, its metrics and
@@ -109,8 +110,9 @@ func (u *upstream) retire() { u.retired.Store(true) }
 // cellTable is what the router routes with: one map version and an
 // upstream for each of its cells.
 type cellTable struct {
-	m    *slotmap.Map
-	byID map[string]*upstream
+	m     *slotmap.Map
+	byID  map[string]*upstream
+	rates *slotrate.Rates // per-slot request rates, kept across maps of the same slot count
 }
 
 // table returns the routing table of the newest known map, building it on
@@ -149,6 +151,12 @@ func (r *Router) rebuild(m *slotmap.Map) *cellTable {
 		return old // a newer table was built meanwhile
 	}
 	t := &cellTable{m: m, byID: map[string]*upstream{}}
+	if old != nil && old.rates.Slots() == m.Slots() {
+		t.rates = old.rates
+	} else {
+		t.rates = slotrate.New(m.Slots(), r.cfg.SlotRateWindow, nil)
+		r.slotRates.Store(t.rates)
+	}
 	for _, c := range m.Cells() {
 		if prev := old.lookup(c.ID); prev != nil && slices.Equal(prev.intakes, c.Intakes()) {
 			t.byID[c.ID] = prev

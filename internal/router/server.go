@@ -71,6 +71,7 @@ import (
 	"github.com/cellkit/cellkit/internal/hotkeys"
 	"github.com/cellkit/cellkit/internal/registry"
 	"github.com/cellkit/cellkit/internal/slotmap"
+	"github.com/cellkit/cellkit/internal/slotrate"
 )
 
 // MapSource gives the router its cell map; *registry.Follower is one.
@@ -94,6 +95,9 @@ type Config struct {
 	Server ServerLimits
 	// Cell limits each cell.
 	Cell CellLimits
+	// SlotRateWindow is the time constant of the per-slot request rates
+	// the admin API reports [slotrate.DefaultWindow, 1 min].
+	SlotRateWindow time.Duration
 	// HotKeys sizes the hot user tracker [a 1 min window, 1024 counters].
 	HotKeys hotkeys.Config
 }
@@ -254,10 +258,13 @@ type Router struct {
 	keysMu  sync.Mutex              // serialises SetKeys
 	now     func() time.Time
 	hot     *hotkeys.Tracker
-	metrics *metrics
-	noCell  *cellMetrics
-	log     *slog.Logger
-	eng     *engine
+	// slotRates are the request rates per slot of the newest table
+	// (replaced when a map's slot count changes), for the admin API.
+	slotRates atomic.Pointer[slotrate.Rates]
+	metrics   *metrics
+	noCell    *cellMetrics
+	log       *slog.Logger
+	eng       *engine
 
 	tlsConfig *tls.Config // the public listener's, nil for plain HTTP
 

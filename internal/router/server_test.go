@@ -309,6 +309,22 @@ func TestAdminEndpoints(t *testing.T) {
 	if code := get("/v1/admin/hotkeys?n=0", nil); code != 400 {
 		t.Errorf("hotkeys?n=0 = %d, want 400", code)
 	}
+	// Per-slot rates: the heavy user's slot carries three times the others'
+	// together, and every routed request is counted.
+	var sr SlotRates
+	if code := get("/v1/admin/slots", &sr); code != 200 || sr.Slots != m.Slots() || sr.Version != m.Version() || len(sr.Rates) < 2 {
+		t.Fatalf("slots: %d %+v, want the slots used of %d", code, sr, m.Slots())
+	}
+	heavyRate, sum := 0.0, 0.0
+	for _, r := range sr.Rates {
+		sum += r[1]
+		if int(r[0]) == m.SlotOf(heavy) {
+			heavyRate = r[1]
+		}
+	}
+	if heavyRate < 2.9*(sum-heavyRate) || heavyRate > 3.1*(sum-heavyRate) || sum < sr.Total*0.999 || sum > sr.Total*1.001 {
+		t.Errorf("slot rates %v (total %v): want the heavy user's slot at 3 × the rest", sr.Rates, sr.Total)
+	}
 	var rd Readiness
 	if code := get("/readyz", &rd); code != 200 || !rd.Ready || rd.MapVersion != m.Version() || rd.Stale {
 		t.Errorf("readyz = %d %+v", code, rd)

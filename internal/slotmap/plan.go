@@ -46,6 +46,14 @@ type CellChange struct {
 	SlotsAfter   int            `json:"slots_after"`
 	QuotaBefore  map[string]int `json:"quota_before,omitempty"`
 	QuotaAfter   map[string]int `json:"quota_after,omitempty"`
+	// CapacityBefore and CapacityAfter are the declared capacities
+	// (req/s; 0: none).
+	CapacityBefore int `json:"capacity_before,omitempty"`
+	CapacityAfter  int `json:"capacity_after,omitempty"`
+	// RateBefore and RateAfter are the cell's measured traffic projected
+	// onto the maps (req/s), when the plan was projected (Project).
+	RateBefore *float64 `json:"rate_before,omitempty"`
+	RateAfter  *float64 `json:"rate_after,omitempty"`
 }
 
 // OverrideChange is one user pin that changed; "" means no pin.
@@ -115,10 +123,10 @@ func newPlan(op string, before, after *Map) *Plan {
 	for _, id := range slices.Sorted(maps.Keys(ids)) {
 		cc := CellChange{ID: id, SlotsBefore: countsBefore[id], SlotsAfter: countsAfter[id]}
 		if c, ok := before.Cell(id); ok {
-			cc.StateBefore, cc.WeightBefore, cc.QuotaBefore = c.State, c.Weight, c.Quota
+			cc.StateBefore, cc.WeightBefore, cc.QuotaBefore, cc.CapacityBefore = c.State, c.Weight, c.Quota, c.Capacity
 		}
 		if c, ok := after.Cell(id); ok {
-			cc.StateAfter, cc.WeightAfter, cc.QuotaAfter = c.State, c.Weight, c.Quota
+			cc.StateAfter, cc.WeightAfter, cc.QuotaAfter, cc.CapacityAfter = c.State, c.Weight, c.Quota, c.Capacity
 		}
 		p.Cells = append(p.Cells, cc)
 	}
@@ -492,6 +500,23 @@ func (m *Map) ClearOverride(user string) (*Plan, error) {
 		if len(n.overrides) == 0 {
 			n.overrides = nil
 		}
+		return nil
+	})
+}
+
+// SetCapacity plans declaring the request rate (req/s) a cell can take; 0
+// clears the declaration. Nothing moves: plans flag a cell whose projected
+// traffic is over it.
+func (m *Map) SetCapacity(id string, perSecond int) (*Plan, error) {
+	p, err := m.pos(id)
+	if err != nil {
+		return nil, err
+	}
+	if perSecond < 0 || perSecond > MaxCapacity {
+		return nil, invalid("cell %q: capacity %d req/s must be in 0..%d", id, perSecond, MaxCapacity)
+	}
+	return m.plan(fmt.Sprintf("capacity %s %d/s", id, perSecond), func(n *Map) error {
+		n.cells[p].Capacity = perSecond
 		return nil
 	})
 }
