@@ -119,16 +119,29 @@ func (x *inv) apply(ctx context.Context, reg registry.Registry, plan planner) (*
 		lock = l
 	}
 	hist := historyFor(reg)
+	var tr *slotmap.Traffic
+	var trSum *trafficSummary
 	for attempt := 0; ; attempt++ {
 		cur, err := x.load(ctx, reg)
 		if err != nil {
 			return nil, err
 		}
+		if attempt == 0 {
+			if tr, trSum, err = x.traffic(ctx, cur.Slots()); err != nil {
+				return nil, err
+			}
+		}
 		p, err := plan(cur)
 		if err != nil {
 			return nil, refuse(err, cur)
 		}
+		if tr != nil {
+			if err := p.Project(*tr); err != nil {
+				x.warnf("project the routers' traffic: %v", err)
+			}
+		}
 		pj := toPlanJSON(p)
+		pj.Traffic = trSum
 		res.Plan, res.Version, res.Replans = &pj, cur.Version(), attempt
 		if p.NoChange() {
 			res.NoChange = true

@@ -124,12 +124,13 @@ type globals struct {
 	lockWait       time.Duration
 	adminToken     string
 	adminTokenFile string
+	routers        string              // routers' admin URLs, comma-separated, for traffic projections
 	tls            tlsconf.ClientFiles // for the admin APIs
 }
 
 // globalNames are the global flags' names, which a command's help leaves
 // to the global flags' text.
-var globalNames = []string{"registry", "json", "timeout", "lock-wait", "admin-token", "admin-token-file", "tls-ca", "tls-cert", "tls-key"}
+var globalNames = []string{"registry", "json", "timeout", "lock-wait", "admin-token", "admin-token-file", "routers", "tls-ca", "tls-cert", "tls-key"}
 
 func (g *globals) register(fs *flag.FlagSet) {
 	fs.StringVar(&g.registry, "registry", g.registry, "")
@@ -138,6 +139,7 @@ func (g *globals) register(fs *flag.FlagSet) {
 	fs.DurationVar(&g.lockWait, "lock-wait", g.lockWait, "")
 	fs.StringVar(&g.adminToken, "admin-token", g.adminToken, "")
 	fs.StringVar(&g.adminTokenFile, "admin-token-file", g.adminTokenFile, "")
+	fs.StringVar(&g.routers, "routers", g.routers, "")
 	// The TLS flags' names are tlsconf's, as in every program; their
 	// values, like the others', are kept from an earlier FlagSet by
 	// Run (Visit and Set).
@@ -153,6 +155,9 @@ const globalFlagsHelp = `Global flags (before or after the command):
                        as long as --timeout allows)
   --admin-token TOKEN  bearer token for admin APIs (default $CELLKIT_ADMIN_TOKEN)
   --admin-token-file F the bearer token read from file F instead
+  --routers URLS       the routers' admin URLs, comma-separated (default
+                       $CELLKIT_ROUTERS): plans then project the traffic the
+                       routers measured onto every cell (REQ/S, CAPACITY)
   --tls-ca F           CA file (PEM) the admin APIs' certificates are verified by
                        (https URLs in the map; default: the system's roots)
   --tls-cert F         client certificate (PEM) for admin APIs that require

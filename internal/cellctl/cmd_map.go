@@ -343,20 +343,87 @@ cellctl weight c3 1 --dry-run`,
 }
 
 func rebalanceCommand() *command {
+	by := "slots"
 	c := &command{
 		name:    "rebalance",
 		section: secMap,
-		summary: "move every slot to its weighted-rendezvous target",
+		summary: "move every slot to its target, or weigh cells to even out measured traffic",
 		help: `Moves every slot whose owner differs from its target (weighted rendezvous
 over the active cells) to the target. A map changed only through cellctl has
-no such drift; 'cellctl verify' shows it when there is some.`,
+no such drift; 'cellctl verify' shows it when there is some.
+
+With --by traffic it reads the traffic the routers measured (--routers) and
+proposes new weights for the active cells that even out their load: each
+cell's share follows its declared capacity when every active cell has one
+('cellctl capacity set'), else it is even. It tries a few rounds and keeps
+the one nearest even, moving the fewest slots among those about as good.
+The plan shows every cell's projected req/s before → after; run it with
+--dry-run first. One hot user cannot be split by weights: 'cellctl hotkeys'
+proposes overrides for those.`,
 		examples: `cellctl rebalance --dry-run
-cellctl rebalance`,
+cellctl rebalance
+cellctl rebalance --by traffic --routers http://router-a:9080,http://router-b:9080 --dry-run`,
 		maxArgs: 0,
 		mutates: true,
+		flags: func(fs *flag.FlagSet) {
+			fs.StringVar(&by, "by", by, "`WHAT` to even out: slots (each slot to its target) or traffic (weights from the routers' measured load)")
+		},
 	}
 	c.run = func(ctx context.Context, x *inv, _ []string) error {
-		return x.applyAndReport(ctx, func(m *slotmap.Map) (*slotmap.Plan, error) { return m.Rebalance() })
+		switch by {
+		case "slots":
+			return x.applyAndReport(ctx, func(m *slotmap.Map) (*slotmap.Plan, error) { return m.Rebalance() })
+		case "traffic":
+			urls, err := x.routerURLs()
+			if err != nil {
+				return err
+			}
+			if len(urls) == 0 {
+				return usagef("--by traffic needs the routers' admin URLs: --routers URLS (or CELLKIT_ROUTERS)")
+			}
+			var tr *slotmap.Traffic
+			return x.applyAndReport(ctx, func(m *slotmap.Map) (*slotmap.Plan, error) {
+				if tr == nil || len(tr.Slots) != m.Slots() {
+					var err error
+					if tr, _, err = x.traffic(ctx, m.Slots()); err != nil {
+						return nil, err
+					}
+				}
+				return m.BalanceByTraffic(*tr)
+			})
+		}
+		return usagef("--by %q: want slots or traffic", by)
+	}
+	return c
+}
+
+func capacityCommand() *command {
+	c := &command{
+		name:      "capacity set",
+		argsUsage: "CELL RATE",
+		section:   secMap,
+		summary:   "declare the request rate a cell can take (plans flag a cell over it)",
+		help: `Declares the request rate CELL can take, as N or N/s (requests per second;
+0 clears it). Nothing moves: plans made with --routers show each cell's
+projected traffic beside it and flag a cell projected over it, and
+'rebalance --by traffic' shares traffic by it when every active cell has one.`,
+		examples: `cellctl capacity set c1 400/s
+cellctl capacity set c1 0`,
+		minArgs: 2, maxArgs: 2,
+		mutates: true,
+	}
+	c.run = func(ctx context.Context, x *inv, args []string) error {
+		id := args[0]
+		n, err := intArg("capacity", strings.TrimSuffix(args[1], "/s"))
+		if err != nil {
+			return err
+		}
+		return x.applyAndReport(ctx, func(m *slotmap.Map) (*slotmap.Plan, error) {
+			if err := knownCell(m, id); err != nil {
+				return nil, err
+			}
+			return m.SetCapacity(id, n)
+		})
 	}
 	return c
 }

@@ -82,6 +82,28 @@ func TestDevStack(t *testing.T) {
 	}
 	assertScrapeTargets(t, st)
 	id := devInquiry(t, st, "u-42")
+	// The router counted it: a plan made with --routers projects it onto
+	// the cell that took it.
+	if !strings.Contains(out, "--routers "+st.RouterAdmin) {
+		t.Errorf("dev up does not say how to project traffic:\n%s", out)
+	}
+	var plan struct {
+		Plan struct {
+			Cells []struct {
+				ID   string   `json:"id"`
+				Rate *float64 `json:"rate_before"`
+			} `json:"cells"`
+		} `json:"plan"`
+	}
+	if err := json.Unmarshal([]byte(run("--registry", st.Registry, "--routers", st.RouterAdmin, "weight", "c1", "2", "--dry-run", "--json")), &plan); err != nil {
+		t.Fatal(err)
+	}
+	took, _, _ := strings.Cut(id, "-")
+	for _, c := range plan.Plan.Cells {
+		if c.Rate == nil || (c.ID == took) != (*c.Rate > 0) {
+			t.Errorf("%s projected at %v req/s; the one inquiry went to %s", c.ID, c.Rate, took)
+		}
+	}
 
 	out = run("dev", "status")
 	for _, p := range st.Processes {

@@ -404,10 +404,12 @@ Try it:
 Metrics:  %s/metrics (router), %s/metrics per cell (see 'cellctl dev status --dir %s'), %s/metrics (agencies)
 Scrape:   %s (Prometheus file_sd targets: see deploy/observability/README.md)
 Status:   ./bin/cellctl --registry %s status
+Traffic:  ./bin/cellctl --registry %s --routers %s rebalance --by traffic --dry-run
 %s`, len(cells), st.Router, st.RouterAdmin, strings.Join(cells, ", "), st.Registry,
 		st.APIKey, filepath.Join(rel, "router", "dev-key"),
 		curl, st.APIKey, st.Router, curl, st.APIKey, st.Router,
-		st.RouterAdmin, cellAdmin, rel, st.AgencyAdmin, filepath.Join(rel, scrapeTargetsFile), relRegistry(st.Registry), onTLS)
+		st.RouterAdmin, cellAdmin, rel, st.AgencyAdmin, filepath.Join(rel, scrapeTargetsFile), relRegistry(st.Registry),
+		relRegistry(st.Registry), st.RouterAdmin, onTLS)
 	if o.foreground {
 		fmt.Fprintln(x.out, "\nCtrl-C stops everything.")
 	} else {

@@ -25,6 +25,8 @@ type planJSON struct {
 	MovedFraction  float64        `json:"moved_fraction"`
 	AgenciesBefore map[string]int `json:"agencies_before"`
 	AgenciesAfter  map[string]int `json:"agencies_after"`
+	// Traffic says where the cells' projected rates came from (--routers).
+	Traffic *trafficSummary `json:"traffic,omitempty"`
 }
 
 func toPlanJSON(p *slotmap.Plan) planJSON {
@@ -119,11 +121,15 @@ func writeCellChanges(w io.Writer, p *slotmap.Plan) {
 	} else {
 		fmt.Fprintf(w, "\nCells (slots, users and session quotas before → after):\n")
 		header := []string{"  CELL", "STATE", "WEIGHT", "SLOTS", "USERS"}
+		projected := p.Cells[0].RateAfter != nil
+		if projected {
+			header = append(header, "REQ/S", "CAPACITY")
+		}
 		for _, a := range agencies {
 			header = append(header, strings.ToUpper(a))
 		}
 		t := newTable(w, header...)
-		fixed := false
+		fixed, over := false, false
 		total := p.After.Slots()
 		for _, c := range p.Cells {
 			row := []string{
@@ -132,6 +138,18 @@ func writeCellChanges(w io.Writer, p *slotmap.Plan) {
 				arrow(weightStr(c.WeightBefore), weightStr(c.WeightAfter)),
 				arrow(itoa(c.SlotsBefore), itoa(c.SlotsAfter)),
 				arrow(pct(c.SlotsBefore, total), pct(c.SlotsAfter, total)),
+			}
+			if projected {
+				rate := arrow(rateStr(c.RateBefore), rateStr(c.RateAfter))
+				capacity := "-"
+				if c.CapacityAfter > 0 {
+					capacity = itoa(c.CapacityAfter) + "/s"
+					if *c.RateAfter > float64(c.CapacityAfter) {
+						capacity += " !"
+						over = true
+					}
+				}
+				row = append(row, rate, capacity)
 			}
 			after, _ := p.After.Cell(c.ID)
 			for _, a := range agencies {
@@ -148,6 +166,17 @@ func writeCellChanges(w io.Writer, p *slotmap.Plan) {
 		if fixed {
 			fmt.Fprintf(w, "  * quota fixed with 'cellctl quota set'\n")
 		}
+		if projected {
+			fmt.Fprintf(w, "  REQ/S: the routers' measured traffic (--routers) on the map before → after\n")
+		}
+		if over {
+			fmt.Fprintf(w, "  ! projected over the capacity declared with 'cellctl capacity set'\n")
+		}
+		for _, c := range p.Cells {
+			if c.CapacityBefore != c.CapacityAfter {
+				fmt.Fprintf(w, "Declared capacity of %s: %s\n", c.ID, arrow(capacityStr(c.CapacityBefore), capacityStr(c.CapacityAfter)))
+			}
+		}
 	}
 	before, after := p.Before.Agencies(), p.After.Agencies()
 	if !maps.Equal(before, after) {
@@ -157,6 +186,22 @@ func writeCellChanges(w io.Writer, p *slotmap.Plan) {
 		}
 		fmt.Fprintf(w, "Agency session limits: %s\n", strings.Join(parts, ", "))
 	}
+}
+
+// capacityStr renders a declared capacity, "none" for 0.
+func capacityStr(n int) string {
+	if n == 0 {
+		return "none"
+	}
+	return itoa(n) + "/s"
+}
+
+// rateStr renders a projected rate, "-" for none.
+func rateStr(r *float64) string {
+	if r == nil {
+		return "-"
+	}
+	return strconv.FormatFloat(*r, 'f', 1, 64)
 }
 
 func limitStr(m map[string]int, a string) string {

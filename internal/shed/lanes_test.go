@@ -124,3 +124,38 @@ func TestHighCountsAcceptsSinceTheMark(t *testing.T) {
 		t.Fatalf("depth %d, want 5 sampled + 2 accepted since the mark", d.Depth)
 	}
 }
+
+// TestNormalKeepsSomePaceWhenHighOutrunsTheDrain: a drain rate that
+// measures less than high's arrivals (still settling after a start, or
+// noise at low load) leaves normal inquiries a tenth of the pace, not none:
+// a short queue still takes them.
+func TestNormalKeepsSomePaceWhenHighOutrunsTheDrain(t *testing.T) {
+	clk := testkit.NewClock(time.Unix(1000, 0))
+	s := New(Config{MaxAge: 60 * time.Second, MaxDepth: 1_000_000}, Options{Now: clk.Now})
+	drainAt(s, clk, 5, 12, Sample{Depth: 3, OldestNormal: clk.Now()})
+	if d := s.Admit(inquiry.Normal); !d.OK {
+		t.Fatalf("3 queued, drain 5/s, high arriving at 12/s: %+v, want taken", d)
+	}
+	s.Observe(Sample{Depth: 30, At: clk.Now(), Mark: s.Mark()})
+	if d := s.Admit(inquiry.Normal); d.OK || d.Reason != "wait" {
+		t.Fatalf("30 queued at a tenth of 5/s (60 s): %+v, want shed", d)
+	}
+}
+
+// TestHighShareIsOfCapacity: below saturation the drain rate is what
+// arrived; high's share of the pace is taken of the agencies' capacity when
+// that is more, so a normal inquiry is not shed for high inquiries that
+// the pipeline has room for.
+func TestHighShareIsOfCapacity(t *testing.T) {
+	clk := testkit.NewClock(time.Unix(1000, 0))
+	s := New(Config{MaxAge: 10 * time.Second, MaxDepth: 1_000_000, HighReserve: 0.25}, Options{Now: clk.Now})
+	// Drains 20/s, of which high is 15/s; the agencies could do 100/s.
+	drainAt(s, clk, 20, 15, Sample{Depth: 80, Capacity: 100})
+	if d := s.Admit(inquiry.Normal); !d.OK {
+		t.Fatalf("80 queued at 20/s, high a quarter or less of a 100/s capacity (5.3 s): %+v, want taken", d)
+	}
+	drainAt(s, clk, 20, 15, Sample{Depth: 80})
+	if d := s.Admit(inquiry.Normal); d.OK {
+		t.Fatalf("80 queued at 20/s, high 15/s of it (16 s): %+v, want shed", d)
+	}
+}

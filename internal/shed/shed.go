@@ -295,10 +295,23 @@ func (s *Shedder) Admit(lane inquiry.Priority) Decision {
 	// meanwhile go first: it plans with the pace left after the larger of
 	// high's rate and its reserve, and may fill only the depth high does
 	// not keep.
-	pace := s.paceLocked() * (1 - max(s.cfg.HighReserve, min(s.highRate*s.instancesLocked()/max(s.paceLocked(), 1e-9), 1)))
+	// High's share is of what the pipeline can do: the measured pace, or
+	// the agencies' capacity where that is more (below saturation the
+	// drain rate measures what arrived, not what could be done).
+	high := s.highRate / max(s.paceLocked()/s.instancesLocked(), s.sample.Capacity, 1e-9)
+	pace := s.paceLocked() * (1 - max(s.cfg.HighReserve, min(high, 1-minNormalShare)))
 	depthLimit := int(float64(s.cfg.MaxDepth) * (1 - s.cfg.HighReserve))
 	return s.decideLocked(s.depthLocked(), depthLimit, s.sample.OldestNormal, s.cfg.MaxAge, pace, now)
 }
+
+// minNormalShare is the least share of the pace the normal lane plans
+// with, however fast high inquiries arrive. The rates are noisy at low
+// load (a few inquiries a sample; a drain rate still settling after a
+// start measures what arrived, not what the pipeline can do), and planning
+// with no pace at all shed normal inquiries into an empty queue at the
+// start of a run. Were high inquiries really to take the whole pace, the
+// normal lane's own age budget turns it away.
+const minNormalShare = 0.1
 
 // decideLocked admits unless the lane's oldest pending message is over
 // maxAge, depth reached depthLimit, or depth would take longer than most of
@@ -313,7 +326,7 @@ func (s *Shedder) decideLocked(depth, depthLimit int, oldest time.Time, maxAge t
 		d.OK, d.Reason = false, "age"
 	case d.Depth >= depthLimit:
 		d.OK, d.Reason = false, "depth"
-	case !s.sample.Idle && s.rate > 0 && (pace <= 0 || float64(d.Depth)/pace+s.service > waitShare*maxAge.Seconds()):
+	case !s.sample.Idle && s.rate > 0 && float64(d.Depth)/pace+s.service > waitShare*maxAge.Seconds():
 		// Not over budget yet, but a new inquiry would be: what is queued
 		// takes longer than (most of) the budget to drain at the current
 		// pace (see rateWindow), and then the new one must be served.

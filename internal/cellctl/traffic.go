@@ -1,0 +1,98 @@
+package cellctl
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strings"
+
+	"github.com/cellkit/cellkit/internal/slotmap"
+)
+
+// routerSlots is a router's /v1/admin/slots answer.
+type routerSlots struct {
+	Version       int64        `json:"version"`
+	Slots         int          `json:"slots"`
+	WindowSeconds float64      `json:"window_seconds"`
+	Total         float64      `json:"total"`
+	Rates         [][2]float64 `json:"rates"`
+}
+
+// routerHot is the part of a router's /v1/admin/hotkeys answer read here.
+type routerHot struct {
+	WindowSeconds float64 `json:"window_seconds"`
+	Users         []struct {
+		UserID string `json:"user_id"`
+		Count  int64  `json:"count"`
+	} `json:"users"`
+}
+
+// trafficSummary says where a projection's traffic came from.
+type trafficSummary struct {
+	Routers []string `json:"routers"` // the routers that answered
+	Total   float64  `json:"total"`   // requests per second, all slots
+}
+
+// routerURLs are the --routers admin URLs.
+func (x *inv) routerURLs() ([]string, error) {
+	var out []string
+	for _, raw := range strings.Split(x.g.routers, ",") {
+		raw = strings.TrimSpace(raw)
+		if raw == "" {
+			continue
+		}
+		u, err := url.Parse(raw)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || (u.Path != "" && u.Path != "/") {
+			return nil, usagef("--routers: %q: want a router's admin base URL, http(s)://HOST:PORT", raw)
+		}
+		out = append(out, strings.TrimSuffix(raw, "/"))
+	}
+	return out, nil
+}
+
+// traffic reads the per-slot request rates of every router of --routers
+// (and their heaviest users' rates, for the users pinned by overrides) and
+// adds them up for a map of slots slots. It returns nil without --routers;
+// a router that does not answer, or counts another slot count, is left out
+// with a warning, and none answering is an error.
+func (x *inv) traffic(ctx context.Context, slots int) (*slotmap.Traffic, *trafficSummary, error) {
+	urls, err := x.routerURLs()
+	if err != nil || len(urls) == 0 {
+		return nil, nil, err
+	}
+	t := &slotmap.Traffic{Slots: make([]float64, slots), Users: map[string]float64{}}
+	sum := &trafficSummary{}
+	var failed []string
+	for _, base := range urls {
+		var rs routerSlots
+		if err := x.admin().call(ctx, http.MethodGet, base+"/v1/admin/slots", "", nil, &rs); err != nil {
+			failed = append(failed, fmt.Sprintf("router %s: %v", base, err))
+			continue
+		}
+		if rs.Slots != slots {
+			failed = append(failed, fmt.Sprintf("router %s counts %d slots, the map has %d", base, rs.Slots, slots))
+			continue
+		}
+		for _, r := range rs.Rates {
+			if s := int(r[0]); s >= 0 && s < slots && r[1] > 0 {
+				t.Slots[s] += r[1]
+				sum.Total += r[1]
+			}
+		}
+		var hot routerHot
+		if err := x.admin().call(ctx, http.MethodGet, base+"/v1/admin/hotkeys?n=1000", "", nil, &hot); err == nil && hot.WindowSeconds > 0 {
+			for _, u := range hot.Users {
+				t.Users[u.UserID] += float64(u.Count) / hot.WindowSeconds
+			}
+		}
+		sum.Routers = append(sum.Routers, base)
+	}
+	if len(sum.Routers) == 0 {
+		return nil, nil, fmt.Errorf("no router of --routers answered: %s", strings.Join(failed, "; "))
+	}
+	for _, f := range failed {
+		x.warnf("%s: its traffic is left out", f)
+	}
+	return t, sum, nil
+}
