@@ -82,6 +82,10 @@ bench: ## run the benchmarks with -benchmem (BENCHTIME, BENCHCOUNT, PKGS to narr
 bench-router: ## the router side by side with direct calls, NGINX and httputil (installs nginx-light, wrk; ROUNDS, DURATION, RATE)
 	./scripts/bench-router.sh
 
+.PHONY: bench-mapswap
+bench-mapswap: ## the router's latency at RATE (2000) req/s with the map changing every EVERY (1s) beside the same load without (a map of CELLS, 1000, cells; ROUNDS, DURATION)
+	./scripts/bench-mapswap.sh
+
 .PHONY: bench-ir
 bench-ir: ## instructions per op of the map lookup benchmarks (valgrind: stable on a noisy machine)
 	./scripts/instr-per-op.sh ./internal/slotmap Hash Lookup LookupOverride

@@ -131,7 +131,11 @@ cellctl map show --version 7`,
 func (x *inv) writeMap(m *slotmap.Map, where string) {
 	w := x.out
 	fmt.Fprintf(w, "%s\n", x.mapHeader(m))
-	fmt.Fprintf(w, "Registry %s, %d slots, agency session limits: %s\n\n", where, m.Slots(), limitsStr(m.Agencies()))
+	fmt.Fprintf(w, "Registry %s, %d slots, agency session limits: %s\n", where, m.Slots(), limitsStr(m.Agencies()))
+	if m.Format() == 1 {
+		fmt.Fprintf(w, "Document format 1 (the table as runs): once every router and cell reads format 2, 'cellctl map format 2' packs it\n")
+	}
+	fmt.Fprintln(w)
 	agencies := m.AgencyNames()
 	header := []string{"CELL", "STATE", "WEIGHT", "SLOTS", "USERS"}
 	for _, a := range agencies {

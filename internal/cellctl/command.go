@@ -45,7 +45,7 @@ func commands() []*command {
 		weightCommand(), rebalanceCommand(), endpointsCommand(), removeCommand(),
 		instanceSetCommand(), instanceStateCommand(true), instanceStateCommand(false), instanceRemoveCommand(),
 		overrideSetCommand(), overrideClearCommand(),
-		quotaSetCommand(), quotaClearCommand(), quotaLimitCommand(), capacityCommand(),
+		quotaSetCommand(), quotaClearCommand(), quotaLimitCommand(), capacityCommand(), mapFormatCommand(),
 
 		mapShowCommand(), mapLookupCommand(), mapDiffCommand(), mapHistoryCommand(),
 		overrideListCommand(), quotaShowCommand("quota", false), quotaShowCommand("quota show", true),

@@ -55,7 +55,7 @@ func TestHelp(t *testing.T) {
 	}{
 		{nil, ExitUsage, ""},
 		{[]string{"-h"}, ExitOK, "Usage: cellctl [global flags] COMMAND"},
-		{[]string{"help", "map"}, ExitOK, "cellctl map: one of show, lookup, diff, history"},
+		{[]string{"help", "map"}, ExitOK, "cellctl map: one of format, show, lookup, diff, history"},
 		{[]string{"help", "nope"}, ExitUsage, ""},
 		{[]string{"map"}, ExitUsage, ""},
 	} {

@@ -90,6 +90,9 @@ func writePlan(w io.Writer, p *slotmap.Plan) {
 	writeMoves(w, p)
 	writeCellChanges(w, p)
 	writeOverrideChanges(w, p)
+	if b, a := p.Before.Format(), p.After.Format(); b != a {
+		fmt.Fprintf(w, "Document format: %d → %d\n", b, a)
+	}
 }
 
 func writeMoves(w io.Writer, p *slotmap.Plan) {

@@ -187,3 +187,17 @@ type emptySource struct{}
 
 func (emptySource) Map() *slotmap.Map               { return nil }
 func (emptySource) Status() registry.FollowerStatus { return registry.FollowerStatus{Stale: true} }
+
+// TestTableIsBuiltOffTheLoops: a new map's routing table is built as soon
+// as the follower has the map, before any request needs it.
+func TestTableIsBuiltOffTheLoops(t *testing.T) {
+	w := newWorld(t, worldOptions{cells: []string{"c1", "c2"}})
+	if a := w.create("u1"); a.status != 202 {
+		t.Fatalf("before: %v", a)
+	}
+	next := w.publish(func(m *slotmap.Map) (*slotmap.Plan, error) { return m.SetWeight("c2", 3) })
+	testkit.WaitFor(t, 10*time.Second, "the table of the new map, with no request", func() bool {
+		tb := w.router.tbl.Load()
+		return tb != nil && tb.m.Version() == next.Version()
+	})
+}

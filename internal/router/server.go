@@ -328,7 +328,36 @@ func New(cfg Config, opts Options) (*Router, error) {
 // from one event loop per GOMAXPROCS. Once it listens it calls ready, if
 // not nil, with the address it listens on.
 func (r *Router) ListenAndServe(addr string, ready func(net.Addr)) error {
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	if src, ok := r.maps.(changeNotifier); ok {
+		wg.Go(func() { r.prebuild(src, stop) })
+	}
+	defer wg.Wait()
+	defer close(stop)
 	return r.eng.serve(addr, ready)
+}
+
+// changeNotifier is a MapSource that says when it has a newer map
+// (registry.Follower does).
+type changeNotifier interface{ Changed() <-chan struct{} }
+
+// prebuild builds the routing table of every new map as soon as the
+// source has it, off the event loops: the first request after a change
+// finds the table built instead of building it (per cell: the cell's copy,
+// its intakes, an upstream for a new or changed one) while the requests
+// of the other loops wait for the lock. A request may still get there
+// first; it then builds it, as without this.
+func (r *Router) prebuild(src changeNotifier, stop <-chan struct{}) {
+	for {
+		ch := src.Changed()
+		r.table()
+		select {
+		case <-ch:
+		case <-stop:
+			return
+		}
+	}
 }
 
 // Shutdown stops taking connections, closes idle ones and waits for the

@@ -79,8 +79,10 @@ func validAgency(name string) bool {
 }
 
 // Document formats. Format 1 has no "format" field and lists the table as
-// runs; format 2 packs the table into one string. Decode reads both, Encode
-// writes format 2.
+// runs; format 2 packs the table into one string. Decode reads both; a map
+// keeps the format it was read in (so a registry written by older readers'
+// version stays readable to them through every change) until SetFormat
+// changes it, and a new map is in format 2.
 const formatPacked = 2
 
 // document is the JSON form. Field order here is the byte order of Encode.
@@ -112,8 +114,25 @@ const (
 	tablePacked                  // a JSON string
 )
 
-// MarshalJSON writes the packed table; Encode never writes runs.
+// MarshalJSON writes the table in its kind: runs or packed.
 func (t docTable) MarshalJSON() ([]byte, error) {
+	if t.kind == tableRuns {
+		b := make([]byte, 0, 24*len(t.runs)+2)
+		b = append(b, '[')
+		for i, r := range t.runs {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = append(b, '[')
+			b = strconv.AppendInt(b, int64(r.From), 10)
+			b = append(b, ',')
+			b = strconv.AppendInt(b, int64(r.To), 10)
+			b = append(b, ',')
+			b = strconv.AppendQuote(b, r.Cell)
+			b = append(b, ']')
+		}
+		return append(b, ']'), nil
+	}
 	return strconv.AppendQuote(make([]byte, 0, len(t.packed)+2), t.packed), nil
 }
 
@@ -231,7 +250,8 @@ func clip(b []byte) string {
 }
 
 // Encode returns the map's canonical JSON: the same map always gives the same
-// bytes (cells sorted by id, maps by key, the table packed).
+// bytes (cells sorted by id, maps by key, the table packed, or as runs for a
+// map in format 1).
 func (m *Map) Encode() ([]byte, error) {
 	d := document{
 		Format:    formatPacked,
@@ -241,7 +261,11 @@ func (m *Map) Encode() ([]byte, error) {
 		Agencies:  m.agencies,
 		Cells:     m.cells,
 		Overrides: m.overrides,
-		Table:     docTable{kind: tablePacked, packed: m.packTable()},
+	}
+	if m.format1 {
+		d.Format, d.Table = 0, docTable{kind: tableRuns, runs: m.runs()}
+	} else {
+		d.Table = docTable{kind: tablePacked, packed: m.packTable()}
 	}
 	if !m.updated.IsZero() {
 		d.Updated = m.updated.UTC().Format(time.RFC3339Nano)
@@ -253,6 +277,28 @@ func (m *Map) Encode() ([]byte, error) {
 		d.Cells = []Cell{}
 	}
 	return json.Marshal(d)
+}
+
+// runs are the table as maximal runs of one owner, for format 1.
+func (m *Map) runs() []run {
+	runs := []run{}
+	for s := 0; s < len(m.table); {
+		e := s
+		for e+1 < len(m.table) && m.table[e+1] == m.table[s] {
+			e++
+		}
+		runs = append(runs, run{From: s, To: e, Cell: m.cells[m.table[s]].ID})
+		s = e + 1
+	}
+	return runs
+}
+
+// Format is the document format the map encodes in: 1 or 2.
+func (m *Map) Format() int {
+	if m.format1 {
+		return 1
+	}
+	return formatPacked
 }
 
 // MarshalJSON makes a *Map encode as its canonical document.
@@ -415,6 +461,7 @@ func (d *document) toMap() (*Map, error) {
 		return nil, err
 	}
 	m.finish()
+	m.format1 = d.Format == 0
 	var err error
 	if d.Table.kind == tablePacked {
 		err = m.unpackTable(d.Table.packed)

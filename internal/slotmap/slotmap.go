@@ -136,6 +136,7 @@ type Map struct {
 	index     map[string]int // cell id → position in cells
 	table     []uint16       // slot → position in cells; empty when no cell is active
 	overrides map[string]string
+	format1   bool // encoded in format 1 (the table as runs): read so, kept until SetFormat
 
 	// Lookup acceleration, derived from overrides: only overrides to active
 	// cells take effect, and a bit per slot says whether any does there.
@@ -317,6 +318,7 @@ func (m *Map) clone() *Map {
 		cells:     make([]Cell, len(m.cells)),
 		table:     slices.Clone(m.table),
 		overrides: maps.Clone(m.overrides),
+		format1:   m.format1,
 	}
 	for i, cell := range m.cells {
 		c.cells[i] = cell.clone()

@@ -3,7 +3,8 @@
 //
 //	bench-router backends -ports 9101,9102,9103,9104    four trivial "cells" (-tls-cert, -tls-key, -tls-client-ca: on mutual TLS)
 //	bench-router minproxy -listen ADDR -backends URL,...  a minimal httputil.ReverseProxy
-//	bench-router mkmap -out FILE -backends URL,...        a cell map with one cell per backend
+//	bench-router mkmap -out FILE -backends URL,...        a cell map with one cell per backend (-cells N: N cells over them)
+//	bench-router churn -registry FILE -every 1s -for 20s  change the map at a steady pace (a cell's weight 1 ↔ 2)
 //	bench-router certs -dir DIR                            a CA and role certificates (the TLS targets)
 //	bench-router load -targets URL,... -rate 2000 ...      an open-loop load generator (-ca FILE for https)
 //
@@ -58,7 +59,7 @@ func main() {
 
 func run(ctx context.Context, args []string, stdout io.Writer) error {
 	if len(args) == 0 {
-		return errors.New("usage: bench-router backends|minproxy|mkmap|certs|load [flags]")
+		return errors.New("usage: bench-router backends|minproxy|mkmap|churn|certs|load [flags]")
 	}
 	fs := flag.NewFlagSet("bench-router "+args[0], flag.ContinueOnError)
 	switch args[0] {
@@ -100,10 +101,22 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	case "mkmap":
 		out := fs.String("out", "", "registry file to write")
 		targets := fs.String("backends", "", "backend URLs, comma-separated: cells c1, c2...")
+		cells := fs.Int("cells", 0, "cells in the map, their intakes taken from the backends in turn (0: one per backend)")
 		if err := fs.Parse(args[1:]); err != nil {
 			return err
 		}
-		return mkmap(ctx, *out, strings.Split(*targets, ","))
+		return mkmap(ctx, *out, strings.Split(*targets, ","), *cells)
+	case "churn":
+		path := fs.String("registry", "", "the file registry's map to change")
+		every := fs.Duration("every", time.Second, "time between two changes")
+		total := fs.Duration("for", 20*time.Second, "how long to go on")
+		cell := fs.String("cell", "c1", "the cell whose weight goes 1 ↔ 2")
+		if err := fs.Parse(args[1:]); err != nil {
+			return err
+		}
+		n, err := churn(ctx, *path, *cell, *every, *total)
+		fmt.Fprintf(stdout, "{\"changes\":%d}\n", n)
+		return err
 	case "certs":
 		dir := fs.String("dir", "", "directory to write a CA and role certificates (for localhost and 127.0.0.1) into")
 		if err := fs.Parse(args[1:]); err != nil {
@@ -208,13 +221,18 @@ func minproxy(ctx context.Context, listen string, targets []string) error {
 }
 
 // mkmap writes a cell map with one cell per backend to a file registry.
-func mkmap(ctx context.Context, out string, targets []string) error {
+func mkmap(ctx context.Context, out string, targets []string, cells int) error {
 	m, err := slotmap.New(0, nil)
 	if err != nil {
 		return err
 	}
-	for i, t := range targets {
-		p, err := m.AddCell(slotmap.Cell{ID: fmt.Sprintf("c%d", i+1), Weight: 1, Intake: t, Admin: t})
+	if cells <= 0 {
+		cells = len(targets)
+	}
+	for i := range cells {
+		t := targets[i%len(targets)]
+		id := fmt.Sprintf("c%d", i+1)
+		p, err := m.AddCell(slotmap.Cell{ID: id, Weight: 1, Intake: t, Admin: t})
 		if err != nil {
 			return err
 		}
@@ -225,6 +243,45 @@ func mkmap(ctx context.Context, out string, targets []string) error {
 		return err
 	}
 	return reg.CompareAndSwap(ctx, 0, m) // a fresh registry: the script makes a new one each run
+}
+
+// churn changes the map in the file registry at path every period for
+// total: cell's weight goes 1 → 2 → 1..., each a new version (the routers
+// rebuild their tables and some slots move). It returns the changes made.
+func churn(ctx context.Context, path, cell string, every, total time.Duration) (int, error) {
+	reg, err := registry.NewFile(registry.FileConfig{Path: path}, registry.Options{})
+	if err != nil {
+		return 0, err
+	}
+	t := time.NewTicker(every)
+	defer t.Stop()
+	end := time.After(total)
+	n := 0
+	for {
+		select {
+		case <-ctx.Done():
+			return n, nil
+		case <-end:
+			return n, nil
+		case <-t.C:
+		}
+		cur, err := reg.Load(ctx)
+		if err != nil {
+			return n, err
+		}
+		c, ok := cur.Cell(cell)
+		if !ok {
+			return n, fmt.Errorf("no cell %s in the map", cell)
+		}
+		p, err := cur.SetWeight(cell, 3-c.Weight)
+		if err != nil {
+			return n, err
+		}
+		if err := reg.CompareAndSwap(ctx, cur.Version(), p.After); err != nil {
+			return n, err
+		}
+		n++
+	}
 }
 
 type loadOptions struct {

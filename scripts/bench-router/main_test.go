@@ -45,7 +45,7 @@ func TestLoadCountsRefusals(t *testing.T) {
 
 func TestMkmap(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "map.json")
-	if err := mkmap(context.Background(), path, []string{"http://127.0.0.1:1", "http://127.0.0.1:2"}); err != nil {
+	if err := mkmap(context.Background(), path, []string{"http://127.0.0.1:1", "http://127.0.0.1:2"}, 0); err != nil {
 		t.Fatal(err)
 	}
 	reg, _ := registry.NewFile(registry.FileConfig{Path: path}, registry.Options{})
@@ -55,5 +55,34 @@ func TestMkmap(t *testing.T) {
 	}
 	if ids := m.ActiveCells(); len(ids) != 2 || ids[0] != "c1" || ids[1] != "c2" {
 		t.Fatalf("cells %v", ids)
+	}
+}
+
+// TestChurn: every change is a new version with the cell's weight turned
+// over, and three cells share two backends.
+func TestChurn(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "map.json")
+	ctx := context.Background()
+	if err := mkmap(ctx, path, []string{"http://127.0.0.1:1", "http://127.0.0.1:2"}, 3); err != nil {
+		t.Fatal(err)
+	}
+	n, err := churn(ctx, path, "c2", 10*time.Millisecond, 55*time.Millisecond)
+	if err != nil || n < 3 {
+		t.Fatalf("churn = %d, %v; want several changes", n, err)
+	}
+	reg, _ := registry.NewFile(registry.FileConfig{Path: path}, registry.Options{})
+	m, err := reg.Load(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, _ := m.Cell("c2")
+	if m.Version() != int64(4+n) || c.Weight != 1+n%2 {
+		t.Fatalf("after %d changes: version %d, c2 weight %d", n, m.Version(), c.Weight)
+	}
+	if c3, _ := m.Cell("c3"); c3.Intake != "http://127.0.0.1:1" {
+		t.Fatalf("c3's intake %s, want the first backend again", c3.Intake)
+	}
+	if _, err := churn(ctx, path, "c9", time.Millisecond, 5*time.Millisecond); err == nil {
+		t.Fatal("churn of an unknown cell went on")
 	}
 }
