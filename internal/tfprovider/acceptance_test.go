@@ -212,6 +212,7 @@ resource "cellkit_cell" "cell" {
   intake        = "http://127.0.0.1:81${substr(each.key, 1, 1)}0"
   admin         = "http://127.0.0.1:91${substr(each.key, 1, 1)}0"
   weight        = each.value
+  capacity      = 100 * each.value
   force_destroy = true
   depends_on    = [cellkit_map.this]
 }
@@ -259,7 +260,10 @@ func TestApplyPlanWeightDestroy(t *testing.T) {
 				t.Fatalf("slot %d moved %s → %s: a weight change of c2 moved another cell's slot", s, from, to)
 			}
 		}
-		if c, _ := after.Cell("c2"); c.Weight != 3 || after.SlotCounts()["c2"] <= before.SlotCounts()["c2"] {
+		if c, _ := before.Cell("c2"); c.Capacity != 100 {
+			t.Errorf("c2's capacity %d after apply, want 100", c.Capacity)
+		}
+		if c, _ := after.Cell("c2"); c.Weight != 3 || c.Capacity != 300 || after.SlotCounts()["c2"] <= before.SlotCounts()["c2"] {
 			t.Errorf("c2 after the weight change: %+v, %d slots (before %d)", c, after.SlotCounts()["c2"], before.SlotCounts()["c2"])
 		}
 		f.noChanges()
@@ -278,6 +282,7 @@ func TestDriftAndImport(t *testing.T) {
 	f.cellctl("init", "--agency", "nice=80", "--agency", "kcb=40")
 	for _, c := range []string{"c1", "c2", "c3", "c4"} {
 		f.cellctl("provision", c, "--intake", "http://127.0.0.1:81"+c[1:]+"0", "--admin", "http://127.0.0.1:91"+c[1:]+"0")
+		f.cellctl("capacity", "set", c, "100/s")
 	}
 	f.cellctl("override", "set", "vip-17", "c3")
 	f.config(fourCells(1))
@@ -392,6 +397,12 @@ resource "cellkit_cell" "c1" {
   admin  = "http://127.0.0.1:9120"
   weight = 0
 }`, "weight must be 1 or more"},
+		{"negative capacity", `resource "cellkit_cell" "c2" {
+  id       = "c2"
+  intake   = "http://127.0.0.1:8120"
+  admin    = "http://127.0.0.1:9120"
+  capacity = -1
+}`, "capacity must be in 0.."},
 		{"unknown cell in an override", `resource "cellkit_override" "o" {
   user = "u-1"
   cell = "c9"

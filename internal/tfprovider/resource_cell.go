@@ -51,6 +51,7 @@ type cellModel struct {
 	Intake       types.String   `tfsdk:"intake"`
 	Admin        types.String   `tfsdk:"admin"`
 	Weight       types.Int64    `tfsdk:"weight"`
+	Capacity     types.Int64    `tfsdk:"capacity"`
 	State        types.String   `tfsdk:"state"`
 	FixedQuota   types.Map      `tfsdk:"fixed_quota"`
 	ForceDestroy types.Bool     `tfsdk:"force_destroy"`
@@ -75,6 +76,10 @@ func (r *cellResource) Schema(ctx context.Context, _ resource.SchemaRequest, res
 			"weight": schema.Int64Attribute{
 				Optional: true, Computed: true, Default: int64default.StaticInt64(1),
 				Description: "Relative share of slots and session quota, 1 or more.",
+			},
+			"capacity": schema.Int64Attribute{
+				Optional: true, Computed: true, Default: int64default.StaticInt64(0),
+				Description: "The request rate (req/s) the cell can take, 0 for none declared: cellctl plans with the routers' measured traffic flag a cell projected over it, and rebalance --by traffic shares load by it.",
 			},
 			"state": schema.StringAttribute{
 				Optional: true, Computed: true, Default: stringdefault.StaticString(string(slotmap.Active)),
@@ -127,6 +132,9 @@ func (r *cellResource) ModifyPlan(ctx context.Context, req resource.ModifyPlanRe
 		return
 	}
 	id := plan.ID.ValueString()
+	if n := plan.Capacity.ValueInt64(); !plan.Capacity.IsUnknown() && (n < 0 || n > slotmap.MaxCapacity) {
+		resp.Diagnostics.AddAttributeError(path.Root("capacity"), "Invalid capacity", fmt.Sprintf("capacity must be in 0..%d req/s, not %d.", slotmap.MaxCapacity, n))
+	}
 	if !plan.Weight.IsUnknown() && plan.Weight.ValueInt64() < 1 {
 		resp.Diagnostics.AddAttributeError(path.Root("weight"), "Invalid weight", fmt.Sprintf("weight must be 1 or more, not %d.", plan.Weight.ValueInt64()))
 	}
@@ -214,7 +222,7 @@ func (r *cellResource) Create(ctx context.Context, req resource.CreateRequest, r
 }
 
 // converge applies what differs between from and to, each step one cellctl
-// command: URLs, weight, fixed quotas, then the state.
+// command: URLs, weight, capacity, fixed quotas, then the state.
 func (r *cellResource) converge(ctx context.Context, id string, from, to cellModel, within time.Duration, diags *diag.Diagnostics) {
 	if !from.Intake.IsNull() && (!from.Intake.Equal(to.Intake) || !from.Admin.Equal(to.Admin)) {
 		if _, err := r.c.run(ctx, 0, "endpoints", id, "--intake", to.Intake.ValueString(), "--admin", to.Admin.ValueString()); err != nil {
@@ -225,6 +233,12 @@ func (r *cellResource) converge(ctx context.Context, id string, from, to cellMod
 	if !from.Weight.IsNull() && !from.Weight.Equal(to.Weight) {
 		if _, err := r.c.run(ctx, 0, "weight", id, strconv.FormatInt(to.Weight.ValueInt64(), 10)); err != nil {
 			diags.AddAttributeError(path.Root("weight"), "Cannot change the weight", err.Error())
+			return
+		}
+	}
+	if from.Capacity.ValueInt64() != to.Capacity.ValueInt64() {
+		if _, err := r.c.run(ctx, 0, "capacity", "set", id, strconv.FormatInt(to.Capacity.ValueInt64(), 10)); err != nil {
+			diags.AddAttributeError(path.Root("capacity"), "Cannot declare the capacity", err.Error())
 			return
 		}
 	}
@@ -291,6 +305,7 @@ func (r *cellResource) refresh(ctx context.Context, m *cellModel, diags *diag.Di
 	}
 	m.Intake, m.Admin = types.StringValue(c.Intake), types.StringValue(c.Admin)
 	m.Weight = types.Int64Value(int64(c.Weight))
+	m.Capacity = types.Int64Value(int64(c.Capacity))
 	m.State = types.StringValue(string(c.State))
 	if len(c.FixedQuota) == 0 {
 		m.FixedQuota = types.MapNull(types.Int64Type)

@@ -111,10 +111,11 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		every := fs.Duration("every", time.Second, "time between two changes")
 		total := fs.Duration("for", 20*time.Second, "how long to go on")
 		cell := fs.String("cell", "c1", "the cell whose weight goes 1 ↔ 2")
+		most := fs.Int("changes", 0, "stop after this many changes (0: when -for ends)")
 		if err := fs.Parse(args[1:]); err != nil {
 			return err
 		}
-		n, err := churn(ctx, *path, *cell, *every, *total)
+		n, err := churn(ctx, *path, *cell, *every, *total, *most)
 		fmt.Fprintf(stdout, "{\"changes\":%d}\n", n)
 		return err
 	case "certs":
@@ -246,9 +247,10 @@ func mkmap(ctx context.Context, out string, targets []string, cells int) error {
 }
 
 // churn changes the map in the file registry at path every period for
-// total: cell's weight goes 1 → 2 → 1..., each a new version (the routers
-// rebuild their tables and some slots move). It returns the changes made.
-func churn(ctx context.Context, path, cell string, every, total time.Duration) (int, error) {
+// total, or until it made most changes (0: no limit): cell's weight goes
+// 1 → 2 → 1..., each a new version (the routers rebuild their tables and
+// some slots move). It returns the changes made.
+func churn(ctx context.Context, path, cell string, every, total time.Duration, most int) (int, error) {
 	reg, err := registry.NewFile(registry.FileConfig{Path: path}, registry.Options{})
 	if err != nil {
 		return 0, err
@@ -257,7 +259,7 @@ func churn(ctx context.Context, path, cell string, every, total time.Duration) (
 	defer t.Stop()
 	end := time.After(total)
 	n := 0
-	for {
+	for most == 0 || n < most {
 		select {
 		case <-ctx.Done():
 			return n, nil
@@ -282,6 +284,7 @@ func churn(ctx context.Context, path, cell string, every, total time.Duration) (
 		}
 		n++
 	}
+	return n, nil
 }
 
 type loadOptions struct {

@@ -28,6 +28,12 @@ variable "weight" {
   description = "Relative share of slots and session quota."
 }
 
+variable "capacity" {
+  type        = number
+  default     = 0
+  description = "Requests per second the cell can take (0: none declared); cellctl plans flag a cell projected over it."
+}
+
 variable "state" {
   type        = string
   default     = "active"
@@ -57,6 +63,7 @@ resource "cellkit_cell" "this" {
   intake        = var.intake
   admin         = var.admin
   weight        = var.weight
+  capacity      = var.capacity
   state         = var.state
   fixed_quota   = var.fixed_quota
   force_destroy = var.force_destroy
