@@ -38,6 +38,8 @@ import (
 	"net/http/pprof"
 	"os"
 	"os/signal"
+	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -74,6 +76,8 @@ type options struct {
 	mapWait             time.Duration
 	shutdownTimeout     time.Duration
 	slotRateWindow      time.Duration
+	id                  string
+	adminAdvertise      string
 	reloadInterval      time.Duration
 	logLevel            slog.Level
 	pprof               bool
@@ -97,6 +101,8 @@ func parseFlags(args []string, getenv func(string) string, output io.Writer) (op
 	fs.DurationVar(&o.staleAfter, "stale-after", registry.DefaultFollowerConfig().StaleAfter, "report the map stale after this long without the registry")
 	fs.DurationVar(&o.mapWait, "map-wait", 0, "give up if no cell map arrives within this time (0: wait until stopped)")
 	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 15*time.Second, "how long requests in flight may finish at shutdown")
+	fs.StringVar(&o.id, "id", "", "this router's id in the registry's list of routers, 1-64 of [A-Za-z0-9._-] (default: the host name and admin port)")
+	fs.StringVar(&o.adminAdvertise, "admin-advertise", "", "the admin URL announced in the registry, for cellctl to find the router (default: http(s)://the admin address; 'none': not announced)")
 	fs.DurationVar(&o.slotRateWindow, "slot-rate-window", time.Minute, "time constant of the per-slot request rates on /v1/admin/slots (cellctl's traffic projections)")
 	fs.DurationVar(&o.reloadInterval, "reload-interval", time.Second, "how often the keys, admin token and certificate files are checked for changes (SIGHUP: at once)")
 	fs.TextVar(&o.logLevel, "log-level", slog.LevelInfo, "log level: debug, info, warn or error")
@@ -315,6 +321,17 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, ready fun
 
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return follower.Run(gctx) })
+	if ann, ok := reg.(registry.Announcer); ok && o.adminAdvertise != "none" {
+		if a, err := announcement(o, adminAddr, adminTLS != nil); err != nil {
+			log.Warn("the router is not announced in the registry: cellctl finds it only with --routers", "why", err)
+		} else {
+			g.Go(func() error {
+				registry.AnnounceLoop(gctx, ann, a, func(err error) { log.Warn("cannot announce the router in the registry", "err", err) })
+				return nil
+			})
+			log.Info("announcing the router in the registry", "id", a.ID, "admin", a.Admin)
+		}
+	}
 	for _, w := range watchers {
 		g.Go(func() error { return w.Run(gctx) })
 	}
@@ -420,4 +437,36 @@ func keygen(args []string, stdout, stderr io.Writer) error {
 	fmt.Fprintf(stderr, "keys file entry: %s\n", line)
 	fmt.Fprintln(stdout, key)
 	return nil
+}
+
+// announcement is what the router announces in the registry: its id and
+// the admin URL cellctl reaches it at. Without --admin-advertise the URL is
+// the admin listener's address, which must then be a specific one.
+func announcement(o options, admin net.Addr, useTLS bool) (registry.Announcement, error) {
+	a := registry.Announcement{ID: o.id, Admin: o.adminAdvertise}
+	tcp, _ := admin.(*net.TCPAddr)
+	if a.ID == "" {
+		host, _ := os.Hostname()
+		a.ID = strings.Map(func(r rune) rune {
+			if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '.' || r == '_' || r == '-' {
+				return r
+			}
+			return '-'
+		}, host)
+		if tcp != nil {
+			a.ID += "-" + strconv.Itoa(tcp.Port)
+		}
+		a.ID = strings.Trim(a.ID[max(0, len(a.ID)-64):], ".-")
+	}
+	if a.Admin == "" {
+		if tcp == nil || tcp.IP.IsUnspecified() {
+			return a, fmt.Errorf("the admin listener %s has no specific address to announce: give the URL cellctl should use with --admin-advertise (or 'none')", admin)
+		}
+		scheme := "http"
+		if useTLS {
+			scheme = "https"
+		}
+		a.Admin = scheme + "://" + tcp.String()
+	}
+	return a, nil
 }

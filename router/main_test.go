@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cellkit/cellkit/internal/registry"
 	"github.com/cellkit/cellkit/internal/router"
 	"github.com/cellkit/cellkit/internal/testkit"
 )
@@ -150,6 +151,15 @@ func TestRunWaitsForTheMapThenServesAndShutsDown(t *testing.T) {
 	if resp.StatusCode != 200 || !rd.Ready || rd.MapVersion != 2 {
 		t.Errorf("readyz %d %+v", resp.StatusCode, rd)
 	}
+	// It announced itself in the registry, with its admin URL, for cellctl.
+	reg, err := registry.NewFile(registry.FileConfig{Path: regPath}, registry.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	as, err := reg.Routers(context.Background())
+	if err != nil || len(as) != 1 || as[0].Admin != "http://"+a.Admin.String() {
+		t.Errorf("routers announced: %+v, %v; want this one at http://%s", as, err, a.Admin)
+	}
 
 	cancel()
 	select {
@@ -162,6 +172,9 @@ func TestRunWaitsForTheMapThenServesAndShutsDown(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(dir, "cache.json")); err != nil {
 		t.Errorf("no map cache written: %v", err)
+	}
+	if as, err := reg.Routers(context.Background()); err != nil || len(as) != 0 {
+		t.Errorf("routers announced after shutdown: %+v, %v; want it withdrawn", as, err)
 	}
 	for _, want := range []string{`"msg":"router ready"`, `"msg":"shutting down"`} {
 		if !strings.Contains(logs.String(), want) {

@@ -156,8 +156,9 @@ const globalFlagsHelp = `Global flags (before or after the command):
   --admin-token TOKEN  bearer token for admin APIs (default $CELLKIT_ADMIN_TOKEN)
   --admin-token-file F the bearer token read from file F instead
   --routers URLS       the routers' admin URLs, comma-separated (default
-                       $CELLKIT_ROUTERS): plans then project the traffic the
-                       routers measured onto every cell (REQ/S, CAPACITY)
+                       $CELLKIT_ROUTERS, else the routers announced in the
+                       registry): plans project the traffic they measured
+                       onto every cell (REQ/S, CAPACITY)
   --tls-ca F           CA file (PEM) the admin APIs' certificates are verified by
                        (https URLs in the map; default: the system's roots)
   --tls-cert F         client certificate (PEM) for admin APIs that require

@@ -352,7 +352,8 @@ func rebalanceCommand() *command {
 over the active cells) to the target. A map changed only through cellctl has
 no such drift; 'cellctl verify' shows it when there is some.
 
-With --by traffic it reads the traffic the routers measured (--routers) and
+With --by traffic it reads the traffic the routers measured (the routers
+announced in the registry, or --routers) and
 proposes new weights for the active cells that even out their load: each
 cell's share follows its declared capacity when every active cell has one
 ('cellctl capacity set'), else it is even. It tries a few rounds and keeps
@@ -374,12 +375,12 @@ cellctl rebalance --by traffic --routers http://router-a:9080,http://router-b:90
 		case "slots":
 			return x.applyAndReport(ctx, func(m *slotmap.Map) (*slotmap.Plan, error) { return m.Rebalance() })
 		case "traffic":
-			urls, err := x.routerURLs()
+			urls, err := x.routerURLs(ctx)
 			if err != nil {
 				return err
 			}
 			if len(urls) == 0 {
-				return usagef("--by traffic needs the routers' admin URLs: --routers URLS (or CELLKIT_ROUTERS)")
+				return usagef("--by traffic needs the routers: none is announced in the registry; give their admin URLs with --routers URLS (or CELLKIT_ROUTERS)")
 			}
 			var tr *slotmap.Traffic
 			return x.applyAndReport(ctx, func(m *slotmap.Map) (*slotmap.Plan, error) {

@@ -404,12 +404,12 @@ Try it:
 Metrics:  %s/metrics (router), %s/metrics per cell (see 'cellctl dev status --dir %s'), %s/metrics (agencies)
 Scrape:   %s (Prometheus file_sd targets: see deploy/observability/README.md)
 Status:   ./bin/cellctl --registry %s status
-Traffic:  ./bin/cellctl --registry %s --routers %s rebalance --by traffic --dry-run
+Traffic:  ./bin/cellctl --registry %s rebalance --by traffic --dry-run   (the router announces itself in the registry)
 %s`, len(cells), st.Router, st.RouterAdmin, strings.Join(cells, ", "), st.Registry,
 		st.APIKey, filepath.Join(rel, "router", "dev-key"),
 		curl, st.APIKey, st.Router, curl, st.APIKey, st.Router,
 		st.RouterAdmin, cellAdmin, rel, st.AgencyAdmin, filepath.Join(rel, scrapeTargetsFile), relRegistry(st.Registry),
-		relRegistry(st.Registry), st.RouterAdmin, onTLS)
+		relRegistry(st.Registry), onTLS)
 	if o.foreground {
 		fmt.Fprintln(x.out, "\nCtrl-C stops everything.")
 	} else {

@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"strings"
 
+	"github.com/cellkit/cellkit/internal/registry"
 	"github.com/cellkit/cellkit/internal/slotmap"
 )
 
@@ -34,8 +35,29 @@ type trafficSummary struct {
 	Total   float64  `json:"total"`   // requests per second, all slots
 }
 
-// routerURLs are the --routers admin URLs.
-func (x *inv) routerURLs() ([]string, error) {
+// routerURLs are the routers' admin URLs: --routers, else the routers
+// announced in the registry (see registry.Announcer).
+func (x *inv) routerURLs(ctx context.Context) ([]string, error) {
+	if strings.TrimSpace(x.g.routers) == "" {
+		reg, err := x.openRegistry()
+		if err != nil {
+			return nil, err
+		}
+		defer reg.Close()
+		ann, ok := reg.(registry.Announcer)
+		if !ok {
+			return nil, nil
+		}
+		as, err := ann.Routers(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("the routers announced in %s: %w", reg.Describe(), err)
+		}
+		var out []string
+		for _, a := range as {
+			out = append(out, strings.TrimSuffix(a.Admin, "/"))
+		}
+		return out, nil
+	}
 	var out []string
 	for _, raw := range strings.Split(x.g.routers, ",") {
 		raw = strings.TrimSpace(raw)
@@ -51,13 +73,13 @@ func (x *inv) routerURLs() ([]string, error) {
 	return out, nil
 }
 
-// traffic reads the per-slot request rates of every router of --routers
-// (and their heaviest users' rates, for the users pinned by overrides) and
-// adds them up for a map of slots slots. It returns nil without --routers;
+// traffic reads the per-slot request rates of every router (routerURLs;
+// and their heaviest users' rates, for the users pinned by overrides) and
+// adds them up for a map of slots slots. It returns nil without routers;
 // a router that does not answer, or counts another slot count, is left out
 // with a warning, and none answering is an error.
 func (x *inv) traffic(ctx context.Context, slots int) (*slotmap.Traffic, *trafficSummary, error) {
-	urls, err := x.routerURLs()
+	urls, err := x.routerURLs(ctx)
 	if err != nil || len(urls) == 0 {
 		return nil, nil, err
 	}
@@ -89,7 +111,7 @@ func (x *inv) traffic(ctx context.Context, slots int) (*slotmap.Traffic, *traffi
 		sum.Routers = append(sum.Routers, base)
 	}
 	if len(sum.Routers) == 0 {
-		return nil, nil, fmt.Errorf("no router of --routers answered: %s", strings.Join(failed, "; "))
+		return nil, nil, fmt.Errorf("no router answered: %s", strings.Join(failed, "; "))
 	}
 	for _, f := range failed {
 		x.warnf("%s: its traffic is left out", f)

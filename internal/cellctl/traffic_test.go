@@ -1,12 +1,15 @@
 package cellctl
 
 import (
+	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
 
+	"github.com/cellkit/cellkit/internal/registry"
 	"github.com/cellkit/cellkit/internal/slotmap"
 )
 
@@ -93,7 +96,26 @@ func testTrafficInPlans(t *testing.T, e *env) {
 		}
 	}
 
-	r = e.ok("rebalance", "--by", "traffic", routers)
+	// Without --routers, the routers announced in the registry are asked.
+	reg := e.open()
+	defer reg.Close()
+	ann := reg.(registry.Announcer)
+	for i, u := range []string{ra.URL, rb.URL} {
+		if err := ann.Announce(context.Background(), registry.Announcement{ID: fmt.Sprintf("router-%d", i), Admin: u}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var found struct {
+		Plan struct {
+			Traffic *trafficSummary `json:"traffic"`
+		} `json:"plan"`
+	}
+	e.json(&found, "weight", "c2", "2", "--dry-run")
+	if found.Plan.Traffic == nil || len(found.Plan.Traffic.Routers) != 2 {
+		t.Fatalf("plan traffic %+v, want the two announced routers", found.Plan.Traffic)
+	}
+
+	r = e.ok("rebalance", "--by", "traffic")
 	if !strings.Contains(r.stdout, "rebalance by traffic") {
 		t.Fatalf("rebalance --by traffic:\n%s", r.stdout)
 	}
@@ -106,6 +128,11 @@ func testTrafficInPlans(t *testing.T, e *env) {
 		t.Fatalf("after rebalance --by traffic: imbalance %.3f (loads %v)\n%s", imb, load, r.stdout)
 	}
 
+	for i := range 2 {
+		if err := ann.Withdraw(context.Background(), fmt.Sprintf("router-%d", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
 	for _, tc := range []struct {
 		args []string
 		want string
@@ -113,7 +140,7 @@ func testTrafficInPlans(t *testing.T, e *env) {
 		{[]string{"rebalance", "--by", "traffic"}, "needs the routers"},
 		{[]string{"rebalance", "--by", "users"}, `--by "users"`},
 		{[]string{"weight", "c2", "1", "--routers", "ftp://x"}, "--routers"},
-		{[]string{"weight", "c2", "1", "--routers", "http://127.0.0.1:1"}, "no router of --routers answered"},
+		{[]string{"weight", "c2", "1", "--routers", "http://127.0.0.1:1"}, "no router answered"},
 		{[]string{"capacity", "set", "c1", "-5"}, "capacity"},
 		{[]string{"capacity", "set", "c1", "fast"}, "capacity"},
 		{[]string{"capacity", "set", "c9", "5"}, "c9"},
