@@ -20,28 +20,9 @@ type agencyLatency map[string]any
 func AgencySlow(ctx context.Context, c Config) (*loadtest.Result, error) {
 	c.defaults(20 * time.Second)
 	st := c.Stack
-	agencies := []string{"nice", "kcb"}
-	orig := map[string]agencyLatency{}
-	for _, a := range agencies {
-		var cfg struct {
-			Latency agencyLatency `json:"latency"`
-		}
-		if err := getJSON(ctx, st.AgencyAdmin+"/v1/agencies/"+a+"/config", &cfg); err != nil {
-			return nil, err
-		}
-		orig[a] = cfg.Latency
-	}
-	setLatency := func(ctx context.Context, f float64) error {
-		for _, a := range agencies {
-			l, err := scaleLatency(orig[a], f)
-			if err != nil {
-				return err
-			}
-			if err := doJSON(ctx, http.MethodPatch, st.AgencyAdmin+"/v1/agencies/"+a+"/config", map[string]any{"latency": l}, nil); err != nil {
-				return err
-			}
-		}
-		return nil
+	setLatency, err := agencyLatencyScaler(ctx, st)
+	if err != nil {
+		return nil, err
 	}
 	r, err := c.runner(c.Baseline + c.Fault + c.After)
 	if err != nil {
@@ -126,6 +107,34 @@ func AgencySlow(ctx context.Context, c Config) (*loadtest.Result, error) {
 	d.Finish()
 	res.Drill = d
 	return res, nil
+}
+
+// agencyLatencyScaler reads the simulator's agencies' latency configs and
+// returns what sets them to f times those (1: as they were).
+func agencyLatencyScaler(ctx context.Context, st *Stack) (func(ctx context.Context, f float64) error, error) {
+	agencies := []string{"nice", "kcb"}
+	orig := map[string]agencyLatency{}
+	for _, a := range agencies {
+		var cfg struct {
+			Latency agencyLatency `json:"latency"`
+		}
+		if err := getJSON(ctx, st.AgencyAdmin+"/v1/agencies/"+a+"/config", &cfg); err != nil {
+			return nil, err
+		}
+		orig[a] = cfg.Latency
+	}
+	return func(ctx context.Context, f float64) error {
+		for _, a := range agencies {
+			l, err := scaleLatency(orig[a], f)
+			if err != nil {
+				return err
+			}
+			if err := doJSON(ctx, http.MethodPatch, st.AgencyAdmin+"/v1/agencies/"+a+"/config", map[string]any{"latency": l}, nil); err != nil {
+				return err
+			}
+		}
+		return nil
+	}, nil
 }
 
 // scaleLatency multiplies every duration of a latency config by f.

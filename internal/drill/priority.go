@@ -20,28 +20,9 @@ import (
 func Priority(ctx context.Context, c Config) (*loadtest.Result, error) {
 	c.defaults(40 * time.Second)
 	st := c.Stack
-	agencies := []string{"nice", "kcb"}
-	orig := map[string]agencyLatency{}
-	for _, a := range agencies {
-		var cfg struct {
-			Latency agencyLatency `json:"latency"`
-		}
-		if err := getJSON(ctx, st.AgencyAdmin+"/v1/agencies/"+a+"/config", &cfg); err != nil {
-			return nil, err
-		}
-		orig[a] = cfg.Latency
-	}
-	setLatency := func(ctx context.Context, f float64) error {
-		for _, a := range agencies {
-			l, err := scaleLatency(orig[a], f)
-			if err != nil {
-				return err
-			}
-			if err := doJSON(ctx, http.MethodPatch, st.AgencyAdmin+"/v1/agencies/"+a+"/config", map[string]any{"latency": l}, nil); err != nil {
-				return err
-			}
-		}
-		return nil
+	setLatency, err := agencyLatencyScaler(ctx, st)
+	if err != nil {
+		return nil, err
 	}
 	blind := map[string]bool{}
 	for _, cell := range st.Cells() {

@@ -1,6 +1,7 @@
 package slotmap
 
 import (
+	"cmp"
 	"fmt"
 	"maps"
 	"math"
@@ -219,21 +220,25 @@ func (m *Map) BalanceByTraffic(t Traffic) (*Plan, error) {
 		best = append(best, round{plan: p, imbalance: p.After.Imbalance(load)})
 		cur = p.After
 	}
-	least := slices.MinFunc(best, func(a, b round) int { return cmpFloat(a.imbalance, b.imbalance) })
-	var pick *round
-	for i := range best {
-		r := &best[i]
-		if r.imbalance <= least.imbalance*1.02+1e-9 && (pick == nil || r.plan == nil || pick.plan != nil && r.plan.MovedSlots < pick.plan.MovedSlots) {
-			if pick == nil || pick.plan != nil {
-				pick = r
-			}
+	least := slices.MinFunc(best, func(a, b round) int { return cmp.Compare(a.imbalance, b.imbalance) })
+	// Among the rounds within 2 % of the least imbalance, the one moving the
+	// fewest slots; the map as it is (round 0) moves none.
+	moved := func(r round) int {
+		if r.plan == nil {
+			return 0
+		}
+		return r.plan.MovedSlots
+	}
+	pick := 0
+	for i, r := range best {
+		if r.imbalance <= least.imbalance*1.02+1e-9 && (best[pick].imbalance > least.imbalance*1.02+1e-9 || moved(r) < moved(best[pick])) {
+			pick = i
 		}
 	}
-	if pick.plan == nil {
-		// The map as it is is within 2 % of the best found: no change.
-		return m.SetWeights(active)
+	if best[pick].plan == nil {
+		return m.SetWeights(active) // no change
 	}
-	return pick.plan, nil
+	return best[pick].plan, nil
 }
 
 func allDeclareIDs(caps map[string]int, ids map[string]int) bool {
@@ -243,14 +248,4 @@ func allDeclareIDs(caps map[string]int, ids map[string]int) bool {
 		}
 	}
 	return true
-}
-
-func cmpFloat(a, b float64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
