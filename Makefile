@@ -120,8 +120,8 @@ drill: tools build ## the chaos drills (kill, drain, agency-slow at DRILL_RATE/s
 	echo "== loadtest drill kill, with Prometheus evaluating the alert rules"; \
 	$(BIN)/loadtest drill kill --bin $(BIN) --rate $(DRILL_RATE) --baseline 10s --fault 45s --after 20s \
 	  --prometheus $(BIN)/prometheus --json var/drill/kill-alerts.json --svg var/drill/kill-alerts.svg || rc=1; \
-	echo "== loadtest drill priority: agencies ×10, 160/s, 20 % high; c2 and c4 shed lane-blind for comparison"; \
-	$(BIN)/loadtest drill priority --bin $(BIN) --rate 160 --users 1000 --age-budget 10s --baseline 10s --fault 40s \
+	echo "== loadtest drill priority: agencies ×10, 120/s, 20 % high; c2 and c4 shed lane-blind for comparison"; \
+	$(BIN)/loadtest drill priority --bin $(BIN) --rate 120 --users 1000 --age-budget 10s --baseline 10s --fault 40s \
 	  --json var/drill/priority.json --svg var/drill/priority.svg || rc=1; \
 	exit $$rc
 

@@ -144,7 +144,7 @@ func parseFlags(args []string, getenv func(string) string, output io.Writer) (ce
 	fs.DurationVar(&c.AckWait, "ack-wait", d.AckWait, "ack wait of the work consumers (in-progress acks keep slow work alive)")
 	fs.DurationVar(&c.Shed.MaxAge, "age-budget", d.Shed.MaxAge, "shed new intake when the oldest pending inquiry is older than this")
 	fs.DurationVar(&c.Shed.MaxAgeHigh, "age-budget-high", 0, "the same budget for the high lane (0: --age-budget)")
-	fs.Float64Var(&c.Shed.HighReserve, "high-reserve", d.Shed.HighReserve, "share of the pipeline's pace and of the depth limit kept for high-priority inquiries: normal ones are shed first, as if only the rest were theirs (0 < share < 1)")
+	fs.Float64Var(&c.Shed.HighReserve, "high-reserve", d.Shed.HighReserve, "share of the pipeline's pace guaranteed to high-priority inquiries, the rest being normal's (each lane uses what the other leaves), and of the depth limit normal ones never fill (0 < share < 1)")
 	fs.BoolVar(&c.Shed.LaneBlind, "lane-blind", false, "shed both lanes alike on the whole queue (no reserve for high priority; for comparison)")
 	fs.IntVar(&c.Shed.MaxDepth, "depth-limit", d.Shed.MaxDepth, "shed new intake when this many inquiries are queued")
 	fs.Int64Var(&c.QueueMaxMsgs, "queue-max-msgs", 0, "hard message limit of the work stream (0: 10 × depth limit)")

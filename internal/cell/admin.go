@@ -163,6 +163,8 @@ type QueueStatus struct {
 	// budget; LaneBlind says the cell sheds both lanes on the whole queue.
 	Lanes     map[inquiry.Priority]LaneStatus `json:"lanes"`
 	LaneBlind bool                            `json:"lane_blind,omitempty"`
+	// HighReserve is the share of the pace guaranteed to the high lane.
+	HighReserve float64 `json:"high_reserve"`
 }
 
 // LaneStatus is one lane of the work queue.
@@ -197,7 +199,7 @@ func (c *Cell) Status() Status {
 	}
 	shedCfg := c.shed.Config()
 	st.Queue = QueueStatus{DrainRate: c.shed.Rate(), ServiceSeconds: c.shed.Service().Seconds(), AgeBudgetSeconds: shedCfg.MaxAge.Seconds(), DepthLimit: shedCfg.MaxDepth,
-		LaneBlind: shedCfg.LaneBlind, Lanes: map[inquiry.Priority]LaneStatus{
+		LaneBlind: shedCfg.LaneBlind, HighReserve: shedCfg.HighReserve, Lanes: map[inquiry.Priority]LaneStatus{
 			inquiry.High: {AgeBudgetSeconds: shedCfg.MaxAgeHigh.Seconds()}, inquiry.Normal: {AgeBudgetSeconds: shedCfg.MaxAge.Seconds()},
 		}}
 	if s := c.sample.Load(); s != nil {

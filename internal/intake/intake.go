@@ -273,7 +273,7 @@ func (h *Handler) shedNow(w http.ResponseWriter, reason, detail string, after ti
 }
 
 var reasonKind = map[string]string{
-	"closed": problem.IntakeClosed, "age": problem.Overloaded, "depth": problem.Overloaded, "wait": problem.Overloaded,
+	"closed": problem.IntakeClosed, "age": problem.Overloaded, "depth": problem.Overloaded, "wait": problem.Overloaded, "share": problem.Overloaded,
 	"nats": problem.QueueUnavailable, "full": problem.QueueFull,
 }
 

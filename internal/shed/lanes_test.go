@@ -10,8 +10,9 @@ import (
 
 // drainAt feeds s five one-second samples at a drain of perSecond, each
 // with sm (At and Mark filled in, its oldest times keeping their ages),
-// accepting highPerSecond high inquiries each second.
-func drainAt(s *Shedder, clk *testkit.Clock, perSecond, highPerSecond int, sm Sample) {
+// accepting highPerSecond high inquiries each second and asking for
+// normalPerSecond normal ones (taken when admitted).
+func drainAt(s *Shedder, clk *testkit.Clock, perSecond, highPerSecond, normalPerSecond int, sm Sample) {
 	for range 5 {
 		clk.Advance(time.Second)
 		for _, t := range []*time.Time{&sm.Oldest, &sm.OldestHigh, &sm.OldestNormal} {
@@ -22,6 +23,11 @@ func drainAt(s *Shedder, clk *testkit.Clock, perSecond, highPerSecond int, sm Sa
 		s.Drained(perSecond)
 		for range highPerSecond {
 			s.Accepted(inquiry.High)
+		}
+		for range normalPerSecond {
+			if s.Admit(inquiry.Normal).OK {
+				s.Accepted(inquiry.Normal)
+			}
 		}
 		sm.At, sm.Mark = clk.Now(), s.Mark()
 		s.Observe(sm)
@@ -34,22 +40,21 @@ func drainAt(s *Shedder, clk *testkit.Clock, perSecond, highPerSecond int, sm Sa
 func TestNormalIsShedBeforeHigh(t *testing.T) {
 	clk := testkit.NewClock(time.Unix(1000, 0))
 	s := New(Config{MaxAge: 10 * time.Second, MaxDepth: 1_000_000, HighReserve: 0.25}, Options{Now: clk.Now})
-	// 100/s; the normal lane plans with 75/s (the reserve): 500 queued
-	// take 6.7 s, within 70 % of 10 s.
-	drainAt(s, clk, 100, 0, Sample{Depth: 500, OldestNormal: clk.Now().Add(-time.Second), Oldest: clk.Now().Add(-time.Second)})
+	// 100/s and no high traffic: the normal lane plans with all of it.
+	drainAt(s, clk, 100, 0, 0, Sample{Depth: 600, OldestNormal: clk.Now().Add(-time.Second), Oldest: clk.Now().Add(-time.Second)})
 	if d := s.Admit(inquiry.Normal); !d.OK {
-		t.Fatalf("500 normal queued at 75/s (6.7 s) with a 10 s budget: %+v", d)
+		t.Fatalf("600 normal queued at 100/s (6 s) with a 10 s budget: %+v", d)
 	}
-	s.Observe(Sample{Depth: 600, OldestNormal: clk.Now().Add(-time.Second), Oldest: clk.Now().Add(-time.Second), At: clk.Now(), Mark: s.Mark()})
+	s.Observe(Sample{Depth: 800, OldestNormal: clk.Now().Add(-time.Second), Oldest: clk.Now().Add(-time.Second), At: clk.Now(), Mark: s.Mark()})
 	if d := s.Admit(inquiry.Normal); d.OK || d.Reason != "wait" {
-		t.Fatalf("600 normal queued at 75/s (8 s, over 7 s): %+v, want shed", d)
+		t.Fatalf("800 normal queued at 100/s (8 s, over 7 s): %+v, want shed", d)
 	}
 	if d := s.Admit(inquiry.High); !d.OK || d.Depth != 0 {
 		t.Fatalf("a high inquiry behind no high one: %+v, want taken", d)
 	}
 	// Lane-blind, the same queue sheds both lanes alike.
 	blind := New(Config{MaxAge: 10 * time.Second, MaxDepth: 1_000_000, LaneBlind: true}, Options{Now: clk.Now})
-	drainAt(blind, clk, 100, 0, Sample{Depth: 800, Oldest: clk.Now().Add(-time.Second)})
+	drainAt(blind, clk, 100, 0, 0, Sample{Depth: 800, Oldest: clk.Now().Add(-time.Second)})
 	if d := blind.Admit(inquiry.High); d.OK {
 		t.Fatalf("lane-blind, 800 queued at 100/s: a high inquiry was taken: %+v", d)
 	}
@@ -60,7 +65,7 @@ func TestNormalIsShedBeforeHigh(t *testing.T) {
 func TestHighIsShedOnItsOwnBacklog(t *testing.T) {
 	clk := testkit.NewClock(time.Unix(1000, 0))
 	s := New(Config{MaxAge: 60 * time.Second, MaxAgeHigh: 5 * time.Second, MaxDepth: 1_000_000}, Options{Now: clk.Now})
-	drainAt(s, clk, 100, 0, Sample{Depth: 300, High: 300, OldestHigh: clk.Now().Add(-time.Second), Oldest: clk.Now().Add(-time.Second)})
+	drainAt(s, clk, 100, 0, 0, Sample{Depth: 300, High: 300, OldestHigh: clk.Now().Add(-time.Second), Oldest: clk.Now().Add(-time.Second)})
 	if d := s.Admit(inquiry.High); !d.OK {
 		t.Fatalf("300 high at 100/s (3 s) within 70 %% of 5 s: %+v", d)
 	}
@@ -77,10 +82,11 @@ func TestHighIsShedOnItsOwnBacklog(t *testing.T) {
 	}
 }
 
-// TestNormalLeavesHighItsReserve: the normal lane may not fill the depth
-// high keeps, and plans with the pace high leaves: its reserve, or more
-// when high arrives faster than that.
-func TestNormalLeavesHighItsReserve(t *testing.T) {
+// TestLanesKeepTheirShares: the normal lane may not fill the depth high
+// keeps and plans with the pace high's arrivals leave it, up to high's
+// share; high inquiries beyond their share are shed while normal ones are
+// asked for beyond theirs, and may take what normal leaves.
+func TestLanesKeepTheirShares(t *testing.T) {
 	clk := testkit.NewClock(time.Unix(1000, 0))
 	s := New(Config{MaxAge: 10 * time.Second, MaxDepth: 100, HighReserve: 0.2}, Options{Now: clk.Now})
 	s.Observe(Sample{Depth: 80, At: clk.Now(), Mark: s.Mark()})
@@ -91,20 +97,38 @@ func TestNormalLeavesHighItsReserve(t *testing.T) {
 		t.Fatalf("80 queued of 100: high %+v, want taken", d)
 	}
 
-	// High arrives at 50/s of a 100/s pace: normal plans with 50/s.
+	// 100/s, high taken at 10/s (within its 20 %): normal plans with the
+	// 90/s left.
 	s = New(Config{MaxAge: 10 * time.Second, MaxDepth: 1_000_000, HighReserve: 0.2}, Options{Now: clk.Now})
 	for range 10 {
-		drainAt(s, clk, 100, 50, Sample{Depth: 300})
+		drainAt(s, clk, 100, 10, 0, Sample{Depth: 600})
 	}
 	if d := s.Admit(inquiry.Normal); !d.OK {
-		t.Fatalf("300 queued at the 50/s high leaves (6 s): %+v, want taken", d)
+		t.Fatalf("600 queued at the 90/s high leaves (6.7 s): %+v, want taken", d)
 	}
-	s.Observe(Sample{Depth: 400, At: clk.Now(), Mark: s.Mark()})
+	s.Observe(Sample{Depth: 650, At: clk.Now(), Mark: s.Mark()})
 	if d := s.Admit(inquiry.Normal); d.OK || d.Reason != "wait" {
-		t.Fatalf("400 queued at the 50/s high leaves (8 s): %+v, want shed", d)
+		t.Fatalf("650 queued at the 90/s high leaves (7.2 s): %+v, want shed", d)
+	}
+
+	// High taken at 50/s: over its 20 %. While normal inquiries are asked
+	// for at 200/s high is shed for its share, and normal plans with the
+	// 80/s high's share leaves.
+	for range 10 {
+		drainAt(s, clk, 100, 50, 200, Sample{Depth: 500})
+	}
+	if d := s.Admit(inquiry.High); d.OK || d.Reason != "share" || d.RetryAfter < time.Second {
+		t.Fatalf("high at 50 %% of the pace, normal asked for at 200 %%: %+v, want shed for its share", d)
+	}
+	if d := s.Admit(inquiry.Normal); !d.OK {
+		t.Fatalf("500 queued at the 80/s high's share leaves (6.3 s): %+v, want taken", d)
+	}
+	// Normal asked for at 10/s only: high takes what it leaves.
+	for range 10 {
+		drainAt(s, clk, 100, 50, 10, Sample{Depth: 50})
 	}
 	if d := s.Admit(inquiry.High); !d.OK {
-		t.Fatalf("no high queued: %+v, want taken", d)
+		t.Fatalf("high at 50 %%, normal asking for 10 %%: %+v, want taken", d)
 	}
 }
 
@@ -125,23 +149,6 @@ func TestHighCountsAcceptsSinceTheMark(t *testing.T) {
 	}
 }
 
-// TestNormalKeepsSomePaceWhenHighOutrunsTheDrain: a drain rate that
-// measures less than high's arrivals (still settling after a start, or
-// noise at low load) leaves normal inquiries a tenth of the pace, not none:
-// a short queue still takes them.
-func TestNormalKeepsSomePaceWhenHighOutrunsTheDrain(t *testing.T) {
-	clk := testkit.NewClock(time.Unix(1000, 0))
-	s := New(Config{MaxAge: 60 * time.Second, MaxDepth: 1_000_000}, Options{Now: clk.Now})
-	drainAt(s, clk, 5, 12, Sample{Depth: 3, OldestNormal: clk.Now()})
-	if d := s.Admit(inquiry.Normal); !d.OK {
-		t.Fatalf("3 queued, drain 5/s, high arriving at 12/s: %+v, want taken", d)
-	}
-	s.Observe(Sample{Depth: 30, At: clk.Now(), Mark: s.Mark()})
-	if d := s.Admit(inquiry.Normal); d.OK || d.Reason != "wait" {
-		t.Fatalf("30 queued at a tenth of 5/s (60 s): %+v, want shed", d)
-	}
-}
-
 // TestHighShareIsOfCapacity: below saturation the drain rate is what
 // arrived; high's share of the pace is taken of the agencies' capacity when
 // that is more, so a normal inquiry is not shed for high inquiries that
@@ -150,12 +157,12 @@ func TestHighShareIsOfCapacity(t *testing.T) {
 	clk := testkit.NewClock(time.Unix(1000, 0))
 	s := New(Config{MaxAge: 10 * time.Second, MaxDepth: 1_000_000, HighReserve: 0.25}, Options{Now: clk.Now})
 	// Drains 20/s, of which high is 15/s; the agencies could do 100/s.
-	drainAt(s, clk, 20, 15, Sample{Depth: 80, Capacity: 100})
+	drainAt(s, clk, 20, 15, 0, Sample{Depth: 110, Capacity: 100})
 	if d := s.Admit(inquiry.Normal); !d.OK {
-		t.Fatalf("80 queued at 20/s, high a quarter or less of a 100/s capacity (5.3 s): %+v, want taken", d)
+		t.Fatalf("110 queued at 20/s, high 15 %% of a 100/s capacity (6.5 s): %+v, want taken", d)
 	}
-	drainAt(s, clk, 20, 15, Sample{Depth: 80})
+	drainAt(s, clk, 20, 15, 0, Sample{Depth: 110})
 	if d := s.Admit(inquiry.Normal); d.OK {
-		t.Fatalf("80 queued at 20/s, high 15/s of it (16 s): %+v, want shed", d)
+		t.Fatalf("110 queued at 20/s, high 15/s of it, its 25 %% share taken (7.3 s): %+v, want shed", d)
 	}
 }

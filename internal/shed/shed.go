@@ -6,16 +6,23 @@
 // admitted before the budget ran out). It tells callers when to come back,
 // from the drain rate.
 //
-// Shedding is lane-aware: workers fetch the high lane first, so a high
+// Shedding is lane-aware. Each lane is guaranteed a share of the
+// pipeline's pace (high Config.HighReserve, normal the rest) and may use
+// what the other lane leaves. Workers fetch the high lane first, so a high
 // inquiry waits only for the high ones ahead of it, and a normal one for
-// both lanes and for the high ones that arrive meanwhile. High inquiries
-// keep a reserved share of the pipeline's pace (Config.HighReserve): the
-// normal lane plans with what is left after the larger of high's measured
-// arrival rate and its reserve, and may fill only the rest of the depth
-// limit. So as load rises, normal inquiries are shed first, and a high one
-// is shed only when the high lane alone would outlive its own age budget
-// (Config.MaxAgeHigh). Config.LaneBlind restores the shedding of one queue
-// for both lanes (for comparison).
+// both lanes and for the high ones arriving meanwhile. So:
+//   - a high inquiry is shed when the high lane alone would outlive its age
+//     budget (Config.MaxAgeHigh), or when high inquiries are taken clearly
+//     faster than their share (shareSlack) while normal ones are asked for
+//     beyond theirs (reason "share"): as load rises, high ones are all
+//     taken while they stay within their share;
+//   - a normal inquiry plans with the pace left after high's arrival rate,
+//     up to high's share, and may fill only the depth high does not keep.
+//
+// Without the share cap, high inquiries near the whole pace starved the
+// normal ones already fetched (they wait for sessions behind the high
+// ones) far past their age budget. Config.LaneBlind restores the shedding
+// of one queue for both lanes (for comparison).
 //
 // It is pure and cheap on the request path: a sampler feeds it snapshots of
 // the queue (Observe) and the pipeline reports what it finished (Drained);
@@ -44,9 +51,10 @@ type Config struct {
 	MaxRetryAfter time.Duration
 	// MaxAgeHigh is the age budget of the high lane [MaxAge].
 	MaxAgeHigh time.Duration
-	// HighReserve is the share of the pipeline's pace and of MaxDepth that
-	// the normal lane never plans to use, kept for high inquiries
-	// [0.25; 0 < HighReserve < 1].
+	// HighReserve is the share of the pipeline's pace guaranteed to high
+	// inquiries, the rest being normal's (each lane uses what the other
+	// leaves), and the share of MaxDepth the normal lane never fills
+	// [0.5; 0 < HighReserve < 1].
 	HighReserve float64
 	// LaneBlind sheds both lanes alike, on the whole queue's age, depth and
 	// wait, as cells did before lanes were told apart.
@@ -56,7 +64,7 @@ type Config struct {
 // DefaultConfig returns the defaults. MaxRetryAfter is left zero: it
 // follows MaxAge.
 func DefaultConfig() Config {
-	return Config{MaxAge: 60 * time.Second, MaxDepth: 10_000, HighReserve: 0.25}
+	return Config{MaxAge: 60 * time.Second, MaxDepth: 10_000, HighReserve: 0.5}
 }
 
 // withDefaults fills the zero fields of c.
@@ -126,7 +134,7 @@ type Mark struct{ All, High uint64 }
 // Decision is Admit's answer.
 type Decision struct {
 	OK         bool
-	Reason     string        // when shed: "age", "depth" or "wait" (projected drain time over budget)
+	Reason     string        // when shed: "age", "depth", "wait" (projected drain time over budget) or "share" (high over its share)
 	RetryAfter time.Duration // when shed: the time the queue needs to drain
 	Age        time.Duration // age of the oldest pending message the lane waits behind
 	Depth      int           // estimated depth the lane waits behind
@@ -140,7 +148,10 @@ type Shedder struct {
 	mu       sync.Mutex
 	sample   Sample
 	accepted Mark    // accepted since New
-	highRate float64 // high lane's accepted rate, per second (EWMA over fastWindow)
+	highRate float64 // high lane's accepted rate, per second (EWMA over rateWindow)
+	normWant float64 // normal inquiries asked for (taken or not), per second (EWMA over rateWindow)
+	offered  Mark    // Admit calls since New
+	seen     Mark    // offered at the last Observe
 	drained  int     // finished since the last rate update
 	rate     float64 // drain rate, messages per second (EWMA over rateWindow)
 	fast     float64 // the same over fastWindow
@@ -188,7 +199,12 @@ func (s *Shedder) Observe(sm Sample) {
 	if dt := sm.At.Sub(s.rateAt).Seconds(); !s.rateAt.IsZero() && dt > 0 {
 		s.service *= math.Exp(-dt / rateWindow.Seconds())
 		high := float64(sm.Mark.High-min(s.sample.Mark.High, sm.Mark.High)) / dt
-		s.highRate = ewma(s.highRate, high, dt, fastWindow)
+		wanted := float64((s.offered.All-s.offered.High)-(s.seen.All-s.seen.High)) / dt
+		// The lanes' rates are the slow averages: with the fast one, the
+		// noise of a few inquiries a sample shed high ones within their
+		// share. A slowdown shows at once in the pace they are taken of.
+		s.highRate = ewma(s.highRate, high, dt, rateWindow)
+		s.normWant = ewma(s.normWant, wanted, dt, rateWindow)
 		// The drain rate is measured only over intervals that began with
 		// work queued: an idle queue drains what arrives, which says
 		// nothing of what the pipeline can do, and would make a burst after
@@ -205,7 +221,7 @@ func (s *Shedder) Observe(sm Sample) {
 			}
 		}
 	}
-	s.rateAt, s.drained = sm.At, 0
+	s.rateAt, s.drained, s.seen = sm.At, 0, s.offered
 	s.sample = sm
 }
 
@@ -283,35 +299,47 @@ func (s *Shedder) Admit(lane inquiry.Priority) Decision {
 	now := s.now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.offered.All++
+	if lane == inquiry.High {
+		s.offered.High++
+	}
 	if s.cfg.LaneBlind {
 		return s.decideLocked(s.depthLocked(), s.cfg.MaxDepth, s.sample.Oldest, s.cfg.MaxAge, s.paceLocked(), now)
 	}
+	// The lanes' shares are of what the pipeline can do: the pace (which
+	// follows a slowdown within a second), or the agencies' capacity where
+	// that is more (below saturation the drain rate measures what arrived,
+	// not what could be done).
+	can := max(s.paceLocked()/s.instancesLocked(), s.sample.Capacity, 1e-9)
+	high, normal := min(s.highRate/can, 1), min(s.normWant/can, 1)
 	if lane == inquiry.High {
 		// Workers fetch the high lane first: a high inquiry waits for
-		// the high ones ahead of it only, at the whole pace.
+		// the high ones ahead of it only, at the whole pace. But high
+		// takes no more than its share while normal inquiries ask for
+		// the rest (asked for, taken or not: what normal is taken at
+		// depends on what high leaves).
+		if share := 1 - min(normal, 1-s.cfg.HighReserve); !s.sample.Idle && s.rate > 0 && high > shareSlack*share {
+			d := Decision{Reason: "share", Depth: s.highDepthLocked(), RetryAfter: s.retryAfterLocked(s.depthLocked())}
+			if !s.sample.OldestHigh.IsZero() {
+				d.Age = max(now.Sub(s.sample.OldestHigh), 0)
+			}
+			return d
+		}
 		return s.decideLocked(s.highDepthLocked(), s.cfg.MaxDepth, s.sample.OldestHigh, s.cfg.MaxAgeHigh, s.paceLocked(), now)
 	}
 	// A normal inquiry waits for both lanes, and high ones arriving
-	// meanwhile go first: it plans with the pace left after the larger of
-	// high's rate and its reserve, and may fill only the depth high does
-	// not keep.
-	// High's share is of what the pipeline can do: the measured pace, or
-	// the agencies' capacity where that is more (below saturation the
-	// drain rate measures what arrived, not what could be done).
-	high := s.highRate / max(s.paceLocked()/s.instancesLocked(), s.sample.Capacity, 1e-9)
-	pace := s.paceLocked() * (1 - max(s.cfg.HighReserve, min(high, 1-minNormalShare)))
+	// meanwhile go first: it plans with the pace left after high's rate,
+	// up to high's share, and may fill only the depth high does not keep.
+	pace := s.paceLocked() * (1 - min(high, s.cfg.HighReserve))
 	depthLimit := int(float64(s.cfg.MaxDepth) * (1 - s.cfg.HighReserve))
 	return s.decideLocked(s.depthLocked(), depthLimit, s.sample.OldestNormal, s.cfg.MaxAge, pace, now)
 }
 
-// minNormalShare is the least share of the pace the normal lane plans
-// with, however fast high inquiries arrive. The rates are noisy at low
-// load (a few inquiries a sample; a drain rate still settling after a
-// start measures what arrived, not what the pipeline can do), and planning
-// with no pace at all shed normal inquiries into an empty queue at the
-// start of a run. Were high inquiries really to take the whole pace, the
-// normal lane's own age budget turns it away.
-const minNormalShare = 0.1
+// shareSlack is how far over its share high must be taken before it is
+// shed for it: the pace it is a share of follows a slowdown within a
+// second, and so dips with the noise of a few inquiries a sample, which
+// shed high inquiries within their share in the priority drill.
+const shareSlack = 1.3
 
 // decideLocked admits unless the lane's oldest pending message is over
 // maxAge, depth reached depthLimit, or depth would take longer than most of
