@@ -306,11 +306,13 @@ func (s *Shedder) Admit(lane inquiry.Priority) Decision {
 	if s.cfg.LaneBlind {
 		return s.decideLocked(s.depthLocked(), s.cfg.MaxDepth, s.sample.Oldest, s.cfg.MaxAge, s.paceLocked(), now)
 	}
-	// The lanes' shares are of what the pipeline can do: the pace (which
-	// follows a slowdown within a second), or the agencies' capacity where
-	// that is more (below saturation the drain rate measures what arrived,
-	// not what could be done).
-	can := max(s.paceLocked()/s.instancesLocked(), s.sample.Capacity, 1e-9)
+	// The lanes' shares are of what the pipeline can do: the drain over
+	// the last half second (it follows a slowdown within a second), or the
+	// agencies' capacity where that is more (below saturation the drain
+	// rate measures what arrived, not what could be done). Not the pace,
+	// the least of them: the capacity estimate errs low, and high was shed
+	// within its share when it was measured against it.
+	can := max(s.fast, s.sample.Capacity, 1e-9)
 	high, normal := min(s.highRate/can, 1), min(s.normWant/can, 1)
 	if lane == inquiry.High {
 		// Workers fetch the high lane first: a high inquiry waits for
