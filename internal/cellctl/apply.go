@@ -127,8 +127,13 @@ func (x *inv) apply(ctx context.Context, reg registry.Registry, plan planner) (*
 			return nil, err
 		}
 		if attempt == 0 {
-			if tr, trSum, err = x.traffic(ctx, cur.Slots()); err != nil {
-				return nil, err
+			// The projection is for the operator's eyes: routers that
+			// cannot be asked never stand in the way of a change.
+			var bad usageError
+			if tr, trSum, err = x.traffic(ctx, cur.Slots()); errors.As(err, &bad) {
+				return nil, err // a malformed --routers: the operator's typo
+			} else if err != nil {
+				x.warnf("the plan shows no measured traffic: %v", err)
 			}
 		}
 		p, err := plan(cur)

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"time"
 
 	"github.com/cellkit/cellkit/internal/registry"
 	"github.com/cellkit/cellkit/internal/slotmap"
@@ -28,6 +29,9 @@ type routerHot struct {
 		Count  int64  `json:"count"`
 	} `json:"users"`
 }
+
+// routerWait bounds the questions to one router about its traffic.
+const routerWait = 2 * time.Second
 
 // trafficSummary says where a projection's traffic came from.
 type trafficSummary struct {
@@ -87,28 +91,9 @@ func (x *inv) traffic(ctx context.Context, slots int) (*slotmap.Traffic, *traffi
 	sum := &trafficSummary{}
 	var failed []string
 	for _, base := range urls {
-		var rs routerSlots
-		if err := x.admin().call(ctx, http.MethodGet, base+"/v1/admin/slots", "", nil, &rs); err != nil {
-			failed = append(failed, fmt.Sprintf("router %s: %v", base, err))
-			continue
+		if err := x.routerTraffic(ctx, base, t, sum); err != nil {
+			failed = append(failed, err.Error())
 		}
-		if rs.Slots != slots {
-			failed = append(failed, fmt.Sprintf("router %s counts %d slots, the map has %d", base, rs.Slots, slots))
-			continue
-		}
-		for _, r := range rs.Rates {
-			if s := int(r[0]); s >= 0 && s < slots && r[1] > 0 {
-				t.Slots[s] += r[1]
-				sum.Total += r[1]
-			}
-		}
-		var hot routerHot
-		if err := x.admin().call(ctx, http.MethodGet, base+"/v1/admin/hotkeys?n=1000", "", nil, &hot); err == nil && hot.WindowSeconds > 0 {
-			for _, u := range hot.Users {
-				t.Users[u.UserID] += float64(u.Count) / hot.WindowSeconds
-			}
-		}
-		sum.Routers = append(sum.Routers, base)
 	}
 	if len(sum.Routers) == 0 {
 		return nil, nil, fmt.Errorf("no router answered: %s", strings.Join(failed, "; "))
@@ -117,4 +102,33 @@ func (x *inv) traffic(ctx context.Context, slots int) (*slotmap.Traffic, *traffi
 		x.warnf("%s: its traffic is left out", f)
 	}
 	return t, sum, nil
+}
+
+// routerTraffic adds one router's slot rates and hot users' rates to t. A
+// router that does not answer at once is left out: the projection must not
+// hold a change up.
+func (x *inv) routerTraffic(ctx context.Context, base string, t *slotmap.Traffic, sum *trafficSummary) error {
+	ctx, cancel := context.WithTimeout(ctx, routerWait)
+	defer cancel()
+	var rs routerSlots
+	if err := x.admin().call(ctx, http.MethodGet, base+"/v1/admin/slots", "", nil, &rs); err != nil {
+		return fmt.Errorf("router %s: %v", base, err)
+	}
+	if rs.Slots != len(t.Slots) {
+		return fmt.Errorf("router %s counts %d slots, the map has %d", base, rs.Slots, len(t.Slots))
+	}
+	for _, r := range rs.Rates {
+		if s := int(r[0]); s >= 0 && s < len(t.Slots) && r[1] > 0 {
+			t.Slots[s] += r[1]
+			sum.Total += r[1]
+		}
+	}
+	var hot routerHot
+	if err := x.admin().call(ctx, http.MethodGet, base+"/v1/admin/hotkeys?n=1000", "", nil, &hot); err == nil && hot.WindowSeconds > 0 {
+		for _, u := range hot.Users {
+			t.Users[u.UserID] += float64(u.Count) / hot.WindowSeconds
+		}
+	}
+	sum.Routers = append(sum.Routers, base)
+	return nil
 }

@@ -394,14 +394,7 @@ func randomMap(t testing.TB, rng *rand.Rand, n, slots int) *Map {
 	if len(m.overrides) == 0 {
 		m.overrides = nil
 	}
-	if err := m.recomputeQuotas(); err != nil {
-		t.Fatal(err)
-	}
-	m.finish()
-	if err := m.Validate(); err != nil {
-		t.Fatal(err)
-	}
-	return m
+	return settled(t, m)
 }
 
 // Every map round-trips through both formats, at every width of a cell

@@ -35,6 +35,13 @@ func buildMap(t testing.TB, weights []int) *Map {
 	}
 	m.finish()
 	m.claimSlots(0) // the table is empty: fills every slot with its winner
+	return settled(t, m)
+}
+
+// settled derives m's quotas and lookup tables from what a test set, and
+// fails unless the result is a valid map.
+func settled(t testing.TB, m *Map) *Map {
+	t.Helper()
 	if err := m.recomputeQuotas(); err != nil {
 		t.Fatal(err)
 	}
