@@ -42,19 +42,9 @@ cleanup() {
 }
 trap cleanup EXIT
 
-wait_port() { # host:port
-  local i
-  for i in $(seq 1 200); do
-    if (exec 3<>"/dev/tcp/${1%:*}/${1#*:}") 2>/dev/null; then return 0; fi
-    sleep 0.05
-  done
-  log "nothing listens on $1"; exit 1
-}
-for p in "${PORTS[@]}" $ROUTER_PORT $ROUTER_ADMIN; do
-  if (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
-    log "port $p is in use (a stale bench process?); free it first"; exit 1
-  fi
-done
+# shellcheck source=scripts/ports.sh
+. "$ROOT/scripts/ports.sh"
+ports_free "${PORTS[@]}" $ROUTER_PORT $ROUTER_ADMIN
 
 log "building the router and the bench helper"
 (cd "$ROOT" && go build -o "$WORK/router" ./router && go build -o "$WORK/bench-router" ./scripts/bench-router)

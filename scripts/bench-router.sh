@@ -110,22 +110,12 @@ if [ -n "$BASE_REF" ]; then
   (cd "$WORK/base" && go build -o "$WORK/router-base" ./router)
 fi
 
-wait_port() { # host:port
-  local i
-  for i in $(seq 1 200); do
-    if (exec 3<>"/dev/tcp/${1%:*}/${1#*:}") 2>/dev/null; then return 0; fi
-    sleep 0.05
-  done
-  log "nothing listens on $1"; exit 1
-}
+# shellcheck source=scripts/ports.sh
+. "$ROOT/scripts/ports.sh"
 
 # Every port must be free: a stale process on one would answer in place of
 # the target (and its CPU would not be counted).
-for p in "${PORTS[@]}" $NGINX_PORT $MINPROXY_PORT $ROUTER_PORT $ROUTER_ADMIN $ROUTER1_PORT $ROUTER1_ADMIN $BASE_PORT $BASE_ADMIN $NGINX_TLS_PORT $ROUTER_TLS_PORT $ROUTER_TLS_ADMIN "${TLS_PORTS[@]}" $NGINX_MTLS_PORT $ROUTER_MTLS_PORT $ROUTER_MTLS_ADMIN; do
-  if (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
-    log "port $p is in use (a stale bench process?); free it first"; exit 1
-  fi
-done
+ports_free "${PORTS[@]}" $NGINX_PORT $MINPROXY_PORT $ROUTER_PORT $ROUTER_ADMIN $ROUTER1_PORT $ROUTER1_ADMIN $BASE_PORT $BASE_ADMIN $NGINX_TLS_PORT $ROUTER_TLS_PORT $ROUTER_TLS_ADMIN "${TLS_PORTS[@]}" $NGINX_MTLS_PORT $ROUTER_MTLS_PORT $ROUTER_MTLS_ADMIN
 
 # --- the targets ------------------------------------------------------------
 "$WORK/bench-router" backends -ports "$(IFS=,; echo "${PORTS[*]}")" &

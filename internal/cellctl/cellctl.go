@@ -182,6 +182,7 @@ type inv struct {
 	given      map[string]bool // the flags on the command line (not from the environment)
 	adminHTTP  *http.Client    // with --tls-*: their TLS configuration
 	adminToken string          // --admin-token, or --admin-token-file's content
+	measured   *measured       // the routers' traffic, once asked (see traffic)
 }
 
 // usageError is a bad command line: exit status 2.

@@ -382,13 +382,10 @@ cellctl rebalance --by traffic --routers http://router-a:9080,http://router-b:90
 			if len(urls) == 0 {
 				return usagef("--by traffic needs the routers: none is announced in the registry; give their admin URLs with --routers URLS (or CELLKIT_ROUTERS)")
 			}
-			var tr *slotmap.Traffic
 			return x.applyAndReport(ctx, func(m *slotmap.Map) (*slotmap.Plan, error) {
-				if tr == nil || len(tr.Slots) != m.Slots() {
-					var err error
-					if tr, _, err = x.traffic(ctx, m.Slots()); err != nil {
-						return nil, err
-					}
+				tr, _, err := x.traffic(ctx, m.Slots())
+				if err != nil {
+					return nil, err
 				}
 				return m.BalanceByTraffic(*tr)
 			})

@@ -83,6 +83,25 @@ func (x *inv) routerURLs(ctx context.Context) ([]string, error) {
 // a router that does not answer, or counts another slot count, is left out
 // with a warning, and none answering is an error.
 func (x *inv) traffic(ctx context.Context, slots int) (*slotmap.Traffic, *trafficSummary, error) {
+	// Asked once per command: drain plans twice, and rebalance --by
+	// traffic both plans with it and shows it.
+	if m := x.measured; m != nil && m.slots == slots {
+		return m.t, m.sum, m.err
+	}
+	t, sum, err := x.measureTraffic(ctx, slots)
+	x.measured = &measured{slots: slots, t: t, sum: sum, err: err}
+	return t, sum, err
+}
+
+// measured is what traffic found for a map of slots slots.
+type measured struct {
+	slots int
+	t     *slotmap.Traffic
+	sum   *trafficSummary
+	err   error
+}
+
+func (x *inv) measureTraffic(ctx context.Context, slots int) (*slotmap.Traffic, *trafficSummary, error) {
 	urls, err := x.routerURLs(ctx)
 	if err != nil || len(urls) == 0 {
 		return nil, nil, err

@@ -26,17 +26,8 @@ func Priority(ctx context.Context, c Config) (*loadtest.Result, error) {
 	}
 	blind, reserve := map[string]bool{}, map[string]float64{}
 	for _, cell := range st.Cells() {
-		var cs struct {
-			Queue struct {
-				LaneBlind   bool    `json:"lane_blind"`
-				HighReserve float64 `json:"high_reserve"`
-			} `json:"queue"`
-		}
-		p, err := st.Proc(cell)
+		cs, err := st.Status(ctx, cell)
 		if err != nil {
-			return nil, err
-		}
-		if err := getJSON(ctx, "http://"+p.Addrs["admin"]+"/v1/admin/status", &cs); err != nil {
 			return nil, err
 		}
 		blind[cell], reserve[cell] = cs.Queue.LaneBlind, cs.Queue.HighReserve
@@ -63,12 +54,7 @@ func Priority(ctx context.Context, c Config) (*loadtest.Result, error) {
 		for watchCtx.Err() == nil {
 			if r.Elapsed() >= c.Baseline {
 				for _, cell := range st.Cells() {
-					var cs struct {
-						Queue struct {
-							DrainRate float64 `json:"drain_rate"`
-						} `json:"queue"`
-					}
-					if p, err := st.Proc(cell); err == nil && getJSON(watchCtx, "http://"+p.Addrs["admin"]+"/v1/admin/status", &cs) == nil {
+					if cs, err := st.Status(watchCtx, cell); err == nil {
 						drain[cell] = append(drain[cell], cs.Queue.DrainRate)
 					}
 				}

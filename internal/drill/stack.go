@@ -152,6 +152,9 @@ type CellStatus struct {
 		Messages         int     `json:"messages"`
 		OldestAgeSeconds float64 `json:"oldest_age_seconds"`
 		AgeBudgetSeconds float64 `json:"age_budget_seconds"`
+		DrainRate        float64 `json:"drain_rate"`
+		LaneBlind        bool    `json:"lane_blind"`
+		HighReserve      float64 `json:"high_reserve"`
 	} `json:"queue"`
 	Inflight int `json:"inflight"`
 }

@@ -65,11 +65,34 @@ func validRouterID(id string) bool {
 }
 
 func checkAnnouncement(a Announcement) error {
-	if !validRouterID(a.ID) {
-		return fmt.Errorf("router id %q: want 1-64 of [A-Za-z0-9._-]", a.ID)
+	if err := checkRouterID(a.ID); err != nil {
+		return err
 	}
 	if !strings.HasPrefix(a.Admin, "http://") && !strings.HasPrefix(a.Admin, "https://") {
 		return fmt.Errorf("router %s: admin URL %q: want http(s)://HOST:PORT", a.ID, a.Admin)
+	}
+	return nil
+}
+
+// encodeAnnouncement checks a, stamps it at now and encodes it.
+func encodeAnnouncement(a Announcement, now time.Time) ([]byte, error) {
+	if err := checkAnnouncement(a); err != nil {
+		return nil, err
+	}
+	a.At = now.UTC()
+	return json.Marshal(a)
+}
+
+// decodeAnnouncement reads a stored announcement; false for one that is
+// not well formed.
+func decodeAnnouncement(data []byte) (Announcement, bool) {
+	var a Announcement
+	return a, json.Unmarshal(data, &a) == nil && checkAnnouncement(a) == nil
+}
+
+func checkRouterID(id string) error {
+	if !validRouterID(id) {
+		return fmt.Errorf("router id %q: want 1-64 of [A-Za-z0-9._-]", id)
 	}
 	return nil
 }
@@ -91,11 +114,7 @@ func (f *File) routersDir() string { return filepath.Join(filepath.Dir(f.path), 
 
 // Announce writes DIR/routers/ID.json.
 func (f *File) Announce(_ context.Context, a Announcement) error {
-	if err := checkAnnouncement(a); err != nil {
-		return err
-	}
-	a.At = f.opts.now().UTC()
-	data, err := json.Marshal(a)
+	data, err := encodeAnnouncement(a, f.opts.now())
 	if err != nil {
 		return err
 	}
@@ -110,8 +129,8 @@ func (f *File) Announce(_ context.Context, a Announcement) error {
 
 // Withdraw removes DIR/routers/ID.json.
 func (f *File) Withdraw(_ context.Context, id string) error {
-	if !validRouterID(id) {
-		return fmt.Errorf("router id %q: want 1-64 of [A-Za-z0-9._-]", id)
+	if err := checkRouterID(id); err != nil {
+		return err
 	}
 	if err := os.Remove(filepath.Join(f.routersDir(), id+".json")); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("withdraw router %s: %w", id, err)
@@ -134,11 +153,9 @@ func (f *File) Routers(_ context.Context) ([]Announcement, error) {
 			continue
 		}
 		data, err := os.ReadFile(filepath.Join(f.routersDir(), e.Name()))
-		var a Announcement
-		if err != nil || json.Unmarshal(data, &a) != nil || checkAnnouncement(a) != nil {
-			continue
+		if a, ok := decodeAnnouncement(data); err == nil && ok {
+			as = append(as, a)
 		}
-		as = append(as, a)
 	}
 	return live(as, f.opts.now()), nil
 }
@@ -147,11 +164,7 @@ func (c *Consul) routerKey(id string) string { return c.prefix + "/routers/" + i
 
 // Announce writes PREFIX/routers/ID.
 func (c *Consul) Announce(ctx context.Context, a Announcement) error {
-	if err := checkAnnouncement(a); err != nil {
-		return err
-	}
-	a.At = c.opts.now().UTC()
-	data, err := json.Marshal(a)
+	data, err := encodeAnnouncement(a, c.opts.now())
 	if err != nil {
 		return err
 	}
@@ -163,8 +176,8 @@ func (c *Consul) Announce(ctx context.Context, a Announcement) error {
 
 // Withdraw deletes PREFIX/routers/ID.
 func (c *Consul) Withdraw(ctx context.Context, id string) error {
-	if !validRouterID(id) {
-		return fmt.Errorf("router id %q: want 1-64 of [A-Za-z0-9._-]", id)
+	if err := checkRouterID(id); err != nil {
+		return err
 	}
 	if _, err := c.client.KV().Delete(c.routerKey(id), (&api.WriteOptions{}).WithContext(ctx)); err != nil {
 		return fmt.Errorf("withdraw router %s from %s: %w", id, c.Describe(), err)
@@ -180,11 +193,9 @@ func (c *Consul) Routers(ctx context.Context) ([]Announcement, error) {
 	}
 	var as []Announcement
 	for _, p := range pairs {
-		var a Announcement
-		if json.Unmarshal(p.Value, &a) != nil || checkAnnouncement(a) != nil {
-			continue
+		if a, ok := decodeAnnouncement(p.Value); ok {
+			as = append(as, a)
 		}
-		as = append(as, a)
 	}
 	return live(as, c.opts.now()), nil
 }

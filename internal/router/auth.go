@@ -50,7 +50,17 @@ type KeyEntry struct {
 type lanePolicy struct {
 	high, normal bool
 	def          []byte // "high" or "normal"
-	allowed      string // for the refusal's detail: "normal", "high" or "high, normal"
+}
+
+// allowed names the lanes for a message: "normal", "high" or "high, normal".
+func (p lanePolicy) allowed() string {
+	switch {
+	case p.high && p.normal:
+		return "high, normal"
+	case p.high:
+		return "high"
+	}
+	return "normal"
 }
 
 var (
@@ -78,20 +88,12 @@ func parseLanes(lanes []string, def string) (lanePolicy, error) {
 		}
 	}
 	switch {
-	case p.high && p.normal:
-		p.allowed = "high, normal"
-	case p.high:
-		p.allowed = "high"
-	default:
-		p.allowed = "normal"
-	}
-	switch {
 	case def == "" && p.normal, def == "normal" && p.normal:
 		p.def = laneNormal
 	case def == "" && p.high, def == "high" && p.high:
 		p.def = laneHigh
 	default:
-		return p, fmt.Errorf("default_lane %q must be one of its lanes (%s)", def, p.allowed)
+		return p, fmt.Errorf("default_lane %q must be one of its lanes (%s)", def, p.allowed())
 	}
 	return p, nil
 }
@@ -196,7 +198,7 @@ func parseKeys(data []byte) (*Keys, error) {
 			c = &Client{ID: e.Client, Rate: e.Rate, Burst: e.Burst, lanes: lanes, index: len(k.clients),
 				limitText: strconv.AppendFloat(nil, e.Rate, 'f', -1, 64), idBytes: []byte(e.Client)}
 			c.laneRefusal = newProb(problem.New(http.StatusForbidden, problem.LaneForbidden,
-				"this API key may send only priority "+lanes.allowed+" (its client's lanes)").WithField("priority"))
+				"this API key may send only priority "+lanes.allowed()+" (its client's lanes)").WithField("priority"))
 			byID[e.Client] = c
 			k.clients = append(k.clients, c)
 		case c.Rate != e.Rate || c.Burst != e.Burst:

@@ -112,40 +112,47 @@ func (m *Map) SetWeights(weights map[string]int) (*Plan, error) {
 }
 
 // Imbalance is how uneven load is over the active cells: the largest
-// ratio of a cell's load to its fair share, where the fair share follows
-// the cells' declared capacities if every active cell declares one, else
-// is even. 1 is perfectly even.
+// ratio of a cell's load to its fair share (fairLoads). 1 is perfectly
+// even.
 func (m *Map) Imbalance(load map[string]float64) float64 {
-	var active []Cell
-	total, capSum := 0.0, 0
-	for _, c := range m.cells {
-		if c.State == Active {
-			active = append(active, c)
-			total += load[c.ID]
-			capSum += c.Capacity
-		}
-	}
-	if len(active) == 0 || total <= 0 {
+	fair := m.fairLoads(load)
+	if fair == nil {
 		return 1
 	}
 	worst := 0.0
-	for _, c := range active {
-		fair := total / float64(len(active))
-		if capSum > 0 && allDeclare(active) {
-			fair = total * float64(c.Capacity) / float64(capSum)
-		}
-		worst = math.Max(worst, load[c.ID]/fair)
+	for id, f := range fair {
+		worst = math.Max(worst, load[id]/f)
 	}
 	return worst
 }
 
-func allDeclare(cells []Cell) bool {
-	for _, c := range cells {
-		if c.Capacity == 0 {
-			return false
+// fairLoads is each active cell's fair share of load's total over the
+// active cells: by declared capacity if every active cell declares one,
+// else even. Nil when there is no active cell or no load.
+func (m *Map) fairLoads(load map[string]float64) map[string]float64 {
+	total, capSum, n, declared := 0.0, 0, 0, true
+	for _, c := range m.cells {
+		if c.State == Active {
+			total += load[c.ID]
+			capSum += c.Capacity
+			n++
+			declared = declared && c.Capacity > 0
 		}
 	}
-	return true
+	if n == 0 || total <= 0 {
+		return nil
+	}
+	fair := make(map[string]float64, n)
+	for _, c := range m.cells {
+		if c.State != Active {
+			continue
+		}
+		fair[c.ID] = total / float64(n)
+		if declared {
+			fair[c.ID] = total * float64(c.Capacity) / float64(capSum)
+		}
+	}
+	return fair
 }
 
 // BalanceByTraffic plans weights for the active cells that even out t's
@@ -184,28 +191,13 @@ func (m *Map) BalanceByTraffic(t Traffic) (*Plan, error) {
 		imbalance float64
 	}
 	best := []round{{imbalance: m.Imbalance(load)}}
-	cur := m
 	for range 12 {
-		caps := map[string]int{}
-		for _, c := range cur.cells {
-			caps[c.ID] = c.Capacity
-		}
-		total, capSum, n := 0.0, 0, 0
-		for id := range active {
-			total += load[id]
-			capSum += caps[id]
-			n++
-		}
-		for id := range active {
-			fair := total / float64(n)
-			if capSum > 0 && allDeclareIDs(caps, active) {
-				fair = total * float64(caps[id]) / float64(capSum)
-			}
-			f := 1.0
+		// Capacities and the active cells stay those of m: only weights
+		// change.
+		for id, fair := range m.fairLoads(load) {
+			f := 2.0 // a cell with no load: more
 			if load[id] > 0 {
 				f = math.Sqrt(fair / load[id]) // half steps: load is lumpy
-			} else {
-				f = 2
 			}
 			weights[id] = min(max(1, int(math.Round(float64(weights[id])*f))), MaxWeight)
 		}
@@ -218,7 +210,6 @@ func (m *Map) BalanceByTraffic(t Traffic) (*Plan, error) {
 			return nil, err
 		}
 		best = append(best, round{plan: p, imbalance: p.After.Imbalance(load)})
-		cur = p.After
 	}
 	least := slices.MinFunc(best, func(a, b round) int { return cmp.Compare(a.imbalance, b.imbalance) })
 	// Among the rounds within 2 % of the least imbalance, the one moving the
@@ -239,13 +230,4 @@ func (m *Map) BalanceByTraffic(t Traffic) (*Plan, error) {
 		return m.SetWeights(active) // no change
 	}
 	return best[pick].plan, nil
-}
-
-func allDeclareIDs(caps map[string]int, ids map[string]int) bool {
-	for id := range ids {
-		if caps[id] == 0 {
-			return false
-		}
-	}
-	return true
 }
