@@ -50,15 +50,36 @@ tools: ## install the programs the tests need into ./bin (a real Consul agent, p
 	./scripts/install-consul.sh $(CONSUL)
 	./scripts/install-prometheus.sh $(BIN)/promtool
 
+# The images: the version the binaries print and the images are tagged with,
+# the repository they are named in, the GOARCH they are built for.
+VERSION    ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
+IMAGE_REPO ?= cellkit
+IMAGE_ARCH ?= $(shell go env GOARCH)
+IMAGES     := router cell cellctl agencysim
+
+.PHONY: images
+images: ## OCI images of the programs (no Docker): static binaries in ./bin/static, one tar per program in ./bin/images, both an OCI layout and a docker-archive (IMAGE_REPO, VERSION, IMAGE_ARCH)
+	@mkdir -p $(BIN)/static $(BIN)/images
+	@set -e; for p in $(IMAGES); do \
+	  echo "go build ./$$p (static, $(IMAGE_ARCH))"; \
+	  CGO_ENABLED=0 GOOS=linux GOARCH=$(IMAGE_ARCH) go build -trimpath -buildvcs=true \
+	    -ldflags "-s -w -X github.com/cellkit/cellkit/internal/buildinfo.version=$(VERSION)" \
+	    -o $(BIN)/static/$$p ./$$p; \
+	done
+	cd deploy/release && go run ./cmd/images --bin ../../bin/static --out ../../bin/images \
+	  --version $(VERSION) --repo $(IMAGE_REPO) --arch $(IMAGE_ARCH) $(IMAGES)
+
 .PHONY: test
-test: tools build ## run the whole test suite with -race (runs `make tools` and `make build`: some tests run the programs in ./bin)
+test: tools build images ## run the whole test suite with -race (runs `make tools`, `make build` and `make images`: some tests run the programs in ./bin, deploy/release's tests read the images)
 	go test -race -timeout 20m -count 1 $(PKGS)
+	cd deploy/release && go test -race -timeout 10m -count 1 ./...
 
 .PHONY: lint
-lint: ## go vet and staticcheck
+lint: ## go vet and staticcheck (the main module and deploy/release)
 	go vet ./...
 	GOBIN=$(BIN) go install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
 	$(BIN)/staticcheck ./...
+	cd deploy/release && go vet ./... && $(BIN)/staticcheck ./...
 
 NET_DRILLS ?= host-loss cut-router cut-consul-router cut-consul-cell cut-nats cut-agency
 

@@ -66,12 +66,13 @@ type options struct {
 	seed                               int64
 	shutdownTimeout                    time.Duration
 	logLevel                           slog.Level
+	flags                              *flagenv.Set
 }
 
 func parseFlags(args []string, getenv func(string) string, output io.Writer) (options, error) {
 	var o options
-	fs := flag.NewFlagSet("agencysim", flag.ContinueOnError)
-	fs.SetOutput(output)
+	fs := flagenv.NewSet("agencysim", output)
+	o.flags = fs
 	fs.StringVar(&o.niceListen, "nice-listen", "127.0.0.1:7001", "TCP address of the NICE agency")
 	fs.StringVar(&o.kcbListen, "kcb-listen", "127.0.0.1:7002", "TCP address of the KCB agency")
 	fs.StringVar(&o.adminListen, "admin-listen", "127.0.0.1:7000", "HTTP address of the admin API, health and metrics")
@@ -87,13 +88,14 @@ func parseFlags(args []string, getenv func(string) string, output io.Writer) (op
 	fs.Int64Var(&o.seed, "seed", 1, "seed of the random latencies and faults (KCB uses seed+1)")
 	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 10*time.Second, "how long calls in flight may finish at shutdown")
 	fs.TextVar(&o.logLevel, "log-level", slog.LevelInfo, "log level: debug, info, warn or error")
-	if err := fs.Parse(args); err != nil {
+	if err := fs.Parse(args, getenv); err != nil {
 		return o, err
 	}
-	if fs.NArg() > 0 {
-		return o, fmt.Errorf("unexpected arguments %q", fs.Args())
+	// The agencies' settings are checked as they will be used.
+	if _, err := o.config(o.niceSessions, o.seed); err != nil {
+		return o, err
 	}
-	if err := flagenv.Fill(fs, "agencysim", getenv); err != nil {
+	if _, err := o.config(o.kcbSessions, o.seed+1); err != nil {
 		return o, err
 	}
 	return o, nil
@@ -122,6 +124,7 @@ type addrs struct{ Admin, NICE, KCB net.Addr }
 // down gracefully. ready, if not nil, is called once everything listens.
 func run(ctx context.Context, args []string, stderr io.Writer, ready func(addrs)) error {
 	o, err := parseFlags(args, os.Getenv, stderr)
+	err = o.flags.Checked(err)
 	if errors.Is(err, flag.ErrHelp) {
 		return nil
 	}

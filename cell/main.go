@@ -113,6 +113,7 @@ type extra struct {
 	level          slog.Level
 	tls            cell.TLSFiles
 	adminTokenFile string
+	flags          *flagenv.Set
 }
 
 func parseFlags(args []string, getenv func(string) string, output io.Writer) (cell.Config, extra, error) {
@@ -122,8 +123,8 @@ func parseFlags(args []string, getenv func(string) string, output io.Writer) (ce
 	level := &x.level
 	var agencies agencyFlag
 	var callbackAllow, trusted prefixFlag
-	fs := flag.NewFlagSet("cell", flag.ContinueOnError)
-	fs.SetOutput(output)
+	fs := flagenv.NewSet("cell", output)
+	x.flags = fs
 	fs.StringVar(&c.ID, "cell", "", "cell id, as in the cell map (required)")
 	fs.StringVar(&c.IntakeAddr, "intake", d.IntakeAddr, "listen address of the intake API")
 	fs.StringVar(&c.AdminAddr, "admin", d.AdminAddr, "listen address of the admin API, probes and metrics (not a loopback address: needs --admin-token-file or --admin-tls-client-ca)")
@@ -163,19 +164,13 @@ func parseFlags(args []string, getenv func(string) string, output io.Writer) (ce
 	fs.DurationVar(&c.Breaker.OpenFor, "breaker-open-for", d.Breaker.OpenFor, "agency circuit breaker: refuse calls this long, then probe")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", d.ShutdownTimeout, "at shutdown, how long requests in flight may finish")
 	fs.TextVar(level, "log-level", slog.LevelInfo, "log level: debug, info, warn or error")
-	x.tls.Intake.RegisterFlags(fs, "", "intake listener", pki.RoleRouter)
-	x.tls.Admin.RegisterFlags(fs, "admin-", "admin listener", pki.RoleOperator)
+	x.tls.Intake.RegisterFlags(fs.FlagSet, "", "intake listener", pki.RoleRouter)
+	x.tls.Admin.RegisterFlags(fs.FlagSet, "admin-", "admin listener", pki.RoleOperator)
 	fs.Lookup("tls-client-role").Usage = "intake listener: with --tls-client-ca, the role (certificate Subject OU) of the routers' certificates (empty: any); a certificate naming the role cell (another cell) may only read inquiries, any other is refused"
-	x.tls.Peer.RegisterFlags(fs, "peer-", "the other cells' intake")
+	x.tls.Peer.RegisterFlags(fs.FlagSet, "peer-", "the other cells' intake")
 	fs.Lookup("peer-tls-cert").Usage += "; it is asked about an inquiry after a slot move (default with --tls-client-ca and no --peer-tls-*: --tls-cert, --tls-key and --tls-client-ca as CA)"
 	fs.Var(&trusted, "trusted-router-cidrs", "peer addresses served as routers on intake connections without a client certificate, as `CIDR[,CIDR...]` (default 127.0.0.0/8,::1/128); other callers that are not routers get 403")
-	if err := fs.Parse(args); err != nil {
-		return c, x, err
-	}
-	if fs.NArg() > 0 {
-		return c, x, fmt.Errorf("unexpected arguments %q", fs.Args())
-	}
-	if err := flagenv.Fill(fs, "cell", getenv); err != nil {
+	if err := fs.Parse(args, getenv); err != nil {
 		return c, x, err
 	}
 	c.Agencies = agencies
@@ -210,6 +205,7 @@ func parseFlags(args []string, getenv func(string) string, output io.Writer) (ce
 // run starts the cell and serves until ctx ends.
 func run(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer) error {
 	cfg, x, err := parseFlags(args, getenv, stderr)
+	err = x.flags.Checked(err)
 	if errors.Is(err, flag.ErrHelp) {
 		return nil
 	}

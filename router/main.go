@@ -86,13 +86,14 @@ type options struct {
 	adminTokenFile      string
 	publicTLS, adminTLS tlsconf.ServerFiles
 	cellTLS             tlsconf.ClientFiles
+	flags               *flagenv.Set
 }
 
 func parseFlags(args []string, getenv func(string) string, output io.Writer) (options, error) {
 	var o options
 	d := router.DefaultConfig()
-	fs := flag.NewFlagSet("router", flag.ContinueOnError)
-	fs.SetOutput(output)
+	fs := flagenv.NewSet("router", output)
+	o.flags = fs
 	fs.StringVar(&o.listen, "listen", "127.0.0.1:8080", "public HTTP address")
 	fs.StringVar(&o.adminListen, "admin-listen", "127.0.0.1:9080", "admin HTTP address: health, readiness, metrics, hot keys (not a loopback address: needs --admin-token-file or --admin-tls-client-ca)")
 	fs.StringVar(&o.registryURL, "registry", "", "cell map registry: file:PATH or consul://HOST:PORT/PREFIX (default $"+registry.EnvRegistry+")")
@@ -108,9 +109,9 @@ func parseFlags(args []string, getenv func(string) string, output io.Writer) (op
 	fs.TextVar(&o.logLevel, "log-level", slog.LevelInfo, "log level: debug, info, warn or error")
 	fs.BoolVar(&o.pprof, "pprof", false, "serve /debug/pprof/ on the admin listener")
 	fs.StringVar(&o.adminTokenFile, "admin-token-file", "", "admin listener: file of bearer tokens, one per line ('#' comments); every admin path but /healthz and /readyz then needs Authorization: Bearer TOKEN (reloaded when it changes or on SIGHUP)")
-	o.publicTLS.RegisterFlags(fs, "", "public listener", "")
-	o.adminTLS.RegisterFlags(fs, "admin-", "admin listener", pki.RoleOperator)
-	o.cellTLS.RegisterFlags(fs, "cell-", "the cells")
+	o.publicTLS.RegisterFlags(fs.FlagSet, "", "public listener", "")
+	o.adminTLS.RegisterFlags(fs.FlagSet, "admin-", "admin listener", pki.RoleOperator)
+	o.cellTLS.RegisterFlags(fs.FlagSet, "cell-", "the cells")
 
 	fs.DurationVar(&o.server.ReadHeaderTimeout, "read-header-timeout", d.Server.ReadHeaderTimeout, "time to read a request's header")
 	fs.DurationVar(&o.server.ReadTimeout, "read-timeout", d.Server.ReadTimeout, "time to read a request's body after its header")
@@ -132,13 +133,7 @@ func parseFlags(args []string, getenv func(string) string, output io.Writer) (op
 	fs.Float64Var(&o.cell.Breaker.FailureRate, "breaker-failure-rate", d.Cell.Breaker.FailureRate, "circuit breaker: open at this share of failures (5xx, errors, timeouts)")
 	fs.DurationVar(&o.cell.Breaker.OpenFor, "breaker-open-for", d.Cell.Breaker.OpenFor, "circuit breaker: refuse this long before probing")
 
-	if err := fs.Parse(args); err != nil {
-		return o, err
-	}
-	if fs.NArg() > 0 {
-		return o, fmt.Errorf("unexpected arguments %q", fs.Args())
-	}
-	if err := flagenv.Fill(fs, "router", getenv); err != nil {
+	if err := fs.Parse(args, getenv); err != nil {
 		return o, err
 	}
 	if o.keysPath == "" {
@@ -195,6 +190,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, ready fun
 		}
 	}
 	o, err := parseFlags(args, os.Getenv, stderr)
+	err = o.flags.Checked(err)
 	if errors.Is(err, flag.ErrHelp) {
 		return nil
 	}

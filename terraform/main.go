@@ -13,17 +13,15 @@ import (
 
 	"github.com/hashicorp/terraform-plugin-framework/providerserver"
 
+	"github.com/cellkit/cellkit/internal/buildinfo"
 	"github.com/cellkit/cellkit/internal/tfprovider"
 )
-
-// version is set at build time (-ldflags "-X main.version=...").
-var version = "dev"
 
 func main() {
 	var debug bool
 	flag.BoolVar(&debug, "debug", false, "run with support for debuggers such as delve")
 	flag.Parse()
-	err := providerserver.Serve(context.Background(), tfprovider.New(version), providerserver.ServeOpts{
+	err := providerserver.Serve(context.Background(), tfprovider.New(buildinfo.Version()), providerserver.ServeOpts{
 		Address: tfprovider.Address,
 		Debug:   debug,
 	})

@@ -126,11 +126,12 @@ type globals struct {
 	adminTokenFile string
 	routers        string              // routers' admin URLs, comma-separated, for traffic projections
 	tls            tlsconf.ClientFiles // for the admin APIs
+	check          bool                // print the settings and stop
 }
 
 // globalNames are the global flags' names, which a command's help leaves
 // to the global flags' text.
-var globalNames = []string{"registry", "json", "timeout", "lock-wait", "admin-token", "admin-token-file", "routers", "tls-ca", "tls-cert", "tls-key"}
+var globalNames = []string{"registry", "json", "timeout", "lock-wait", "admin-token", "admin-token-file", "routers", "tls-ca", "tls-cert", "tls-key", "check"}
 
 func (g *globals) register(fs *flag.FlagSet) {
 	fs.StringVar(&g.registry, "registry", g.registry, "")
@@ -140,6 +141,7 @@ func (g *globals) register(fs *flag.FlagSet) {
 	fs.StringVar(&g.adminToken, "admin-token", g.adminToken, "")
 	fs.StringVar(&g.adminTokenFile, "admin-token-file", g.adminTokenFile, "")
 	fs.StringVar(&g.routers, "routers", g.routers, "")
+	fs.BoolVar(&g.check, "check", g.check, "")
 	// The TLS flags' names are tlsconf's, as in every program; their
 	// values, like the others', are kept from an earlier FlagSet by
 	// Run (Visit and Set).
@@ -164,6 +166,10 @@ const globalFlagsHelp = `Global flags (before or after the command):
   --tls-cert F         client certificate (PEM) for admin APIs that require
                        one (mutual TLS: the cells' take an operator's)
   --tls-key F          its private key (PEM)
+  --check              check the command's flags and environment, print every
+                       setting with where it came from as JSON, and stop
+                       (exit 2 if the command would refuse them): nothing is
+                       read, written or asked
   -h, --help           help for the command
 
 A flag not on the command line is read from CELLKIT_CELLCTL_<FLAG>, else
@@ -200,6 +206,7 @@ func (c *CLI) Run(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	top := flag.NewFlagSet("cellctl", flag.ContinueOnError)
 	top.SetOutput(io.Discard)
 	x.g.register(top)
+	version := top.Bool("version", false, "")
 	if err := top.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			writeOverview(stdout)
@@ -208,6 +215,9 @@ func (c *CLI) Run(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		return x.fail("cellctl", usagef("%v (see 'cellctl help')", err))
 	}
 	rest := top.Args()
+	if *version {
+		rest = []string{"version"}
+	}
 	if len(rest) == 0 {
 		writeOverview(stderr)
 		return ExitUsage
@@ -254,7 +264,13 @@ func (c *CLI) Run(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	top.Visit(func(f *flag.Flag) { fs.Set(f.Name, f.Value.String()) })
 	x.given = map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { x.given[f.Name] = true })
-	if err := flagenv.Fill(fs, "cellctl", c.getenv); err != nil {
+	// --check only from the command line: a variable must never turn
+	// every command into a printout.
+	origins, err := flagenv.FillFrom(fs, "cellctl", c.getenv, "check")
+	if x.g.check {
+		return x.check(fs, origins, err, pos)
+	}
+	if err != nil {
 		return x.fail(name, usageError{msg: err.Error()})
 	}
 	fs.Visit(func(f *flag.Flag) {
@@ -284,6 +300,37 @@ func (c *CLI) Run(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	}
 	if err := cmd.run(ctx, x, pos); err != nil {
 		return x.fail(name, err)
+	}
+	return ExitOK
+}
+
+// check prints the --check report of the command's settings: those that
+// are flags; err is what filling them from the environment returned.
+func (x *inv) check(fs *flag.FlagSet, origins map[string]string, err error, pos []string) int {
+	if err == nil && (len(pos) < x.cmd.minArgs || (x.cmd.maxArgs >= 0 && len(pos) > x.cmd.maxArgs)) {
+		err = usagef("%s", argCountMsg(x.cmd, len(pos)))
+	}
+	if err == nil && x.g.timeout < 0 {
+		err = usagef("--timeout %v must not be negative", x.g.timeout)
+	}
+	environ := os.Environ()
+	if x.cli.Getenv != nil {
+		environ = nil // a test's environment: only what it names
+		fs.VisitAll(func(f *flag.Flag) {
+			for _, name := range flagenv.Names("cellctl", f.Name) {
+				if v := x.cli.Getenv(name); v != "" {
+					environ = append(environ, name+"="+v)
+				}
+			}
+		})
+	}
+	r := flagenv.Describe(fs, "cellctl", x.given, origins, environ, err, "check")
+	r.Command = x.cmd.name
+	if werr := writeJSON(x.out, r); werr != nil {
+		return x.fail("cellctl "+x.cmd.name, werr)
+	}
+	if err != nil {
+		return ExitUsage
 	}
 	return ExitOK
 }

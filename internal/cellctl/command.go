@@ -49,7 +49,7 @@ func commands() []*command {
 
 		mapShowCommand(), mapLookupCommand(), mapDiffCommand(), mapHistoryCommand(),
 		overrideListCommand(), quotaShowCommand("quota", false), quotaShowCommand("quota show", true),
-		verifyCommand(),
+		verifyCommand(), versionCommand(),
 
 		statusCommand(), failedListCommand(), failedRetryCommand(), circuitCommand(), hotkeysCommand(),
 

@@ -17,6 +17,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 )
 
@@ -35,14 +36,22 @@ func Names(program, name string) []string {
 // getenv reads the environment; nil means os.Getenv. The first value a
 // flag refuses is returned as an error, on one line, naming the variable.
 func Fill(fs *flag.FlagSet, program string, getenv func(string) string) error {
+	_, err := FillFrom(fs, program, getenv)
+	return err
+}
+
+// FillFrom is Fill, returning the variable that set each flag it set (for
+// Describe). The flags named in skip are never read from the environment.
+func FillFrom(fs *flag.FlagSet, program string, getenv func(string) string, skip ...string) (map[string]string, error) {
 	if getenv == nil {
 		getenv = os.Getenv
 	}
 	given := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	origins := map[string]string{}
 	var err error
 	fs.VisitAll(func(f *flag.Flag) {
-		if err != nil || given[f.Name] {
+		if err != nil || given[f.Name] || slices.Contains(skip, f.Name) {
 			return
 		}
 		for _, env := range Names(program, f.Name) {
@@ -54,8 +63,9 @@ func Fill(fs *flag.FlagSet, program string, getenv func(string) string) error {
 				msg := strings.Join(strings.Fields(e.Error()), " ")
 				err = fmt.Errorf("%s=%q: invalid value for --%s: %s", env, v, f.Name, msg)
 			}
+			origins[f.Name] = env
 			return
 		}
 	})
-	return err
+	return origins, err
 }

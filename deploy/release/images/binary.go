@@ -1,0 +1,67 @@
+package images
+
+import (
+	"debug/buildinfo"
+	"debug/elf"
+	"errors"
+	"fmt"
+)
+
+// Binary is what a Go binary records of its build. (Not its version: the
+// linker's -X flags are not recorded in a -trimpath build.)
+type Binary struct {
+	GOOS, GOARCH string
+	Revision     string // vcs.revision, "" if not stamped
+	Modified     bool   // vcs.modified
+}
+
+// ReadBinary reads the build of the Go binary at path and checks it is a
+// static ELF executable: no interpreter, no shared libraries. An image
+// with an empty base has neither a dynamic loader nor a libc.
+func ReadBinary(path string) (Binary, error) {
+	var b Binary
+	bi, err := buildinfo.ReadFile(path)
+	if err != nil {
+		return b, err
+	}
+	for _, s := range bi.Settings {
+		switch s.Key {
+		case "GOOS":
+			b.GOOS = s.Value
+		case "GOARCH":
+			b.GOARCH = s.Value
+		case "vcs.revision":
+			b.Revision = s.Value
+		case "vcs.modified":
+			b.Modified = s.Value == "true"
+		}
+	}
+	if err := CheckStatic(path); err != nil {
+		return b, err
+	}
+	return b, nil
+}
+
+// CheckStatic checks the file at path is a statically linked ELF
+// executable: no PT_INTERP program header and no DT_NEEDED entry.
+func CheckStatic(path string) error {
+	f, err := elf.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	var errs []error
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_INTERP {
+			errs = append(errs, fmt.Errorf("%s: has an interpreter (PT_INTERP): not static (build with CGO_ENABLED=0)", path))
+		}
+	}
+	libs, err := f.ImportedLibraries()
+	if err != nil {
+		errs = append(errs, fmt.Errorf("%s: %w", path, err))
+	}
+	if len(libs) > 0 {
+		errs = append(errs, fmt.Errorf("%s: needs shared libraries %v: not static (build with CGO_ENABLED=0)", path, libs))
+	}
+	return errors.Join(errs...)
+}
