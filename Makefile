@@ -20,11 +20,12 @@ help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[1m%-8s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 .PHONY: build
-build: ## compile every package and command into ./bin (the Terraform provider as bin/terraform-provider-cellkit; nats-server, the version cells embed, for the network lab)
+build: ## compile every package and command into ./bin (the Terraform provider as bin/terraform-provider-cellkit; nats-server, the version cells embed, for the network lab; bin/faults/cell, a cell with fault hooks, for the poison drill)
 	go build ./...
 	@cmds=$$(go list -f '{{if eq .Name "main"}}{{.ImportPath}}{{end}}' ./... | grep -v '/terraform$$'); \
 	if [ -n "$$cmds" ]; then GOBIN=$(BIN) go install $$cmds; fi
 	go build -o $(BIN)/terraform-provider-cellkit ./terraform
+	go build -tags faults -o $(BIN)/faults/cell ./cell
 	go build -o $(BIN)/nats-server github.com/nats-io/nats-server/v2
 
 .PHONY: run
@@ -128,7 +129,7 @@ fuzz: ## run every fuzz target for FUZZTIME each (default 50000x executions; a d
 	done
 
 .PHONY: drill
-drill: tools build ## the chaos drills (kill, drain, agency-slow at DRILL_RATE/s, default 100; agency-slow again at 250/s with a 5 s age budget, where the cells must shed; kill again with a real Prometheus checking the alerts; priority: high and normal lanes under overload, lane-aware cells beside lane-blind ones) on a fresh local stack each; reports in var/drill/
+drill: tools build ## the chaos drills (kill, drain, agency-slow at DRILL_RATE/s, default 100; agency-slow again at 250/s with a 5 s age budget, where the cells must shed; kill again with a real Prometheus checking the alerts; priority: high and normal lanes under overload, lane-aware cells beside lane-blind ones; poison: inquiries whose processing panics, contained to themselves) on a fresh local stack each; reports in var/drill/
 	@mkdir -p var/drill; rc=0; \
 	for d in kill drain agency-slow; do \
 	  echo "== loadtest drill $$d"; \
@@ -144,6 +145,9 @@ drill: tools build ## the chaos drills (kill, drain, agency-slow at DRILL_RATE/s
 	echo "== loadtest drill priority: agencies ×10, 120/s, 20 % high; c2 and c4 shed lane-blind for comparison"; \
 	$(BIN)/loadtest drill priority --bin $(BIN) --rate 120 --users 1000 --age-budget 10s --baseline 10s --fault 40s \
 	  --json var/drill/priority.json --svg var/drill/priority.svg || rc=1; \
+	echo "== loadtest drill poison: 20 inquiries that panic the pipeline, for users of c2, under load"; \
+	$(BIN)/loadtest drill poison --bin $(BIN) --rate $(DRILL_RATE) --baseline 10s --fault 10s --after 10s \
+	  --json var/drill/poison.json --svg var/drill/poison.svg || rc=1; \
 	exit $$rc
 
 .PHONY: fmt

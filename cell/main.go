@@ -142,6 +142,7 @@ func parseFlags(args []string, getenv func(string) string, output io.Writer) (ce
 	fs.DurationVar(&c.BorrowTimeout, "borrow-timeout", d.BorrowTimeout, "wait for an agency session from the pool")
 	fs.DurationVar(&c.Pipeline.StepTimeout, "step-timeout", d.Pipeline.StepTimeout, "budget of each pipeline step (agency call with its wait for a session, CSS, core banking)")
 	fs.IntVar(&c.Pipeline.MaxDeliver, "max-deliver", d.Pipeline.MaxDeliver, "attempts before a transiently failing inquiry is dead-lettered")
+	fs.IntVar(&c.Pipeline.QuarantineAfter, "quarantine-after", d.Pipeline.QuarantineAfter, "crashes of the cell process an inquiry may be in flight at before it is quarantined as suspected poison (failed, dead-lettered) at the next start; each crash makes the inquiries in flight suspects, which run one at a time")
 	fs.DurationVar(&c.AckWait, "ack-wait", d.AckWait, "ack wait of the work consumers (in-progress acks keep slow work alive)")
 	fs.DurationVar(&c.Shed.MaxAge, "age-budget", d.Shed.MaxAge, "shed new intake when the oldest pending inquiry is older than this")
 	fs.DurationVar(&c.Shed.MaxAgeHigh, "age-budget-high", 0, "the same budget for the high lane (0: --age-budget)")
@@ -181,6 +182,9 @@ func parseFlags(args []string, getenv func(string) string, output io.Writer) (ce
 	}
 	if c.ID == "" {
 		return c, x, errors.New("--cell (or CELLKIT_CELL) is required")
+	}
+	if c.Pipeline.QuarantineAfter < 1 {
+		return c, x, fmt.Errorf("--quarantine-after must be at least 1, got %d", c.Pipeline.QuarantineAfter)
 	}
 	b := c.Breaker
 	switch {

@@ -84,11 +84,12 @@ func TestFlagsAndEnvironment(t *testing.T) {
 	}
 }
 
-// buildBinary builds the cell into the test's temporary directory.
-func buildBinary(t *testing.T) string {
+// buildBinary builds the cell into the test's temporary directory, with
+// the build tags given.
+func buildBinary(t *testing.T, tags ...string) string {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), "cell")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+	if out, err := exec.Command("go", "build", "-tags", strings.Join(tags, ","), "-o", bin, ".").CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
 	return bin

@@ -44,6 +44,7 @@ var rareMetrics = map[string]string{
 	"cellkit_router_connections_refused_total":         "a connection over the router's limits (1024 per address)",
 	"cellkit_agency_breaker_transitions_total":         "an agency breaker changing state (20 calls in a cell, 20 % failed)",
 	"cellkit_tls_certificate_expiry_timestamp_seconds": "a listener or a client on TLS (cellctl dev up --tls)",
+	"cellkit_cell_panics_total":                        "a panic recovered in a cell (the poison drill's build, bin/faults/cell)",
 }
 
 // documented is a metric's row in docs/metrics.md.

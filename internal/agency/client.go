@@ -204,6 +204,18 @@ func (c *Client) inquire(ctx context.Context, userKey string) (Result, string, e
 	callerDL, ok := ctx.Deadline()
 	callerBinds := ok && !callerDL.After(dl)
 	began := c.now()
+	// A panic in the call (reading the agency's answer, say) gives back
+	// what it holds on its way up: the session, whose state is unknown, is
+	// discarded, and the call counts as a failure.
+	returned := false
+	defer func() {
+		if !returned {
+			cancel()
+			c.pool.Return(s, false)
+			lp.Drop()
+			bp.Done(true, c.now().Sub(began))
+		}
+	}()
 	msg, err := s.Conn().Inquire(callCtx, userKey)
 	took := c.now().Sub(began)
 	cancel()
@@ -211,6 +223,7 @@ func (c *Client) inquire(ctx context.Context, userKey string) (Result, string, e
 	var codeErr *CodeError
 	broken := err != nil && !errors.As(err, &codeErr)
 	c.pool.Return(s, !broken)
+	returned = true
 	switch {
 	case err == nil:
 		lp.Record()

@@ -38,6 +38,7 @@ import (
 	"github.com/cellkit/cellkit/internal/adminauth"
 	"github.com/cellkit/cellkit/internal/agency"
 	"github.com/cellkit/cellkit/internal/backoff"
+	"github.com/cellkit/cellkit/internal/inflight"
 	"github.com/cellkit/cellkit/internal/inquiry"
 	"github.com/cellkit/cellkit/internal/intake"
 	"github.com/cellkit/cellkit/internal/natsembed"
@@ -103,6 +104,8 @@ type Cell struct {
 	clients  map[string]*agency.Client
 	names    []string
 	pipe     *pipeline.Pipeline
+	journal  *inflight.Journal  // the inquiries in flight, for the start after a crash
+	crashed  []string           // what the last run had in flight when it crashed
 	leaser   *quotalease.Leaser // an instance of a cell of several: its share of the quotas
 	shed     *shed.Shedder
 	intake   *intake.Handler
@@ -156,6 +159,12 @@ func New(ctx context.Context, cfg Config, opts Options) (_ *Cell, err error) {
 
 	if c.unlock, err = lockDir(cfg.StoreDir); err != nil {
 		return nil, err
+	}
+	if c.journal, c.crashed, err = inflight.Open(filepath.Join(cfg.StoreDir, "inflight.log")); err != nil {
+		return nil, err
+	}
+	if len(c.crashed) > 0 {
+		c.log.Warn("the last run crashed: counting the crash in the inquiries it had in flight", "inflight", len(c.crashed))
 	}
 	if err = c.openNATS(); err != nil {
 		return nil, err
@@ -225,6 +234,7 @@ func New(ctx context.Context, cfg Config, opts Options) (_ *Cell, err error) {
 	c.pipe, err = pipeline.New(cfg.Pipeline, pipeline.Options{
 		Queue: c.queue, Agencies: agencies, Logger: c.log, Registerer: c.metrics,
 		Drained: func(service time.Duration) { c.shed.Drained(1); c.shed.Served(service) }, CSS: css, Core: core,
+		Journal: c.journal,
 	})
 	if err != nil {
 		return nil, err
@@ -433,6 +443,7 @@ func (c *Cell) Run(ctx context.Context) error {
 		if !c.waitForMap(gctx) {
 			return nil
 		}
+		c.countCrash(gctx)
 		close(started)
 		return c.pipe.Run(pctx)
 	})
@@ -504,6 +515,10 @@ func (c *Cell) shutdown(intakeSrv, adminSrv *http.Server, stopPipeline func(), p
 	cancel()
 	stopPipeline()
 	<-pipeDone
+	// A clean stop: the next start finds no crash.
+	if err := c.journal.Close(); err != nil {
+		c.log.Warn("inflight journal", "err", err)
+	}
 	for _, cl := range c.clients {
 		cl.Close()
 	}
@@ -541,6 +556,24 @@ func (c *Cell) close() {
 		c.unlock()
 		c.unlock = nil
 	}
+}
+
+// countCrash counts the last run's crash in the inquiries it had in
+// flight, quarantining those in flight at too many crashes, before the
+// pipeline takes work. A store that fails leaves the list for the next
+// start: the crash loop then ends at MaxDeliver as it would without.
+func (c *Cell) countCrash(ctx context.Context) {
+	if len(c.crashed) == 0 {
+		return
+	}
+	q, err := c.pipe.Crashed(ctx, c.crashed, c.journal.Forget)
+	if err != nil {
+		c.log.Error("cannot count the crash in the inquiries in flight", "err", err)
+	}
+	if len(q) > 0 {
+		c.log.Error("quarantined suspected poison: failed and dead-lettered", "ids", q)
+	}
+	c.crashed = nil
 }
 
 // waitForMap blocks until the follower has a map that names this cell.

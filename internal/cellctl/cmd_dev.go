@@ -49,6 +49,7 @@ type devOptions struct {
 	ageBudget  time.Duration // the cells' oldest-pending budget; 0: the cell's default
 	laneBlind  string        // cells (comma-separated) that shed lane-blind, for comparison
 	binDir     string
+	cellBin    string // the cells' binary instead of binDir's cell (bin/faults/cell: the poison drill)
 	readyWait  time.Duration
 	tls        bool // cells' listeners on mutual TLS, the router's public one on TLS
 }
@@ -109,6 +110,7 @@ cellctl dev up --cells 3 --dir /tmp/stack --router-port 0 --port-base 0 --agency
 			fs.StringVar(&o.binDir, "bin", "", "`DIR` holding agencysim, cell and router (default: next to cellctl, else ./bin)")
 			fs.DurationVar(&o.ageBudget, "age-budget", 0, "the cells' shedding budget for the oldest pending inquiry (`D`; 0: the cell's default)")
 			fs.StringVar(&o.laneBlind, "lane-blind", "", "`CELLS` (comma-separated) that shed both lanes alike, as cells did before lanes, to compare with the others")
+			fs.StringVar(&o.cellBin, "cell-bin", "", "the cells' `BINARY` instead of the cell of --bin (bin/faults/cell, built with the fault hooks, for the poison drill)")
 			fs.DurationVar(&o.readyWait, "ready-timeout", o.readyWait, "give up if the stack is not ready within `D`")
 			fs.BoolVar(&o.tls, "tls", false, "run on TLS with the certificates of DIR/certs (made if missing): mutual TLS to the cells, https to the router")
 		},

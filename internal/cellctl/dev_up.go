@@ -38,6 +38,14 @@ func (x *inv) devUp(ctx context.Context, o devOptions) error {
 	if err != nil {
 		return err
 	}
+	if o.cellBin != "" {
+		if bins["cell"], err = filepath.Abs(o.cellBin); err != nil {
+			return err
+		}
+		if info, err := os.Stat(bins["cell"]); err != nil || info.IsDir() {
+			return usagef("--cell-bin %s: no such binary", o.cellBin)
+		}
+	}
 	for _, sub := range []string{"registry", "cells", "router", "logs"} {
 		if err := os.MkdirAll(filepath.Join(dir, sub), 0o755); err != nil {
 			return err

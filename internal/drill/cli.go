@@ -21,7 +21,7 @@ import (
 // Command is `loadtest drill NAME`: args are the name and its flags.
 func Command(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" {
-		fmt.Fprintln(stdout, "loadtest drill kill|drain|agency-slow|priority [flags]; 'loadtest drill kill -h' lists the flags")
+		fmt.Fprintln(stdout, "loadtest drill kill|drain|agency-slow|priority|poison [flags]; 'loadtest drill kill -h' lists the flags")
 		fmt.Fprintln(stdout, "loadtest drill "+strings.Join(slices.Sorted(maps.Keys(NetDrills)), "|")+" [flags]: on a network lab, as root; 'loadtest drill host-loss -h' lists the flags")
 		return nil
 	}
@@ -30,11 +30,11 @@ func Command(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return netCommand(ctx, name, run, args[1:], stdout, stderr)
 	}
 	drills := map[string]func(context.Context, Config) (*loadtest.Result, error){
-		"kill": Kill, "drain": Drain, "agency-slow": AgencySlow, "priority": Priority,
+		"kill": Kill, "drain": Drain, "agency-slow": AgencySlow, "priority": Priority, "poison": Poison,
 	}
 	run, ok := drills[name]
 	if !ok {
-		return fmt.Errorf("unknown drill %q: kill, drain, agency-slow, priority, or on a network lab %s", name, strings.Join(slices.Sorted(maps.Keys(NetDrills)), ", "))
+		return fmt.Errorf("unknown drill %q: kill, drain, agency-slow, priority, poison, or on a network lab %s", name, strings.Join(slices.Sorted(maps.Keys(NetDrills)), ", "))
 	}
 	fs := flag.NewFlagSet("loadtest drill "+name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -48,7 +48,8 @@ func Command(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	fs.Float64Var(&c.Rate, "rate", d.Rate, "requests per second")
 	fs.IntVar(&c.Users, "users", d.Users, "K distinct users")
 	fs.Float64Var(&c.Zipf, "zipf", 0, "Zipf exponent over the users (0: uniform)")
-	fs.StringVar(&c.Cell, "cell", d.Cell, "the cell to kill or drain")
+	fs.StringVar(&c.Cell, "cell", d.Cell, "the cell to kill, drain or poison")
+	fs.IntVar(&c.Poison, "poison", d.Poison, "poison: the poison inquiries of the burst")
 	fs.DurationVar(&c.Baseline, "baseline", d.Baseline, "load before the fault")
 	fs.DurationVar(&c.Fault, "fault", 0, "how long the fault lasts (kill: until restart [10s]; agency-slow [20s]; drain: its limit [60s])")
 	fs.DurationVar(&c.After, "after", d.After, "load after the fault")
@@ -87,6 +88,10 @@ func Command(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		}
 		if name == "priority" && laneBlind != "" {
 			extra = append(extra, "--lane-blind", laneBlind)
+		}
+		if name == "poison" {
+			// The cells' build with the fault hooks (make build).
+			extra = append(extra, "--cell-bin", filepath.Join(bin, "faults", "cell"))
 		}
 		st, err = StartStack(ctx, bin, extra...)
 		if err == nil {

@@ -57,6 +57,9 @@ type Config struct {
 	// Replays is how many accepted requests are re-sent with their
 	// Idempotency-Key to check they keep their id [300].
 	Replays int
+	// Poison is the number of poison inquiries of the poison drill's
+	// burst [20].
+	Poison int
 	// Prometheus, when set, is a prometheus binary: the drill runs it on
 	// loopback against the stack with the alert rules of Rules and checks
 	// the alerts (kill: the killed cell's down alert fires within
@@ -74,7 +77,7 @@ func DefaultConfig() Config {
 	return Config{
 		Rate: 100, Users: 200, Cell: "c2", Baseline: 15 * time.Second, After: 15 * time.Second,
 		P99Factor: 1.2, DownP99: 50 * time.Millisecond, SlowFactor: 10, IntakeP99: 250 * time.Millisecond,
-		VerifyWithin: 120 * time.Second, Replays: 300, Rules: "deploy/observability/prometheus/rules.yml",
+		VerifyWithin: 120 * time.Second, Replays: 300, Rules: "deploy/observability/prometheus/rules.yml", Poison: 20,
 	}
 }
 
@@ -118,6 +121,9 @@ func (c *Config) defaults(fault time.Duration) {
 	}
 	if c.Rules == "" {
 		c.Rules = d.Rules
+	}
+	if c.Poison <= 0 {
+		c.Poison = d.Poison
 	}
 }
 

@@ -180,9 +180,18 @@ func doJSON(ctx context.Context, method, url string, body, v any) error {
 	return requestJSON(ctx, adminClient, method, url, "", body, v)
 }
 
+// statusError is an answer that is not 2xx.
+type statusError struct {
+	code int
+	msg  string
+}
+
+func (e *statusError) Error() string { return e.msg }
+
 // requestJSON sends body (if not nil) as JSON, with the bearer token if
-// not empty, and decodes a 2xx answer into v (if not nil).
-func requestJSON(ctx context.Context, hc *http.Client, method, url, token string, body, v any) error {
+// not empty and the header pairs of hdr (name, value...), and decodes a 2xx
+// answer into v (if not nil); another status is a *statusError.
+func requestJSON(ctx context.Context, hc *http.Client, method, url, token string, body, v any, hdr ...string) error {
 	var rd *bytes.Reader
 	if body != nil {
 		b, err := json.Marshal(body)
@@ -203,6 +212,9 @@ func requestJSON(ctx context.Context, hc *http.Client, method, url, token string
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
 	resp, err := hc.Do(req)
 	if err != nil {
 		return err
@@ -210,7 +222,7 @@ func requestJSON(ctx context.Context, hc *http.Client, method, url, token string
 	defer resp.Body.Close()
 	if resp.StatusCode/100 != 2 {
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
-		return fmt.Errorf("%s %s: %s: %s", method, url, resp.Status, bytes.TrimSpace(b))
+		return &statusError{code: resp.StatusCode, msg: fmt.Sprintf("%s %s: %s: %s", method, url, resp.Status, bytes.TrimSpace(b))}
 	}
 	if v == nil {
 		return nil

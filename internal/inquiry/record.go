@@ -52,6 +52,9 @@ type Record struct {
 	Attempts int `json:"attempts"`
 	// Dead marks a failed record that went to the dead-letter stream.
 	Dead bool `json:"dead,omitempty"`
+	// Crashes counts the crashes of a cell process this inquiry was in
+	// flight at (internal/pipeline quarantines it at a limit).
+	Crashes int `json:"crashes,omitempty"`
 
 	// Job names the current enqueue: each message carries the job it was
 	// published for, and a message whose job is not the record's is stale
@@ -108,7 +111,7 @@ func (r *Record) Fail(reason string, now time.Time) {
 // Requeue makes a failed record pending again under a new job.
 func (r *Record) Requeue(now time.Time) {
 	r.Status, r.Result, r.Reason, r.Completed, r.Dead = Pending, nil, "", nil, false
-	r.Attempts, r.Job, r.Updated = 0, NewJob(), now.UTC()
+	r.Attempts, r.Crashes, r.Job, r.Updated = 0, 0, NewJob(), now.UTC()
 }
 
 // View is the public form of a record (GET /v1/inquiries/{id}).

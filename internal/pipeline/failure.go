@@ -13,6 +13,7 @@ type failure struct {
 	kind   string // metric label: circuit_open, limited, no_session, agency_error, timeout, transport, css, core_banking, busy, store
 	reason string // for the record and the error stream
 	retry  bool   // transient: retry with backoff, dead-letter after the last attempt
+	poison bool   // a panic: failed and dead-lettered at once
 }
 
 func (f *failure) Error() string { return f.reason }

@@ -6,13 +6,15 @@ import (
 )
 
 type metrics struct {
-	inquiries *prometheus.CounterVec
-	failures  *prometheus.CounterVec
-	seconds   *prometheus.HistogramVec
-	latency   prometheus.Histogram
-	steps     *prometheus.HistogramVec
-	inflight  prometheus.Gauge
-	callbacks *prometheus.CounterVec
+	inquiries   *prometheus.CounterVec
+	failures    *prometheus.CounterVec
+	seconds     *prometheus.HistogramVec
+	latency     prometheus.Histogram
+	steps       *prometheus.HistogramVec
+	inflight    prometheus.Gauge
+	callbacks   *prometheus.CounterVec
+	panics      *prometheus.CounterVec
+	quarantined prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -49,5 +51,13 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "cellkit_cell_callbacks_total",
 			Help: "Callbacks, by outcome: ok (delivered), retry (an attempt failed transiently and is tried again), error (failed for good), refused (an internal address), dropped (queue full).",
 		}, []string{"outcome"}),
+		panics: auto.NewCounterVec(prometheus.CounterOpts{
+			Name: "cellkit_cell_panics_total",
+			Help: "Panics recovered while processing an inquiry (which is then failed with \"internal error\" and dead-lettered) or delivering a callback, by step: an agency's name, css, scoring, core_banking, pipeline, callback.",
+		}, []string{"step"}),
+		quarantined: auto.NewCounter(prometheus.CounterOpts{
+			Name: "cellkit_cell_quarantined_total",
+			Help: "Inquiries quarantined at a start (failed as suspected poison and dead-lettered): in flight at each of the last crashes of the cell.",
+		}),
 	}
 }

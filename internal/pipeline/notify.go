@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/netip"
 	"net/url"
+	"runtime/debug"
 	"slices"
 	"sync"
 	"syscall"
@@ -232,6 +233,15 @@ func (n *notifierQueue) schedule(ctx context.Context) {
 // send makes one attempt of cb and settles or reschedules it.
 func (n *notifierQueue) send(ctx context.Context, cb callback) {
 	cb.attempts++
+	// A panic delivering one callback drops that callback, not the cell.
+	defer func() {
+		if r := recover(); r != nil {
+			n.m.panics.WithLabelValues("callback").Inc()
+			n.log.Error("panic while delivering a callback: it is dropped; the cell goes on",
+				"id", cb.id, "panic", fmt.Sprint(r), "stack", string(debug.Stack()))
+			n.settled()
+		}
+	}()
 	err := n.post(ctx, cb)
 	var refused *refusedError
 	var transient *transientError

@@ -127,6 +127,9 @@ type Config struct {
 	// metadata), unspecified, multicast or CGNAT address is refused when
 	// dialled, IPv4-mapped forms included [none].
 	CallbackAllow []netip.Prefix
+	// QuarantineAfter is the number of crashes of the process an inquiry
+	// may be in flight at before it is quarantined (see Crashed) [2].
+	QuarantineAfter int
 }
 
 // DefaultConfig returns the defaults.
@@ -135,7 +138,7 @@ func DefaultConfig() Config {
 		Workers: 64, StepTimeout: 3 * time.Second, GateWait: 30 * time.Second, MaxDeliver: 5,
 		Backoff:      []time.Duration{time.Second, 5 * time.Second, 15 * time.Second, 30 * time.Second},
 		DrainTimeout: 20 * time.Second, IdlePoll: 250 * time.Millisecond,
-		CallbackTimeout: 2 * time.Second, CallbackAttempts: 4,
+		CallbackTimeout: 2 * time.Second, CallbackAttempts: 4, QuarantineAfter: 2,
 	}
 }
 
@@ -169,6 +172,9 @@ func (c Config) withDefaults() Config {
 	if c.CallbackAttempts <= 0 {
 		c.CallbackAttempts = d.CallbackAttempts
 	}
+	if c.QuarantineAfter <= 0 {
+		c.QuarantineAfter = d.QuarantineAfter
+	}
 	return c
 }
 
@@ -194,6 +200,9 @@ type Options struct {
 	// CSS and Core default to LocalCSS and LocalCore without latency.
 	CSS  CSS
 	Core CoreBanking
+	// Journal records the inquiries in flight, for the next start to know
+	// them after a crash (see Crashed). Nil means none.
+	Journal Journal
 }
 
 // Pipeline is a cell's set of workers. Create it with New, run it with Run.
@@ -211,6 +220,8 @@ type Pipeline struct {
 	m        *metrics
 	notify   *notifierQueue
 	inflight atomic.Int64
+	journal  Journal
+	suspects chan struct{} // held by the suspect running: one at a time
 }
 
 // New builds a pipeline over opts.Queue with opts.Agencies.
@@ -223,6 +234,10 @@ func New(cfg Config, opts Options) (*Pipeline, error) {
 	p := &Pipeline{
 		cfg: cfg, q: opts.Queue, st: opts.Queue.Store(), agencies: opts.Agencies, gates: map[string]*gate{},
 		css: opts.CSS, core: opts.Core, log: opts.Logger, now: opts.Now, drained: opts.Drained, m: m,
+		journal: opts.Journal, suspects: make(chan struct{}, 1),
+	}
+	if p.journal == nil {
+		p.journal = noJournal{}
 	}
 	for _, a := range opts.Agencies {
 		var limit func() int
@@ -325,8 +340,9 @@ fetching:
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				defer func() { <-slots }()
-				p.handle(workCtx, m)
+				free := sync.OnceFunc(func() { <-slots })
+				defer free()
+				p.handle(workCtx, m, free)
 			}()
 		}
 		for range free - len(msgs) {
@@ -403,8 +419,9 @@ func (p *Pipeline) fetch(n int) []jetstream.Msg {
 // on their own context so that a drain timeout does not cut them half-way.
 const writeTimeout = 5 * time.Second
 
-// handle settles one message.
-func (p *Pipeline) handle(ctx context.Context, m jetstream.Msg) {
+// handle settles one message. free gives its worker's place back early, to
+// a message that has to wait without working (a suspect).
+func (p *Pipeline) handle(ctx context.Context, m jetstream.Msg, free func()) {
 	began := p.now()
 	p.inflight.Add(1)
 	p.m.inflight.Inc()
@@ -413,7 +430,7 @@ func (p *Pipeline) handle(ctx context.Context, m jetstream.Msg) {
 		p.m.inflight.Dec()
 	}()
 	var service time.Duration
-	outcome := p.settle(ctx, m, &service)
+	outcome := p.settleGuarded(ctx, m, &service, free)
 	p.m.inquiries.WithLabelValues(outcome).Inc()
 	p.m.seconds.WithLabelValues(outcome).Observe(p.now().Sub(began).Seconds())
 	switch outcome {
@@ -423,9 +440,60 @@ func (p *Pipeline) handle(ctx context.Context, m jetstream.Msg) {
 	}
 }
 
+// settleGuarded is settle, with a panic that escapes it (its own code,
+// the store) recovered: the inquiry is then dead-lettered at once if it
+// can be, else left for redelivery at the longest backoff, so that its
+// attempts still end at MaxDeliver.
+func (p *Pipeline) settleGuarded(ctx context.Context, m jetstream.Msg, service *time.Duration, free func()) (outcome string) {
+	defer func() {
+		r := recover()
+		if r == nil {
+			return
+		}
+		var msg queue.Message
+		json.Unmarshal(m.Data(), &msg)
+		f := p.panicked("pipeline", msg.ID, r)
+		outcome = p.deadLetterAfterPanic(m, msg.ID, f.reason)
+	}()
+	return p.settle(ctx, m, service, free)
+}
+
+// deadLetterAfterPanic fails and dead-letters inquiry id after a panic
+// outside its steps, reading its record again. A second panic, or a store
+// that fails, leaves the message for redelivery at the longest backoff.
+func (p *Pipeline) deadLetterAfterPanic(m jetstream.Msg, id string, reason string) (outcome string) {
+	defer func() {
+		if r := recover(); r != nil {
+			p.panicked("pipeline", id, r)
+			m.NakWithDelay(p.cfg.Backoff[len(p.cfg.Backoff)-1])
+			outcome = "retry"
+		}
+	}()
+	md, err := m.Metadata()
+	if err != nil || id == "" {
+		m.NakWithDelay(p.cfg.Backoff[len(p.cfg.Backoff)-1])
+		return "retry"
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), writeTimeout)
+	rec, rev, err := p.st.Get(ctx, id)
+	cancel()
+	if err != nil || rec.Status != inquiry.Pending {
+		m.NakWithDelay(p.cfg.Backoff[len(p.cfg.Backoff)-1])
+		return "retry"
+	}
+	return p.poisoned(m, rec, rev, int(md.NumDelivered), reason)
+}
+
+// poisoned fails rec for reason and dead-letters it at once.
+func (p *Pipeline) poisoned(m jetstream.Msg, rec inquiry.Record, rev uint64, attempt int, reason string) string {
+	rec.Dead = true
+	rec.Fail(reason, p.now())
+	return p.finish(m, rec, rev, attempt, "dead")
+}
+
 // settle handles m and returns the outcome; *service is set to the
 // attempt's service time (see Options.Drained) when it made one.
-func (p *Pipeline) settle(ctx context.Context, m jetstream.Msg, service *time.Duration) string {
+func (p *Pipeline) settle(ctx context.Context, m jetstream.Msg, service *time.Duration, free func()) string {
 	md, err := m.Metadata()
 	var msg queue.Message
 	if err != nil || json.Unmarshal(m.Data(), &msg) != nil || msg.ID == "" {
@@ -465,11 +533,31 @@ func (p *Pipeline) settle(ctx context.Context, m jetstream.Msg, service *time.Du
 	case attempt > p.cfg.MaxDeliver:
 		// Attempts that never finished (crashes, drain timeouts).
 		return p.deadLetter(m, rec, rev, attempt, fmt.Sprintf("no attempt finished in %d deliveries", attempt-1))
+	case rec.Crashes >= p.cfg.QuarantineAfter:
+		// Counted by another instance, or by this one's start while the
+		// message was already on its way.
+		p.m.quarantined.Inc()
+		return p.poisoned(m, rec, rev, attempt, fmt.Sprintf("%s: in flight at %d crashes of the cell", ReasonSuspected, rec.Crashes))
 	}
 
 	stopProgress := p.keepAlive(m)
+	defer stopProgress()
+	if rec.Crashes > 0 {
+		// A suspect: in flight at a crash. It runs alone among suspects,
+		// so that a crash while it runs names it; it waits for its turn
+		// without holding a worker's place.
+		free()
+		select {
+		case p.suspects <- struct{}{}:
+			defer func() { <-p.suspects }()
+		case <-ctx.Done():
+			stopProgress()
+			m.Nak()
+			return "interrupted"
+		}
+	}
 	rec.Attempts = attempt
-	res, f := p.run(ctx, &rec, service)
+	res, f := p.attempt(ctx, &rec, service)
 	stopProgress()
 	switch {
 	case f == nil:
@@ -483,6 +571,9 @@ func (p *Pipeline) settle(ctx context.Context, m jetstream.Msg, service *time.Du
 		return "interrupted"
 	}
 	p.m.failures.WithLabelValues(f.kind).Inc()
+	if f.poison {
+		return p.poisoned(m, rec, rev, attempt, f.reason)
+	}
 	if !f.retry {
 		rec.Fail(f.reason, p.now())
 		return p.finish(m, rec, rev, attempt, "failed")
@@ -588,8 +679,21 @@ func (p *Pipeline) nak(m jetstream.Msg, attempt int) {
 	m.NakWithDelay(p.cfg.Backoff[i])
 }
 
+// attempt runs the pipeline for rec, journaled as in flight, with a panic
+// recovered as a failure that dead-letters it.
+func (p *Pipeline) attempt(ctx context.Context, rec *inquiry.Record, service *time.Duration) (res inquiry.Result, f *failure) {
+	p.journal.Begin(rec.ID)
+	defer p.journal.End(rec.ID)
+	defer func() {
+		if r := recover(); r != nil {
+			res, f = inquiry.Result{}, p.panicked("pipeline", rec.ID, r)
+		}
+	}()
+	return p.run(ctx, rec, service)
+}
+
 // keepAlive tells the server the message is in progress every third of the
-// ack wait, until stopped.
+// ack wait, until stopped (stop may be called more than once).
 func (p *Pipeline) keepAlive(m jetstream.Msg) (stop func()) {
 	every := p.q.AckWait() / 3
 	done := make(chan struct{})
@@ -608,7 +712,7 @@ func (p *Pipeline) keepAlive(m jetstream.Msg) (stop func()) {
 			}
 		}
 	}()
-	return func() { close(done); wg.Wait() }
+	return sync.OnceFunc(func() { close(done); wg.Wait() })
 }
 
 // run computes the result: every agency and CSS at once (scores kept from
@@ -641,47 +745,55 @@ func (p *Pipeline) run(ctx context.Context, rec *inquiry.Record, service *time.D
 			continue
 		}
 		g.Go(func() error {
-			began := p.now()
-			defer func() { p.m.steps.WithLabelValues(a.Name).Observe(p.now().Sub(began).Seconds()) }()
-			gt := p.gates[a.Name]
-			wctx, cancelWait := context.WithTimeout(gctx, p.cfg.GateWait)
-			err := gt.acquire(wctx, rec.Priority == inquiry.High)
-			cancelWait()
-			if err != nil {
-				return &failure{kind: "busy", reason: fmt.Sprintf("%s: no session free within %v", a.Name, p.cfg.GateWait), retry: true}
-			}
-			sctx, cancel := context.WithTimeout(gctx, p.cfg.StepTimeout)
-			defer cancel()
-			called := p.now()
-			gt.began(called)
-			res, err := a.Client.Inquire(sctx, key)
-			took := p.now().Sub(called)
-			gt.ended(called, took)
-			gt.release()
-			served(took)
-			if err != nil {
-				if errors.Is(err, agency.ErrPoolExhausted) {
-					p.countUnreachable(a)
+			return p.guard(a.Name, rec.ID, func() error {
+				began := p.now()
+				defer func() { p.m.steps.WithLabelValues(a.Name).Observe(p.now().Sub(began).Seconds()) }()
+				gt := p.gates[a.Name]
+				wctx, cancelWait := context.WithTimeout(gctx, p.cfg.GateWait)
+				err := gt.acquire(wctx, rec.Priority == inquiry.High)
+				cancelWait()
+				if err != nil {
+					return &failure{kind: "busy", reason: fmt.Sprintf("%s: no session free within %v", a.Name, p.cfg.GateWait), retry: true}
 				}
-				return agencyFailure(a.Name, err)
-			}
-			put(a.Name, res.Score)
-			return nil
+				sctx, cancel := context.WithTimeout(gctx, p.cfg.StepTimeout)
+				defer cancel()
+				called := p.now()
+				gt.began(called)
+				// Deferred: the place is given back even if the call panics.
+				defer func() {
+					took := p.now().Sub(called)
+					gt.ended(called, took)
+					gt.release()
+					served(took)
+				}()
+				faultHook(rec.UserID, a.Name)
+				res, err := a.Client.Inquire(sctx, key)
+				if err != nil {
+					if errors.Is(err, agency.ErrPoolExhausted) {
+						p.countUnreachable(a)
+					}
+					return agencyFailure(a.Name, err)
+				}
+				put(a.Name, res.Score)
+				return nil
+			})
 		})
 	}
 	if !have("css") {
 		g.Go(func() error {
-			began := p.now()
-			defer func() { p.m.steps.WithLabelValues("css").Observe(p.now().Sub(began).Seconds()) }()
-			sctx, cancel := context.WithTimeout(gctx, p.cfg.StepTimeout)
-			defer cancel()
-			s, err := p.css.Score(sctx, rec.UserID)
-			served(p.now().Sub(began))
-			if err != nil {
-				return &failure{kind: "css", reason: "css: " + err.Error()}
-			}
-			put("css", s)
-			return nil
+			return p.guard("css", rec.ID, func() error {
+				began := p.now()
+				defer func() { p.m.steps.WithLabelValues("css").Observe(p.now().Sub(began).Seconds()) }()
+				sctx, cancel := context.WithTimeout(gctx, p.cfg.StepTimeout)
+				defer cancel()
+				s, err := p.css.Score(sctx, rec.UserID)
+				served(p.now().Sub(began))
+				if err != nil {
+					return &failure{kind: "css", reason: "css: " + err.Error()}
+				}
+				put("css", s)
+				return nil
+			})
 		})
 	}
 	err := g.Wait()
@@ -693,16 +805,32 @@ func (p *Pipeline) run(ctx context.Context, rec *inquiry.Record, service *time.D
 		}
 		return inquiry.Result{}, f
 	}
-	rate, limit := inquiry.Decide(scores, rec.Amount)
-	res := inquiry.Result{Scores: maps.Clone(scores), RateBps: rate, Limit: limit}
-	began := p.now()
-	sctx, cancel := context.WithTimeout(ctx, p.cfg.StepTimeout)
-	ref, err := p.core.Register(sctx, *rec, res)
-	cancel()
-	p.m.steps.WithLabelValues("core_banking").Observe(p.now().Sub(began).Seconds())
-	*service += p.now().Sub(began)
+	var res inquiry.Result
+	if err := p.guard("scoring", rec.ID, func() error {
+		rate, limit := inquiry.Decide(scores, rec.Amount)
+		res = inquiry.Result{Scores: maps.Clone(scores), RateBps: rate, Limit: limit}
+		return nil
+	}); err != nil {
+		return inquiry.Result{}, err.(*failure)
+	}
+	var ref string
+	err = p.guard("core_banking", rec.ID, func() error {
+		began := p.now()
+		sctx, cancel := context.WithTimeout(ctx, p.cfg.StepTimeout)
+		defer cancel()
+		defer func() {
+			p.m.steps.WithLabelValues("core_banking").Observe(p.now().Sub(began).Seconds())
+			*service += p.now().Sub(began)
+		}()
+		var err error
+		ref, err = p.core.Register(sctx, *rec, res)
+		if err != nil {
+			return &failure{kind: "core_banking", reason: "core banking: " + err.Error(), retry: true}
+		}
+		return nil
+	})
 	if err != nil {
-		return inquiry.Result{}, &failure{kind: "core_banking", reason: "core banking: " + err.Error(), retry: true}
+		return inquiry.Result{}, err.(*failure)
 	}
 	res.CoreRef = ref
 	return res, nil

@@ -5,6 +5,8 @@ import (
 	"debug/elf"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 )
 
 // Binary is what a Go binary records of its build. (Not its version: the
@@ -13,11 +15,13 @@ type Binary struct {
 	GOOS, GOARCH string
 	Revision     string // vcs.revision, "" if not stamped
 	Modified     bool   // vcs.modified
+	Tags         string // -tags, "" for none
 }
 
 // ReadBinary reads the build of the Go binary at path and checks it is a
-// static ELF executable: no interpreter, no shared libraries. An image
-// with an empty base has neither a dynamic loader nor a libc.
+// static ELF executable: no interpreter, no shared libraries (an image
+// with an empty base has neither a dynamic loader nor a libc), and not a
+// build with the fault hooks (the tag "faults", for drills only).
 func ReadBinary(path string) (Binary, error) {
 	var b Binary
 	bi, err := buildinfo.ReadFile(path)
@@ -34,7 +38,12 @@ func ReadBinary(path string) (Binary, error) {
 			b.Revision = s.Value
 		case "vcs.modified":
 			b.Modified = s.Value == "true"
+		case "-tags":
+			b.Tags = s.Value
 		}
+	}
+	if slices.Contains(strings.Split(b.Tags, ","), "faults") {
+		return b, fmt.Errorf("%s: built with the fault hooks (-tags %s): never in an image", path, b.Tags)
 	}
 	if err := CheckStatic(path); err != nil {
 		return b, err

@@ -3,7 +3,9 @@ package images
 import (
 	"bytes"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 )
@@ -130,5 +132,35 @@ func TestSpecRefusesIncompleteOrBadNames(t *testing.T) {
 				t.Fatalf("Build(%+v): no error", s)
 			}
 		})
+	}
+}
+
+// TestReadBinaryRefusesFaultHooks: a binary built with the tag "faults"
+// (the drills' cell) never goes into an image.
+func TestReadBinaryRefusesFaultHooks(t *testing.T) {
+	dir := t.TempDir()
+	for name, content := range map[string]string{
+		"go.mod":  "module example.com/faulty\n\ngo 1.26\n",
+		"main.go": "package main\n\nfunc main() {}\n",
+	} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tc := range []struct {
+		tags    string
+		refused bool
+	}{{"faults", true}, {"netgo,faults", true}, {"netgo", false}} {
+		bin := filepath.Join(dir, "bin-"+strings.ReplaceAll(tc.tags, ",", "-"))
+		cmd := exec.Command("go", "build", "-tags", tc.tags, "-o", bin, ".")
+		cmd.Dir = dir
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOFLAGS=")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("go build -tags %s: %v\n%s", tc.tags, err, out)
+		}
+		_, err := ReadBinary(bin)
+		if refused := err != nil && strings.Contains(err.Error(), "fault hooks"); refused != tc.refused {
+			t.Errorf("-tags %s: ReadBinary = %v, want refused %v", tc.tags, err, tc.refused)
+		}
 	}
 }

@@ -1,0 +1,236 @@
+package drill
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/cellkit/cellkit/internal/devstack"
+	"github.com/cellkit/cellkit/internal/inquiry"
+	"github.com/cellkit/cellkit/internal/loadtest"
+)
+
+// PoisonReason is the reason an inquiry whose processing panicked fails
+// with (internal/pipeline's ReasonInternal, as clients read it).
+const PoisonReason = "internal error"
+
+// Poison: under load, a burst of poison inquiries (Config.Poison of them)
+// for users of one cell. The stack's cells run the build with fault hooks
+// (`cellctl dev up --cell-bin bin/faults/cell`): processing a "poison-"
+// user's inquiry panics in its agency call. The cell recovers each panic
+// at the inquiry's boundary: every poison inquiry ends failed with
+// "internal error" and dead-lettered, the cell keeps serving its other
+// users without an error, the other cells see nothing, no cell restarts
+// and nothing else accepted is lost or failed.
+func Poison(ctx context.Context, c Config) (*loadtest.Result, error) {
+	c.defaults(10 * time.Second)
+	st := c.Stack
+	victim, err := st.Proc(c.Cell)
+	if err != nil {
+		return nil, err
+	}
+	pid := victim.PID
+	users, err := cellUsers(ctx, st, c.Cell, "poison-", c.Poison)
+	if err != nil {
+		return nil, err
+	}
+	end := c.Baseline + c.Fault + c.After
+	r, err := c.runner(end)
+	if err != nil {
+		return nil, err
+	}
+	wait := startLoad(ctx, r)
+	var burstAt time.Duration
+	var ids []string
+	var refused []string
+	actErr := func() error {
+		if err := sleepUntil(ctx, r, c.Baseline); err != nil {
+			return err
+		}
+		burstAt = r.Elapsed()
+		r.Mark(fmt.Sprintf("%d poison inquiries for %s", len(users), c.Cell))
+		c.logf("sending %d poison inquiries for users of %s at %.1fs", len(users), c.Cell, burstAt.Seconds())
+		for _, u := range users {
+			id, status, err := postInquiry(ctx, st, u)
+			switch {
+			case err != nil:
+				return err
+			case status != http.StatusAccepted:
+				refused = append(refused, fmt.Sprintf("%s: %d", u, status))
+			default:
+				ids = append(ids, id)
+			}
+		}
+		return nil
+	}()
+	res, err := wait()
+	if err != nil {
+		return nil, err
+	}
+	if actErr != nil {
+		return res, fmt.Errorf("drill poison: %w", actErr)
+	}
+	d := &loadtest.Verdict{Name: "poison"}
+	d.Check("poison inquiries accepted", len(ids) == len(users), fmt.Sprintf("%d of %d %v", len(ids), len(users), refused), "all")
+	cells := loadtest.UserCells(res.Samples, 0, end)
+	for _, cell := range st.Cells() {
+		mine := func(u int) bool { return cells[u] == cell }
+		w := loadtest.Window{From: burstAt, To: end, Users: mine}.Stats(res.Samples)
+		what := cell + " errors from the burst on"
+		if cell == c.Cell {
+			what = cell + " (poisoned) errors for its other users from the burst on"
+		}
+		d.Check(what, w.Errors == 0 && w.N > 0, fmt.Sprintf("%d of %d %v", w.Errors, w.N, w.Status), "0")
+		base := loadtest.Window{To: burstAt, Users: mine}.Stats(res.Samples)
+		d.Note("%s p50/p99: before the burst %s/%s, from it on %s/%s", cell, msf(base.P50), msf(base.P99), msf(w.P50), msf(w.P99))
+	}
+
+	// Every poison inquiry ends failed, dead-lettered, "internal error".
+	c.logf("waiting for the %d poison inquiries to settle...", len(ids))
+	final := map[string]inquiry.View{}
+	deadline := time.Now().Add(c.VerifyWithin)
+	for len(final) < len(ids) && time.Now().Before(deadline) && ctx.Err() == nil {
+		for _, id := range ids {
+			if _, ok := final[id]; ok {
+				continue
+			}
+			var v inquiry.View
+			if err := requestJSON(ctx, adminClient, http.MethodGet, st.Router+"/v1/inquiries/"+id, "", nil, &v, "X-API-Key", st.APIKey); err == nil && v.Status != inquiry.Pending {
+				final[id] = v
+			}
+		}
+		if len(final) < len(ids) {
+			time.Sleep(200 * time.Millisecond) // polling the router, not waiting on a result
+		}
+	}
+	good := 0
+	var bad []string
+	for _, id := range ids {
+		v, ok := final[id]
+		switch {
+		case ok && v.Status == inquiry.Failed && v.DeadLetter && v.Reason == PoisonReason:
+			good++
+		case len(bad) < 3:
+			bad = append(bad, fmt.Sprintf("%s %s %q dead=%v", id, v.Status, v.Reason, v.DeadLetter))
+		}
+	}
+	d.Check("poison inquiries failed (\""+PoisonReason+"\") and dead-lettered", good == len(ids) && len(ids) > 0,
+		fmt.Sprintf("%d of %d %s", good, len(ids), strings.Join(bad, "; ")), "all")
+
+	// Contained in one inquiry each: the panics counted where they
+	// happened, no cell restarted.
+	for _, cell := range st.Cells() {
+		n, err := cellPanics(ctx, st, cell)
+		want := 0
+		if cell == c.Cell {
+			want = len(ids)
+		}
+		d.Check(cell+" panics recovered (cellkit_cell_panics_total)", err == nil && n == want, fmt.Sprintf("%d %v", n, errText(err)), strconv.Itoa(want))
+	}
+	alive := devstack.Alive(pid)
+	readyErr := st.WaitReady(ctx, c.Cell, 5*time.Second)
+	d.Check(c.Cell+" kept running (same process, ready)", alive && readyErr == nil, fmt.Sprintf("pid %d alive %v, ready: %v", pid, alive, errText(readyErr)), "yes")
+
+	c.logf("verifying %d accepted ids...", countAccepted(res.Samples))
+	v := r.Verify(ctx, res.Samples, c.VerifyWithin, c.Replays)
+	d.CheckVerification(v)
+	d.Check("other accepted inquiries failed", v.Failed == 0, fmt.Sprintf("%d of %d", v.Failed, v.Accepted), "0")
+	d.Finish()
+	res.Drill = d
+	return res, nil
+}
+
+func errText(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}
+
+// cellUsers finds n user IDs with prefix that the stack's map routes to
+// cell, by asking cellctl (map lookup).
+func cellUsers(ctx context.Context, st *Stack, cell, prefix string, n int) ([]string, error) {
+	var users []string
+	for batch := 0; len(users) < n && batch < 50; batch++ {
+		args := []string{"map", "lookup", "--json"}
+		for i := range 50 {
+			args = append(args, fmt.Sprintf("%s%d", prefix, batch*50+i))
+		}
+		out, err := st.Cellctl(ctx, args...)
+		if err != nil {
+			return nil, err
+		}
+		var rows []struct {
+			User string `json:"user"`
+			Cell string `json:"cell"`
+		}
+		if err := json.Unmarshal([]byte(out), &rows); err != nil {
+			return nil, fmt.Errorf("cellctl map lookup: %w", err)
+		}
+		for _, row := range rows {
+			if row.Cell == cell && len(users) < n {
+				users = append(users, row.User)
+			}
+		}
+	}
+	if len(users) < n {
+		return nil, fmt.Errorf("found %d users of %s, want %d", len(users), cell, n)
+	}
+	return users, nil
+}
+
+// postInquiry sends one inquiry for user through the router.
+func postInquiry(ctx context.Context, st *Stack, user string) (id string, status int, err error) {
+	var a struct {
+		ID string `json:"id"`
+	}
+	body := inquiry.Request{UserID: user, Product: "credit_loan", Amount: 1_000_000, Priority: inquiry.Normal}
+	err = requestJSON(ctx, adminClient, http.MethodPost, st.Router+"/v1/inquiries", "", body, &a, "X-API-Key", st.APIKey)
+	var se *statusError
+	switch {
+	case err == nil:
+		return a.ID, http.StatusAccepted, nil
+	case errors.As(err, &se):
+		return "", se.code, nil
+	}
+	return "", 0, err
+}
+
+// cellPanics reads a cell's cellkit_cell_panics_total, summed over steps.
+func cellPanics(ctx context.Context, st *Stack, cell string) (int, error) {
+	p, err := st.Proc(cell)
+	if err != nil {
+		return 0, err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+p.Addrs["admin"]+"/metrics", nil)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := adminClient.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	total := 0.0
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasPrefix(line, "cellkit_cell_panics_total{") {
+			continue
+		}
+		f := strings.Fields(line)
+		v, err := strconv.ParseFloat(f[len(f)-1], 64)
+		if err != nil {
+			return 0, fmt.Errorf("metrics line %q: %w", line, err)
+		}
+		total += v
+	}
+	return int(total), sc.Err()
+}
