@@ -42,9 +42,12 @@ func TestCrashLoopEndsInQuarantine(t *testing.T) {
 	}
 	client := &http.Client{Timeout: 5 * time.Second}
 	defer client.CloseIdleConnections()
+	req := func(u string) inquiry.Request {
+		return inquiry.Request{UserID: u, Product: "loan", Amount: 1000, Priority: inquiry.Normal}
+	}
 	post := func(p *proc, u string) string {
 		t.Helper()
-		r := testkit.Do(t, client, "POST", p.intake+"/v1/inquiries", inquiry.Request{UserID: u, Product: "loan", Amount: 1000, Priority: inquiry.Normal}, nil)
+		r := testkit.Do(t, client, "POST", p.intake+"/v1/inquiries", req(u), nil)
 		var a struct{ ID string }
 		if r.Status != http.StatusAccepted || json.Unmarshal(r.Body, &a) != nil {
 			t.Fatalf("POST for %s: %d %s", u, r.Status, r.Body)
@@ -74,7 +77,8 @@ func TestCrashLoopEndsInQuarantine(t *testing.T) {
 	p.waitReady(t, client)
 	before := post(p, "user-1")
 	testkit.WaitFor(t, 10*time.Second, "a normal inquiry done", func() bool { return view(p, before).Status == inquiry.Done })
-	poison := post(p, "crash-1")
+	// The cell may die before it answers: the inquiry is queued first.
+	testkit.Send(client, "POST", p.intake+"/v1/inquiries", req("crash-1"), nil)
 	crashed(p, "first run")
 
 	p = startBinary(t, bin, args) // counts the crash; the redelivery runs alone, and crashes it again
@@ -82,8 +86,18 @@ func TestCrashLoopEndsInQuarantine(t *testing.T) {
 
 	p = startBinary(t, bin, args) // quarantines it
 	p.waitReady(t, client)
-	var v inquiry.View
-	testkit.WaitFor(t, 10*time.Second, "the poison quarantined", func() bool { v = view(p, poison); return v.Status != inquiry.Pending })
+	var dead struct {
+		Failed []struct {
+			ID     string `json:"id"`
+			UserID string `json:"user_id"`
+			Set    string `json:"set"`
+		} `json:"failed"`
+	}
+	testkit.Do(t, client, "GET", p.admin+"/v1/admin/failed", nil, nil).JSON(t, &dead)
+	if len(dead.Failed) != 1 || dead.Failed[0].UserID != "crash-1" || dead.Failed[0].Set != "dlq" {
+		t.Fatalf("failed list %+v, want crash-1's inquiry as a dead letter", dead.Failed)
+	}
+	v := view(p, dead.Failed[0].ID)
 	if v.Status != inquiry.Failed || !v.DeadLetter || !strings.HasPrefix(v.Reason, pipeline.ReasonSuspected+": in flight at 2 crashes") {
 		t.Fatalf("the crashing inquiry: %+v, want failed as %s and dead-lettered", v, pipeline.ReasonSuspected)
 	}

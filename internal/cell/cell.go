@@ -43,6 +43,7 @@ import (
 	"github.com/cellkit/cellkit/internal/intake"
 	"github.com/cellkit/cellkit/internal/natsembed"
 	"github.com/cellkit/cellkit/internal/pipeline"
+	"github.com/cellkit/cellkit/internal/problem"
 	"github.com/cellkit/cellkit/internal/queue"
 	"github.com/cellkit/cellkit/internal/quotalease"
 	"github.com/cellkit/cellkit/internal/registry"
@@ -426,8 +427,8 @@ func (c *Cell) Run(ctx context.Context) error {
 	// net/http's own errors (a failed TLS handshake, mostly) go to the
 	// cell's log.
 	errLog := slog.NewLogLogger(c.log.Handler(), slog.LevelWarn)
-	intakeSrv := &http.Server{Handler: c.intake, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second, IdleTimeout: time.Minute, ErrorLog: errLog}
-	adminSrv := &http.Server{Handler: c.adminHandler(), ReadHeaderTimeout: 5 * time.Second, ErrorLog: errLog}
+	intakeSrv := &http.Server{Handler: c.contained("intake", c.intake), ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second, IdleTimeout: time.Minute, ErrorLog: errLog}
+	adminSrv := &http.Server{Handler: c.contained("admin", c.adminHandler()), ReadHeaderTimeout: 5 * time.Second, ErrorLog: errLog}
 	g.Go(func() error { return c.follower.Run(gctx) })
 	g.Go(func() error { c.moves.Follow(gctx, c.follower.Map, c.follower.Changed, time.Now); return nil })
 	g.Go(func() error { return serve(adminSrv, c.adminLn) })
@@ -493,6 +494,45 @@ func (c *Cell) Run(ctx context.Context) error {
 	c.log.Info("cell stopped")
 	return nil
 }
+
+// contained serves h with a panic recovered: logged with its stack,
+// counted (cellkit_cell_panics_total{step}) and answered 500 with a
+// problem body, or, when the answer had begun, cut off as net/http does.
+func (c *Cell) contained(step string, h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		cw := &startedWriter{ResponseWriter: w}
+		defer func() {
+			v := recover()
+			if v == nil {
+				return
+			}
+			if v == http.ErrAbortHandler {
+				panic(v)
+			}
+			c.pipe.Recovered(step, v, "method", r.Method, "path", r.URL.Path)
+			if cw.started {
+				panic(http.ErrAbortHandler)
+			}
+			problem.Write(w, problem.New(http.StatusInternalServerError, problem.Internal, "internal error"))
+		}()
+		h.ServeHTTP(cw, r)
+	})
+}
+
+// startedWriter notes whether an answer has begun.
+type startedWriter struct {
+	http.ResponseWriter
+	started bool
+}
+
+func (w *startedWriter) WriteHeader(code int) { w.started = true; w.ResponseWriter.WriteHeader(code) }
+func (w *startedWriter) Write(b []byte) (int, error) {
+	w.started = true
+	return w.ResponseWriter.Write(b)
+}
+
+// Unwrap gives http.ResponseController the writer underneath.
+func (w *startedWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 func serve(srv *http.Server, ln net.Listener) error {
 	if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {

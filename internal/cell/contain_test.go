@@ -3,6 +3,8 @@ package cell
 import (
 	"context"
 	"errors"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -192,5 +194,34 @@ func TestSuspectsRunAloneAndRepeatOffendersAreQuarantined(t *testing.T) {
 	h3.adminDo("POST", "/v1/admin/failed/retry", map[string]any{"ids": []string{a}}).JSON(t, &res)
 	if v := h3.settled(a); v.Status != inquiry.Done || len(res.Retried) != 1 {
 		t.Errorf("retried after quarantine: %+v (%+v), want done", v, res)
+	}
+}
+
+// TestAPanicInARequestIs500: a request whose handler panics gets a 500
+// problem (or, once its answer has begun, is cut off), the panic is
+// counted, and the cell serves on.
+func TestAPanicInARequestIs500(t *testing.T) {
+	h := start(t, setup{})
+	srv := httptest.NewServer(h.cell.contained("intake", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/begun" {
+			w.WriteHeader(http.StatusOK)
+			w.Write([]byte("partial"))
+		}
+		var req *inquiry.Request
+		_ = req.UserID // nil pointer: the bug
+	})))
+	defer srv.Close()
+	r := testkit.Do(t, srv.Client(), "GET", srv.URL+"/v1/inquiries/x", nil, nil)
+	if p := r.Problem(t); r.Status != http.StatusInternalServerError || p.Detail != "internal error" {
+		t.Errorf("a panicking request: %d %s", r.Status, r.Body)
+	}
+	if _, err := testkit.Send(srv.Client(), "POST", srv.URL+"/begun", nil, nil); err == nil {
+		t.Errorf("an answer begun before the panic was not cut off")
+	}
+	if got := counter(t, h, "cellkit_cell_panics_total", "step", "intake"); got != 2 {
+		t.Errorf("cellkit_cell_panics_total{step=intake} = %v, want 2", got)
+	}
+	if v := h.settled(h.accept(user(1), nil)); v.Status != inquiry.Done {
+		t.Errorf("after the panics: %+v", v)
 	}
 }

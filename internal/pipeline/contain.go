@@ -64,6 +64,15 @@ func (p *Pipeline) panicked(step, id string, r any) *failure {
 	return &failure{kind: "panic", reason: ReasonInternal, poison: true}
 }
 
+// Recovered logs and counts a panic the cell recovered outside the
+// pipeline (an intake or admin request: step "intake", "admin"); call it
+// from the deferred function that recovered r.
+func (p *Pipeline) Recovered(step string, r any, attrs ...any) {
+	p.m.panics.WithLabelValues(step).Inc()
+	p.log.Error("panic recovered: the request gets 500; the cell goes on",
+		append([]any{"step", step, "panic", fmt.Sprint(r), "stack", string(debug.Stack())}, attrs...)...)
+}
+
 // Crashed counts a crash of the process in the records of the inquiries
 // it had in flight (ids, from the journal), and quarantines those in flight
 // at QuarantineAfter crashes: failed with ReasonSuspected, dead-lettered.

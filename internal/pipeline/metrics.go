@@ -53,7 +53,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}, []string{"outcome"}),
 		panics: auto.NewCounterVec(prometheus.CounterOpts{
 			Name: "cellkit_cell_panics_total",
-			Help: "Panics recovered while processing an inquiry (which is then failed with \"internal error\" and dead-lettered) or delivering a callback, by step: an agency's name, css, scoring, core_banking, pipeline, callback.",
+			Help: "Panics recovered while processing an inquiry (which is then failed with \"internal error\" and dead-lettered), delivering a callback or serving a request (answered 500), by step: an agency's name, css, scoring, core_banking, pipeline, callback, intake, admin.",
 		}, []string{"step"}),
 		quarantined: auto.NewCounter(prometheus.CounterOpts{
 			Name: "cellkit_cell_quarantined_total",
