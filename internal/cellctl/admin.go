@@ -14,6 +14,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/cellkit/cellkit/internal/tlsconf"
@@ -30,10 +31,13 @@ const maxAdminBody = 8 << 20
 type adminClient struct {
 	http  *http.Client
 	token string // bearer token, "" for none
+	// certAsked is set when a server asked for a client certificate and
+	// there was none to give (--tls-cert not set); nil without TLS.
+	certAsked *atomic.Bool
 }
 
 func (x *inv) admin() adminClient {
-	return adminClient{http: x.adminHTTP, token: x.adminToken}
+	return adminClient{http: x.adminHTTP, token: x.adminToken, certAsked: x.certAsked}
 }
 
 // setupAdmin reads the admin APIs' token and TLS files (for every
@@ -59,6 +63,16 @@ func (x *inv) setupAdmin() (func(), error) {
 	}
 	tr = tr.Clone()
 	tr.TLSClientConfig = cl.Config().Clone()
+	if tr.TLSClientConfig.GetClientCertificate == nil {
+		// No certificate to give: note that a server asked for one, since
+		// under TLS 1.3 its refusal may reach us as a closed connection
+		// rather than as its alert.
+		x.certAsked = new(atomic.Bool)
+		tr.TLSClientConfig.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
+			x.certAsked.Store(true)
+			return &tls.Certificate{}, nil
+		}
+	}
 	hc.Transport = tr
 	x.adminHTTP = &hc
 	return tr.CloseIdleConnections, nil
@@ -160,7 +174,7 @@ func (c adminClient) call(ctx context.Context, method, base, path string, body, 
 		if errors.As(err, &uerr) {
 			err = uerr.Err
 		}
-		return &AdminError{URL: target, Err: tlsHint(err)}
+		return &AdminError{URL: target, Err: tlsHint(err, c.certAsked != nil && c.certAsked.Load())}
 	}
 	defer resp.Body.Close()
 	data, err := io.ReadAll(io.LimitReader(resp.Body, maxAdminBody))
@@ -180,15 +194,17 @@ func (c adminClient) call(ctx context.Context, method, base, path string, body, 
 }
 
 // tlsHint adds to a failed TLS handshake the flag that would fix it.
-func tlsHint(err error) error {
+func tlsHint(err error, certAsked bool) error {
 	var verr *tls.CertificateVerificationError
 	var oerr *net.OpError
 	switch {
 	case errors.As(err, &verr):
 		return fmt.Errorf("%w (--tls-ca names the CA of the admin APIs' certificates)", err)
-	case errors.As(err, &oerr) && oerr.Op == "remote error" && strings.Contains(oerr.Err.Error(), "certificate"):
-		// The server's alert about the client's certificate: required,
-		// bad (another role), unknown CA.
+	case certAsked && !(errors.As(err, &oerr) && oerr.Op == "dial"),
+		errors.As(err, &oerr) && oerr.Op == "remote error" && strings.Contains(oerr.Err.Error(), "certificate"):
+		// The server's alert about the client's certificate (required,
+		// bad: another role, unknown CA), or, past the dial, a server that
+		// asked for one when there was none to give.
 		return fmt.Errorf("%w (the admin API wants an operator's client certificate: --tls-cert and --tls-key)", err)
 	}
 	return err

@@ -27,6 +27,7 @@ import (
 	"os"
 	"os/user"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/cellkit/cellkit/internal/flagenv"
@@ -187,6 +188,7 @@ type inv struct {
 
 	given      map[string]bool // the flags on the command line (not from the environment)
 	adminHTTP  *http.Client    // with --tls-*: their TLS configuration
+	certAsked  *atomic.Bool    // with --tls-* but no certificate: a server asked for one
 	adminToken string          // --admin-token, or --admin-token-file's content
 	measured   *measured       // the routers' traffic, once asked (see traffic)
 }

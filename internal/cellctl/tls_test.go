@@ -3,6 +3,9 @@ package cellctl
 import (
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
+	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -251,5 +254,29 @@ func TestDevCerts(t *testing.T) {
 	}
 	if r := runPlain("dev", "certs", "--dir", dir, "--hosts", " , "); r.code != ExitUsage {
 		t.Errorf("no hosts: %v", r)
+	}
+}
+
+// TestTLSHintWhenTheServerAskedForACertificate: a server that asked for a
+// client certificate when there was none may refuse by closing the
+// connection (TLS 1.3) instead of with its alert: the hint still comes,
+// except for a connection never made.
+func TestTLSHintWhenTheServerAskedForACertificate(t *testing.T) {
+	const hint = "wants an operator's client certificate"
+	closed := &net.OpError{Op: "read", Net: "tcp", Err: net.ErrClosed}
+	refused := &net.OpError{Op: "dial", Net: "tcp", Err: errors.New("connection refused")}
+	for _, tc := range []struct {
+		err       error
+		certAsked bool
+		want      bool
+	}{
+		{closed, true, true},
+		{closed, false, false},
+		{refused, true, false},
+		{io.EOF, true, true},
+	} {
+		if got := strings.Contains(tlsHint(tc.err, tc.certAsked).Error(), hint); got != tc.want {
+			t.Errorf("tlsHint(%v, asked %v) hints %v, want %v", tc.err, tc.certAsked, got, tc.want)
+		}
 	}
 }
