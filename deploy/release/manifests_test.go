@@ -207,6 +207,23 @@ func TestSelectorsMeetTheirPods(t *testing.T) {
 	if !defaultDeny {
 		t.Error("no NetworkPolicy denies ingress by default")
 	}
+	for _, m := range o.podMonitors {
+		sel, err := metaSelector(&m.Spec.Selector)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pods := o.selected(sel)
+		if len(pods) == 0 {
+			t.Errorf("PodMonitor %s scrapes no pod", m.Name)
+		}
+		for _, ep := range m.Spec.PodMetricsEndpoints {
+			for _, w := range pods {
+				if ep.Port == nil || !hasPort(w.template, intstr.FromString(*ep.Port)) {
+					t.Errorf("PodMonitor %s: port %v, which %s %s does not have", m.Name, ep.Port, w.kind, w.name)
+				}
+			}
+		}
+	}
 }
 
 // TestOnlyRoutersReachIntakeAndOnlyOperatorsReachAdmin reads the network
