@@ -20,6 +20,7 @@ require (
 	github.com/prometheus/prometheus v0.316.0
 	github.com/rs/xid v1.6.0
 	go.uber.org/goleak v1.3.0
+	golang.org/x/crypto/x509roots/fallback v0.0.0-20261030153154-30a33513ff6d
 	golang.org/x/sync v0.25.0
 	golang.org/x/sys v0.49.0
 	golang.org/x/text v0.44.0

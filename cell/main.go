@@ -45,6 +45,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	// The Mozilla roots, used only where the system has none (the images'
+	// empty base): callbacks and registries on public certificates verify.
+	_ "golang.org/x/crypto/x509roots/fallback"
+
 	"github.com/cellkit/cellkit/internal/adminauth"
 	"github.com/cellkit/cellkit/internal/cell"
 	"github.com/cellkit/cellkit/internal/flagenv"

@@ -9,6 +9,10 @@ import (
 	"os/signal"
 	"syscall"
 
+	// The Mozilla roots, used only where the system has none (the images'
+	// empty base): callbacks and registries on public certificates verify.
+	_ "golang.org/x/crypto/x509roots/fallback"
+
 	"github.com/cellkit/cellkit/internal/cellctl"
 )
 

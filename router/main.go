@@ -47,6 +47,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"golang.org/x/sync/errgroup"
 
+	// The Mozilla roots, used only where the system has none (the images'
+	// empty base): callbacks and registries on public certificates verify.
+	_ "golang.org/x/crypto/x509roots/fallback"
+
 	"github.com/cellkit/cellkit/internal/adminauth"
 	"github.com/cellkit/cellkit/internal/flagenv"
 	"github.com/cellkit/cellkit/internal/pki"

@@ -3,6 +3,7 @@ package images
 import (
 	"archive/tar"
 	"bufio"
+	"debug/buildinfo"
 	"debug/elf"
 	"errors"
 	"io"
@@ -12,6 +13,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"runtime/debug"
 	"slices"
 	"strings"
 	"testing"
@@ -105,6 +107,17 @@ func TestImages(t *testing.T) {
 			}
 			if want := "revision " + labels[LabelRevision][:12]; !strings.Contains(line, want) {
 				t.Fatalf("%s --version: got %q, want it to name %q", p.Name, line, want)
+			}
+			// The image has no CA roots: a program that calls TLS servers
+			// of a public CA (callbacks, registries) carries its own.
+			if p.Name != "agencysim" {
+				bi, err := buildinfo.ReadFile(bin)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !slices.ContainsFunc(bi.Deps, func(m *debug.Module) bool { return m.Path == "golang.org/x/crypto/x509roots/fallback" }) {
+					t.Errorf("%s: no fallback CA roots (golang.org/x/crypto/x509roots/fallback) in an image without roots", p.Name)
+				}
 			}
 		})
 	}
