@@ -79,6 +79,7 @@ type options struct {
 	staleAfter          time.Duration
 	mapWait             time.Duration
 	shutdownTimeout     time.Duration
+	shutdownDelay       time.Duration
 	slotRateWindow      time.Duration
 	id                  string
 	adminAdvertise      string
@@ -106,6 +107,7 @@ func parseFlags(args []string, getenv func(string) string, output io.Writer) (op
 	fs.DurationVar(&o.staleAfter, "stale-after", registry.DefaultFollowerConfig().StaleAfter, "report the map stale after this long without the registry")
 	fs.DurationVar(&o.mapWait, "map-wait", 0, "give up if no cell map arrives within this time (0: wait until stopped)")
 	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 15*time.Second, "how long requests in flight may finish at shutdown")
+	fs.DurationVar(&o.shutdownDelay, "shutdown-delay", 0, "at SIGTERM, how long to go on serving with /readyz failing before the listener closes, so that load balancers and Kubernetes endpoints stop sending new connections first")
 	fs.StringVar(&o.id, "id", "", "this router's id in the registry's list of routers, 1-64 of [A-Za-z0-9._-] (default: the host name and admin port)")
 	fs.StringVar(&o.adminAdvertise, "admin-advertise", "", "the admin URL announced in the registry, for cellctl to find the router (default: http(s)://the admin address; 'none': not announced)")
 	fs.DurationVar(&o.slotRateWindow, "slot-rate-window", time.Minute, "time constant of the per-slot request rates on /v1/admin/slots (cellctl's traffic projections)")
@@ -155,6 +157,9 @@ func parseFlags(args []string, getenv func(string) string, output io.Writer) (op
 	}
 	if o.reloadInterval <= 0 {
 		return o, errors.New("--reload-interval must be > 0")
+	}
+	if o.shutdownDelay < 0 || o.shutdownTimeout <= 0 {
+		return o, errors.New("--shutdown-delay must be ≥ 0 and --shutdown-timeout > 0")
 	}
 	// An admin API open to the network would hand out the cells' map,
 	// hot users and profiles to anyone who asks.
@@ -370,6 +375,15 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, ready fun
 	})
 	g.Go(func() error {
 		<-gctx.Done()
+		select {
+		case <-serving:
+			if o.shutdownDelay > 0 {
+				rt.Stopping()
+				log.Info("stopping: readiness fails, serving on", "delay", o.shutdownDelay)
+				time.Sleep(o.shutdownDelay) // the load balancers' time to notice; bounded by the flag
+			}
+		default:
+		}
 		log.Info("shutting down", "timeout", o.shutdownTimeout)
 		// A fresh context: the one that ended must not cut the drain short.
 		sctx, cancel := context.WithTimeout(context.Background(), o.shutdownTimeout)

@@ -108,6 +108,7 @@ func TestRunWaitsForTheMapThenServesAndShutsDown(t *testing.T) {
 		done <- run(ctx, []string{
 			"-listen", "127.0.0.1:0", "-admin-listen", "127.0.0.1:0", "-registry", "file:" + regPath,
 			"-keys", keysPath, "-map-cache", filepath.Join(dir, "cache.json"), "-shutdown-timeout", "5s",
+			"-shutdown-delay", "2s",
 		}, io.Discard, logs, func(a addrs) { readyCh <- a })
 	}()
 	select {
@@ -161,7 +162,19 @@ func TestRunWaitsForTheMapThenServesAndShutsDown(t *testing.T) {
 		t.Errorf("routers announced: %+v, %v; want this one at http://%s", as, err, a.Admin)
 	}
 
+	// A stop first fails readiness and goes on serving for the delay.
 	cancel()
+	testkit.WaitFor(t, time.Second, "readiness to fail at the stop", func() bool {
+		r, err := testkit.Send(client, "GET", "http://"+a.Admin.String()+"/readyz", nil, nil)
+		return err == nil && r.Status == http.StatusServiceUnavailable && strings.Contains(string(r.Body), "stopping")
+	})
+	req, _ = http.NewRequest("POST", "http://"+a.Public.String()+"/v1/inquiries", strings.NewReader(`{"user_id":"u2"}`))
+	req.Header.Set("X-API-Key", key)
+	if resp, err := client.Do(req); err != nil || resp.StatusCode != http.StatusAccepted {
+		t.Fatalf("POST while stopping: %v %v, want still served", resp, err)
+	} else {
+		resp.Body.Close()
+	}
 	select {
 	case err := <-done:
 		if err != nil {

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -98,6 +99,18 @@ func TestPodsAreLockedDown(t *testing.T) {
 			if c.Resources.Requests.Cpu().IsZero() || c.Resources.Requests.Memory().IsZero() || c.Resources.Limits.Memory().IsZero() {
 				t.Errorf("%s: no CPU and memory request or no memory limit", where)
 			}
+			// Go's soft limit below the container's hard one, with room
+			// for what is not heap.
+			for _, e := range c.Env {
+				if e.Name != "GOMEMLIMIT" {
+					continue
+				}
+				limit := float64(c.Resources.Limits.Memory().Value())
+				soft, err := goMemLimit(e.Value)
+				if err != nil || soft < 0.75*limit || soft > 0.95*limit {
+					t.Errorf("%s: GOMEMLIMIT %q (%v) of a %.0f-byte limit, want 75–95 %% of it", where, e.Value, err, limit)
+				}
+			}
 		}
 	}
 }
@@ -151,6 +164,9 @@ func TestSelectorsMeetTheirPods(t *testing.T) {
 				if !hasPort(w.template, p.TargetPort) {
 					t.Errorf("Service %s: port %s targets %s, which %s %s does not have", s.Name, p.Name, p.TargetPort.String(), w.kind, w.name)
 				}
+				if sidecarOnly(w.template, p.TargetPort) {
+					t.Errorf("Service %s: port %s targets a sidecar's port by name: give its number", s.Name, p.Name)
+				}
 			}
 		}
 	}
@@ -187,6 +203,8 @@ func TestSelectorsMeetTheirPods(t *testing.T) {
 				for _, w := range pods {
 					if port.Port == nil || !hasPort(w.template, *port.Port) {
 						t.Errorf("NetworkPolicy %s: port %v, which %s %s does not have", p.Name, port.Port, w.kind, w.name)
+					} else if sidecarOnly(w.template, *port.Port) {
+						t.Errorf("NetworkPolicy %s: port %v is a sidecar's port by name: give its number", p.Name, port.Port)
 					}
 				}
 			}
@@ -242,9 +260,14 @@ func TestOnlyRoutersReachIntakeAndOnlyOperatorsReachAdmin(t *testing.T) {
 	}
 	seen := map[string]bool{}
 	for _, p := range o.policies {
+		psel, err := metaSelector(&p.Spec.PodSelector)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pods := o.selected(psel)
 		for _, rule := range p.Spec.Ingress {
 			for _, port := range rule.Ports {
-				name := port.Port.String()
+				name := portName(pods, *port.Port)
 				want, guarded := allowed[name]
 				if !guarded {
 					if name != "public" {
@@ -375,6 +398,41 @@ func (o *objects) selected(sel labels.Selector) []workload {
 		}
 	}
 	return ws
+}
+
+// portName is the name the pods declare port p under (p itself if named,
+// or if they declare it under none).
+func portName(pods []workload, p intstr.IntOrString) string {
+	if p.Type == intstr.String {
+		return p.StrVal
+	}
+	for _, w := range pods {
+		for _, c := range containers(w.template) {
+			for _, cp := range c.Ports {
+				if cp.ContainerPort == p.IntVal && cp.Name != "" {
+					return cp.Name
+				}
+			}
+		}
+	}
+	return p.String()
+}
+
+// sidecarOnly reports whether named port p is declared by init containers
+// (native sidecars) only: some network plugins, and Kubernetes before
+// 1.32 for Services, resolve the names of regular containers' ports only.
+func sidecarOnly(tpl *corev1.PodTemplateSpec, p intstr.IntOrString) bool {
+	if p.Type != intstr.String {
+		return false
+	}
+	for _, c := range tpl.Spec.Containers {
+		for _, cp := range c.Ports {
+			if cp.Name == p.StrVal {
+				return false
+			}
+		}
+	}
+	return hasPort(tpl, p)
 }
 
 func hasPort(tpl *corev1.PodTemplateSpec, p intstr.IntOrString) bool {
@@ -539,4 +597,19 @@ func TestCanaryCell(t *testing.T) {
 			}
 		}
 	}
+}
+
+// goMemLimit parses a GOMEMLIMIT value as the runtime does: bytes, with an
+// optional B, KiB, MiB, GiB or TiB suffix.
+func goMemLimit(v string) (float64, error) {
+	for _, u := range []struct {
+		suffix string
+		mult   float64
+	}{{"TiB", 1 << 40}, {"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}, {"B", 1}, {"", 1}} {
+		if n, ok := strings.CutSuffix(v, u.suffix); ok {
+			f, err := strconv.ParseFloat(n, 64)
+			return f * u.mult, err
+		}
+	}
+	return 0, fmt.Errorf("GOMEMLIMIT %q", v)
 }

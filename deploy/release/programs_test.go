@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
 	"golang.org/x/mod/modfile"
@@ -218,6 +219,20 @@ func TestProgramsAcceptTheirArguments(t *testing.T) {
 			}
 			if len(r.Unused) > 0 {
 				t.Errorf("%s: variables %q set no flag of %s", where, r.Unused, program)
+			}
+			// The grace period covers the program's own stop.
+			var stop time.Duration
+			for _, f := range []string{"shutdown-delay", "shutdown-timeout", "drain-timeout"} {
+				if v, ok := r.Flags[f]; ok {
+					d, err := time.ParseDuration(v.Value)
+					if err != nil {
+						t.Fatalf("%s: --%s %q: %v", where, f, v.Value, err)
+					}
+					stop += d
+				}
+			}
+			if grace := ptrOr(w.template.Spec.TerminationGracePeriodSeconds, 30); time.Duration(grace)*time.Second <= stop {
+				t.Errorf("%s: terminationGracePeriodSeconds %d, not more than the program's stop (%v)", where, grace, stop)
 			}
 			defaults := check(t, program, commandOf(args), nil)
 			checkPorts(t, where, program, c, r, defaults)

@@ -71,12 +71,21 @@ func (r *Router) Readiness() Readiness {
 		rd.Detail = "routing with a current cell map"
 	}
 	rd.RefreshedAfter421 = m != nil && m.Version() > st.Version
+	if r.stopping.Load() {
+		rd.Ready = false
+		rd.Detail = "stopping: serving on until the load balancers have taken it out of rotation"
+	}
 	if err := r.eng.failure(); err != nil {
 		rd.Ready, rd.Failure = false, err.Error()
 		rd.Detail = "the router cannot go on serving and is ending: " + err.Error()
 	}
 	return rd
 }
+
+// Stopping makes readiness fail while the router goes on serving: the
+// start of a graceful stop, so that load balancers and endpoint lists
+// stop sending new connections before the listener closes (Shutdown).
+func (r *Router) Stopping() { r.stopping.Store(true) }
 
 func (r *Router) serveReady(w http.ResponseWriter, _ *http.Request) {
 	rd := r.Readiness()

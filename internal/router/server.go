@@ -251,13 +251,14 @@ func or[T int | float64 | time.Duration](v, def T) T {
 
 // Router is the edge router. Serve runs it; it is safe for concurrent use.
 type Router struct {
-	cfg     Config
-	maps    MapSource
-	refresh func(context.Context) (*slotmap.Map, error)
-	keyring atomic.Pointer[keyring] // the API keys and rate limits (SetKeys)
-	keysMu  sync.Mutex              // serialises SetKeys
-	now     func() time.Time
-	hot     *hotkeys.Tracker
+	cfg      Config
+	stopping atomic.Bool // Stopping was called: readiness fails, serving goes on
+	maps     MapSource
+	refresh  func(context.Context) (*slotmap.Map, error)
+	keyring  atomic.Pointer[keyring] // the API keys and rate limits (SetKeys)
+	keysMu   sync.Mutex              // serialises SetKeys
+	now      func() time.Time
+	hot      *hotkeys.Tracker
 	// slotRates are the request rates per slot of the newest table
 	// (replaced when a map's slot count changes), for the admin API.
 	slotRates atomic.Pointer[slotrate.Rates]
