@@ -45,7 +45,7 @@ func TestEveryKustomizationRenders(t *testing.T) {
 // capability or writes its root filesystem, and no pod reaches the host
 // or the Kubernetes API.
 func TestPodsAreLockedDown(t *testing.T) {
-	o := render(t, fourCells)
+	o := renderFourCells(t)
 	for _, w := range o.workloads() {
 		spec := w.template.Spec
 		psc := spec.SecurityContext
@@ -119,7 +119,7 @@ func TestPodsAreLockedDown(t *testing.T) {
 // restricted profile, by the admission plugin's own checks (the namespace
 // of the overlay enforces it).
 func TestPodSecurityRestricted(t *testing.T) {
-	o := render(t, fourCells)
+	o := renderFourCells(t)
 	eval, err := psapolicy.NewEvaluator(psapolicy.DefaultChecks(), nil)
 	if err != nil {
 		t.Fatal(err)
@@ -153,7 +153,7 @@ func containers(tpl *corev1.PodTemplateSpec) []*corev1.Container {
 // TestSelectorsMeetTheirPods: every Service, disruption budget and network
 // policy selects pods that exist, by ports they have.
 func TestSelectorsMeetTheirPods(t *testing.T) {
-	o := render(t, fourCells)
+	o := renderFourCells(t)
 	for _, s := range o.services {
 		pods := o.selected(labels.SelectorFromSet(s.Spec.Selector))
 		if len(pods) == 0 {
@@ -247,7 +247,7 @@ func TestSelectorsMeetTheirPods(t *testing.T) {
 // TestOnlyRoutersReachIntakeAndOnlyOperatorsReachAdmin reads the network
 // policies as the cluster would: who may connect to each named port.
 func TestOnlyRoutersReachIntakeAndOnlyOperatorsReachAdmin(t *testing.T) {
-	o := render(t, fourCells)
+	o := renderFourCells(t)
 	monitoring := map[string]string{"cellkit.io/monitoring": "true"}
 	allowed := map[string][]map[string]string{
 		// a cell's intake: routers, and other cells reading an inquiry
@@ -309,7 +309,7 @@ func TestOnlyRoutersReachIntakeAndOnlyOperatorsReachAdmin(t *testing.T) {
 // with its own Service, disruption budget and NATS policy, all scoped to
 // that cell's pods alone.
 func TestCells(t *testing.T) {
-	checkCells(t, render(t, fourCells), cellIDs)
+	checkCells(t, renderFourCells(t), cellIDs)
 }
 
 func checkCells(t *testing.T, o *objects, want []string) {
@@ -450,7 +450,7 @@ func hasPort(tpl *corev1.PodTemplateSpec, p intstr.IntOrString) bool {
 // of it, is in docs/kubernetes.md's table of Secrets, which says how to
 // make it.
 func TestSecretsAreDocumented(t *testing.T) {
-	o := render(t, fourCells)
+	o := renderFourCells(t)
 	doc, err := os.ReadFile(filepath.Join(root, "docs", "kubernetes.md"))
 	if err != nil {
 		t.Fatal(err)
@@ -519,7 +519,7 @@ func TestSecretsAreDocumented(t *testing.T) {
 // TestImagesArePinned: every image is cellkit's, tagged by the overlay,
 // or one pinned by version.
 func TestImagesArePinned(t *testing.T) {
-	o := render(t, fourCells)
+	o := renderFourCells(t)
 	for _, w := range o.workloads() {
 		for _, c := range containers(w.template) {
 			if tag := imageTag(c.Image); tag == "" || tag == "latest" {

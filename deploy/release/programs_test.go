@@ -198,8 +198,9 @@ func expandArgs(t *testing.T, where string, args []string, env map[string]string
 // each flag came to. Then the ports, probes and files of the container are
 // held to those values.
 func TestProgramsAcceptTheirArguments(t *testing.T) {
-	o := render(t, fourCells)
+	o := renderFourCells(t)
 	checked := map[string]bool{}
+	defaults := map[string]report{} // by program and command: the same for every container
 	for _, w := range o.workloads() {
 		for _, c := range containers(w.template) {
 			program, ok := cellkitProgram(c.Image)
@@ -234,8 +235,12 @@ func TestProgramsAcceptTheirArguments(t *testing.T) {
 			if grace := ptrOr(w.template.Spec.TerminationGracePeriodSeconds, 30); time.Duration(grace)*time.Second <= stop {
 				t.Errorf("%s: terminationGracePeriodSeconds %d, not more than the program's stop (%v)", where, grace, stop)
 			}
-			defaults := check(t, program, commandOf(args), nil)
-			checkPorts(t, where, program, c, r, defaults)
+			cmd := commandOf(args)
+			key := strings.Join(append([]string{program}, cmd...), " ")
+			if _, ok := defaults[key]; !ok {
+				defaults[key] = check(t, program, cmd, nil)
+			}
+			checkPorts(t, where, program, c, r, defaults[key])
 			checkFiles(t, o, where, w, c, r)
 		}
 	}
@@ -401,7 +406,7 @@ func isClaim(w workload, name string) bool { return slices.Contains(w.claims, na
 // declared, with its store on the pod's volume; the cell connects to it
 // with the token the node requires.
 func TestNATSNodes(t *testing.T) {
-	o := render(t, fourCells)
+	o := renderFourCells(t)
 	version := natsVersion(t)
 	if server.VERSION != version {
 		t.Fatalf("this module's nats-server is %s, the cells' %s: keep them equal", server.VERSION, version)

@@ -8,6 +8,7 @@ import (
 	"io"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 
 	monitoringv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
@@ -65,18 +66,40 @@ type objects struct {
 // it does not know fails the test.
 func render(t *testing.T, dir string) *objects {
 	t.Helper()
-	k := krusty.MakeKustomizer(krusty.MakeDefaultOptions())
-	m, err := k.Run(filesys.MakeFsOnDisk(), dir)
-	if err != nil {
-		t.Fatalf("kustomize build %s: %v", dir, err)
-	}
-	out, err := m.AsYaml()
+	objs, err := build(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return objs
+}
+
+func build(dir string) (*objects, error) {
+	k := krusty.MakeKustomizer(krusty.MakeDefaultOptions())
+	m, err := k.Run(filesys.MakeFsOnDisk(), dir)
+	if err != nil {
+		return nil, fmt.Errorf("kustomize build %s: %w", dir, err)
+	}
+	out, err := m.AsYaml()
+	if err != nil {
+		return nil, err
+	}
 	objs, err := decodeAll(out)
 	if err != nil {
-		t.Fatalf("kustomize build %s: %v", dir, err)
+		return nil, fmt.Errorf("kustomize build %s: %w", dir, err)
+	}
+	return objs, nil
+}
+
+// fourCellsRendered is the overlay rendered once for every test that only
+// reads it.
+var fourCellsRendered = sync.OnceValues(func() (*objects, error) { return build(fourCells) })
+
+// renderFourCells is the rendered overlay (shared: do not change it).
+func renderFourCells(t *testing.T) *objects {
+	t.Helper()
+	objs, err := fourCellsRendered()
+	if err != nil {
+		t.Fatal(err)
 	}
 	return objs
 }

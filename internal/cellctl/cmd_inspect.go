@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cellkit/cellkit/internal/buildinfo"
 	"github.com/cellkit/cellkit/internal/registry"
 	"github.com/cellkit/cellkit/internal/slotmap"
 )
@@ -360,6 +361,29 @@ committed or planned against), with when and by which change they were made.`,
 		}
 		t.flush()
 		return nil
+	}
+	return c
+}
+
+func versionCommand() *command {
+	c := &command{
+		name:    "version",
+		section: secInspect,
+		summary: "print cellctl's version and build (also --version)",
+		help: `Prints the version cellctl was built as, the source revision, the Go
+toolchain and the platform; --json prints them as an object.`,
+		examples: `cellctl version
+cellctl --version
+cellctl version --json`,
+		maxArgs: 0,
+	}
+	c.run = func(_ context.Context, x *inv, _ []string) error {
+		info := buildinfo.Get()
+		if x.g.json {
+			return writeJSON(x.out, info)
+		}
+		_, err := fmt.Fprintf(x.out, "cellctl %s\n", info)
+		return err
 	}
 	return c
 }

@@ -5,7 +5,6 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"github.com/cellkit/cellkit/internal/buildinfo"
 	"maps"
 	"slices"
 	"strings"
@@ -260,27 +259,4 @@ func driftPairs(ds []drift) string {
 		parts = append(parts, fmt.Sprintf("%s → %s %d", k[0], k[1], sum[k]))
 	}
 	return strings.Join(parts, ", ")
-}
-
-func versionCommand() *command {
-	c := &command{
-		name:    "version",
-		section: secInspect,
-		summary: "print cellctl's version and build (also --version)",
-		help: `Prints the version cellctl was built as, the source revision, the Go
-toolchain and the platform; --json prints them as an object.`,
-		examples: `cellctl version
-cellctl --version
-cellctl version --json`,
-		maxArgs: 0,
-	}
-	c.run = func(_ context.Context, x *inv, _ []string) error {
-		info := buildinfo.Get()
-		if x.g.json {
-			return writeJSON(x.out, info)
-		}
-		_, err := fmt.Fprintf(x.out, "cellctl %s\n", info)
-		return err
-	}
-	return c
 }

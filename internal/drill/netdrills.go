@@ -2,9 +2,7 @@ package drill
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"io"
 	"maps"
 	"net/http"
 	"os"
@@ -603,18 +601,5 @@ func (n *netRun) outcomes(ctx context.Context, res *loadtest.Result, users func(
 }
 
 func (n *netRun) inquiry(ctx context.Context, id string, v any) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, n.st.Router+"/v1/inquiries/"+id, nil)
-	if err != nil {
-		return err
-	}
-	req.Header.Set("X-API-Key", n.st.APIKey)
-	resp, err := n.hc.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("GET %s: %s", id, resp.Status)
-	}
-	return json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(v)
+	return getInquiry(ctx, n.hc, n.st.Router, n.st.APIKey, id, v)
 }

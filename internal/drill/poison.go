@@ -1,7 +1,6 @@
 package drill
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -10,6 +9,9 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 
 	"github.com/cellkit/cellkit/internal/devstack"
 	"github.com/cellkit/cellkit/internal/inquiry"
@@ -101,7 +103,7 @@ func Poison(ctx context.Context, c Config) (*loadtest.Result, error) {
 				continue
 			}
 			var v inquiry.View
-			if err := requestJSON(ctx, adminClient, http.MethodGet, st.Router+"/v1/inquiries/"+id, "", nil, &v, "X-API-Key", st.APIKey); err == nil && v.Status != inquiry.Pending {
+			if err := getInquiry(ctx, adminClient, st.Router, st.APIKey, id, &v); err == nil && v.Status != inquiry.Pending {
 				final[id] = v
 			}
 		}
@@ -217,20 +219,19 @@ func cellPanics(ctx context.Context, st *Stack, cell string) (int, error) {
 		return 0, err
 	}
 	defer resp.Body.Close()
-	total := 0.0
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(nil, 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if !strings.HasPrefix(line, "cellkit_cell_panics_total{") {
-			continue
-		}
-		f := strings.Fields(line)
-		v, err := strconv.ParseFloat(f[len(f)-1], 64)
-		if err != nil {
-			return 0, fmt.Errorf("metrics line %q: %w", line, err)
-		}
-		total += v
+	if resp.StatusCode != http.StatusOK {
+		return 0, fmt.Errorf("GET %s/metrics: %s", cell, resp.Status)
 	}
-	return int(total), sc.Err()
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	mfs, err := parser.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		return 0, fmt.Errorf("%s's metrics: %w", cell, err)
+	}
+	total := 0.0
+	if mf := mfs["cellkit_cell_panics_total"]; mf != nil {
+		for _, m := range mf.GetMetric() {
+			total += m.GetCounter().GetValue()
+		}
+	}
+	return int(total), nil
 }

@@ -180,6 +180,12 @@ func doJSON(ctx context.Context, method, url string, body, v any) error {
 	return requestJSON(ctx, adminClient, method, url, "", body, v)
 }
 
+// getInquiry reads inquiry id through the router at base, with the API
+// key, into v.
+func getInquiry(ctx context.Context, hc *http.Client, base, key, id string, v any) error {
+	return requestJSON(ctx, hc, http.MethodGet, base+"/v1/inquiries/"+id, "", nil, v, "X-API-Key", key)
+}
+
 // statusError is an answer that is not 2xx.
 type statusError struct {
 	code int

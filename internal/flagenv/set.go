@@ -30,9 +30,8 @@ type Set struct {
 	*flag.FlagSet
 	program        string
 	version, check bool
-	cmdline        map[string]bool
+	cmdline        map[string]bool // set once the command line parsed
 	origins        map[string]string
-	parsed         bool
 
 	// Stdout takes --version and the --check report (nil: os.Stdout).
 	Stdout io.Writer
@@ -71,7 +70,6 @@ func (s *Set) Parse(args []string, getenv func(string) string) error {
 	}
 	s.cmdline = map[string]bool{}
 	s.FlagSet.Visit(func(f *flag.Flag) { s.cmdline[f.Name] = true })
-	s.parsed = true
 	if s.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments %q", s.Args())
 	}
@@ -93,7 +91,7 @@ func (s *Set) Checked(err error) error {
 	if !s.check || errors.Is(err, flag.ErrHelp) {
 		return err
 	}
-	if !s.parsed { // a command-line error: flag has printed it with the usage
+	if s.cmdline == nil { // a command-line error: flag has printed it with the usage
 		return err
 	}
 	r := s.Report(err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"runtime/debug"
 
 	"github.com/cellkit/cellkit/internal/inquiry"
@@ -55,12 +56,11 @@ func (p *Pipeline) guard(step, id string, f func() error) (err error) {
 	return f()
 }
 
-// panicked logs and counts a recovered panic; call it from the deferred
-// function that recovered r, so that the stack is the panic's.
+// panicked logs and counts a panic recovered in inquiry id's processing
+// and returns the failure that dead-letters it; call it from the deferred
+// function that recovered r.
 func (p *Pipeline) panicked(step, id string, r any) *failure {
-	p.m.panics.WithLabelValues(step).Inc()
-	p.log.Error("panic while processing an inquiry: it is failed and dead-lettered; the cell goes on",
-		"id", id, "step", step, "panic", fmt.Sprint(r), "stack", string(debug.Stack()))
+	logPanic(p.log, p.m, "panic while processing an inquiry: it is failed and dead-lettered; the cell goes on", step, r, "id", id)
 	return &failure{kind: "panic", reason: ReasonInternal, poison: true}
 }
 
@@ -68,9 +68,15 @@ func (p *Pipeline) panicked(step, id string, r any) *failure {
 // pipeline (an intake or admin request: step "intake", "admin"); call it
 // from the deferred function that recovered r.
 func (p *Pipeline) Recovered(step string, r any, attrs ...any) {
-	p.m.panics.WithLabelValues(step).Inc()
-	p.log.Error("panic recovered: the request gets 500; the cell goes on",
-		append([]any{"step", step, "panic", fmt.Sprint(r), "stack", string(debug.Stack())}, attrs...)...)
+	logPanic(p.log, p.m, "panic recovered: the request gets 500; the cell goes on", step, r, attrs...)
+}
+
+// logPanic logs a recovered panic with its stack and counts it in
+// cellkit_cell_panics_total{step}. Called (indirectly) from the deferred
+// function that recovered r, the stack still holds the panic's frames.
+func logPanic(log *slog.Logger, m *metrics, msg, step string, r any, attrs ...any) {
+	m.panics.WithLabelValues(step).Inc()
+	log.Error(msg, append([]any{"step", step, "panic", fmt.Sprint(r), "stack", string(debug.Stack())}, attrs...)...)
 }
 
 // Crashed counts a crash of the process in the records of the inquiries

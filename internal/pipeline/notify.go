@@ -12,7 +12,6 @@ import (
 	"net/http"
 	"net/netip"
 	"net/url"
-	"runtime/debug"
 	"slices"
 	"sync"
 	"syscall"
@@ -236,9 +235,7 @@ func (n *notifierQueue) send(ctx context.Context, cb callback) {
 	// A panic delivering one callback drops that callback, not the cell.
 	defer func() {
 		if r := recover(); r != nil {
-			n.m.panics.WithLabelValues("callback").Inc()
-			n.log.Error("panic while delivering a callback: it is dropped; the cell goes on",
-				"id", cb.id, "panic", fmt.Sprint(r), "stack", string(debug.Stack()))
+			logPanic(n.log, n.m, "panic while delivering a callback: it is dropped; the cell goes on", "callback", r, "id", cb.id)
 			n.settled()
 		}
 	}()

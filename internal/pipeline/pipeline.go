@@ -481,11 +481,11 @@ func (p *Pipeline) deadLetterAfterPanic(m jetstream.Msg, id string, reason strin
 		m.NakWithDelay(p.cfg.Backoff[len(p.cfg.Backoff)-1])
 		return "retry"
 	}
-	return p.poisoned(m, rec, rev, int(md.NumDelivered), reason)
+	return p.failDead(m, rec, rev, int(md.NumDelivered), reason)
 }
 
-// poisoned fails rec for reason and dead-letters it at once.
-func (p *Pipeline) poisoned(m jetstream.Msg, rec inquiry.Record, rev uint64, attempt int, reason string) string {
+// failDead fails rec for reason and dead-letters it at once.
+func (p *Pipeline) failDead(m jetstream.Msg, rec inquiry.Record, rev uint64, attempt int, reason string) string {
 	rec.Dead = true
 	rec.Fail(reason, p.now())
 	return p.finish(m, rec, rev, attempt, "dead")
@@ -537,7 +537,7 @@ func (p *Pipeline) settle(ctx context.Context, m jetstream.Msg, service *time.Du
 		// Counted by another instance, or by this one's start while the
 		// message was already on its way.
 		p.m.quarantined.Inc()
-		return p.poisoned(m, rec, rev, attempt, fmt.Sprintf("%s: in flight at %d crashes of the cell", ReasonSuspected, rec.Crashes))
+		return p.failDead(m, rec, rev, attempt, fmt.Sprintf("%s: in flight at %d crashes of the cell", ReasonSuspected, rec.Crashes))
 	}
 
 	stopProgress := p.keepAlive(m)
@@ -572,7 +572,7 @@ func (p *Pipeline) settle(ctx context.Context, m jetstream.Msg, service *time.Du
 	}
 	p.m.failures.WithLabelValues(f.kind).Inc()
 	if f.poison {
-		return p.poisoned(m, rec, rev, attempt, f.reason)
+		return p.failDead(m, rec, rev, attempt, f.reason)
 	}
 	if !f.retry {
 		rec.Fail(f.reason, p.now())
@@ -588,9 +588,7 @@ func (p *Pipeline) settle(ctx context.Context, m jetstream.Msg, service *time.Du
 }
 
 func (p *Pipeline) deadLetter(m jetstream.Msg, rec inquiry.Record, rev uint64, attempt int, reason string) string {
-	rec.Dead = true
-	rec.Fail(fmt.Sprintf("dead-lettered after %d attempts: %s", min(attempt, p.cfg.MaxDeliver), reason), p.now())
-	return p.finish(m, rec, rev, attempt, "dead")
+	return p.failDead(m, rec, rev, attempt, fmt.Sprintf("dead-lettered after %d attempts: %s", min(attempt, p.cfg.MaxDeliver), reason))
 }
 
 // finish lists a failure, writes the final record, then acks. The listing
