@@ -306,3 +306,48 @@ func TestCallbackRetryHoldsNoWorker(t *testing.T) {
 		t.Errorf("stop took %v, %d attempts of the failing callback; want at once, 1", d, failing.hits.Load())
 	}
 }
+
+// panicTransport panics on the first request, then sends the others.
+type panicTransport struct {
+	next  http.RoundTripper
+	fired atomic.Bool
+}
+
+func (p *panicTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	if p.fired.CompareAndSwap(false, true) {
+		panic("a broken transport")
+	}
+	return p.next.RoundTrip(r)
+}
+
+// TestAPanicDeliveringACallbackDropsOnlyIt: the callback whose delivery
+// panics is dropped, logged with its stack and counted; the notifier's
+// worker goes on with the next one, and its place in the bound is freed.
+func TestAPanicDeliveringACallbackDropsOnlyIt(t *testing.T) {
+	rcv := newReceiver(t)
+	// A short timeout: net/http's timer goroutine of the request that
+	// panicked out of Client.Do lives until it.
+	n := startNotifier(t, notifierConfig{timeout: 100 * time.Millisecond, attempts: 1, allow: loopback}, 1)
+	n.client.Transport = &panicTransport{next: n.client.Transport}
+	n.enqueue(record("c1-1", rcv.URL))
+	n.enqueue(record("c1-2", rcv.URL))
+	select {
+	case v := <-rcv.bodies:
+		if v.ID != "c1-2" {
+			t.Fatalf("delivered %s, want c1-2 (c1-1's delivery panicked)", v.ID)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the callback after the panic was not delivered")
+	}
+	if got := testutil.ToFloat64(n.m.panics.WithLabelValues("callback")); got != 1 {
+		t.Errorf("cellkit_cell_panics_total{step=callback} = %v, want 1", got)
+	}
+	if logs := n.logs.String(); !strings.Contains(logs, "panic while delivering a callback") || !strings.Contains(logs, "a broken transport") || !strings.Contains(logs, "goroutine") {
+		t.Errorf("the panic is not logged with its stack:\n%s", logs)
+	}
+	testkit.WaitFor(t, 5*time.Second, "the bound's place freed", func() bool {
+		n.mu.Lock()
+		defer n.mu.Unlock()
+		return n.pending == 0
+	})
+}
