@@ -10,6 +10,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"net/url"
 	"os"
 	"strconv"
@@ -73,9 +74,74 @@ func (x *inv) setupAdmin() (func(), error) {
 			return &tls.Certificate{}, nil
 		}
 	}
+	// Dial TLS here, so that each connection keeps the alert its server
+	// sent: under TLS 1.3 a server refuses a client certificate after the
+	// client's handshake is over, and the transport may then report its
+	// own write on the connection closed by its read of that alert.
+	tr.ForceAttemptHTTP2 = false
+	tr.DialTLSContext = alertDialer(tr.TLSClientConfig.Clone(), tr.DialContext)
 	hc.Transport = tr
 	x.adminHTTP = &hc
 	return tr.CloseIdleConnections, nil
+}
+
+// alertDialer dials TLS connections that remember their server's alert
+// (*alertConn), over dial (nil: a net.Dialer).
+func alertDialer(cfg *tls.Config, dial func(ctx context.Context, network, addr string) (net.Conn, error)) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	if dial == nil {
+		dial = (&net.Dialer{Timeout: adminCallTimeout}).DialContext
+	}
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		raw, err := dial(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		c := cfg
+		if c.ServerName == "" {
+			c = c.Clone()
+			c.ServerName, _, _ = net.SplitHostPort(addr)
+		}
+		tc := tls.Client(raw, c)
+		if err := tc.HandshakeContext(ctx); err != nil {
+			raw.Close()
+			return nil, err
+		}
+		return &alertConn{Conn: tc}, nil
+	}
+}
+
+// alertConn is a TLS connection that remembers the alert its server sent.
+type alertConn struct {
+	*tls.Conn
+	alert atomic.Pointer[net.OpError]
+}
+
+func (c *alertConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	var oerr *net.OpError
+	if err != nil && errors.As(err, &oerr) && oerr.Op == "remote error" {
+		c.alert.CompareAndSwap(nil, oerr)
+	}
+	return n, err
+}
+
+// serverAlert is the alert the server of a request's connection sent, if
+// any: trace it into ctx, and after the request, call the function.
+func serverAlert(ctx context.Context) (context.Context, func() error) {
+	var conn atomic.Pointer[alertConn]
+	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{GotConn: func(info httptrace.GotConnInfo) {
+		if ac, ok := info.Conn.(*alertConn); ok {
+			conn.Store(ac)
+		}
+	}})
+	return ctx, func() error {
+		if ac := conn.Load(); ac != nil {
+			if a := ac.alert.Load(); a != nil {
+				return a
+			}
+		}
+		return nil
+	}
 }
 
 // token is --admin-token, or what --admin-token-file holds. When both are
@@ -157,6 +223,7 @@ func (c adminClient) call(ctx context.Context, method, base, path string, body, 
 		}
 		rd = bytes.NewReader(data)
 	}
+	ctx, alert := serverAlert(ctx)
 	req, err := http.NewRequestWithContext(ctx, method, target, rd)
 	if err != nil {
 		return &AdminError{URL: target, Err: err}
@@ -173,6 +240,10 @@ func (c adminClient) call(ctx context.Context, method, base, path string, body, 
 		var uerr *url.Error
 		if errors.As(err, &uerr) {
 			err = uerr.Err
+		}
+		if a := alert(); a != nil {
+			// The server's refusal, whatever the transport saw after it.
+			err = a
 		}
 		return &AdminError{URL: target, Err: tlsHint(err, c.certAsked != nil && c.certAsked.Load())}
 	}

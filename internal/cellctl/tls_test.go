@@ -5,7 +5,11 @@ import (
 	"crypto/x509"
 	"errors"
 	"io"
+	"log"
 	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httptrace"
 	"os"
 	"path/filepath"
 	"slices"
@@ -280,3 +284,75 @@ func TestTLSHintWhenTheServerAskedForACertificate(t *testing.T) {
 		}
 	}
 }
+
+// TestTLSHintWhenTheServerRefusesTheCertificate: a server that refuses a
+// client certificate after the handshake (TLS 1.3): each call names its
+// alert, with the hint. The transport may report its own write on the
+// connection its read of the alert closed instead (a race no test here can
+// force): the connection's own record of the alert is what the call
+// reports then.
+func TestTLSHintWhenTheServerRefusesTheCertificate(t *testing.T) {
+	const want = "remote error: tls: bad certificate (the admin API wants an operator's client certificate: --tls-cert and --tls-key)"
+	certs := celltest.DevCerts(t)
+	srvTLS, err := tlsconf.NewServer(tlsconf.ServerFiles{
+		Cert: certs.Cert(pki.RoleCell), Key: certs.Key(pki.RoleCell), ClientCA: certs.CA(), ClientRole: pki.RoleOperator,
+	}, tlsconf.Options{What: "admin_tls"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, `{"failed":[]}`)
+	}))
+	srv.TLS = srvTLS.Config()
+	srv.Config.ErrorLog = log.New(io.Discard, "", 0)
+	srv.StartTLS()
+	t.Cleanup(srv.Close)
+
+	e := newFileEnv(t)
+	e.ok("init", "--agency", "nice=4", "--slots", "64")
+	e.ok("provision", "c1", "--intake", "https://"+testkit.FreeAddr(t), "--admin", srv.URL)
+	operator := []string{"--tls-ca", certs.CA(), "--tls-cert", certs.Cert(pki.RoleOperator), "--tls-key", certs.Key(pki.RoleOperator)}
+	e.ok(append([]string{"failed", "list", "c1"}, operator...)...)
+	router := tlsconf.ClientFiles{CA: certs.CA(), Cert: certs.Cert(pki.RoleRouter), Key: certs.Key(pki.RoleRouter)}
+	for i := range 20 {
+		r := e.run("failed", "list", "c1", "--tls-ca", router.CA, "--tls-cert", router.Cert, "--tls-key", router.Key)
+		if r.code != ExitFailure || !strings.Contains(r.stderr, want) {
+			t.Fatalf("call %d with a router's certificate: %v, want the server's alert and the hint", i, r)
+		}
+	}
+
+	// The connections cellctl dials record the alert they read.
+	cl, err := tlsconf.NewClient(router, tlsconf.Options{What: "admin_tls"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := alertDialer(cl.Config(), nil)(t.Context(), "tcp", srv.Listener.Addr().String())
+	if err != nil {
+		t.Fatalf("handshake: %v", err)
+	}
+	defer conn.Close()
+	io.WriteString(conn, "GET /v1/admin/failed HTTP/1.1\r\nHost: c1\r\n\r\n")
+	if _, err := conn.Read(make([]byte, 1)); err == nil {
+		t.Fatal("read: the server answered a router's certificate")
+	}
+	ac := conn.(*alertConn)
+	if a := ac.alert.Load(); a == nil || a.Error() != "remote error: tls: bad certificate" {
+		t.Fatalf("alert recorded: %v", a)
+	}
+
+	// A call over that connection reports its alert, whatever error the
+	// transport returns.
+	c := adminClient{http: &http.Client{Transport: roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		httptrace.ContextClientTrace(r.Context()).GotConn(httptrace.GotConnInfo{Conn: ac})
+		return nil, net.ErrClosed
+	})}}
+	if err := c.call(t.Context(), http.MethodGet, srv.URL, "/v1/admin/failed", nil, nil); err == nil || !strings.HasSuffix(err.Error(), want) {
+		t.Fatalf("call: %v, want the alert and the hint", err)
+	}
+}
+
+// roundTripFunc is a RoundTripper made of a function.
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }

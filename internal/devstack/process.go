@@ -125,7 +125,8 @@ func Alive(pid int) bool {
 	}
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
 	if err != nil {
-		return !errors.Is(err, os.ErrNotExist)
+		// A process that ends meanwhile fails the read with ESRCH.
+		return !errors.Is(err, os.ErrNotExist) && !errors.Is(err, syscall.ESRCH)
 	}
 	// pid (comm) S ...: the state follows the last ')'.
 	if i := bytes.LastIndexByte(b, ')'); i >= 0 && i+2 < len(b) {
