@@ -273,6 +273,10 @@ func TestStats(t *testing.T) {
 	if st.N != 3 || st.Errors != 3 || st.Timeouts != 1 || st.NoRetryAfter != 1 || st.P99 != 5*time.Second {
 		t.Errorf("stats = %+v", st)
 	}
+	// The timeout, sent at 2 s, ended at 7 s: still in flight at 3 s.
+	if st := (Window{From: time.Second, To: 3 * time.Second, AnsweredBy: 3 * time.Second}).Stats(ss); st.N != 2 || st.Timeouts != 0 {
+		t.Errorf("stats answered by 3s = %+v", st)
+	}
 	if uc := UserCells(ss, 0, 2*time.Second); uc[1] != "c1" || uc[2] != "c2" {
 		t.Errorf("UserCells = %v", uc)
 	}

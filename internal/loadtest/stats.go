@@ -10,6 +10,9 @@ import (
 type Window struct {
 	From, To time.Duration    // [From, To)
 	Users    func(u int) bool // nil: every user
+	// AnsweredBy, if set, also leaves out the samples whose answer (or
+	// failure) came at or after it: those still in flight at a moment.
+	AnsweredBy time.Duration
 }
 
 // Stats are the outcomes of a set of samples.
@@ -25,7 +28,8 @@ func (w Window) Stats(samples []Sample) Stats {
 	st := Stats{Status: map[string]int{}}
 	var lat []time.Duration
 	for _, s := range samples {
-		if s.At < w.From || s.At >= w.To || (w.Users != nil && !w.Users(s.User)) {
+		if s.At < w.From || s.At >= w.To || (w.Users != nil && !w.Users(s.User)) ||
+			(w.AnsweredBy > 0 && s.At+s.Latency >= w.AnsweredBy) {
 			continue
 		}
 		st.N++
