@@ -257,7 +257,7 @@ func (c *Cell) intakeSwitch(w http.ResponseWriter, r *http.Request) {
 		// A drain closes the intake right after it moved the slots: catch
 		// up with the registry first (bounded), so that moved users get 421
 		// (the router retries them on their new cell) rather than 503.
-		c.awaitRegistryMap(r.Context(), time.Second)
+		c.catchUpWithRegistry(r.Context(), time.Second)
 		c.intake.Close()
 	case "open":
 		if c.stopping.Load() || !c.ready.Load() {
@@ -364,24 +364,13 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Write(append(body, '\n'))
 }
 
-// awaitRegistryMap waits, at most max, until the follower holds the
-// registry's current map version. An unreachable registry is not waited for.
-func (c *Cell) awaitRegistryMap(ctx context.Context, max time.Duration) {
+// catchUpWithRegistry reads the registry's map (within max) and has the
+// follower take it if it is newer than its own, without waiting for the
+// watch to bring it.
+func (c *Cell) catchUpWithRegistry(ctx context.Context, max time.Duration) {
 	ctx, cancel := context.WithTimeout(ctx, max)
 	defer cancel()
-	cur, err := c.registry.Load(ctx)
-	if err != nil {
-		return
-	}
-	for {
-		changed := c.follower.Changed()
-		if m := c.follower.Map(); m != nil && m.Version() >= cur.Version() {
-			return
-		}
-		select {
-		case <-changed:
-		case <-ctx.Done():
-			return
-		}
+	if cur, err := c.registry.Load(ctx); err == nil {
+		c.follower.Offer(cur)
 	}
 }

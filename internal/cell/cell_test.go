@@ -789,7 +789,8 @@ func TestClosedIntakeStillFencesMovedUsers(t *testing.T) {
 		}
 	}
 	h.reg.Change(func(m *slotmap.Map) (*slotmap.Plan, error) { return m.AddCell(celltest.TestCell("c2")) })
-	// The close waits for the cell to catch up with the registry.
+	// The close first takes the registry's map itself, without waiting
+	// for the watch to bring it.
 	if r := h.adminDo("POST", "/v1/admin/intake/close", nil); r.Status != 200 {
 		t.Fatalf("close = %d %s", r.Status, r.Body)
 	}

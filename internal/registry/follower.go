@@ -238,6 +238,11 @@ func (f *Follower) install(m *slotmap.Map, fromCache bool) {
 	}
 }
 
+// Offer installs m, the registry's map read by another path than the
+// watch (for a caller that must act on the registry's current map at
+// once), if it is newer than the current one.
+func (f *Follower) Offer(m *slotmap.Map) { f.install(m, false) }
+
 // Map returns the current map, nil before the first one.
 func (f *Follower) Map() *slotmap.Map { return f.cur.Load() }
 

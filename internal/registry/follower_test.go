@@ -195,7 +195,27 @@ func TestFollowerWaitReadyNamesTheRegistryError(t *testing.T) {
 }
 
 func TestFollowerChangedIsClosedOnNewVersion(t *testing.T) {
-	r, err := NewFile(FileConfig{Path: filepath.Join(t.TempDir(), "map.json"), PollInterval: 10 * time.Millisecond}, Options{})
+	r, f, v1 := readyFollower(t, 10*time.Millisecond)
+	ctx := testkit.Context(t, 2*time.Minute)
+	ch := f.Changed()
+	if err := r.CompareAndSwap(ctx, 1, pin(t, v1, "z")); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-ch:
+		if v := f.Map().Version(); v != 2 {
+			t.Fatalf("Changed closed with version %d, want 2", v)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Changed not closed after a new version")
+	}
+}
+
+// readyFollower is a running follower of a file registry polled every
+// poll, ready with the registry's first map v1.
+func readyFollower(t *testing.T, poll time.Duration) (Registry, *Follower, *slotmap.Map) {
+	t.Helper()
+	r, err := NewFile(FileConfig{Path: filepath.Join(t.TempDir(), "map.json"), PollInterval: poll}, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -212,17 +232,25 @@ func TestFollowerChangedIsClosedOnNewVersion(t *testing.T) {
 	if err := f.WaitReady(ctx); err != nil {
 		t.Fatal(err)
 	}
+	return r, f, v1
+}
+
+// TestFollowerTakesAnOfferedMapAtOnce: a map offered (read from the
+// registry by its caller) is current at once, without the watch, if it is
+// newer; an older one is not.
+func TestFollowerTakesAnOfferedMapAtOnce(t *testing.T) {
+	_, f, v1 := readyFollower(t, time.Hour)
+	v2 := pin(t, v1, "z")
 	ch := f.Changed()
-	if err := r.CompareAndSwap(ctx, 1, pin(t, v1, "z")); err != nil {
-		t.Fatal(err)
-	}
+	f.Offer(v2)
 	select {
 	case <-ch:
-		if v := f.Map().Version(); v != 2 {
-			t.Fatalf("Changed closed with version %d, want 2", v)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("Changed not closed after a new version")
+	default:
+		t.Fatal("Changed not closed by a newer map offered")
+	}
+	f.Offer(v1)
+	if v := f.Map().Version(); v != 2 {
+		t.Fatalf("version %d after offers of 2 then 1, want 2", v)
 	}
 }
 

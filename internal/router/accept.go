@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/netip"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/panjf2000/gnet/v2"
@@ -20,7 +21,8 @@ import (
 // open-file limit (EMFILE, ENFILE) or short of memory (ENOMEM, ENOBUFS)
 // would leave the process up, healthy to every probe, and deaf. Here, as in
 // net/http, an accept error is counted, logged and retried after a backoff
-// (5 ms doubling to 1 s). An accepted connection is checked against the
+// (5 ms doubling to 1 s); so is a connection accepted at the open-file
+// limit that cannot yet be handed to a loop (see awaitFile). An accepted connection is checked against the
 // limits (all connections, connections per address) and handed to the
 // event loop with the fewest connections.
 
@@ -102,6 +104,21 @@ const (
 	acceptBackoffMax = time.Second
 )
 
+// acceptBackoff counts and logs an accept error and waits: delay doubles
+// from acceptBackoffMin to acceptBackoffMax (one line per doubling, then
+// one a second while it lasts). False if the router stops meanwhile.
+func (e *engine) acceptBackoff(delay *time.Duration, msg string, err error) bool {
+	e.r.metrics.acceptErrs.Inc()
+	*delay = min(max(2**delay, acceptBackoffMin), acceptBackoffMax)
+	e.r.log.Warn(msg, "err", err, "retry_in", *delay)
+	select {
+	case <-time.After(*delay):
+		return true
+	case <-e.quit:
+		return false
+	}
+}
+
 // acceptLoop accepts client connections from ln until it is closed.
 func (e *engine) acceptLoop(ln net.Listener) {
 	var delay time.Duration
@@ -111,13 +128,7 @@ func (e *engine) acceptLoop(ln net.Listener) {
 			if errors.Is(err, net.ErrClosed) {
 				return
 			}
-			e.r.metrics.acceptErrs.Inc()
-			delay = min(max(2*delay, acceptBackoffMin), acceptBackoffMax)
-			// One line per doubling, then one a second while it lasts.
-			e.r.log.Warn("cannot accept a client connection; retrying", "err", err, "retry_in", delay)
-			select {
-			case <-time.After(delay):
-			case <-e.quit:
+			if !e.acceptBackoff(&delay, "cannot accept a client connection; retrying", err) {
 				return
 			}
 			continue
@@ -161,10 +172,48 @@ func (e *engine) admitConn(c net.Conn) {
 // duplicates the socket into the loop and closes c; the loop's OnOpen
 // takes over the counts.
 func (e *engine) enroll(c net.Conn, ac acceptedConn) {
+	if !e.awaitFile(c) {
+		e.unadmit(c, ac)
+		return
+	}
 	if _, err := e.cli.EnrollContext(c, ac); err != nil {
 		e.conns.Add(-1)
 		e.addrs.release(ac.key)
 		e.r.log.Warn("cannot hand a client connection to an event loop", "err", err)
+	}
+}
+
+// awaitFile waits until the process can open a file more, which
+// enrolling c takes for a moment (a duplicate of its socket): at the
+// open-file limit an accept may succeed where that duplicate would fail
+// and lose the connection. The connection waits instead, with the accept
+// loop's backoff and counted as an accept error, until a file is free;
+// false if the router stops meanwhile. (A file freed here may still be
+// taken by another goroutine before the loop's duplicate: a narrower
+// window, not none.)
+func (e *engine) awaitFile(c net.Conn) bool {
+	sc, ok := c.(syscall.Conn)
+	if !ok {
+		return true
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return true
+	}
+	var delay time.Duration
+	for {
+		var derr error
+		if err := rc.Control(func(fd uintptr) {
+			var dup int
+			if dup, derr = unix.Dup(int(fd)); derr == nil {
+				unix.Close(dup)
+			}
+		}); err != nil || derr == nil || !errors.Is(derr, unix.EMFILE) && !errors.Is(derr, unix.ENFILE) {
+			return true
+		}
+		if !e.acceptBackoff(&delay, "cannot take an accepted client connection on: no file left; retrying", derr) {
+			return false
+		}
 	}
 }
 

@@ -228,6 +228,75 @@ func TestInternalHeadersAreStripped(t *testing.T) {
 	}
 }
 
+// fileLimit lowers the process's open-file limit and takes every file it
+// allows; free gives n of them back, restore all and the limit.
+type fileLimit struct {
+	t       *testing.T
+	saved   unix.Rlimit
+	fillers []*os.File
+	done    bool
+}
+
+func atFileLimit(t *testing.T) *fileLimit {
+	fl := &fileLimit{t: t}
+	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &fl.saved); err != nil {
+		t.Fatal(err)
+	}
+	fds, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	low := unix.Rlimit{Cur: uint64(len(fds)) + 16, Max: fl.saved.Max}
+	if err := unix.Setrlimit(unix.RLIMIT_NOFILE, &low); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(fl.restore)
+	fill := func() {
+		for {
+			f, err := os.Open(os.DevNull)
+			if err != nil {
+				return
+			}
+			fl.fillers = append(fl.fillers, f)
+		}
+	}
+	// Once more after a while: files closed meanwhile (a connection's
+	// other end seeing its peer close) are taken too.
+	fill()
+	time.Sleep(100 * time.Millisecond)
+	fill()
+	return fl
+}
+
+func (fl *fileLimit) free(n int) {
+	for ; n > 0 && len(fl.fillers) > 0; n-- {
+		fl.fillers[len(fl.fillers)-1].Close()
+		fl.fillers = fl.fillers[:len(fl.fillers)-1]
+	}
+}
+
+func (fl *fileLimit) restore() {
+	if fl.done {
+		return
+	}
+	fl.done = true
+	fl.free(len(fl.fillers))
+	if err := unix.Setrlimit(unix.RLIMIT_NOFILE, &fl.saved); err != nil {
+		fl.t.Fatal(err)
+	}
+}
+
+// servedOn sends a request on c and wants it answered 200.
+func (w *world) servedOn(t *testing.T, c net.Conn, what string) {
+	t.Helper()
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	fmt.Fprintf(c, "GET /v1/inquiries/c1-abc HTTP/1.1\r\nHost: a\r\nX-API-Key: %s\r\n\r\n", w.key)
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("%s: %v, %v", what, resp, err)
+	}
+}
+
 // TestAcceptErrorsAreRetried: at the open-file limit, accept fails with
 // EMFILE; the router keeps its listener, retries, and serves again once
 // files are free, ready all along.
@@ -236,48 +305,12 @@ func TestAcceptErrorsAreRetried(t *testing.T) {
 	if a := w.do("GET", "/v1/inquiries/c1-abc", ""); a.status != 200 {
 		t.Fatalf("before: %v", a)
 	}
-	var saved unix.Rlimit
-	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &saved); err != nil {
-		t.Fatal(err)
-	}
-	fds, err := os.ReadDir("/proc/self/fd")
-	if err != nil {
-		t.Fatal(err)
-	}
-	low := unix.Rlimit{Cur: uint64(len(fds)) + 16, Max: saved.Max}
-	if err := unix.Setrlimit(unix.RLIMIT_NOFILE, &low); err != nil {
-		t.Fatal(err)
-	}
-	var fillers []*os.File
-	restored := false
-	restore := func() {
-		if restored {
-			return
-		}
-		restored = true
-		for _, f := range fillers {
-			f.Close()
-		}
-		if err := unix.Setrlimit(unix.RLIMIT_NOFILE, &saved); err != nil {
-			t.Fatal(err)
-		}
-	}
-	defer restore()
 	// Every file the limit allows is taken; then one is freed at a time
 	// for the client's socket, so that the router's accept has none.
-	for {
-		f, err := os.Open(os.DevNull)
-		if err != nil {
-			break
-		}
-		fillers = append(fillers, f)
-	}
+	fl := atFileLimit(t)
 	var conns []net.Conn
 	for try := 0; try < 10 && testutil.ToFloat64(w.router.metrics.acceptErrs) == 0; try++ {
-		if len(fillers) > 0 {
-			fillers[len(fillers)-1].Close()
-			fillers = fillers[:len(fillers)-1]
-		}
+		fl.free(1)
 		if c, err := net.DialTimeout("tcp", strings.TrimPrefix(w.url, "http://"), time.Second); err == nil {
 			conns = append(conns, c)
 		}
@@ -286,16 +319,10 @@ func TestAcceptErrorsAreRetried(t *testing.T) {
 	if testutil.ToFloat64(w.router.metrics.acceptErrs) == 0 {
 		t.Fatal("no accept error at the open-file limit")
 	}
-	restore()
+	fl.restore()
 	// The connection made while the router could not accept it is served
 	// once it can.
-	c := conns[len(conns)-1]
-	c.SetDeadline(time.Now().Add(5 * time.Second))
-	fmt.Fprintf(c, "GET /v1/inquiries/c1-abc HTTP/1.1\r\nHost: a\r\nX-API-Key: %s\r\n\r\n", w.key)
-	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
-	if err != nil || resp.StatusCode != 200 {
-		t.Fatalf("the connection made at the limit: %v, %v", resp, err)
-	}
+	w.servedOn(t, conns[len(conns)-1], "the connection made at the limit")
 	for _, c := range conns {
 		c.Close()
 	}
@@ -306,6 +333,31 @@ func TestAcceptErrorsAreRetried(t *testing.T) {
 	if rd := w.router.Readiness(); !rd.Ready {
 		t.Errorf("readiness after accept errors: %+v", rd)
 	}
+}
+
+// TestAConnectionAcceptedAtTheFileLimitWaits: two files free, one for the
+// client's socket and one for the router's accept: the accept succeeds,
+// but handing the connection to a loop takes one more file for a moment.
+// The connection waits for it (counted as an accept error) and is served
+// once files are free, instead of being closed.
+func TestAConnectionAcceptedAtTheFileLimitWaits(t *testing.T) {
+	w := newWorld(t, worldOptions{cells: []string{"c1"}})
+	if a := w.do("GET", "/v1/inquiries/c1-abc", ""); a.status != 200 {
+		t.Fatalf("before: %v", a)
+	}
+	w.client.CloseIdleConnections()
+	fl := atFileLimit(t)
+	fl.free(2)
+	c, err := net.DialTimeout("tcp", strings.TrimPrefix(w.url, "http://"), time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	testkit.WaitFor(t, 5*time.Second, "the accepted connection to wait for a file", func() bool {
+		return testutil.ToFloat64(w.router.metrics.acceptErrs) > 0
+	})
+	fl.restore()
+	w.servedOn(t, c, "the connection accepted at the limit")
 }
 
 // TestStalledLoopEndsServing: an event loop that stops running is a

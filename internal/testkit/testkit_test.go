@@ -1,6 +1,7 @@
 package testkit
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -71,6 +72,27 @@ func TestPollChecksOnceMoreAfterTheDeadline(t *testing.T) {
 	}
 	if Poll(0, func() bool { return false }) {
 		t.Error("Poll = true for a false condition")
+	}
+}
+
+func TestTimingPassesOnTheFirstAttemptWithinBounds(t *testing.T) {
+	n := 0
+	if out := run(t, func(tb testing.TB) {
+		Timing(tb, 3, func() error {
+			n++
+			if n < 2 {
+				return errors.New("stalled")
+			}
+			return nil
+		})
+	}); out != "" || n != 2 {
+		t.Errorf("Timing after one miss: failed %q, %d attempts", out, n)
+	}
+	n = 0
+	if out := run(t, func(tb testing.TB) {
+		Timing(tb, 3, func() error { n++; return fmt.Errorf("miss %d", n) })
+	}); !strings.Contains(out, "miss 3 (missed in each of 3 attempts)") || n != 3 {
+		t.Errorf("Timing missing every time: failed %q, %d attempts", out, n)
 	}
 }
 
