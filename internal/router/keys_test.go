@@ -159,6 +159,10 @@ func TestSetKeysWhileServing(t *testing.T) {
 	w := newWorld(t, worldOptions{cells: []string{"c1"}})
 	both := keysFile(t, "platform-a", w.key, 1e6, 1_000_000, "platform-a", "ck_b", 1e6, 1_000_000)
 	one := keysFile(t, "platform-a", "ck_b", 1e6, 1_000_000)
+	// ck_b is in every version from here on, before the swaps start.
+	if err := w.router.SetKeys(both); err != nil {
+		t.Fatal(err)
+	}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
