@@ -61,12 +61,9 @@ IMAGES     := router cell cellctl agencysim
 .PHONY: images
 images: ## OCI images of the programs (no Docker): static binaries in ./bin/static, one tar per program in ./bin/images, both an OCI layout and a docker-archive (IMAGE_REPO, VERSION, IMAGE_ARCH)
 	@mkdir -p $(BIN)/static $(BIN)/images
-	@set -e; for p in $(IMAGES); do \
-	  echo "go build ./$$p (static, $(IMAGE_ARCH))"; \
-	  CGO_ENABLED=0 GOOS=linux GOARCH=$(IMAGE_ARCH) go build -trimpath -buildvcs=true \
-	    -ldflags "-s -w -X github.com/cellkit/cellkit/internal/buildinfo.version=$(VERSION)" \
-	    -o $(BIN)/static/$$p ./$$p; \
-	done
+	CGO_ENABLED=0 GOOS=linux GOARCH=$(IMAGE_ARCH) go build -trimpath -buildvcs=true \
+	  -ldflags "-s -w -X github.com/cellkit/cellkit/internal/buildinfo.version=$(VERSION)" \
+	  -o $(BIN)/static/ $(addprefix ./,$(IMAGES))
 	cd deploy/release && go run ./cmd/images --bin ../../bin/static --out ../../bin/images \
 	  --version $(VERSION) --repo $(IMAGE_REPO) --arch $(IMAGE_ARCH) $(IMAGES)
 

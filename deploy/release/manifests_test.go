@@ -13,6 +13,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	psaapi "k8s.io/pod-security-admission/api"
@@ -34,7 +35,13 @@ const (
 func TestEveryKustomizationRenders(t *testing.T) {
 	for _, dir := range []string{"base", "cell", filepath.Join("overlays", "four-cells")} {
 		t.Run(dir, func(t *testing.T) {
-			if o := render(t, filepath.Join(kube, dir)); len(o.all) == 0 {
+			var o *objects
+			if path := filepath.Join(kube, dir); path == fourCells {
+				o = renderFourCells(t) // rendered once for every test
+			} else {
+				o = render(t, path)
+			}
+			if len(o.all) == 0 {
 				t.Fatal("no objects")
 			}
 		})
@@ -171,7 +178,7 @@ func TestSelectorsMeetTheirPods(t *testing.T) {
 		}
 	}
 	for _, b := range o.pdbs {
-		sel, err := metaSelector(b.Spec.Selector)
+		sel, err := metav1.LabelSelectorAsSelector(b.Spec.Selector)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -186,7 +193,7 @@ func TestSelectorsMeetTheirPods(t *testing.T) {
 	}
 	defaultDeny := false
 	for _, p := range o.policies {
-		sel, err := metaSelector(&p.Spec.PodSelector)
+		sel, err := metav1.LabelSelectorAsSelector(&p.Spec.PodSelector)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -212,7 +219,7 @@ func TestSelectorsMeetTheirPods(t *testing.T) {
 				if peer.PodSelector == nil || peer.NamespaceSelector != nil {
 					continue
 				}
-				psel, err := metaSelector(peer.PodSelector)
+				psel, err := metav1.LabelSelectorAsSelector(peer.PodSelector)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -226,7 +233,7 @@ func TestSelectorsMeetTheirPods(t *testing.T) {
 		t.Error("no NetworkPolicy denies ingress by default")
 	}
 	for _, m := range o.podMonitors {
-		sel, err := metaSelector(&m.Spec.Selector)
+		sel, err := metav1.LabelSelectorAsSelector(&m.Spec.Selector)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -260,7 +267,7 @@ func TestOnlyRoutersReachIntakeAndOnlyOperatorsReachAdmin(t *testing.T) {
 	}
 	seen := map[string]bool{}
 	for _, p := range o.policies {
-		psel, err := metaSelector(&p.Spec.PodSelector)
+		psel, err := metav1.LabelSelectorAsSelector(&p.Spec.PodSelector)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -325,7 +332,7 @@ func checkCells(t *testing.T, o *objects, want []string) {
 		if ptrOr(s.Spec.Replicas, 1) != 3 || s.Spec.PodManagementPolicy != "Parallel" {
 			t.Errorf("StatefulSet %s: %d replicas, %s, want 3 started in parallel", s.Name, ptrOr(s.Spec.Replicas, 1), s.Spec.PodManagementPolicy)
 		}
-		sel, err := metaSelector(s.Spec.Selector)
+		sel, err := metav1.LabelSelectorAsSelector(s.Spec.Selector)
 		if err != nil || !selectsOnly(o, sel, s.Name) {
 			t.Errorf("StatefulSet %s: selector %v selects other cells' pods", s.Name, s.Spec.Selector)
 		}
@@ -334,7 +341,7 @@ func checkCells(t *testing.T, o *objects, want []string) {
 			t.Errorf("StatefulSet %s: no required anti-affinity", s.Name)
 		} else {
 			term := aff.PodAntiAffinity.RequiredDuringSchedulingIgnoredDuringExecution[0]
-			asel, err := metaSelector(term.LabelSelector)
+			asel, err := metav1.LabelSelectorAsSelector(term.LabelSelector)
 			if err != nil || term.TopologyKey != "kubernetes.io/hostname" || !selectsOnly(o, asel, s.Name) {
 				// Selecting every cell's pods would need a node per pod.
 				t.Errorf("StatefulSet %s: anti-affinity %+v, want one node per instance of this cell only", s.Name, term)
@@ -350,18 +357,18 @@ func checkCells(t *testing.T, o *objects, want []string) {
 			}
 		}
 		for _, x := range o.pdbs {
-			bsel, _ := metaSelector(x.Spec.Selector)
+			bsel, _ := metav1.LabelSelectorAsSelector(x.Spec.Selector)
 			pdb = pdb || x.Name == s.Name && bsel.String() == own.String()
 		}
 		for _, x := range o.policies {
-			psel, _ := metaSelector(&x.Spec.PodSelector)
+			psel, _ := metav1.LabelSelectorAsSelector(&x.Spec.PodSelector)
 			if x.Name != "cellkit-cell-nats-"+cell || psel.String() != own.String() {
 				continue
 			}
 			nats = true
 			for _, rule := range x.Spec.Ingress {
 				for _, peer := range rule.From {
-					fsel, _ := metaSelector(peer.PodSelector)
+					fsel, _ := metav1.LabelSelectorAsSelector(peer.PodSelector)
 					if peer.PodSelector == nil || fsel.String() != own.String() {
 						t.Errorf("NetworkPolicy %s lets %+v in, want the cell's own pods only", x.Name, peer)
 					}

@@ -63,8 +63,11 @@ func TestPrometheusRuleIsTheRules(t *testing.T) {
 		t.Fatalf("%s is not %s: `go test . -update` in deploy/release rewrites it", prometheusRule, rulesFile)
 	}
 	o, err := decodeAll(got)
-	if err != nil || len(o.rules) != 1 {
-		t.Fatalf("decoding the PrometheusRule: %v (%d objects)", err, len(o.all))
+	if err != nil {
+		t.Fatalf("decoding the PrometheusRule: %v", err)
+	}
+	if len(o.rules) != 1 {
+		t.Fatalf("decoding the PrometheusRule: %d PrometheusRules of %d objects", len(o.rules), len(o.all))
 	}
 	var spec monitoringv1.PrometheusRuleSpec
 	if err := yaml.UnmarshalStrict(rules, &spec); err != nil {

@@ -5,6 +5,8 @@ import (
 	"debug/elf"
 	"errors"
 	"fmt"
+	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 )
@@ -14,7 +16,6 @@ import (
 type Binary struct {
 	GOOS, GOARCH string
 	Revision     string // vcs.revision, "" if not stamped
-	Modified     bool   // vcs.modified
 	Tags         string // -tags, "" for none
 }
 
@@ -36,8 +37,6 @@ func ReadBinary(path string) (Binary, error) {
 			b.GOARCH = s.Value
 		case "vcs.revision":
 			b.Revision = s.Value
-		case "vcs.modified":
-			b.Modified = s.Value == "true"
 		case "-tags":
 			b.Tags = s.Value
 		}
@@ -73,4 +72,26 @@ func CheckStatic(path string) error {
 		errs = append(errs, fmt.Errorf("%s: needs shared libraries %v: not static (build with CGO_ENABLED=0)", path, libs))
 	}
 	return errors.Join(errs...)
+}
+
+// CheckVersion runs the binary at path with --version, in an empty
+// environment, and checks it prints "PROGRAM VERSION (…" first (the
+// version is a linker flag, not recorded in the binary's build
+// information); it returns that line.
+func CheckVersion(path, program, version string) (string, error) {
+	bin, err := filepath.Abs(path)
+	if err != nil {
+		return "", err
+	}
+	cmd := exec.Command(bin, "--version")
+	cmd.Env = []string{}
+	out, err := cmd.Output()
+	if err != nil {
+		return "", fmt.Errorf("%s --version: %w", path, err)
+	}
+	line, _, _ := strings.Cut(string(out), "\n")
+	if want := program + " " + version + " ("; !strings.HasPrefix(line, want) {
+		return line, fmt.Errorf("%s --version printed %q, want %q…", path, line, want)
+	}
+	return line, nil
 }

@@ -4,11 +4,9 @@ import (
 	"archive/tar"
 	"bufio"
 	"debug/buildinfo"
-	"debug/elf"
 	"errors"
 	"io"
 	"os"
-	"os/exec"
 	"path"
 	"path/filepath"
 	"regexp"
@@ -94,16 +92,12 @@ func TestImages(t *testing.T) {
 			}
 
 			bin := checkLayer(t, p, oci, cf.Created.Time)
-			checkStatic(t, bin)
-			cmd := exec.Command(bin, "--version")
-			cmd.Env = []string{}
-			out, err := cmd.Output()
-			if err != nil {
-				t.Fatalf("%s --version: %v", p.Name, err)
+			if err := CheckStatic(bin); err != nil {
+				t.Fatal(err)
 			}
-			line, _, _ := strings.Cut(string(out), "\n")
-			if want := p.Name + " " + version + " ("; !strings.HasPrefix(line, want) {
-				t.Fatalf("%s --version: got %q, want %q…", p.Name, line, want)
+			line, err := CheckVersion(bin, p.Name, version)
+			if err != nil {
+				t.Fatal(err)
 			}
 			if want := "revision " + labels[LabelRevision][:12]; !strings.Contains(line, want) {
 				t.Fatalf("%s --version: got %q, want it to name %q", p.Name, line, want)
@@ -414,27 +408,4 @@ func checkLayer(t *testing.T, p Program, img v1.Image, created time.Time) string
 		t.Fatalf("/etc/passwd: got %q, want nonroot with uid and gid 65532, home /home/nonroot", passwd)
 	}
 	return bin
-}
-
-// checkStatic checks the binary at p is statically linked: no interpreter,
-// no shared libraries.
-func checkStatic(t *testing.T, p string) {
-	t.Helper()
-	f, err := elf.Open(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	for _, prog := range f.Progs {
-		if prog.Type == elf.PT_INTERP {
-			t.Fatalf("%s: has a PT_INTERP program header: dynamically linked", filepath.Base(p))
-		}
-	}
-	needed, err := f.DynString(elf.DT_NEEDED)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(needed) > 0 {
-		t.Fatalf("%s: DT_NEEDED %q: dynamically linked", filepath.Base(p), needed)
-	}
 }

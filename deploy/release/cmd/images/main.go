@@ -138,7 +138,7 @@ func buildOne(s images.Spec, dst string) (images.Written, error) {
 		return images.Written{}, fmt.Errorf("%s has revision %q, not %q (built with -buildvcs=true?)", s.Binary, b.Revision, s.Revision)
 	}
 	if runtime.GOOS == "linux" && runtime.GOARCH == s.Arch {
-		if err := checkVersion(s); err != nil {
+		if _, err := images.CheckVersion(s.Binary, s.Program.Name, s.Version); err != nil {
 			return images.Written{}, err
 		}
 	}
@@ -151,27 +151,6 @@ func buildOne(s images.Spec, dst string) (images.Written, error) {
 		return images.Written{}, err
 	}
 	return images.WriteTarball(dst, img, tag, s.Created)
-}
-
-// checkVersion runs the binary of s with --version and checks it prints
-// "PROGRAM VERSION (…": the version is a linker flag, not recorded in the
-// binary's build information.
-func checkVersion(s images.Spec) error {
-	bin, err := filepath.Abs(s.Binary)
-	if err != nil {
-		return err
-	}
-	cmd := exec.Command(bin, "--version")
-	cmd.Env = []string{}
-	out, err := cmd.Output()
-	if err != nil {
-		return fmt.Errorf("%s --version: %w", s.Binary, err)
-	}
-	line, _, _ := strings.Cut(string(out), "\n")
-	if want := s.Program.Name + " " + s.Version + " ("; !strings.HasPrefix(line, want) {
-		return fmt.Errorf("%s --version printed %q, want %q…", s.Binary, line, want)
-	}
-	return nil
 }
 
 // createdTime is the images' creation time: flag, else SOURCE_DATE_EPOCH,
