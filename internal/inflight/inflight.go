@@ -128,18 +128,16 @@ func (j *Journal) rewrite() error {
 }
 
 // Forget drops id from the last crash's list: the caller has dealt with
-// it. A failed rewrite is the journal's error (Err).
+// it. Its "+ID" line, written at Open, is cancelled by a "-ID" line.
 func (j *Journal) Forget(id string) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	i := slices.Index(j.crashed, id)
-	if i < 0 || j.f == nil {
+	if i < 0 {
 		return
 	}
 	j.crashed = slices.Delete(j.crashed, i, i+1)
-	if err := j.rewrite(); err != nil && j.err == nil {
-		j.err = err
-	}
+	j.appendLocked('-', id)
 }
 
 // Begin records that work on id began.
@@ -159,6 +157,12 @@ func (j *Journal) write(op byte, id string) {
 	} else if j.current[id]--; j.current[id] <= 0 {
 		delete(j.current, id)
 	}
+	j.appendLocked(op, id)
+}
+
+// appendLocked writes one line, and compacts the file past compactAt; mu
+// is held.
+func (j *Journal) appendLocked(op byte, id string) {
 	if j.err != nil || j.f == nil {
 		return
 	}

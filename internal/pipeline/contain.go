@@ -118,7 +118,7 @@ func (p *Pipeline) crashedOne(ctx context.Context, id string) (bool, error) {
 		quarantine := rec.Crashes >= p.cfg.QuarantineAfter
 		if quarantine {
 			rec.Dead = true
-			rec.Fail(fmt.Sprintf("%s: in flight at %d crashes of the cell", ReasonSuspected, rec.Crashes), p.now())
+			rec.Fail(suspectedReason(rec.Crashes), p.now())
 			if err := p.q.AddFailure(ctx, rec, true); err != nil {
 				return false, err
 			}
@@ -139,4 +139,10 @@ func (p *Pipeline) crashedOne(ctx context.Context, id string) (bool, error) {
 		return quarantine, nil
 	}
 	return false, errors.New("too many concurrent writes")
+}
+
+// suspectedReason is the failure reason of an inquiry quarantined after it
+// was in flight at n crashes.
+func suspectedReason(n int) string {
+	return fmt.Sprintf("%s: in flight at %d crashes of the cell", ReasonSuspected, n)
 }

@@ -8,10 +8,9 @@ import (
 	"time"
 )
 
-// Faults is true in a build with the tag "faults" (`make build` makes
-// bin/faults/cell so), whose pipeline injects faults by user ID, for the
-// poison drill and the crash-loop test. Never in a release build.
-const Faults = true
+// A build with the tag "faults" (`make build` makes bin/faults/cell so)
+// has a pipeline that injects faults by user ID, for the poison drill and
+// the crash-loop test. Never in a release build.
 
 // faultHook runs at the start of each agency call of an inquiry for user:
 //

@@ -462,24 +462,25 @@ func (p *Pipeline) settleGuarded(ctx context.Context, m jetstream.Msg, service *
 // outside its steps, reading its record again. A second panic, or a store
 // that fails, leaves the message for redelivery at the longest backoff.
 func (p *Pipeline) deadLetterAfterPanic(m jetstream.Msg, id string, reason string) (outcome string) {
+	later := func() string { // redelivered at the longest backoff
+		p.nak(m, len(p.cfg.Backoff))
+		return "retry"
+	}
 	defer func() {
 		if r := recover(); r != nil {
 			p.panicked("pipeline", id, r)
-			m.NakWithDelay(p.cfg.Backoff[len(p.cfg.Backoff)-1])
-			outcome = "retry"
+			outcome = later()
 		}
 	}()
 	md, err := m.Metadata()
 	if err != nil || id == "" {
-		m.NakWithDelay(p.cfg.Backoff[len(p.cfg.Backoff)-1])
-		return "retry"
+		return later()
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), writeTimeout)
 	rec, rev, err := p.st.Get(ctx, id)
 	cancel()
 	if err != nil || rec.Status != inquiry.Pending {
-		m.NakWithDelay(p.cfg.Backoff[len(p.cfg.Backoff)-1])
-		return "retry"
+		return later()
 	}
 	return p.failDead(m, rec, rev, int(md.NumDelivered), reason)
 }
@@ -537,7 +538,7 @@ func (p *Pipeline) settle(ctx context.Context, m jetstream.Msg, service *time.Du
 		// Counted by another instance, or by this one's start while the
 		// message was already on its way.
 		p.m.quarantined.Inc()
-		return p.failDead(m, rec, rev, attempt, fmt.Sprintf("%s: in flight at %d crashes of the cell", ReasonSuspected, rec.Crashes))
+		return p.failDead(m, rec, rev, attempt, suspectedReason(rec.Crashes))
 	}
 
 	stopProgress := p.keepAlive(m)
@@ -738,60 +739,63 @@ func (p *Pipeline) run(ctx context.Context, rec *inquiry.Record, service *time.D
 	}
 	g, gctx := errgroup.WithContext(ctx)
 	key := inquiry.AgencyKey(rec.UserID)
+	// step runs f on the group, under its guard, timed.
+	step := func(name string, f func() error) {
+		g.Go(func() error {
+			return p.guard(name, rec.ID, func() error {
+				began := p.now()
+				defer func() { p.m.steps.WithLabelValues(name).Observe(p.now().Sub(began).Seconds()) }()
+				return f()
+			})
+		})
+	}
 	for _, a := range p.agencies {
 		if have(a.Name) {
 			continue
 		}
-		g.Go(func() error {
-			return p.guard(a.Name, rec.ID, func() error {
-				began := p.now()
-				defer func() { p.m.steps.WithLabelValues(a.Name).Observe(p.now().Sub(began).Seconds()) }()
-				gt := p.gates[a.Name]
-				wctx, cancelWait := context.WithTimeout(gctx, p.cfg.GateWait)
-				err := gt.acquire(wctx, rec.Priority == inquiry.High)
-				cancelWait()
-				if err != nil {
-					return &failure{kind: "busy", reason: fmt.Sprintf("%s: no session free within %v", a.Name, p.cfg.GateWait), retry: true}
+		step(a.Name, func() error {
+			gt := p.gates[a.Name]
+			wctx, cancelWait := context.WithTimeout(gctx, p.cfg.GateWait)
+			err := gt.acquire(wctx, rec.Priority == inquiry.High)
+			cancelWait()
+			if err != nil {
+				return &failure{kind: "busy", reason: fmt.Sprintf("%s: no session free within %v", a.Name, p.cfg.GateWait), retry: true}
+			}
+			sctx, cancel := context.WithTimeout(gctx, p.cfg.StepTimeout)
+			defer cancel()
+			called := p.now()
+			gt.began(called)
+			// Deferred: the place is given back even if the call panics.
+			defer func() {
+				took := p.now().Sub(called)
+				gt.ended(called, took)
+				gt.release()
+				served(took)
+			}()
+			faultHook(rec.UserID, a.Name)
+			res, err := a.Client.Inquire(sctx, key)
+			if err != nil {
+				if errors.Is(err, agency.ErrPoolExhausted) {
+					p.countUnreachable(a)
 				}
-				sctx, cancel := context.WithTimeout(gctx, p.cfg.StepTimeout)
-				defer cancel()
-				called := p.now()
-				gt.began(called)
-				// Deferred: the place is given back even if the call panics.
-				defer func() {
-					took := p.now().Sub(called)
-					gt.ended(called, took)
-					gt.release()
-					served(took)
-				}()
-				faultHook(rec.UserID, a.Name)
-				res, err := a.Client.Inquire(sctx, key)
-				if err != nil {
-					if errors.Is(err, agency.ErrPoolExhausted) {
-						p.countUnreachable(a)
-					}
-					return agencyFailure(a.Name, err)
-				}
-				put(a.Name, res.Score)
-				return nil
-			})
+				return agencyFailure(a.Name, err)
+			}
+			put(a.Name, res.Score)
+			return nil
 		})
 	}
 	if !have("css") {
-		g.Go(func() error {
-			return p.guard("css", rec.ID, func() error {
-				began := p.now()
-				defer func() { p.m.steps.WithLabelValues("css").Observe(p.now().Sub(began).Seconds()) }()
-				sctx, cancel := context.WithTimeout(gctx, p.cfg.StepTimeout)
-				defer cancel()
-				s, err := p.css.Score(sctx, rec.UserID)
-				served(p.now().Sub(began))
-				if err != nil {
-					return &failure{kind: "css", reason: "css: " + err.Error()}
-				}
-				put("css", s)
-				return nil
-			})
+		step("css", func() error {
+			began := p.now()
+			sctx, cancel := context.WithTimeout(gctx, p.cfg.StepTimeout)
+			defer cancel()
+			s, err := p.css.Score(sctx, rec.UserID)
+			served(p.now().Sub(began))
+			if err != nil {
+				return &failure{kind: "css", reason: "css: " + err.Error()}
+			}
+			put("css", s)
+			return nil
 		})
 	}
 	err := g.Wait()
