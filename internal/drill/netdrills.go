@@ -584,24 +584,18 @@ type outcome struct {
 // outcomes polls the final status of the accepted inquiries of users
 // (through router1), until VerifyWithin.
 func (n *netRun) outcomes(ctx context.Context, res *loadtest.Result, users func(int) bool) []outcome {
-	var out []outcome
-	deadline := time.Now().Add(n.c.VerifyWithin)
+	var ids []string
 	for _, s := range res.Samples {
-		if s.ID == "" || !users(s.User) {
-			continue
+		if s.ID != "" && users(s.User) {
+			ids = append(ids, s.ID)
 		}
-		o := outcome{at: s.At}
-		for time.Now().Before(deadline) {
-			var rec struct {
-				Status string `json:"status"`
-			}
-			if err := n.inquiry(ctx, s.ID, &rec); err == nil && (rec.Status == "done" || rec.Status == "failed") {
-				o.status = rec.Status
-				break
-			}
-			time.Sleep(200 * time.Millisecond)
+	}
+	final := settled(ctx, n.hc, n.st.Router, n.st.APIKey, ids, n.c.VerifyWithin)
+	var out []outcome
+	for _, s := range res.Samples {
+		if s.ID != "" && users(s.User) {
+			out = append(out, outcome{at: s.At, status: string(final[s.ID].Status)})
 		}
-		out = append(out, o)
 	}
 	return out
 }

@@ -2,7 +2,6 @@ package drill
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -16,11 +15,8 @@ import (
 	"github.com/cellkit/cellkit/internal/devstack"
 	"github.com/cellkit/cellkit/internal/inquiry"
 	"github.com/cellkit/cellkit/internal/loadtest"
+	"github.com/cellkit/cellkit/internal/registry"
 )
-
-// PoisonReason is the reason an inquiry whose processing panicked fails
-// with (internal/pipeline's ReasonInternal, as clients read it).
-const PoisonReason = "internal error"
 
 // Poison: under load, a burst of poison inquiries (Config.Poison of them)
 // for users of one cell. The stack's cells run the build with fault hooks
@@ -95,34 +91,19 @@ func Poison(ctx context.Context, c Config) (*loadtest.Result, error) {
 
 	// Every poison inquiry ends failed, dead-lettered, "internal error".
 	c.logf("waiting for the %d poison inquiries to settle...", len(ids))
-	final := map[string]inquiry.View{}
-	deadline := time.Now().Add(c.VerifyWithin)
-	for len(final) < len(ids) && time.Now().Before(deadline) && ctx.Err() == nil {
-		for _, id := range ids {
-			if _, ok := final[id]; ok {
-				continue
-			}
-			var v inquiry.View
-			if err := getInquiry(ctx, adminClient, st.Router, st.APIKey, id, &v); err == nil && v.Status != inquiry.Pending {
-				final[id] = v
-			}
-		}
-		if len(final) < len(ids) {
-			time.Sleep(200 * time.Millisecond) // polling the router, not waiting on a result
-		}
-	}
+	final := settled(ctx, adminClient, st.Router, st.APIKey, ids, c.VerifyWithin)
 	good := 0
 	var bad []string
 	for _, id := range ids {
 		v, ok := final[id]
 		switch {
-		case ok && v.Status == inquiry.Failed && v.DeadLetter && v.Reason == PoisonReason:
+		case ok && v.Status == inquiry.Failed && v.DeadLetter && v.Reason == inquiry.ReasonInternal:
 			good++
 		case len(bad) < 3:
 			bad = append(bad, fmt.Sprintf("%s %s %q dead=%v", id, v.Status, v.Reason, v.DeadLetter))
 		}
 	}
-	d.Check("poison inquiries failed (\""+PoisonReason+"\") and dead-lettered", good == len(ids) && len(ids) > 0,
+	d.Check("poison inquiries failed (\""+inquiry.ReasonInternal+"\") and dead-lettered", good == len(ids) && len(ids) > 0,
 		fmt.Sprintf("%d of %d %s", good, len(ids), strings.Join(bad, "; ")), "all")
 
 	// Contained in one inquiry each: the panics counted where they
@@ -155,30 +136,22 @@ func errText(err error) string {
 	return err.Error()
 }
 
-// cellUsers finds n user IDs with prefix that the stack's map routes to
-// cell, by asking cellctl (map lookup).
+// cellUsers finds n user IDs with prefix (prefix0, prefix1, …, among the
+// first 2500) that the stack's map routes to cell.
 func cellUsers(ctx context.Context, st *Stack, cell, prefix string, n int) ([]string, error) {
+	reg, err := registry.Open(registry.Config{URL: st.Registry}, registry.Options{})
+	if err != nil {
+		return nil, err
+	}
+	m, err := reg.Load(ctx)
+	reg.Close()
+	if err != nil {
+		return nil, err
+	}
 	var users []string
-	for batch := 0; len(users) < n && batch < 50; batch++ {
-		args := []string{"map", "lookup", "--json"}
-		for i := range 50 {
-			args = append(args, fmt.Sprintf("%s%d", prefix, batch*50+i))
-		}
-		out, err := st.Cellctl(ctx, args...)
-		if err != nil {
-			return nil, err
-		}
-		var rows []struct {
-			User string `json:"user"`
-			Cell string `json:"cell"`
-		}
-		if err := json.Unmarshal([]byte(out), &rows); err != nil {
-			return nil, fmt.Errorf("cellctl map lookup: %w", err)
-		}
-		for _, row := range rows {
-			if row.Cell == cell && len(users) < n {
-				users = append(users, row.User)
-			}
+	for i := 0; i < 2500 && len(users) < n; i++ {
+		if u := fmt.Sprintf("%s%d", prefix, i); m.Lookup(u).Cell == cell {
+			users = append(users, u)
 		}
 	}
 	if len(users) < n {

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/cellkit/cellkit/internal/devstack"
+	"github.com/cellkit/cellkit/internal/inquiry"
 )
 
 // Stack is a running local stack, as recorded in its dev.json.
@@ -184,6 +185,29 @@ func doJSON(ctx context.Context, method, url string, body, v any) error {
 // key, into v.
 func getInquiry(ctx context.Context, hc *http.Client, base, key, id string, v any) error {
 	return requestJSON(ctx, hc, http.MethodGet, base+"/v1/inquiries/"+id, "", nil, v, "X-API-Key", key)
+}
+
+// settled polls the inquiries ids through the router at base until each
+// is no longer pending, or within has passed, and returns the views of
+// those that settled.
+func settled(ctx context.Context, hc *http.Client, base, key string, ids []string, within time.Duration) map[string]inquiry.View {
+	final := map[string]inquiry.View{}
+	deadline := time.Now().Add(within)
+	for len(final) < len(ids) && time.Now().Before(deadline) && ctx.Err() == nil {
+		for _, id := range ids {
+			if _, ok := final[id]; ok {
+				continue
+			}
+			var v inquiry.View
+			if err := getInquiry(ctx, hc, base, key, id, &v); err == nil && v.Status != inquiry.Pending {
+				final[id] = v
+			}
+		}
+		if len(final) < len(ids) {
+			time.Sleep(200 * time.Millisecond) // polling the router, not waiting on a result
+		}
+	}
+	return final
 }
 
 // statusError is an answer that is not 2xx.

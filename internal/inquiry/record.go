@@ -16,6 +16,10 @@ const (
 	Failed  Status = "failed"
 )
 
+// ReasonInternal is the failure reason of an inquiry whose processing
+// panicked (the cell's pipeline recovers it at the inquiry's boundary).
+const ReasonInternal = "internal error"
+
 // Result is what a done inquiry answers.
 type Result struct {
 	// Scores are the credit scores by source: each agency by name, and

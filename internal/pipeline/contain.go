@@ -30,7 +30,7 @@ import (
 
 // Reasons of the inquiries failed by containment.
 const (
-	ReasonInternal  = "internal error"
+	ReasonInternal  = inquiry.ReasonInternal
 	ReasonSuspected = "suspected poison"
 )
 
