@@ -66,13 +66,12 @@ type options struct {
 	seed                               int64
 	shutdownTimeout                    time.Duration
 	logLevel                           slog.Level
-	flags                              *flagenv.Set
+	nice, kcb                          agencysim.Config // from the flags above, checked
 }
 
-func parseFlags(args []string, getenv func(string) string, output io.Writer) (options, error) {
-	var o options
+func parseFlags(args []string, getenv func(string) string, output io.Writer) (o options, err error) {
 	fs := flagenv.NewSet("agencysim", output)
-	o.flags = fs
+	defer func() { err = fs.Checked(err) }() // with --check: the report, then ErrChecked
 	fs.StringVar(&o.niceListen, "nice-listen", "127.0.0.1:7001", "TCP address of the NICE agency")
 	fs.StringVar(&o.kcbListen, "kcb-listen", "127.0.0.1:7002", "TCP address of the KCB agency")
 	fs.StringVar(&o.adminListen, "admin-listen", "127.0.0.1:7000", "HTTP address of the admin API, health and metrics")
@@ -91,11 +90,11 @@ func parseFlags(args []string, getenv func(string) string, output io.Writer) (op
 	if err := fs.Parse(args, getenv); err != nil {
 		return o, err
 	}
-	// The agencies' settings are checked as they will be used.
-	if _, err := o.config(o.niceSessions, o.seed); err != nil {
+	// The agencies' settings, checked as they will be used.
+	if o.nice, err = o.config(o.niceSessions, o.seed); err != nil {
 		return o, err
 	}
-	if _, err := o.config(o.kcbSessions, o.seed+1); err != nil {
+	if o.kcb, err = o.config(o.kcbSessions, o.seed+1); err != nil {
 		return o, err
 	}
 	return o, nil
@@ -124,7 +123,6 @@ type addrs struct{ Admin, NICE, KCB net.Addr }
 // down gracefully. ready, if not nil, is called once everything listens.
 func run(ctx context.Context, args []string, stderr io.Writer, ready func(addrs)) error {
 	o, err := parseFlags(args, os.Getenv, stderr)
-	err = o.flags.Checked(err)
 	if errors.Is(err, flag.ErrHelp) {
 		return nil
 	}
@@ -146,23 +144,18 @@ func run(ctx context.Context, args []string, stderr io.Writer, ready func(addrs)
 		}
 	}()
 	for _, a := range []struct {
-		p        telegram.Profile
-		addr     string
-		sessions int
-		seed     int64
+		p    telegram.Profile
+		addr string
+		cfg  agencysim.Config
 	}{
-		{telegram.NICE(), o.niceListen, o.niceSessions, o.seed},
-		{telegram.KCB(), o.kcbListen, o.kcbSessions, o.seed + 1},
+		{telegram.NICE(), o.niceListen, o.nice},
+		{telegram.KCB(), o.kcbListen, o.kcb},
 	} {
-		cfg, err := o.config(a.sessions, a.seed)
-		if err != nil {
-			return fmt.Errorf("%s: %w", a.p.Name, err)
-		}
 		ln, err := net.Listen("tcp", a.addr)
 		if err != nil {
 			return fmt.Errorf("%s: listen: %w", a.p.Name, err)
 		}
-		srv, err := agencysim.New(cfg, agencysim.Options{Profile: a.p, Logger: log, Registerer: reg})
+		srv, err := agencysim.New(a.cfg, agencysim.Options{Profile: a.p, Logger: log, Registerer: reg})
 		if err != nil {
 			ln.Close()
 			return err

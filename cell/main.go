@@ -117,18 +117,15 @@ type extra struct {
 	level          slog.Level
 	tls            cell.TLSFiles
 	adminTokenFile string
-	flags          *flagenv.Set
 }
 
-func parseFlags(args []string, getenv func(string) string, output io.Writer) (cell.Config, extra, error) {
-	var c cell.Config
+func parseFlags(args []string, getenv func(string) string, output io.Writer) (c cell.Config, x extra, err error) {
 	d := cell.DefaultConfig()
-	var x extra
 	level := &x.level
 	var agencies agencyFlag
 	var callbackAllow, trusted prefixFlag
 	fs := flagenv.NewSet("cell", output)
-	x.flags = fs
+	defer func() { err = fs.Checked(err) }() // with --check: the report, then ErrChecked
 	fs.StringVar(&c.ID, "cell", "", "cell id, as in the cell map (required)")
 	fs.StringVar(&c.IntakeAddr, "intake", d.IntakeAddr, "listen address of the intake API")
 	fs.StringVar(&c.AdminAddr, "admin", d.AdminAddr, "listen address of the admin API, probes and metrics (not a loopback address: needs --admin-token-file or --admin-tls-client-ca)")
@@ -213,7 +210,6 @@ func parseFlags(args []string, getenv func(string) string, output io.Writer) (ce
 // run starts the cell and serves until ctx ends.
 func run(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer) error {
 	cfg, x, err := parseFlags(args, getenv, stderr)
-	err = x.flags.Checked(err)
 	if errors.Is(err, flag.ErrHelp) {
 		return nil
 	}

@@ -91,14 +91,12 @@ type options struct {
 	adminTokenFile      string
 	publicTLS, adminTLS tlsconf.ServerFiles
 	cellTLS             tlsconf.ClientFiles
-	flags               *flagenv.Set
 }
 
-func parseFlags(args []string, getenv func(string) string, output io.Writer) (options, error) {
-	var o options
+func parseFlags(args []string, getenv func(string) string, output io.Writer) (o options, err error) {
 	d := router.DefaultConfig()
 	fs := flagenv.NewSet("router", output)
-	o.flags = fs
+	defer func() { err = fs.Checked(err) }() // with --check: the report, then ErrChecked
 	fs.StringVar(&o.listen, "listen", "127.0.0.1:8080", "public HTTP address")
 	fs.StringVar(&o.adminListen, "admin-listen", "127.0.0.1:9080", "admin HTTP address: health, readiness, metrics, hot keys (not a loopback address: needs --admin-token-file or --admin-tls-client-ca)")
 	fs.StringVar(&o.registryURL, "registry", "", "cell map registry: file:PATH or consul://HOST:PORT/PREFIX (default $"+registry.EnvRegistry+")")
@@ -199,7 +197,6 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, ready fun
 		}
 	}
 	o, err := parseFlags(args, os.Getenv, stderr)
-	err = o.flags.Checked(err)
 	if errors.Is(err, flag.ErrHelp) {
 		return nil
 	}

@@ -280,11 +280,8 @@ func (c *CLI) Run(ctx context.Context, args []string, stdout, stderr io.Writer) 
 			x.timeout = true
 		}
 	})
-	if len(pos) < cmd.minArgs || (cmd.maxArgs >= 0 && len(pos) > cmd.maxArgs) {
-		return x.fail(name, usagef("%s (see 'cellctl help %s')", argCountMsg(cmd, len(pos)), cmd.name))
-	}
-	if x.g.timeout < 0 {
-		return x.fail(name, usagef("--timeout %v must not be negative", x.g.timeout))
+	if err := x.validate(pos, " (see 'cellctl help "+cmd.name+"')"); err != nil {
+		return x.fail(name, err)
 	}
 	closeAdmin, err := x.setupAdmin()
 	if err != nil {
@@ -306,14 +303,23 @@ func (c *CLI) Run(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	return ExitOK
 }
 
+// validate checks what Run checks once the flags are read: the number of
+// arguments (its message ending with hint) and --timeout.
+func (x *inv) validate(pos []string, hint string) error {
+	if len(pos) < x.cmd.minArgs || (x.cmd.maxArgs >= 0 && len(pos) > x.cmd.maxArgs) {
+		return usagef("%s%s", argCountMsg(x.cmd, len(pos)), hint)
+	}
+	if x.g.timeout < 0 {
+		return usagef("--timeout %v must not be negative", x.g.timeout)
+	}
+	return nil
+}
+
 // check prints the --check report of the command's settings: those that
 // are flags; err is what filling them from the environment returned.
 func (x *inv) check(fs *flag.FlagSet, origins map[string]string, err error, pos []string) int {
-	if err == nil && (len(pos) < x.cmd.minArgs || (x.cmd.maxArgs >= 0 && len(pos) > x.cmd.maxArgs)) {
-		err = usagef("%s", argCountMsg(x.cmd, len(pos)))
-	}
-	if err == nil && x.g.timeout < 0 {
-		err = usagef("--timeout %v must not be negative", x.g.timeout)
+	if err == nil {
+		err = x.validate(pos, "")
 	}
 	environ := os.Environ()
 	if x.cli.Getenv != nil {

@@ -94,7 +94,7 @@ func (s *Set) Checked(err error) error {
 	if s.cmdline == nil { // a command-line error: flag has printed it with the usage
 		return err
 	}
-	r := s.Report(err)
+	r := s.report(err)
 	b, jerr := json.MarshalIndent(r, "", "  ")
 	if jerr != nil {
 		return jerr
@@ -131,9 +131,9 @@ type Setting struct {
 	From string `json:"from"`
 }
 
-// Report describes the settings after Parse; err is the program's verdict
+// report describes the settings after Parse; err is the program's verdict
 // on them.
-func (s *Set) Report(err error) Report {
+func (s *Set) report(err error) Report {
 	environ := s.Environ
 	if environ == nil {
 		environ = os.Environ

@@ -75,7 +75,7 @@ func TestPollChecksOnceMoreAfterTheDeadline(t *testing.T) {
 	}
 }
 
-func TestTimingPassesOnTheFirstAttemptWithinBounds(t *testing.T) {
+func TestTimingPassesOnceAnAttemptMeetsItsBounds(t *testing.T) {
 	n := 0
 	if out := run(t, func(tb testing.TB) {
 		Timing(tb, 3, func() error {
