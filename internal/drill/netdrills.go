@@ -15,7 +15,6 @@ import (
 
 	"github.com/cellkit/cellkit/internal/loadtest"
 	"github.com/cellkit/cellkit/internal/netlab"
-	"github.com/cellkit/cellkit/internal/registry"
 )
 
 // HostLoss: one instance host of a cell goes away, as in a power loss:
@@ -321,12 +320,7 @@ func cutConsul(ctx context.Context, c NetConfig, name string) (*loadtest.Result,
 	}
 	// The users to move: of the load's users, Moves of c.Cell and Moves
 	// of another cell, by the map in Consul now.
-	reg, err := registry.Open(registry.Config{URL: n.st.Registry, Token: n.st.ConsulToken}, registry.Options{})
-	if err != nil {
-		return nil, err
-	}
-	m, err := reg.Load(ctx)
-	reg.Close()
+	m, err := loadMap(ctx, n.st.Registry, n.st.ConsulToken)
 	if err != nil {
 		return nil, err
 	}
@@ -371,12 +365,7 @@ func cutConsul(ctx context.Context, c NetConfig, name string) (*loadtest.Result,
 		}
 		changeAt = n.r.Elapsed()
 		n.r.Mark(fmt.Sprintf("%d users moved", len(moves)))
-		reg, err := registry.Open(registry.Config{URL: n.st.Registry, Token: n.st.ConsulToken}, registry.Options{})
-		if err != nil {
-			return err
-		}
-		m, err := reg.Load(ctx)
-		reg.Close()
+		m, err := loadMap(ctx, n.st.Registry, n.st.ConsulToken)
 		if err != nil {
 			return err
 		}
@@ -598,8 +587,4 @@ func (n *netRun) outcomes(ctx context.Context, res *loadtest.Result, users func(
 		}
 	}
 	return out
-}
-
-func (n *netRun) inquiry(ctx context.Context, id string, v any) error {
-	return getInquiry(ctx, n.hc, n.st.Router, n.st.APIKey, id, v)
 }

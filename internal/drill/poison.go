@@ -15,7 +15,6 @@ import (
 	"github.com/cellkit/cellkit/internal/devstack"
 	"github.com/cellkit/cellkit/internal/inquiry"
 	"github.com/cellkit/cellkit/internal/loadtest"
-	"github.com/cellkit/cellkit/internal/registry"
 )
 
 // Poison: under load, a burst of poison inquiries (Config.Poison of them)
@@ -139,12 +138,7 @@ func errText(err error) string {
 // cellUsers finds n user IDs with prefix (prefix0, prefix1, …, among the
 // first 2500) that the stack's map routes to cell.
 func cellUsers(ctx context.Context, st *Stack, cell, prefix string, n int) ([]string, error) {
-	reg, err := registry.Open(registry.Config{URL: st.Registry}, registry.Options{})
-	if err != nil {
-		return nil, err
-	}
-	m, err := reg.Load(ctx)
-	reg.Close()
+	m, err := loadMap(ctx, st.Registry, "")
 	if err != nil {
 		return nil, err
 	}

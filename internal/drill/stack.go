@@ -15,6 +15,8 @@ import (
 
 	"github.com/cellkit/cellkit/internal/devstack"
 	"github.com/cellkit/cellkit/internal/inquiry"
+	"github.com/cellkit/cellkit/internal/registry"
+	"github.com/cellkit/cellkit/internal/slotmap"
 )
 
 // Stack is a running local stack, as recorded in its dev.json.
@@ -185,6 +187,17 @@ func doJSON(ctx context.Context, method, url string, body, v any) error {
 // key, into v.
 func getInquiry(ctx context.Context, hc *http.Client, base, key, id string, v any) error {
 	return requestJSON(ctx, hc, http.MethodGet, base+"/v1/inquiries/"+id, "", nil, v, "X-API-Key", key)
+}
+
+// loadMap reads the cell map of the registry at url (token: Consul's ACL
+// token, "" for none).
+func loadMap(ctx context.Context, url, token string) (*slotmap.Map, error) {
+	reg, err := registry.Open(registry.Config{URL: url, Token: token}, registry.Options{})
+	if err != nil {
+		return nil, err
+	}
+	defer reg.Close()
+	return reg.Load(ctx)
 }
 
 // settled polls the inquiries ids through the router at base until each
