@@ -126,9 +126,9 @@ fuzz: ## run every fuzz target for FUZZTIME each (default 50000x executions; a d
 	done
 
 .PHONY: drill
-drill: tools build ## the chaos drills (kill, drain, agency-slow at DRILL_RATE/s, default 100; agency-slow again at 250/s with a 5 s age budget, where the cells must shed; kill again with a real Prometheus checking the alerts; priority: high and normal lanes under overload, lane-aware cells beside lane-blind ones; poison: inquiries whose processing panics, contained to themselves) on a fresh local stack each; reports in var/drill/
+drill: tools build ## the chaos drills (kill, freeze: a cell SIGSTOPped for 20 s, drain, agency-slow at DRILL_RATE/s, default 100; agency-slow again at 250/s with a 5 s age budget, where the cells must shed; kill again with a real Prometheus checking the alerts; priority: high and normal lanes under overload, lane-aware cells beside lane-blind ones; poison: inquiries whose processing panics, contained to themselves, and one with Prometheus, whose alert must fire) on a fresh local stack each; reports in var/drill/
 	@mkdir -p var/drill; rc=0; \
-	for d in kill drain agency-slow; do \
+	for d in kill freeze drain agency-slow; do \
 	  echo "== loadtest drill $$d"; \
 	  $(BIN)/loadtest drill $$d --bin $(BIN) --rate $(DRILL_RATE) --baseline 10s --after 10s \
 	    --json var/drill/$$d.json --svg var/drill/$$d.svg || rc=1; \
@@ -145,6 +145,9 @@ drill: tools build ## the chaos drills (kill, drain, agency-slow at DRILL_RATE/s
 	echo "== loadtest drill poison: 20 inquiries that panic the pipeline, for users of c2, under load"; \
 	$(BIN)/loadtest drill poison --bin $(BIN) --rate $(DRILL_RATE) --baseline 10s --fault 10s --after 10s \
 	  --json var/drill/poison.json --svg var/drill/poison.svg || rc=1; \
+	echo "== loadtest drill poison: one inquiry that panics, with Prometheus: CellkitInquiryPanics fires on it"; \
+	$(BIN)/loadtest drill poison --bin $(BIN) --rate $(DRILL_RATE) --poison 1 --baseline 5s --fault 5s --after 10s \
+	  --prometheus $(BIN)/prometheus --json var/drill/poison-alert.json --svg var/drill/poison-alert.svg || rc=1; \
 	exit $$rc
 
 .PHONY: fmt

@@ -135,10 +135,18 @@ func parseFlags(args []string, getenv func(string) string, output io.Writer) (o 
 	fs.IntVar(&o.cell.Breaker.Window, "breaker-window", d.Cell.Breaker.Window, "circuit breaker: outcomes remembered per cell")
 	fs.IntVar(&o.cell.Breaker.MinCalls, "breaker-min-calls", d.Cell.Breaker.MinCalls, "circuit breaker: outcomes needed before it can open")
 	fs.Float64Var(&o.cell.Breaker.FailureRate, "breaker-failure-rate", d.Cell.Breaker.FailureRate, "circuit breaker: open at this share of failures (5xx, errors, timeouts)")
-	fs.DurationVar(&o.cell.Breaker.OpenFor, "breaker-open-for", d.Cell.Breaker.OpenFor, "circuit breaker: refuse this long before probing")
+	fs.DurationVar(&o.cell.Breaker.OpenFor, "breaker-open-for", d.Cell.Breaker.OpenFor, "circuit breaker opened by failed calls: refuse this long before the health checks may close it")
+	fs.DurationVar(&o.cell.ProbeInterval, "cell-probe-interval", d.Cell.ProbeInterval, "check each instance of each cell this often (GET /v1/health on a connection of its own); 2 misses in a row take it out of rotation and answer its calls in flight 504, and when a cell has none left its breaker opens (0: no checks, the breaker's trials are users' requests)")
+	fs.DurationVar(&o.cell.ProbeTimeout, "cell-probe-timeout", d.Cell.ProbeTimeout, "time one health check may take before it is a miss")
 
 	if err := fs.Parse(args, getenv); err != nil {
 		return o, err
+	}
+	if o.cell.ProbeInterval == 0 {
+		o.cell.ProbeInterval = -1 // no checks (a zero Config field is the default)
+	}
+	if o.cell.ProbeInterval < 0 && o.cell.ProbeInterval != -1 {
+		return o, errors.New("--cell-probe-interval must not be negative")
 	}
 	if o.keysPath == "" {
 		return o, errors.New("no keys file: pass --keys (make a key with `router keys add`)")

@@ -16,6 +16,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+	"github.com/prometheus/prometheus/promql/parser"
+
 	"github.com/cellkit/cellkit/internal/drill"
 	"github.com/cellkit/cellkit/internal/testkit"
 )
@@ -78,6 +82,14 @@ func TestLivePackMatchesStack(t *testing.T) {
 		t.Fatalf("targets.json lists %d targets, the stack runs %d processes", len(targets), len(st.Processes))
 	}
 
+	// Before any traffic: every series the pack reads is there, at 0 for
+	// a counter, so that an alert on it fires on the first event.
+	fresh := newExports(targets)
+	scrapeAll(t, nil, st, targets, fresh)
+	for _, p := range unreadAtStart(exprs, fresh, func(name string) bool { return !tlsOnly[name] }) {
+		t.Error(p)
+	}
+
 	failAgency(t, st, targets)
 	sendTraffic(t, st)
 
@@ -112,6 +124,139 @@ func TestLivePackMatchesStack(t *testing.T) {
 	}
 }
 
+// tlsOnly are the metrics of the pack that only a process with TLS
+// exports; TestLivePackTLSSeries finds them on a stack on TLS.
+var tlsOnly = setOf("cellkit_tls_certificate_expiry_timestamp_seconds")
+
+// TestLivePackTLSSeries starts the local stack on TLS (cellctl dev up
+// --tls) and finds, before any traffic, every series of the pack's TLS-only
+// metrics, scraped as Prometheus would with the operator's certificate.
+func TestLivePackTLSSeries(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the local stack")
+	}
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	exprs := packExprs(t)
+	ctx := testkit.Context(t, 3*time.Minute)
+	st, err := drill.StartStack(ctx, filepath.Join(root, "bin"), "--cells", "1", "--tls")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Stop(context.Background()) })
+	if st.TLS == nil {
+		t.Fatal("dev up --tls recorded no certificates in its dev.json")
+	}
+	client, err := st.TLS.Client(10 * time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var targets []target
+	b, err := os.ReadFile(filepath.Join(st.Dir, "prometheus", "targets.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, &targets); err != nil {
+		t.Fatalf("targets.json: %v", err)
+	}
+	fresh := newExports(targets)
+	scrapeAll(t, client, st, targets, fresh)
+	for _, p := range unreadAtStart(exprs, fresh, func(name string) bool { return tlsOnly[name] }) {
+		t.Error(p)
+	}
+}
+
+// scrapeAll scrapes every target of st with client (nil: the default) into
+// x, each over the scheme of its process's readiness URL.
+func scrapeAll(t *testing.T, client *http.Client, st *drill.Stack, targets []target, x *exports) {
+	t.Helper()
+	schemes := map[string]string{}
+	for _, p := range st.Processes {
+		scheme, _, _ := strings.Cut(p.Ready, "://")
+		schemes[p.Addrs["admin"]] = scheme
+	}
+	for _, tg := range targets {
+		for _, addr := range tg.Targets {
+			scheme := schemes[addr]
+			if scheme == "" {
+				t.Fatalf("target %s is no process's admin listener", addr)
+			}
+			r := testkit.Do(t, client, http.MethodGet, scheme+"://"+addr+"/metrics", nil, nil)
+			if r.Status != http.StatusOK {
+				t.Fatalf("GET %s://%s/metrics = %d", scheme, addr, r.Status)
+			}
+			if err := x.addTarget(tg.Labels, r.Body); err != nil {
+				t.Fatalf("parse the scrape of %s (%v): %v", addr, tg.Labels, err)
+			}
+		}
+	}
+}
+
+// unreadAtStart checks the pack's selectors of the metrics for which
+// checked is true against the scrapes of a stack that has served nothing
+// yet: each must select at least one series. A counter vector whose series
+// appear only at their first event is born at 1, and rate() and increase()
+// see no increase from a series' first sample, so an alert on it would not
+// fire on that event. Recorded series and Prometheus's own are not
+// checked; a histogram's bucket is checked without its le matcher.
+func unreadAtStart(exprs []packExpr, fresh *exports, checked func(name string) bool) []string {
+	recorded := set{}
+	for _, e := range exprs {
+		if e.record != "" {
+			recorded[e.record] = true
+		}
+	}
+	var problems []string
+	seen := set{}
+	for _, e := range exprs {
+		parser.Inspect(e.expr, func(node parser.Node, _ []parser.Node) error {
+			vs, ok := node.(*parser.VectorSelector)
+			if !ok {
+				return nil
+			}
+			name := vs.Name
+			if name == "" || recorded[name] || prometheusOwn[name] || !checked(name) || seen[vs.String()] {
+				return nil
+			}
+			seen[vs.String()] = true
+			f, bucket := fresh.families[name], false
+			for _, sfx := range []string{"_bucket", "_sum", "_count"} {
+				if base, ok := strings.CutSuffix(name, sfx); ok && f == nil {
+					f, bucket = fresh.families[base], sfx == "_bucket"
+				}
+			}
+			if f == nil {
+				problems = append(problems, fmt.Sprintf("%s: %s is not exported by a stack that has served nothing yet: an alert on it cannot fire on the first event", e.where, name))
+				return nil
+			}
+			for _, series := range f.series {
+				if selects(vs, series, bucket) {
+					return nil
+				}
+			}
+			problems = append(problems, fmt.Sprintf("%s: %s selects none of the %d series of %s that a stack exports before it has served anything: an alert on it cannot fire on the first event", e.where, vs, len(f.series), name))
+			return nil
+		})
+	}
+	return problems
+}
+
+// selects says whether the selector's matchers (le aside for a bucket)
+// match a series' labels; a label the series lacks is "", as in PromQL.
+func selects(vs *parser.VectorSelector, series map[string]string, bucket bool) bool {
+	for _, m := range vs.LabelMatchers {
+		if m.Name == model.MetricNameLabel || (bucket && m.Name == "le") {
+			continue
+		}
+		if !m.Matches(series[m.Name]) {
+			return false
+		}
+	}
+	return true
+}
+
 // failAgency makes the simulated KCB answer every request with an error
 // until a cell has counted a failed pipeline attempt
 // (cellkit_cell_failures_total), then makes it healthy again; the
@@ -136,7 +281,7 @@ func failAgency(t *testing.T, st *drill.Stack, targets []target) {
 	}
 	testkit.WaitFor(t, 30*time.Second, "a cell to count a failed attempt", func() bool {
 		for _, tg := range targets {
-			if tg.Labels["job"] == "cellkit-cell" && bytes.Contains(scrape(t, "http://"+tg.Targets[0]+"/metrics"), []byte("\ncellkit_cell_failures_total{")) {
+			if tg.Labels["job"] == "cellkit-cell" && counterSum(t, scrape(t, "http://"+tg.Targets[0]+"/metrics"), "cellkit_cell_failures_total") > 0 {
 				return true
 			}
 		}
@@ -194,6 +339,21 @@ func sendTraffic(t *testing.T, st *drill.Stack) {
 	if r := testkit.Do(t, nil, http.MethodGet, st.Router+"/v1/no-such-path", nil, key); r.Status/100 != 4 {
 		t.Errorf("GET /v1/no-such-path = %d, want a 4xx", r.Status)
 	}
+}
+
+// counterSum is the sum of a counter's series in a scrape.
+func counterSum(t *testing.T, body []byte, name string) float64 {
+	t.Helper()
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	mfs, err := p.TextToMetricFamilies(bytes.NewReader(body))
+	if err != nil {
+		t.Fatalf("parse a scrape: %v", err)
+	}
+	sum := 0.0
+	for _, m := range mfs[name].GetMetric() {
+		sum += m.GetCounter().GetValue()
+	}
+	return sum
 }
 
 func scrape(t *testing.T, url string) []byte {

@@ -130,6 +130,7 @@ func New(cfg Config, opts Options) (*Client, error) {
 		c.log.Warn("agency circuit breaker changed state", "from", from.String(), "to", to.String())
 		c.metrics.breakerChanged(cfg.Name, from, to)
 	}})
+	c.metrics.add(cfg.Name)
 	c.metrics.breakerChanged(cfg.Name, breaker.Closed, breaker.Closed)
 	c.limiter.Store(c.newLimiter(cfg.Sessions))
 	pcfg := cfg.Pool

@@ -53,6 +53,26 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}
 }
 
+// callOutcomes are the outcomes of cellkit_agency_calls_total.
+var callOutcomes = []string{"ok", "code_error", "timeout", "transport_error", "circuit_open", "limited", "exhausted", "canceled"}
+
+// add exports an agency's counters at 0, so that rate() and increase() see
+// their first event (a series born at 1 shows no increase from its first
+// sample): its calls by outcome (and their latency) and its breaker's
+// transitions by state.
+func (m *Metrics) add(agency string) {
+	if m == nil {
+		return
+	}
+	for _, o := range callOutcomes {
+		m.calls.WithLabelValues(agency, o)
+		m.latency.WithLabelValues(agency, o)
+	}
+	for _, s := range []breaker.State{breaker.Closed, breaker.Open, breaker.HalfOpen, breaker.ForcedOpen, breaker.ForcedClosed} {
+		m.transitions.WithLabelValues(agency, s.String())
+	}
+}
+
 func (m *Metrics) observe(agency, outcome string, took time.Duration) {
 	if m == nil {
 		return

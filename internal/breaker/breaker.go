@@ -18,6 +18,14 @@
 //     call) opens it again.
 //   - An operator can force it open (refuse everything), force it closed
 //     (let everything through, still counting) or reset it to closed.
+//
+// With Options.ProbeTrials the trials are the caller's own health checks,
+// never calls: an open breaker refuses every call until Probe reports a
+// healthy check (when Trip opened it: the checks saw the far side fail,
+// and see it back) or HalfOpenProbes healthy checks in a row once OpenFor
+// has passed (when calls opened it), then closes on probation: the first
+// failure among its next HalfOpenProbes calls opens it again. Trip opens
+// it at once. So a far side that hangs costs no user a trial call.
 package breaker
 
 import (
@@ -111,6 +119,9 @@ type Options struct {
 	// OnChange, if set, is called on every state change, with the lock
 	// held: keep it quick and do not call back into the breaker.
 	OnChange func(from, to State)
+	// ProbeTrials makes Probe, not calls, the half-open trials (see the
+	// package comment).
+	ProbeTrials bool
 }
 
 // Breaker is safe for concurrent use.
@@ -118,6 +129,7 @@ type Breaker struct {
 	cfg      Config
 	now      func() time.Time
 	onChange func(from, to State)
+	byProbes bool // Options.ProbeTrials
 
 	mu       sync.Mutex
 	state    State // Closed, Open or HalfOpen: the automatic state
@@ -131,6 +143,9 @@ type Breaker struct {
 	slow     int // slow outcomes in ring
 	probes   int // half-open probes let through
 	passed   int // half-open probes that succeeded
+
+	tripped   bool // ProbeTrials: opened by Trip, not by calls
+	probation int  // ProbeTrials: calls left whose first failure opens it again
 }
 
 type outcome uint8
@@ -148,7 +163,7 @@ func New(cfg Config, opts Options) *Breaker {
 	if now == nil {
 		now = time.Now
 	}
-	return &Breaker{cfg: cfg, now: now, onChange: opts.OnChange, ring: make([]outcome, cfg.Window)}
+	return &Breaker{cfg: cfg, now: now, onChange: opts.OnChange, byProbes: opts.ProbeTrials, ring: make([]outcome, cfg.Window)}
 }
 
 // Permit is one admitted call; report its outcome with Done exactly once.
@@ -168,7 +183,7 @@ func (b *Breaker) Acquire() (Permit, error) {
 		return Permit{b: b, gen: b.gen}, nil
 	}
 	if b.state == Open {
-		if b.now().Sub(b.openedAt) < b.cfg.OpenFor {
+		if b.byProbes || b.now().Sub(b.openedAt) < b.cfg.OpenFor {
 			return Permit{}, ErrOpen
 		}
 		b.setLocked(HalfOpen)
@@ -204,6 +219,13 @@ func (p Permit) Done(isFailure bool, took time.Duration) {
 	}
 	switch b.state {
 	case Closed:
+		if b.probation > 0 {
+			b.probation--
+			if o != 0 {
+				b.tripLocked()
+				return
+			}
+		}
 		b.recordLocked(o)
 		if b.n >= b.cfg.MinCalls &&
 			(float64(b.failures) >= b.cfg.FailureRate*float64(b.n) || float64(b.slow) >= b.cfg.SlowRate*float64(b.n)) {
@@ -259,7 +281,43 @@ func (b *Breaker) recordLocked(o outcome) {
 
 func (b *Breaker) tripLocked() {
 	b.openedAt = b.now()
+	b.tripped = false
 	b.setLocked(Open)
+}
+
+// Trip opens the breaker now, whatever its window holds: the caller's
+// health checks found the far side failing. An open breaker stays open.
+func (b *Breaker) Trip() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.state == Open {
+		return
+	}
+	b.tripLocked()
+	b.tripped = true
+}
+
+// Probe reports one of the caller's health checks of the far side. With
+// Options.ProbeTrials, a healthy check closes an open breaker that Trip
+// opened, and HalfOpenProbes healthy checks in a row one that calls opened
+// (once OpenFor has passed), on probation; an unhealthy one starts the
+// count again. Without it, or while the breaker is closed, Probe does
+// nothing.
+func (b *Breaker) Probe(healthy bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !b.byProbes || b.state != Open {
+		return
+	}
+	if !healthy || (!b.tripped && b.now().Sub(b.openedAt) < b.cfg.OpenFor) {
+		b.passed = 0
+		return
+	}
+	b.passed++
+	if b.tripped || b.passed >= b.cfg.HalfOpenProbes {
+		b.setLocked(Closed)
+		b.probation = b.cfg.HalfOpenProbes
+	}
 }
 
 // setLocked moves the automatic state, starting a new generation with a
@@ -270,7 +328,7 @@ func (b *Breaker) setLocked(to State) { b.setLockedFrom(b.effectiveLocked(), to)
 func (b *Breaker) setLockedFrom(from, to State) {
 	b.state = to
 	b.gen++
-	b.probes, b.passed = 0, 0
+	b.probes, b.passed, b.probation = 0, 0, 0
 	if to != Open {
 		clear(b.ring)
 		b.next, b.n, b.failures, b.slow = 0, 0, 0, 0

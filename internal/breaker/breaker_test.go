@@ -2,6 +2,7 @@ package breaker
 
 import (
 	"errors"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -258,5 +259,97 @@ func TestCancelFreesAProbe(t *testing.T) {
 	call(t, b, false, 0)
 	if b.State() != Closed {
 		t.Fatalf("state = %v after a cancelled and a good probe, want closed", b.State())
+	}
+}
+
+func TestProbeTrials(t *testing.T) {
+	clock := newClock()
+	var tr transitions
+	b := New(Config{MinCalls: 4, Window: 4, FailureRate: 0.5, OpenFor: 5 * time.Second, HalfOpenProbes: 2},
+		Options{Now: clock.Now, OnChange: tr.record, ProbeTrials: true})
+
+	// Tripped by the checks: open at once, closed by a healthy check,
+	// without waiting OpenFor and without a call let through.
+	b.Probe(true) // closed: nothing to do
+	b.Trip()
+	if b.State() != Open {
+		t.Fatalf("after Trip: %v, want open", b.State())
+	}
+	b.Trip() // already open: stays so
+	if _, err := b.Acquire(); !errors.Is(err, ErrOpen) {
+		t.Fatalf("Acquire while tripped = %v, want ErrOpen", err)
+	}
+	b.Probe(false)
+	if b.State() != Open {
+		t.Fatalf("after an unhealthy check: %v, want open", b.State())
+	}
+	b.Probe(true)
+	if b.State() != Closed {
+		t.Fatalf("after a healthy check of a tripped breaker: %v, want closed", b.State())
+	}
+	// On probation: the first failure among the next 2 calls opens it.
+	call(t, b, false, time.Millisecond)
+	call(t, b, true, time.Millisecond)
+	if b.State() != Open {
+		t.Fatalf("a failure on probation: %v, want open", b.State())
+	}
+
+	// Opened by calls: past OpenFor it never turns half-open for a call;
+	// healthy checks close it only once OpenFor has passed.
+	clock.Advance(6 * time.Second)
+	if _, err := b.Acquire(); !errors.Is(err, ErrOpen) {
+		t.Fatalf("Acquire past OpenFor = %v, want ErrOpen: the trials are the checks", err)
+	}
+	b.Reset()
+	for range 4 {
+		call(t, b, true, time.Millisecond)
+	}
+	if b.State() != Open {
+		t.Fatalf("4 failed calls of 4: %v, want open", b.State())
+	}
+	b.Probe(true)
+	b.Probe(true)
+	if b.State() != Open {
+		t.Fatalf("healthy checks before OpenFor closed a breaker that calls opened")
+	}
+	clock.Advance(5 * time.Second)
+	b.Probe(true)
+	b.Probe(false) // the count starts again
+	b.Probe(true)
+	if b.State() != Open {
+		t.Fatalf("after an unhealthy check between healthy ones: %v, want open", b.State())
+	}
+	b.Probe(true)
+	if b.State() != Closed {
+		t.Fatalf("2 healthy checks past OpenFor: %v, want closed", b.State())
+	}
+	// Probation passed: a failure now is counted in the window as usual.
+	call(t, b, false, time.Millisecond)
+	call(t, b, false, time.Millisecond)
+	call(t, b, true, time.Millisecond)
+	if b.State() != Closed {
+		t.Fatalf("one failure after probation: %v, want closed", b.State())
+	}
+	// Trip, healthy checks, probation, Reset, calls, healthy checks.
+	want := []string{"closed->open", "open->closed", "closed->open", "open->closed", "closed->open", "open->closed"}
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	if !slices.Equal(tr.got, want) {
+		t.Fatalf("transitions %v, want %v", tr.got, want)
+	}
+}
+
+func TestProbeWithoutProbeTrialsDoesNothing(t *testing.T) {
+	clock := newClock()
+	b := New(Config{OpenFor: time.Second, HalfOpenProbes: 1}, Options{Now: clock.Now})
+	b.Trip()
+	b.Probe(true)
+	if b.State() != Open {
+		t.Fatalf("Probe closed a breaker without ProbeTrials")
+	}
+	clock.Advance(time.Second)
+	call(t, b, false, time.Millisecond) // the half-open trial is a call
+	if b.State() != Closed {
+		t.Fatalf("after a good trial call: %v, want closed", b.State())
 	}
 }

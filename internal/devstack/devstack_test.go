@@ -88,3 +88,25 @@ func TestFreeAddr(t *testing.T) {
 		t.Errorf("50 calls gave %d distinct addresses", len(seen))
 	}
 }
+
+// TestFreeAddrHoldsThePorts: a port FreeAddr handed out is held (by its
+// file in the temporary directory) and not handed out again, by this
+// process or another, for portHold.
+func TestFreeAddrHoldsThePorts(t *testing.T) {
+	seen := map[string]bool{}
+	for range 200 {
+		a, err := FreeAddr()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if seen[a] {
+			t.Fatalf("FreeAddr handed out %s twice", a)
+		}
+		seen[a] = true
+		_, port, _ := net.SplitHostPort(a)
+		n, _ := strconv.Atoi(port)
+		if holdPort(n) {
+			t.Fatalf("port %s taken again right after FreeAddr handed it out", port)
+		}
+	}
+}

@@ -5,8 +5,12 @@ import (
 	"math/rand/v2"
 	"net"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // FreeAddr returns a loopback address (127.0.0.1:PORT) that nothing listens
@@ -15,7 +19,10 @@ import (
 // hands out for port 0 — to a client's connection or to another server
 // asking for any port, such as an embedded NATS — is never one of these,
 // so the address stays free until its process binds it unless someone else
-// picks the same port explicitly.
+// picks the same port explicitly. Nor does another FreeAddr on this
+// machine, in this process or another (the test binaries of the packages
+// run side by side), for portHold: each port handed out is held by a file
+// of its own in the temporary directory's cellkit-ports.
 func FreeAddr() (string, error) {
 	lo, hi := 10000, ephemeralLow()
 	if hi-lo < 1000 {
@@ -23,7 +30,12 @@ func FreeAddr() (string, error) {
 	}
 	var last error
 	for range 200 {
-		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(lo+rand.IntN(hi-lo)))
+		port := lo + rand.IntN(hi-lo)
+		if !holdPort(port) {
+			last = fmt.Errorf("port %d handed out lately", port)
+			continue
+		}
+		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 		ln, err := net.Listen("tcp", addr)
 		if err != nil {
 			last = err
@@ -33,6 +45,37 @@ func FreeAddr() (string, error) {
 		return addr, nil
 	}
 	return "", fmt.Errorf("find a free port: %w", last)
+}
+
+// portHold is how long a port FreeAddr handed out is not handed out again.
+const portHold = 10 * time.Minute
+
+// holdPort takes port for portHold: false if FreeAddr handed it out less
+// than portHold ago. The directory is locked (flock) while a port's file
+// is looked at and written, so two processes never both take it.
+func holdPort(port int) bool {
+	dir := filepath.Join(os.TempDir(), "cellkit-ports")
+	if err := os.MkdirAll(dir, 0o777); err != nil {
+		return true // no place to hold ports: the listen check alone
+	}
+	d, err := os.Open(dir)
+	if err != nil {
+		return true
+	}
+	defer d.Close()
+	if err := unix.Flock(int(d.Fd()), unix.LOCK_EX); err != nil {
+		return true
+	}
+	defer unix.Flock(int(d.Fd()), unix.LOCK_UN)
+	path := filepath.Join(dir, strconv.Itoa(port))
+	if fi, err := os.Stat(path); err == nil && time.Since(fi.ModTime()) < portHold {
+		return false
+	}
+	if err := os.WriteFile(path, nil, 0o666); err == nil {
+		now := time.Now()
+		os.Chtimes(path, now, now)
+	}
+	return true
 }
 
 // ephemeralLow is the first port of the kernel's ephemeral range (32768

@@ -64,6 +64,48 @@ func checkCellDownAlert(d *loadtest.Verdict, seen []AlertSeen, cell string, kill
 	d.Check("alerts for the other cells", len(others) == 0, fmt.Sprintf("%d %v", len(others), others), "0")
 }
 
+// PanicAlertBound is how soon after a poison inquiry is accepted
+// CellkitInquiryPanics must fire for its cell: the panic (the inquiry's
+// first agency call, at once), a scrape, an evaluation and a poll of the
+// drill (2.5 s: the rule has no `for`), and margin for this shared machine.
+// It fires on the first panic only because the cell exports
+// cellkit_cell_panics_total at 0 from its start.
+const PanicAlertBound = 10 * time.Second
+
+// checkPanicAlert checks that CellkitInquiryPanics fired for cell within
+// PanicAlertBound of burstAt, and for no other cell.
+func checkPanicAlert(d *loadtest.Verdict, seen []AlertSeen, cell string, burstAt time.Duration) {
+	var fired *AlertSeen
+	var others []string
+	for i, a := range seen {
+		d.Note("alert %s: pending at %s, firing at %s, resolved at %s", a.Key(), atText(a.Pending), atText(a.Firing), atText(a.Resolved))
+		if a.Name != "CellkitInquiryPanics" || a.Firing < 0 {
+			continue
+		}
+		if a.Labels["cell"] == cell {
+			fired = &seen[i]
+		} else {
+			others = append(others, a.Key())
+		}
+	}
+	what := "never"
+	if fired != nil {
+		what = sinceText(fired.Firing, burstAt) + " after the poison inquiries"
+	}
+	d.Check("alert CellkitInquiryPanics{cell="+cell+"} fires", fired != nil && fired.Firing-burstAt <= PanicAlertBound, what, "≤ "+PanicAlertBound.String())
+	d.Check("alert CellkitInquiryPanics for the other cells", len(others) == 0, fmt.Sprintf("%d %v", len(others), others), "0")
+}
+
+// startPrometheus starts c.Prometheus against c.Stack with c.Rules, or
+// returns nil when the drill runs without one.
+func (c Config) startPrometheus(ctx context.Context) (*Prometheus, error) {
+	if c.Prometheus == "" {
+		return nil, nil
+	}
+	c.logf("starting prometheus (rules %s)...", c.Rules)
+	return StartPrometheus(ctx, c.Prometheus, c.Rules, c.Stack)
+}
+
 func atText(at time.Duration) string {
 	if at < 0 {
 		return "-"

@@ -17,19 +17,16 @@ func Kill(ctx context.Context, c Config) (*loadtest.Result, error) {
 	if _, err := st.Proc(c.Cell); err != nil {
 		return nil, err
 	}
-	var prom *Prometheus
-	if c.Prometheus != "" {
-		if c.Fault < CellDownBound+5*time.Second || c.After < ResolveBound+5*time.Second {
-			return nil, fmt.Errorf("drill kill: with a Prometheus the fault must last at least %v and the load after it %v (the alert's bounds)",
-				CellDownBound+5*time.Second, ResolveBound+5*time.Second)
-		}
-		c.logf("starting prometheus (rules %s)...", c.Rules)
-		p, err := StartPrometheus(ctx, c.Prometheus, c.Rules, st)
-		if err != nil {
-			return nil, err
-		}
-		defer p.Stop()
-		prom = p
+	if c.Prometheus != "" && (c.Fault < CellDownBound+5*time.Second || c.After < ResolveBound+5*time.Second) {
+		return nil, fmt.Errorf("drill kill: with a Prometheus the fault must last at least %v and the load after it %v (the alert's bounds)",
+			CellDownBound+5*time.Second, ResolveBound+5*time.Second)
+	}
+	prom, err := c.startPrometheus(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if prom != nil {
+		defer prom.Stop()
 	}
 	end := c.Baseline + c.Fault + c.After
 	r, err := c.runner(end)
@@ -79,31 +76,7 @@ func Kill(ctx context.Context, c Config) (*loadtest.Result, error) {
 	cells := loadtest.UserCells(res.Samples, 0, killAt)
 	victim := func(u int) bool { return cells[u] == c.Cell }
 
-	// Other cells: no errors from the kill on, each; p99 within the factor
-	// of the baseline, over the other cells together. A 10 s window at
-	// 100/s gives one cell about 250 samples, whose p99 is its third
-	// slowest request: on two shared cores it moved by ±40 % between quiet
-	// windows with nothing killed, so the per-cell p99s are reported as
-	// notes and the check uses the three times larger pool.
-	for _, cell := range st.Cells() {
-		if cell == c.Cell {
-			continue
-		}
-		mine := func(u int) bool { return cells[u] == cell }
-		all := loadtest.Window{From: killAt, To: end, Users: mine}.Stats(res.Samples)
-		d.Check(cell+" errors from the kill on", all.Errors == 0, fmt.Sprintf("%d of %d %v", all.Errors, all.N, all.Status), "0")
-		d.Note("%s p99: baseline %s, while %s is down %s, after the restart %s", cell,
-			msf(loadtest.Window{To: killAt, Users: mine}.Stats(res.Samples).P99), c.Cell,
-			msf(loadtest.Window{From: killAt, To: restartAt, Users: mine}.Stats(res.Samples).P99),
-			msf(loadtest.Window{From: restartAt, To: end, Users: mine}.Stats(res.Samples).P99))
-	}
-	others := func(u int) bool { cell, ok := cells[u]; return ok && cell != "" && cell != c.Cell }
-	base := loadtest.Window{To: killAt, Users: others}.Stats(res.Samples)
-	during := loadtest.Window{From: killAt, To: restartAt, Users: others}.Stats(res.Samples)
-	limit := time.Duration(float64(base.P99) * c.P99Factor)
-	d.Check("other cells' p99 while "+c.Cell+" is down", during.P99 <= limit,
-		fmt.Sprintf("%s of %d (baseline %s of %d)", msf(during.P99), during.N, msf(base.P99), base.N),
-		fmt.Sprintf("≤ %s (%.1f× baseline)", msf(limit), c.P99Factor))
+	checkOtherCells(d, c, st, res.Samples, cells, killAt, restartAt, end, "kill", "down")
 	down := loadtest.Window{From: killAt, To: restartAt, Users: victim}.Stats(res.Samples)
 	d.Check(c.Cell+"'s users while down: 503", down.N > 0 && down.Status["503"] == down.N,
 		fmt.Sprintf("%d of %d %v", down.Status["503"], down.N, down.Status), "all")

@@ -37,10 +37,23 @@ func Poison(ctx context.Context, c Config) (*loadtest.Result, error) {
 	if err != nil {
 		return nil, err
 	}
+	if c.Prometheus != "" && c.Fault+c.After < PanicAlertBound+2*time.Second {
+		return nil, fmt.Errorf("drill poison: with a Prometheus the fault and the load after it must last at least %v (the alert's bound)", PanicAlertBound+2*time.Second)
+	}
+	prom, err := c.startPrometheus(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if prom != nil {
+		defer prom.Stop()
+	}
 	end := c.Baseline + c.Fault + c.After
 	r, err := c.runner(end)
 	if err != nil {
 		return nil, err
+	}
+	if prom != nil {
+		prom.Watch(ctx, r)
 	}
 	wait := startLoad(ctx, r)
 	var burstAt time.Duration
@@ -114,6 +127,9 @@ func Poison(ctx context.Context, c Config) (*loadtest.Result, error) {
 			want = len(ids)
 		}
 		d.Check(cell+" panics recovered (cellkit_cell_panics_total)", err == nil && n == want, fmt.Sprintf("%d %v", n, errText(err)), strconv.Itoa(want))
+	}
+	if prom != nil {
+		checkPanicAlert(d, prom.Alerts(), c.Cell, burstAt)
 	}
 	alive := devstack.Alive(pid)
 	readyErr := st.WaitReady(ctx, c.Cell, 5*time.Second)

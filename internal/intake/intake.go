@@ -73,6 +73,11 @@ const (
 const (
 	PathInquiries = "/v1/inquiries"
 	prefixByID    = PathInquiries + "/"
+	// PathHealth is what routers probe, on a connection of their own, to
+	// find an instance that hangs: 200 while the instance answers and
+	// reaches its queue, 503 (queue-unavailable) when it cannot. It reads
+	// nothing from the store and is never shed.
+	PathHealth = "/v1/health"
 )
 
 // Config tunes the intake. Zero values mean the defaults in brackets (see
@@ -221,8 +226,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		route = "post"
 	case strings.HasPrefix(r.URL.Path, prefixByID):
 		route = "get"
+	case r.URL.Path == PathHealth:
+		route = "health"
 	}
-	read := route == "get" && (r.Method == http.MethodGet || r.Method == http.MethodHead)
+	read := (route == "get" || route == "health") && (r.Method == http.MethodGet || r.Method == http.MethodHead)
 	switch who, why := h.callerOf(r); {
 	case who == untrusted:
 		h.refuse(rw, r, why)
@@ -240,6 +247,12 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			break
 		}
 		h.get(rw, r, strings.TrimPrefix(r.URL.Path, prefixByID))
+	case route == "health":
+		if !read {
+			methodNotAllowed(rw, "GET, HEAD")
+			break
+		}
+		h.health(rw)
 	default:
 		problem.Write(rw, problem.New(http.StatusNotFound, problem.NotFound, "no such path: "+r.URL.Path))
 	}
@@ -250,6 +263,16 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func methodNotAllowed(w http.ResponseWriter, allow string) {
 	w.Header().Set("Allow", allow)
 	problem.Write(w, problem.New(http.StatusMethodNotAllowed, problem.MethodNotAllowed, "allowed: "+allow))
+}
+
+// health answers a router's probe.
+func (h *Handler) health(w http.ResponseWriter) {
+	if h.q.Conn().Status() != nats.CONNECTED {
+		problem.WriteRetry(w, problem.New(http.StatusServiceUnavailable, problem.QueueUnavailable, "cell "+h.cfg.Cell+" cannot reach its queue"), time.Second)
+		return
+	}
+	w.Header().Set("Cache-Control", "no-store")
+	writeJSON(w, http.StatusOK, map[string]any{"status": "ok", "cell": h.cfg.Cell, "open": h.IsOpen()})
 }
 
 // Accepted is the 202 body.

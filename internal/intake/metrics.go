@@ -20,7 +20,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	m := &metrics{
 		requests: auto.NewCounterVec(prometheus.CounterOpts{
 			Name: "cellkit_cell_intake_requests_total",
-			Help: "Intake API requests, by route (post, get, other) and status code.",
+			Help: "Intake API requests, by route (post, get, health: the routers' probes, other) and status code.",
 		}, []string{"route", "code"}),
 		seconds: auto.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "cellkit_cell_intake_seconds",
@@ -50,6 +50,17 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	}
 	for _, reason := range []string{"age", "depth", "wait", "share", "full", "closed", "nats"} {
 		m.shed.WithLabelValues(reason)
+	}
+	// Counters are exported at 0 from the start, so that rate() and
+	// increase() see their first event; the codes are those the intake
+	// answers most (others appear at their first answer).
+	for route, codes := range map[string][]string{
+		"post": {"202", "400", "421", "503"}, "get": {"200", "404"}, "health": {"200", "503"}, "other": {"404"},
+	} {
+		m.seconds.WithLabelValues(route)
+		for _, code := range codes {
+			m.requests.WithLabelValues(route, code)
+		}
 	}
 	for _, lane := range []string{"high", "normal"} {
 		m.laneShed.WithLabelValues(lane)

@@ -1,6 +1,8 @@
 package pipeline
 
 import (
+	"slices"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
 )
@@ -17,7 +19,43 @@ type metrics struct {
 	quarantined prometheus.Counter
 }
 
-func newMetrics(reg prometheus.Registerer) *metrics {
+// The label values the pipeline's counters take. Each series is exported at
+// 0 from the start, so that rate() and increase() see its first event: a
+// series born at 1 shows no increase from its first sample, and an alert
+// on it would not fire on the event it exists for.
+var (
+	deliveryOutcomes = []string{"done", "failed", "dead", "retry", "interrupted", "duplicate", "stale", "malformed"}
+	failureKinds     = []string{"panic", "circuit_open", "limited", "no_session", "agency_error", "timeout", "transport", "busy", "css", "internal", "core_banking"}
+	callbackOutcomes = []string{"ok", "retry", "error", "refused", "dropped"}
+	// panicSteps are the steps besides each agency's name.
+	panicSteps = []string{"css", "scoring", "core_banking", "pipeline", "callback", "intake", "admin"}
+)
+
+// newMetrics builds the pipeline's metrics for agencies (their names are
+// steps of cellkit_cell_panics_total and cellkit_cell_step_seconds), every
+// series of a known label set exported from the start (histograms empty).
+func newMetrics(reg prometheus.Registerer, agencies []string) *metrics {
+	m := buildMetrics(reg)
+	for _, o := range deliveryOutcomes {
+		m.inquiries.WithLabelValues(o)
+		m.seconds.WithLabelValues(o)
+	}
+	for _, s := range append(slices.Clone(agencies), "css", "core_banking") {
+		m.steps.WithLabelValues(s)
+	}
+	for _, k := range failureKinds {
+		m.failures.WithLabelValues(k)
+	}
+	for _, o := range callbackOutcomes {
+		m.callbacks.WithLabelValues(o)
+	}
+	for _, s := range append(slices.Clone(agencies), panicSteps...) {
+		m.panics.WithLabelValues(s)
+	}
+	return m
+}
+
+func buildMetrics(reg prometheus.Registerer) *metrics {
 	auto := promauto.With(reg)
 	return &metrics{
 		inquiries: auto.NewCounterVec(prometheus.CounterOpts{

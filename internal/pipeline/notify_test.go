@@ -56,7 +56,7 @@ type testNotifier struct {
 // (0: none started), and stops it at cleanup.
 func startNotifier(t *testing.T, cfg notifierConfig, workers int) *testNotifier {
 	t.Helper()
-	m := newMetrics(nil)
+	m := newMetrics(nil, nil)
 	logs := &testkit.Buffer{}
 	log := logs.Logger(slog.LevelInfo)
 	n := &testNotifier{notifierQueue: newNotifier(m, log, cfg), m: m, logs: logs}

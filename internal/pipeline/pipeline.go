@@ -230,7 +230,11 @@ func New(cfg Config, opts Options) (*Pipeline, error) {
 		return nil, errors.New("pipeline: no queue")
 	}
 	cfg = cfg.withDefaults()
-	m := newMetrics(opts.Registerer)
+	names := make([]string, len(opts.Agencies))
+	for i, a := range opts.Agencies {
+		names[i] = a.Name
+	}
+	m := newMetrics(opts.Registerer, names)
 	p := &Pipeline{
 		cfg: cfg, q: opts.Queue, st: opts.Queue.Store(), agencies: opts.Agencies, gates: map[string]*gate{},
 		css: opts.CSS, core: opts.Core, log: opts.Logger, now: opts.Now, drained: opts.Drained, m: m,

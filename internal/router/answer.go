@@ -49,7 +49,7 @@ var (
 // cellProbs are the answers about one cell, marshalled when the cell is
 // first seen.
 type cellProbs struct {
-	bulkhead, breaker, unavailable, timeout, misdirected prob
+	bulkhead, breaker, unavailable, down, timeout, misdirected prob
 }
 
 func newCellProbs(cell string) cellProbs {
@@ -60,6 +60,8 @@ func newCellProbs(cell string) cellProbs {
 			"cell "+cell+" is failing and its circuit is open; retry after Retry-After seconds, not elsewhere: the user's data lives in that cell")).withOverloaded(),
 		unavailable: newProb(problem.New(http.StatusServiceUnavailable, problem.CellUnavailable,
 			"cell "+cell+" cannot be reached; retry after Retry-After seconds, not elsewhere: the user's data lives in that cell")).withOverloaded(),
+		down: newProb(problem.New(http.StatusServiceUnavailable, problem.CellUnavailable,
+			"cell "+cell+" does not answer the router's health checks; retry after Retry-After seconds, not elsewhere: the user's data lives in that cell")).withOverloaded(),
 		timeout: newProb(problem.New(http.StatusGatewayTimeout, problem.CellTimeout,
 			"cell "+cell+" did not answer in time; the request may or may not have been taken (retry with the same Idempotency-Key)")),
 		misdirected: newProb(problem.New(http.StatusServiceUnavailable, problem.MapMoving,

@@ -278,6 +278,7 @@ func (r *Router) SetKeys(k *Keys) error {
 	r.keysMu.Lock()
 	defer r.keysMu.Unlock()
 	old := r.ring()
+	r.metrics.addClients(k)
 	r.keyring.Store(&keyring{keys: k, limits: carryLimits(old, k, r.now)})
 	kept := make(map[string]bool, len(k.clients))
 	for _, c := range k.clients {

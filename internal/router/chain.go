@@ -194,11 +194,16 @@ func (lp *loop) call(cl *client) {
 	permit, why := u.guard.enter()
 	if why != admitted {
 		u.m.shed[why].Inc()
-		p := &u.probs.bulkhead
-		if why == shedBreaker {
+		p, after := &u.probs.bulkhead, u.guard.retryAfter(why)
+		switch {
+		case why == shedBreaker && u.allDown():
+			// The health checks close the breaker as soon as the cell
+			// answers them again: a short wait.
+			p, after = &u.probs.down, time.Second
+		case why == shedBreaker:
 			p = &u.probs.breaker
 		}
-		lp.answer(cl, p, u.guard.retryAfter(why), nil)
+		lp.answer(cl, p, after, nil)
 		return
 	}
 	ex.permit, ex.admitted = permit, true

@@ -46,11 +46,13 @@ func (r shedReason) String() string {
 	return "admitted"
 }
 
-func newGuard(cell string, limit int, cfg breaker.Config, onChange func(from, to breaker.State)) *guard {
+// newGuard builds a cell's guard; with probed, the breaker's trials are the
+// router's health checks (health.go), not users' requests.
+func newGuard(cell string, limit int, cfg breaker.Config, probed bool, onChange func(from, to breaker.State)) *guard {
 	return &guard{
 		cell:    cell,
 		limit:   int64(limit),
-		br:      breaker.New(cfg, breaker.Options{OnChange: onChange}),
+		br:      breaker.New(cfg, breaker.Options{OnChange: onChange, ProbeTrials: probed}),
 		openFor: cfg.OpenFor,
 	}
 }

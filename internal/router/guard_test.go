@@ -87,8 +87,10 @@ func TestIsolationFromAHangingCell(t *testing.T) {
 				t.Errorf("503 for c4 without the overload headers: %v", a.header)
 			}
 		case http.StatusGatewayTimeout:
-			if a.took < timeout*8/10 {
-				t.Errorf("504 after %v, before the %v timeout", a.took, timeout)
+			// At the cell timeout, or before it when the health checks
+			// found the cell hanging (its calls in flight are cut).
+			if a.took > 2*timeout {
+				t.Errorf("504 after %v, long past the %v timeout", a.took, timeout)
 			}
 		default:
 			t.Errorf("c4 answered %v", a)
@@ -106,7 +108,9 @@ func TestIsolationFromAHangingCell(t *testing.T) {
 		if a.status != http.StatusServiceUnavailable || a.took >= 50*time.Millisecond {
 			t.Fatalf("c4 after the trip: %v in %v, want 503 in < 50 ms", a, a.took)
 		}
-		if p := problemOf(t, a); p["type"] != "https://cellkit.dev/problems/overloaded" {
+		// Tripped by its failed calls (overloaded) or by its missed
+		// health checks (cell-unavailable), whichever came first.
+		if p := problemOf(t, a); p["type"] != "https://cellkit.dev/problems/overloaded" && p["type"] != "https://cellkit.dev/problems/cell-unavailable" {
 			t.Errorf("type %v", p["type"])
 		}
 	}

@@ -38,6 +38,7 @@ type backend struct {
 	srv  *httptest.Server
 
 	mode       atomic.Int32 // modeOK, modeHang, modeFail
+	probes     atomic.Int64 // the router's health checks (GET /v1/health), not counted in calls
 	minVersion atomic.Int64 // answer 421 to requests routed with an older map
 	calls      atomic.Int64
 	release    chan struct{} // closed at cleanup: frees hanging handlers
@@ -70,6 +71,20 @@ func newBackend(t *testing.T, cell string) *backend {
 }
 
 func (b *backend) serve(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Path == "/v1/health" {
+		// As a cell: answered unless it hangs, even while its calls fail.
+		b.probes.Add(1)
+		if b.mode.Load() == modeHang {
+			select {
+			case <-r.Context().Done():
+			case <-b.release:
+			}
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprintf(w, `{"status":"ok","cell":%q}`, b.cell)
+		return
+	}
 	b.calls.Add(1)
 	if n := b.active.Add(1); n > b.maxActive.Load() {
 		b.maxActive.Store(n) // racy max: good enough, tests read it after the calls

@@ -27,8 +27,9 @@ type loop struct {
 	waits, calls, upIdles                tlist // exchange and cell connection timers
 	dials                                []*dialing
 
-	out   []byte       // an answer or request being built
-	swept atomic.Int64 // when it last swept its deadlines (engine clock), for the watchdog
+	out      []byte       // an answer or request being built
+	swept    atomic.Int64 // when it last swept its deadlines (engine clock), for the watchdog
+	downSeen uint64       // the router's downGen when the loop last cut calls to instances found down
 }
 
 // Run is the loop's tick, run on the loop (a gnet.Runnable): it sweeps
@@ -83,6 +84,10 @@ func (lp *loop) sweep() {
 	}
 	for t := lp.upIdles.expired(now); t != nil; t = lp.upIdles.expired(now) {
 		t.owner.(*upconn).shut()
+	}
+	if g := lp.e.r.downGen.Load(); g != lp.downSeen {
+		lp.downSeen = g
+		lp.cutDown()
 	}
 	lp.sweepDials(now)
 	lp.sweepPools()

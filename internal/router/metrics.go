@@ -31,6 +31,7 @@ type metrics struct {
 	evicted    prometheus.Counter
 
 	ejections           *prometheus.CounterVec
+	probes              *prometheus.CounterVec
 	shedRetried         *prometheus.CounterVec
 	tlsHandshakes       *prometheus.CounterVec
 	tlsHandshakeSeconds prometheus.Histogram
@@ -50,6 +51,7 @@ type cellMetrics struct {
 	connErr     prometheus.Counter
 	misdir      prometheus.Counter
 	ejections   prometheus.Counter
+	probes      [3]prometheus.Counter // by checkResult
 	shedRetried prometheus.Counter
 }
 
@@ -109,8 +111,12 @@ func newMetrics(reg prometheus.Registerer, gauges prometheus.Collector) *metrics
 		}),
 		ejections: auto.NewCounterVec(prometheus.CounterOpts{
 			Name: "cellkit_router_instance_ejections_total",
-			Help: "Times an instance of a cell was taken out of the rotation for failing (a cell of several instances).",
+			Help: "Times an instance of a cell was taken out of the rotation: for failing calls (a cell of several instances), or for missing its health checks (any cell).",
 		}, []string{"cell"}),
+		probes: auto.NewCounterVec(prometheus.CounterOpts{
+			Name: "cellkit_router_probes_total",
+			Help: "Health checks of a cell's instances (GET /v1/health on a connection of their own), by result: ok, missed (no answer within the probe timeout, a 5xx) or refused (no process listens).",
+		}, []string{"cell", "result"}),
 		shedRetried: auto.NewCounterVec(prometheus.CounterOpts{
 			Name: "cellkit_router_instance_shed_retries_total",
 			Help: "Requests an instance of a cell of several shed (503, Cellkit-Overloaded) that were sent once to another of its instances.",
@@ -129,8 +135,43 @@ func newMetrics(reg prometheus.Registerer, gauges prometheus.Collector) *metrics
 	if reg != nil {
 		reg.MustRegister(gauges)
 	}
+	// Counters with a known label set are exported at 0 from the start, so
+	// that rate() and increase() see their first event (a series born at 1
+	// shows no increase from its first sample).
+	for _, reason := range []string{"max_conns", "per_addr", "draining"} {
+		m.connRefuse.WithLabelValues(reason)
+	}
+	for _, reason := range []string{"missing", "unknown"} {
+		m.authFail.WithLabelValues(reason)
+	}
+	for _, result := range []string{"newer", "same", "error"} {
+		m.refreshes.WithLabelValues(result)
+	}
 	return m
 }
+
+// addClients exports the rate-limit counter of every client of k at 0.
+func (m *metrics) addClients(k *Keys) {
+	if k == nil {
+		return
+	}
+	for _, c := range k.clients {
+		m.limited.WithLabelValues(c.ID)
+	}
+}
+
+// addTLS exports the TLS handshake counters at 0 (a router with TLS on
+// its public listener).
+func (m *metrics) addTLS() {
+	for _, result := range []string{"ok", "failed"} {
+		m.tlsHandshakes.WithLabelValues(result)
+	}
+}
+
+// errorCodes are the 5xx codes exported at 0 for every cell: the router's
+// own answers for a cell that fails (502, 503, 504) and a cell's (500,
+// 503), which the error-budget rules count from the first one.
+var errorCodes = []int{500, 502, 503, 504}
 
 // cell returns the resolved series of a cell, creating them once.
 func (m *metrics) cell(id string) *cellMetrics {
@@ -147,13 +188,20 @@ func (m *metrics) cell(id string) *cellMetrics {
 		connErr:   m.upstream.WithLabelValues(id, "connection"),
 		misdir:    m.misdirects.WithLabelValues(id),
 		ejections: m.ejections.WithLabelValues(id), shedRetried: m.shedRetried.WithLabelValues(id),
+		probes: [3]prometheus.Counter{m.probes.WithLabelValues(id, "ok"), m.probes.WithLabelValues(id, "missed"), m.probes.WithLabelValues(id, "refused")},
 	}
 	for r := range shedReasons {
 		cm.shed[r] = m.shed.WithLabelValues(id, r.String())
 	}
+	for _, code := range errorCodes {
+		cm.codes[code].Store(&codeCounter{m.requests.WithLabelValues(id, strconv.Itoa(code))})
+	}
 	m.byCell[id] = cm
 	return cm
 }
+
+// probed counts one health check of one of the cell's instances.
+func (cm *cellMetrics) probed(v checkResult) { cm.probes[v].Inc() }
 
 // answered records one answer.
 func (cm *cellMetrics) answered(code int, seconds float64) {

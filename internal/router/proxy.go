@@ -41,6 +41,11 @@ type endpoint struct {
 
 	fails        atomic.Int32 // consecutive failed calls
 	ejectedUntil atomic.Int64 // unix nanoseconds; 0: in rotation
+
+	// The health checks' verdict (health.go): down takes the instance out
+	// of rotation until a healthy check.
+	down   atomic.Bool
+	misses atomic.Int32 // checks missed in a row
 }
 
 func newUpstream(c slotmap.Cell, cfg CellLimits, g *guard, m *cellMetrics) (*upstream, error) {
@@ -101,7 +106,7 @@ func newEndpoint(up *upstream, intake string, cfg CellLimits) (*endpoint, error)
 }
 
 // ejected says whether ep is out of the rotation at now (unix ns).
-func (ep *endpoint) ejected(now int64) bool { return ep.ejectedUntil.Load() > now }
+func (ep *endpoint) ejected(now int64) bool { return ep.down.Load() || ep.ejectedUntil.Load() > now }
 
 // retire marks u's connections for closing: the loops close theirs when
 // idle.

@@ -174,6 +174,11 @@ type CellLimits struct {
 	// several out of the rotation for EjectFor [3, 5s] (see endpoints.go).
 	EjectAfter int
 	EjectFor   time.Duration
+	// ProbeInterval is how often the router checks each instance it
+	// routes to, and ProbeTimeout how long a check may take; a negative
+	// ProbeInterval checks none [200ms, 250ms] (see health.go).
+	ProbeInterval time.Duration
+	ProbeTimeout  time.Duration
 	// TLS is the client configuration for cells whose intake is https
 	// [nil: the system's roots]: their CA and the client certificate
 	// presented to them (mutual TLS). https cells are served by the event
@@ -198,6 +203,7 @@ func DefaultConfig() Config {
 			MaxConcurrent: 256, Timeout: 5 * time.Second, DialTimeout: time.Second, UnackedTimeout: time.Second,
 			IdleConnTimeout: 30 * time.Second, MaxResponseBytes: 1 << 20,
 			EjectAfter: 3, EjectFor: 5 * time.Second,
+			ProbeInterval: 200 * time.Millisecond, ProbeTimeout: 250 * time.Millisecond,
 			Breaker: breaker.Config{
 				Window: 50, MinCalls: 10, FailureRate: 0.5, SlowRate: 0.5,
 				OpenFor: 5 * time.Second, HalfOpenProbes: 3,
@@ -237,6 +243,10 @@ func (c *Config) defaults(log *slog.Logger) {
 	l.MaxResponseBytes = or(l.MaxResponseBytes, dl.MaxResponseBytes)
 	l.EjectAfter = or(l.EjectAfter, dl.EjectAfter)
 	l.EjectFor = or(l.EjectFor, dl.EjectFor)
+	if l.ProbeInterval == 0 {
+		l.ProbeInterval = dl.ProbeInterval
+	}
+	l.ProbeTimeout = or(l.ProbeTimeout, dl.ProbeTimeout)
 	db := dl.Breaker
 	db.SlowCall = l.Timeout
 	l.Breaker = l.Breaker.WithDefaults(db)
@@ -252,7 +262,8 @@ func or[T int | float64 | time.Duration](v, def T) T {
 // Router is the edge router. Serve runs it; it is safe for concurrent use.
 type Router struct {
 	cfg      Config
-	stopping atomic.Bool // Stopping was called: readiness fails, serving goes on
+	stopping atomic.Bool   // Stopping was called: readiness fails, serving goes on
+	downGen  atomic.Uint64 // counts instances found down by the health checks: the loops cut their calls
 	maps     MapSource
 	refresh  func(context.Context) (*slotmap.Map, error)
 	keyring  atomic.Pointer[keyring] // the API keys and rate limits (SetKeys)
@@ -320,6 +331,10 @@ func New(cfg Config, opts Options) (*Router, error) {
 	m := newMetrics(opts.Registerer, newGuardGauges(r.allGuards))
 	r.metrics = m
 	r.noCell = m.cell(noCell)
+	m.addClients(opts.Keys)
+	if opts.TLS != nil {
+		m.addTLS()
+	}
 	r.keyring.Store(&keyring{keys: opts.Keys, limits: newLimits(opts.Keys, now)})
 	r.eng = newEngine(r)
 	return r, nil
@@ -334,6 +349,7 @@ func (r *Router) ListenAndServe(addr string, ready func(net.Addr)) error {
 	if src, ok := r.maps.(changeNotifier); ok {
 		wg.Go(func() { r.prebuild(src, stop) })
 	}
+	wg.Go(func() { r.checks(stop) })
 	defer wg.Wait()
 	defer close(stop)
 	return r.eng.serve(addr, ready)
@@ -376,7 +392,7 @@ func (r *Router) Close() {
 }
 
 func (r *Router) newGuard(cell string) *guard {
-	return newGuard(cell, r.cfg.Cell.MaxConcurrent, r.cfg.Cell.Breaker, func(from, to breaker.State) {
+	return newGuard(cell, r.cfg.Cell.MaxConcurrent, r.cfg.Cell.Breaker, r.cfg.Cell.ProbeInterval > 0, func(from, to breaker.State) {
 		r.log.Warn("cell circuit breaker changed state", "cell", cell, "from", from.String(), "to", to.String())
 	})
 }

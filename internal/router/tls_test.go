@@ -332,9 +332,17 @@ func TestMutualTLSToCells(t *testing.T) {
 		t.Fatal(err)
 	}
 	b := &backend{cell: "c1", release: make(chan struct{})}
-	var conns, fromRouter, chunked atomic.Int64
+	var conns, fromRouter, chunked, probesFromRouter atomic.Int64
 	b.srv = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.TLS != nil && len(r.TLS.VerifiedChains) > 0 && tlsconf.PeerHasRole(r.TLS, pki.RoleRouter) {
+		router := r.TLS != nil && len(r.TLS.VerifiedChains) > 0 && tlsconf.PeerHasRole(r.TLS, pki.RoleRouter)
+		if r.URL.Path == "/v1/health" {
+			if router {
+				probesFromRouter.Add(1)
+			}
+			b.serve(w, r)
+			return
+		}
+		if router {
 			fromRouter.Add(1)
 		}
 		if r.Method == http.MethodGet {
@@ -386,8 +394,11 @@ func TestMutualTLSToCells(t *testing.T) {
 	if bad.Load() > 0 || fromRouter.Load() != senders*each {
 		t.Fatalf("%d failed; the cell saw %d requests with the router's certificate, want %d", bad.Load(), fromRouter.Load(), senders*each)
 	}
-	if n := conns.Load(); n > senders*2 {
-		t.Errorf("%d TLS connections for %d requests: not kept alive", n, senders*each)
+	if n := conns.Load(); n > senders*2+1 {
+		t.Errorf("%d TLS connections for %d requests (and the health checks'): not kept alive", n, senders*each)
+	}
+	if probesFromRouter.Load() == 0 || probesFromRouter.Load() != b.probes.Load() {
+		t.Errorf("%d of %d health checks came with the router's certificate", probesFromRouter.Load(), b.probes.Load())
 	}
 	a := w.do("GET", "/v1/inquiries/c1-abc", "")
 	if a.status != 200 || len(a.body) < 60000 || !strings.HasSuffix(string(a.body), `}`) {

@@ -100,6 +100,7 @@ func (m *Metrics) add(name string, stats func() Stats) {
 	m.mu.Lock()
 	m.pools[name] = stats
 	m.mu.Unlock()
+	m.wait.WithLabelValues(name) // exported from the start, empty
 }
 
 func (m *Metrics) remove(name string) {
