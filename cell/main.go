@@ -151,6 +151,8 @@ func parseFlags(args []string, getenv func(string) string, output io.Writer) (c 
 	fs.BoolVar(&c.Shed.LaneBlind, "lane-blind", false, "shed both lanes alike on the whole queue (no reserve for high priority; for comparison)")
 	fs.IntVar(&c.Shed.MaxDepth, "depth-limit", d.Shed.MaxDepth, "shed new intake when this many inquiries are queued")
 	fs.Int64Var(&c.QueueMaxMsgs, "queue-max-msgs", 0, "hard message limit of the work stream (0: 10 × depth limit)")
+	fs.Float64Var(&c.Storage.High, "store-high-watermark", d.Storage.High, "with the embedded NATS: refuse new inquiries (503 storage-full) while this share of the store's filesystem is in use, until it is below --store-low-watermark; queued work goes on")
+	fs.Float64Var(&c.Storage.Low, "store-low-watermark", d.Storage.Low, "take new inquiries again below this share in use (and restart JetStream there after a write it failed for lack of space)")
 	fs.DurationVar(&c.RecordTTL, "record-ttl", d.RecordTTL, "how long records, failures and dead letters are kept")
 	fs.DurationVar(&c.CSSLatency, "css-latency", d.CSSLatency, "latency of the in-process CSS step")
 	fs.DurationVar(&c.CoreLatency, "core-latency", d.CoreLatency, "latency of the in-process core banking step")

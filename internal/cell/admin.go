@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"strconv"
@@ -115,6 +116,17 @@ func (c *Cell) readiness() (bool, map[string]Check) {
 		set("agency_"+name, have > 0, strconv.Itoa(have)+" of "+strconv.Itoa(st.Size)+" sessions up")
 	}
 	set("intake", c.intake.IsOpen(), map[bool]string{true: "open", false: "closed"}[c.intake.IsOpen()])
+	if c.disk != nil {
+		st := c.disk.State()
+		detail := fmt.Sprintf("%.1f%% of %d bytes in use (refuses new inquiries from %.0f%% to below %.0f%%)", 100*st.Used(), st.Size, 100*st.High, 100*st.Low)
+		switch {
+		case st.Failed != "":
+			detail = "a write failed for lack of space; JetStream restarts once below " + fmt.Sprintf("%.0f%%", 100*st.Low) + " (" + detail + "): " + st.Failed
+		case st.Over:
+			detail = "above the high watermark, new inquiries refused: " + detail
+		}
+		set("store", st.Failed == "", detail)
+	}
 	return ok, checks
 }
 
@@ -135,6 +147,19 @@ type Status struct {
 	Sampled    time.Time               `json:"sampled"`
 	Errors     map[string]string       `json:"errors,omitempty"`
 	Checks     map[string]Check        `json:"checks"`
+	// Store is the store's filesystem, with the embedded NATS only.
+	Store *StoreStatus `json:"store,omitempty"`
+}
+
+// StoreStatus is the store's filesystem and its watermarks.
+type StoreStatus struct {
+	SizeBytes int64   `json:"size_bytes"`
+	FreeBytes int64   `json:"free_bytes"`
+	Used      float64 `json:"used"` // share in use, 0–1
+	High      float64 `json:"high_watermark"`
+	Low       float64 `json:"low_watermark"`
+	Refusing  bool    `json:"refusing"`         // new inquiries refused for the store
+	Failed    string  `json:"failed,omitempty"` // why a write failed, until the store is open again
 }
 
 // MapStatus is the cell's view of the map.
@@ -188,6 +213,11 @@ func (c *Cell) Status() Status {
 		Ready: ready, Stopping: c.stopping.Load(), Checks: checks,
 		Inflight: c.pipe.Inflight(), Workers: c.pipe.Workers(),
 		Agencies: map[string]AgencyStatus{}, NATS: c.nc.Status().String(),
+	}
+	if c.disk != nil {
+		ds := c.disk.State()
+		st.Store = &StoreStatus{SizeBytes: ds.Size, FreeBytes: ds.Free, Used: ds.Used(), High: ds.High, Low: ds.Low,
+			Refusing: c.disk.Refusing(), Failed: ds.Failed}
 	}
 	fs := c.follower.Status()
 	st.Map = MapStatus{Version: fs.Version, Registry: fs.Registry, Stale: fs.Stale, FromCache: fs.FromCache, RegistryOlder: fs.RegistryOlder}

@@ -50,6 +50,7 @@ import (
 	"github.com/cellkit/cellkit/internal/sessionpool"
 	"github.com/cellkit/cellkit/internal/shed"
 	"github.com/cellkit/cellkit/internal/slotmap"
+	"github.com/cellkit/cellkit/internal/storage"
 	"github.com/cellkit/cellkit/internal/store"
 )
 
@@ -110,6 +111,7 @@ type Cell struct {
 	leaser   *quotalease.Leaser // an instance of a cell of several: its share of the quotas
 	shed     *shed.Shedder
 	intake   *intake.Handler
+	disk     *storage.Guard // the store's filesystem, with the embedded NATS (nil otherwise)
 
 	adminGuard *adminauth.Guard
 
@@ -169,6 +171,13 @@ func New(ctx context.Context, cfg Config, opts Options) (_ *Cell, err error) {
 	}
 	if err = c.openNATS(); err != nil {
 		return nil, err
+	}
+	if c.ns != nil {
+		scfg := cfg.Storage
+		scfg.Dir, scfg.Interval = cfg.StoreDir, cfg.SampleInterval
+		if c.disk, err = storage.New(scfg, storage.Options{Registerer: c.metrics, Logger: c.log}); err != nil {
+			return nil, err
+		}
 	}
 	if err = c.untilJetStream(ctx, func(ctx context.Context) (err error) {
 		c.store, err = store.OpenReplicated(ctx, c.js, cfg.ID, cfg.RecordTTL, cfg.Replicas)
@@ -235,14 +244,18 @@ func New(ctx context.Context, cfg Config, opts Options) (_ *Cell, err error) {
 	c.pipe, err = pipeline.New(cfg.Pipeline, pipeline.Options{
 		Queue: c.queue, Agencies: agencies, Logger: c.log, Registerer: c.metrics,
 		Drained: func(service time.Duration) { c.shed.Drained(1); c.shed.Served(service) }, CSS: css, Core: core,
-		Journal: c.journal,
+		Journal: c.journal, Paused: c.storeFailed,
 	})
 	if err != nil {
 		return nil, err
 	}
-	c.intake, err = intake.New(intake.Config{Cell: cfg.ID, TrustedCIDRs: cfg.TrustedRouterCIDRs, RouterRole: cfg.RouterRole}, intake.Options{
+	iopts := intake.Options{
 		Queue: c.queue, Shedder: c.shed, Map: c.follower.Map, Logger: c.log, Registerer: c.metrics, PeerTLS: opts.PeerTLS,
-	})
+	}
+	if c.disk != nil {
+		iopts.Storage = c.disk
+	}
+	c.intake, err = intake.New(intake.Config{Cell: cfg.ID, TrustedCIDRs: cfg.TrustedRouterCIDRs, RouterRole: cfg.RouterRole}, iopts)
 	if err != nil {
 		return nil, err
 	}
@@ -434,6 +447,10 @@ func (c *Cell) Run(ctx context.Context) error {
 	g.Go(func() error { return serve(adminSrv, c.adminLn) })
 	g.Go(func() error { return serve(intakeSrv, c.intakeLn) })
 	g.Go(func() error { c.sampleLoop(gctx); return nil })
+	if c.disk != nil {
+		g.Go(func() error { c.disk.Run(gctx); return nil })
+		g.Go(func() error { return c.healStore(gctx) })
+	}
 
 	pctx, stopPipeline := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopPipeline()
@@ -493,6 +510,43 @@ func (c *Cell) Run(ctx context.Context) error {
 	}
 	c.log.Info("cell stopped")
 	return nil
+}
+
+// storeFailed says whether the store failed a write and is not open again
+// (the pipeline fetches nothing meanwhile).
+func (c *Cell) storeFailed() bool { return c.disk != nil && c.disk.State().Failed != "" }
+
+// healStore watches the embedded JetStream's file store: when it fails a
+// write (its log says so: a full disk), the store refuses new inquiries
+// and readiness fails at once; once the filesystem is below the low
+// watermark again, the embedded NATS is restarted in process, which opens
+// the stores again and clears their write error (a file store that failed
+// a write refuses every write after it); the cell's connection follows it
+// by itself. The work that was queued or in flight is delivered again from
+// the stores. A restart that fails ends the cell with an error, for its
+// supervisor to start it again.
+func (c *Cell) healStore(ctx context.Context) error {
+	t := time.NewTicker(c.cfg.SampleInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+		if failed, why := c.ns.StoreFailed(); failed && !c.storeFailed() {
+			c.disk.Failed(true, why)
+		}
+		if !c.storeFailed() || !c.disk.Room() {
+			continue
+		}
+		c.log.Warn("restarting the embedded NATS in process: the store failed a write and its filesystem has room again",
+			"used", fmt.Sprintf("%.1f%%", 100*c.disk.Usage().Used()))
+		if err := c.ns.Restart(); err != nil {
+			return fmt.Errorf("the store failed a write and the embedded NATS could not be restarted: %w", err)
+		}
+		c.disk.Failed(false, "")
+	}
 }
 
 // contained serves h with a panic recovered: logged with its stack,

@@ -14,6 +14,7 @@ import (
 	"github.com/cellkit/cellkit/internal/sessionpool"
 	"github.com/cellkit/cellkit/internal/shed"
 	"github.com/cellkit/cellkit/internal/slotmap"
+	"github.com/cellkit/cellkit/internal/storage"
 	"github.com/cellkit/cellkit/internal/store"
 )
 
@@ -109,6 +110,11 @@ type Config struct {
 	// CSSLatency and CoreLatency are the latencies of the in-process CSS
 	// and core banking steps [5ms, 10ms]; negative means none.
 	CSSLatency, CoreLatency time.Duration
+	// Storage holds the watermarks of the store's filesystem, with the
+	// embedded NATS only: above High (the share in use) new inquiries are
+	// refused until below Low [0.95, 0.90] (see internal/storage). Its Dir
+	// is StoreDir.
+	Storage storage.Config
 	// SampleInterval is how often the queue is sampled for shedding,
 	// readiness and metrics [250ms].
 	SampleInterval time.Duration
@@ -132,6 +138,7 @@ func DefaultConfig() Config {
 		Breaker:       breaker.DefaultConfig(),
 		Pipeline:      p,
 		Shed:          shed.DefaultConfig(),
+		Storage:       storage.DefaultConfig(),
 		QueueMaxBytes: q.MaxBytes, AckWait: q.AckWait, RecordTTL: store.DefaultTTL,
 		CSSLatency: 5 * time.Millisecond, CoreLatency: 10 * time.Millisecond,
 		SampleInterval: 250 * time.Millisecond, ShutdownTimeout: 10 * time.Second,

@@ -334,6 +334,31 @@ type CellStatus struct {
 		OK     bool   `json:"ok"`
 		Detail string `json:"detail"`
 	} `json:"checks"`
+	// Store is the store's filesystem (a cell on the embedded NATS).
+	Store *struct {
+		SizeBytes int64   `json:"size_bytes"`
+		FreeBytes int64   `json:"free_bytes"`
+		Used      float64 `json:"used"`
+		High      float64 `json:"high_watermark"`
+		Refusing  bool    `json:"refusing"`
+		Failed    string  `json:"failed"`
+	} `json:"store,omitempty"`
+}
+
+// StoreText is the STORE column of cellctl status: the share of the
+// store's filesystem in use, and whether it refuses new inquiries ("-":
+// the cell's NATS is not embedded).
+func (s *CellStatus) StoreText() string {
+	switch st := s.Store; {
+	case st == nil:
+		return "-"
+	case st.Failed != "":
+		return fmt.Sprintf("%.0f%% FAILED", 100*st.Used)
+	case st.Refusing:
+		return fmt.Sprintf("%.0f%% FULL", 100*st.Used)
+	default:
+		return fmt.Sprintf("%.0f%%", 100*st.Used)
+	}
 }
 
 // AgencyStatus is one agency link of a cell.

@@ -236,3 +236,21 @@ func testHotkeys(t *testing.T, e *env) {
 		t.Errorf("%v", r)
 	}
 }
+
+// TestStoreText: the STORE column of cellctl status, from a cell's status.
+func TestStoreText(t *testing.T) {
+	for body, want := range map[string]string{
+		`{}`: "-",
+		`{"store":{"used":0.41,"high_watermark":0.95}}`:                             "41%",
+		`{"store":{"used":0.96,"high_watermark":0.95,"refusing":true}}`:             "96% FULL",
+		`{"store":{"used":0.5,"refusing":true,"failed":"no space left on device"}}`: "50% FAILED",
+	} {
+		var s CellStatus
+		if err := json.Unmarshal([]byte(body), &s); err != nil {
+			t.Fatal(err)
+		}
+		if got := s.StoreText(); got != want {
+			t.Errorf("%s: %q, want %q", body, got, want)
+		}
+	}
+}

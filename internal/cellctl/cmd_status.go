@@ -180,7 +180,7 @@ func (x *inv) writeStatus(m *slotmap.Map, st statusJSON) {
 	for _, a := range agencies {
 		header = append(header, strings.ToUpper(a))
 	}
-	header = append(header, "BREAKERS", "FAILED/DLQ")
+	header = append(header, "BREAKERS", "FAILED/DLQ", "STORE")
 	t := newTable(w, header...)
 	var notes []string
 	// instanceRows writes a cell's instances under its row.
@@ -259,7 +259,14 @@ func (x *inv) writeStatus(m *slotmap.Map, st statusJSON) {
 		if len(breakers) > 0 {
 			b = strings.Join(breakers, ",")
 		}
-		row = append(row, b, fmt.Sprintf("%d/%d", s.Failed, s.DLQ))
+		row = append(row, b, fmt.Sprintf("%d/%d", s.Failed, s.DLQ), s.StoreText())
+		if st := s.Store; st != nil && (st.Refusing || st.Failed != "") {
+			why := fmt.Sprintf("its store's filesystem is %.1f%% in use (high watermark %.0f%%)", 100*st.Used, 100*st.High)
+			if st.Failed != "" {
+				why = "its store failed a write (" + st.Failed + "); it restarts its NATS once there is room"
+			}
+			notes = append(notes, fmt.Sprintf("%s refuses new inquiries: %s", c.ID, why))
+		}
 		t.row(row...)
 		instanceRows(c)
 	}

@@ -87,6 +87,9 @@ type Config struct {
 	Cell string
 	// ClosedRetryAfter is the Retry-After of a closed intake [5s].
 	ClosedRetryAfter time.Duration
+	// StorageRetryAfter is the Retry-After of an intake whose store
+	// refuses new work [10s].
+	StorageRetryAfter time.Duration
 	// Timeout bounds the handling of one request, the wait for the PubAck
 	// included [5s].
 	Timeout time.Duration
@@ -104,7 +107,7 @@ type Config struct {
 
 // DefaultConfig returns the defaults.
 func DefaultConfig() Config {
-	return Config{ClosedRetryAfter: 5 * time.Second, Timeout: 5 * time.Second,
+	return Config{ClosedRetryAfter: 5 * time.Second, StorageRetryAfter: 10 * time.Second, Timeout: 5 * time.Second,
 		TrustedCIDRs: DefaultTrustedCIDRs(), RouterRole: pki.RoleRouter}
 }
 
@@ -126,11 +129,20 @@ type Options struct {
 	Registerer prometheus.Registerer
 	// Now is the clock. Nil means time.Now.
 	Now func() time.Time
+	// Storage, if not nil, says when the cell's store refuses new work (its
+	// disk near full, or a write failed): new inquiries are then answered
+	// 503 storage-full, with Cellkit-Overloaded (the cell chose to refuse).
+	Storage Storage
 	// PeerTLS is the TLS configuration for asking other cells' intake
 	// (https ones) about an inquiry after a slot move (see TrackMoves): its
 	// client certificate should name PeerRole. Nil means Go's defaults (the
 	// system's roots, no client certificate).
 	PeerTLS *tls.Config
+}
+
+// Storage is the cell's store as intake sees it (internal/storage.Guard).
+type Storage interface {
+	Refusing() bool
 }
 
 // Handler serves the intake API. It starts closed: Open it once the cell
@@ -140,6 +152,7 @@ type Handler struct {
 	q    *queue.Queue
 	st   *store.Store
 	shed *shed.Shedder
+	disk Storage // nil: not watched
 	cmap func() *slotmap.Map
 	log  *slog.Logger
 	now  func() time.Time
@@ -177,6 +190,9 @@ func New(cfg Config, opts Options) (*Handler, error) {
 	if cfg.ClosedRetryAfter <= 0 {
 		cfg.ClosedRetryAfter = d.ClosedRetryAfter
 	}
+	if cfg.StorageRetryAfter <= 0 {
+		cfg.StorageRetryAfter = d.StorageRetryAfter
+	}
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = d.Timeout
 	}
@@ -187,7 +203,7 @@ func New(cfg Config, opts Options) (*Handler, error) {
 		cfg.RouterRole = d.RouterRole
 	}
 	h := &Handler{
-		cfg: cfg, q: opts.Queue, st: opts.Queue.Store(), shed: opts.Shedder, cmap: opts.Map,
+		cfg: cfg, q: opts.Queue, st: opts.Queue.Store(), shed: opts.Shedder, disk: opts.Storage, cmap: opts.Map,
 		log: opts.Logger, now: opts.Now, m: newMetrics(opts.Registerer), peerTLS: opts.PeerTLS,
 	}
 	if h.log == nil {
@@ -297,7 +313,7 @@ func (h *Handler) shedNow(w http.ResponseWriter, reason, detail string, after ti
 
 var reasonKind = map[string]string{
 	"closed": problem.IntakeClosed, "age": problem.Overloaded, "depth": problem.Overloaded, "wait": problem.Overloaded, "share": problem.Overloaded,
-	"nats": problem.QueueUnavailable, "full": problem.QueueFull,
+	"nats": problem.QueueUnavailable, "full": problem.QueueFull, "storage": problem.StorageFull,
 }
 
 func (h *Handler) post(w http.ResponseWriter, r *http.Request) {
@@ -320,6 +336,10 @@ func (h *Handler) post(w http.ResponseWriter, r *http.Request) {
 	}
 	lane, ok := laneOf(w, r)
 	if !ok {
+		return
+	}
+	if h.disk != nil && h.disk.Refusing() {
+		h.shedNow(w, "storage", "cell "+h.cfg.Cell+" is not taking new inquiries: its store is near full (queued ones go on)", h.cfg.StorageRetryAfter)
 		return
 	}
 	if d := h.shed.Admit(lane); !d.OK {

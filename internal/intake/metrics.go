@@ -29,7 +29,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}, []string{"route"}),
 		shed: auto.NewCounterVec(prometheus.CounterOpts{
 			Name: "cellkit_cell_intake_shed_total",
-			Help: "Inquiries turned away with 503, by reason: age (oldest pending over budget), wait (backlog would take longer than the budget to drain), depth, share (high priority over its share while normal asks for the rest), full (stream limit), closed, nats.",
+			Help: "Inquiries turned away with 503, by reason: age (oldest pending over budget), wait (backlog would take longer than the budget to drain), depth, share (high priority over its share while normal asks for the rest), full (stream limit), closed, nats, storage (the store near full or failing a write).",
 		}, []string{"reason"}),
 		laneShed: auto.NewCounterVec(prometheus.CounterOpts{
 			Name: "cellkit_cell_intake_lane_shed_total",
@@ -48,7 +48,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "1 while the intake takes new inquiries.",
 		}),
 	}
-	for _, reason := range []string{"age", "depth", "wait", "share", "full", "closed", "nats"} {
+	for _, reason := range []string{"age", "depth", "wait", "share", "full", "closed", "nats", "storage"} {
 		m.shed.WithLabelValues(reason)
 	}
 	// Counters are exported at 0 from the start, so that rate() and

@@ -16,6 +16,9 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -68,8 +71,21 @@ type Options struct {
 
 // Server is a running embedded NATS server.
 type Server struct {
-	ns  *server.Server
-	cfg Config
+	ns    atomic.Pointer[server.Server] // the one running (Restart replaces it)
+	cfg   Config
+	opts  *server.Options
+	log   *slog.Logger
+	state *storeState
+	mu    sync.Mutex // serialises Restart and Shutdown
+}
+
+// storeState is what the server's log said of its file store: a write it
+// could not make. A JetStream file store that fails a write (a full disk)
+// refuses every write after it, even once there is room again, until the
+// store is opened again: Restart.
+type storeState struct {
+	failed atomic.Int64 // write errors logged since the start or the last restart
+	last   atomic.Value // string: the last one
 }
 
 // Start starts the server and waits until it accepts connections.
@@ -135,18 +151,73 @@ func Start(cfg Config, opts Options) (*Server, error) {
 		// Clustered JetStream talks over the system account.
 		sopts.NoSystemAccount = false
 	}
-	ns, err := server.NewServer(sopts)
+	s := &Server{cfg: cfg, opts: sopts, state: &storeState{}, log: log.With("component", "nats")}
+	ns, err := s.boot()
+	if err != nil {
+		return nil, err
+	}
+	s.ns.Store(ns)
+	return s, nil
+}
+
+// boot starts a server with s's options and waits until it is ready.
+func (s *Server) boot() (*server.Server, error) {
+	ns, err := server.NewServer(s.opts)
 	if err != nil {
 		return nil, fmt.Errorf("embedded nats: %w", err)
 	}
-	ns.SetLoggerV2(logger{log.With("component", "nats")}, cfg.Debug, false, false)
+	ns.SetLoggerV2(logger{l: s.log, store: s.state}, s.cfg.Debug, false, false)
 	ns.Start()
-	if !ns.ReadyForConnections(cfg.ReadyTimeout) {
+	if !ns.ReadyForConnections(s.cfg.ReadyTimeout) {
 		ns.Shutdown()
 		ns.WaitForShutdown()
-		return nil, fmt.Errorf("embedded nats: not ready within %v (store %s)", cfg.ReadyTimeout, dir)
+		return nil, fmt.Errorf("embedded nats: not ready within %v (store %s)", s.cfg.ReadyTimeout, s.opts.StoreDir)
 	}
-	return &Server{ns: ns, cfg: cfg}, nil
+	return ns, nil
+}
+
+// StoreFailed reports whether the file store failed a write (the server
+// logged it) since the start or the last Restart, with the server's words
+// for the last one.
+func (s *Server) StoreFailed() (bool, string) {
+	if s.state.failed.Load() == 0 {
+		return false, ""
+	}
+	last, _ := s.state.last.Load().(string)
+	return true, last
+}
+
+// Restart shuts the server down (its stores flushed) and starts it again
+// on the same store dir, port and limits, in process: every stream's file
+// store is opened again, which clears a write error it held (a file store
+// that failed a write refuses every write after it). Connections made
+// with Connect reconnect to the new server by themselves (their in-process
+// dialer follows it), with their subscriptions; their requests fail
+// meanwhile. JetStream alone is not restarted in place: the server's
+// EnableJetStream races with requests arriving meanwhile. Clustered
+// servers are not restarted.
+func (s *Server) Restart() error {
+	if s.cfg.Cluster.Name != "" {
+		return errors.New("embedded nats: a clustered server is not restarted in process")
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	old := s.ns.Load()
+	if s.opts.Port == server.RANDOM_PORT {
+		if a, ok := old.Addr().(*net.TCPAddr); ok {
+			s.opts.Port = a.Port // the same port again: a client across TCP finds it
+		}
+	}
+	before := s.state.failed.Load()
+	old.Shutdown()
+	old.WaitForShutdown()
+	ns, err := s.boot()
+	if err != nil {
+		return fmt.Errorf("embedded nats: start again: %w", err)
+	}
+	s.ns.Store(ns)
+	s.state.failed.Add(-before) // what the new server logged stays counted
+	return nil
 }
 
 // ClusterConfig describes a cluster of embedded servers.
@@ -214,7 +285,7 @@ func StartCluster(cfg ClusterConfig, opts Options) ([]*Server, error) {
 
 // RouteURL is the server's cluster route URL, "" when not clustered.
 func (s *Server) RouteURL() string {
-	a := s.ns.ClusterAddr()
+	a := s.ns.Load().ClusterAddr()
 	if a == nil {
 		return ""
 	}
@@ -224,13 +295,14 @@ func (s *Server) RouteURL() string {
 // JetStreamReady reports whether the server's JetStream is usable: in a
 // cluster, once the nodes have elected a meta leader.
 func (s *Server) JetStreamReady() bool {
-	if !s.ns.JetStreamEnabled() {
+	ns := s.ns.Load()
+	if !ns.JetStreamEnabled() {
 		return false
 	}
 	if s.cfg.Cluster.Name == "" {
 		return true
 	}
-	return s.ns.JetStreamIsClustered() && s.ns.JetStreamIsCurrent()
+	return ns.JetStreamIsClustered() && ns.JetStreamIsCurrent()
 }
 
 // ClientURL is the server's nats:// URL, "" when it does not listen.
@@ -238,13 +310,14 @@ func (s *Server) ClientURL() string {
 	if s.cfg.Port < 0 {
 		return ""
 	}
-	return s.ns.ClientURL()
+	return s.ns.Load().ClientURL()
 }
 
 // Connect opens a client connection in process (no TCP), with the given
-// extra options.
+// extra options. It dials the server running at each (re)connection, so
+// it follows a Restart.
 func (s *Server) Connect(opts ...nats.Option) (*nats.Conn, error) {
-	opts = append([]nats.Option{nats.InProcessServer(s.ns), nats.Name(s.cfg.Name)}, opts...)
+	opts = append([]nats.Option{nats.InProcessServer(inProcess{s}), nats.Name(s.cfg.Name)}, opts...)
 	nc, err := nats.Connect("", opts...)
 	if err != nil {
 		return nil, fmt.Errorf("connect to embedded nats: %w", err)
@@ -252,19 +325,38 @@ func (s *Server) Connect(opts ...nats.Option) (*nats.Conn, error) {
 	return nc, nil
 }
 
+// inProcess dials the server running now.
+type inProcess struct{ s *Server }
+
+func (p inProcess) InProcessConn() (net.Conn, error) { return p.s.ns.Load().InProcessConn() }
+
 // Shutdown stops the server after its store is flushed, and waits for it.
 func (s *Server) Shutdown() {
-	s.ns.Shutdown()
-	s.ns.WaitForShutdown()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ns := s.ns.Load()
+	ns.Shutdown()
+	ns.WaitForShutdown()
 }
 
 // logger sends the server's log lines to slog; its notices (the start
-// banner, one line per stream) at debug level.
-type logger struct{ l *slog.Logger }
+// banner, one line per stream) at debug level. An error line telling of a
+// write the file store could not make is also recorded in store.
+type logger struct {
+	l     *slog.Logger
+	store *storeState
+}
 
 func (l logger) Noticef(format string, v ...any) { l.l.Debug(fmt.Sprintf(format, v...)) }
 func (l logger) Warnf(format string, v ...any)   { l.l.Warn(fmt.Sprintf(format, v...)) }
-func (l logger) Fatalf(format string, v ...any)  { l.l.Error(fmt.Sprintf(format, v...)) }
-func (l logger) Errorf(format string, v ...any)  { l.l.Error(fmt.Sprintf(format, v...)) }
-func (l logger) Debugf(format string, v ...any)  { l.l.Debug(fmt.Sprintf(format, v...)) }
-func (l logger) Tracef(format string, v ...any)  { l.l.Debug(fmt.Sprintf(format, v...)) }
+func (l logger) Fatalf(format string, v ...any)  { l.Errorf(format, v...) }
+func (l logger) Errorf(format string, v ...any) {
+	msg := fmt.Sprintf(format, v...)
+	if strings.Contains(msg, "Critical write error") || strings.Contains(msg, "no space left on device") {
+		l.store.last.Store(msg)
+		l.store.failed.Add(1)
+	}
+	l.l.Error(msg)
+}
+func (l logger) Debugf(format string, v ...any) { l.l.Debug(fmt.Sprintf(format, v...)) }
+func (l logger) Tracef(format string, v ...any) { l.l.Debug(fmt.Sprintf(format, v...)) }

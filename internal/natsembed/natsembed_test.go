@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/cellkit/cellkit/internal/smallfs"
 	"github.com/cellkit/cellkit/internal/testkit"
 )
 
@@ -140,5 +141,70 @@ func TestClusterReplicatesStreams(t *testing.T) {
 	}
 	if info, err := st.Info(ctx); err != nil || info.State.Msgs != 2 {
 		t.Fatalf("stream state %+v, %v: want 2 messages", info.State, err)
+	}
+}
+
+// TestRestartAfterAFullDisk: a stream whose disk filled refuses every
+// write, even once there is room again (the file store keeps its write
+// error); the server's log tells StoreFailed, and Restart opens the store
+// again: the connection made before follows the new server by itself,
+// writes work, nothing stored before is lost.
+func TestRestartAfterAFullDisk(t *testing.T) {
+	dir := smallfs.Temp(t, 8<<20)
+	s, err := Start(Config{Name: "full", StoreDir: dir, Port: -1}, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Shutdown()
+	nc, err := s.Connect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	ctx := testkit.Context(t, time.Minute)
+	st, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "S", Subjects: []string{"s.>"}, MaxBytes: 2 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	payload := make([]byte, 4000)
+	publish := func() error {
+		pctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+		defer cancel()
+		_, err := js.Publish(pctx, "s.a", payload)
+		return err
+	}
+	for i := range 10 {
+		if err := publish(); err != nil {
+			t.Fatalf("publish %d: %v", i, err)
+		}
+	}
+	if failed, _ := s.StoreFailed(); failed {
+		t.Fatal("StoreFailed before the disk filled")
+	}
+	if _, err := smallfs.Fill(dir, "filler", 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := publish(); err == nil {
+		t.Fatal("a publish on a full disk was acknowledged")
+	}
+	testkit.WaitFor(t, 5*time.Second, "the write error logged", func() bool { failed, _ := s.StoreFailed(); return failed })
+	os.Remove(dir + "/filler")
+	if err := publish(); err == nil {
+		t.Fatal("a publish after the space came back was acknowledged without a restart: the sticky error is gone, and Restart may be needless")
+	}
+	if err := s.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	if failed, last := s.StoreFailed(); failed {
+		t.Errorf("StoreFailed after the restart: %s", last)
+	}
+	testkit.WaitFor(t, 10*time.Second, "a publish on the connection made before the restart", func() bool { return publish() == nil })
+	info, err := st.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.State.Msgs < 11 {
+		t.Errorf("the stream holds %d messages after the restart, want the 10 from before and 1 after", info.State.Msgs)
 	}
 }

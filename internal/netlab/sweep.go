@@ -87,7 +87,10 @@ func Sweep(prefix, dir string) (Swept, error) {
 	})
 	var errs []error
 	for _, l := range links {
-		if out, err := runIP("link", "del", l); err != nil && !strings.Contains(out, "Cannot find device") {
+		// Gone meanwhile (the other end of a veth deleted, or another
+		// sweeper of the same lab: tests sweep stale labs as they start)
+		// is what was wanted.
+		if out, err := runIP("link", "del", l); err != nil && !strings.Contains(out, "Cannot find device") && !strings.Contains(out, "No such device") {
 			errs = append(errs, err)
 			continue
 		}

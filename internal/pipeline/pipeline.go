@@ -203,6 +203,11 @@ type Options struct {
 	// Journal records the inquiries in flight, for the next start to know
 	// them after a crash (see Crashed). Nil means none.
 	Journal Journal
+	// Paused, if not nil, holds the fetching of new work while it returns
+	// true: the cell's store cannot be written (a full disk), and work
+	// fetched then would spend its attempts on writes that fail. Work in
+	// flight goes on.
+	Paused func() bool
 }
 
 // Pipeline is a cell's set of workers. Create it with New, run it with Run.
@@ -221,6 +226,7 @@ type Pipeline struct {
 	notify   *notifierQueue
 	inflight atomic.Int64
 	journal  Journal
+	paused   func() bool
 	suspects chan struct{} // held by the suspect running: one at a time
 }
 
@@ -238,7 +244,10 @@ func New(cfg Config, opts Options) (*Pipeline, error) {
 	p := &Pipeline{
 		cfg: cfg, q: opts.Queue, st: opts.Queue.Store(), agencies: opts.Agencies, gates: map[string]*gate{},
 		css: opts.CSS, core: opts.Core, log: opts.Logger, now: opts.Now, drained: opts.Drained, m: m,
-		journal: opts.Journal, suspects: make(chan struct{}, 1),
+		journal: opts.Journal, paused: opts.Paused, suspects: make(chan struct{}, 1),
+	}
+	if p.paused == nil {
+		p.paused = func() bool { return false }
 	}
 	if p.journal == nil {
 		p.journal = noJournal{}
@@ -337,7 +346,7 @@ fetching:
 			}
 		}
 		var msgs []jetstream.Msg
-		if !p.shut() {
+		if !p.shut() && !p.paused() {
 			msgs = p.fetch(free)
 		}
 		for _, m := range msgs {

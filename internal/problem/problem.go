@@ -60,6 +60,7 @@ const (
 	IntakeClosed     = TypeBase + "intake-closed"     // the cell is draining or starting
 	QueueUnavailable = TypeBase + "queue-unavailable" // the cell cannot reach its queue
 	QueueFull        = TypeBase + "queue-full"        // the cell's work stream is at its limit
+	StorageFull      = TypeBase + "storage-full"      // the cell's store is at its high watermark, or failed a write
 	StoreUnavailable = TypeBase + "store-unavailable" // the cell cannot read its records
 	NoActiveCell     = TypeBase + "no-active-cell"    // the map has no active cell
 	NoCellMap        = TypeBase + "no-cell-map"       // the router has no map yet

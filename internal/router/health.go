@@ -32,9 +32,9 @@ import (
 //     down) until a healthy check; a miss is checked again at once, not
 //     after the interval, so a hang is found within ProbeInterval +
 //     probeFall × ProbeTimeout.
-//   - The requests in flight at an instance found down, and those waiting
-//     for one of its connections, are answered 504 at once: none waits out
-//     the cell timeout after the hang is found.
+//   - The requests in flight at an instance found down are answered 504
+//     at once, and those waiting for one of its connections 503: none
+//     waits out the cell timeout after the hang is found.
 //   - When every instance of a cell is down, the cell's breaker trips: its
 //     users get 503 with Retry-After at once. The breaker's trials are the
 //     checks (breaker.Options.ProbeTrials): no user's request is spent on
@@ -206,9 +206,10 @@ func (u *upstream) allDown() bool {
 	return true
 }
 
-// cutDown answers 504 the calls of this loop in flight at an instance
-// found down, and the requests waiting for one of its connections (run
-// on the loop when the router's downGen changed).
+// cutDown answers the calls of this loop in flight at an instance found
+// down 504 (it may have taken them), and the requests waiting for one of
+// its connections 503 (it never saw them); run on the loop when the
+// router's downGen changed.
 func (lp *loop) cutDown() {
 	var calls []*upconn
 	for t := lp.calls.head.next; t != &lp.calls.head; t = t.next {
@@ -226,6 +227,11 @@ func (lp *loop) cutDown() {
 		}
 	}
 	for _, cl := range waiting {
-		lp.waitExpired(cl)
+		// Never sent: the cell did not see it, so 503 (as for a
+		// connection that failed), not a timeout's 504.
+		if cl.state == stBusy {
+			lp.pool(cl.ex.ep).unwait(cl)
+			lp.failed(cl, false)
+		}
 	}
 }
