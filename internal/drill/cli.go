@@ -21,7 +21,7 @@ import (
 // Command is `loadtest drill NAME`: args are the name and its flags.
 func Command(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" {
-		fmt.Fprintln(stdout, "loadtest drill kill|freeze|drain|agency-slow|priority|poison [flags]; 'loadtest drill kill -h' lists the flags")
+		fmt.Fprintln(stdout, "loadtest drill kill|freeze|disk-full|drain|agency-slow|priority|poison [flags]; 'loadtest drill kill -h' lists the flags")
 		fmt.Fprintln(stdout, "loadtest drill "+strings.Join(slices.Sorted(maps.Keys(NetDrills)), "|")+" [flags]: on a network lab, as root; 'loadtest drill host-loss -h' lists the flags")
 		return nil
 	}
@@ -30,11 +30,11 @@ func Command(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return netCommand(ctx, name, run, args[1:], stdout, stderr)
 	}
 	drills := map[string]func(context.Context, Config) (*loadtest.Result, error){
-		"kill": Kill, "freeze": Freeze, "drain": Drain, "agency-slow": AgencySlow, "priority": Priority, "poison": Poison,
+		"kill": Kill, "freeze": Freeze, "disk-full": DiskFull, "drain": Drain, "agency-slow": AgencySlow, "priority": Priority, "poison": Poison,
 	}
 	run, ok := drills[name]
 	if !ok {
-		return fmt.Errorf("unknown drill %q: kill, freeze, drain, agency-slow, priority, poison, or on a network lab %s", name, strings.Join(slices.Sorted(maps.Keys(NetDrills)), ", "))
+		return fmt.Errorf("unknown drill %q: kill, freeze, disk-full, drain, agency-slow, priority, poison, or on a network lab %s", name, strings.Join(slices.Sorted(maps.Keys(NetDrills)), ", "))
 	}
 	fs := flag.NewFlagSet("loadtest drill "+name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -48,10 +48,11 @@ func Command(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	fs.Float64Var(&c.Rate, "rate", d.Rate, "requests per second")
 	fs.IntVar(&c.Users, "users", d.Users, "K distinct users")
 	fs.Float64Var(&c.Zipf, "zipf", 0, "Zipf exponent over the users (0: uniform)")
-	fs.StringVar(&c.Cell, "cell", d.Cell, "the cell to kill, freeze, drain or poison")
+	fs.StringVar(&c.Cell, "cell", d.Cell, "the cell to kill, freeze, fill the disk of, drain or poison")
 	fs.IntVar(&c.Poison, "poison", d.Poison, "poison: the poison inquiries of the burst")
+	diskMiB := fs.Int64("disk-mib", d.Disk>>20, "disk-full: the size of the filesystem the cell's store is moved onto, in MiB (a tmpfs; needs root)")
 	fs.DurationVar(&c.Baseline, "baseline", d.Baseline, "load before the fault")
-	fs.DurationVar(&c.Fault, "fault", 0, "how long the fault lasts (kill: until restart [10s]; freeze: until SIGCONT [20s]; agency-slow [20s]; drain: its limit [60s])")
+	fs.DurationVar(&c.Fault, "fault", 0, "how long the fault lasts (kill: until restart [10s]; freeze: until SIGCONT [20s]; disk-full: until the space is freed [15s]; agency-slow [20s]; drain: its limit [60s])")
 	fs.DurationVar(&c.After, "after", d.After, "load after the fault")
 	fs.Float64Var(&c.P99Factor, "p99-factor", d.P99Factor, "kill, freeze: other cells' p99 ≤ this × their baseline p99")
 	fs.DurationVar(&c.DownP99, "down-p99", d.DownP99, "kill, freeze: the killed (frozen) cell's users' p99 while down (once found) must be below this")
@@ -73,6 +74,10 @@ func Command(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err := flagenv.Fill(fs, "loadtest", nil); err != nil {
 		return err
 	}
+	if *diskMiB <= 0 {
+		return fmt.Errorf("--disk-mib %d: want a size above 0", *diskMiB)
+	}
+	c.Disk = *diskMiB << 20
 	if !quiet {
 		c.Progress = stderr
 	}

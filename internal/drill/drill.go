@@ -60,6 +60,9 @@ type Config struct {
 	// Poison is the number of poison inquiries of the poison drill's
 	// burst [20].
 	Poison int
+	// Disk is the size in bytes of the filesystem the disk-full drill puts
+	// the cell's store on [640 MiB].
+	Disk int64
 	// Prometheus, when set, is a prometheus binary: the drill runs it on
 	// loopback against the stack with the alert rules of Rules and checks
 	// the alerts (kill: the killed cell's down alert fires within
@@ -77,7 +80,7 @@ func DefaultConfig() Config {
 	return Config{
 		Rate: 100, Users: 200, Cell: "c2", Baseline: 15 * time.Second, After: 15 * time.Second,
 		P99Factor: 1.2, DownP99: 50 * time.Millisecond, SlowFactor: 10, IntakeP99: 250 * time.Millisecond,
-		VerifyWithin: 120 * time.Second, Replays: 300, Rules: "deploy/observability/prometheus/rules.yml", Poison: 20,
+		VerifyWithin: 120 * time.Second, Replays: 300, Rules: "deploy/observability/prometheus/rules.yml", Poison: 20, Disk: 640 << 20,
 	}
 }
 
@@ -124,6 +127,9 @@ func (c *Config) defaults(fault time.Duration) {
 	}
 	if c.Poison <= 0 {
 		c.Poison = d.Poison
+	}
+	if c.Disk <= 0 {
+		c.Disk = d.Disk
 	}
 }
 

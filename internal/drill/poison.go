@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
@@ -189,32 +190,32 @@ func postInquiry(ctx context.Context, st *Stack, user string) (id string, status
 
 // cellPanics reads a cell's cellkit_cell_panics_total, summed over steps.
 func cellPanics(ctx context.Context, st *Stack, cell string) (int, error) {
+	n, err := cellCounter(ctx, st, cell, "cellkit_cell_panics_total")
+	return int(n), err
+}
+
+// cellMetrics reads a cell's metrics.
+func cellMetrics(ctx context.Context, st *Stack, cell string) (map[string]*dto.MetricFamily, error) {
 	p, err := st.Proc(cell)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+p.Addrs["admin"]+"/metrics", nil)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	resp, err := adminClient.Do(req)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return 0, fmt.Errorf("GET %s/metrics: %s", cell, resp.Status)
+		return nil, fmt.Errorf("GET %s/metrics: %s", cell, resp.Status)
 	}
 	parser := expfmt.NewTextParser(model.UTF8Validation)
 	mfs, err := parser.TextToMetricFamilies(resp.Body)
 	if err != nil {
-		return 0, fmt.Errorf("%s's metrics: %w", cell, err)
+		return nil, fmt.Errorf("%s's metrics: %w", cell, err)
 	}
-	total := 0.0
-	if mf := mfs["cellkit_cell_panics_total"]; mf != nil {
-		for _, m := range mf.GetMetric() {
-			total += m.GetCounter().GetValue()
-		}
-	}
-	return int(total), nil
+	return mfs, nil
 }

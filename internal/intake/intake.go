@@ -142,7 +142,12 @@ type Options struct {
 
 // Storage is the cell's store as intake sees it (internal/storage.Guard).
 type Storage interface {
+	// Refusing says that new work is refused for the store.
 	Refusing() bool
+	// Failing is closed when the store fails a write: a publish waiting
+	// for its acknowledgement then stops waiting (a store on a full disk
+	// does not answer).
+	Failing() <-chan struct{}
 }
 
 // Handler serves the intake API. It starts closed: Open it once the cell
@@ -372,6 +377,16 @@ func (h *Handler) post(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), h.cfg.Timeout)
 	defer cancel()
+	if h.disk != nil {
+		failing := h.disk.Failing()
+		go func() {
+			select {
+			case <-failing:
+				cancel()
+			case <-ctx.Done():
+			}
+		}()
+	}
 	if idemKey != "" && h.moves != nil {
 		if prev, ok := h.moves.Previous(req.UserID, h.cmap().SlotOf(req.UserID), h.now()); ok {
 			// The user's slot came from another cell lately: a retry of a
@@ -458,6 +473,11 @@ func (h *Handler) replay(ctx context.Context, w http.ResponseWriter, want inquir
 }
 
 func (h *Handler) enqueueFailed(w http.ResponseWriter, id string, err error) {
+	if h.disk != nil && h.disk.Refusing() {
+		h.log.Warn("inquiry not accepted: the store refuses new work", "id", id, "err", err)
+		h.shedNow(w, "storage", "cell "+h.cfg.Cell+" could not store the inquiry: its store is near full or failed a write; nothing was accepted", h.cfg.StorageRetryAfter)
+		return
+	}
 	if errors.Is(err, queue.ErrFull) {
 		h.shedNow(w, "full", "cell "+h.cfg.Cell+" queue is full", h.shed.RetryAfter())
 		return

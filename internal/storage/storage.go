@@ -94,6 +94,7 @@ type Guard struct {
 	mu        sync.Mutex
 	statErr   error
 	failedWhy string
+	failing   chan struct{} // closed when the store fails a write; a new one once open again
 
 	bytes    *prometheus.GaugeVec
 	refusing prometheus.Gauge
@@ -118,7 +119,7 @@ func New(cfg Config, opts Options) (*Guard, error) {
 	case cfg.High <= 0 || cfg.High > 1 || cfg.Low <= 0 || cfg.Low >= cfg.High:
 		return nil, fmt.Errorf("storage: watermarks low %g and high %g: want 0 < low < high ≤ 1", cfg.Low, cfg.High)
 	}
-	g := &Guard{cfg: cfg, log: opts.Logger, stat: opts.Stat}
+	g := &Guard{cfg: cfg, log: opts.Logger, stat: opts.Stat, failing: make(chan struct{})}
 	if g.log == nil {
 		g.log = slog.New(slog.DiscardHandler)
 	}
@@ -208,7 +209,17 @@ func (g *Guard) Room() bool { return g.Usage().Used() < g.cfg.Low }
 // Failed records that the store failed a write (failed, with why) or was
 // opened again (!failed).
 func (g *Guard) Failed(failed bool, why string) {
-	if g.failed.Swap(failed) != failed {
+	g.mu.Lock()
+	g.failedWhy = why
+	changed := g.failed.Swap(failed) != failed
+	switch {
+	case changed && failed:
+		close(g.failing)
+	case changed:
+		g.failing = make(chan struct{})
+	}
+	g.mu.Unlock()
+	if changed {
 		if failed {
 			g.failures.Inc()
 			g.log.Error("the store failed a write: new inquiries refused, the store opened again once there is room",
@@ -217,10 +228,16 @@ func (g *Guard) Failed(failed bool, why string) {
 			g.log.Info("the store is open again and takes writes")
 		}
 	}
-	g.mu.Lock()
-	g.failedWhy = why
-	g.mu.Unlock()
 	g.refusing.Set(map[bool]float64{true: 1, false: 0}[g.Refusing()])
+}
+
+// Failing is closed when the store fails a write (at once if it has and is
+// not open again): work waiting on the store (an intake's publish waiting
+// for an acknowledgement that will not come) stops waiting.
+func (g *Guard) Failing() <-chan struct{} {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.failing
 }
 
 // State is the guard's view, for readiness and status.

@@ -42,13 +42,24 @@ func TestWatermarks(t *testing.T) {
 	}
 	free.Store(500)
 	g.Check()
+	failing := g.Failing()
 	g.Failed(true, "write: no space left on device")
+	select {
+	case <-failing:
+	default:
+		t.Fatal("Failing not closed by a failed write")
+	}
 	if !g.Refusing() || !g.Room() || g.State().Failed == "" {
 		t.Fatalf("after a failed write with room: refusing %v, room %v, state %+v", g.Refusing(), g.Room(), g.State())
 	}
 	g.Failed(false, "")
 	if g.Refusing() {
 		t.Fatal("refusing after the store was opened again")
+	}
+	select {
+	case <-g.Failing():
+		t.Fatal("Failing closed after the store was opened again")
+	default:
 	}
 	if got := testutil.ToFloat64(g.failures); got != 1 {
 		t.Errorf("write failures counted %v, want 1", got)

@@ -1,0 +1,210 @@
+package drill
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/cellkit/cellkit/internal/devstack"
+	"github.com/cellkit/cellkit/internal/loadtest"
+	"github.com/cellkit/cellkit/internal/smallfs"
+)
+
+// The disk-full drill's bounds. Once there is room, the cell restarts its
+// embedded NATS at its next check (250 ms) and its connection follows
+// within a reconnect wait (250 ms); HealBound leaves margin for the shared
+// machine and the redelivery of what was in flight.
+const HealBound = 5 * time.Second
+
+// DiskFull: the cell's store is moved onto a filesystem of its own
+// (Config.Disk bytes, a tmpfs the drill mounts on the store's directory),
+// then, under load, another process fills that filesystem for Fault and
+// frees it. The cell must refuse new inquiries at once with 503 and
+// Retry-After (never a client timeout), keep its other users' reads and
+// the other cells untouched, heal by itself once the space is back (its
+// store failed writes: it restarts its embedded NATS in process) and serve
+// again within HealBound; every accepted inquiry ends final, none twice.
+// At the end the store goes back to its directory on the machine's disk.
+func DiskFull(ctx context.Context, c Config) (_ *loadtest.Result, err error) {
+	c.defaults(15 * time.Second)
+	st := c.Stack
+	p, err := st.Proc(c.Cell)
+	if err != nil {
+		return nil, err
+	}
+	dir := argValue(p.Args, "--store")
+	if dir == "" {
+		return nil, fmt.Errorf("drill disk-full: %s was started without --store", c.Cell)
+	}
+	c.logf("moving %s's store %s onto a %d MiB filesystem of its own...", c.Cell, dir, c.Disk>>20)
+	if err := st.moveStore(ctx, c.Cell, dir, func() error { return smallfs.Mount(dir, c.Disk) }); err != nil {
+		return nil, fmt.Errorf("drill disk-full: %w", err)
+	}
+	defer func() {
+		c.logf("moving %s's store back onto the machine's disk...", c.Cell)
+		if rerr := st.moveStore(context.WithoutCancel(ctx), c.Cell, dir, func() error { return smallfs.Unmount(dir) }); rerr != nil && err == nil {
+			err = fmt.Errorf("drill disk-full: move the store back: %w", rerr)
+		}
+	}()
+	failuresBefore, _ := cellCounter(ctx, st, c.Cell, "cellkit_cell_store_write_failures_total")
+
+	end := c.Baseline + c.Fault + c.After
+	r, err := c.runner(end)
+	if err != nil {
+		return nil, err
+	}
+	wait := startLoad(ctx, r)
+	filler := filepath.Join(dir, "drill-filler")
+	var fullAt, freedAt time.Duration
+	actErr := func() error {
+		if err := sleepUntil(ctx, r, c.Baseline); err != nil {
+			return err
+		}
+		fullAt = r.Elapsed()
+		r.Mark(c.Cell + "'s disk filled")
+		n, err := smallfs.Fill(dir, filepath.Base(filler), 0)
+		c.logf("%s's disk filled at %.1fs (%d MiB written)", c.Cell, fullAt.Seconds(), n>>20)
+		if err != nil {
+			return err
+		}
+		err = sleepUntil(ctx, r, fullAt+c.Fault)
+		if rerr := os.Remove(filler); rerr != nil && err == nil {
+			err = rerr
+		}
+		freedAt = r.Elapsed()
+		r.Mark(c.Cell + "'s disk freed")
+		c.logf("%s's disk freed at %.1fs", c.Cell, freedAt.Seconds())
+		return err
+	}()
+	res, err := wait()
+	if err != nil {
+		return nil, err
+	}
+	if actErr != nil {
+		return res, fmt.Errorf("drill disk-full: %w", actErr)
+	}
+	d := &loadtest.Verdict{Name: "disk-full"}
+	cells := loadtest.UserCells(res.Samples, 0, fullAt)
+	victim := func(u int) bool { return cells[u] == c.Cell }
+	checkOtherCells(d, c, st, res.Samples, cells, fullAt, freedAt, end, "fill", "full")
+
+	full := loadtest.Window{From: fullAt, To: freedAt, Users: victim}.Stats(res.Samples)
+	d.Check(c.Cell+"'s users while full: timeouts", full.N > 0 && full.Timeouts == 0,
+		fmt.Sprintf("%d of %d %v", full.Timeouts, full.N, full.Status), "0")
+	d.Check(c.Cell+"'s users while full: Retry-After on 503", full.NoRetryAfter == 0,
+		fmt.Sprintf("%d without", full.NoRetryAfter), "0 without")
+	refused := loadtest.Window{From: fullAt + time.Second, To: freedAt, Users: victim}.Stats(res.Samples)
+	d.Check(c.Cell+"'s users from 1s after the fill: refused at once (503)", refused.N > 0 && refused.Status["503"] == refused.N && refused.P99 < c.DownP99,
+		fmt.Sprintf("%d of %d %v, p99 %s", refused.Status["503"], refused.N, refused.Status, msf(refused.P99)), "all, p99 < "+msf(c.DownP99))
+
+	first := time.Duration(-1)
+	for _, s := range res.Samples {
+		if s.At >= freedAt && victim(s.User) && s.Status == http.StatusAccepted && (first < 0 || s.At+s.Latency < first) {
+			first = s.At + s.Latency
+		}
+	}
+	d.Check(c.Cell+" taking inquiries again after the space came back", first >= 0 && first-freedAt <= HealBound,
+		"first 202 after "+sinceText(first, freedAt), "≤ "+HealBound.String()+", without a restart of the process")
+	after := loadtest.Window{From: freedAt + HealBound, To: end, Users: victim}.Stats(res.Samples)
+	d.Check(c.Cell+"'s errors from "+HealBound.String()+" after the space came back", after.N > 0 && after.Errors == 0,
+		fmt.Sprintf("%d of %d %v", after.Errors, after.N, after.Status), "0")
+	alive := devstack.Alive(st.pid(c.Cell))
+	readyErr := st.WaitReady(ctx, c.Cell, 5*time.Second)
+	d.Check(c.Cell+" healed in place (same process, ready)", alive && readyErr == nil,
+		fmt.Sprintf("alive %v, ready: %v", alive, errText(readyErr)), "yes")
+	if n, err := cellCounter(ctx, st, c.Cell, "cellkit_cell_store_write_failures_total"); err == nil {
+		d.Note("%s: the store failed writes %v times (cellkit_cell_store_write_failures_total); 0 means the watermark kept the disk from filling under the cell's own writes", c.Cell, n-failuresBefore)
+	}
+
+	c.logf("verifying %d accepted ids...", countAccepted(res.Samples))
+	d.CheckVerification(r.Verify(ctx, res.Samples, c.VerifyWithin, c.Replays))
+	d.Finish()
+	res.Drill = d
+	return res, nil
+}
+
+// argValue is the value of flag in args (--flag VALUE or --flag=VALUE).
+func argValue(args []string, flag string) string {
+	for i, a := range args {
+		if a == flag && i+1 < len(args) {
+			return args[i+1]
+		}
+		if v, ok := strings.CutPrefix(a, flag+"="); ok {
+			return v
+		}
+	}
+	return ""
+}
+
+// moveStore stops the cell, moves its store dir aside, runs swap (which
+// mounts a filesystem on dir, or unmounts one), copies the store back into
+// dir and starts the cell again, waiting until it is ready.
+func (st *Stack) moveStore(ctx context.Context, cell, dir string, swap func() error) error {
+	p, err := st.Proc(cell)
+	if err != nil {
+		return err
+	}
+	if _, err := devstack.Stop(ctx, *p, devstack.StopGrace); err != nil && !errors.Is(err, devstack.ErrNotRunning) {
+		return fmt.Errorf("stop %s: %w", cell, err)
+	}
+	aside := dir + ".moving"
+	if err := os.RemoveAll(aside); err != nil {
+		return err
+	}
+	if err := os.Mkdir(aside, 0o755); err != nil {
+		return err
+	}
+	if out, err := exec.CommandContext(ctx, "cp", "-a", dir+"/.", aside+"/").CombinedOutput(); err != nil {
+		return fmt.Errorf("copy the store aside: %v: %s", err, out)
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		if err := os.RemoveAll(filepath.Join(dir, e.Name())); err != nil {
+			return err
+		}
+	}
+	if err := swap(); err != nil {
+		return err
+	}
+	if out, err := exec.CommandContext(ctx, "cp", "-a", aside+"/.", dir+"/").CombinedOutput(); err != nil {
+		return fmt.Errorf("copy the store back: %v: %s", err, out)
+	}
+	if err := os.RemoveAll(aside); err != nil {
+		return err
+	}
+	if err := st.Restart(cell); err != nil {
+		return err
+	}
+	return st.WaitReady(ctx, cell, 30*time.Second)
+}
+
+// pid is the process's pid as recorded now.
+func (st *Stack) pid(name string) int {
+	if p, err := st.Proc(name); err == nil {
+		return p.PID
+	}
+	return 0
+}
+
+// cellCounter reads one counter of a cell's metrics, summed over its
+// series.
+func cellCounter(ctx context.Context, st *Stack, cell, name string) (float64, error) {
+	mfs, err := cellMetrics(ctx, st, cell)
+	if err != nil {
+		return 0, err
+	}
+	total := 0.0
+	for _, m := range mfs[name].GetMetric() {
+		total += m.GetCounter().GetValue()
+	}
+	return total, nil
+}
