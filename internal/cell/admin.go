@@ -116,6 +116,11 @@ func (c *Cell) readiness() (bool, map[string]Check) {
 		set("agency_"+name, have > 0, strconv.Itoa(have)+" of "+strconv.Itoa(st.Size)+" sessions up")
 	}
 	set("intake", c.intake.IsOpen(), map[bool]string{true: "open", false: "closed"}[c.intake.IsOpen()])
+	if d := c.pipe.Stalled(); d > c.cfg.StallTimeout {
+		set("pipeline", false, fmt.Sprintf("%d inquiries in flight and none settled for %v (the cell exits at %v)", c.pipe.Inflight(), d.Round(time.Millisecond), c.cfg.StallTimeout+time.Second))
+	} else {
+		set("pipeline", true, strconv.Itoa(c.pipe.Inflight())+" in flight")
+	}
 	if c.disk != nil {
 		st := c.disk.State()
 		detail := fmt.Sprintf("%.1f%% of %d bytes in use (refuses new inquiries from %.0f%% to below %.0f%%)", 100*st.Used(), st.Size, 100*st.High, 100*st.Low)

@@ -447,6 +447,7 @@ func (c *Cell) Run(ctx context.Context) error {
 	g.Go(func() error { return serve(adminSrv, c.adminLn) })
 	g.Go(func() error { return serve(intakeSrv, c.intakeLn) })
 	g.Go(func() error { c.sampleLoop(gctx); return nil })
+	g.Go(func() error { return c.watchStall(gctx) })
 	if c.disk != nil {
 		g.Go(func() error { c.disk.Run(gctx); return nil })
 		g.Go(func() error { return c.healStore(gctx) })
@@ -510,6 +511,28 @@ func (c *Cell) Run(ctx context.Context) error {
 	}
 	c.log.Info("cell stopped")
 	return nil
+}
+
+// watchStall ends the cell with an error when its pipeline has had work
+// in flight and settled none of it for StallTimeout and a second more (its
+// readiness fails from StallTimeout on): a stuck pipeline does not heal,
+// and the supervisor's restart makes the next start count the crash in
+// the inquiries it had in flight.
+func (c *Cell) watchStall(ctx context.Context) error {
+	t := time.NewTicker(c.cfg.SampleInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+		if d := c.pipe.Stalled(); d > c.cfg.StallTimeout+time.Second {
+			c.log.Error("the pipeline is stuck: exiting for the supervisor to start the cell again",
+				"inflight", c.pipe.Inflight(), "settled_none_for", d.Round(time.Millisecond).String())
+			return fmt.Errorf("the pipeline is stuck: %d inquiries in flight and none settled for %v", c.pipe.Inflight(), d.Round(time.Millisecond))
+		}
+	}
 }
 
 // storeFailed says whether the store failed a write and is not open again
@@ -609,8 +632,11 @@ func (c *Cell) shutdown(intakeSrv, adminSrv *http.Server, stopPipeline func(), p
 	cancel()
 	stopPipeline()
 	<-pipeDone
-	// A clean stop: the next start finds no crash.
-	if err := c.journal.Close(); err != nil {
+	if n := c.pipe.Inflight(); n > 0 {
+		// Stuck work the pipeline could not stop: not a clean stop. The
+		// journal stays, so that the next start counts a crash for them.
+		c.log.Warn("inflight journal kept: the next start counts a crash for the inquiries still in flight", "inflight", n)
+	} else if err := c.journal.Close(); err != nil { // a clean stop: the next start finds no crash
 		c.log.Warn("inflight journal", "err", err)
 	}
 	for _, cl := range c.clients {

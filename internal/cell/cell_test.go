@@ -882,3 +882,41 @@ func TestNoSessionsNoFetching(t *testing.T) {
 		t.Fatalf("after the gate opened: %+v, want done", v)
 	}
 }
+
+// stuckCSS never answers, whatever its deadline says: a deadlock.
+type stuckCSS struct{ release chan struct{} }
+
+func (s stuckCSS) Score(context.Context, string) (int, error) { <-s.release; return 0, nil }
+
+// TestStuckPipelineFailsReadinessThenEndsTheCell: a pipeline with work in
+// flight that settles none of it for StallTimeout fails the cell's
+// readiness by itself, and a second later Run ends with an error (the
+// process exits for its supervisor to start it again).
+func TestStuckPipelineFailsReadinessThenEndsTheCell(t *testing.T) {
+	css := stuckCSS{release: make(chan struct{})}
+	h := start(t, setup{opts: Options{CSS: css}, config: func(c *Config) { c.StallTimeout, c.Pipeline.DrainTimeout = 300*time.Millisecond, 500*time.Millisecond }})
+	t.Cleanup(func() { close(css.release) }) // before the harness's stop: LIFO
+	h.runEnds = true
+	h.accept(user(1), nil)
+	testkit.WaitFor(t, 5*time.Second, "readiness failing on the stuck pipeline", func() bool {
+		ok, checks := h.cell.readiness()
+		return !ok && !checks["pipeline"].OK
+	})
+	if _, checks := h.cell.readiness(); !strings.Contains(checks["pipeline"].Detail, "none settled") {
+		t.Errorf("pipeline check: %+v", checks["pipeline"])
+	}
+	testkit.WaitFor(t, 15*time.Second, "Run to end", func() bool {
+		select {
+		case <-h.runDone:
+			return true
+		default:
+			return false
+		}
+	})
+	if err := h.stop(); err == nil || !strings.Contains(err.Error(), "stuck") {
+		t.Fatalf("Run() = %v, want the stuck pipeline's error", err)
+	}
+	if _, err := os.Stat(filepath.Join(h.cfg.StoreDir, "inflight.log")); err != nil {
+		t.Errorf("the inflight journal is gone after a stop with stuck work: %v (the next start would not count the crash)", err)
+	}
+}

@@ -118,6 +118,12 @@ type Config struct {
 	// SampleInterval is how often the queue is sampled for shedding,
 	// readiness and metrics [250ms].
 	SampleInterval time.Duration
+	// StallTimeout is how long the pipeline may have work in flight and
+	// settle none of it: then readiness fails, and a second later the cell
+	// exits non-zero for its supervisor to start it again (a deadlock does
+	// not heal) [2m; every attempt is bounded by the gate wait and the step
+	// timeouts, about the age budget].
+	StallTimeout time.Duration
 	// ShutdownTimeout bounds each shutdown phase other than the pipeline's
 	// drain (Pipeline.DrainTimeout) [10s].
 	ShutdownTimeout time.Duration
@@ -141,7 +147,7 @@ func DefaultConfig() Config {
 		Storage:       storage.DefaultConfig(),
 		QueueMaxBytes: q.MaxBytes, AckWait: q.AckWait, RecordTTL: store.DefaultTTL,
 		CSSLatency: 5 * time.Millisecond, CoreLatency: 10 * time.Millisecond,
-		SampleInterval: 250 * time.Millisecond, ShutdownTimeout: 10 * time.Second,
+		SampleInterval: 250 * time.Millisecond, ShutdownTimeout: 10 * time.Second, StallTimeout: 2 * time.Minute,
 	}
 }
 
@@ -230,6 +236,9 @@ func (c *Config) defaults() error {
 	}
 	if c.SampleInterval <= 0 {
 		c.SampleInterval = d.SampleInterval
+	}
+	if c.StallTimeout <= 0 {
+		c.StallTimeout = d.StallTimeout
 	}
 	if c.ShutdownTimeout <= 0 {
 		c.ShutdownTimeout = d.ShutdownTimeout

@@ -225,6 +225,7 @@ type Pipeline struct {
 	m        *metrics
 	notify   *notifierQueue
 	inflight atomic.Int64
+	progress atomic.Int64 // unix ns: the last message settled, or work begun after none was in flight
 	journal  Journal
 	paused   func() bool
 	suspects chan struct{} // held by the suspect running: one at a time
@@ -289,6 +290,18 @@ func (p *Pipeline) Resize(agencyName string, sessions int) {
 
 // Inflight is the number of inquiries being processed.
 func (p *Pipeline) Inflight() int { return int(p.inflight.Load()) }
+
+// Stalled reports how long the pipeline has had work in flight and settled
+// none of it (0 when it has none in flight, or settled some since). Every
+// attempt ends within its bounds (the gate wait, the step timeouts), so a
+// pipeline with work in flight that settles nothing for long is stuck: a
+// deadlock, a step that ignores its deadline.
+func (p *Pipeline) Stalled() time.Duration {
+	if p.inflight.Load() == 0 {
+		return 0
+	}
+	return max(p.now().Sub(time.Unix(0, p.progress.Load())), 0)
+}
 
 // Workers is the configured worker count.
 func (p *Pipeline) Workers() int { return p.cfg.Workers }
@@ -384,10 +397,23 @@ fetching:
 	case <-t.C:
 		p.log.Warn("drain timeout: leaving unfinished inquiries for redelivery", "inflight", p.Inflight())
 		abandon()
-		<-done
+		select {
+		case <-done:
+		case <-time.After(abandonWait):
+			// A step that ignores its context (a deadlock): Run cannot
+			// wait for it. Its inquiries are redelivered after their ack
+			// wait; the caller keeps its journal, so that the next start
+			// counts them as in flight at a crash.
+			return fmt.Errorf("pipeline: %d inquiries did not stop within %v of being abandoned", p.Inflight(), abandonWait)
+		}
 	}
 	return nil
 }
+
+// abandonWait is how long Run waits for the inquiries it abandoned at the
+// drain timeout (their context is cancelled: every step returns at once
+// unless it is stuck).
+const abandonWait = 5 * time.Second
 
 // shut reports whether an agency's gate has no place at all: this
 // instance holds none of its sessions (a cell instance whose share is 0,
@@ -436,9 +462,12 @@ const writeTimeout = 5 * time.Second
 // a message that has to wait without working (a suspect).
 func (p *Pipeline) handle(ctx context.Context, m jetstream.Msg, free func()) {
 	began := p.now()
-	p.inflight.Add(1)
+	if p.inflight.Add(1) == 1 {
+		p.progress.Store(began.UnixNano())
+	}
 	p.m.inflight.Inc()
 	defer func() {
+		p.progress.Store(p.now().UnixNano())
 		p.inflight.Add(-1)
 		p.m.inflight.Dec()
 	}()
