@@ -79,16 +79,17 @@ lint: ## go vet and staticcheck (the main module and deploy/release)
 	$(BIN)/staticcheck ./...
 	cd deploy/release && go vet ./... && $(BIN)/staticcheck ./...
 
-NET_DRILLS ?= host-loss cut-router cut-consul-router cut-consul-cell cut-nats cut-agency
+NET_DRILLS ?= host-loss freeze-instance cut-router cut-consul-router cut-consul-cell cut-nats cut-agency
 
 .PHONY: drill-net
-drill-net: tools build ## as root: the partition drills on a network lab of 3 cells of 3 instances each, brought up once (NET_DRILLS, DRILL_RATE); reports in var/drill/net/
+drill-net: tools build ## as root: the partition drills (host-loss of the node leading the cell's streams, freeze-instance, the cuts) on a network lab of 3 cells of 3 instances each, brought up once (NET_DRILLS, DRILL_RATE); reports in var/drill/net/
 	@mkdir -p var/drill/net; rc=0; \
 	$(BIN)/loadtest net down --dir var/drill/net/stack >/dev/null 2>&1 || true; \
 	$(BIN)/loadtest net up --dir var/drill/net/stack --cells 3 --instances 3 >var/drill/net/up.txt || { cat var/drill/net/up.txt; exit 1; }; \
 	for d in $(NET_DRILLS); do \
-	  echo "== loadtest drill $$d"; \
-	  $(BIN)/loadtest drill $$d --net-dir var/drill/net/stack --bin $(BIN) --rate $(DRILL_RATE) \
+	  echo "== loadtest drill $$d"; extra=""; \
+	  if [ "$$d" = host-loss ]; then extra="--instance leader"; fi; \
+	  $(BIN)/loadtest drill $$d --net-dir var/drill/net/stack --bin $(BIN) --rate $(DRILL_RATE) $$extra \
 	    --json var/drill/net/$$d.json --svg var/drill/net/$$d.svg || rc=1; \
 	done; \
 	$(BIN)/loadtest net down --dir var/drill/net/stack >/dev/null; exit $$rc

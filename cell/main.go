@@ -157,6 +157,7 @@ func parseFlags(args []string, getenv func(string) string, output io.Writer) (c 
 	fs.DurationVar(&c.CSSLatency, "css-latency", d.CSSLatency, "latency of the in-process CSS step")
 	fs.DurationVar(&c.CoreLatency, "core-latency", d.CoreLatency, "latency of the in-process core banking step")
 	fs.DurationVar(&c.Pipeline.DrainTimeout, "drain-timeout", d.Pipeline.DrainTimeout, "at shutdown, how long work in flight may finish")
+	fs.DurationVar(&c.LeaderWait, "leader-wait", intake.DefaultConfig().LeaderWait, "how long a new inquiry waits for the cell's streams to have a leader again (a JetStream cluster electing one after losing a node) instead of failing; keep the routers' --cell-timeout above it")
 	fs.DurationVar(&c.StallTimeout, "stall-timeout", d.StallTimeout, "a pipeline with work in flight that settles none of it this long is stuck: readiness fails, and a second later the cell exits non-zero for its supervisor to restart it")
 	fs.IntVar(&c.Pipeline.CallbackAttempts, "callback-attempts", d.Pipeline.CallbackAttempts, "tries of a callback POST (connection errors, timeouts, 5xx and 429 are retried after up to 1s, 2s, 4s..., half of each wait random)")
 	fs.Var(&callbackAllow, "callback-allow", "internal prefixes callbacks may reach, as `CIDR[,CIDR...]`; callbacks to other loopback, private, link-local or CGNAT addresses are refused (cellctl dev up passes 127.0.0.0/8,::1/128 for a receiver on the same machine)")

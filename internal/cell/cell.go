@@ -255,7 +255,8 @@ func New(ctx context.Context, cfg Config, opts Options) (_ *Cell, err error) {
 	if c.disk != nil {
 		iopts.Storage = c.disk
 	}
-	c.intake, err = intake.New(intake.Config{Cell: cfg.ID, TrustedCIDRs: cfg.TrustedRouterCIDRs, RouterRole: cfg.RouterRole}, iopts)
+	c.intake, err = intake.New(intake.Config{Cell: cfg.ID, TrustedCIDRs: cfg.TrustedRouterCIDRs, RouterRole: cfg.RouterRole,
+		LeaderWait: cfg.LeaderWait, Timeout: max(cfg.LeaderWait+2*time.Second, intake.DefaultConfig().Timeout)}, iopts)
 	if err != nil {
 		return nil, err
 	}
@@ -328,7 +329,7 @@ func (c *Cell) untilJetStream(ctx context.Context, step func(context.Context) er
 		sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		err := step(sctx)
 		cancel()
-		if err == nil || !jetStreamNotReady(err) || ctx.Err() != nil {
+		if err == nil || !queue.NotReady(err) || ctx.Err() != nil {
 			return err
 		}
 		wait := backoff.Jittered(250*time.Millisecond, 2*time.Second, n)
@@ -342,25 +343,6 @@ func (c *Cell) untilJetStream(ctx context.Context, step func(context.Context) er
 		case <-time.After(wait):
 		}
 	}
-}
-
-// jetStreamNotReady reports whether err is what a JetStream cluster answers
-// (or fails to) while it is forming or electing.
-func jetStreamNotReady(err error) bool {
-	var apiErr *jetstream.APIError
-	if errors.As(err, &apiErr) {
-		switch apiErr.ErrorCode {
-		case jetstream.JSErrCodeJetStreamNotEnabled, 10008, // JetStream temporarily unavailable
-			10005, // no suitable peers for placement (too few yet)
-			10009, // the cluster cannot handle the request (no leader)
-			10023: // insufficient resources
-			return true
-		}
-		return apiErr.Code == 503 || apiErr.Code == 408
-	}
-	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) ||
-		errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrNoStreamResponse) ||
-		errors.Is(err, jetstream.ErrJetStreamNotEnabled)
 }
 
 // readToken reads a token file: its first line, which must not be empty.

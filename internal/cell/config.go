@@ -118,6 +118,10 @@ type Config struct {
 	// SampleInterval is how often the queue is sampled for shedding,
 	// readiness and metrics [250ms].
 	SampleInterval time.Duration
+	// LeaderWait is how long a new inquiry waits for the cell's streams
+	// to have a leader again (a JetStream cluster electing one after losing
+	// a node) instead of failing [10s; intake.DefaultConfig].
+	LeaderWait time.Duration
 	// StallTimeout is how long the pipeline may have work in flight and
 	// settle none of it: then readiness fails, and a second later the cell
 	// exits non-zero for its supervisor to start it again (a deadlock does

@@ -133,7 +133,7 @@ func netCommand(ctx context.Context, name string, run func(context.Context, NetC
 	fs.Float64Var(&c.Rate, "rate", c.Rate, "requests per second, through router1")
 	fs.IntVar(&c.Users, "users", c.Users, "K distinct users")
 	fs.StringVar(&c.Cell, "cell", c.Cell, "the cell the fault hits")
-	fs.StringVar(&c.Instance, "instance", c.Instance, "host-loss, cut-nats: the instance of --cell whose host goes")
+	fs.StringVar(&c.Instance, "instance", c.Instance, "host-loss, cut-nats, freeze-instance: the instance of --cell whose host goes (host-loss: leader, the one beside the node that leads the cell's work stream)")
 	fs.DurationVar(&c.Baseline, "baseline", c.Baseline, "load before the fault")
 	fs.DurationVar(&c.Fault, "fault", 0, "how long the fault lasts [20s; host-loss, cut-nats 30s; cut-consul-* 40s]")
 	fs.DurationVar(&c.After, "after", c.After, "load after the heal")

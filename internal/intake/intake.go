@@ -38,6 +38,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/cellkit/cellkit/internal/backoff"
 	"github.com/cellkit/cellkit/internal/inquiry"
 	"github.com/cellkit/cellkit/internal/pki"
 	"github.com/cellkit/cellkit/internal/problem"
@@ -91,8 +92,16 @@ type Config struct {
 	// refuses new work [10s].
 	StorageRetryAfter time.Duration
 	// Timeout bounds the handling of one request, the wait for the PubAck
-	// included [5s].
+	// and for a leader (LeaderWait) included [12s].
 	Timeout time.Duration
+	// LeaderWait is how long a new inquiry waits for the cell's streams to
+	// have a leader again (a JetStream cluster electing one after losing a
+	// node: 4–9 s), trying again every few hundred milliseconds, each try
+	// bounded by TryTimeout, instead of failing [10s].
+	LeaderWait time.Duration
+	// TryTimeout bounds one try at writing the record and its message
+	// [2s]: a request sent while a stream has no leader gets no answer.
+	TryTimeout time.Duration
 	// TrustedCIDRs are the peer addresses served as routers on a
 	// connection without a verified client certificate (plain HTTP, or TLS
 	// without client certificates) [127.0.0.0/8, ::1/128]. An empty,
@@ -107,7 +116,8 @@ type Config struct {
 
 // DefaultConfig returns the defaults.
 func DefaultConfig() Config {
-	return Config{ClosedRetryAfter: 5 * time.Second, StorageRetryAfter: 10 * time.Second, Timeout: 5 * time.Second,
+	return Config{ClosedRetryAfter: 5 * time.Second, StorageRetryAfter: 10 * time.Second, Timeout: 12 * time.Second,
+		LeaderWait: 10 * time.Second, TryTimeout: 2 * time.Second,
 		TrustedCIDRs: DefaultTrustedCIDRs(), RouterRole: pki.RoleRouter}
 }
 
@@ -169,6 +179,7 @@ type Handler struct {
 	peerTLS *tls.Config
 
 	refusedLog atomic.Int64 // when a refused caller was last logged (Unix ns)
+	leaderless atomic.Int64 // when new inquiries began waiting for a leader (Unix ns; 0: they do not)
 }
 
 // TrackMoves makes keyed requests for users whose slot moved here within
@@ -197,6 +208,12 @@ func New(cfg Config, opts Options) (*Handler, error) {
 	}
 	if cfg.StorageRetryAfter <= 0 {
 		cfg.StorageRetryAfter = d.StorageRetryAfter
+	}
+	if cfg.LeaderWait <= 0 {
+		cfg.LeaderWait = d.LeaderWait
+	}
+	if cfg.TryTimeout <= 0 {
+		cfg.TryTimeout = d.TryTimeout
 	}
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = d.Timeout
@@ -273,7 +290,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			methodNotAllowed(rw, "GET, HEAD")
 			break
 		}
-		h.health(rw)
+		h.health(r.Context(), rw)
 	default:
 		problem.Write(rw, problem.New(http.StatusNotFound, problem.NotFound, "no such path: "+r.URL.Path))
 	}
@@ -286,11 +303,28 @@ func methodNotAllowed(w http.ResponseWriter, allow string) {
 	problem.Write(w, problem.New(http.StatusMethodNotAllowed, problem.MethodNotAllowed, "allowed: "+allow))
 }
 
-// health answers a router's probe.
-func (h *Handler) health(w http.ResponseWriter) {
+// health answers a router's probe. An instance whose new inquiries have
+// waited for a leader for over leaderlessHealth answers 503 while its work
+// stream's leader does not answer it (asked within pingTimeout, well
+// inside the routers' probe timeout): the routers then send new inquiries
+// to the cell's other instances, if they can take them. An instance cut
+// from its cluster's majority is one; in an election every instance is,
+// and the routers go on sending to them all.
+func (h *Handler) health(ctx context.Context, w http.ResponseWriter) {
 	if h.q.Conn().Status() != nats.CONNECTED {
 		problem.WriteRetry(w, problem.New(http.StatusServiceUnavailable, problem.QueueUnavailable, "cell "+h.cfg.Cell+" cannot reach its queue"), time.Second)
 		return
+	}
+	if since := h.leaderless.Load(); since != 0 && h.now().Sub(time.Unix(0, since)) > leaderlessHealth {
+		pctx, cancel := context.WithTimeout(ctx, pingTimeout)
+		err := h.q.Ping(pctx)
+		cancel()
+		if err != nil {
+			problem.WriteRetry(w, problem.New(http.StatusServiceUnavailable, problem.QueueUnavailable,
+				fmt.Sprintf("cell %s's streams have had no leader for %v", h.cfg.Cell, h.now().Sub(time.Unix(0, since)).Round(time.Millisecond))), time.Second)
+			return
+		}
+		h.leaderless.CompareAndSwap(since, 0)
 	}
 	w.Header().Set("Cache-Control", "no-store")
 	writeJSON(w, http.StatusOK, map[string]any{"status": "ok", "cell": h.cfg.Cell, "open": h.IsOpen()})
@@ -414,7 +448,7 @@ func (h *Handler) post(w http.ResponseWriter, r *http.Request) {
 	}
 	rec := inquiry.NewRecord(id, h.cfg.Cell, req, h.now())
 	rec.Client = client
-	got, err := h.q.Enqueue(ctx, &rec)
+	got, err := h.enqueueWaiting(ctx, &rec)
 	if errors.Is(err, store.ErrExists) {
 		h.replay(ctx, w, rec)
 		return
@@ -425,6 +459,43 @@ func (h *Handler) post(w http.ResponseWriter, r *http.Request) {
 	}
 	h.taken(got.Priority)
 	h.accepted(w, got, false)
+}
+
+// The health answer of an instance waiting for its streams' leader.
+const (
+	leaderlessHealth = time.Second
+	pingTimeout      = 150 * time.Millisecond
+)
+
+// enqueueWaiting is Enqueue, tried again while the cell's streams have no
+// leader (queue.NotReady), for up to LeaderWait: a new inquiry waits out
+// an election instead of failing. Each try is bounded by TryTimeout. A
+// record that a try wrote before its answer was lost is found by the next
+// (store.ErrExists: the caller replays it), and a message stored by a try
+// whose PubAck was lost is the same job, deduplicated by its Nats-Msg-Id.
+func (h *Handler) enqueueWaiting(ctx context.Context, rec *inquiry.Record) (inquiry.Record, error) {
+	deadline := h.now().Add(h.cfg.LeaderWait)
+	for n := 1; ; n++ {
+		tctx, cancel := context.WithTimeout(ctx, h.cfg.TryTimeout)
+		got, err := h.q.Enqueue(tctx, rec)
+		cancel()
+		if queue.NotReady(err) {
+			h.leaderless.CompareAndSwap(0, h.now().UnixNano())
+		} else {
+			h.leaderless.Store(0)
+		}
+		if err == nil || !queue.NotReady(err) || ctx.Err() != nil || !h.now().Before(deadline) || (h.disk != nil && h.disk.Refusing()) {
+			if n > 1 {
+				h.m.leaderWaits.Inc()
+			}
+			return got, err
+		}
+		select {
+		case <-ctx.Done():
+			return got, err
+		case <-time.After(backoff.Jittered(100*time.Millisecond, 500*time.Millisecond, n)):
+		}
+	}
 }
 
 // replay answers a request whose Idempotency-Key names an existing

@@ -12,6 +12,7 @@ type metrics struct {
 	laneShed    *prometheus.CounterVec
 	laneTaken   *prometheus.CounterVec
 	misdirected prometheus.Counter
+	leaderWaits prometheus.Counter
 	open        prometheus.Gauge
 }
 
@@ -42,6 +43,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		misdirected: auto.NewCounter(prometheus.CounterOpts{
 			Name: "cellkit_cell_intake_misdirected_total",
 			Help: "Inquiries refused with 421 because this cell does not own the user.",
+		}),
+		leaderWaits: auto.NewCounter(prometheus.CounterOpts{
+			Name: "cellkit_cell_intake_leader_waits_total",
+			Help: "New inquiries that waited for the cell's streams to have a leader again (tried more than once), whatever came of it.",
 		}),
 		open: auto.NewGauge(prometheus.GaugeOpts{
 			Name: "cellkit_cell_intake_open",

@@ -280,7 +280,20 @@ func StartCluster(cfg ClusterConfig, opts Options) ([]*Server, error) {
 			time.Sleep(50 * time.Millisecond)
 		}
 	}
-	return nodes, nil
+	// And the meta leader sees every node online with its stats: until
+	// then, a replicated stream may be refused ("no suitable peers for
+	// placement, peer offline").
+	for {
+		for _, n := range nodes {
+			if len(n.ns.Load().JetStreamClusterPeers()) == len(nodes) {
+				return nodes, nil
+			}
+		}
+		if time.Now().After(deadline) {
+			return fail(fmt.Errorf("embedded nats cluster %s: the meta leader did not see all %d nodes online within %v", name, len(nodes), timeout))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
 // RouteURL is the server's cluster route URL, "" when not clustered.

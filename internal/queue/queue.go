@@ -259,6 +259,31 @@ func (q *Queue) publish(ctx context.Context, rec *inquiry.Record) error {
 	return nil
 }
 
+// NotReady reports whether err is what JetStream answers (or fails to)
+// while a stream or bucket has no leader: a cluster forming, or electing
+// after losing a node (no answer, no responders, "temporarily
+// unavailable", no suitable peers yet, no leader, insufficient resources
+// while its peers come back). Waiting for the leader and trying again is
+// safe: a work message carries its job's Nats-Msg-Id, and a record
+// written by a try whose answer was lost is found by the next
+// (store.ErrExists).
+func NotReady(err error) bool {
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) {
+		switch apiErr.ErrorCode {
+		case jetstream.JSErrCodeJetStreamNotEnabled, 10008, // JetStream temporarily unavailable
+			10005, // no suitable peers for placement (too few yet)
+			10009, // the cluster cannot handle the request (no leader)
+			10023: // insufficient resources
+			return true
+		}
+		return apiErr.Code == 503 || apiErr.Code == 408
+	}
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) ||
+		errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrNoStreamResponse) ||
+		errors.Is(err, jetstream.ErrJetStreamNotEnabled)
+}
+
 // subject is the subject of rec's work message.
 func (q *Queue) subject(rec *inquiry.Record) string {
 	lane := rec.Priority
@@ -284,7 +309,7 @@ func (q *Queue) Enqueue(ctx context.Context, rec *inquiry.Record) (inquiry.Recor
 		return inquiry.Record{}, err
 	}
 	if err != nil {
-		return inquiry.Record{}, fmt.Errorf("%w: %v", ErrNotQueued, err)
+		return inquiry.Record{}, fmt.Errorf("%w: %w", ErrNotQueued, err)
 	}
 	perr := q.publish(ctx, rec)
 	if perr == nil {
@@ -306,15 +331,15 @@ func (q *Queue) rollback(id string, rev uint64, cause error) (inquiry.Record, er
 		if gerr == nil && cur.Status != inquiry.Pending {
 			return cur, nil
 		}
-		return inquiry.Record{}, fmt.Errorf("%w: %v", ErrUncertain, cause)
+		return inquiry.Record{}, fmt.Errorf("%w: %w", ErrUncertain, cause)
 	}
 	if err != nil {
-		return inquiry.Record{}, fmt.Errorf("%w: %v (and the record could not be rolled back: %v)", ErrUncertain, cause, err)
+		return inquiry.Record{}, fmt.Errorf("%w: %w (and the record could not be rolled back: %v)", ErrUncertain, cause, err)
 	}
 	if errors.Is(cause, ErrFull) {
 		return inquiry.Record{}, cause
 	}
-	return inquiry.Record{}, fmt.Errorf("%w: %v", ErrNotQueued, cause)
+	return inquiry.Record{}, fmt.Errorf("%w: %w", ErrNotQueued, cause)
 }
 
 // Replay makes sure a pending record read at rev has its work message: it
@@ -364,6 +389,13 @@ type Stats struct {
 }
 
 // Stats reads the work stream and its lane consumers.
+// Ping asks the work stream's leader for the stream's state: nil when the
+// stream has a leader that answers.
+func (q *Queue) Ping(ctx context.Context) error {
+	_, err := q.work.Info(ctx)
+	return err
+}
+
 func (q *Queue) Stats(ctx context.Context) (Stats, error) {
 	info, err := q.work.Info(ctx)
 	if err != nil {

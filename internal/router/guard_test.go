@@ -3,6 +3,7 @@ package router
 import (
 	"net/http"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -79,8 +80,14 @@ func TestIsolationFromAHangingCell(t *testing.T) {
 	for _, a := range hung {
 		switch a.status {
 		case http.StatusServiceUnavailable:
-			tripped++
-			if a.took >= 50*time.Millisecond {
+			// A request waiting for a connection to c4 when the health
+			// checks found it hanging never reached it: 503 at once
+			// then, after its wait (at most the timeout).
+			cut := strings.Contains(string(a.body), "cannot be reached")
+			if !cut {
+				tripped++
+			}
+			if a.took >= 50*time.Millisecond && (!cut || a.took > 2*timeout) {
 				slow503++
 			}
 			if a.header.Get("Cellkit-Overloaded") != "true" || a.header.Get("Retry-After") == "" || a.header.Get("Cellkit-Cell") != "c4" {

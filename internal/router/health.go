@@ -31,12 +31,18 @@ import (
 //   - probeFall misses in a row take the instance out of rotation (it is
 //     down) until a healthy check; a miss is checked again at once, not
 //     after the interval, so a hang is found within ProbeInterval +
-//     probeFall × ProbeTimeout.
+//     probeFall × ProbeTimeout. A 5xx answer (the instance cannot reach
+//     its queue, or its streams have no leader) also takes it out, but it
+//     is not hung: its calls in flight are left to finish (they may be
+//     waiting out an election), and it does not count toward tripping the
+//     cell's breaker.
 //   - The requests in flight at an instance found down are answered 504
 //     at once, and those waiting for one of its connections 503: none
 //     waits out the cell timeout after the hang is found.
-//   - When every instance of a cell is down, the cell's breaker trips: its
-//     users get 503 with Retry-After at once. The breaker's trials are the
+//   - When every instance of a cell is down and one of them hangs (or is
+//     gone), the cell's breaker trips: its users get 503 with Retry-After
+//     at once. When every one answers that it cannot take work (they all
+//     wait for their streams' leader), the calls go on to them and wait. The breaker's trials are the
 //     checks (breaker.Options.ProbeTrials): no user's request is spent on
 //     a trial. One the checks tripped closes at the first healthy check
 //     of an instance, so a cell that thaws serves again at once (the check
@@ -51,9 +57,10 @@ const probeFall = 2
 type checkResult uint8
 
 const (
-	healthy checkResult = iota
-	missed
-	refused // no process listens: a miss only for an instance already down
+	healthy   checkResult = iota
+	missed                // no answer in time, a failed handshake
+	refused               // no process listens: a miss only for an instance already down
+	unhealthy             // a 5xx answer: alive, and cannot take work now
 )
 
 // checks runs the health checks of the endpoints of the routing table's
@@ -159,7 +166,7 @@ func (r *Router) probe(ctx context.Context, client *http.Client, url, host strin
 	io.Copy(io.Discard, io.LimitReader(resp.Body, 4<<10))
 	resp.Body.Close()
 	if resp.StatusCode >= 500 {
-		return missed
+		return unhealthy
 	}
 	return healthy
 }
@@ -169,31 +176,44 @@ func (r *Router) probe(ctx context.Context, client *http.Client, url, host strin
 func (r *Router) probed(ep *endpoint, v checkResult) {
 	u := ep.u
 	u.m.probed(v)
-	if v == refused && !ep.down.Load() {
+	switch {
+	case v == refused && !ep.down.Load():
 		return
-	}
-	if v == healthy {
+	case v == healthy:
 		ep.misses.Store(0)
+		ep.hung.Store(false)
 		if ep.down.Swap(false) {
 			ep.fails.Store(0)
 			r.log.Info("cell instance answers its health checks again: back in rotation", "cell", u.cell, "intake", ep.intake)
 		}
-	} else {
-		if ep.misses.Add(1) >= probeFall && !ep.down.Swap(true) {
+	case ep.misses.Add(1) >= probeFall:
+		// No answer (a hang, a process gone) is a hang: its calls in
+		// flight are cut. An answer that it cannot take work (its queue
+		// unreachable, its streams without a leader) leaves them be: they
+		// may be waiting out an election.
+		if v != unhealthy && !ep.hung.Swap(true) {
+			r.downGen.Add(1)
+		}
+		if !ep.down.Swap(true) {
 			if ep.ejectedUntil.Load() <= time.Now().UnixNano() {
 				u.m.ejections.Inc() // not out already for failed calls
 			}
-			r.downGen.Add(1)
-			r.log.Warn("cell instance misses its health checks: out of rotation, its calls in flight answered 504",
-				"cell", u.cell, "intake", ep.intake, "misses", ep.misses.Load(), "timeout", r.cfg.Cell.ProbeTimeout)
+			what := "misses its health checks: out of rotation, its calls in flight answered 504"
+			if v == unhealthy {
+				what = "answers its health checks that it cannot take work: out of rotation while another instance can"
+			}
+			r.log.Warn("cell instance "+what, "cell", u.cell, "intake", ep.intake, "misses", ep.misses.Load(), "timeout", r.cfg.Cell.ProbeTimeout)
 		}
 	}
-	if u.allDown() {
+	// A cell whose instances all hang, or are gone, gets fast 503s; one
+	// whose instances all answer that they cannot take work (every one
+	// waiting for its streams' leader) still gets its calls, which wait.
+	if u.allDown() && u.anyHung() {
 		u.guard.br.Trip()
 		u.guard.br.Probe(false)
 		return
 	}
-	u.guard.br.Probe(true)
+	u.guard.br.Probe(!u.allDown())
 }
 
 // allDown says whether the health checks found every instance of u down.
@@ -206,6 +226,16 @@ func (u *upstream) allDown() bool {
 	return true
 }
 
+// anyHung says whether an instance of u is down for answering nothing.
+func (u *upstream) anyHung() bool {
+	for _, ep := range u.eps {
+		if ep.hung.Load() {
+			return true
+		}
+	}
+	return false
+}
+
 // cutDown answers the calls of this loop in flight at an instance found
 // down 504 (it may have taken them), and the requests waiting for one of
 // its connections 503 (it never saw them); run on the loop when the
@@ -213,7 +243,7 @@ func (u *upstream) allDown() bool {
 func (lp *loop) cutDown() {
 	var calls []*upconn
 	for t := lp.calls.head.next; t != &lp.calls.head; t = t.next {
-		if uc := t.owner.(*upconn); uc.p.ep.down.Load() {
+		if uc := t.owner.(*upconn); uc.p.ep.hung.Load() {
 			calls = append(calls, uc)
 		}
 	}
@@ -222,7 +252,7 @@ func (lp *loop) cutDown() {
 	}
 	var waiting []*client
 	for t := lp.waits.head.next; t != &lp.waits.head; t = t.next {
-		if cl := t.owner.(*client); cl.ex.ep != nil && cl.ex.ep.down.Load() {
+		if cl := t.owner.(*client); cl.ex.ep != nil && cl.ex.ep.hung.Load() {
 			waiting = append(waiting, cl)
 		}
 	}

@@ -59,12 +59,12 @@ func p99(ds []time.Duration) time.Duration {
 // connections and answers nothing, as a frozen process does) is found by
 // the router's health checks at their defaults, not by its users'
 // timeouts: the requests in flight when it is found are answered 504 at
-// once (none waits the 5 s cell timeout), from 1 s after the hang its users
+// once (none waits the 15 s cell timeout), from 1 s after the hang its users
 // get 503 with Retry-After in < 50 ms, no user's request is spent on a
 // trial while it hangs, and once it answers again it serves within 2 s.
 func TestHungCellIsFoundByItsHealthChecks(t *testing.T) {
 	w := newWorld(t, worldOptions{cells: []string{"c1", "c2"}})
-	if got := w.router.cfg.Cell; got.ProbeInterval != 200*time.Millisecond || got.ProbeTimeout != 250*time.Millisecond || got.Timeout != 5*time.Second {
+	if got := w.router.cfg.Cell; got.ProbeInterval != 200*time.Millisecond || got.ProbeTimeout != 250*time.Millisecond || got.Timeout != 15*time.Second {
 		t.Fatalf("defaults: probe every %v within %v, cell timeout %v", got.ProbeInterval, got.ProbeTimeout, got.Timeout)
 	}
 	m := w.currentMap()
@@ -199,5 +199,60 @@ func TestNoHealthChecks(t *testing.T) {
 	time.Sleep(300 * time.Millisecond)
 	if n := w.backends["c1"].probes.Load(); n != 0 {
 		t.Errorf("%d health checks with ProbeInterval -1", n)
+	}
+}
+
+// TestUnhealthyInstances: an instance whose health check answers 503 (it
+// cannot take work: its streams have no leader, its queue is out of reach)
+// leaves the rotation while others can take the calls, without its calls
+// in flight being cut; when every instance answers so (they all wait for
+// an election), the calls still go to them and the breaker stays closed.
+func TestUnhealthyInstances(t *testing.T) {
+	third := newBackend(t, "c1")
+	w, bs := instancesWorld(t, Config{}, third.srv.URL)
+	third.delay.Store(int64(time.Second)) // a call in flight there when it turns unhealthy
+	done := make(chan answer, 1)
+	go func() {
+		for {
+			if a := w.create("user-slow"); third.calls.Load() > 0 {
+				done <- a
+				return
+			}
+		}
+	}()
+	testkit.WaitFor(t, 5*time.Second, "a call at the third instance", func() bool { return third.active.Load() > 0 })
+	third.unhealthy.Store(true)
+	testkit.WaitFor(t, 2*time.Second, "the unhealthy instance out of rotation", func() bool { return w.router.Cells()[0].Instances[2].Ejected })
+	if a := <-done; a.status != http.StatusAccepted {
+		t.Errorf("the call in flight at the unhealthy instance: %v, want it answered, not cut", a)
+	}
+	third.delay.Store(0)
+	before := third.calls.Load()
+	for i := range 30 {
+		if a := w.create("user-" + string(rune('a'+i%26))); a.status != http.StatusAccepted {
+			t.Fatalf("with one instance unhealthy: %v", a)
+		}
+	}
+	if got := third.calls.Load() - before; got != 0 {
+		t.Errorf("the unhealthy instance got %d calls while out of rotation", got)
+	}
+	for _, b := range bs {
+		b.unhealthy.Store(true)
+	}
+	testkit.WaitFor(t, 2*time.Second, "every instance out of rotation", func() bool {
+		for _, in := range w.router.Cells()[0].Instances {
+			if !in.Ejected {
+				return false
+			}
+		}
+		return true
+	})
+	for range 10 {
+		if a := w.create("user-q"); a.status != http.StatusAccepted {
+			t.Fatalf("with every instance unhealthy (not hung): %v, want the calls to go on", a)
+		}
+	}
+	if st := w.router.Cells()[0]; st.Breaker != "closed" {
+		t.Errorf("breaker %s with every instance unhealthy, want closed", st.Breaker)
 	}
 }

@@ -39,6 +39,7 @@ type backend struct {
 
 	mode       atomic.Int32 // modeOK, modeHang, modeFail
 	probes     atomic.Int64 // the router's health checks (GET /v1/health), not counted in calls
+	unhealthy  atomic.Bool  // the health checks get 503: alive, cannot take work (no leader)
 	minVersion atomic.Int64 // answer 421 to requests routed with an older map
 	calls      atomic.Int64
 	release    chan struct{} // closed at cleanup: frees hanging handlers
@@ -79,6 +80,10 @@ func (b *backend) serve(w http.ResponseWriter, r *http.Request) {
 			case <-r.Context().Done():
 			case <-b.release:
 			}
+			return
+		}
+		if b.unhealthy.Load() {
+			http.Error(w, `{"type":"https://cellkit.dev/problems/queue-unavailable"}`, http.StatusServiceUnavailable)
 			return
 		}
 		w.Header().Set("Content-Type", "application/json")

@@ -51,7 +51,7 @@ type cellMetrics struct {
 	connErr     prometheus.Counter
 	misdir      prometheus.Counter
 	ejections   prometheus.Counter
-	probes      [3]prometheus.Counter // by checkResult
+	probes      [4]prometheus.Counter // by checkResult
 	shedRetried prometheus.Counter
 }
 
@@ -115,7 +115,7 @@ func newMetrics(reg prometheus.Registerer, gauges prometheus.Collector) *metrics
 		}, []string{"cell"}),
 		probes: auto.NewCounterVec(prometheus.CounterOpts{
 			Name: "cellkit_router_probes_total",
-			Help: "Health checks of a cell's instances (GET /v1/health on a connection of their own), by result: ok, missed (no answer within the probe timeout, a 5xx) or refused (no process listens).",
+			Help: "Health checks of a cell's instances (GET /v1/health on a connection of their own), by result: ok, missed (no answer within the probe timeout), refused (no process listens) or unhealthy (a 5xx: alive, cannot take work).",
 		}, []string{"cell", "result"}),
 		shedRetried: auto.NewCounterVec(prometheus.CounterOpts{
 			Name: "cellkit_router_instance_shed_retries_total",
@@ -188,7 +188,8 @@ func (m *metrics) cell(id string) *cellMetrics {
 		connErr:   m.upstream.WithLabelValues(id, "connection"),
 		misdir:    m.misdirects.WithLabelValues(id),
 		ejections: m.ejections.WithLabelValues(id), shedRetried: m.shedRetried.WithLabelValues(id),
-		probes: [3]prometheus.Counter{m.probes.WithLabelValues(id, "ok"), m.probes.WithLabelValues(id, "missed"), m.probes.WithLabelValues(id, "refused")},
+		probes: [4]prometheus.Counter{m.probes.WithLabelValues(id, "ok"), m.probes.WithLabelValues(id, "missed"),
+			m.probes.WithLabelValues(id, "refused"), m.probes.WithLabelValues(id, "unhealthy")},
 	}
 	for r := range shedReasons {
 		cm.shed[r] = m.shed.WithLabelValues(id, r.String())

@@ -45,6 +45,7 @@ type endpoint struct {
 	// The health checks' verdict (health.go): down takes the instance out
 	// of rotation until a healthy check.
 	down   atomic.Bool
+	hung   atomic.Bool  // down for answering nothing (not for a 5xx answer)
 	misses atomic.Int32 // checks missed in a row
 }
 

@@ -152,7 +152,9 @@ type CellLimits struct {
 	// connections [256].
 	MaxConcurrent int
 	// Timeout bounds one request to a cell, retries of stale connections
-	// included; past it the answer is 504 [5s].
+	// included; past it the answer is 504 [15s: above the cells' leader
+	// wait (10 s), which an election takes up to; a cell that hangs is
+	// found by the health checks within a second, not by this].
 	Timeout time.Duration
 	// DialTimeout bounds connecting to a cell [1s].
 	DialTimeout time.Duration
@@ -200,7 +202,7 @@ func DefaultConfig() Config {
 			MaxConnsPerAddr: 1024, StallTimeout: 10 * time.Second,
 		},
 		Cell: CellLimits{
-			MaxConcurrent: 256, Timeout: 5 * time.Second, DialTimeout: time.Second, UnackedTimeout: time.Second,
+			MaxConcurrent: 256, Timeout: 15 * time.Second, DialTimeout: time.Second, UnackedTimeout: time.Second,
 			IdleConnTimeout: 30 * time.Second, MaxResponseBytes: 1 << 20,
 			EjectAfter: 3, EjectFor: 5 * time.Second,
 			ProbeInterval: 200 * time.Millisecond, ProbeTimeout: 250 * time.Millisecond,
