@@ -143,11 +143,13 @@ func HostLoss(ctx context.Context, c NetConfig) (*loadtest.Result, error) {
 	d.Check(c.Cell+" serves while "+in.Host+" is gone: errors after the first "+c.ErrorWindow.String(), late.Errors == 0 && late.N > 0,
 		fmt.Sprintf("%d of %d %v", late.Errors, late.N, late.Status), "0")
 	// Only the requests in flight on the lost instance fail: those sent
-	// from a second after the loss (the routers' health checks take it out
-	// within 0.7 s) are served, through an election too (the cells wait
-	// for a leader: --leader-wait).
-	afterLoss := loadtest.Window{From: lossAt + time.Second, To: end, Users: victim}.Stats(res.Samples)
-	d.Check(c.Cell+"'s errors for requests sent from 1s after the loss", afterLoss.Errors == 0 && afterLoss.N > 0,
+	// once the routers' health checks have taken it out (within 0.7 s on
+	// an idle machine; lostBound leaves room for the lab's load) are
+	// served, through an election too (the cells wait for a leader:
+	// --leader-wait).
+	const lostBound = 1500 * time.Millisecond
+	afterLoss := loadtest.Window{From: lossAt + lostBound, To: end, Users: victim}.Stats(res.Samples)
+	d.Check(c.Cell+"'s errors for requests sent from "+lostBound.String()+" after the loss", afterLoss.Errors == 0 && afterLoss.N > 0,
 		fmt.Sprintf("%d of %d %v", afterLoss.Errors, afterLoss.N, afterLoss.Status), "0")
 	switch {
 	case electionErr != nil:
@@ -207,8 +209,13 @@ func CutRouter(ctx context.Context, c NetConfig) (*loadtest.Result, error) {
 	victim := func(u int) bool { return cells[u] == c.Cell }
 	checkOthers(d, res, cells, []string{c.Cell}, cutAt, end)
 	down := loadtest.Window{From: cutAt, To: healAt, Users: victim}.Stats(res.Samples)
-	d.Check(c.Cell+"'s users while cut: 503", down.N > 0 && down.Status["503"] == down.N,
-		fmt.Sprintf("%d of %d %v", down.Status["503"], down.N, down.Status), "all")
+	// In the first second the routers' health checks find the cut: the
+	// requests in flight then are answered 504 (they may have been taken),
+	// and a few are answered across the cut as its routes go in.
+	found := loadtest.Window{From: cutAt + FoundBound, To: healAt, Users: victim}.Stats(res.Samples)
+	d.Check(c.Cell+"'s users from "+FoundBound.String()+" after the cut: 503", found.N > 0 && found.Status["503"] == found.N,
+		fmt.Sprintf("%d of %d %v", found.Status["503"], found.N, found.Status), "all")
+	d.Check(c.Cell+"'s users while cut: timeouts", down.Timeouts == 0, fmt.Sprintf("%d of %d %v", down.Timeouts, down.N, down.Status), "0")
 	d.Check(c.Cell+"'s users while cut: p99", down.P99 <= c.DownP99, fmt.Sprintf("%s (p50 %s)", msf(down.P99), msf(down.P50)), "≤ "+msf(c.DownP99))
 	d.Check(c.Cell+"'s users while cut: Retry-After on 503", down.NoRetryAfter == 0, fmt.Sprintf("%d without", down.NoRetryAfter), "0 without")
 	checkRecovery(d, res, c.Cell, victim, healAt, end, c.Recover)

@@ -100,7 +100,9 @@ type Config struct {
 	// bounded by TryTimeout, instead of failing [10s].
 	LeaderWait time.Duration
 	// TryTimeout bounds one try at writing the record and its message
-	// [2s]: a request sent while a stream has no leader gets no answer.
+	// [2s]: a request sent while a stream has no leader gets no answer,
+	// so the try that goes out just before the election ends waits this
+	// long; a slower write is tried again, which is safe.
 	TryTimeout time.Duration
 	// TrustedCIDRs are the peer addresses served as routers on a
 	// connection without a verified client certificate (plain HTTP, or TLS
@@ -448,9 +450,10 @@ func (h *Handler) post(w http.ResponseWriter, r *http.Request) {
 	}
 	rec := inquiry.NewRecord(id, h.cfg.Cell, req, h.now())
 	rec.Client = client
-	got, err := h.enqueueWaiting(ctx, &rec)
+	deadline := h.now().Add(h.cfg.LeaderWait)
+	got, err := h.enqueue(ctx, deadline, &rec)
 	if errors.Is(err, store.ErrExists) {
-		h.replay(ctx, w, rec)
+		h.replay(ctx, deadline, w, rec)
 		return
 	}
 	if err != nil {
@@ -467,45 +470,72 @@ const (
 	pingTimeout      = 150 * time.Millisecond
 )
 
-// enqueueWaiting is Enqueue, tried again while the cell's streams have no
-// leader (queue.NotReady), for up to LeaderWait: a new inquiry waits out
-// an election instead of failing. Each try is bounded by TryTimeout. A
-// record that a try wrote before its answer was lost is found by the next
-// (store.ErrExists: the caller replays it), and a message stored by a try
-// whose PubAck was lost is the same job, deduplicated by its Nats-Msg-Id.
-func (h *Handler) enqueueWaiting(ctx context.Context, rec *inquiry.Record) (inquiry.Record, error) {
-	deadline := h.now().Add(h.cfg.LeaderWait)
+// untilLeader runs f, a write or read of the cell's streams, again while
+// they have no leader (queue.NotReady), until deadline: a new inquiry
+// waits out an election instead of failing. Each try is bounded by
+// TryTimeout. Trying again is safe: a record that a try wrote before its
+// answer was lost is found by the next (store.ErrExists: replayed), and a
+// message stored by a try whose PubAck was lost is the same job,
+// deduplicated by its Nats-Msg-Id.
+func (h *Handler) untilLeader(ctx context.Context, deadline time.Time, f func(context.Context) error) error {
 	for n := 1; ; n++ {
 		tctx, cancel := context.WithTimeout(ctx, h.cfg.TryTimeout)
-		got, err := h.q.Enqueue(tctx, rec)
+		err := f(tctx)
 		cancel()
-		if queue.NotReady(err) {
+		notReady := queue.NotReady(err)
+		if notReady {
 			h.leaderless.CompareAndSwap(0, h.now().UnixNano())
 		} else {
 			h.leaderless.Store(0)
 		}
-		if err == nil || !queue.NotReady(err) || ctx.Err() != nil || !h.now().Before(deadline) || (h.disk != nil && h.disk.Refusing()) {
+		if !notReady || ctx.Err() != nil || !h.now().Before(deadline) || (h.disk != nil && h.disk.Refusing()) {
 			if n > 1 {
 				h.m.leaderWaits.Inc()
 			}
-			return got, err
+			return err
 		}
 		select {
 		case <-ctx.Done():
-			return got, err
-		case <-time.After(backoff.Jittered(100*time.Millisecond, 500*time.Millisecond, n)):
+			return err
+		case <-time.After(backoff.Jittered(50*time.Millisecond, 250*time.Millisecond, n)):
 		}
 	}
 }
 
+// enqueue is Enqueue, waiting for the streams' leader until deadline.
+// Each try after the first is a new job: a try whose record was rolled
+// back may have stored its message anyway, which a worker then dropped as
+// stale (its record gone); the same job's Nats-Msg-Id again would be a
+// duplicate within the stream's window and store nothing, leaving the
+// record without a message. A new job's message is stored, and the old
+// one, if still queued, is stale (its job is not the record's).
+func (h *Handler) enqueue(ctx context.Context, deadline time.Time, rec *inquiry.Record) (inquiry.Record, error) {
+	var got inquiry.Record
+	tries := 0
+	err := h.untilLeader(ctx, deadline, func(tctx context.Context) (err error) {
+		if tries++; tries > 1 {
+			rec.Job = inquiry.NewJob()
+		}
+		got, err = h.q.Enqueue(tctx, rec)
+		return err
+	})
+	return got, err
+}
+
 // replay answers a request whose Idempotency-Key names an existing
-// inquiry.
-func (h *Handler) replay(ctx context.Context, w http.ResponseWriter, want inquiry.Record) {
+// inquiry (or a try whose answer was lost wrote), waiting for the
+// streams' leader until deadline.
+func (h *Handler) replay(ctx context.Context, deadline time.Time, w http.ResponseWriter, want inquiry.Record) {
 	for range 3 {
-		cur, rev, err := h.st.Get(ctx, want.ID)
+		var cur inquiry.Record
+		var rev uint64
+		err := h.untilLeader(ctx, deadline, func(tctx context.Context) (err error) {
+			cur, rev, err = h.st.Get(tctx, want.ID)
+			return err
+		})
 		if errors.Is(err, store.ErrNotFound) {
 			// Rolled back meanwhile: take it as new.
-			got, err := h.q.Enqueue(ctx, &want)
+			got, err := h.enqueue(ctx, deadline, &want)
 			if errors.Is(err, store.ErrExists) {
 				continue
 			}
@@ -528,7 +558,7 @@ func (h *Handler) replay(ctx context.Context, w http.ResponseWriter, want inquir
 		if cur.Status == inquiry.Pending {
 			// Make sure it has its message (the first attempt may have
 			// died between record and message).
-			err := h.q.Replay(ctx, cur, rev)
+			err := h.untilLeader(ctx, deadline, func(tctx context.Context) error { return h.q.Replay(tctx, cur, rev) })
 			if errors.Is(err, store.ErrConflict) {
 				continue
 			}

@@ -196,7 +196,7 @@ func (lp *loop) call(cl *client) {
 		u.m.shed[why].Inc()
 		p, after := &u.probs.bulkhead, u.guard.retryAfter(why)
 		switch {
-		case why == shedBreaker && u.allDown():
+		case why == shedBreaker && u.allHung():
 			// The health checks close the breaker as soon as the cell
 			// answers them again: a short wait.
 			p, after = &u.probs.down, time.Second

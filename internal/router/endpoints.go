@@ -59,11 +59,21 @@ func (lp *loop) pick(u *upstream, avoid *endpoint) *endpoint {
 	}
 	in := func(ep *endpoint) bool { return ep != avoid && lp.inRotation(ep, now) }
 	if n == 0 {
-		// None in rotation: every one but avoid, or avoid itself.
-		in = func(ep *endpoint) bool { return ep != avoid }
-		n = len(eps) - 1
-		if avoid == nil {
-			n = len(eps)
+		// None in rotation: every one but avoid and those the health
+		// checks found hung (a call there would wait out the timeout),
+		// else every one but avoid, or avoid itself.
+		in = func(ep *endpoint) bool { return ep != avoid && !ep.hung.Load() }
+		for _, ep := range eps {
+			if in(ep) {
+				n++
+			}
+		}
+		if n == 0 {
+			in = func(ep *endpoint) bool { return ep != avoid }
+			n = len(eps) - 1
+			if avoid == nil {
+				n = len(eps)
+			}
 		}
 		if n == 0 {
 			return eps[0]

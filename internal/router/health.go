@@ -39,10 +39,10 @@ import (
 //   - The requests in flight at an instance found down are answered 504
 //     at once, and those waiting for one of its connections 503: none
 //     waits out the cell timeout after the hang is found.
-//   - When every instance of a cell is down and one of them hangs (or is
-//     gone), the cell's breaker trips: its users get 503 with Retry-After
-//     at once. When every one answers that it cannot take work (they all
-//     wait for their streams' leader), the calls go on to them and wait. The breaker's trials are the
+//   - When every instance of a cell hangs (or is gone), the cell's breaker
+//     trips: its users get 503 with Retry-After at once. When every one is
+//     out but some answer that they cannot take work (waiting for their
+//     streams' leader: an election), the calls go on to those and wait. The breaker's trials are the
 //     checks (breaker.Options.ProbeTrials): no user's request is spent on
 //     a trial. One the checks tripped closes at the first healthy check
 //     of an instance, so a cell that thaws serves again at once (the check
@@ -206,9 +206,10 @@ func (r *Router) probed(ep *endpoint, v checkResult) {
 		}
 	}
 	// A cell whose instances all hang, or are gone, gets fast 503s; one
-	// whose instances all answer that they cannot take work (every one
-	// waiting for its streams' leader) still gets its calls, which wait.
-	if u.allDown() && u.anyHung() {
+	// of whose instances some answer that they cannot take work (waiting
+	// for their streams' leader) still gets its calls, on those, which
+	// wait.
+	if u.allHung() {
 		u.guard.br.Trip()
 		u.guard.br.Probe(false)
 		return
@@ -226,14 +227,14 @@ func (u *upstream) allDown() bool {
 	return true
 }
 
-// anyHung says whether an instance of u is down for answering nothing.
-func (u *upstream) anyHung() bool {
+// allHung says whether every instance of u is down for answering nothing.
+func (u *upstream) allHung() bool {
 	for _, ep := range u.eps {
-		if ep.hung.Load() {
-			return true
+		if !ep.hung.Load() {
+			return false
 		}
 	}
-	return false
+	return true
 }
 
 // cutDown answers the calls of this loop in flight at an instance found

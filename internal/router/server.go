@@ -149,7 +149,10 @@ type ServerLimits struct {
 type CellLimits struct {
 	// MaxConcurrent is the bulkhead: requests in flight to one cell; more
 	// are refused with 503 at once. The cell's connection pool has as many
-	// connections [256].
+	// connections [1024: a cell's users wait out an election of its
+	// streams, up to its leader wait of 10 s, so the bulkhead holds the
+	// cell's rate times that; a cell that hangs is found by the health
+	// checks within a second, so a large bulkhead holds little].
 	MaxConcurrent int
 	// Timeout bounds one request to a cell, retries of stale connections
 	// included; past it the answer is 504 [15s: above the cells' leader
@@ -202,7 +205,7 @@ func DefaultConfig() Config {
 			MaxConnsPerAddr: 1024, StallTimeout: 10 * time.Second,
 		},
 		Cell: CellLimits{
-			MaxConcurrent: 256, Timeout: 15 * time.Second, DialTimeout: time.Second, UnackedTimeout: time.Second,
+			MaxConcurrent: 1024, Timeout: 15 * time.Second, DialTimeout: time.Second, UnackedTimeout: time.Second,
 			IdleConnTimeout: 30 * time.Second, MaxResponseBytes: 1 << 20,
 			EjectAfter: 3, EjectFor: 5 * time.Second,
 			ProbeInterval: 200 * time.Millisecond, ProbeTimeout: 250 * time.Millisecond,

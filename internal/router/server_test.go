@@ -347,7 +347,7 @@ func TestAdminEndpoints(t *testing.T) {
 		`cellkit_router_request_duration_seconds_count{cell="c3"} 30`,
 		`cellkit_router_breaker_state{cell="c1"} 0`,
 		`cellkit_router_in_flight{cell="c2"} 0`,
-		`cellkit_router_bulkhead_limit{cell="c2"} 256`,
+		`cellkit_router_bulkhead_limit{cell="c2"} 1024`,
 		`cellkit_router_map_version ` + strconv.FormatInt(m.Version(), 10),
 		`cellkit_router_map_age_seconds`,
 	} {
