@@ -527,7 +527,14 @@ func (h *Handler) enqueue(ctx context.Context, deadline time.Time, rec *inquiry.
 // inquiry (or a try whose answer was lost wrote), waiting for the
 // streams' leader until deadline.
 func (h *Handler) replay(ctx context.Context, deadline time.Time, w http.ResponseWriter, want inquiry.Record) {
-	for range 3 {
+	// A conflict is a concurrent write (another instance, a replay, the
+	// rollback of a try whose answer was lost): read again, three times,
+	// and while the leader deadline lasts (an election makes tries that
+	// time out, and their rollbacks, conflict more).
+	for n := 0; n < 3 || (h.now().Before(deadline) && ctx.Err() == nil); n++ {
+		if n >= 3 {
+			time.Sleep(backoff.Jittered(50*time.Millisecond, 200*time.Millisecond, n-2))
+		}
 		var cur inquiry.Record
 		var rev uint64
 		err := h.untilLeader(ctx, deadline, func(tctx context.Context) (err error) {
