@@ -70,14 +70,7 @@ func TestLivePackMatchesStack(t *testing.T) {
 		}
 		st.Stop(context.Background())
 	})
-	var targets []target
-	b, err := os.ReadFile(filepath.Join(st.Dir, "prometheus", "targets.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := json.Unmarshal(b, &targets); err != nil {
-		t.Fatalf("targets.json: %v", err)
-	}
+	targets := readTargets(t, st)
 	if len(targets) != len(st.Processes) {
 		t.Fatalf("targets.json lists %d targets, the stack runs %d processes", len(targets), len(st.Processes))
 	}
@@ -153,6 +146,17 @@ func TestLivePackTLSSeries(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	targets := readTargets(t, st)
+	fresh := newExports(targets)
+	scrapeAll(t, client, st, targets, fresh)
+	for _, p := range unreadAtStart(exprs, fresh, func(name string) bool { return tlsOnly[name] }) {
+		t.Error(p)
+	}
+}
+
+// readTargets reads the stack's file_sd targets file.
+func readTargets(t *testing.T, st *drill.Stack) []target {
+	t.Helper()
 	var targets []target
 	b, err := os.ReadFile(filepath.Join(st.Dir, "prometheus", "targets.json"))
 	if err != nil {
@@ -161,11 +165,7 @@ func TestLivePackTLSSeries(t *testing.T) {
 	if err := json.Unmarshal(b, &targets); err != nil {
 		t.Fatalf("targets.json: %v", err)
 	}
-	fresh := newExports(targets)
-	scrapeAll(t, client, st, targets, fresh)
-	for _, p := range unreadAtStart(exprs, fresh, func(name string) bool { return tlsOnly[name] }) {
-		t.Error(p)
-	}
+	return targets
 }
 
 // scrapeAll scrapes every target of st with client (nil: the default) into

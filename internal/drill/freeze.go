@@ -40,27 +40,7 @@ func Freeze(ctx context.Context, c Config) (*loadtest.Result, error) {
 		return nil, err
 	}
 	wait := startLoad(ctx, r)
-	var freezeAt, thawAt time.Duration
-	actErr := func() error {
-		if err := sleepUntil(ctx, r, c.Baseline); err != nil {
-			return err
-		}
-		if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
-			return fmt.Errorf("SIGSTOP %s (pid %d): %w", c.Cell, pid, err)
-		}
-		freezeAt = r.Elapsed()
-		r.Mark(c.Cell + " frozen (SIGSTOP)")
-		c.logf("%s frozen (SIGSTOP, pid %d) at %.1fs", c.Cell, pid, freezeAt.Seconds())
-		err := sleepUntil(ctx, r, freezeAt+c.Fault)
-		// Thawed whatever happens: a drill never leaves a process stopped.
-		if cerr := syscall.Kill(pid, syscall.SIGCONT); cerr != nil && err == nil {
-			err = fmt.Errorf("SIGCONT %s (pid %d): %w", c.Cell, pid, cerr)
-		}
-		thawAt = r.Elapsed()
-		r.Mark(c.Cell + " thawed (SIGCONT)")
-		c.logf("%s thawed (SIGCONT) at %.1fs", c.Cell, thawAt.Seconds())
-		return err
-	}()
+	freezeAt, thawAt, actErr := freezeDuring(ctx, r, c.logf, c.Cell, pid, c.Baseline, c.Fault)
 	res, err := wait()
 	if err != nil {
 		return nil, err
@@ -110,6 +90,30 @@ func Freeze(ctx context.Context, c Config) (*loadtest.Result, error) {
 	d.Finish()
 	res.Drill = d
 	return res, nil
+}
+
+// freezeDuring stops process pid (name, for the marks and the log) with
+// SIGSTOP at the run's time at, and continues it with SIGCONT fault later;
+// it returns when each happened. The process is continued whatever fails:
+// a drill never leaves one stopped.
+func freezeDuring(ctx context.Context, r *loadtest.Runner, logf func(string, ...any), name string, pid int, at, fault time.Duration) (freezeAt, thawAt time.Duration, err error) {
+	if err := sleepUntil(ctx, r, at); err != nil {
+		return 0, 0, err
+	}
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		return 0, 0, fmt.Errorf("SIGSTOP %s (pid %d): %w", name, pid, err)
+	}
+	freezeAt = r.Elapsed()
+	r.Mark(name + " frozen (SIGSTOP)")
+	logf("%s frozen (SIGSTOP, pid %d) at %.1fs", name, pid, freezeAt.Seconds())
+	err = sleepUntil(ctx, r, freezeAt+fault)
+	if cerr := syscall.Kill(pid, syscall.SIGCONT); cerr != nil && err == nil {
+		err = fmt.Errorf("SIGCONT %s (pid %d): %w", name, pid, cerr)
+	}
+	thawAt = r.Elapsed()
+	r.Mark(name + " thawed (SIGCONT)")
+	logf("%s thawed (SIGCONT) at %.1fs", name, thawAt.Seconds())
+	return freezeAt, thawAt, err
 }
 
 // checkOtherCells checks the cells other than c.Cell from the fault (the

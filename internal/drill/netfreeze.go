@@ -3,7 +3,6 @@ package drill
 import (
 	"context"
 	"fmt"
-	"syscall"
 	"time"
 
 	"github.com/cellkit/cellkit/internal/loadtest"
@@ -38,27 +37,7 @@ func FreezeInstance(ctx context.Context, c NetConfig) (*loadtest.Result, error) 
 		return nil, err
 	}
 	wait := startLoad(ctx, n.r)
-	var freezeAt, thawAt time.Duration
-	actErr := func() error {
-		if err := sleepUntil(ctx, n.r, c.Baseline); err != nil {
-			return err
-		}
-		if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
-			return fmt.Errorf("SIGSTOP %s (pid %d): %w", in.Proc, pid, err)
-		}
-		freezeAt = n.r.Elapsed()
-		n.r.Mark(in.Proc + " frozen (SIGSTOP)")
-		c.logf("%s frozen (SIGSTOP, pid %d) at %.1fs", in.Proc, pid, freezeAt.Seconds())
-		err := sleepUntil(ctx, n.r, freezeAt+c.Fault)
-		// Thawed whatever happens: a drill never leaves a process stopped.
-		if cerr := syscall.Kill(pid, syscall.SIGCONT); cerr != nil && err == nil {
-			err = fmt.Errorf("SIGCONT %s (pid %d): %w", in.Proc, pid, cerr)
-		}
-		thawAt = n.r.Elapsed()
-		n.r.Mark(in.Proc + " thawed (SIGCONT)")
-		c.logf("%s thawed (SIGCONT) at %.1fs", in.Proc, thawAt.Seconds())
-		return err
-	}()
+	freezeAt, thawAt, actErr := freezeDuring(ctx, n.r, c.logf, in.Proc, pid, c.Baseline, c.Fault)
 	res, err := wait()
 	if err != nil {
 		return nil, err

@@ -1,0 +1,164 @@
+package intake
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/cellkit/cellkit/internal/backoff"
+	"github.com/cellkit/cellkit/internal/inquiry"
+	"github.com/cellkit/cellkit/internal/problem"
+	"github.com/cellkit/cellkit/internal/queue"
+	"github.com/cellkit/cellkit/internal/store"
+)
+
+// The cell's streams and their leader: new inquiries wait out an election
+// (untilLeader), and the routers' health check says when an instance has
+// had none for a while.
+
+// The health answer of an instance waiting for its streams' leader.
+const (
+	leaderlessHealth = time.Second
+	pingTimeout      = 150 * time.Millisecond
+)
+
+// untilLeader runs f, a write or read of the cell's streams, again while
+// they have no leader (queue.NotReady), until deadline: a new inquiry
+// waits out an election instead of failing. Each try is bounded by
+// TryTimeout. Trying again is safe: a record that a try wrote before its
+// answer was lost is found by the next (store.ErrExists: replayed), and a
+// message stored by a try whose PubAck was lost is the same job,
+// deduplicated by its Nats-Msg-Id.
+func (h *Handler) untilLeader(ctx context.Context, deadline time.Time, f func(context.Context) error) error {
+	for n := 1; ; n++ {
+		tctx, cancel := context.WithTimeout(ctx, h.cfg.TryTimeout)
+		err := f(tctx)
+		cancel()
+		notReady := queue.NotReady(err)
+		if notReady {
+			h.leaderless.CompareAndSwap(0, h.now().UnixNano())
+		} else {
+			h.leaderless.Store(0)
+		}
+		if !notReady || ctx.Err() != nil || !h.now().Before(deadline) || (h.disk != nil && h.disk.Refusing()) {
+			if n > 1 {
+				h.m.leaderWaits.Inc()
+			}
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(backoff.Jittered(50*time.Millisecond, 200*time.Millisecond, n)):
+		}
+	}
+}
+
+// enqueue is Enqueue, waiting for the streams' leader until deadline.
+// Each try after the first is a new job: a try whose record was rolled
+// back may have stored its message anyway, which a worker then dropped as
+// stale (its record gone); the same job's Nats-Msg-Id again would be a
+// duplicate within the stream's window and store nothing, leaving the
+// record without a message. A new job's message is stored, and the old
+// one, if still queued, is stale (its job is not the record's).
+func (h *Handler) enqueue(ctx context.Context, deadline time.Time, rec *inquiry.Record) (inquiry.Record, error) {
+	var got inquiry.Record
+	tries := 0
+	err := h.untilLeader(ctx, deadline, func(tctx context.Context) (err error) {
+		if tries++; tries > 1 {
+			rec.Job = inquiry.NewJob()
+		}
+		got, err = h.q.Enqueue(tctx, rec)
+		return err
+	})
+	return got, err
+}
+
+// replay answers a request whose Idempotency-Key names an existing
+// inquiry (or a try whose answer was lost wrote), waiting for the
+// streams' leader until deadline.
+func (h *Handler) replay(ctx context.Context, deadline time.Time, w http.ResponseWriter, want inquiry.Record) {
+	// A conflict is a concurrent write (another instance, a replay, the
+	// rollback of a try whose answer was lost): read again, three times,
+	// and while the leader deadline lasts (an election makes tries that
+	// time out, and their rollbacks, conflict more).
+	for n := 0; n < 3 || (h.now().Before(deadline) && ctx.Err() == nil); n++ {
+		if n >= 3 {
+			time.Sleep(backoff.Jittered(50*time.Millisecond, 200*time.Millisecond, n-2))
+		}
+		var cur inquiry.Record
+		var rev uint64
+		err := h.untilLeader(ctx, deadline, func(tctx context.Context) (err error) {
+			cur, rev, err = h.st.Get(tctx, want.ID)
+			return err
+		})
+		if errors.Is(err, store.ErrNotFound) {
+			// Rolled back meanwhile: take it as new.
+			got, err := h.enqueue(ctx, deadline, &want)
+			if errors.Is(err, store.ErrExists) {
+				continue
+			}
+			if err != nil {
+				h.enqueueFailed(w, want.ID, err)
+				return
+			}
+			h.taken(got.Priority)
+			h.accepted(w, got, false)
+			return
+		}
+		if err != nil {
+			h.enqueueFailed(w, want.ID, err)
+			return
+		}
+		if cur.Fingerprint != want.Fingerprint {
+			problem.Write(w, keyReused(cur.ID))
+			return
+		}
+		if cur.Status == inquiry.Pending {
+			// Make sure it has its message (the first attempt may have
+			// died between record and message).
+			err := h.untilLeader(ctx, deadline, func(tctx context.Context) error { return h.q.Replay(tctx, cur, rev) })
+			if errors.Is(err, store.ErrConflict) {
+				continue
+			}
+			if err != nil {
+				h.enqueueFailed(w, want.ID, err)
+				return
+			}
+		}
+		h.accepted(w, cur, true)
+		return
+	}
+	h.enqueueFailed(w, want.ID, queue.ErrUncertain)
+}
+
+// health answers a router's probe. An instance whose new inquiries have
+// waited for a leader for over leaderlessHealth answers 503 while its work
+// stream's leader does not answer it (asked within pingTimeout, well
+// inside the routers' probe timeout): the routers then send new inquiries
+// to the cell's other instances, if they can take them. An instance cut
+// from its cluster's majority is one; in an election every instance is,
+// and the routers go on sending to them all.
+func (h *Handler) health(ctx context.Context, w http.ResponseWriter) {
+	if h.q.Conn().Status() != nats.CONNECTED {
+		problem.WriteRetry(w, problem.New(http.StatusServiceUnavailable, problem.QueueUnavailable, "cell "+h.cfg.Cell+" cannot reach its queue"), time.Second)
+		return
+	}
+	if since := h.leaderless.Load(); since != 0 && h.now().Sub(time.Unix(0, since)) > leaderlessHealth {
+		pctx, cancel := context.WithTimeout(ctx, pingTimeout)
+		err := h.q.Ping(pctx)
+		cancel()
+		if err != nil {
+			problem.WriteRetry(w, problem.New(http.StatusServiceUnavailable, problem.QueueUnavailable,
+				fmt.Sprintf("cell %s's streams have had no leader for %v", h.cfg.Cell, h.now().Sub(time.Unix(0, since)).Round(time.Millisecond))), time.Second)
+			return
+		}
+		h.leaderless.CompareAndSwap(since, 0)
+	}
+	w.Header().Set("Cache-Control", "no-store")
+	writeJSON(w, http.StatusOK, map[string]any{"status": "ok", "cell": h.cfg.Cell, "open": h.IsOpen()})
+}
