@@ -127,13 +127,16 @@ fuzz: ## run every fuzz target for FUZZTIME each (default 50000x executions; a d
 	done
 
 .PHONY: drill
-drill: tools build ## as root: the chaos drills (kill, freeze: a cell SIGSTOPped for 20 s, disk-full: a cell's store on a 640 MiB tmpfs filled for 15 s, drain, agency-slow at DRILL_RATE/s, default 100; agency-slow again at 250/s with a 5 s age budget, where the cells must shed; kill again with a real Prometheus checking the alerts; priority: high and normal lanes under overload, lane-aware cells beside lane-blind ones; poison: inquiries whose processing panics, contained to themselves, and one with Prometheus, whose alert must fire) on a fresh local stack each; reports in var/drill/
+drill: tools build ## as root: the chaos drills (kill, freeze: a cell SIGSTOPped for 20 s, disk-full: a cell's store on a 640 MiB tmpfs, 2m30s near full with Prometheus checking the alert, then filled for 15 s, drain, agency-slow at DRILL_RATE/s, default 100; agency-slow again at 250/s with a 5 s age budget, where the cells must shed; kill again with a real Prometheus checking the alerts; priority: high and normal lanes under overload, lane-aware cells beside lane-blind ones; poison: inquiries whose processing panics, contained to themselves, and one with Prometheus, whose alert must fire) on a fresh local stack each; reports in var/drill/
 	@mkdir -p var/drill; rc=0; \
-	for d in kill freeze disk-full drain agency-slow; do \
+	for d in kill freeze drain agency-slow; do \
 	  echo "== loadtest drill $$d"; \
 	  $(BIN)/loadtest drill $$d --bin $(BIN) --rate $(DRILL_RATE) --baseline 10s --after 10s \
 	    --json var/drill/$$d.json --svg var/drill/$$d.svg || rc=1; \
 	done; \
+	echo "== loadtest drill disk-full, with Prometheus: 2m30s at 88.5 % (CellkitStoreNearFull fires), then full for 15 s"; \
+	$(BIN)/loadtest drill disk-full --bin $(BIN) --rate $(DRILL_RATE) --baseline 10s --after 10s \
+	  --prometheus $(BIN)/prometheus --json var/drill/disk-full.json --svg var/drill/disk-full.svg || rc=1; \
 	echo "== loadtest drill agency-slow, overloaded: 250/s, age budget 5s"; \
 	$(BIN)/loadtest drill agency-slow --bin $(BIN) --rate 250 --age-budget 5s --baseline 8s --after 8s \
 	  --json var/drill/agency-slow-overload.json --svg var/drill/agency-slow-overload.svg || rc=1; \

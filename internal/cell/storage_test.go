@@ -1,14 +1,18 @@
 package cell
 
 import (
+	"encoding/json"
+	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/cellkit/cellkit/internal/agencysim"
 	"github.com/cellkit/cellkit/internal/inquiry"
+	"github.com/cellkit/cellkit/internal/intake"
 	"github.com/cellkit/cellkit/internal/smallfs"
 	"github.com/cellkit/cellkit/internal/testkit"
 )
@@ -76,11 +80,45 @@ func TestFullDiskHealsWithoutARestart(t *testing.T) {
 	if r := h.post(user(100), nil); r.Status != http.StatusServiceUnavailable {
 		t.Errorf("POST with a failed store = %d %s", r.Status, r.Body)
 	}
+	// From the room on, new inquiries are refused as the cell's choice
+	// (Cellkit-Overloaded: the routers do not count it against the
+	// cell), never as a queue it cannot reach, until they are taken.
+	stop := make(chan struct{})
+	refusals := make(chan string, 1000)
+	var posting sync.WaitGroup
+	posting.Go(func() {
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			case <-time.After(10 * time.Millisecond):
+			}
+			r, err := testkit.Send(h.client, "POST", h.intake+"/v1/inquiries", user(1000+i), nil)
+			switch {
+			case err != nil:
+				refusals <- err.Error()
+			case r.Status >= 500 && r.Header.Get(intake.HeaderOverloaded) != "true":
+				refusals <- fmt.Sprintf("%d %s", r.Status, r.Body)
+			case r.Status == http.StatusAccepted:
+				var a struct{ ID string }
+				if json.Unmarshal(r.Body, &a) == nil {
+					ids = append(ids, a.ID) // read after posting.Wait
+				}
+			}
+		}
+	})
 	os.Remove(filepath.Join(h.cfg.StoreDir, "filler"))
 	testkit.WaitFor(t, 10*time.Second, "the store open again and the cell ready", func() bool {
 		ok, _ := h.cell.readiness()
 		return ok && !h.cell.storeFailed()
 	})
+	time.Sleep(200 * time.Millisecond)
+	close(stop)
+	posting.Wait()
+	close(refusals)
+	for r := range refusals {
+		t.Errorf("POST while the store healed: %s; want 503 storage-full with Cellkit-Overloaded, or 202", r)
+	}
 	for _, id := range ids {
 		var v inquiry.View
 		testkit.WaitFor(t, 90*time.Second, "inquiry "+id+" final", func() bool {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/nats-io/nats.go"
 )
 
 // The cell's watchdogs of its own health: a pipeline that is stuck, and a
@@ -36,8 +38,13 @@ func (c *Cell) storeFailed() bool { return c.disk != nil && c.disk.State().Faile
 // the stores again and clears their write error (a file store that failed
 // a write refuses every write after it); the cell's connection follows it
 // by itself. The work that was queued or in flight is delivered again from
-// the stores. A restart that fails ends the cell with an error, for its
-// supervisor to start it again.
+// the stores. The store counts as open again once the cell's connection
+// is back on the new server and JetStream answers there: until then new
+// inquiries are still refused as storage-full (the cell's choice, which
+// the routers do not count against it), not as a queue it cannot reach
+// (a failure, which opens their breakers). A restart that fails, or a
+// connection that does not come back within healWait, ends the cell with
+// an error, for its supervisor to start it again.
 func (c *Cell) healStore(ctx context.Context) error {
 	return c.everySample(ctx, func() error {
 		if failed, why := c.ns.StoreFailed(); failed && !c.storeFailed() {
@@ -51,9 +58,42 @@ func (c *Cell) healStore(ctx context.Context) error {
 		if err := c.ns.Restart(); err != nil {
 			return fmt.Errorf("the store failed a write and the embedded NATS could not be restarted: %w", err)
 		}
+		if err := c.untilQueueBack(ctx); err != nil {
+			return err
+		}
 		c.disk.Failed(false, "")
 		return nil
 	})
+}
+
+// healWait bounds the wait for the cell's connection after the embedded
+// NATS restarted in process (a restart takes tens of milliseconds).
+const healWait = 15 * time.Second
+
+// untilQueueBack waits until the cell's connection is back on its
+// embedded NATS, restarted, and JetStream answers on it. The connection
+// is asked to reconnect at once, not after its reconnect wait.
+func (c *Cell) untilQueueBack(ctx context.Context) error {
+	c.nc.ForceReconnect()
+	deadline := time.Now().Add(healWait)
+	for {
+		if c.nc.Status() == nats.CONNECTED {
+			actx, cancel := context.WithTimeout(ctx, time.Second)
+			_, err := c.js.AccountInfo(actx)
+			cancel()
+			if err == nil {
+				return nil
+			}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the embedded NATS restarted, but the cell's connection did not come back to it within %v", healWait)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
 }
 
 // everySample runs check every SampleInterval until ctx ends (nil) or

@@ -358,13 +358,26 @@ func plural(n int) string {
 	return "s"
 }
 
+// exitStatus is a failure with an exit status of its own (dev supervise
+// ends with its program's).
+type exitStatus struct {
+	code int
+	msg  string
+}
+
+func (e exitStatus) Error() string { return e.msg }
+
 // fail prints err as one line and returns its exit status.
 func (x *inv) fail(name string, err error) int {
 	msg := strings.Join(strings.Fields(strings.ReplaceAll(err.Error(), "\n", "; ")), " ")
 	fmt.Fprintf(x.errw, "%s: %s\n", name, msg)
 	var u usageError
-	if errors.As(err, &u) {
+	var st exitStatus
+	switch {
+	case errors.As(err, &u):
 		return ExitUsage
+	case errors.As(err, &st):
+		return st.code
 	}
 	return ExitFailure
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -73,7 +74,11 @@ The binaries (agencysim, cell, router) are taken from the directory of this
 cellctl, else ./bin ('make build' puts them there). Everything is kept under
 --dir: a second run reuses the map, the cells' stores and the key. PIDs,
 ports and the key are recorded in DIR/dev.json for 'dev status', 'dev down'
-and the drills; logs go to DIR/logs/NAME.log. Every process's admin listener
+and the drills; logs go to DIR/logs/NAME.log. Each process runs under
+'cellctl dev supervise', which restarts it when it ends on its own (1 s, 2 s,
+4 s... up to 30 s; its record in DIR/run/NAME.json, its restarts in 'dev
+status'), as the kubelet would; one ended by a signal to its process group
+('dev down', a drill's kill) stays down. Every process's admin listener
 (where it serves /metrics) is listed for Prometheus in
 DIR/prometheus/targets.json, a file_sd file rewritten by every dev up: job
 cellkit-agencysim, cellkit-cell (with cell="c1"...) and cellkit-router;
@@ -107,7 +112,7 @@ cellctl dev up --cells 3 --dir /tmp/stack --router-port 0 --port-base 0 --agency
 			fs.IntVar(&o.routerPort, "router-port", o.routerPort, "router's public `PORT` (admin: PORT+1; 0: free ports)")
 			fs.IntVar(&o.portBase, "port-base", o.portBase, "cell N listens on `BASE`+N (intake) and BASE+100+N (admin); 0: free ports")
 			fs.IntVar(&o.agencyPort, "agency-port", o.agencyPort, "simulator admin `PORT` (NICE +1, KCB +2; 0: free ports)")
-			fs.StringVar(&o.binDir, "bin", "", "`DIR` holding agencysim, cell and router (default: next to cellctl, else ./bin)")
+			fs.StringVar(&o.binDir, "bin", "", "`DIR` holding agencysim, cell, router and cellctl, their supervisor (default: next to cellctl, else ./bin)")
 			fs.DurationVar(&o.ageBudget, "age-budget", 0, "the cells' shedding budget for the oldest pending inquiry (`D`; 0: the cell's default)")
 			fs.StringVar(&o.laneBlind, "lane-blind", "", "`CELLS` (comma-separated) that shed both lanes alike, as cells did before lanes, to compare with the others")
 			fs.StringVar(&o.cellBin, "cell-bin", "", "the cells' `BINARY` instead of the cell of --bin (bin/faults/cell, built with the fault hooks, for the poison drill)")
@@ -170,8 +175,9 @@ func devStatusCommand() *command {
 		name:    "dev status",
 		section: secDev,
 		summary: "show whether each process of the local stack is alive and ready",
-		help: `Shows each process recorded in DIR/dev.json: PID, alive, ready (its /readyz
-answers 200), its addresses and log. Exit 1 unless every process is alive and
+		help: `Shows each process recorded in DIR/dev.json: PID (its supervisor's), alive,
+ready (its /readyz answers 200), how often its supervisor restarted it (and
+how it last ended), its addresses and log. Exit 1 unless every process is alive and
 ready. For the cells' queues and sessions, use 'cellctl status'.`,
 		examples: `cellctl dev status
 cellctl dev status --json | jq '.processes[] | select(.ready == false)'`,
@@ -189,6 +195,9 @@ cellctl dev status --json | jq '.processes[] | select(.ready == false)'`,
 			DevProcess
 			Alive bool `json:"alive"`
 			Ready bool `json:"ready"`
+			// Supervision is its supervisor's record: the program's
+			// pid, its restarts, its last exit.
+			Supervision *devstack.Supervision `json:"supervision,omitempty"`
 		}
 		var rows []row
 		bad := 0
@@ -199,6 +208,11 @@ cellctl dev status --json | jq '.processes[] | select(.ready == false)'`,
 		defer hc.CloseIdleConnections()
 		for _, p := range st.Processes {
 			r := row{DevProcess: p, Alive: devstack.Alive(p.PID)}
+			if p.Supervisor != nil {
+				if sv, err := devstack.ReadSupervision(p.Supervisor.State); err == nil {
+					r.Supervision = &sv
+				}
+			}
 			r.Ready = r.Alive && devstack.Probe(ctx, hc, p.Ready)
 			if !r.Ready {
 				bad++
@@ -212,9 +226,16 @@ cellctl dev status --json | jq '.processes[] | select(.ready == false)'`,
 		} else {
 			fmt.Fprintf(x.out, "Stack in %s, started %s; router %s, registry %s\n\n",
 				st.Dir, st.StartedAt.UTC().Format(time.RFC3339), st.Router, st.Registry)
-			t := newTable(x.out, "NAME", "PID", "ALIVE", "READY", "ADDRESSES", "LOG")
+			t := newTable(x.out, "NAME", "PID", "ALIVE", "READY", "RESTARTS", "ADDRESSES", "LOG")
 			for _, r := range rows {
-				t.row(r.Name, itoa(r.PID), yesNo(r.Alive), yesNo(r.Ready), addrList(r.Addrs), r.Log)
+				restarts := "-"
+				if sv := r.Supervision; sv != nil {
+					restarts = itoa(sv.Restarts)
+					if sv.Restarts > 0 {
+						restarts += " (last: " + sv.LastExit + ", " + sv.LastExitAt.Format(time.TimeOnly) + ")"
+					}
+				}
+				t.row(r.Name, itoa(r.PID), yesNo(r.Alive), yesNo(r.Ready), restarts, addrList(r.Addrs), r.Log)
 			}
 			t.flush()
 		}
@@ -237,6 +258,50 @@ func (x *inv) stackClient(st *DevStack) (*http.Client, error) {
 		return nil, fmt.Errorf("the stack's certificates: %w", err)
 	}
 	return hc, nil
+}
+
+func devSuperviseCommand() *command {
+	cfg := devstack.DefaultSuperviseConfig()
+	c := &command{
+		name:      "dev supervise",
+		argsUsage: "-- PROGRAM...",
+		section:   secDev,
+		summary:   "run a program, restarting it with backoff when it ends on its own",
+		help: `Runs PROGRAM with its arguments as a child, with this process's output and
+environment, and starts it again whenever it ends while no SIGTERM or SIGINT
+came: after --backoff, doubled after each restart up to --max-backoff, and from
+--backoff again after a run of --steady. (dev up fails a start whose
+program ends before it is ready: it reads the supervisor's record.)
+
+'dev up' and the network lab run each of their processes so, as the kubelet
+restarts a container: a cell that ends by itself (its stall watchdog, a store
+it cannot reopen) comes back. SIGTERM, SIGINT, SIGHUP, SIGUSR1 and SIGUSR2
+are passed on to the program. The supervisor leads the process group that
+both are in, so a signal to the group reaches both: 'dev down' stops both,
+and a drill's SIGKILL to the group ends both, so nothing restarts it.
+
+With --state, the program's pid, its restarts and its last exit are written
+to FILE (JSON) at each start and end; 'dev status' shows the restarts.
+The exit status is the program's last (128+N for signal N), or 0 when it is
+stopped while the program waits to restart.`,
+		examples: `cellctl dev supervise --state /tmp/c1.json -- bin/cell --cell c1 --store /tmp/c1
+cellctl dev supervise --backoff 100ms -- sh -c 'sleep 1; exit 1'`,
+		minArgs:   1,
+		maxArgs:   -1,
+		unbounded: func() bool { return true },
+		flags:     cfg.RegisterFlags,
+	}
+	c.run = func(ctx context.Context, x *inv, args []string) error {
+		if err := cfg.Validate(); err != nil {
+			return usageError{msg: err.Error()}
+		}
+		log := slog.New(slog.NewTextHandler(x.errw, nil))
+		if code := devstack.Supervise(ctx, cfg, args[0], args[1:], log); code != 0 {
+			return exitStatus{code: code, msg: fmt.Sprintf("%s ended with status %d", args[0], code)}
+		}
+		return nil
+	}
+	return c
 }
 
 func devCertsCommand() *command {

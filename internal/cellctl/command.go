@@ -53,7 +53,7 @@ func commands() []*command {
 
 		statusCommand(), failedListCommand(), failedRetryCommand(), circuitCommand(), hotkeysCommand(),
 
-		devUpCommand(), devDownCommand(), devStatusCommand(), devCertsCommand(),
+		devUpCommand(), devDownCommand(), devStatusCommand(), devCertsCommand(), devSuperviseCommand(),
 	}
 }
 

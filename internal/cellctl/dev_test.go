@@ -106,7 +106,49 @@ func TestDevStack(t *testing.T) {
 		}
 	}
 
+	// A cell that ends on its own (here its program killed alone, as
+	// the OOM killer would) is restarted by its supervisor and serves
+	// again; dev status counts the restart.
+	c1, _ := st.Process("c1")
+	first := devstack.Program(*c1)
+	programs := map[string]int{}
+	for _, p := range st.Processes {
+		if programs[p.Name] = devstack.Program(p); programs[p.Name] <= 0 || programs[p.Name] == p.PID {
+			t.Fatalf("%s: program pid %d under supervisor pid %d", p.Name, programs[p.Name], p.PID)
+		}
+	}
+	if err := syscall.Kill(first, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	var status struct {
+		Processes []struct {
+			Name        string                `json:"name"`
+			Ready       bool                  `json:"ready"`
+			Supervision *devstack.Supervision `json:"supervision"`
+		} `json:"processes"`
+	}
+	testkit.WaitFor(t, 30*time.Second, "c1 restarted and ready", func() bool {
+		out, err := cellctl("dev", "status", "--json").Output()
+		if err != nil && len(out) == 0 {
+			return false
+		}
+		if json.Unmarshal(out, &status) != nil {
+			return false
+		}
+		for _, p := range status.Processes {
+			if p.Name == "c1" {
+				return p.Ready && p.Supervision != nil && p.Supervision.Restarts == 1 && p.Supervision.PID != first
+			}
+		}
+		return false
+	})
+	devInquiry(t, st, "u-43")
+	programs["c1"] = devstack.Program(*c1)
+
 	out = run("dev", "status")
+	if !strings.Contains(out, "1 (last: signal: killed") {
+		t.Errorf("dev status does not show c1's restart:\n%s", out)
+	}
 	for _, p := range st.Processes {
 		if !strings.Contains(out, p.Name) {
 			t.Errorf("dev status lacks %s:\n%s", p.Name, out)
@@ -120,6 +162,11 @@ func TestDevStack(t *testing.T) {
 		t.Errorf("dev down output:\n%s", out)
 	}
 	assertGone(t, st.Processes)
+	for name, pid := range programs {
+		if devstack.Alive(pid) {
+			t.Errorf("%s's program (pid %d) outlived dev down", name, pid)
+		}
+	}
 	if err := cellctl("dev", "status").Run(); err == nil {
 		t.Error("dev status after dev down exits 0, want 1")
 	}
@@ -281,5 +328,24 @@ func assertGone(t *testing.T, procs []DevProcess) {
 		if devstack.Alive(p.PID) {
 			t.Errorf("%s (pid %d) still runs", p.Name, p.PID)
 		}
+	}
+}
+
+// dev supervise ends with its program's status (here SIGTERM's, as its
+// stop passes it on) and refuses a command line without a program or with
+// a backoff it cannot follow.
+func TestDevSupervise(t *testing.T) {
+	e := newFileEnv(t)
+	if r := e.run("dev", "supervise"); r.code != ExitUsage {
+		t.Errorf("no program: %v", r)
+	}
+	if r := e.run("dev", "supervise", "--backoff", "0s", "--", "true"); r.code != ExitUsage || !strings.Contains(r.stderr, "--backoff 0s must be positive") {
+		t.Errorf("--backoff 0: %v", r)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	r := e.runCtx(ctx, "dev", "supervise", "--", "sleep", "30")
+	if r.code != 128+int(syscall.SIGTERM) || !strings.Contains(r.stderr, "supervisor: program stopped") {
+		t.Errorf("stopped: %v; want exit %d", r, 128+int(syscall.SIGTERM))
 	}
 }

@@ -34,7 +34,7 @@ func (x *inv) devUp(ctx context.Context, o devOptions) error {
 			}
 		}
 	}
-	bins, err := findBinaries(o.binDir, "agencysim", "cell", "router")
+	bins, err := findBinaries(o.binDir, "agencysim", "cell", "router", "cellctl")
 	if err != nil {
 		return err
 	}
@@ -46,7 +46,7 @@ func (x *inv) devUp(ctx context.Context, o devOptions) error {
 			return usagef("--cell-bin %s: no such binary", o.cellBin)
 		}
 	}
-	for _, sub := range []string{"registry", "cells", "router", "logs"} {
+	for _, sub := range []string{"registry", "cells", "router", "logs", "run"} {
 		if err := os.MkdirAll(filepath.Join(dir, sub), 0o755); err != nil {
 			return err
 		}
@@ -99,6 +99,8 @@ func (x *inv) devUp(ctx context.Context, o devOptions) error {
 	}
 	for _, p := range procs {
 		p.Log = filepath.Join(dir, "logs", p.Name+".log")
+		// Each under a supervisor that restarts it when it ends on its own.
+		p.Supervisor = &devstack.Supervisor{Command: []string{bins["cellctl"], "dev", "supervise"}, State: devSupervision(dir, p.Name)}
 		c, err := devstack.Start(p)
 		if err != nil {
 			return fail(err)
@@ -152,6 +154,9 @@ func (x *inv) devUp(ctx context.Context, o devOptions) error {
 	fmt.Fprintf(x.out, "Stopped; data kept in %s for the next run.\n", o.dir)
 	return nil
 }
+
+// devSupervision is the supervisor's record of process name.
+func devSupervision(dir, name string) string { return filepath.Join(dir, "run", name+".json") }
 
 // devCellsAndRouter are the stack's cells and its router. With certs, the
 // cells' intake takes only the router's certificate and their admin API

@@ -54,6 +54,10 @@ type Process struct {
 	// Netns, if set, is the network namespace it runs in (a host of
 	// internal/netlab): Start runs it through `ip netns exec NETNS`.
 	Netns string `json:"netns,omitempty"`
+	// Supervisor, if set, runs it under a supervisor that restarts it
+	// when it ends on its own; PID is then the supervisor's (Program
+	// tells the program's).
+	Supervisor *Supervisor `json:"supervisor,omitempty"`
 	// Env are KEY=VALUE variables it gets on top of ChildEnv's, such as
 	// CONSUL_HTTP_TOKEN.
 	Env []string `json:"env,omitempty"`

@@ -13,6 +13,9 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	if os.Getenv(superviseEnv) == "1" {
+		os.Exit(superviseMain(os.Args[1:]))
+	}
 	// Every child's reaper must have returned by the end. Idle keep-alive
 	// connections of HTTP clients are not leaks.
 	goleak.VerifyTestMain(m,

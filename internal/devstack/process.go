@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -61,14 +62,25 @@ func Start(p Process) (*Child, error) {
 		return nil, fmt.Errorf("start %s: %w", p.Name, err)
 	}
 	defer logf.Close()
-	cmd := exec.Command(p.Bin, p.Args...)
+	argv := append([]string{p.Bin}, p.Args...)
+	if s := p.Supervisor; s != nil {
+		if len(s.Command) == 0 || s.State == "" {
+			return nil, fmt.Errorf("start %s: a supervisor needs a command and a state file", p.Name)
+		}
+		// The record is the new supervisor's from its first start on.
+		if err := os.Remove(s.State); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return nil, fmt.Errorf("start %s: %w", p.Name, err)
+		}
+		argv = append(append(slices.Clone(s.Command), "--state", s.State, "--"), argv...)
+	}
 	if p.Netns != "" {
 		ip, err := exec.LookPath("ip")
 		if err != nil {
 			return nil, fmt.Errorf("start %s in network namespace %s: %w", p.Name, p.Netns, err)
 		}
-		cmd = exec.Command(ip, append([]string{"netns", "exec", p.Netns, p.Bin}, p.Args...)...)
+		argv = append([]string{ip, "netns", "exec", p.Netns}, argv...)
 	}
+	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Stdout, cmd.Stderr, cmd.Env = logf, logf, append(ChildEnv(), p.Env...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if err := cmd.Start(); err != nil {
@@ -95,7 +107,15 @@ func (c *Child) Exited() <-chan struct{} { return c.exited }
 func (c *Child) Err() error { return c.err }
 
 // Ended reports whether the process has ended and, if so, how, in words.
+// For a supervised process an end of its program counts too, though its
+// supervisor starts it again: WaitReady fails a start that crashes at once
+// instead of waiting out its restarts.
 func (c *Child) Ended() (string, bool) {
+	if c.Supervisor != nil {
+		if s, err := ReadSupervision(c.Supervisor.State); err == nil && s.LastExit != "" {
+			return s.LastExit + " (its supervisor restarts it)", true
+		}
+	}
 	if c.exited == nil {
 		if Alive(c.PID) {
 			return "", false
@@ -148,7 +168,7 @@ func Stop(ctx context.Context, p Process, grace time.Duration) (string, error) {
 	}
 	start := time.Now()
 	if grace > 0 {
-		if err := signal(p.PID, syscall.SIGTERM); err != nil && Alive(p.PID) {
+		if err := signalGroup(p.PID, syscall.SIGTERM); err != nil && Alive(p.PID) {
 			return "", fmt.Errorf("stop %s: %w", p.Name, err)
 		}
 		for Alive(p.PID) {
@@ -165,7 +185,7 @@ func Stop(ctx context.Context, p Process, grace time.Duration) (string, error) {
 	if grace > 0 {
 		how += " after " + min(grace, time.Since(start)).Round(10*time.Millisecond).String()
 	}
-	if err := signal(p.PID, syscall.SIGKILL); err != nil && Alive(p.PID) {
+	if err := signalGroup(p.PID, syscall.SIGKILL); err != nil && Alive(p.PID) {
 		return "", fmt.Errorf("kill %s: %w", p.Name, err)
 	}
 	for deadline := time.Now().Add(killWait); Alive(p.PID); time.Sleep(stopPoll) {
@@ -199,8 +219,8 @@ func StopAll(ctx context.Context, procs []Process, grace time.Duration, report f
 	return n
 }
 
-// signal sends sig to the process group pid leads, else to pid alone.
-func signal(pid int, sig syscall.Signal) error {
+// signalGroup sends sig to the process group pid leads, else to pid alone.
+func signalGroup(pid int, sig syscall.Signal) error {
 	if pgid, err := syscall.Getpgid(pid); err == nil && pgid == pid {
 		return syscall.Kill(-pid, sig)
 	}
@@ -208,8 +228,9 @@ func signal(pid int, sig syscall.Signal) error {
 }
 
 // sameProgram guards against a recycled pid: where /proc tells, the process
-// must run p's binary (or, in a network namespace, still be the
-// `ip netns exec NETNS BIN` that is about to become it).
+// must run p's binary, or be a supervisor running it (COMMAND... -- BIN),
+// or, in a network namespace, still be the `ip netns exec NETNS ...` that
+// is about to become either.
 func sameProgram(p Process) bool {
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(p.PID) + "/cmdline")
 	if err != nil || len(b) == 0 {
@@ -220,10 +241,13 @@ func sameProgram(p Process) bool {
 		// stopped just after its start is stopped, not left running.
 		return true
 	}
-	argv := bytes.Split(b, []byte{0})
-	if string(argv[0]) == p.Bin {
+	argv := strings.Split(strings.TrimSuffix(string(b), "\x00"), "\x00")
+	if p.Netns != "" && len(argv) > 4 && argv[1] == "netns" && argv[2] == "exec" && argv[3] == p.Netns {
+		argv = argv[4:]
+	}
+	if argv[0] == p.Bin {
 		return true
 	}
-	return p.Netns != "" && len(argv) > 4 && string(argv[1]) == "netns" && string(argv[2]) == "exec" &&
-		string(argv[3]) == p.Netns && string(argv[4]) == p.Bin
+	i := slices.Index(argv, "--")
+	return i >= 0 && i+1 < len(argv) && argv[i+1] == p.Bin
 }

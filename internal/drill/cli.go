@@ -59,7 +59,7 @@ func Command(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	fs.Float64Var(&c.SlowFactor, "slow-factor", d.SlowFactor, "agency-slow: latency multiplier")
 	fs.DurationVar(&c.IntakeP99, "intake-p99", d.IntakeP99, "agency-slow: intake p99 bound while slow")
 	fs.DurationVar(&c.VerifyWithin, "verify-within", d.VerifyWithin, "how long to poll accepted ids until final")
-	fs.StringVar(&c.Prometheus, "prometheus", "", "kill, poison: run this prometheus `BIN` against the stack and check the alerts (kill: CellkitCellDown, needs --fault 45s or more; poison: CellkitInquiryPanics)")
+	fs.StringVar(&c.Prometheus, "prometheus", "", "kill, poison, disk-full: run this prometheus `BIN` against the stack and check the alerts (kill: CellkitCellDown, needs --fault 45s or more; poison: CellkitInquiryPanics; disk-full: CellkitStoreNearFull, with a phase of 2m30s at 88.5% full first)")
 	fs.StringVar(&c.Rules, "rules", d.Rules, "the alert rules `FILE` for --prometheus")
 	fs.BoolVar(&quiet, "quiet", false, "no progress lines")
 	fs.Float64Var(&c.HighShare, "high-share", 0, "share of requests asking for the high lane (0: 0.2 in priority, else 0.25)")

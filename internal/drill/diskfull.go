@@ -14,6 +14,7 @@ import (
 	"github.com/cellkit/cellkit/internal/devstack"
 	"github.com/cellkit/cellkit/internal/loadtest"
 	"github.com/cellkit/cellkit/internal/smallfs"
+	"github.com/cellkit/cellkit/internal/storage"
 )
 
 // The disk-full drill's bounds. Once there is room, the cell restarts its
@@ -21,6 +22,17 @@ import (
 // within a reconnect wait (250 ms); HealBound leaves margin for the shared
 // machine and the redelivery of what was in flight.
 const HealBound = 5 * time.Second
+
+// With a Prometheus, the disk-full drill first fills the disk to
+// NearFullLevel of its size (past 90 % of the cell's high watermark of
+// 95 %, below the watermark) for NearFullHold: CellkitStoreNearFull
+// (`for: 2m`) must fire within NearFullBound of that fill, before the
+// disk is filled up, while the cell goes on taking inquiries.
+const (
+	NearFullLevel = 0.885
+	NearFullHold  = 2*time.Minute + 30*time.Second
+	NearFullBound = 2*time.Minute + 15*time.Second // the rule's for, a scrape, an evaluation, a poll and margin
+)
 
 // DiskFull: the cell's store is moved onto a filesystem of its own
 // (Config.Disk bytes, a tmpfs the drill mounts on the store's directory),
@@ -53,23 +65,55 @@ func DiskFull(ctx context.Context, c Config) (_ *loadtest.Result, err error) {
 		}
 	}()
 	failuresBefore, _ := cellCounter(ctx, st, c.Cell, "cellkit_cell_store_write_failures_total")
+	pid := st.program(c.Cell) // healed in place: the same program at the end
 
-	end := c.Baseline + c.Fault + c.After
+	prom, err := c.startPrometheus(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var near time.Duration // the near-full phase, with a Prometheus
+	if prom != nil {
+		defer prom.Stop()
+		near = NearFullHold
+	}
+	end := c.Baseline + near + c.Fault + c.After
 	r, err := c.runner(end)
 	if err != nil {
 		return nil, err
 	}
+	if prom != nil {
+		prom.Watch(ctx, r)
+	}
 	wait := startLoad(ctx, r)
 	filler := filepath.Join(dir, "drill-filler")
-	var fullAt, freedAt time.Duration
+	var nearAt, fullAt, freedAt time.Duration
 	actErr := func() error {
 		if err := sleepUntil(ctx, r, c.Baseline); err != nil {
 			return err
 		}
+		if near > 0 {
+			u, err := storage.Stat(dir)
+			if err != nil {
+				return err
+			}
+			n, err := smallfs.Fill(dir, filepath.Base(filler), u.Size-int64(NearFullLevel*float64(u.Size)))
+			nearAt = r.Elapsed()
+			r.Mark(fmt.Sprintf("%s's disk filled to %.1f%%", c.Cell, 100*NearFullLevel))
+			c.logf("%s's disk filled to %.1f%% at %.1fs (%d MiB written)", c.Cell, 100*NearFullLevel, nearAt.Seconds(), n>>20)
+			if err != nil {
+				return err
+			}
+			if err := sleepUntil(ctx, r, nearAt+near); err != nil {
+				return err
+			}
+		}
+		// Full from when the fill ends (writing hundreds of MiB takes a
+		// second or more on a loaded machine).
+		began := r.Elapsed()
+		n, err := smallfs.Fill(dir, filepath.Base(filler), 0)
 		fullAt = r.Elapsed()
 		r.Mark(c.Cell + "'s disk filled")
-		n, err := smallfs.Fill(dir, filepath.Base(filler), 0)
-		c.logf("%s's disk filled at %.1fs (%d MiB written)", c.Cell, fullAt.Seconds(), n>>20)
+		c.logf("%s's disk filled at %.1fs (%d MiB written in %.1fs)", c.Cell, fullAt.Seconds(), n>>20, (fullAt - began).Seconds())
 		if err != nil {
 			return err
 		}
@@ -93,6 +137,12 @@ func DiskFull(ctx context.Context, c Config) (_ *loadtest.Result, err error) {
 	cells := loadtest.UserCells(res.Samples, 0, fullAt)
 	victim := func(u int) bool { return cells[u] == c.Cell }
 	checkOtherCells(d, c, st, res.Samples, cells, fullAt, freedAt, end, "fill", "full")
+	if prom != nil {
+		nearly := loadtest.Window{From: nearAt, To: fullAt, Users: victim}.Stats(res.Samples)
+		d.Check(fmt.Sprintf("%s's users while its disk was %.1f%% full: still taken", c.Cell, 100*NearFullLevel), nearly.N > 0 && nearly.Errors == 0,
+			fmt.Sprintf("%d errors of %d %v", nearly.Errors, nearly.N, nearly.Status), "0 errors")
+		checkNearFullAlert(d, prom.Alerts(), c.Cell, nearAt, fullAt)
+	}
 
 	full := loadtest.Window{From: fullAt, To: freedAt, Users: victim}.Stats(res.Samples)
 	d.Check(c.Cell+"'s users while full: timeouts", full.N > 0 && full.Timeouts == 0,
@@ -114,7 +164,7 @@ func DiskFull(ctx context.Context, c Config) (_ *loadtest.Result, err error) {
 	after := loadtest.Window{From: freedAt + HealBound, To: end, Users: victim}.Stats(res.Samples)
 	d.Check(c.Cell+"'s errors from "+HealBound.String()+" after the space came back", after.N > 0 && after.Errors == 0,
 		fmt.Sprintf("%d of %d %v", after.Errors, after.N, after.Status), "0")
-	alive := devstack.Alive(st.pid(c.Cell))
+	alive := devstack.Alive(pid) && st.program(c.Cell) == pid
 	readyErr := st.WaitReady(ctx, c.Cell, 5*time.Second)
 	d.Check(c.Cell+" healed in place (same process, ready)", alive && readyErr == nil,
 		fmt.Sprintf("alive %v, ready: %v", alive, errText(readyErr)), "yes")
@@ -127,6 +177,32 @@ func DiskFull(ctx context.Context, c Config) (_ *loadtest.Result, err error) {
 	d.Finish()
 	res.Drill = d
 	return res, nil
+}
+
+// checkNearFullAlert checks that CellkitStoreNearFull fired for cell
+// within NearFullBound of nearAt and before fullAt (before the watermark
+// was reached), and for no other cell.
+func checkNearFullAlert(d *loadtest.Verdict, seen []AlertSeen, cell string, nearAt, fullAt time.Duration) {
+	var fired *AlertSeen
+	var others []string
+	for i, a := range seen {
+		d.Note("alert %s: pending at %s, firing at %s, resolved at %s", a.Key(), atText(a.Pending), atText(a.Firing), atText(a.Resolved))
+		if a.Name != "CellkitStoreNearFull" || a.Firing < 0 {
+			continue
+		}
+		if a.Labels["cell"] == cell {
+			fired = &seen[i]
+		} else {
+			others = append(others, a.Key())
+		}
+	}
+	what := "never"
+	if fired != nil {
+		what = sinceText(fired.Firing, nearAt) + " after the fill, " + sinceText(fullAt, fired.Firing) + " before the disk was full"
+	}
+	d.Check("alert CellkitStoreNearFull{cell="+cell+"} fires before the watermark", fired != nil && fired.Firing-nearAt <= NearFullBound && fired.Firing < fullAt,
+		what, "≤ "+NearFullBound.String()+", before the disk is full")
+	d.Check("alert CellkitStoreNearFull for the other cells", len(others) == 0, fmt.Sprintf("%d %v", len(others), others), "0")
 }
 
 // argValue is the value of flag in args (--flag VALUE or --flag=VALUE).
@@ -187,10 +263,11 @@ func (st *Stack) moveStore(ctx context.Context, cell, dir string, swap func() er
 	return st.WaitReady(ctx, cell, 30*time.Second)
 }
 
-// pid is the process's pid as recorded now.
-func (st *Stack) pid(name string) int {
+// program is the pid of the process's program now (devstack.Program: the
+// supervised child's), 0 if it is not running: a restart changes it.
+func (st *Stack) program(name string) int {
 	if p, err := st.Proc(name); err == nil {
-		return p.PID
+		return devstack.Program(*p)
 	}
 	return 0
 }

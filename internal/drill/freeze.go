@@ -7,6 +7,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/cellkit/cellkit/internal/devstack"
 	"github.com/cellkit/cellkit/internal/loadtest"
 )
 
@@ -33,14 +34,13 @@ func Freeze(ctx context.Context, c Config) (*loadtest.Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	pid := p.PID
 	end := c.Baseline + c.Fault + c.After
 	r, err := c.runner(end)
 	if err != nil {
 		return nil, err
 	}
 	wait := startLoad(ctx, r)
-	freezeAt, thawAt, actErr := freezeDuring(ctx, r, c.logf, c.Cell, pid, c.Baseline, c.Fault)
+	freezeAt, thawAt, actErr := freezeDuring(ctx, r, c.logf, *p, c.Baseline, c.Fault)
 	res, err := wait()
 	if err != nil {
 		return nil, err
@@ -92,22 +92,23 @@ func Freeze(ctx context.Context, c Config) (*loadtest.Result, error) {
 	return res, nil
 }
 
-// freezeDuring stops process pid (name, for the marks and the log) with
-// SIGSTOP at the run's time at, and continues it with SIGCONT fault later;
-// it returns when each happened. The process is continued whatever fails:
-// a drill never leaves one stopped.
-func freezeDuring(ctx context.Context, r *loadtest.Runner, logf func(string, ...any), name string, pid int, at, fault time.Duration) (freezeAt, thawAt time.Duration, err error) {
+// freezeDuring stops process p with SIGSTOP at the run's time at (to its
+// process group: the program and its supervisor), and continues it with
+// SIGCONT fault later; it returns when each happened. The process is
+// continued whatever fails: a drill never leaves one stopped.
+func freezeDuring(ctx context.Context, r *loadtest.Runner, logf func(string, ...any), p devstack.Process, at, fault time.Duration) (freezeAt, thawAt time.Duration, err error) {
 	if err := sleepUntil(ctx, r, at); err != nil {
 		return 0, 0, err
 	}
-	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+	name, pid := p.Name, devstack.Program(p)
+	if err := devstack.Signal(p, syscall.SIGSTOP); err != nil {
 		return 0, 0, fmt.Errorf("SIGSTOP %s (pid %d): %w", name, pid, err)
 	}
 	freezeAt = r.Elapsed()
 	r.Mark(name + " frozen (SIGSTOP)")
 	logf("%s frozen (SIGSTOP, pid %d) at %.1fs", name, pid, freezeAt.Seconds())
 	err = sleepUntil(ctx, r, freezeAt+fault)
-	if cerr := syscall.Kill(pid, syscall.SIGCONT); cerr != nil && err == nil {
+	if cerr := devstack.Signal(p, syscall.SIGCONT); cerr != nil && err == nil {
 		err = fmt.Errorf("SIGCONT %s (pid %d): %w", name, pid, cerr)
 	}
 	thawAt = r.Elapsed()

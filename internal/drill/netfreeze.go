@@ -32,12 +32,11 @@ func FreezeInstance(ctx context.Context, c NetConfig) (*loadtest.Result, error) 
 	if !ok {
 		return nil, fmt.Errorf("no process %q in the stack", in.Proc)
 	}
-	pid := p.PID
 	if err := n.watchSessions(ctx); err != nil {
 		return nil, err
 	}
 	wait := startLoad(ctx, n.r)
-	freezeAt, thawAt, actErr := freezeDuring(ctx, n.r, c.logf, in.Proc, pid, c.Baseline, c.Fault)
+	freezeAt, thawAt, actErr := freezeDuring(ctx, n.r, c.logf, *p, c.Baseline, c.Fault)
 	res, err := wait()
 	if err != nil {
 		return nil, err

@@ -33,7 +33,7 @@ func Poison(ctx context.Context, c Config) (*loadtest.Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	pid := victim.PID
+	pid := devstack.Program(*victim)
 	users, err := cellUsers(ctx, st, c.Cell, "poison-", c.Poison)
 	if err != nil {
 		return nil, err
@@ -132,7 +132,7 @@ func Poison(ctx context.Context, c Config) (*loadtest.Result, error) {
 	if prom != nil {
 		checkPanicAlert(d, prom.Alerts(), c.Cell, burstAt)
 	}
-	alive := devstack.Alive(pid)
+	alive := devstack.Alive(pid) && st.program(c.Cell) == pid
 	readyErr := st.WaitReady(ctx, c.Cell, 5*time.Second)
 	d.Check(c.Cell+" kept running (same process, ready)", alive && readyErr == nil, fmt.Sprintf("pid %d alive %v, ready: %v", pid, alive, errText(readyErr)), "yes")
 

@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -49,6 +50,11 @@ type env struct {
 	srv  *natsembed.Server
 	clk  *testkit.Clock
 	maps *mapRef
+	// nodes, for newClusterEnv, are a JetStream cluster the cells
+	// connect to by all of its URLs (srv is its first node), with their
+	// store dirs.
+	nodes []*natsembed.Server
+	dirs  []string
 }
 
 func newEnv(t *testing.T) *env {
@@ -68,6 +74,72 @@ func newEnv(t *testing.T) *env {
 	return &env{t: t, srv: srv, clk: testkit.NewClock(time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)), maps: &mapRef{}}
 }
 
+// newClusterEnv is newEnv on a three-node JetStream cluster: the cells
+// connect to every node, and their streams and records have three
+// replicas when cellOpts.queue.Replicas says so.
+func newClusterEnv(t *testing.T) *env {
+	t.Helper()
+	dirs := []string{t.TempDir(), t.TempDir(), t.TempDir()}
+	nodes, err := natsembed.StartCluster(natsembed.ClusterConfig{Name: "intake", Dirs: dirs}, natsembed.Options{Logger: testkit.Logger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &env{t: t, srv: nodes[0], nodes: nodes, dirs: dirs, clk: testkit.NewClock(time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)), maps: &mapRef{}}
+	t.Cleanup(func() {
+		for _, n := range e.nodes {
+			n.Shutdown()
+		}
+	})
+	return e
+}
+
+// restartNode starts node i of the cluster again after its Shutdown: the
+// same name, store and route port (a clustered server is not restarted in
+// process), a new client port.
+func (e *env) restartNode(i int) {
+	t := e.t
+	t.Helper()
+	u, err := url.Parse(e.nodes[i].RouteURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	port, _ := strconv.Atoi(u.Port())
+	var routes []string
+	for _, n := range e.nodes {
+		routes = append(routes, n.RouteURL())
+	}
+	n, err := natsembed.Start(natsembed.Config{Name: fmt.Sprintf("intake-%d", i), StoreDir: e.dirs[i],
+		Cluster: natsembed.Cluster{Name: "intake", Port: port, Routes: routes}}, natsembed.Options{Logger: testkit.Logger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.nodes[i] = n
+}
+
+// connect is a connection of a cell's own to the env's server, or to every
+// node of its cluster.
+func (e *env) connect(opts ...nats.Option) (*nats.Conn, jetstream.JetStream) {
+	t := e.t
+	t.Helper()
+	if e.nodes == nil {
+		return celltest.Connect(t, e.srv, opts...)
+	}
+	var urls []string
+	for _, n := range e.nodes {
+		urls = append(urls, n.ClientURL())
+	}
+	nc, err := nats.Connect(strings.Join(urls, ","), opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return nc, js
+}
+
 // cellOpts shape one cell under test. Zero values: cell c1, default
 // budgets, the env's map, opened.
 type cellOpts struct {
@@ -76,8 +148,9 @@ type cellOpts struct {
 	queue  queue.Config
 	shed   shed.Config
 	cmap   func() *slotmap.Map
-	closed bool   // leave the intake as New makes it (closed)
-	moves  *Moves // TrackMoves before serving
+	now    func() time.Time // the env's fake clock if nil
+	closed bool             // leave the intake as New makes it (closed)
+	moves  *Moves           // TrackMoves before serving
 	// tls serves the intake over TLS with a cell certificate of certs,
 	// client certificates of its CA required (their role is the
 	// handler's to judge); requests are sent with the router's
@@ -113,8 +186,11 @@ func (e *env) cell(o cellOpts) *testCell {
 		o.cmap = e.maps.Get
 	}
 	ctx := context.Background()
-	nc, js := celltest.Connect(t, e.srv, nats.MaxReconnects(-1), nats.ReconnectWait(250*time.Millisecond))
-	st, err := store.Open(ctx, js, o.id, 0)
+	if o.now == nil {
+		o.now = e.clk.Now
+	}
+	nc, js := e.connect(nats.MaxReconnects(-1), nats.ReconnectWait(250*time.Millisecond))
+	st, err := store.OpenReplicated(ctx, js, o.id, 0, o.queue.Replicas)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -123,9 +199,9 @@ func (e *env) cell(o cellOpts) *testCell {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sh := shed.New(o.shed, shed.Options{Now: e.clk.Now})
+	sh := shed.New(o.shed, shed.Options{Now: o.now})
 	o.intake.Cell = o.id
-	opts := Options{Queue: q, Shedder: sh, Map: o.cmap, Logger: testkit.Logger(), Now: e.clk.Now}
+	opts := Options{Queue: q, Shedder: sh, Map: o.cmap, Logger: testkit.Logger(), Now: o.now}
 	if o.tls != nil {
 		opts.PeerTLS = clientTLS(t, *o.tls, pki.RoleCell)
 	}

@@ -161,7 +161,7 @@ func status(ctx context.Context, dir string, w io.Writer) error {
 	hc := &http.Client{Timeout: 2 * time.Second}
 	defer hc.CloseIdleConnections()
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "HOST\tADDRESS\tLINK\tCUT FROM\tPROCESS\tPID\tALIVE\tREADY\tBOUND")
+	fmt.Fprintln(tw, "HOST\tADDRESS\tLINK\tCUT FROM\tPROCESS\tPID\tALIVE\tREADY\tRESTARTS\tBOUND")
 	bad, total := 0, 0
 	for _, hs := range st.Hosts {
 		link, cuts, bound := "-", "-", "-"
@@ -172,7 +172,7 @@ func status(ctx context.Context, dir string, w io.Writer) error {
 		}
 		ps := processesOn(st, hs)
 		if len(ps) == 0 {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t-\t-\t-\t-\t%s\n", hs.Name, hs.Addr, link, cuts, bound)
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t-\t-\t-\t-\t-\t%s\n", hs.Name, hs.Addr, link, cuts, bound)
 		}
 		for i, p := range ps {
 			total++
@@ -187,7 +187,13 @@ func status(ctx context.Context, dir string, w io.Writer) error {
 				fmt.Fprint(tw, "\t\t\t\t")
 				bound = ""
 			}
-			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\n", p.Name, p.PID, yesNo(a), yesNo(r), bound)
+			restarts := "-"
+			if p.Supervisor != nil {
+				if sv, err := devstack.ReadSupervision(p.Supervisor.State); err == nil {
+					restarts = strconv.Itoa(sv.Restarts)
+				}
+			}
+			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\n", p.Name, p.PID, yesNo(a), yesNo(r), restarts, bound)
 		}
 	}
 	tw.Flush()

@@ -281,7 +281,7 @@ func Up(ctx context.Context, cfg Config, opts Options) (*Stack, error) {
 	} else if !sw.Empty() {
 		fmt.Fprintf(progress, "net: swept a crashed lab %v: %d processes, %d namespaces, %d links\n", sw.Prefixes, len(sw.Killed), len(sw.Namespaces), len(sw.Links))
 	}
-	bins, err := findBinaries(cfg.Bin, "consul", "cell", "router", "agencysim", "nats-server")
+	bins, err := findBinaries(cfg.Bin, "consul", "cell", "router", "agencysim", "nats-server", "cellctl")
 	if err != nil {
 		return nil, err
 	}
@@ -296,7 +296,7 @@ func Up(ctx context.Context, cfg Config, opts Options) (*Stack, error) {
 	if err := os.RemoveAll(filepath.Join(dir, "nats")); err != nil {
 		return nil, err
 	}
-	for _, sub := range []string{"logs", "router", "cells", "nats"} {
+	for _, sub := range []string{"logs", "router", "cells", "nats", "run"} {
 		if err := os.MkdirAll(filepath.Join(dir, sub), 0o755); err != nil {
 			return nil, err
 		}
@@ -367,6 +367,9 @@ func Up(ctx context.Context, cfg Config, opts Options) (*Stack, error) {
 	defer hc.CloseIdleConnections()
 	start := func(h *netlab.Host, p devstack.Process) (*devstack.Child, error) {
 		p.Log = filepath.Join(dir, "logs", p.Name+".log")
+		// Each under a supervisor that restarts it when it ends on its
+		// own, as the kubelet would (see cellctl dev supervise).
+		p.Supervisor = &devstack.Supervisor{Command: []string{bins["cellctl"], "dev", "supervise"}, State: filepath.Join(dir, "run", p.Name+".json")}
 		c, err := h.Start(p)
 		if err != nil {
 			return nil, err

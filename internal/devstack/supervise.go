@@ -1,0 +1,230 @@
+package devstack
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/cellkit/cellkit/internal/atomicfile"
+)
+
+// Supervisor says how Start runs a process under supervision: as the child
+// of a supervisor that restarts it when it ends on its own, with backoff,
+// as the kubelet restarts a container. The stack records the supervisor's
+// pid, which leads the process group that both are in: Stop and Signal
+// reach both (a drill's SIGKILL ends the supervisor too, so the process
+// stays down; a SIGSTOP freezes the program). Only an end that no signal
+// to the group caused — the program's own exit, a crash, the OOM killer —
+// is restarted.
+type Supervisor struct {
+	// Command is the supervisor program and its first arguments, such
+	// as [/abs/bin/cellctl dev supervise]; Start appends --state State,
+	// "--", the process's binary and its arguments.
+	Command []string `json:"command"`
+	// State is the file where the supervisor records the program's pid
+	// and its restarts (Supervision).
+	State string `json:"state"`
+}
+
+// Supervision is a supervisor's record of its program (Supervisor.State),
+// replaced atomically at each start and end.
+type Supervision struct {
+	PID        int       `json:"pid"`      // the program's; 0 while it waits to restart
+	Restarts   int       `json:"restarts"` // starts after the first
+	LastExit   string    `json:"last_exit,omitempty"`
+	LastExitAt time.Time `json:"last_exit_at,omitzero"`
+	// NextStart is when the program starts again, while it waits.
+	NextStart time.Time `json:"next_start,omitzero"`
+}
+
+// ReadSupervision reads a supervisor's record.
+func ReadSupervision(path string) (Supervision, error) {
+	var s Supervision
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return s, err
+	}
+	if err := json.Unmarshal(b, &s); err != nil {
+		return s, fmt.Errorf("read %s: %w", path, err)
+	}
+	return s, nil
+}
+
+// Program is the pid of the program p runs: the supervised child's, as its
+// supervisor recorded it, for a supervised process (0 while it waits to
+// restart); p.PID otherwise.
+func Program(p Process) int {
+	if p.Supervisor == nil {
+		return p.PID
+	}
+	s, err := ReadSupervision(p.Supervisor.State)
+	if err != nil {
+		return 0
+	}
+	return s.PID
+}
+
+// SuperviseConfig is how Supervise restarts its program.
+type SuperviseConfig struct {
+	// State is the file of the supervisor's record (Supervision); none if
+	// empty.
+	State string
+	// Backoff is the wait before the first restart, doubled after each
+	// restart up to MaxBackoff.
+	Backoff    time.Duration
+	MaxBackoff time.Duration
+	// Steady is how long a run lasts for the backoff to start again from
+	// Backoff.
+	Steady time.Duration
+}
+
+// DefaultSuperviseConfig restarts after 1 s, 2 s, 4 s... up to 30 s; a run
+// of a minute starts the backoff again from 1 s.
+func DefaultSuperviseConfig() SuperviseConfig {
+	return SuperviseConfig{Backoff: time.Second, MaxBackoff: 30 * time.Second, Steady: time.Minute}
+}
+
+// RegisterFlags binds cfg's fields to flags of fs (--state, --backoff,
+// --max-backoff, --steady), with cfg's values as defaults:
+// the supervisor programs' flags, which Start's command line uses.
+func (cfg *SuperviseConfig) RegisterFlags(fs *flag.FlagSet) {
+	fs.StringVar(&cfg.State, "state", cfg.State, "record the program's pid and restarts in `FILE` (JSON)")
+	fs.DurationVar(&cfg.Backoff, "backoff", cfg.Backoff, "wait `D` before the first restart, doubled after each one")
+	fs.DurationVar(&cfg.MaxBackoff, "max-backoff", cfg.MaxBackoff, "wait at most `D` before a restart")
+	fs.DurationVar(&cfg.Steady, "steady", cfg.Steady, "a run of `D` starts the backoff again from --backoff")
+}
+
+// Validate reports a configuration Supervise cannot follow.
+func (cfg SuperviseConfig) Validate() error {
+	switch {
+	case cfg.Backoff <= 0:
+		return fmt.Errorf("--backoff %v must be positive", cfg.Backoff)
+	case cfg.MaxBackoff < cfg.Backoff:
+		return fmt.Errorf("--max-backoff %v must be at least --backoff %v", cfg.MaxBackoff, cfg.Backoff)
+	case cfg.Steady <= 0:
+		return fmt.Errorf("--steady %v must be positive", cfg.Steady)
+	}
+	return nil
+}
+
+// forwarded are the signals the supervisor passes on to its program. A
+// signal sent to the group reaches the program twice (the stack's
+// programs take a second SIGTERM as the first); SIGHUP and the user
+// signals would otherwise end the supervisor.
+var forwarded = []os.Signal{syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGUSR1, syscall.SIGUSR2}
+
+// Supervise runs bin with args as its child, with this process's output
+// and environment, and starts it again when it ends while no SIGTERM or
+// SIGINT has come (nor ctx ended), after the backoff of cfg. It returns the
+// exit status to end with: the program's last (128+N for signal N), or 0
+// when stopped while the program waited to restart.
+func Supervise(ctx context.Context, cfg SuperviseConfig, bin string, args []string, log *slog.Logger) int {
+	sigs := make(chan os.Signal, 8)
+	signal.Notify(sigs, forwarded...)
+	defer signal.Stop(sigs)
+	var rec Supervision
+	record := func() {
+		if cfg.State == "" {
+			return
+		}
+		b, _ := json.Marshal(rec)
+		if err := atomicfile.WriteFile(cfg.State, append(b, '\n'), 0o644); err != nil {
+			log.Warn("supervisor: cannot record the program's state", "err", err)
+		}
+	}
+	stopping := false
+	backoff := cfg.Backoff
+	for {
+		cmd := exec.Command(bin, args...)
+		cmd.Stdin, cmd.Stdout, cmd.Stderr = nil, os.Stdout, os.Stderr
+		started := time.Now()
+		if err := cmd.Start(); err != nil {
+			log.Error("supervisor: cannot start the program", "bin", bin, "err", err)
+			return 127
+		}
+		rec.PID, rec.NextStart = cmd.Process.Pid, time.Time{}
+		record()
+		log.Info("supervisor: program started", "bin", bin, "pid", rec.PID, "restarts", rec.Restarts)
+		done := make(chan error, 1)
+		go func() { done <- cmd.Wait() }()
+		var err error
+	wait:
+		for {
+			select {
+			case err = <-done:
+				break wait
+			case sig := <-sigs:
+				stopping = stopping || sig == syscall.SIGTERM || sig == syscall.SIGINT
+				cmd.Process.Signal(sig)
+			case <-ctx.Done():
+				if !stopping {
+					stopping = true
+					cmd.Process.Signal(syscall.SIGTERM)
+				}
+			}
+		}
+		ran := time.Since(started)
+		code := exitCode(err)
+		rec.PID, rec.LastExit, rec.LastExitAt = 0, ExitText(err), time.Now().UTC()
+		record()
+		if stopping {
+			log.Info("supervisor: program stopped", "pid", cmd.Process.Pid, "status", ExitText(err))
+			return code
+		}
+		if ran >= cfg.Steady {
+			backoff = cfg.Backoff
+		}
+		rec.Restarts++
+		rec.NextStart = time.Now().Add(backoff).UTC()
+		record()
+		log.Warn("supervisor: program ended on its own; restarting it", "pid", cmd.Process.Pid,
+			"status", ExitText(err), "ran", ran.Round(time.Millisecond), "restart", rec.Restarts, "in", backoff)
+		t := time.NewTimer(backoff)
+		backoff = min(2*backoff, cfg.MaxBackoff)
+	pause:
+		for {
+			select {
+			case <-t.C:
+				break pause
+			case sig := <-sigs:
+				if sig == syscall.SIGTERM || sig == syscall.SIGINT {
+					t.Stop()
+					log.Info("supervisor: stopped while the program waited to restart")
+					return 0
+				}
+			case <-ctx.Done():
+				t.Stop()
+				log.Info("supervisor: stopped while the program waited to restart")
+				return 0
+			}
+		}
+	}
+}
+
+// exitCode is the status a shell gives for a Wait error: the program's
+// exit status, 128+N for signal N.
+func exitCode(err error) int {
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) {
+		if err == nil {
+			return 0
+		}
+		return 1
+	}
+	if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return 128 + int(ws.Signal())
+	}
+	return ee.ExitCode()
+}
+
+// Signal sends sig to p's process group (the supervisor and its program,
+// for a supervised process), else to p.PID alone.
+func Signal(p Process, sig syscall.Signal) error { return signalGroup(p.PID, sig) }

@@ -1,0 +1,120 @@
+package intake
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/cellkit/cellkit/internal/inquiry"
+	"github.com/cellkit/cellkit/internal/queue"
+	"github.com/cellkit/cellkit/internal/testkit"
+)
+
+// While the cell's streams have no leader, new inquiries wait for the
+// next one instead of failing: two of the three nodes go (the quorum with
+// them) for 2 s while POSTs go on, then one comes back. Every POST is
+// accepted, many after a wait, and every accepted inquiry has its record
+// and its record's job queued, once (a try that timed out may have left a
+// message of its own job, which is stale).
+func TestNewInquiriesWaitOutAnElection(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a three-node JetStream cluster and an election")
+	}
+	e := newClusterEnv(t)
+	e.maps.Set(testMapOf(t, nil, "c1"))
+	c := e.cell(cellOpts{queue: queue.Config{Replicas: 3}, now: time.Now,
+		intake: Config{LeaderWait: 30 * time.Second, TryTimeout: 750 * time.Millisecond}})
+	// 40 POSTs a second for 6 s; at 1 s nodes 1 and 2 go, at 3 s node 1
+	// comes back.
+	const posts, every = 240, 25 * time.Millisecond
+	var mu sync.Mutex
+	statuses := map[int]int{}
+	var accepted []string
+	var wg sync.WaitGroup
+	for i := range posts {
+		switch i {
+		case 40:
+			t.Log("shutting down nodes 1 and 2: no quorum, no leader")
+			e.nodes[1].Shutdown()
+			e.nodes[2].Shutdown()
+		case 120:
+			t.Log("node 1 back")
+			e.restartNode(1)
+		}
+		wg.Go(func() {
+			r, err := testkit.Send(c.client, "POST", c.url+"/v1/inquiries", request(fmt.Sprintf("u-%d", i)), nil)
+			var a Accepted
+			if err == nil && r.Status == http.StatusAccepted {
+				err = json.Unmarshal(r.Body, &a)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err != nil:
+				statuses[-1]++ // no answer
+				t.Errorf("POST %d: %v", i, err)
+			case r.Status == http.StatusAccepted:
+				accepted = append(accepted, a.ID)
+				fallthrough
+			default:
+				statuses[r.Status]++
+				if r.Status != http.StatusAccepted && statuses[r.Status] == 1 {
+					t.Logf("POST %d: %d %s", i, r.Status, r.Body)
+				}
+			}
+		})
+		time.Sleep(every)
+	}
+	wg.Wait()
+	if statuses[http.StatusAccepted] != posts {
+		t.Fatalf("answers %v; want all %d accepted through the election", statuses, posts)
+	}
+	waited := testutil.ToFloat64(c.h.m.leaderWaits)
+	t.Logf("%v inquiries waited for a leader", waited)
+	if waited < 20 {
+		t.Errorf("%v inquiries waited for a leader, want most of the 80 sent in the 2 s without one", waited)
+	}
+
+	// Every accepted inquiry: its record, and its job among the queued
+	// messages exactly once.
+	jobs := map[string]int{}
+	for {
+		b, err := c.q.Consumer(inquiry.High).Fetch(500, jetstream.FetchMaxWait(time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for m := range b.Messages() {
+			n++
+			var msg queue.Message
+			if err := json.Unmarshal(m.Data(), &msg); err != nil {
+				t.Fatal(err)
+			}
+			jobs[msg.ID+"/"+msg.Job]++
+		}
+		if n == 0 {
+			break
+		}
+	}
+	var missing []string
+	for _, id := range accepted {
+		rec, _, ok := c.record(t, id)
+		if !ok || rec.Status != inquiry.Pending {
+			missing = append(missing, id+": no pending record")
+			continue
+		}
+		if n := jobs[id+"/"+rec.Job]; n != 1 {
+			missing = append(missing, fmt.Sprintf("%s: its job queued %d times", id, n))
+		}
+	}
+	if len(missing) > 0 {
+		t.Fatalf("%d of %d accepted inquiries lack their record or message:\n%s", len(missing), len(accepted), strings.Join(missing, "\n"))
+	}
+}
