@@ -34,7 +34,10 @@ func (c *Cell) storeFailed() bool { return c.disk != nil && c.disk.State().Faile
 // healStore watches the embedded JetStream's file store: when it fails a
 // write (its log says so: a full disk), the store refuses new inquiries
 // and readiness fails at once; once the filesystem is below the low
-// watermark again, the embedded NATS is restarted in process, which opens
+// watermark again (healReadings fresh readings in a row after the
+// failure: a disk still being filled is not room, and a server started on
+// a full disk could not use it), the embedded NATS is restarted in
+// process, which opens
 // the stores again and clears their write error (a file store that failed
 // a write refuses every write after it); the cell's connection follows it
 // by itself. The work that was queued or in flight is delivered again from
@@ -46,11 +49,24 @@ func (c *Cell) storeFailed() bool { return c.disk != nil && c.disk.State().Faile
 // connection that does not come back within healWait, ends the cell with
 // an error, for its supervisor to start it again.
 func (c *Cell) healStore(ctx context.Context) error {
+	roomy := 0 // readings in a row since the failure that found room
 	return c.everySample(ctx, func() error {
 		if failed, why := c.ns.StoreFailed(); failed && !c.storeFailed() {
 			c.disk.Failed(true, why)
+			roomy = 0
+			return nil
 		}
-		if !c.storeFailed() || !c.disk.Room() {
+		if !c.storeFailed() {
+			return nil
+		}
+		// Room, read afresh twice in a row after the failure: a reading
+		// from before it, or one taken while another process is still
+		// filling the disk, is not room.
+		if err := c.disk.Check(); err != nil || !c.disk.Room() {
+			roomy = 0
+			return nil
+		}
+		if roomy++; roomy < healReadings {
 			return nil
 		}
 		c.log.Warn("restarting the embedded NATS in process: the store failed a write and its filesystem has room again",
@@ -65,6 +81,10 @@ func (c *Cell) healStore(ctx context.Context) error {
 		return nil
 	})
 }
+
+// healReadings is how many readings of the filesystem in a row, after a
+// failed write, must find room before the store is opened again.
+const healReadings = 2
 
 // healWait bounds the wait for the cell's connection after the embedded
 // NATS restarted in process (a restart takes tens of milliseconds).

@@ -124,6 +124,12 @@ func freezeDuring(ctx context.Context, r *loadtest.Runner, logf func(string, ...
 // 250 samples, whose p99 is its third slowest request: on two shared cores
 // it moved by ±40 % between quiet windows with nothing wrong, so the
 // per-cell p99s are notes and the check uses the three times larger pool).
+// The baseline is the time before the fault and from quietAfter after its
+// end, pooled: a reference on both sides of the fault, about as long as
+// the fault, so that a quiet or a noisy spell of this shared machine
+// before the fault alone does not decide the verdict.
+const quietAfter = 2 * time.Second
+
 func checkOtherCells(d *loadtest.Verdict, c Config, st *Stack, samples []loadtest.Sample, cells map[int]string, faultAt, faultEnd, end time.Duration, event, what string) {
 	for _, cell := range st.Cells() {
 		if cell == c.Cell {
@@ -138,10 +144,16 @@ func checkOtherCells(d *loadtest.Verdict, c Config, st *Stack, samples []loadtes
 			msf(loadtest.Window{From: faultEnd, To: end, Users: mine}.Stats(samples).P99))
 	}
 	others := func(u int) bool { cell, ok := cells[u]; return ok && cell != "" && cell != c.Cell }
-	base := loadtest.Window{To: faultAt, Users: others}.Stats(samples)
+	var quiet []loadtest.Sample
+	for _, s := range samples {
+		if s.At < faultAt || s.At >= faultEnd+quietAfter {
+			quiet = append(quiet, s)
+		}
+	}
+	base := loadtest.Window{To: end, Users: others}.Stats(quiet)
 	during := loadtest.Window{From: faultAt, To: faultEnd, Users: others}.Stats(samples)
 	limit := time.Duration(float64(base.P99) * c.P99Factor)
 	d.Check("other cells' p99 while "+c.Cell+" is "+what, during.P99 <= limit,
-		fmt.Sprintf("%s of %d (baseline %s of %d)", msf(during.P99), during.N, msf(base.P99), base.N),
+		fmt.Sprintf("%s of %d (baseline, before and after, %s of %d)", msf(during.P99), during.N, msf(base.P99), base.N),
 		fmt.Sprintf("≤ %s (%.1f× baseline)", msf(limit), c.P99Factor))
 }

@@ -182,6 +182,7 @@ func newNetRun(c *NetConfig, total time.Duration) (*netRun, error) {
 	if err != nil {
 		return nil, err
 	}
+	quietDisk()
 	r, err := loadtest.NewRunner(loadtest.Config{
 		Target: st.Router, Key: st.APIKey, Steps: []loadtest.Step{{Rate: c.Rate, For: total}},
 		// As many senders as the timeout holds at the rate: a cell whose

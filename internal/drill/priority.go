@@ -37,6 +37,7 @@ func Priority(ctx context.Context, c Config) (*loadtest.Result, error) {
 	}
 	defer setLatency(context.WithoutCancel(ctx), 1)
 	c.logf("agency latency ×%g for the whole run; %s of load, the first %s to settle", c.SlowFactor, c.Fault, c.Baseline)
+	quietDisk()
 	r, err := loadtest.NewRunner(loadtest.Config{
 		Target: st.Router, Key: st.APIKey, Steps: []loadtest.Step{{Rate: c.Rate, For: c.Fault}},
 		Users: c.Users, Zipf: c.Zipf, KeepSamples: true, Timeout: 5 * time.Second, HighShare: c.HighShare,

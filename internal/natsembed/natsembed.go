@@ -23,6 +23,8 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+
+	"github.com/cellkit/cellkit/internal/storage"
 )
 
 // Config describes the embedded server. Zero values mean the defaults in
@@ -39,8 +41,12 @@ type Config struct {
 	// Port is the client port; 0 means a free port chosen by the kernel, -1
 	// means no listener at all (in-process connections only).
 	Port int
-	// MaxStore caps the JetStream file store in bytes [no limit beyond the
-	// streams' own].
+	// MaxStore caps the JetStream file store in bytes [the size of the
+	// filesystem holding StoreDir: no limit beyond the streams' own and
+	// the disk's]. (Left to the server, the cap would be three quarters of
+	// the space free at its start, and a server started again on a disk
+	// that was nearly full would refuse every write from then on, however
+	// much room came back.)
 	MaxStore int64
 	// ReadyTimeout bounds how long Start waits for the server [10s].
 	ReadyTimeout time.Duration
@@ -134,7 +140,11 @@ func Start(cfg Config, opts Options) (*Server, error) {
 		sopts.Port = server.RANDOM_PORT
 	}
 	if sopts.JetStreamMaxStore == 0 {
-		sopts.JetStreamMaxStore = -1
+		u, err := storage.Stat(dir)
+		if err != nil {
+			return nil, fmt.Errorf("embedded nats: store dir: %w", err)
+		}
+		sopts.JetStreamMaxStore = u.Size
 	}
 	if cl := cfg.Cluster; cl.Name != "" {
 		sopts.Cluster = server.ClusterOpts{Name: cl.Name, Host: cfg.Host, Port: cl.Port}

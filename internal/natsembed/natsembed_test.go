@@ -208,3 +208,38 @@ func TestRestartAfterAFullDisk(t *testing.T) {
 		t.Errorf("the stream holds %d messages after the restart, want the 10 from before and 1 after", info.State.Msgs)
 	}
 }
+
+// A server started (or started again) on a nearly full disk takes writes
+// up to the filesystem once room comes back: its store is not capped at
+// what was free at its start.
+func TestStartOnANearlyFullDiskTakesTheRoomThatComesBack(t *testing.T) {
+	dir := smallfs.Temp(t, 16<<20)
+	if _, err := smallfs.Fill(dir, "filler", 1<<20); err != nil { // 1 MiB left
+		t.Fatal(err)
+	}
+	s, err := Start(Config{Name: "nearly-full", StoreDir: dir, Port: -1}, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Shutdown()
+	nc, err := s.Connect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	ctx := testkit.Context(t, time.Minute)
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "S", Subjects: []string{"s.>"}}); err != nil {
+		t.Fatal(err)
+	}
+	os.Remove(dir + "/filler")
+	payload := make([]byte, 64<<10)
+	for i := range 64 { // 4 MiB: four times what was free at the start
+		pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		_, err := js.Publish(pctx, "s.a", payload)
+		cancel()
+		if err != nil {
+			t.Fatalf("publish %d (%d KiB in all): %v", i, (i+1)*64, err)
+		}
+	}
+}
