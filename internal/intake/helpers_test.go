@@ -75,8 +75,10 @@ func newEnv(t *testing.T) *env {
 }
 
 // newClusterEnv is newEnv on a three-node JetStream cluster: the cells
-// connect to every node, and their streams and records have three
-// replicas when cellOpts.queue.Replicas says so.
+// connect to its first node (srv, which the tests keep up: a connection
+// that moves to another node meanwhile is answered 503 at once, not
+// waited for), and their streams and records have three replicas when
+// cellOpts.queue.Replicas says so.
 func newClusterEnv(t *testing.T) *env {
 	t.Helper()
 	dirs := []string{t.TempDir(), t.TempDir(), t.TempDir()}
@@ -114,30 +116,6 @@ func (e *env) restartNode(i int) {
 		t.Fatal(err)
 	}
 	e.nodes[i] = n
-}
-
-// connect is a connection of a cell's own to the env's server, or to every
-// node of its cluster.
-func (e *env) connect(opts ...nats.Option) (*nats.Conn, jetstream.JetStream) {
-	t := e.t
-	t.Helper()
-	if e.nodes == nil {
-		return celltest.Connect(t, e.srv, opts...)
-	}
-	var urls []string
-	for _, n := range e.nodes {
-		urls = append(urls, n.ClientURL())
-	}
-	nc, err := nats.Connect(strings.Join(urls, ","), opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return nc, js
 }
 
 // cellOpts shape one cell under test. Zero values: cell c1, default
@@ -189,7 +167,7 @@ func (e *env) cell(o cellOpts) *testCell {
 	if o.now == nil {
 		o.now = e.clk.Now
 	}
-	nc, js := e.connect(nats.MaxReconnects(-1), nats.ReconnectWait(250*time.Millisecond))
+	nc, js := celltest.Connect(t, e.srv, nats.MaxReconnects(-1), nats.ReconnectWait(250*time.Millisecond))
 	st, err := store.OpenReplicated(ctx, js, o.id, 0, o.queue.Replicas)
 	if err != nil {
 		t.Fatal(err)

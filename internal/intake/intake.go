@@ -182,6 +182,11 @@ type Handler struct {
 
 	refusedLog atomic.Int64 // when a refused caller was last logged (Unix ns)
 	leaderless atomic.Int64 // when new inquiries began waiting for a leader (Unix ns; 0: they do not)
+	// The health check's ping of the work stream's leader, run in the
+	// background while inquiries wait for one: its last answer (Unix ns
+	// of it; negative: the leader did not answer) and whether one runs.
+	pinged  atomic.Int64
+	pinging atomic.Bool
 }
 
 // TrackMoves makes keyed requests for users whose slot moved here within
@@ -292,7 +297,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			methodNotAllowed(rw, "GET, HEAD")
 			break
 		}
-		h.health(r.Context(), rw)
+		h.health(rw)
 	default:
 		problem.Write(rw, problem.New(http.StatusNotFound, problem.NotFound, "no such path: "+r.URL.Path))
 	}

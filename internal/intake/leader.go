@@ -39,9 +39,12 @@ func (h *Handler) untilLeader(ctx context.Context, deadline time.Time, f func(co
 		err := f(tctx)
 		cancel()
 		notReady := queue.NotReady(err)
-		if notReady {
+		switch {
+		case notReady:
 			h.leaderless.CompareAndSwap(0, h.now().UnixNano())
-		} else {
+		case err == nil:
+			// Only a write that went through says the streams have a
+			// leader again (a record found to exist is a read).
 			h.leaderless.Store(0)
 		}
 		if !notReady || ctx.Err() != nil || !h.now().Before(deadline) || (h.disk != nil && h.disk.Refusing()) {
@@ -136,23 +139,23 @@ func (h *Handler) replay(ctx context.Context, deadline time.Time, w http.Respons
 	h.enqueueFailed(w, want.ID, queue.ErrUncertain)
 }
 
-// health answers a router's probe. An instance whose new inquiries have
-// waited for a leader for over leaderlessHealth answers 503 while its work
-// stream's leader does not answer it (asked within pingTimeout, well
-// inside the routers' probe timeout): the routers then send new inquiries
-// to the cell's other instances, if they can take them. An instance cut
-// from its cluster's majority is one; in an election every instance is,
-// and the routers go on sending to them all.
-func (h *Handler) health(ctx context.Context, w http.ResponseWriter) {
+// health answers a router's probe, at once: the routers take an instance
+// that answers late for one that hangs. An instance whose new inquiries
+// have waited for a leader for over leaderlessHealth answers 503 unless
+// its work stream's leader answered a ping within the last
+// leaderlessHealth (a ping it sends in the background, within
+// pingTimeout, while none is under way): the routers then send new
+// inquiries to the cell's other instances, if they can take them. An
+// instance cut from its cluster's majority is one; in an election every
+// instance is, and the routers go on sending to them all.
+func (h *Handler) health(w http.ResponseWriter) {
 	if h.q.Conn().Status() != nats.CONNECTED {
 		problem.WriteRetry(w, problem.New(http.StatusServiceUnavailable, problem.QueueUnavailable, "cell "+h.cfg.Cell+" cannot reach its queue"), time.Second)
 		return
 	}
 	if since := h.leaderless.Load(); since != 0 && h.now().Sub(time.Unix(0, since)) > leaderlessHealth {
-		pctx, cancel := context.WithTimeout(ctx, pingTimeout)
-		err := h.q.Ping(pctx)
-		cancel()
-		if err != nil {
+		h.pingLeader()
+		if at := h.pinged.Load(); at <= 0 || h.now().Sub(time.Unix(0, at)) > leaderlessHealth {
 			problem.WriteRetry(w, problem.New(http.StatusServiceUnavailable, problem.QueueUnavailable,
 				fmt.Sprintf("cell %s's streams have had no leader for %v", h.cfg.Cell, h.now().Sub(time.Unix(0, since)).Round(time.Millisecond))), time.Second)
 			return
@@ -161,4 +164,24 @@ func (h *Handler) health(ctx context.Context, w http.ResponseWriter) {
 	}
 	w.Header().Set("Cache-Control", "no-store")
 	writeJSON(w, http.StatusOK, map[string]any{"status": "ok", "cell": h.cfg.Cell, "open": h.IsOpen()})
+}
+
+// pingLeader pings the work stream's leader in the background, unless a
+// ping runs already, and records when it answered (h.pinged; negative
+// when it did not).
+func (h *Handler) pingLeader() {
+	if !h.pinging.CompareAndSwap(false, true) {
+		return
+	}
+	go func() {
+		defer h.pinging.Store(false)
+		ctx, cancel := context.WithTimeout(context.Background(), pingTimeout)
+		err := h.q.Ping(ctx)
+		cancel()
+		if err != nil {
+			h.pinged.Store(-1)
+			return
+		}
+		h.pinged.Store(h.now().UnixNano())
+	}()
 }

@@ -354,7 +354,7 @@ func (q *Queue) Replay(ctx context.Context, rec inquiry.Record, rev uint64) erro
 	}
 	queued, err := q.queued(ctx, &rec)
 	if err != nil {
-		return fmt.Errorf("%w: %v", ErrUncertain, err)
+		return fmt.Errorf("%w: %w", ErrUncertain, err) // a cause NotReady may tell: tried again
 	}
 	if queued {
 		return nil
