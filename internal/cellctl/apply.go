@@ -4,55 +4,20 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
-	"time"
 
+	"github.com/cellkit/cellkit/internal/control"
 	"github.com/cellkit/cellkit/internal/registry"
 	"github.com/cellkit/cellkit/internal/slotmap"
 )
 
-// maxReplans is how many times a change lost to a concurrent writer is
-// planned again before cellctl gives up.
-const maxReplans = 3
+// Map changes go through internal/control; what is here is how a command
+// line shows them: the plan as it is made, the notes on stderr, --json.
 
-// unlockTimeout bounds releasing the writer lock, which happens even after
-// the command's context ended.
-const unlockTimeout = 5 * time.Second
-
-// lockNotice is how long a command waits for the writer lock before it says
-// that it is waiting.
-const lockNotice = time.Second
-
-// refusedError is a change the planner refused: nothing was written.
-type refusedError struct {
-	err     error
-	version int64
-}
-
-func (e refusedError) Error() string {
-	return fmt.Sprintf("refused: %s; the map is unchanged (version %d)", invalidReason(e.err), e.version)
-}
-
-func (e refusedError) Unwrap() error { return e.err }
-
-// invalidReason strips the "plan OP: invalid cell map: " prefixes off a
-// planner error: the operator knows what they asked for.
-func invalidReason(err error) string {
-	msg := err.Error()
-	prefix := slotmap.ErrInvalid.Error() + ": "
-	if i := strings.LastIndex(msg, prefix); i >= 0 {
-		return msg[i+len(prefix):]
-	}
-	return msg
-}
+// invalidReason strips the planner's prefixes off a refusal.
+func invalidReason(err error) string { return control.InvalidReason(err) }
 
 // refuse wraps a planner error into a refusal if it is one.
-func refuse(err error, m *slotmap.Map) error {
-	if errors.Is(err, slotmap.ErrInvalid) {
-		return refusedError{err: err, version: m.Version()}
-	}
-	return err
-}
+func refuse(err error, m *slotmap.Map) error { return control.Refuse(err, m) }
 
 // applyResult is what a map change did, for --json.
 type applyResult struct {
@@ -66,142 +31,73 @@ type applyResult struct {
 }
 
 // planner plans a change against the current map.
-type planner func(m *slotmap.Map) (*slotmap.Plan, error)
+type planner = control.Planner
+
+// note shows a change's note or warning on stderr.
+func (x *inv) note(n control.Note) {
+	if n.Warning {
+		x.warnf("%s", n.Text)
+		return
+	}
+	x.notef("%s", n.Text)
+}
+
+// controller is the Controller of this command on reg; traffic, if not
+// nil, measures what its plans project.
+func (x *inv) controller(reg registry.Registry, traffic func(ctx context.Context, slots int) (*slotmap.Traffic, error)) *control.Controller {
+	return control.New(reg, control.Config{Holder: x.cli.holder(x.cmd.name), Origin: x.cli.Origin, LockWait: x.g.lockWait},
+		control.Options{Now: x.cli.now, Note: x.note, Traffic: traffic})
+}
 
 // lockRegistry takes the writer lock; release must be called.
 func (x *inv) lockRegistry(ctx context.Context, reg registry.Registry) (lock registry.Lock, release func(), err error) {
-	who := x.cli.holder(x.cmd.name)
-	if x.g.lockWait > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, x.g.lockWait)
-		defer cancel()
-	}
-	// A short first try, so that a wait for another writer is announced
-	// rather than silent.
-	tctx, cancel := context.WithTimeout(ctx, lockNotice)
-	lock, err = reg.Lock(tctx, who)
-	cancel()
-	var locked *registry.LockedError
-	if errors.As(err, &locked) && ctx.Err() == nil {
-		by := locked.Holder.String()
-		if by == "" {
-			by = "another writer"
-		}
-		x.notef("Waiting for the writer lock of %s, held by %s ...", reg.Describe(), by)
-		lock, err = reg.Lock(ctx, who)
-	}
-	if err != nil {
-		return nil, nil, registryError(reg, err)
-	}
-	release = func() {
-		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), unlockTimeout)
-		defer cancel()
-		if err := lock.Unlock(uctx); err != nil {
-			x.warnf("release the writer lock of %s: %v", reg.Describe(), err)
-		}
-	}
-	return lock, release, nil
+	return x.controller(reg, nil).Lock(ctx)
 }
 
 // apply plans a change, prints the plan (unless --json) and, unless this is
-// a dry run, commits it with a compare-and-swap under the writer lock. A
-// lost race is planned again against the new map, up to maxReplans times.
+// a dry run, commits it (control.Controller.Apply).
 func (x *inv) apply(ctx context.Context, reg registry.Registry, plan planner) (*applyResult, error) {
-	dry := x.cmd.dryRun
-	res := &applyResult{DryRun: dry}
-	var lock registry.Lock
-	if !dry {
-		l, release, err := x.lockRegistry(ctx, reg)
-		if err != nil {
-			return nil, err
+	var summary *trafficSummary
+	traffic := func(ctx context.Context, slots int) (*slotmap.Traffic, error) {
+		t, sum, err := x.traffic(ctx, slots)
+		summary = sum
+		var bad usageError
+		if errors.As(err, &bad) {
+			return nil, control.Abort(err) // a malformed --routers: the operator's typo
 		}
-		defer release()
-		lock = l
+		return t, err
 	}
-	hist := historyFor(reg)
-	var tr *slotmap.Traffic
-	var trSum *trafficSummary
-	for attempt := 0; ; attempt++ {
-		cur, err := x.load(ctx, reg)
-		if err != nil {
-			return nil, err
-		}
-		if attempt == 0 {
-			// The projection is for the operator's eyes: routers that
-			// cannot be asked never stand in the way of a change.
-			var bad usageError
-			if tr, trSum, err = x.traffic(ctx, cur.Slots()); errors.As(err, &bad) {
-				return nil, err // a malformed --routers: the operator's typo
-			} else if err != nil {
-				x.warnf("the plan shows no measured traffic: %v", err)
+	res := &applyResult{DryRun: x.cmd.dryRun}
+	r, err := x.controller(reg, traffic).Apply(ctx, control.Change{
+		Plan:   plan,
+		DryRun: x.cmd.dryRun,
+		Planned: func(p *slotmap.Plan) {
+			pj := toPlanJSON(p)
+			pj.Traffic = summary
+			res.Plan = &pj
+			switch {
+			case x.g.json:
+			case p.NoChange():
+				fmt.Fprintf(x.out, "Nothing to change: %s leaves map version %d as it is.\n", p.Op, p.Before.Version())
+			default:
+				writePlan(x.out, p)
 			}
-		}
-		p, err := plan(cur)
-		if err != nil {
-			return nil, refuse(err, cur)
-		}
-		if tr != nil {
-			if err := p.Project(*tr); err != nil {
-				x.warnf("project the routers' traffic: %v", err)
-			}
-		}
-		pj := toPlanJSON(p)
-		pj.Traffic = trSum
-		res.Plan, res.Version, res.Replans = &pj, cur.Version(), attempt
-		if p.NoChange() {
-			res.NoChange = true
-			if !x.g.json {
-				fmt.Fprintf(x.out, "Nothing to change: %s leaves map version %d as it is.\n", p.Op, cur.Version())
-			}
-			return res, nil
-		}
-		if !x.g.json {
-			writePlan(x.out, p)
-		}
-		if dry {
-			if !x.g.json {
+		},
+		Done: func(r *control.Result) {
+			switch {
+			case x.g.json || r.NoChange:
+			case r.DryRun:
 				fmt.Fprintf(x.out, "\nDry run: nothing applied.\n")
+			case r.Applied:
+				fmt.Fprintf(x.out, "\nApplied: map version %d (%s).\n", r.Version, r.Plan.Op)
 			}
-			return res, nil
-		}
-		select {
-		case <-lock.Lost():
-			return nil, fmt.Errorf("lost the writer lock of %s before committing; nothing applied (map still version %d)", reg.Describe(), cur.Version())
-		default:
-		}
-		if hist != nil {
-			// The version planned against, in case another tool wrote it.
-			if err := hist.save(ctx, cur); err != nil {
-				x.warnf("keep version %d in the history %s: %v", cur.Version(), hist.describe(), err)
-			}
-		}
-		next := x.cli.noted(p.After).Stamped(x.cli.now())
-		err = reg.CompareAndSwap(ctx, cur.Version(), next)
-		if errors.Is(err, registry.ErrConflict) {
-			if attempt < maxReplans {
-				x.notef("The map changed while this plan was made (%v): planning again (%d of %d).", err, attempt+1, maxReplans)
-				continue
-			}
-			return nil, fmt.Errorf("the map kept changing under this command (%d re-plans); nothing applied: %v", maxReplans, err)
-		}
-		if err != nil {
-			if errors.Is(err, slotmap.ErrInvalid) {
-				return nil, refuse(err, cur)
-			}
-			return nil, fmt.Errorf("commit to registry %s failed: %v; the map is either still version %d or now %d: check with 'cellctl map show'",
-				reg.Describe(), err, cur.Version(), next.Version())
-		}
-		res.Applied, res.Version = true, next.Version()
-		if hist != nil {
-			if err := hist.save(ctx, next); err != nil {
-				x.warnf("keep version %d in the history %s: %v", next.Version(), hist.describe(), err)
-			}
-		}
-		if !x.g.json {
-			fmt.Fprintf(x.out, "\nApplied: map version %d (%s).\n", next.Version(), p.Op)
-		}
-		return res, nil
+		},
+	})
+	if err != nil {
+		return nil, err
 	}
+	res.Applied, res.NoChange, res.Version, res.Replans = r.Applied, r.NoChange, r.Version, r.Replans
+	return res, nil
 }
 
 // applyAndReport is apply for commands whose whole output is the change.

@@ -30,6 +30,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/cellkit/cellkit/internal/control"
 	"github.com/cellkit/cellkit/internal/flagenv"
 	"github.com/cellkit/cellkit/internal/registry"
 	"github.com/cellkit/cellkit/internal/slotmap"
@@ -424,22 +425,7 @@ func (x *inv) load(ctx context.Context, reg registry.Registry) (*slotmap.Map, er
 }
 
 // registryError explains a failed registry call.
-func registryError(reg registry.Registry, err error) error {
-	var locked *registry.LockedError
-	switch {
-	case errors.Is(err, registry.ErrNoMap):
-		return fmt.Errorf("registry %s holds no map yet: create one with 'cellctl init'", reg.Describe())
-	case errors.As(err, &locked):
-		return fmt.Errorf("gave up waiting for the writer lock of %s: %v; nothing changed (wait for that run to finish, or raise --lock-wait or --timeout)", reg.Describe(), err)
-	case errors.Is(err, slotmap.ErrInvalid):
-		return fmt.Errorf("registry %s holds an invalid map, which cellctl will not overwrite: %v", reg.Describe(), err)
-	case errors.Is(err, context.DeadlineExceeded):
-		return fmt.Errorf("registry %s did not answer in time (--timeout): %v; is it up and reachable from here?", reg.Describe(), err)
-	case errors.Is(err, context.Canceled):
-		return fmt.Errorf("interrupted while talking to registry %s", reg.Describe())
-	}
-	return fmt.Errorf("registry %s cannot be reached: %v; check that it is up and that --registry or %s names it", reg.Describe(), err, registry.EnvRegistry)
-}
+func registryError(reg registry.Registry, err error) error { return control.Explain(reg, err) }
 
 // holder describes this run for the writer lock.
 func (c *CLI) holder(cmd string) string {
@@ -455,12 +441,4 @@ func (c *CLI) holder(cmd string) string {
 		return fmt.Sprintf("%s (cellctl %s) by %s@%s", c.Origin, cmd, who, host)
 	}
 	return fmt.Sprintf("cellctl %s by %s@%s", cmd, who, host)
-}
-
-// noted marks a map about to be committed with the tool it came from.
-func (c *CLI) noted(m *slotmap.Map) *slotmap.Map {
-	if c.Origin == "" {
-		return m
-	}
-	return m.WithChange(m.Change() + " (" + c.Origin + ")")
 }

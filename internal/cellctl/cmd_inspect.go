@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/cellkit/cellkit/internal/buildinfo"
+	"github.com/cellkit/cellkit/internal/control"
 	"github.com/cellkit/cellkit/internal/registry"
 	"github.com/cellkit/cellkit/internal/slotmap"
 )
@@ -21,17 +22,17 @@ import (
 // the history, or a file holding a map document ('map show --json > FILE').
 func (x *inv) mapAt(ctx context.Context, reg registry.Registry, ref string) (*slotmap.Map, error) {
 	if v, err := strconv.ParseInt(ref, 10, 64); err == nil {
-		h := historyFor(reg)
+		h := control.HistoryFor(reg)
 		if h == nil {
 			return nil, fmt.Errorf("registry %s keeps no history: diff against a saved file instead", reg.Describe())
 		}
-		m, err := h.load(ctx, v)
-		if errors.Is(err, errNotInHistory) {
-			vs, _ := h.versions(ctx)
-			return nil, fmt.Errorf("map version %d is not in the history %s (%s); save maps with 'cellctl map show --json > FILE' and diff against the file", v, h.describe(), versionsStr(vs))
+		m, err := h.Load(ctx, v)
+		if errors.Is(err, control.ErrNotInHistory) {
+			vs, _ := h.Versions(ctx)
+			return nil, fmt.Errorf("map version %d is not in the history %s (%s); save maps with 'cellctl map show --json > FILE' and diff against the file", v, h.Describe(), versionsStr(vs))
 		}
 		if err != nil {
-			return nil, fmt.Errorf("read version %d from the history %s: %v", v, h.describe(), err)
+			return nil, fmt.Errorf("read version %d from the history %s: %v", v, h.Describe(), err)
 		}
 		return m, nil
 	}
@@ -327,17 +328,17 @@ committed or planned against), with when and by which change they were made.`,
 			return err
 		}
 		defer reg.Close()
-		h := historyFor(reg)
+		h := control.HistoryFor(reg)
 		if h == nil {
 			return fmt.Errorf("registry %s keeps no history", reg.Describe())
 		}
-		vs, err := h.versions(ctx)
+		vs, err := h.Versions(ctx)
 		if err != nil {
 			return registryError(reg, err)
 		}
 		rows := []historyRow{}
 		for _, v := range vs {
-			m, err := h.load(ctx, v)
+			m, err := h.Load(ctx, v)
 			if err != nil {
 				x.warnf("version %d in the history: %v", v, err)
 				continue
@@ -348,7 +349,7 @@ committed or planned against), with when and by which change they were made.`,
 			return writeJSON(x.out, rows)
 		}
 		if len(rows) == 0 {
-			fmt.Fprintf(x.out, "The history %s is empty.\n", h.describe())
+			fmt.Fprintf(x.out, "The history %s is empty.\n", h.Describe())
 			return nil
 		}
 		t := newTable(x.out, "VERSION", "UPDATED", "CELLS", "CHANGE")

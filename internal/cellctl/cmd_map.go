@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/cellkit/cellkit/internal/control"
 	"github.com/cellkit/cellkit/internal/registry"
 	"github.com/cellkit/cellkit/internal/slotmap"
 )
@@ -91,7 +92,7 @@ cellctl init --slots 4096 --agency nice=80 --dry-run`,
 	c.run = func(ctx context.Context, x *inv, _ []string) error {
 		fresh, err := slotmap.New(slots, agencies)
 		if err != nil {
-			return refusedError{err: err}.withoutMap()
+			return errors.New("refused: " + invalidReason(err)) // before any map was read
 		}
 		reg, err := x.openRegistry()
 		if err != nil {
@@ -144,20 +145,16 @@ cellctl init --slots 4096 --agency nice=80 --dry-run`,
 				fmt.Fprintf(x.out, "\nDry run: nothing applied.\n")
 				return nil
 			}
-			next = x.cli.noted(next).Stamped(x.cli.now())
+			next = x.controller(reg, nil).Noted(next)
 			err = reg.CompareAndSwap(ctx, old, next)
-			if errors.Is(err, registry.ErrConflict) && attempt < maxReplans {
-				x.notef("The map changed while this plan was made (%v): planning again (%d of %d).", err, attempt+1, maxReplans)
+			if errors.Is(err, registry.ErrConflict) && attempt < control.MaxReplans {
+				x.notef("The map changed while this plan was made (%v): planning again (%d of %d).", err, attempt+1, control.MaxReplans)
 				continue
 			}
 			if err != nil {
 				return fmt.Errorf("commit to registry %s failed: %v", reg.Describe(), err)
 			}
-			if h := historyFor(reg); h != nil {
-				if err := h.save(ctx, next); err != nil {
-					x.warnf("keep version %d in the history %s: %v", next.Version(), h.describe(), err)
-				}
-			}
+			x.controller(reg, nil).Keep(ctx, next)
 			res.Applied = true
 			if x.g.json {
 				return writeJSON(x.out, res)
@@ -188,11 +185,6 @@ func limitsStr(limits map[string]int) string {
 		parts = append(parts, fmt.Sprintf("%s %d", a, limits[a]))
 	}
 	return strings.Join(parts, ", ")
-}
-
-// withoutMap is a refusal made before any map was read.
-func (e refusedError) withoutMap() error {
-	return errors.New("refused: " + invalidReason(e.err))
 }
 
 func provisionCommand() *command {

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cellkit/cellkit/internal/control"
 	"github.com/cellkit/cellkit/internal/slotmap"
 )
 
@@ -94,7 +95,7 @@ func (e *env) mapAt(v int64) *slotmap.Map {
 	e.t.Helper()
 	reg := e.open()
 	defer reg.Close()
-	m, err := historyFor(reg).load(context.Background(), v)
+	m, err := control.HistoryFor(reg).Load(context.Background(), v)
 	if err != nil {
 		e.t.Fatalf("history version %d: %v", v, err)
 	}

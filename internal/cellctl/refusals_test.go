@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cellkit/cellkit/internal/control"
 	"github.com/cellkit/cellkit/internal/registry"
 	"github.com/cellkit/cellkit/internal/slotmap"
 )
@@ -272,7 +273,7 @@ func TestLockHeld(t *testing.T) {
 		// Released, the change goes through.
 		done := make(chan result, 1)
 		go func() { done <- e.run("--timeout", "20s", "weight", "c1", "2") }()
-		time.Sleep(lockNotice + 300*time.Millisecond)
+		time.Sleep(control.LockNotice + 300*time.Millisecond)
 		if err := lock.Unlock(context.Background()); err != nil {
 			t.Fatal(err)
 		}

@@ -1,4 +1,4 @@
-package cellctl
+package control
 
 import (
 	"context"
@@ -19,26 +19,26 @@ import (
 	"github.com/cellkit/cellkit/internal/slotmap"
 )
 
-// historyKeep is how many map versions the history keeps.
-const historyKeep = 50
+// HistoryKeep is how many map versions the history keeps.
+const HistoryKeep = 50
 
-// errNotInHistory means the history has no copy of a version.
-var errNotInHistory = errors.New("not in the history")
+// ErrNotInHistory means the history has no copy of a version.
+var ErrNotInHistory = errors.New("not in the history")
 
-// history keeps copies of the map versions cellctl committed, next to the
-// registry (the registry itself holds only the newest), so that 'map diff
-// VERSION' and 'map show --version' can look back. Versions written by other
-// tools are kept when cellctl next plans against them.
-type history interface {
-	save(ctx context.Context, m *slotmap.Map) error
-	load(ctx context.Context, version int64) (*slotmap.Map, error)
-	versions(ctx context.Context) ([]int64, error)
-	describe() string
+// History keeps copies of the map versions committed, next to the
+// registry (the registry itself holds only the newest), so that a diff or
+// a show of an older version can look back. Versions written by other
+// tools are kept when a change is next planned against them.
+type History interface {
+	Save(ctx context.Context, m *slotmap.Map) error
+	Load(ctx context.Context, version int64) (*slotmap.Map, error)
+	Versions(ctx context.Context) ([]int64, error)
+	Describe() string
 }
 
-// historyFor returns the history that belongs to reg, or nil when its kind
+// HistoryFor returns the history that belongs to reg, or nil when its kind
 // of registry has none.
-func historyFor(reg registry.Registry) history {
+func HistoryFor(reg registry.Registry) History {
 	desc := reg.Describe()
 	switch {
 	case strings.HasPrefix(desc, "file:"):
@@ -64,9 +64,9 @@ func versionName(v int64) string { return fmt.Sprintf("%010d", v) }
 // fileHistory keeps one file per version in PATH.history/.
 type fileHistory struct{ dir string }
 
-func (h fileHistory) describe() string { return h.dir }
+func (h fileHistory) Describe() string { return h.dir }
 
-func (h fileHistory) save(_ context.Context, m *slotmap.Map) error {
+func (h fileHistory) Save(_ context.Context, m *slotmap.Map) error {
 	path := filepath.Join(h.dir, versionName(m.Version())+".json")
 	if _, err := os.Stat(path); err == nil {
 		return nil // a version's copy never changes
@@ -81,20 +81,20 @@ func (h fileHistory) save(_ context.Context, m *slotmap.Map) error {
 	if err := atomicfile.WriteFile(path, data, 0o600); err != nil {
 		return err
 	}
-	vs, err := h.versions(context.Background())
+	vs, err := h.Versions(context.Background())
 	if err != nil {
 		return err
 	}
-	for _, v := range vs[:max(0, len(vs)-historyKeep)] {
+	for _, v := range vs[:max(0, len(vs)-HistoryKeep)] {
 		_ = os.Remove(filepath.Join(h.dir, versionName(v)+".json"))
 	}
 	return nil
 }
 
-func (h fileHistory) load(_ context.Context, v int64) (*slotmap.Map, error) {
+func (h fileHistory) Load(_ context.Context, v int64) (*slotmap.Map, error) {
 	data, err := os.ReadFile(filepath.Join(h.dir, versionName(v)+".json"))
 	if errors.Is(err, fs.ErrNotExist) {
-		return nil, errNotInHistory
+		return nil, ErrNotInHistory
 	}
 	if err != nil {
 		return nil, err
@@ -102,7 +102,7 @@ func (h fileHistory) load(_ context.Context, v int64) (*slotmap.Map, error) {
 	return slotmap.Decode(data)
 }
 
-func (h fileHistory) versions(context.Context) ([]int64, error) {
+func (h fileHistory) Versions(context.Context) ([]int64, error) {
 	entries, err := os.ReadDir(h.dir)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
@@ -127,9 +127,9 @@ type consulHistory struct {
 	where  string
 }
 
-func (h consulHistory) describe() string { return h.where + " (keys " + h.prefix + ")" }
+func (h consulHistory) Describe() string { return h.where + " (keys " + h.prefix + ")" }
 
-func (h consulHistory) save(ctx context.Context, m *slotmap.Map) error {
+func (h consulHistory) Save(ctx context.Context, m *slotmap.Map) error {
 	data, err := m.Encode()
 	if err != nil {
 		return err
@@ -139,11 +139,11 @@ func (h consulHistory) save(ctx context.Context, m *slotmap.Map) error {
 		(&api.WriteOptions{}).WithContext(ctx)); err != nil {
 		return err
 	}
-	vs, err := h.versions(ctx)
+	vs, err := h.Versions(ctx)
 	if err != nil {
 		return err
 	}
-	for _, v := range vs[:max(0, len(vs)-historyKeep)] {
+	for _, v := range vs[:max(0, len(vs)-HistoryKeep)] {
 		if _, err := h.kv.Delete(h.prefix+versionName(v), (&api.WriteOptions{}).WithContext(ctx)); err != nil {
 			return err
 		}
@@ -151,18 +151,18 @@ func (h consulHistory) save(ctx context.Context, m *slotmap.Map) error {
 	return nil
 }
 
-func (h consulHistory) load(ctx context.Context, v int64) (*slotmap.Map, error) {
+func (h consulHistory) Load(ctx context.Context, v int64) (*slotmap.Map, error) {
 	pair, _, err := h.kv.Get(h.prefix+versionName(v), (&api.QueryOptions{}).WithContext(ctx))
 	if err != nil {
 		return nil, err
 	}
 	if pair == nil {
-		return nil, errNotInHistory
+		return nil, ErrNotInHistory
 	}
 	return slotmap.Decode(pair.Value)
 }
 
-func (h consulHistory) versions(ctx context.Context) ([]int64, error) {
+func (h consulHistory) Versions(ctx context.Context) ([]int64, error) {
 	keys, _, err := h.kv.Keys(h.prefix, "/", (&api.QueryOptions{}).WithContext(ctx))
 	if err != nil {
 		return nil, err
