@@ -2,7 +2,6 @@ package cellctl
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -12,7 +11,6 @@ import (
 	"strings"
 
 	"github.com/cellkit/cellkit/internal/control"
-	"github.com/cellkit/cellkit/internal/registry"
 	"github.com/cellkit/cellkit/internal/slotmap"
 )
 
@@ -49,24 +47,6 @@ func intArg(what, s string) (int, error) {
 	return n, nil
 }
 
-// renumber returns m as version v (for a map that replaces another: followers
-// only take versions that go up).
-func renumber(m *slotmap.Map, v int64) (*slotmap.Map, error) {
-	data, err := m.Encode()
-	if err != nil {
-		return nil, err
-	}
-	var doc map[string]json.RawMessage
-	if err := json.Unmarshal(data, &doc); err != nil {
-		return nil, err
-	}
-	doc["version"] = json.RawMessage(strconv.FormatInt(v, 10))
-	if data, err = json.Marshal(doc); err != nil {
-		return nil, err
-	}
-	return slotmap.Decode(data)
-}
-
 func initCommand() *command {
 	var slots int
 	agencies := agencyFlag{}
@@ -99,34 +79,15 @@ cellctl init --slots 4096 --agency nice=80 --dry-run`,
 			return err
 		}
 		defer reg.Close()
-		if !c.dryRun {
-			_, release, err := x.lockRegistry(ctx, reg)
-			if err != nil {
-				return err
-			}
-			defer release()
-		}
-		for attempt := 0; ; attempt++ {
-			cur, err := reg.Load(ctx)
-			var old int64
-			switch {
-			case errors.Is(err, registry.ErrNoMap):
-			case err != nil:
-				return registryError(reg, err)
-			case !force:
-				return fmt.Errorf("refused: registry %s already holds map version %d with %d cell%s; --force replaces it with an empty map",
-					reg.Describe(), cur.Version(), len(cur.Cells()), plural(len(cur.Cells())))
-			default:
-				old = cur.Version()
-			}
-			next := fresh
-			if old > 0 {
-				if next, err = renumber(fresh, old+1); err != nil {
-					return err
+		r, err := x.controller(reg, nil).Init(ctx, control.InitChange{Map: fresh, Force: force, DryRun: c.dryRun,
+			Planned: func(next, cur *slotmap.Map) {
+				if x.g.json {
+					return
 				}
-			}
-			res := initResult{DryRun: c.dryRun, Version: next.Version(), Slots: next.Slots(), Agencies: next.Agencies(), Replaces: old}
-			if !x.g.json {
+				old := int64(0)
+				if cur != nil {
+					old = cur.Version()
+				}
 				if old == 0 {
 					fmt.Fprintf(x.out, "Plan: init (a new map, version 1)\n")
 				} else {
@@ -137,31 +98,20 @@ cellctl init --slots 4096 --agency nice=80 --dry-run`,
 					fmt.Fprintf(x.out, "  Replaces version %d: its %d cell%s and %d override%s are forgotten.\n",
 						old, len(cur.Cells()), plural(len(cur.Cells())), len(cur.Overrides()), plural(len(cur.Overrides())))
 				}
-			}
-			if c.dryRun {
-				if x.g.json {
-					return writeJSON(x.out, res)
-				}
-				fmt.Fprintf(x.out, "\nDry run: nothing applied.\n")
-				return nil
-			}
-			next = x.controller(reg, nil).Noted(next)
-			err = reg.CompareAndSwap(ctx, old, next)
-			if errors.Is(err, registry.ErrConflict) && attempt < control.MaxReplans {
-				x.notef("The map changed while this plan was made (%v): planning again (%d of %d).", err, attempt+1, control.MaxReplans)
-				continue
-			}
-			if err != nil {
-				return fmt.Errorf("commit to registry %s failed: %v", reg.Describe(), err)
-			}
-			x.controller(reg, nil).Keep(ctx, next)
-			res.Applied = true
-			if x.g.json {
-				return writeJSON(x.out, res)
-			}
-			fmt.Fprintf(x.out, "\nApplied: map version %d (init).\n", next.Version())
-			return nil
+			}})
+		if err != nil {
+			return err
 		}
+		res := initResult{DryRun: r.DryRun, Applied: r.Applied, Version: r.Map.Version(), Slots: r.Map.Slots(), Agencies: r.Map.Agencies(), Replaces: r.Replaces}
+		switch {
+		case x.g.json:
+			return writeJSON(x.out, res)
+		case r.DryRun:
+			fmt.Fprintf(x.out, "\nDry run: nothing applied.\n")
+		default:
+			fmt.Fprintf(x.out, "\nApplied: map version %d (init).\n", r.Map.Version())
+		}
+		return nil
 	}
 	return c
 }

@@ -185,3 +185,41 @@ func TestApplyWaitsForTheLock(t *testing.T) {
 		t.Fatalf("after the unlock: %+v, %v", res, err)
 	}
 }
+
+func TestInit(t *testing.T) {
+	reg, err := registry.Open(registry.Config{URL: "file:" + filepath.Join(t.TempDir(), "map.json")}, registry.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer reg.Close()
+	ctx := testkit.Context(t, 30*time.Second)
+	c := New(reg, Config{Holder: "test"}, Options{})
+	fresh, err := slotmap.New(64, map[string]int{"nice": 80})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r, err := c.Init(ctx, InitChange{Map: fresh, DryRun: true}); err != nil || r.Applied || r.Map.Version() != 1 {
+		t.Fatalf("dry run: %+v, %v", r, err)
+	}
+	if _, err := reg.Load(ctx); !errors.Is(err, registry.ErrNoMap) {
+		t.Fatalf("after a dry run the registry holds a map: %v", err)
+	}
+	var replaced *slotmap.Map
+	r, err := c.Init(ctx, InitChange{Map: fresh, Planned: func(_, cur *slotmap.Map) { replaced = cur }})
+	if err != nil || !r.Applied || r.Map.Version() != 1 || r.Replaces != 0 || replaced != nil {
+		t.Fatalf("first init: %+v, %v (replaced %v)", r, err, replaced)
+	}
+	if _, err := c.Apply(ctx, Change{Plan: func(m *slotmap.Map) (*slotmap.Plan, error) { return m.AddCell(celltest.TestCell("c1")) }}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Init(ctx, InitChange{Map: fresh}); err == nil || !strings.Contains(err.Error(), "already holds map version 2 with 1 cell;") {
+		t.Fatalf("init over a map without force: %v", err)
+	}
+	r, err = c.Init(ctx, InitChange{Map: fresh, Force: true, Planned: func(_, cur *slotmap.Map) { replaced = cur }})
+	if err != nil || !r.Applied || r.Map.Version() != 3 || r.Replaces != 2 || replaced == nil || len(replaced.Cells()) != 1 {
+		t.Fatalf("init --force: %+v, %v", r, err)
+	}
+	if m, _ := c.Load(ctx); m.Version() != 3 || len(m.Cells()) != 0 {
+		t.Errorf("after init --force: version %d with %d cells, want 3 with none", m.Version(), len(m.Cells()))
+	}
+}
