@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/goleak"
+
 	"github.com/cellkit/cellkit/internal/agencysim"
 	"github.com/cellkit/cellkit/internal/cellctl"
 	"github.com/cellkit/cellkit/internal/celltest"
@@ -30,7 +32,14 @@ import (
 // built from this tree (a dev_overrides CLI configuration: nothing is
 // downloaded), on a file registry and on a real Consul agent.
 
-func TestMain(m *testing.M) { testkit.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	testkit.VerifyTestMain(m, goleak.Cleanup(func(code int) {
+		if buildDir != "" {
+			os.RemoveAll(buildDir) // the provider and cell binaries, 60 MB a run
+		}
+		os.Exit(code)
+	}))
+}
 
 var (
 	buildOnce sync.Once
