@@ -100,7 +100,7 @@ func (x *inv) devUp(ctx context.Context, o devOptions) error {
 	for _, p := range procs {
 		p.Log = filepath.Join(dir, "logs", p.Name+".log")
 		// Each under a supervisor that restarts it when it ends on its own.
-		p.Supervisor = &devstack.Supervisor{Command: []string{bins["cellctl"], "dev", "supervise"}, State: devSupervision(dir, p.Name)}
+		p.Supervisor = devstack.CellctlSupervisor(bins["cellctl"], dir, p)
 		c, err := devstack.Start(p)
 		if err != nil {
 			return fail(err)
@@ -154,9 +154,6 @@ func (x *inv) devUp(ctx context.Context, o devOptions) error {
 	fmt.Fprintf(x.out, "Stopped; data kept in %s for the next run.\n", o.dir)
 	return nil
 }
-
-// devSupervision is the supervisor's record of process name.
-func devSupervision(dir, name string) string { return filepath.Join(dir, "run", name+".json") }
 
 // devCellsAndRouter are the stack's cells and its router. With certs, the
 // cells' intake takes only the router's certificate and their admin API

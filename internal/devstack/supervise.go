@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"path/filepath"
 	"syscall"
 	"time"
 
@@ -32,6 +33,13 @@ type Supervisor struct {
 	// State is the file where the supervisor records the program's pid
 	// and its restarts (Supervision).
 	State string `json:"state"`
+}
+
+// CellctlSupervisor is `cellctl dev supervise` (cellctl the binary's path)
+// as p's supervisor, its record in DIR/run/NAME.json: how the local stack
+// and the network lab run their processes.
+func CellctlSupervisor(cellctl, dir string, p Process) *Supervisor {
+	return &Supervisor{Command: []string{cellctl, "dev", "supervise"}, State: filepath.Join(dir, "run", p.Name+".json")}
 }
 
 // Supervision is a supervisor's record of its program (Supervisor.State),

@@ -75,11 +75,22 @@ const PanicAlertBound = 10 * time.Second
 // checkPanicAlert checks that CellkitInquiryPanics fired for cell within
 // PanicAlertBound of burstAt, and for no other cell.
 func checkPanicAlert(d *loadtest.Verdict, seen []AlertSeen, cell string, burstAt time.Duration) {
-	var fired *AlertSeen
-	var others []string
+	fired, others := firedFor(d, seen, "CellkitInquiryPanics", cell)
+	what := "never"
+	if fired != nil {
+		what = sinceText(fired.Firing, burstAt) + " after the poison inquiries"
+	}
+	d.Check("alert CellkitInquiryPanics{cell="+cell+"} fires", fired != nil && fired.Firing-burstAt <= PanicAlertBound, what, "≤ "+PanicAlertBound.String())
+	d.Check("alert CellkitInquiryPanics for the other cells", len(others) == 0, fmt.Sprintf("%d %v", len(others), others), "0")
+}
+
+// firedFor notes every alert seen and returns the firing of alert name for
+// cell (nil if it never fired) and the keys of those that fired for other
+// cells.
+func firedFor(d *loadtest.Verdict, seen []AlertSeen, name, cell string) (fired *AlertSeen, others []string) {
 	for i, a := range seen {
 		d.Note("alert %s: pending at %s, firing at %s, resolved at %s", a.Key(), atText(a.Pending), atText(a.Firing), atText(a.Resolved))
-		if a.Name != "CellkitInquiryPanics" || a.Firing < 0 {
+		if a.Name != name || a.Firing < 0 {
 			continue
 		}
 		if a.Labels["cell"] == cell {
@@ -88,12 +99,7 @@ func checkPanicAlert(d *loadtest.Verdict, seen []AlertSeen, cell string, burstAt
 			others = append(others, a.Key())
 		}
 	}
-	what := "never"
-	if fired != nil {
-		what = sinceText(fired.Firing, burstAt) + " after the poison inquiries"
-	}
-	d.Check("alert CellkitInquiryPanics{cell="+cell+"} fires", fired != nil && fired.Firing-burstAt <= PanicAlertBound, what, "≤ "+PanicAlertBound.String())
-	d.Check("alert CellkitInquiryPanics for the other cells", len(others) == 0, fmt.Sprintf("%d %v", len(others), others), "0")
+	return fired, others
 }
 
 // startPrometheus starts c.Prometheus against c.Stack with c.Rules, or

@@ -183,19 +183,7 @@ func DiskFull(ctx context.Context, c Config) (_ *loadtest.Result, err error) {
 // within NearFullBound of nearAt and before fullAt (before the watermark
 // was reached), and for no other cell.
 func checkNearFullAlert(d *loadtest.Verdict, seen []AlertSeen, cell string, nearAt, fullAt time.Duration) {
-	var fired *AlertSeen
-	var others []string
-	for i, a := range seen {
-		d.Note("alert %s: pending at %s, firing at %s, resolved at %s", a.Key(), atText(a.Pending), atText(a.Firing), atText(a.Resolved))
-		if a.Name != "CellkitStoreNearFull" || a.Firing < 0 {
-			continue
-		}
-		if a.Labels["cell"] == cell {
-			fired = &seen[i]
-		} else {
-			others = append(others, a.Key())
-		}
-	}
+	fired, others := firedFor(d, seen, "CellkitStoreNearFull", cell)
 	what := "never"
 	if fired != nil {
 		what = sinceText(fired.Firing, nearAt) + " after the fill, " + sinceText(fullAt, fired.Firing) + " before the disk was full"

@@ -151,17 +151,7 @@ func TestClusterReplicatesStreams(t *testing.T) {
 // writes work, nothing stored before is lost.
 func TestRestartAfterAFullDisk(t *testing.T) {
 	dir := smallfs.Temp(t, 8<<20)
-	s, err := Start(Config{Name: "full", StoreDir: dir, Port: -1}, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Shutdown()
-	nc, err := s.Connect()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, _ := jetstream.New(nc)
+	s, js := startJS(t, "full", dir)
 	ctx := testkit.Context(t, time.Minute)
 	st, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "S", Subjects: []string{"s.>"}, MaxBytes: 2 << 20})
 	if err != nil {
@@ -217,17 +207,7 @@ func TestStartOnANearlyFullDiskTakesTheRoomThatComesBack(t *testing.T) {
 	if _, err := smallfs.Fill(dir, "filler", 1<<20); err != nil { // 1 MiB left
 		t.Fatal(err)
 	}
-	s, err := Start(Config{Name: "nearly-full", StoreDir: dir, Port: -1}, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Shutdown()
-	nc, err := s.Connect()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, _ := jetstream.New(nc)
+	_, js := startJS(t, "nearly-full", dir)
 	ctx := testkit.Context(t, time.Minute)
 	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "S", Subjects: []string{"s.>"}}); err != nil {
 		t.Fatal(err)
@@ -242,4 +222,26 @@ func TestStartOnANearlyFullDiskTakesTheRoomThatComesBack(t *testing.T) {
 			t.Fatalf("publish %d (%d KiB in all): %v", i, (i+1)*64, err)
 		}
 	}
+}
+
+// startJS starts a server without a listener on dir and connects to it in
+// process; both end with the test. (celltest.Connect imports this
+// package.)
+func startJS(t *testing.T, name, dir string) (*Server, jetstream.JetStream) {
+	t.Helper()
+	s, err := Start(Config{Name: name, StoreDir: dir, Port: -1}, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Shutdown)
+	nc, err := s.Connect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, js
 }

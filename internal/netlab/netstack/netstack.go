@@ -369,7 +369,7 @@ func Up(ctx context.Context, cfg Config, opts Options) (*Stack, error) {
 		p.Log = filepath.Join(dir, "logs", p.Name+".log")
 		// Each under a supervisor that restarts it when it ends on its
 		// own, as the kubelet would (see cellctl dev supervise).
-		p.Supervisor = &devstack.Supervisor{Command: []string{bins["cellctl"], "dev", "supervise"}, State: filepath.Join(dir, "run", p.Name+".json")}
+		p.Supervisor = devstack.CellctlSupervisor(bins["cellctl"], dir, p)
 		c, err := h.Start(p)
 		if err != nil {
 			return nil, err
