@@ -49,11 +49,6 @@ func (x *inv) controller(reg registry.Registry, traffic func(ctx context.Context
 		control.Options{Now: x.cli.now, Note: x.note, Traffic: traffic})
 }
 
-// lockRegistry takes the writer lock; release must be called.
-func (x *inv) lockRegistry(ctx context.Context, reg registry.Registry) (lock registry.Lock, release func(), err error) {
-	return x.controller(reg, nil).Lock(ctx)
-}
-
 // apply plans a change, prints the plan (unless --json) and, unless this is
 // a dry run, commits it (control.Controller.Apply).
 func (x *inv) apply(ctx context.Context, reg registry.Registry, plan planner) (*applyResult, error) {
