@@ -1,6 +1,8 @@
 package drill
 
 import (
+	"math"
+	"math/rand"
 	"testing"
 	"time"
 
@@ -48,5 +50,59 @@ func TestCheckCellDownAlert(t *testing.T) {
 				t.Errorf("notes %v: want one per alert seen", d.Notes)
 			}
 		})
+	}
+}
+
+// The other cells' tail check: a window drawn from the baseline's
+// distribution passes (in every one of many seeds: the allowance is 3σ), a
+// window with a few shared stalls passes, one where 5 % of the requests
+// are slowed past the bound fails, as does a slower p99 throughout.
+func TestCheckTail(t *testing.T) {
+	const n = 1200
+	// A lognormal-ish latency: median ~3 ms, long tail.
+	draw := func(rng *rand.Rand) time.Duration {
+		return time.Duration(math.Exp(rng.NormFloat64()*0.6) * float64(3*time.Millisecond))
+	}
+	samples := func(seed int64, from time.Duration, slowShare float64, scale float64) []loadtest.Sample {
+		rng := rand.New(rand.NewSource(seed))
+		out := make([]loadtest.Sample, n)
+		for i := range out {
+			lat := time.Duration(float64(draw(rng)) * scale)
+			if rng.Float64() < slowShare {
+				lat = 50 * time.Millisecond
+			}
+			out[i] = loadtest.Sample{At: from + time.Duration(i)*10*time.Millisecond, User: i % 3, Latency: lat}
+		}
+		return out
+	}
+	run := func(seed int64, slowShare, scale float64) *loadtest.Verdict {
+		base := samples(seed, 0, 0, 1)
+		base = append(base, samples(seed+1, time.Minute, slowShare, scale)...)
+		baseline := loadtest.Window{To: time.Minute}.Stats(base)
+		d := &loadtest.Verdict{Name: "t"}
+		checkTail(d, "others", base, baseline, "baseline", loadtest.Window{From: time.Minute, To: 2 * time.Minute}, 1.2)
+		d.Finish()
+		return d
+	}
+	fails := 0
+	for seed := int64(1); seed <= 200; seed += 2 {
+		if !run(seed, 0, 1).Pass {
+			fails++
+		}
+	}
+	if fails > 1 {
+		t.Errorf("same distribution: %d of 100 seeds failed, want at most 1", fails)
+	}
+	if d := run(7, 0.004, 1); !d.Pass {
+		t.Errorf("a few stalls failed: %+v", d.Assertions)
+	}
+	if d := run(7, 0.05, 1); d.Pass {
+		t.Errorf("5 %% slowed passed: %+v", d.Assertions)
+	}
+	if d := run(7, 0, 1.5); d.Pass {
+		t.Errorf("1.5× slower passed: %+v", d.Assertions)
+	}
+	if got := tailAllowance(1200); got != 22 {
+		t.Errorf("tailAllowance(1200) = %d, want 22", got)
 	}
 }

@@ -120,10 +120,11 @@ func freezeDuring(ctx context.Context, r *loadtest.Runner, logf func(string, ...
 // checkOtherCells checks the cells other than c.Cell from the fault (the
 // event, which leaves c.Cell what) on: no errors each, and their p99 during
 // the fault [faultAt, faultEnd) within c.P99Factor of their baseline,
-// pooled over the other cells (a 10 s window at 100/s gives one cell about
-// 250 samples, whose p99 is its third slowest request: on two shared cores
-// it moved by ±40 % between quiet windows with nothing wrong, so the
-// per-cell p99s are notes and the check uses the three times larger pool).
+// pooled over the other cells and counted by checkTail (a 10 s window at
+// 100/s gives one cell about 250 samples, whose p99 is its third slowest
+// request: on two shared cores it moved by ±40 % between quiet windows
+// with nothing wrong, so the per-cell p99s are notes and the check uses
+// the three times larger pool).
 // The baseline is the time before the fault and from quietAfter after its
 // end, pooled: a reference on both sides of the fault, about as long as
 // the fault, so that a quiet or a noisy spell of this shared machine
@@ -151,9 +152,6 @@ func checkOtherCells(d *loadtest.Verdict, c Config, st *Stack, samples []loadtes
 		}
 	}
 	base := loadtest.Window{To: end, Users: others}.Stats(quiet)
-	during := loadtest.Window{From: faultAt, To: faultEnd, Users: others}.Stats(samples)
-	limit := time.Duration(float64(base.P99) * c.P99Factor)
-	d.Check("other cells' p99 while "+c.Cell+" is "+what, during.P99 <= limit,
-		fmt.Sprintf("%s of %d (baseline, before and after, %s of %d)", msf(during.P99), during.N, msf(base.P99), base.N),
-		fmt.Sprintf("≤ %s (%.1f× baseline)", msf(limit), c.P99Factor))
+	checkTail(d, "other cells' p99 while "+c.Cell+" is "+what, samples, base, "baseline before and after",
+		loadtest.Window{From: faultAt, To: faultEnd, Users: others}, c.P99Factor)
 }

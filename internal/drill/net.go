@@ -417,15 +417,13 @@ func checkOthers(d *loadtest.Verdict, res *loadtest.Result, cells map[int]string
 
 // checkOthersP99 checks the other cells' p99 in [from, to) against their
 // baseline before from, pooled over those cells (one cell's p99 over a
-// few hundred requests is its third slowest: too noisy to bound alone).
+// few hundred requests is its third slowest: too noisy to bound alone)
+// and counted by checkTail.
 func checkOthersP99(d *loadtest.Verdict, res *loadtest.Result, cells map[int]string, hit []string, from, to time.Duration, factor float64) {
 	others := func(u int) bool { c := cells[u]; return c != "" && !slices.Contains(hit, c) }
 	base := loadtest.Window{To: from, Users: others}.Stats(res.Samples)
-	during := loadtest.Window{From: from, To: to, Users: others}.Stats(res.Samples)
-	limit := time.Duration(float64(base.P99) * factor)
-	d.Check("other cells' p99 from the fault on", during.N > 0 && during.P99 <= limit,
-		fmt.Sprintf("%s of %d (baseline %s of %d)", msf(during.P99), during.N, msf(base.P99), base.N),
-		fmt.Sprintf("≤ %s (%.1f× baseline)", msf(limit), factor))
+	checkTail(d, "other cells' p99 from the fault on", res.Samples, base, "baseline",
+		loadtest.Window{From: from, To: to, Users: others}, factor)
 }
 
 // lastError is when the last answer other than 202 to a user in users,

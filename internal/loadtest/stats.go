@@ -23,13 +23,18 @@ type Stats struct {
 	NoRetryAfter            int // 503s without Retry-After
 }
 
+// holds tells whether s is in the window.
+func (w Window) holds(s Sample) bool {
+	return s.At >= w.From && s.At < w.To && (w.Users == nil || w.Users(s.User)) &&
+		(w.AnsweredBy <= 0 || s.At+s.Latency < w.AnsweredBy)
+}
+
 // Stats sums up the samples in the window.
 func (w Window) Stats(samples []Sample) Stats {
 	st := Stats{Status: map[string]int{}}
 	var lat []time.Duration
 	for _, s := range samples {
-		if s.At < w.From || s.At >= w.To || (w.Users != nil && !w.Users(s.User)) ||
-			(w.AnsweredBy > 0 && s.At+s.Latency >= w.AnsweredBy) {
+		if !w.holds(s) {
 			continue
 		}
 		st.N++
@@ -51,6 +56,20 @@ func (w Window) Stats(samples []Sample) Stats {
 	slices.Sort(lat)
 	st.P50, st.P99 = quantile(lat, 0.50), quantile(lat, 0.99)
 	return st
+}
+
+// Slower counts the samples in the window whose latency is over limit.
+func (w Window) Slower(samples []Sample, limit time.Duration) int {
+	n := 0
+	for _, s := range samples {
+		if !w.holds(s) {
+			continue
+		}
+		if s.Latency > limit {
+			n++
+		}
+	}
+	return n
 }
 
 func quantile(sorted []time.Duration, q float64) time.Duration {
