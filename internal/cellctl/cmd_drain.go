@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cellkit/cellkit/internal/control"
 	"github.com/cellkit/cellkit/internal/registry"
 	"github.com/cellkit/cellkit/internal/slotmap"
 )
@@ -135,15 +136,7 @@ func (x *inv) drainSteps(ctx context.Context, reg registry.Registry, res *drainR
 			fmt.Fprintf(x.out, "%s is already draining (its slots moved): resuming.\n", id)
 		}
 	case slotmap.Active:
-		r, err := x.apply(ctx, reg, func(m *slotmap.Map) (*slotmap.Plan, error) {
-			if err := knownCell(m, id); err != nil {
-				return nil, err
-			}
-			if last && len(m.ActiveCells()) == 1 {
-				return m.DrainLast(id)
-			}
-			return m.Drain(id)
-		})
+		r, err := x.apply(ctx, reg, control.Drain(id, last))
 		if err != nil {
 			return err
 		}
@@ -215,12 +208,6 @@ func (x *inv) markDrained(ctx context.Context, reg registry.Registry, res *drain
 	if !x.g.json {
 		fmt.Fprintln(x.out)
 	}
-	var plan planner = func(m *slotmap.Map) (*slotmap.Plan, error) {
-		if err := knownCell(m, id); err != nil {
-			return nil, err
-		}
-		return m.MarkDrained(id)
-	}
 	if x.cmd.dryRun && res.Drain != nil {
 		// Show the second plan against the map the first would make.
 		after := res.Drain.Plan.After
@@ -236,7 +223,7 @@ func (x *inv) markDrained(ctx context.Context, reg registry.Registry, res *drain
 		}
 		return nil
 	}
-	r, err := x.apply(ctx, reg, plan)
+	r, err := x.apply(ctx, reg, control.MarkDrained(id))
 	if err != nil {
 		if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || ctx.Err() != nil {
 			return fmt.Errorf("%v; %s is still draining with an empty queue: finish with 'cellctl drain %s --wait'", err, id, id)

@@ -5,8 +5,8 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"slices"
 
+	"github.com/cellkit/cellkit/internal/control"
 	"github.com/cellkit/cellkit/internal/slotmap"
 )
 
@@ -37,33 +37,7 @@ No slot moves.`,
 		if intake == "" && admin == "" {
 			return usagef("give --intake URL, --admin URL or both")
 		}
-		return x.applyAndReport(ctx, func(m *slotmap.Map) (*slotmap.Plan, error) {
-			if err := knownCell(m, id); err != nil {
-				return nil, err
-			}
-			cell, _ := m.Cell(id)
-			in := slotmap.Instance{ID: inst}
-			if i := slices.IndexFunc(cell.Instances, func(x slotmap.Instance) bool { return x.ID == inst }); i >= 0 {
-				in = cell.Instances[i]
-			} else if intake == "" || admin == "" {
-				return nil, fmt.Errorf("%w: a new instance needs --intake and --admin", slotmap.ErrInvalid)
-			}
-			if intake != "" {
-				in.Intake = intake
-			}
-			if admin != "" {
-				in.Admin = admin
-			}
-			for _, f := range [][2]string{{"--intake", in.Intake}, {"--admin", in.Admin}} {
-				if err := slotmap.CheckURL(f[1]); err != nil {
-					return nil, fmt.Errorf("%w: %s: %s", slotmap.ErrInvalid, f[0], invalidReason(err))
-				}
-			}
-			if !slotmap.ValidCellID(inst) {
-				return nil, fmt.Errorf("%w: instance id %q must be 1-32 of [a-z0-9-], starting and ending with a letter or digit", slotmap.ErrInvalid, inst)
-			}
-			return m.SetInstance(id, in)
-		})
+		return x.applyAndReport(ctx, control.SetInstance(id, inst, intake, admin))
 	}
 	return c
 }
@@ -85,25 +59,7 @@ on the shared JetStream cluster). No slot moves. Undo with 'instance undrain'.`
 	}
 	c.run = func(ctx context.Context, x *inv, args []string) error {
 		id, inst := args[0], args[1]
-		return x.applyAndReport(ctx, func(m *slotmap.Map) (*slotmap.Plan, error) {
-			in, err := knownInstance(m, id, inst)
-			if err != nil {
-				return nil, err
-			}
-			if drain {
-				cell, _ := m.Cell(id)
-				if in.Drained {
-					return nil, fmt.Errorf("%w: instance %s/%s is drained already", slotmap.ErrInvalid, id, inst)
-				}
-				if len(cell.Intakes()) == 1 {
-					return nil, fmt.Errorf("%w: %s is cell %s's last instance in rotation: drain the cell instead", slotmap.ErrInvalid, inst, id)
-				}
-			} else if !in.Drained {
-				return nil, fmt.Errorf("%w: instance %s/%s is in rotation already", slotmap.ErrInvalid, id, inst)
-			}
-			in.Drained = drain
-			return m.SetInstance(id, in)
-		})
+		return x.applyAndReport(ctx, control.SetInstanceRotation(id, inst, drain))
 	}
 	return c
 }
@@ -122,16 +78,7 @@ cannot be removed (remove the cell). No slot moves.`,
 	}
 	c.run = func(ctx context.Context, x *inv, args []string) error {
 		id, inst := args[0], args[1]
-		return x.applyAndReport(ctx, func(m *slotmap.Map) (*slotmap.Plan, error) {
-			in, err := knownInstance(m, id, inst)
-			if err != nil {
-				return nil, err
-			}
-			if !in.Drained {
-				return nil, fmt.Errorf("%w: instance %s/%s is in rotation: 'cellctl instance drain %s %s' first", slotmap.ErrInvalid, id, inst, id, inst)
-			}
-			return m.RemoveInstance(id, inst)
-		})
+		return x.applyAndReport(ctx, control.RemoveInstance(id, inst))
 	}
 	return c
 }
@@ -162,17 +109,4 @@ func (x *inv) setIntakes(ctx context.Context, c slotmap.Cell, open bool) error {
 		}
 	}
 	return errors.Join(errs...)
-}
-
-// knownInstance finds instance inst of cell id.
-func knownInstance(m *slotmap.Map, id, inst string) (slotmap.Instance, error) {
-	if err := knownCell(m, id); err != nil {
-		return slotmap.Instance{}, err
-	}
-	cell, _ := m.Cell(id)
-	i := slices.IndexFunc(cell.Instances, func(x slotmap.Instance) bool { return x.ID == inst })
-	if i < 0 {
-		return slotmap.Instance{}, fmt.Errorf("%w: cell %s has no instance %q", slotmap.ErrInvalid, id, inst)
-	}
-	return cell.Instances[i], nil
 }

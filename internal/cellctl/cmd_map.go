@@ -166,39 +166,13 @@ cellctl provision c5 --intake http://c5:8081 --admin http://c5:9081 --weight 2 -
 			return usagef("--intake URL and --admin URL are required")
 		}
 		id := args[0]
-		return x.applyAndReport(ctx, func(m *slotmap.Map) (*slotmap.Plan, error) {
-			if !slotmap.ValidCellID(id) {
-				return nil, fmt.Errorf("%w: cell id %q must be 1-32 of [a-z0-9-], starting and ending with a letter or digit", slotmap.ErrInvalid, id)
-			}
-			if weight <= 0 || weight > slotmap.MaxWeight {
-				return nil, fmt.Errorf("%w: weight %d must be in 1..%d", slotmap.ErrInvalid, weight, slotmap.MaxWeight)
-			}
-			if err := slotmap.CheckURL(intake); err != nil {
-				return nil, fmt.Errorf("%w: --intake: %s", slotmap.ErrInvalid, invalidReason(err))
-			}
-			if err := slotmap.CheckURL(admin); err != nil {
-				return nil, fmt.Errorf("%w: --admin: %s", slotmap.ErrInvalid, invalidReason(err))
-			}
-			return m.AddCell(slotmap.Cell{ID: id, Weight: weight, Intake: intake, Admin: admin})
-		})
+		return x.applyAndReport(ctx, control.Provision(slotmap.Cell{ID: id, Weight: weight, Intake: intake, Admin: admin}))
 	}
 	return c
 }
 
 // knownCell refuses an unknown cell id with the list of cells.
-func knownCell(m *slotmap.Map, id string) error {
-	if _, ok := m.Cell(id); ok {
-		return nil
-	}
-	var ids []string
-	for _, c := range m.Cells() {
-		ids = append(ids, c.ID)
-	}
-	if len(ids) == 0 {
-		return fmt.Errorf("%w: unknown cell %q (the map has no cells)", slotmap.ErrInvalid, id)
-	}
-	return fmt.Errorf("%w: unknown cell %q (cells: %s)", slotmap.ErrInvalid, id, strings.Join(ids, ", "))
-}
+func knownCell(m *slotmap.Map, id string) error { return control.KnownCell(m, id) }
 
 func undrainCommand() *command {
 	c := &command{
@@ -222,12 +196,7 @@ cellctl undrain c2 --dry-run`,
 			return err
 		}
 		defer reg.Close()
-		res, err := x.apply(ctx, reg, func(m *slotmap.Map) (*slotmap.Plan, error) {
-			if err := knownCell(m, id); err != nil {
-				return nil, err
-			}
-			return m.Undrain(id)
-		})
+		res, err := x.apply(ctx, reg, control.Undrain(id))
 		if err != nil {
 			return err
 		}
@@ -274,12 +243,7 @@ cellctl weight c3 1 --dry-run`,
 		if err != nil {
 			return err
 		}
-		return x.applyAndReport(ctx, func(m *slotmap.Map) (*slotmap.Plan, error) {
-			if err := knownCell(m, id); err != nil {
-				return nil, err
-			}
-			return m.SetWeight(id, w)
-		})
+		return x.applyAndReport(ctx, control.SetWeight(id, w))
 	}
 	return c
 }
@@ -315,7 +279,7 @@ cellctl rebalance --by traffic --routers http://router-a:9080,http://router-b:90
 	c.run = func(ctx context.Context, x *inv, _ []string) error {
 		switch by {
 		case "slots":
-			return x.applyAndReport(ctx, func(m *slotmap.Map) (*slotmap.Plan, error) { return m.Rebalance() })
+			return x.applyAndReport(ctx, control.Rebalance())
 		case "traffic":
 			urls, err := x.routerURLs(ctx)
 			if err != nil {
@@ -324,13 +288,10 @@ cellctl rebalance --by traffic --routers http://router-a:9080,http://router-b:90
 			if len(urls) == 0 {
 				return usagef("--by traffic needs the routers: none is announced in the registry; give their admin URLs with --routers URLS (or CELLKIT_ROUTERS)")
 			}
-			return x.applyAndReport(ctx, func(m *slotmap.Map) (*slotmap.Plan, error) {
-				tr, _, err := x.traffic(ctx, m.Slots())
-				if err != nil {
-					return nil, err
-				}
-				return m.BalanceByTraffic(*tr)
-			})
+			return x.applyAndReport(ctx, control.BalanceByTraffic(func(slots int) (*slotmap.Traffic, error) {
+				tr, _, err := x.traffic(ctx, slots)
+				return tr, err
+			}))
 		}
 		return usagef("--by %q: want slots or traffic", by)
 	}
@@ -364,7 +325,7 @@ cellctl map format 2`,
 		if f != 1 && f != 2 {
 			return usagef("format %d: want 1 or 2", f)
 		}
-		return x.applyAndReport(ctx, func(m *slotmap.Map) (*slotmap.Plan, error) { return m.SetFormat(f) })
+		return x.applyAndReport(ctx, control.SetFormat(f))
 	}
 	return c
 }
@@ -390,12 +351,7 @@ cellctl capacity set c1 0`,
 		if err != nil {
 			return err
 		}
-		return x.applyAndReport(ctx, func(m *slotmap.Map) (*slotmap.Plan, error) {
-			if err := knownCell(m, id); err != nil {
-				return nil, err
-			}
-			return m.SetCapacity(id, n)
-		})
+		return x.applyAndReport(ctx, control.SetCapacity(id, n))
 	}
 	return c
 }
@@ -413,12 +369,7 @@ a cell that is not drained or that users are still pinned to.`,
 		mutates: true,
 	}
 	c.run = func(ctx context.Context, x *inv, args []string) error {
-		return x.applyAndReport(ctx, func(m *slotmap.Map) (*slotmap.Plan, error) {
-			if err := knownCell(m, args[0]); err != nil {
-				return nil, err
-			}
-			return m.RemoveCell(args[0])
-		})
+		return x.applyAndReport(ctx, control.Remove(args[0]))
 	}
 	return c
 }
@@ -444,25 +395,7 @@ func endpointsCommand() *command {
 			return usagef("give --intake URL, --admin URL or both")
 		}
 		id := args[0]
-		return x.applyAndReport(ctx, func(m *slotmap.Map) (*slotmap.Plan, error) {
-			if err := knownCell(m, id); err != nil {
-				return nil, err
-			}
-			cell, _ := m.Cell(id)
-			in, ad := cell.Intake, cell.Admin
-			if intake != "" {
-				in = intake
-			}
-			if admin != "" {
-				ad = admin
-			}
-			for _, f := range [][2]string{{"--intake", in}, {"--admin", ad}} {
-				if err := slotmap.CheckURL(f[1]); err != nil {
-					return nil, fmt.Errorf("%w: %s: %s", slotmap.ErrInvalid, f[0], invalidReason(err))
-				}
-			}
-			return m.SetEndpoints(id, in, ad)
-		})
+		return x.applyAndReport(ctx, control.SetEndpoints(id, intake, admin))
 	}
 	return c
 }

@@ -6,6 +6,7 @@ import (
 	"maps"
 	"slices"
 
+	"github.com/cellkit/cellkit/internal/control"
 	"github.com/cellkit/cellkit/internal/slotmap"
 )
 
@@ -25,12 +26,7 @@ requests go to CELL (their earlier inquiries stay readable where they are).`,
 		mutates: true,
 	}
 	c.run = func(ctx context.Context, x *inv, args []string) error {
-		return x.applyAndReport(ctx, func(m *slotmap.Map) (*slotmap.Plan, error) {
-			if err := knownCell(m, args[1]); err != nil {
-				return nil, err
-			}
-			return m.SetOverride(args[0], args[1])
-		})
+		return x.applyAndReport(ctx, control.SetOverride(args[0], args[1]))
 	}
 	return c
 }
@@ -47,7 +43,7 @@ func overrideClearCommand() *command {
 		mutates: true,
 	}
 	c.run = func(ctx context.Context, x *inv, args []string) error {
-		return x.applyAndReport(ctx, func(m *slotmap.Map) (*slotmap.Plan, error) { return m.ClearOverride(args[0]) })
+		return x.applyAndReport(ctx, control.ClearOverride(args[0]))
 	}
 	return c
 }

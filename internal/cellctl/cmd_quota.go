@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/cellkit/cellkit/internal/control"
 	"github.com/cellkit/cellkit/internal/slotmap"
 )
 
@@ -126,12 +127,7 @@ cellctl quota set kcb c2 0 --dry-run`,
 		if err != nil {
 			return err
 		}
-		return x.applyAndReport(ctx, func(m *slotmap.Map) (*slotmap.Plan, error) {
-			if err := knownCell(m, args[1]); err != nil {
-				return nil, err
-			}
-			return m.SetQuota(args[0], args[1], n)
-		})
+		return x.applyAndReport(ctx, control.SetQuota(args[0], args[1], n))
 	}
 	return c
 }
@@ -148,12 +144,7 @@ func quotaClearCommand() *command {
 		mutates: true,
 	}
 	c.run = func(ctx context.Context, x *inv, args []string) error {
-		return x.applyAndReport(ctx, func(m *slotmap.Map) (*slotmap.Plan, error) {
-			if err := knownCell(m, args[1]); err != nil {
-				return nil, err
-			}
-			return m.ClearQuota(args[0], args[1])
-		})
+		return x.applyAndReport(ctx, control.ClearQuota(args[0], args[1]))
 	}
 	return c
 }
@@ -176,7 +167,7 @@ cellctl quota limit css 20 --dry-run`,
 		if err != nil {
 			return err
 		}
-		return x.applyAndReport(ctx, func(m *slotmap.Map) (*slotmap.Plan, error) { return m.SetAgency(args[0], n) })
+		return x.applyAndReport(ctx, control.SetLimit(args[0], n))
 	}
 	return c
 }
