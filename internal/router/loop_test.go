@@ -617,11 +617,28 @@ func TestWriteTimeoutCutsAClientThatStopsReading(t *testing.T) {
 	if _, err := c.Write([]byte(get)); err != nil {
 		t.Fatal(err)
 	}
-	// The router has the whole answer from the cell (so it is writing it
-	// to the client, which reads nothing) before the clock starts: on a
-	// loaded machine the answer could otherwise reach the router only
-	// once the client reads again.
+	// The router has the whole answer from the cell and is writing it to
+	// the client, which reads nothing, before the clock starts: its write
+	// timer armed. (That the cell wrote it is not enough: under -race on
+	// a slow machine the router took ~1 s more to read 3 MiB off the
+	// cell's connection, and a client that reads from 1 s on had taken it
+	// all before the timer could see it stuck.)
 	testkit.WaitFor(t, 10*time.Second, "the cell's second answer written", func() bool { return f.written.Load() == 2 })
+	testkit.WaitFor(t, 10*time.Second, "the answer waiting to be written, its write timer armed", func() bool {
+		armed := 0
+		for _, lp := range w.router.eng.loopList() {
+			done := make(chan struct{})
+			lp.el.Execute(context.Background(), gnet.RunnableFunc(func(context.Context) error {
+				defer close(done)
+				for tm := lp.writes.head.next; tm != &lp.writes.head; tm = tm.next {
+					armed++
+				}
+				return nil
+			}))
+			<-done
+		}
+		return armed == 1 || w.router.eng.conns.Load() == 0 // armed, or expired and cut already
+	})
 	time.Sleep(time.Second) // reading nothing, past the write timeout
 	c.SetReadDeadline(time.Now().Add(10 * time.Second))
 	n, err := io.Copy(io.Discard, c)
