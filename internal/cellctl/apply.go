@@ -16,9 +16,6 @@ import (
 // invalidReason strips the planner's prefixes off a refusal.
 func invalidReason(err error) string { return control.InvalidReason(err) }
 
-// refuse wraps a planner error into a refusal if it is one.
-func refuse(err error, m *slotmap.Map) error { return control.Refuse(err, m) }
-
 // applyResult is what a map change did, for --json.
 type applyResult struct {
 	Plan     *planJSON `json:"plan,omitempty"`
@@ -45,7 +42,7 @@ func (x *inv) note(n control.Note) {
 // controller is the Controller of this command on reg; traffic, if not
 // nil, measures what its plans project.
 func (x *inv) controller(reg registry.Registry, traffic func(ctx context.Context, slots int) (*slotmap.Traffic, error)) *control.Controller {
-	return control.New(reg, control.Config{Holder: x.cli.holder(x.cmd.name), Origin: x.cli.Origin, LockWait: x.g.lockWait},
+	return control.New(reg, control.Config{Holder: x.cli.holder(x.cmd.name), LockWait: x.g.lockWait},
 		control.Options{Now: x.cli.now, Note: x.note, Traffic: traffic})
 }
 
@@ -53,46 +50,64 @@ func (x *inv) controller(reg registry.Registry, traffic func(ctx context.Context
 // a dry run, commits it (control.Controller.Apply).
 func (x *inv) apply(ctx context.Context, reg registry.Registry, plan planner) (*applyResult, error) {
 	var summary *trafficSummary
-	traffic := func(ctx context.Context, slots int) (*slotmap.Traffic, error) {
-		t, sum, err := x.traffic(ctx, slots)
-		summary = sum
-		var bad usageError
-		if errors.As(err, &bad) {
-			return nil, control.Abort(err) // a malformed --routers: the operator's typo
-		}
-		return t, err
-	}
-	res := &applyResult{DryRun: x.cmd.dryRun}
+	traffic := x.projection(&summary)
+	var planned *planJSON
 	r, err := x.controller(reg, traffic).Apply(ctx, control.Change{
 		Plan:   plan,
 		DryRun: x.cmd.dryRun,
 		Planned: func(p *slotmap.Plan) {
 			pj := toPlanJSON(p)
 			pj.Traffic = summary
-			res.Plan = &pj
-			switch {
-			case x.g.json:
-			case p.NoChange():
-				fmt.Fprintf(x.out, "Nothing to change: %s leaves map version %d as it is.\n", p.Op, p.Before.Version())
-			default:
-				writePlan(x.out, p)
-			}
+			planned = &pj
+			x.showPlan(p)
 		},
-		Done: func(r *control.Result) {
-			switch {
-			case x.g.json || r.NoChange:
-			case r.DryRun:
-				fmt.Fprintf(x.out, "\nDry run: nothing applied.\n")
-			case r.Applied:
-				fmt.Fprintf(x.out, "\nApplied: map version %d (%s).\n", r.Version, r.Plan.Op)
-			}
-		},
+		Done: x.showDone,
 	})
 	if err != nil {
 		return nil, err
 	}
-	res.Applied, res.NoChange, res.Version, res.Replans = r.Applied, r.NoChange, r.Version, r.Replans
-	return res, nil
+	return toApplyResult(r, planned), nil
+}
+
+// showPlan prints a plan as it is made (unless --json).
+func (x *inv) showPlan(p *slotmap.Plan) {
+	switch {
+	case x.g.json:
+	case p.NoChange():
+		fmt.Fprintf(x.out, "Nothing to change: %s leaves map version %d as it is.\n", p.Op, p.Before.Version())
+	default:
+		writePlan(x.out, p)
+	}
+}
+
+// showDone prints the end of a change (unless --json).
+func (x *inv) showDone(r *control.Result) {
+	switch {
+	case x.g.json || r.NoChange:
+	case r.DryRun:
+		fmt.Fprintf(x.out, "\nDry run: nothing applied.\n")
+	case r.Applied:
+		fmt.Fprintf(x.out, "\nApplied: map version %d (%s).\n", r.Version, r.Plan.Op)
+	}
+}
+
+// toApplyResult is a change's result for --json, with its plan's.
+func toApplyResult(r *control.Result, plan *planJSON) *applyResult {
+	return &applyResult{Plan: plan, DryRun: r.DryRun, Applied: r.Applied, NoChange: r.NoChange, Version: r.Version, Replans: r.Replans}
+}
+
+// projection is the traffic a change's plans project (the routers'), its
+// summary kept in *summary.
+func (x *inv) projection(summary **trafficSummary) func(ctx context.Context, slots int) (*slotmap.Traffic, error) {
+	return func(ctx context.Context, slots int) (*slotmap.Traffic, error) {
+		t, sum, err := x.traffic(ctx, slots)
+		*summary = sum
+		var bad usageError
+		if errors.As(err, &bad) {
+			return nil, control.Abort(err) // a malformed --routers: the operator's typo
+		}
+		return t, err
+	}
 }
 
 // applyAndReport is apply for commands whose whole output is the change.

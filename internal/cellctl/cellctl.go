@@ -25,11 +25,11 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"os/user"
 	"strings"
 	"sync/atomic"
 	"time"
 
+	"github.com/cellkit/cellkit/internal/adminclient"
 	"github.com/cellkit/cellkit/internal/control"
 	"github.com/cellkit/cellkit/internal/flagenv"
 	"github.com/cellkit/cellkit/internal/registry"
@@ -48,11 +48,11 @@ const (
 // to cells' and routers' admin APIs when --admin-token is not given: the
 // flag's shared variable (see internal/flagenv). Cells and routers take
 // their tokens from a file (--admin-token-file, CELLKIT_ADMIN_TOKEN_FILE).
-const EnvAdminToken = "CELLKIT_ADMIN_TOKEN"
+const EnvAdminToken = adminclient.EnvToken
 
 // DefaultTimeout bounds a command (registry calls, lock wait, admin calls)
 // unless --timeout says otherwise. `drain --wait` has no default bound.
-const DefaultTimeout = 30 * time.Second
+const DefaultTimeout = control.DefaultTimeout
 
 // CLI holds what cellctl takes from its environment. The zero value uses the
 // real ones; tests replace them.
@@ -68,11 +68,6 @@ type CLI struct {
 	// HTTP talks to admin APIs. Nil means a client without a global timeout
 	// (every call carries a deadline of its own).
 	HTTP *http.Client
-	// Origin names the tool that drives cellctl in process ("terraform");
-	// empty for the command line. It is written into the writer lock's
-	// holder and into the change text of every map version committed, so
-	// that the history says where a change came from.
-	Origin string
 	// Terminal reports whether w is an interactive terminal, where progress
 	// lines overwrite themselves. Nil means: w is an *os.File on a character
 	// device.
@@ -428,17 +423,4 @@ func (x *inv) load(ctx context.Context, reg registry.Registry) (*slotmap.Map, er
 func registryError(reg registry.Registry, err error) error { return control.Explain(reg, err) }
 
 // holder describes this run for the writer lock.
-func (c *CLI) holder(cmd string) string {
-	who := os.Getenv("USER")
-	if u, err := user.Current(); err == nil && u.Username != "" {
-		who = u.Username
-	}
-	host, _ := os.Hostname()
-	if who == "" {
-		who = "unknown"
-	}
-	if c.Origin != "" {
-		return fmt.Sprintf("%s (cellctl %s) by %s@%s", c.Origin, cmd, who, host)
-	}
-	return fmt.Sprintf("cellctl %s by %s@%s", cmd, who, host)
-}
+func (c *CLI) holder(cmd string) string { return control.Holder("cellctl " + cmd) }

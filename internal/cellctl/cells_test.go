@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cellkit/cellkit/internal/api"
 	"github.com/cellkit/cellkit/internal/problem"
 )
 
@@ -99,7 +100,7 @@ func TestFailedAndCircuit(t *testing.T) {
 		}
 		return ""
 	}
-	var items []FailedInquiry
+	var items []api.FailedInquiry
 	e.json(&items, "failed", "list", "c2", "--limit", "5")
 	if len(items) != 2 || items[1].ID != "c2-0001" || items[1].Set != "dead" || items[1].Attempts != 5 || items[1].At.IsZero() {
 		t.Errorf("failed list --json = %+v", items)
@@ -115,7 +116,7 @@ func TestFailedAndCircuit(t *testing.T) {
 	if got := c2.called(`POST /v1/admin/failed/retry {"ids":["c2-0001"]}`); len(got) != 1 {
 		t.Errorf("retry request: %v", c2.called("POST"))
 	}
-	var rr RetryResult
+	var rr api.RetryResult
 	e.json(&rr, "failed", "retry", "c2", "--all")
 	if len(rr.Retried) != 2 || len(c2.called(`POST /v1/admin/failed/retry {"all":true}`)) != 1 {
 		t.Errorf("retry --all = %+v", rr)
@@ -245,11 +246,11 @@ func TestStoreText(t *testing.T) {
 		`{"store":{"used":0.96,"high_watermark":0.95,"refusing":true}}`:             "96% FULL",
 		`{"store":{"used":0.5,"refusing":true,"failed":"no space left on device"}}`: "50% FAILED",
 	} {
-		var s CellStatus
+		var s api.CellStatus
 		if err := json.Unmarshal([]byte(body), &s); err != nil {
 			t.Fatal(err)
 		}
-		if got := s.StoreText(); got != want {
+		if got := storeText(&s); got != want {
 			t.Errorf("%s: %q, want %q", body, got, want)
 		}
 	}

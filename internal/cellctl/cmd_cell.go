@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cellkit/cellkit/internal/api"
 	"github.com/cellkit/cellkit/internal/slotmap"
 )
 
@@ -49,12 +50,12 @@ cellctl failed list c2 --json | jq -r '.[].id'`,
 		if err != nil {
 			return err
 		}
-		items, err := x.admin().failed(ctx, admin, limit)
+		items, err := x.admin().Failed(ctx, admin, limit)
 		if err != nil {
 			return fmt.Errorf("cell %s: %v", args[0], err)
 		}
 		if items == nil {
-			items = []FailedInquiry{}
+			items = []api.FailedInquiry{}
 		}
 		if x.g.json {
 			return writeJSON(x.out, items)
@@ -119,7 +120,7 @@ cellctl failed retry c2 --all`,
 		if err != nil {
 			return err
 		}
-		res, err := x.admin().retry(ctx, admin, ids, all)
+		res, err := x.admin().Retry(ctx, admin, ids, all)
 		if err != nil {
 			return fmt.Errorf("cell %s: %v", id, err)
 		}
@@ -189,7 +190,7 @@ cellctl circuit c1 nice reset`,
 		if cell.State == slotmap.Drained {
 			x.warnf("%s is drained", id)
 		}
-		out, err := x.admin().circuit(ctx, cell.Admin, agency, action)
+		out, err := x.admin().Circuit(ctx, cell.Admin, agency, action)
 		if err != nil {
 			return fmt.Errorf("cell %s: %v", id, err)
 		}

@@ -2,15 +2,13 @@ package cellctl
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"strings"
 	"time"
 
+	"github.com/cellkit/cellkit/internal/api"
 	"github.com/cellkit/cellkit/internal/control"
-	"github.com/cellkit/cellkit/internal/registry"
 	"github.com/cellkit/cellkit/internal/slotmap"
 )
 
@@ -25,9 +23,9 @@ type drainResult struct {
 	Intake string `json:"intake,omitempty"`
 	// Waited says whether the command waited for the queue; Last is the
 	// cell's last status seen while waiting.
-	Waited  bool        `json:"waited"`
-	Waiting string      `json:"waiting,omitempty"` // how long it waited
-	Last    *CellStatus `json:"last_status,omitempty"`
+	Waited  bool            `json:"waited"`
+	Waiting string          `json:"waiting,omitempty"` // how long it waited
+	Last    *api.CellStatus `json:"last_status,omitempty"`
 	// MarkDrained is the plan that marked the cell drained and handed its
 	// quota to the others.
 	MarkDrained *applyResult `json:"mark_drained,omitempty"`
@@ -105,7 +103,41 @@ func (x *inv) drain(ctx context.Context, id string, o drainOpts) error {
 	}
 	defer reg.Close()
 	res := &drainResult{Cell: id}
-	err = x.drainSteps(ctx, reg, res, id, o)
+	p := &progress{w: x.out, term: x.cli.terminal(x.out), quiet: x.g.json, now: x.cli.now}
+	defer p.done()
+	// Each plan as apply shows it; its --json form kept for the result.
+	var planned *planJSON
+	var summary *trafficSummary
+	r, err := x.controller(reg, x.projection(&summary)).Drain(ctx, x.admin(), control.DrainRequest{
+		Cell: id, Wait: o.wait, Force: o.force, Last: o.last, Interval: o.interval, DryRun: x.cmd.dryRun,
+		Planned: func(pl *slotmap.Plan) {
+			pj := toPlanJSON(pl)
+			pj.Traffic = summary
+			planned = &pj
+			x.showPlan(pl)
+		},
+		Done: x.showDone,
+		Event: func(e control.DrainEvent) {
+			if e.Kind == control.DrainMarking && x.cmd.dryRun && planned != nil {
+				// The second plan of a dry run is made on the first's
+				// map, without the routers' traffic.
+				summary = nil
+			}
+			x.drainEvent(p, e)
+		},
+	})
+	if r != nil {
+		res.State, res.Intake, res.Waited, res.Last = r.State, r.Intake, r.Waited, r.Last
+		if r.Waited {
+			res.Waiting = human(r.Waiting)
+		}
+		if r.Drain != nil {
+			res.Drain = toApplyResult(r.Drain, planFor(planned, r.Drain))
+		}
+		if r.MarkDrained != nil {
+			res.MarkDrained = toApplyResult(r.MarkDrained, planFor(planned, r.MarkDrained))
+		}
+	}
 	if x.g.json && res.State != "" {
 		if jerr := writeJSON(x.out, res); jerr != nil && err == nil {
 			err = jerr
@@ -114,200 +146,59 @@ func (x *inv) drain(ctx context.Context, id string, o drainOpts) error {
 	return err
 }
 
-func (x *inv) drainSteps(ctx context.Context, reg registry.Registry, res *drainResult, id string, o drainOpts) error {
-	wait, force, last, interval := o.wait, o.force, o.last, o.interval
-	m, err := x.load(ctx, reg)
-	if err != nil {
-		return err
+// planFor is the --json form of r's plan: the last one shown, if it is
+// that plan.
+func planFor(shown *planJSON, r *control.Result) *planJSON {
+	if shown != nil && shown.Plan == r.Plan {
+		return shown
 	}
-	if err := knownCell(m, id); err != nil {
-		return refuse(err, m)
-	}
-	cell, _ := m.Cell(id)
-	res.State = cell.State
-	switch cell.State {
-	case slotmap.Drained:
-		if !x.g.json {
-			fmt.Fprintf(x.out, "%s is already drained (map version %d): nothing to do.\n", id, m.Version())
-		}
-		return nil
-	case slotmap.Draining:
-		if !x.g.json {
-			fmt.Fprintf(x.out, "%s is already draining (its slots moved): resuming.\n", id)
-		}
-	case slotmap.Active:
-		r, err := x.apply(ctx, reg, control.Drain(id, last))
-		if err != nil {
-			return err
-		}
-		res.Drain = r
-		if x.cmd.dryRun {
-			if !x.g.json {
-				fmt.Fprintf(x.out, "Then: close %s's intake (POST %s/v1/admin/intake/close).\n", id, cell.Admin)
-			}
-			if !wait && !force {
-				return nil
-			}
-			if !x.g.json {
-				if wait {
-					fmt.Fprintf(x.out, "Then: wait for its queue to empty, and mark it drained:\n")
-				} else {
-					fmt.Fprintf(x.out, "Then: mark it drained:\n")
-				}
-			}
-			return x.markDrained(ctx, reg, res, id)
-		}
-		res.State = slotmap.Draining
-	}
-
-	if x.cmd.dryRun && !x.g.json {
-		fmt.Fprintf(x.out, "Then: close %s's intake (POST %s/v1/admin/intake/close).\n", id, cell.Admin)
-	}
-	if !x.cmd.dryRun {
-		// Closed also when resuming: the cell may have restarted with its
-		// intake open.
-		res.Intake = "closed"
-		if err := x.setIntakes(ctx, cell, false); err != nil {
-			if unreachable(err) {
-				res.Intake = "unreachable"
-				x.warnf("%s's admin API cannot be reached (%v): its slots moved, but its intake could not be closed", id, err)
-			} else {
-				res.Intake = "error: " + err.Error()
-				x.warnf("%s's intake could not be closed: %v; its slots moved anyway", id, err)
-			}
-		} else if !x.g.json {
-			fmt.Fprintf(x.out, "Intake of %s closed.\n", id)
-		}
-	}
-
-	switch {
-	case wait:
-		if x.cmd.dryRun {
-			if !x.g.json {
-				fmt.Fprintf(x.out, "Then: wait for its queue to empty, and mark it drained:\n")
-			}
-			return x.markDrained(ctx, reg, res, id)
-		}
-		if err := x.waitEmpty(ctx, res, id, cell.Admin, interval); err != nil {
-			return err
-		}
-	case force:
-		if !x.cmd.dryRun {
-			x.warnf("marking %s drained without waiting for its queue (--force): work still queued there stays in its store until it is undrained", id)
-		}
-	default:
-		if !x.g.json && !x.cmd.dryRun {
-			fmt.Fprintf(x.out, "%s is draining and keeps its session quota until its queue is empty.\nFinish with: cellctl drain %s --wait\n", id, id)
-		}
-		return nil
-	}
-	return x.markDrained(ctx, reg, res, id)
+	pj := toPlanJSON(r.Plan)
+	return &pj
 }
 
-func (x *inv) markDrained(ctx context.Context, reg registry.Registry, res *drainResult, id string) error {
-	if !x.g.json {
-		fmt.Fprintln(x.out)
-	}
-	if x.cmd.dryRun && res.Drain != nil {
-		// Show the second plan against the map the first would make.
-		after := res.Drain.Plan.After
-		p, err := after.MarkDrained(id)
-		if err != nil {
-			return refuse(err, after)
-		}
-		pj := toPlanJSON(p)
-		res.MarkDrained = &applyResult{Plan: &pj, DryRun: true, Version: after.Version()}
+// drainEvent shows one step of a drain.
+func (x *inv) drainEvent(p *progress, e control.DrainEvent) {
+	id := e.Cell.ID
+	say := func(format string, args ...any) {
 		if !x.g.json {
-			writePlan(x.out, p)
-			fmt.Fprintf(x.out, "\nDry run: nothing applied.\n")
+			fmt.Fprintf(x.out, format, args...)
 		}
-		return nil
 	}
-	r, err := x.apply(ctx, reg, control.MarkDrained(id))
-	if err != nil {
-		if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || ctx.Err() != nil {
-			return fmt.Errorf("%v; %s is still draining with an empty queue: finish with 'cellctl drain %s --wait'", err, id, id)
-		}
-		return err
-	}
-	res.MarkDrained = r
-	if r.Applied {
-		res.State = slotmap.Drained
-	}
-	return nil
-}
-
-// waitEmpty polls the cell until its queue and in-flight work are empty
-// twice in a row, printing a progress line.
-func (x *inv) waitEmpty(ctx context.Context, res *drainResult, id, admin string, interval time.Duration) error {
-	res.Waited = true
-	start := x.cli.now()
-	p := &progress{w: x.out, term: x.cli.terminal(x.out), quiet: x.g.json, now: x.cli.now}
-	defer p.done()
-	empty := 0
-	var first time.Time // the cell's clock: when it sampled its queue first
-	var last *CellStatus
-	var lastErr error
-	for {
-		st, err := x.admin().status(ctx, admin)
-		if err == nil && !st.Known() {
-			err = fmt.Errorf("the cell cannot read its queue: %s", strings.Join(mapValues(st.Errors), "; "))
-		}
-		elapsed := x.cli.now().Sub(start)
-		res.Waiting = human(elapsed)
-		switch {
-		case err != nil && ctx.Err() == nil:
-			lastErr = err
-			empty = 0
-			p.show(fmt.Sprintf("waiting for %s: status unavailable (%v), elapsed %s", id, err, human(elapsed)), "unavailable")
-		case err == nil:
-			last, lastErr, res.Last = st, nil, st
-			if st.IntakeOpen() {
-				// Someone (a restart) reopened it: close it again.
-				_ = x.admin().setIntake(ctx, admin, false)
-			}
-			key := fmt.Sprintf("%d/%d/%d", st.High(), st.Normal(), st.Inflight)
+	switch e.Kind {
+	case control.DrainAlready:
+		say("%s is already drained (map version %d): nothing to do.\n", id, e.Version)
+	case control.DrainResuming:
+		say("%s is already draining (its slots moved): resuming.\n", id)
+	case control.DrainWouldClose:
+		say("Then: close %s's intake (POST %s/v1/admin/intake/close).\n", id, e.Cell.Admin)
+	case control.DrainWouldWait:
+		say("Then: wait for its queue to empty, and mark it drained:\n")
+	case control.DrainWouldMark:
+		say("Then: mark it drained:\n")
+	case control.DrainIntakeClosed:
+		say("Intake of %s closed.\n", id)
+	case control.DrainIntakeUnreachable:
+		x.warnf("%s's admin API cannot be reached (%v): its slots moved, but its intake could not be closed", id, e.Err)
+	case control.DrainIntakeFailed:
+		x.warnf("%s's intake could not be closed: %v; its slots moved anyway", id, e.Err)
+	case control.DrainProgress:
+		if st := e.Status; st != nil {
 			p.show(fmt.Sprintf("waiting for %s: queue high %d normal %d, oldest %s, in flight %d, elapsed %s",
-				id, st.High(), st.Normal(), ageStr(st.OldestPending()), st.Inflight, human(elapsed)), key)
-			// Done after two empty samples in a row that the cell took
-			// after the first one seen here, that is after its intake
-			// closed. (A cell that does not say when it sampled: two empty
-			// answers in a row.)
-			fresh := st.Sampled.IsZero() || (!first.IsZero() && st.Sampled.After(first))
-			switch {
-			case st.Pending() != 0:
-				empty = 0
-			case fresh:
-				empty++
-			}
-			if first.IsZero() {
-				first = st.Sampled
-			}
+				id, st.High(), st.Normal(), ageStr(st.OldestPending()), st.Inflight, human(e.Elapsed)),
+				fmt.Sprintf("%d/%d/%d", st.High(), st.Normal(), st.Inflight))
+		} else {
+			p.show(fmt.Sprintf("waiting for %s: status unavailable (%v), elapsed %s", id, e.Err, human(e.Elapsed)), "unavailable")
 		}
-		if empty >= 2 {
-			p.done()
-			if !x.g.json {
-				fmt.Fprintf(x.out, "%s's queue and in-flight work are empty after %s.\n", id, human(elapsed))
-			}
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			p.done()
-			left := "its queue was not empty"
-			if last != nil && lastErr == nil {
-				left = fmt.Sprintf("inquiries still queued (high %d, normal %d) or in flight (%d)", last.High(), last.Normal(), last.Inflight)
-			} else if lastErr != nil {
-				left = fmt.Sprintf("its status could not be read (%v); if it is dead, 'cellctl drain %s --force' marks it drained without waiting", lastErr, id)
-			}
-			why := "interrupted"
-			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-				why = "timed out (--timeout)"
-			}
-			return fmt.Errorf("%s after %s: %s is draining (slots moved, intake closed), %s; resume with 'cellctl drain %s --wait'",
-				why, human(elapsed), id, left, id)
-		case <-time.After(interval):
-		}
+	case control.DrainEmpty:
+		p.done()
+		say("%s's queue and in-flight work are empty after %s.\n", id, human(e.Elapsed))
+	case control.DrainForced:
+		x.warnf("marking %s drained without waiting for its queue (--force): work still queued there stays in its store until it is undrained", id)
+	case control.DrainLeftDraining:
+		say("%s is draining and keeps its session quota until its queue is empty.\nFinish with: cellctl drain %s --wait\n", id, id)
+	case control.DrainMarking:
+		p.done()
+		say("\n")
 	}
 }
 

@@ -120,7 +120,7 @@ cellctl hotkeys http://router-a:9080 http://router-b:9080 --top 20`,
 				return usagef("router admin URL %q: %v", raw, err)
 			}
 			var rep hotReport
-			if err := x.admin().call(ctx, http.MethodGet, target, "", nil, &rep); err != nil {
+			if err := x.admin().Call(ctx, http.MethodGet, target, "", nil, &rep); err != nil {
 				x.warnf("router %s: %v", raw, err)
 				continue
 			}

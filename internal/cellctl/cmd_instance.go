@@ -2,12 +2,9 @@ package cellctl
 
 import (
 	"context"
-	"errors"
 	"flag"
-	"fmt"
 
 	"github.com/cellkit/cellkit/internal/control"
-	"github.com/cellkit/cellkit/internal/slotmap"
 )
 
 // The instances of a cell that runs as several processes: the routers
@@ -81,32 +78,4 @@ cannot be removed (remove the cell). No slot moves.`,
 		return x.applyAndReport(ctx, control.RemoveInstance(id, inst))
 	}
 	return c
-}
-
-// admins are the admin URLs of a cell's processes: its instances', or its
-// own.
-func admins(c slotmap.Cell) []string {
-	if len(c.Instances) == 0 {
-		return []string{c.Admin}
-	}
-	out := make([]string, len(c.Instances))
-	for i, in := range c.Instances {
-		out[i] = in.Admin
-	}
-	return out
-}
-
-// setIntakes opens or closes the intake of every process of the cell
-// (the errors of those that failed, joined).
-func (x *inv) setIntakes(ctx context.Context, c slotmap.Cell, open bool) error {
-	var errs []error
-	for _, a := range admins(c) {
-		if err := x.admin().setIntake(ctx, a, open); err != nil {
-			if len(c.Instances) > 0 {
-				err = fmt.Errorf("%s: %w", a, err)
-			}
-			errs = append(errs, err)
-		}
-	}
-	return errors.Join(errs...)
 }

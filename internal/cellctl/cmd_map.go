@@ -206,7 +206,7 @@ cellctl undrain c2 --dry-run`,
 		}{applyResult: res}
 		if res.Applied {
 			cell, _ := res.Plan.After.Cell(id)
-			if err := x.setIntakes(ctx, cell, true); err != nil {
+			if err := x.admin().SetIntakes(ctx, cell, true); err != nil {
 				x.warnf("cell %s is active again, but its intake could not be reopened: %v", id, err)
 				out.Intake = "unknown"
 			} else {

@@ -9,6 +9,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cellkit/cellkit/internal/adminclient"
+	"github.com/cellkit/cellkit/internal/api"
 	"github.com/cellkit/cellkit/internal/slotmap"
 )
 
@@ -25,16 +27,16 @@ type statusJSON struct {
 
 // cellStatus is one cell: what the map says and what its admin API said.
 type cellStatus struct {
-	ID        string         `json:"id"`
-	State     slotmap.State  `json:"state"`
-	Weight    int            `json:"weight"`
-	Slots     int            `json:"slots"`
-	UsersPct  float64        `json:"users_pct"`
-	Quota     map[string]int `json:"quota"`
-	Admin     string         `json:"admin"`
-	Reachable bool           `json:"reachable"`
-	Error     string         `json:"error,omitempty"`
-	Status    *CellStatus    `json:"status,omitempty"`
+	ID        string          `json:"id"`
+	State     slotmap.State   `json:"state"`
+	Weight    int             `json:"weight"`
+	Slots     int             `json:"slots"`
+	UsersPct  float64         `json:"users_pct"`
+	Quota     map[string]int  `json:"quota"`
+	Admin     string          `json:"admin"`
+	Reachable bool            `json:"reachable"`
+	Error     string          `json:"error,omitempty"`
+	Status    *api.CellStatus `json:"status,omitempty"`
 	// Instances of a cell of several processes, each as its admin API
 	// reports it; the cell's Status is its first ready instance's.
 	Instances []instanceStatus `json:"instances,omitempty"`
@@ -50,7 +52,7 @@ type instanceStatus struct {
 	Ready     bool   `json:"ready"`
 	Error     string `json:"error,omitempty"`
 
-	status *CellStatus
+	status *api.CellStatus
 }
 
 func statusCommand() *command {
@@ -115,9 +117,9 @@ func (x *inv) collectStatus(ctx context.Context, m *slotmap.Map) statusJSON {
 				is := &cs.Instances[j]
 				*is = instanceStatus{ID: in.ID, Intake: in.Intake, Admin: in.Admin, Drained: in.Drained}
 				wg.Go(func() {
-					s, err := ac.status(ctx, in.Admin)
+					s, err := ac.Status(ctx, in.Admin)
 					if err != nil {
-						is.Error, is.Reachable = err.Error(), !unreachable(err)
+						is.Error, is.Reachable = err.Error(), !adminclient.Unreachable(err)
 						return
 					}
 					is.Reachable, is.Ready, is.status = true, s.Ready, s
@@ -126,10 +128,10 @@ func (x *inv) collectStatus(ctx context.Context, m *slotmap.Map) statusJSON {
 			continue
 		}
 		wg.Go(func() {
-			s, err := ac.status(ctx, c.Admin)
+			s, err := ac.Status(ctx, c.Admin)
 			if err != nil {
 				cs.Error = err.Error()
-				cs.Reachable = !unreachable(err)
+				cs.Reachable = !adminclient.Unreachable(err)
 				return
 			}
 			cs.Reachable, cs.Status = true, s
@@ -259,7 +261,7 @@ func (x *inv) writeStatus(m *slotmap.Map, st statusJSON) {
 		if len(breakers) > 0 {
 			b = strings.Join(breakers, ",")
 		}
-		row = append(row, b, fmt.Sprintf("%d/%d", s.Failed, s.DLQ), s.StoreText())
+		row = append(row, b, fmt.Sprintf("%d/%d", s.Failed, s.DLQ), storeText(s))
 		if st := s.Store; st != nil && (st.Refusing || st.Failed != "") {
 			why := fmt.Sprintf("its store's filesystem is %.1f%% in use (high watermark %.0f%%)", 100*st.Used, 100*st.High)
 			if st.Failed != "" {

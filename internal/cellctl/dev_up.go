@@ -15,9 +15,11 @@ import (
 	"strings"
 
 	"github.com/cellkit/cellkit/internal/atomicfile"
+	"github.com/cellkit/cellkit/internal/control"
 	"github.com/cellkit/cellkit/internal/devstack"
 	"github.com/cellkit/cellkit/internal/pki"
 	"github.com/cellkit/cellkit/internal/registry"
+	"github.com/cellkit/cellkit/internal/slotmap"
 )
 
 // devUp starts the stack; see devUpCommand.
@@ -271,8 +273,9 @@ func findBinaries(dir string, names ...string) (map[string]string, error) {
 }
 
 // devMap makes sure the registry holds a map with cells c1..cN at the given
-// addresses, with scheme (https for a stack on TLS), through the ordinary init, provision and endpoints commands.
-// Their plans go to DIR/logs/setup.log.
+// addresses, with scheme (https for a stack on TLS), through the
+// operations of the init, provision and endpoints commands
+// (internal/control). Their plans go to DIR/logs/setup.log.
 func (x *inv) devMap(ctx context.Context, regURL string, cells int, ports devPorts, scheme string) error {
 	dir := filepath.Dir(filepath.Dir(strings.TrimPrefix(regURL, "file:")))
 	logf, err := os.OpenFile(filepath.Join(dir, "logs", "setup.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
@@ -280,26 +283,40 @@ func (x *inv) devMap(ctx context.Context, regURL string, cells int, ports devPor
 		return err
 	}
 	defer logf.Close()
-	run := func(args ...string) error {
-		var errb bytes.Buffer
-		full := append([]string{"--registry", regURL}, args...)
-		fmt.Fprintf(logf, "$ cellctl %s\n", strings.Join(args, " "))
-		if code := x.cli.Run(ctx, full, logf, &errb); code != ExitOK {
-			logf.Write(errb.Bytes())
-			return fmt.Errorf("cellctl %s: %s", strings.Join(args, " "), strings.TrimSpace(errb.String()))
-		}
-		return nil
-	}
 	reg, err := registry.Open(registry.Config{URL: regURL}, registry.Options{})
 	if err != nil {
 		return err
 	}
+	defer reg.Close()
+	// Through internal/control as the commands would, each plan written
+	// to the log as the command prints it.
+	ctl := control.New(reg, control.Config{Holder: x.cli.holder(x.cmd.name), LockWait: x.g.lockWait},
+		control.Options{Now: x.cli.now, Note: func(n control.Note) { fmt.Fprintf(logf, "%s\n", n.Text) }})
+	apply := func(what string, plan control.Planner) error {
+		fmt.Fprintf(logf, "$ cellctl %s\n", what)
+		_, err := ctl.Apply(ctx, control.Change{Plan: plan,
+			Planned: func(p *slotmap.Plan) { writePlan(logf, p) },
+			Done: func(r *control.Result) {
+				if r.Applied {
+					fmt.Fprintf(logf, "\nApplied: map version %d (%s).\n", r.Version, r.Plan.Op)
+				}
+			}})
+		if err != nil {
+			fmt.Fprintf(logf, "%v\n", err)
+			return fmt.Errorf("cellctl %s: %w", what, err)
+		}
+		return nil
+	}
 	m, err := reg.Load(ctx)
-	reg.Close()
 	switch {
 	case errors.Is(err, registry.ErrNoMap):
-		if err := run("init", "--agency", "nice=80", "--agency", "kcb=40"); err != nil {
+		fmt.Fprintf(logf, "$ cellctl init --agency nice=80 --agency kcb=40\n")
+		fresh, err := slotmap.New(slotmap.DefaultSlots, map[string]int{"nice": 80, "kcb": 40})
+		if err != nil {
 			return err
+		}
+		if _, err := ctl.Init(ctx, control.InitChange{Map: fresh}); err != nil {
+			return fmt.Errorf("cellctl init: %w", err)
 		}
 		x.notef("Created the map in %s (plans in %s).", regURL, logf.Name())
 	case err != nil:
@@ -317,12 +334,12 @@ func (x *inv) devMap(ctx context.Context, regURL string, cells int, ports devPor
 		}
 		switch {
 		case !found:
-			if err := run("provision", id, "--intake", intake, "--admin", admin); err != nil {
+			if err := apply("provision "+id, control.Provision(slotmap.Cell{ID: id, Weight: 1, Intake: intake, Admin: admin})); err != nil {
 				return err
 			}
 			x.notef("Provisioned cell %s (intake %s, admin %s).", id, intake, admin)
 		case cur.Intake != intake || cur.Admin != admin:
-			if err := run("endpoints", id, "--intake", intake, "--admin", admin); err != nil {
+			if err := apply("endpoints "+id, control.SetEndpoints(id, intake, admin)); err != nil {
 				return err
 			}
 			x.notef("Moved cell %s to intake %s, admin %s.", id, intake, admin)

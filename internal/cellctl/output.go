@@ -10,6 +10,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/cellkit/cellkit/internal/control"
 )
 
 // table writes aligned columns; rows are tab-separated, the last column is
@@ -61,25 +63,8 @@ func pct(part, whole int) string {
 	return strconv.FormatFloat(100*float64(part)/float64(whole), 'f', 1, 64) + "%"
 }
 
-// human renders a duration the way an operator reads it: 850ms, 4.2s,
-// 3m12s, 2h05m, 3d4h.
-func human(d time.Duration) string {
-	switch {
-	case d < 0:
-		return "-" + human(-d)
-	case d < time.Second:
-		return strconv.FormatInt(d.Milliseconds(), 10) + "ms"
-	case d < 10*time.Second:
-		return strconv.FormatFloat(d.Seconds(), 'f', 1, 64) + "s"
-	case d < time.Minute:
-		return strconv.Itoa(int(d.Seconds())) + "s"
-	case d < time.Hour:
-		return fmt.Sprintf("%dm%02ds", int(d.Minutes()), int(d.Seconds())%60)
-	case d < 48*time.Hour:
-		return fmt.Sprintf("%dh%02dm", int(d.Hours()), int(d.Minutes())%60)
-	}
-	return fmt.Sprintf("%dd%dh", int(d.Hours())/24, int(d.Hours())%24)
-}
+// human renders a duration the way an operator reads it (control.HumanDuration).
+func human(d time.Duration) string { return control.HumanDuration(d) }
 
 // slotRange renders an inclusive slot range: "17" or "0-4095".
 func slotRange(from, to int) string {

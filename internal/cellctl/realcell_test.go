@@ -16,7 +16,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cellkit/cellkit/internal/adminclient"
 	"github.com/cellkit/cellkit/internal/agencysim"
+	"github.com/cellkit/cellkit/internal/api"
 	"github.com/cellkit/cellkit/internal/celltest"
 	"github.com/cellkit/cellkit/internal/pki"
 	"github.com/cellkit/cellkit/internal/slotmap"
@@ -209,8 +211,8 @@ func TestDrainWaitRealCell(t *testing.T) {
 				t.Errorf("inquiry %s is %q after drain --wait, want done", id, s)
 			}
 		}
-		var after CellStatus
-		if err := (adminClient{http: http.DefaultClient}).call(context.Background(), http.MethodGet, cell.admin, "/v1/admin/status", nil, &after); err != nil {
+		var after api.CellStatus
+		if err := (adminclient.Client{HTTP: http.DefaultClient}).Call(context.Background(), http.MethodGet, cell.admin, "/v1/admin/status", nil, &after); err != nil {
 			t.Fatal(err)
 		}
 		if after.Pending() != 0 || after.IntakeOpen() {
@@ -231,7 +233,7 @@ func TestDrainWaitRealCell(t *testing.T) {
 			t.Errorf("circuit open: %q", r.stdout)
 		}
 		e.ok("circuit", "c1", "nice", "reset")
-		var failed []FailedInquiry
+		var failed []api.FailedInquiry
 		e.json(&failed, "failed", "list", "c1")
 		if len(failed) != 0 {
 			t.Errorf("failed inquiries after a clean drain: %+v", failed)

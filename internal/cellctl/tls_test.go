@@ -3,13 +3,6 @@ package cellctl
 import (
 	"crypto/tls"
 	"crypto/x509"
-	"errors"
-	"io"
-	"log"
-	"net"
-	"net/http"
-	"net/http/httptest"
-	"net/http/httptrace"
 	"os"
 	"path/filepath"
 	"slices"
@@ -18,6 +11,7 @@ import (
 	"time"
 
 	"github.com/cellkit/cellkit/internal/agencysim"
+	"github.com/cellkit/cellkit/internal/api"
 	"github.com/cellkit/cellkit/internal/celltest"
 	"github.com/cellkit/cellkit/internal/devstack"
 	"github.com/cellkit/cellkit/internal/pki"
@@ -87,7 +81,7 @@ func TestAdminCallsOverMutualTLS(t *testing.T) {
 		"CELLKIT_CELLCTL_TLS_CA": certs.CA(), "CELLKIT_CELLCTL_TLS_CERT": certs.Cert(pki.RoleOperator), "CELLKIT_CELLCTL_TLS_KEY": certs.Key(pki.RoleOperator),
 	}
 	e.cli.Getenv = func(k string) string { return env[k] }
-	var failed []FailedInquiry
+	var failed []api.FailedInquiry
 	e.json(&failed, "failed", "list", "c1")
 	e.ok("circuit", "c1", "nice", "reset")
 }
@@ -261,53 +255,14 @@ func TestDevCerts(t *testing.T) {
 	}
 }
 
-// TestTLSHintWhenTheServerAskedForACertificate: a server that asked for a
-// client certificate when there was none may refuse by closing the
-// connection (TLS 1.3) instead of with its alert: the hint still comes,
-// except for a connection never made.
-func TestTLSHintWhenTheServerAskedForACertificate(t *testing.T) {
-	const hint = "wants an operator's client certificate"
-	closed := &net.OpError{Op: "read", Net: "tcp", Err: net.ErrClosed}
-	refused := &net.OpError{Op: "dial", Net: "tcp", Err: errors.New("connection refused")}
-	for _, tc := range []struct {
-		err       error
-		certAsked bool
-		want      bool
-	}{
-		{closed, true, true},
-		{closed, false, false},
-		{refused, true, false},
-		{io.EOF, true, true},
-	} {
-		if got := strings.Contains(tlsHint(tc.err, tc.certAsked).Error(), hint); got != tc.want {
-			t.Errorf("tlsHint(%v, asked %v) hints %v, want %v", tc.err, tc.certAsked, got, tc.want)
-		}
-	}
-}
-
 // TestTLSHintWhenTheServerRefusesTheCertificate: a server that refuses a
 // client certificate after the handshake (TLS 1.3): each call names its
-// alert, with the hint. The transport may report its own write on the
-// connection its read of the alert closed instead (a race no test here can
-// force): the connection's own record of the alert is what the call
-// reports then.
+// alert, with the hint (internal/adminclient records the alert on the
+// connection, for when the transport reports something else).
 func TestTLSHintWhenTheServerRefusesTheCertificate(t *testing.T) {
 	const want = "remote error: tls: bad certificate (the admin API wants an operator's client certificate: --tls-cert and --tls-key)"
 	certs := celltest.DevCerts(t)
-	srvTLS, err := tlsconf.NewServer(tlsconf.ServerFiles{
-		Cert: certs.Cert(pki.RoleCell), Key: certs.Key(pki.RoleCell), ClientCA: certs.CA(), ClientRole: pki.RoleOperator,
-	}, tlsconf.Options{What: "admin_tls"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		io.WriteString(w, `{"failed":[]}`)
-	}))
-	srv.TLS = srvTLS.Config()
-	srv.Config.ErrorLog = log.New(io.Discard, "", 0)
-	srv.StartTLS()
-	t.Cleanup(srv.Close)
+	srv := certs.OperatorOnlyAdmin(t)
 
 	e := newFileEnv(t)
 	e.ok("init", "--agency", "nice=4", "--slots", "64")
@@ -322,37 +277,4 @@ func TestTLSHintWhenTheServerRefusesTheCertificate(t *testing.T) {
 		}
 	}
 
-	// The connections cellctl dials record the alert they read.
-	cl, err := tlsconf.NewClient(router, tlsconf.Options{What: "admin_tls"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	conn, err := alertDialer(cl.Config(), nil)(t.Context(), "tcp", srv.Listener.Addr().String())
-	if err != nil {
-		t.Fatalf("handshake: %v", err)
-	}
-	defer conn.Close()
-	io.WriteString(conn, "GET /v1/admin/failed HTTP/1.1\r\nHost: c1\r\n\r\n")
-	if _, err := conn.Read(make([]byte, 1)); err == nil {
-		t.Fatal("read: the server answered a router's certificate")
-	}
-	ac := conn.(*alertConn)
-	if a := ac.alert.Load(); a == nil || a.Error() != "remote error: tls: bad certificate" {
-		t.Fatalf("alert recorded: %v", a)
-	}
-
-	// A call over that connection reports its alert, whatever error the
-	// transport returns.
-	c := adminClient{http: &http.Client{Transport: roundTripFunc(func(r *http.Request) (*http.Response, error) {
-		httptrace.ContextClientTrace(r.Context()).GotConn(httptrace.GotConnInfo{Conn: ac})
-		return nil, net.ErrClosed
-	})}}
-	if err := c.call(t.Context(), http.MethodGet, srv.URL, "/v1/admin/failed", nil, nil); err == nil || !strings.HasSuffix(err.Error(), want) {
-		t.Fatalf("call: %v, want the alert and the hint", err)
-	}
 }
-
-// roundTripFunc is a RoundTripper made of a function.
-type roundTripFunc func(*http.Request) (*http.Response, error)
-
-func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }

@@ -130,7 +130,7 @@ func (x *inv) routerTraffic(ctx context.Context, base string, t *slotmap.Traffic
 	ctx, cancel := context.WithTimeout(ctx, routerWait)
 	defer cancel()
 	var rs routerSlots
-	if err := x.admin().call(ctx, http.MethodGet, base+"/v1/admin/slots", "", nil, &rs); err != nil {
+	if err := x.admin().Call(ctx, http.MethodGet, base+"/v1/admin/slots", "", nil, &rs); err != nil {
 		return fmt.Errorf("router %s: %v", base, err)
 	}
 	if rs.Slots != len(t.Slots) {
@@ -143,7 +143,7 @@ func (x *inv) routerTraffic(ctx context.Context, base string, t *slotmap.Traffic
 		}
 	}
 	var hot routerHot
-	if err := x.admin().call(ctx, http.MethodGet, base+"/v1/admin/hotkeys?n=1000", "", nil, &hot); err == nil && hot.WindowSeconds > 0 {
+	if err := x.admin().Call(ctx, http.MethodGet, base+"/v1/admin/hotkeys?n=1000", "", nil, &hot); err == nil && hot.WindowSeconds > 0 {
 		for _, u := range hot.Users {
 			t.Users[u.UserID] += float64(u.Count) / hot.WindowSeconds
 		}

@@ -1,10 +1,15 @@
 package celltest
 
 import (
+	"io"
+	"log"
+	"net/http"
+	"net/http/httptest"
 	"path/filepath"
 	"testing"
 
 	"github.com/cellkit/cellkit/internal/pki"
+	"github.com/cellkit/cellkit/internal/tlsconf"
 )
 
 // Certs are a test's certificate files, made by pki.WriteDev in a
@@ -42,4 +47,27 @@ func (c Certs) CAObject(t testing.TB) *pki.CA {
 		t.Fatal(err)
 	}
 	return ca
+}
+
+// OperatorOnlyAdmin is an HTTPS server with the cell's certificate that
+// takes only operators' client certificates (as a cell's admin API does)
+// and answers every request with an empty list of failed inquiries; its
+// TLS errors are not logged.
+func (c Certs) OperatorOnlyAdmin(t testing.TB) *httptest.Server {
+	t.Helper()
+	srvTLS, err := tlsconf.NewServer(tlsconf.ServerFiles{
+		Cert: c.Cert(pki.RoleCell), Key: c.Key(pki.RoleCell), ClientCA: c.CA(), ClientRole: pki.RoleOperator,
+	}, tlsconf.Options{What: "admin_tls"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, `{"failed":[]}`)
+	}))
+	srv.TLS = srvTLS.Config()
+	srv.Config.ErrorLog = log.New(io.Discard, "", 0)
+	srv.StartTLS()
+	t.Cleanup(srv.Close)
+	return srv
 }

@@ -19,6 +19,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"os/user"
 	"strings"
 	"time"
 
@@ -33,6 +35,10 @@ const MaxReplans = 3
 // unlockTimeout bounds releasing the writer lock, which happens even after
 // the change's context ended.
 const unlockTimeout = 5 * time.Second
+
+// DefaultTimeout bounds one operation (registry calls, lock wait, admin
+// calls) when its caller sets no bound of its own.
+const DefaultTimeout = 30 * time.Second
 
 // LockNotice is how long a change waits for the writer lock before it
 // says that it is waiting.
@@ -355,4 +361,17 @@ func (c *Controller) keep(ctx context.Context, m *slotmap.Map) {
 	if err := c.hist.Save(ctx, m); err != nil {
 		c.note(true, "keep version %d in the history %s: %v", m.Version(), c.hist.Describe(), err)
 	}
+}
+
+// Holder names a writer in the registry's lock: "WHAT by USER@HOST".
+func Holder(what string) string {
+	who := os.Getenv("USER")
+	if u, err := user.Current(); err == nil && u.Username != "" {
+		who = u.Username
+	}
+	if who == "" {
+		who = "unknown"
+	}
+	host, _ := os.Hostname()
+	return fmt.Sprintf("%s by %s@%s", what, who, host)
 }

@@ -112,6 +112,19 @@ func (c Cell) Intakes() []string {
 	return out
 }
 
+// Admins are the admin URLs of the cell's processes: its instances' (in
+// rotation or not), or its own.
+func (c Cell) Admins() []string {
+	if len(c.Instances) == 0 {
+		return []string{c.Admin}
+	}
+	out := make([]string, len(c.Instances))
+	for i, in := range c.Instances {
+		out[i] = in.Admin
+	}
+	return out
+}
+
 func (c Cell) clone() Cell {
 	c.Quota = maps.Clone(c.Quota)
 	c.FixedQuota = maps.Clone(c.FixedQuota)

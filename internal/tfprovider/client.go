@@ -1,14 +1,14 @@
 package tfprovider
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"strings"
+	"net/http"
 	"time"
 
-	"github.com/cellkit/cellkit/internal/cellctl"
+	"github.com/cellkit/cellkit/internal/adminclient"
+	"github.com/cellkit/cellkit/internal/control"
 	"github.com/cellkit/cellkit/internal/registry"
 	"github.com/cellkit/cellkit/internal/slotmap"
 )
@@ -17,20 +17,19 @@ import (
 // provider commits.
 const Origin = "terraform"
 
-// client is what the resources share: the registry, and cellctl run in
-// process for every change. The provider has no map-changing code of its
-// own: a cell created, reweighted, drained or removed here goes through the
-// same command, plan, writer lock, compare-and-swap, history and
+// client is what the resources share: the registry, and internal/control
+// for every change. The provider has no map-changing code of its own: a
+// cell created, reweighted, drained or removed here goes through the same
+// operations, writer lock, compare-and-swap, re-plan, history and
 // queue-aware drain as from cellctl's command line.
 type client struct {
-	registry   string
-	lockWait   time.Duration
-	adminToken string
-	cli        *cellctl.CLI
+	registry string
+	lockWait time.Duration
+	admin    adminclient.Client
 }
 
 func newClient(reg string, lockWait time.Duration, adminToken string) *client {
-	return &client{registry: reg, lockWait: lockWait, adminToken: adminToken, cli: &cellctl.CLI{Origin: Origin}}
+	return &client{registry: reg, lockWait: lockWait, admin: adminclient.Client{HTTP: http.DefaultClient, Token: adminToken}}
 }
 
 // configured is the client a resource or data source gets from the
@@ -43,46 +42,78 @@ func configured(providerData any, had *client) *client {
 	return had
 }
 
-// run runs one cellctl command with --json and returns its standard output,
-// or an error holding the one line cellctl printed on failure. within
-// bounds the command (0: cellctl's default).
-func (c *client) run(ctx context.Context, within time.Duration, args ...string) ([]byte, error) {
-	full := []string{"--registry", c.registry, "--json", "--lock-wait", c.lockWait.String()}
-	if within > 0 {
-		full = append(full, "--timeout", within.String())
+// controller runs fn with a Controller on the provider's registry, named
+// for op in the writer lock, within cellctl's default time for a command
+// (within, if set, instead).
+func (c *client) controller(ctx context.Context, op string, within time.Duration, fn func(ctx context.Context, ctl *control.Controller) error) error {
+	reg, err := registry.Open(registry.Config{URL: c.registry}, registry.Options{})
+	if err != nil {
+		return err
 	}
-	if c.adminToken != "" {
-		full = append(full, "--admin-token", c.adminToken)
+	defer reg.Close()
+	if within <= 0 {
+		within = control.DefaultTimeout
 	}
-	full = append(full, args...)
-	var out, errb bytes.Buffer
-	if code := c.cli.Run(ctx, full, &out, &errb); code != cellctl.ExitOK {
-		return nil, errors.New(lastLine(errb.String(), "cellctl "+strings.Join(args, " ")+" failed"))
-	}
-	return out.Bytes(), nil
+	ctx, cancel := context.WithTimeout(ctx, within)
+	defer cancel()
+	ctl := control.New(reg, control.Config{Holder: control.Holder(Origin + " " + op), Origin: Origin, LockWait: c.lockWait}, control.Options{})
+	return fn(ctx, ctl)
 }
 
-// dryRun runs a map change with --dry-run: the planner's refusal, if any,
-// without touching the registry.
-func (c *client) dryRun(ctx context.Context, args ...string) error {
-	_, err := c.run(ctx, 0, append(args, "--dry-run")...)
-	return err
+// change commits one map change (op names it in the lock).
+func (c *client) change(ctx context.Context, op string, plan control.Planner) error {
+	return c.controller(ctx, op, 0, func(ctx context.Context, ctl *control.Controller) error {
+		_, err := ctl.Apply(ctx, control.Change{Plan: plan})
+		return err
+	})
 }
 
-// lastLine returns the last non-empty line of s without cellctl's
-// "cellctl COMMAND: " prefix, or def.
-func lastLine(s, def string) string {
-	lines := strings.Split(strings.TrimSpace(s), "\n")
-	l := strings.TrimSpace(lines[len(lines)-1])
-	if l == "" {
-		return def
+// check plans a change without committing it: the planner's refusal, if
+// any, with the registry untouched.
+func (c *client) check(ctx context.Context, plan control.Planner) error {
+	return c.controller(ctx, "check", 0, func(ctx context.Context, ctl *control.Controller) error {
+		_, err := ctl.Apply(ctx, control.Change{Plan: plan, DryRun: true})
+		return err
+	})
+}
+
+// init writes a new map of slots slots and the agencies' limits.
+func (c *client) init(ctx context.Context, slots int, limits map[string]int) error {
+	fresh, err := slotmap.New(slots, limits)
+	if err != nil {
+		return errors.New("refused: " + control.InvalidReason(err))
 	}
-	if strings.HasPrefix(l, "cellctl ") {
-		if i := strings.Index(l, ": "); i > 0 {
-			l = l[i+2:]
+	return c.controller(ctx, "init", 0, func(ctx context.Context, ctl *control.Controller) error {
+		_, err := ctl.Init(ctx, control.InitChange{Map: fresh})
+		return err
+	})
+}
+
+// drain drains a cell within the timeout (see control.Controller.Drain).
+func (c *client) drain(ctx context.Context, req control.DrainRequest, within time.Duration) error {
+	return c.controller(ctx, "drain", within, func(ctx context.Context, ctl *control.Controller) error {
+		_, err := ctl.Drain(ctx, c.admin, req)
+		return err
+	})
+}
+
+// undrain makes a cell active again and reopens its intake, as cellctl
+// undrain does; warning says why the intake could not be reopened (the
+// cell is active in the map either way: a later undrain, or the cell,
+// reopens it).
+func (c *client) undrain(ctx context.Context, id string) (warning string, err error) {
+	err = c.controller(ctx, "undrain", 0, func(ctx context.Context, ctl *control.Controller) error {
+		res, err := ctl.Apply(ctx, control.Change{Plan: control.Undrain(id)})
+		if err != nil || !res.Applied {
+			return err
 		}
-	}
-	return l
+		cell, _ := res.Plan.After.Cell(id)
+		if err := c.admin.SetIntakes(ctx, cell, true); err != nil {
+			warning = fmt.Sprintf("cell %s is active again, but its intake could not be reopened: %v", id, err)
+		}
+		return nil
+	})
+	return warning, err
 }
 
 // load reads the current map; registry.ErrNoMap when there is none.
@@ -92,7 +123,7 @@ func (c *client) load(ctx context.Context) (*slotmap.Map, error) {
 		return nil, err
 	}
 	defer reg.Close()
-	ctx, cancel := context.WithTimeout(ctx, cellctl.DefaultTimeout)
+	ctx, cancel := context.WithTimeout(ctx, control.DefaultTimeout)
 	defer cancel()
 	m, err := reg.Load(ctx)
 	if err != nil && !errors.Is(err, registry.ErrNoMap) {

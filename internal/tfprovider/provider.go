@@ -18,7 +18,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/resource"
 	"github.com/hashicorp/terraform-plugin-framework/types"
 
-	"github.com/cellkit/cellkit/internal/cellctl"
+	"github.com/cellkit/cellkit/internal/adminclient"
 	"github.com/cellkit/cellkit/internal/registry"
 )
 
@@ -97,7 +97,7 @@ func (p *cellkitProvider) Configure(ctx context.Context, req provider.ConfigureR
 	}
 	token := m.AdminToken.ValueString()
 	if token == "" {
-		token = os.Getenv(cellctl.EnvAdminToken)
+		token = os.Getenv(adminclient.EnvToken)
 	}
 	c := newClient(reg, wait, token)
 	resp.ResourceData, resp.DataSourceData = c, c

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"strconv"
 	"time"
 
 	"github.com/hashicorp/terraform-plugin-framework-timeouts/resource/timeouts"
@@ -23,6 +22,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/schema/validator"
 	"github.com/hashicorp/terraform-plugin-framework/types"
 
+	"github.com/cellkit/cellkit/internal/control"
 	"github.com/cellkit/cellkit/internal/registry"
 	"github.com/cellkit/cellkit/internal/slotmap"
 )
@@ -169,8 +169,7 @@ func (r *cellResource) ModifyPlan(ctx context.Context, req resource.ModifyPlanRe
 		return
 	}
 	if req.State.Raw.IsNull() && !plan.Intake.IsUnknown() && !plan.Admin.IsUnknown() && !plan.Weight.IsUnknown() {
-		if err := r.c.dryRun(ctx, "provision", id, "--intake", plan.Intake.ValueString(), "--admin", plan.Admin.ValueString(),
-			"--weight", strconv.FormatInt(plan.Weight.ValueInt64(), 10)); err != nil {
+		if err := r.c.check(ctx, control.Provision(cellOf(id, plan))); err != nil {
 			resp.Diagnostics.AddAttributeError(path.Root("id"), "Cell refused", err.Error())
 		}
 	}
@@ -210,8 +209,7 @@ func (r *cellResource) Create(ctx context.Context, req resource.CreateRequest, r
 	within, d := plan.Timeouts.Create(ctx, DefaultDrainTimeout)
 	resp.Diagnostics.Append(d...)
 	id := plan.ID.ValueString()
-	if _, err := r.c.run(ctx, 0, "provision", id, "--intake", plan.Intake.ValueString(), "--admin", plan.Admin.ValueString(),
-		"--weight", strconv.FormatInt(plan.Weight.ValueInt64(), 10)); err != nil {
+	if err := r.c.change(ctx, "provision", control.Provision(cellOf(id, plan))); err != nil {
 		resp.Diagnostics.AddError("Cannot provision cell "+id, err.Error())
 		return
 	}
@@ -225,19 +223,19 @@ func (r *cellResource) Create(ctx context.Context, req resource.CreateRequest, r
 // command: URLs, weight, capacity, fixed quotas, then the state.
 func (r *cellResource) converge(ctx context.Context, id string, from, to cellModel, within time.Duration, diags *diag.Diagnostics) {
 	if !from.Intake.IsNull() && (!from.Intake.Equal(to.Intake) || !from.Admin.Equal(to.Admin)) {
-		if _, err := r.c.run(ctx, 0, "endpoints", id, "--intake", to.Intake.ValueString(), "--admin", to.Admin.ValueString()); err != nil {
+		if err := r.c.change(ctx, "endpoints", control.SetEndpoints(id, to.Intake.ValueString(), to.Admin.ValueString())); err != nil {
 			diags.AddAttributeError(path.Root("intake"), "Cannot change the cell's URLs", err.Error())
 			return
 		}
 	}
 	if !from.Weight.IsNull() && !from.Weight.Equal(to.Weight) {
-		if _, err := r.c.run(ctx, 0, "weight", id, strconv.FormatInt(to.Weight.ValueInt64(), 10)); err != nil {
+		if err := r.c.change(ctx, "weight", control.SetWeight(id, int(to.Weight.ValueInt64()))); err != nil {
 			diags.AddAttributeError(path.Root("weight"), "Cannot change the weight", err.Error())
 			return
 		}
 	}
 	if from.Capacity.ValueInt64() != to.Capacity.ValueInt64() {
-		if _, err := r.c.run(ctx, 0, "capacity", "set", id, strconv.FormatInt(to.Capacity.ValueInt64(), 10)); err != nil {
+		if err := r.c.change(ctx, "capacity set", control.SetCapacity(id, int(to.Capacity.ValueInt64()))); err != nil {
 			diags.AddAttributeError(path.Root("capacity"), "Cannot declare the capacity", err.Error())
 			return
 		}
@@ -246,7 +244,7 @@ func (r *cellResource) converge(ctx context.Context, id string, from, to cellMod
 	want, _ := quotas(ctx, to.FixedQuota)
 	for _, agency := range slices.Sorted(maps.Keys(old)) {
 		if _, keep := want[agency]; !keep {
-			if _, err := r.c.run(ctx, 0, "quota", "clear", agency, id); err != nil {
+			if err := r.c.change(ctx, "quota clear", control.ClearQuota(agency, id)); err != nil {
 				diags.AddAttributeError(path.Root("fixed_quota").AtMapKey(agency), "Cannot clear the quota", err.Error())
 				return
 			}
@@ -254,7 +252,7 @@ func (r *cellResource) converge(ctx context.Context, id string, from, to cellMod
 	}
 	for _, agency := range slices.Sorted(maps.Keys(want)) {
 		if n, had := old[agency]; !had || n != want[agency] {
-			if _, err := r.c.run(ctx, 0, "quota", "set", agency, id, strconv.Itoa(want[agency])); err != nil {
+			if err := r.c.change(ctx, "quota set", control.SetQuota(agency, id, want[agency])); err != nil {
 				diags.AddAttributeError(path.Root("fixed_quota").AtMapKey(agency), "Cannot set the quota", err.Error())
 				return
 			}
@@ -267,23 +265,20 @@ func (r *cellResource) converge(ctx context.Context, id string, from, to cellMod
 	case string(slotmap.Drained):
 		r.drain(ctx, id, false, false, within, diags)
 	case string(slotmap.Active):
-		if _, err := r.c.run(ctx, 0, "undrain", id); err != nil {
+		warning, err := r.c.undrain(ctx, id)
+		if err != nil {
 			diags.AddAttributeError(path.Root("state"), "Cannot undrain "+id, err.Error())
+		} else if warning != "" {
+			diags.AddAttributeWarning(path.Root("state"), "Intake of "+id+" not reopened", warning)
 		}
+
 	}
 }
 
-// drain runs `cellctl drain --wait` (or --force) within the timeout; last
-// lets it drain the last active cell (a destroy).
+// drain drains the cell as `cellctl drain --wait` (or --force) does,
+// within the timeout; last lets it drain the last active cell (a destroy).
 func (r *cellResource) drain(ctx context.Context, id string, force, last bool, within time.Duration, diags *diag.Diagnostics) {
-	args := []string{"drain", id, "--wait"}
-	if force {
-		args = []string{"drain", id, "--force"}
-	}
-	if last {
-		args = append(args, "--last")
-	}
-	if _, err := r.c.run(ctx, within, args...); err != nil {
+	if err := r.c.drain(ctx, control.DrainRequest{Cell: id, Wait: !force, Force: force, Last: last}, within); err != nil {
 		diags.AddAttributeError(path.Root("state"), "Cannot drain "+id,
 			err.Error()+" (the cell stays draining: its slots moved and its intake is closed; the next apply resumes the drain)")
 	}
@@ -376,11 +371,16 @@ func (r *cellResource) Delete(ctx context.Context, req resource.DeleteRequest, r
 			return
 		}
 	}
-	if _, err := r.c.run(ctx, 0, "remove", id); err != nil {
+	if err := r.c.change(ctx, "remove", control.Remove(id)); err != nil {
 		resp.Diagnostics.AddError("Cannot remove cell "+id, err.Error())
 	}
 }
 
 func (r *cellResource) ImportState(ctx context.Context, req resource.ImportStateRequest, resp *resource.ImportStateResponse) {
 	resp.Diagnostics.Append(resp.State.SetAttribute(ctx, path.Root("id"), req.ID)...)
+}
+
+// cellOf is the cell plan declares, as provision adds it.
+func cellOf(id string, plan cellModel) slotmap.Cell {
+	return slotmap.Cell{ID: id, Weight: int(plan.Weight.ValueInt64()), Intake: plan.Intake.ValueString(), Admin: plan.Admin.ValueString()}
 }

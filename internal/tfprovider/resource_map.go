@@ -4,9 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"slices"
-	"strconv"
 
 	"github.com/hashicorp/terraform-plugin-framework/diag"
 	"github.com/hashicorp/terraform-plugin-framework/path"
@@ -18,6 +16,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema/stringplanmodifier"
 	"github.com/hashicorp/terraform-plugin-framework/types"
 
+	"github.com/cellkit/cellkit/internal/control"
 	"github.com/cellkit/cellkit/internal/registry"
 	"github.com/cellkit/cellkit/internal/slotmap"
 )
@@ -119,7 +118,7 @@ func (r *mapResource) ModifyPlan(ctx context.Context, req resource.ModifyPlanReq
 		}
 	}
 	for _, name := range changedLimits(old, limits) {
-		if err := r.c.dryRun(ctx, "quota", "limit", name, strconv.Itoa(limits[name])); err != nil {
+		if err := r.c.check(ctx, control.SetLimit(name, limits[name])); err != nil {
 			resp.Diagnostics.AddAttributeError(path.Root("agencies").AtMapKey(name), "Limit refused", err.Error())
 		}
 	}
@@ -154,11 +153,7 @@ func (r *mapResource) Create(ctx context.Context, req resource.CreateRequest, re
 				r.c.registry, m.Version(), len(m.Cells()), r.c.registry))
 		return
 	}
-	args := []string{"init", "--slots", strconv.FormatInt(plan.Slots.ValueInt64(), 10)}
-	for _, name := range slices.Sorted(maps.Keys(limits)) {
-		args = append(args, "--agency", name+"="+strconv.Itoa(limits[name]))
-	}
-	if _, err := r.c.run(ctx, 0, args...); err != nil {
+	if err := r.c.init(ctx, int(plan.Slots.ValueInt64()), limits); err != nil {
 		resp.Diagnostics.AddError("Cannot create the map", err.Error())
 		return
 	}
@@ -217,7 +212,7 @@ func (r *mapResource) Update(ctx context.Context, req resource.UpdateRequest, re
 	}
 	old, _ := agencyLimits(ctx, state.Agencies)
 	for _, name := range changedLimits(old, want) {
-		if _, err := r.c.run(ctx, 0, "quota", "limit", name, strconv.Itoa(want[name])); err != nil {
+		if err := r.c.change(ctx, "quota limit", control.SetLimit(name, want[name])); err != nil {
 			resp.Diagnostics.AddAttributeError(path.Root("agencies").AtMapKey(name), "Cannot change the limit", err.Error())
 			return
 		}

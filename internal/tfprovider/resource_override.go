@@ -13,6 +13,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/tfsdk"
 	"github.com/hashicorp/terraform-plugin-framework/types"
 
+	"github.com/cellkit/cellkit/internal/control"
 	"github.com/cellkit/cellkit/internal/registry"
 )
 
@@ -68,7 +69,7 @@ func (r *overrideResource) ModifyPlan(ctx context.Context, req resource.ModifyPl
 	if _, err := r.c.load(ctx); errors.Is(err, registry.ErrNoMap) {
 		return // the map is created in the same apply
 	}
-	if err := r.c.dryRun(ctx, "override", "set", plan.User.ValueString(), plan.Cell.ValueString()); err != nil {
+	if err := r.c.check(ctx, control.SetOverride(plan.User.ValueString(), plan.Cell.ValueString())); err != nil {
 		resp.Diagnostics.AddAttributeError(path.Root("cell"), "Override refused", err.Error())
 	}
 }
@@ -81,7 +82,7 @@ func (r *overrideResource) set(ctx context.Context, plan tfsdk.Plan, state *tfsd
 	if diags.HasError() {
 		return
 	}
-	if _, err := r.c.run(ctx, 0, "override", "set", m.User.ValueString(), m.Cell.ValueString()); err != nil {
+	if err := r.c.change(ctx, "override set", control.SetOverride(m.User.ValueString(), m.Cell.ValueString())); err != nil {
 		diags.AddError("Cannot pin "+m.User.ValueString(), err.Error())
 		return
 	}
@@ -126,7 +127,7 @@ func (r *overrideResource) Delete(ctx context.Context, req resource.DeleteReques
 	if resp.Diagnostics.HasError() {
 		return
 	}
-	if _, err := r.c.run(ctx, 0, "override", "clear", m.User.ValueString()); err != nil {
+	if err := r.c.change(ctx, "override clear", control.ClearOverride(m.User.ValueString())); err != nil {
 		resp.Diagnostics.AddError("Cannot clear the override of "+m.User.ValueString(), err.Error())
 	}
 }

@@ -62,10 +62,11 @@ import (
 	"github.com/hashicorp/consul/api"
 
 	"github.com/cellkit/cellkit/internal/atomicfile"
-	"github.com/cellkit/cellkit/internal/cellctl"
+	"github.com/cellkit/cellkit/internal/control"
 	"github.com/cellkit/cellkit/internal/devstack"
 	"github.com/cellkit/cellkit/internal/netlab"
 	"github.com/cellkit/cellkit/internal/registry"
+	"github.com/cellkit/cellkit/internal/slotmap"
 )
 
 // StateFile is the stack's record in its directory.
@@ -572,42 +573,49 @@ func getJSON(ctx context.Context, hc *http.Client, url, token string, v any) err
 	return json.Unmarshal(body, v)
 }
 
-// provision writes the map into Consul with cellctl's commands, run in
-// process: init, then provision for each cell (at its first instance) and
-// instance set for each instance. Their plans go to DIR/logs/setup.log.
+// provision writes the map into Consul through internal/control, as
+// cellctl would: init, then provision for each cell (at its first
+// instance) and instance set for each instance. What each did goes to
+// DIR/logs/setup.log.
 func provision(ctx context.Context, st *Stack, hosts map[string]*netlab.Host) error {
 	logf, err := os.OpenFile(filepath.Join(st.Dir, "logs", "setup.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return err
 	}
 	defer logf.Close()
-	cli := &cellctl.CLI{
-		Origin: "loadtest net up",
-		Getenv: func(string) string { return "" }, // the flags below are the whole configuration
-		OpenRegistry: func(u string) (registry.Registry, error) {
-			return registry.Open(registry.Config{URL: u, Token: st.ConsulToken}, registry.Options{})
-		},
-	}
-	run := func(args ...string) error {
-		var errb bytes.Buffer
-		fmt.Fprintf(logf, "$ cellctl %s\n", strings.Join(args, " "))
-		if code := cli.Run(ctx, append([]string{"--registry", st.Registry}, args...), logf, &errb); code != cellctl.ExitOK {
-			logf.Write(errb.Bytes())
-			return fmt.Errorf("cellctl %s: %s", strings.Join(args, " "), strings.TrimSpace(errb.String()))
-		}
-		return nil
-	}
-	if err := run("init", "--agency", "nice=80", "--agency", "kcb=40"); err != nil {
+	reg, err := registry.Open(registry.Config{URL: st.Registry, Token: st.ConsulToken}, registry.Options{})
+	if err != nil {
 		return err
+	}
+	defer reg.Close()
+	const origin = "loadtest net up"
+	ctl := control.New(reg, control.Config{Holder: control.Holder(origin), Origin: origin},
+		control.Options{Note: func(n control.Note) { fmt.Fprintf(logf, "note: %s\n", n.Text) }})
+	fresh, err := slotmap.New(slotmap.DefaultSlots, map[string]int{"nice": 80, "kcb": 40})
+	if err != nil {
+		return err
+	}
+	if _, err := ctl.Init(ctx, control.InitChange{Map: fresh}); err != nil {
+		return fmt.Errorf("init the map: %w", err)
+	}
+	apply := func(what string, plan control.Planner) error {
+		r, err := ctl.Apply(ctx, control.Change{Plan: plan})
+		if err != nil {
+			return fmt.Errorf("%s: %w", what, err)
+		}
+		fmt.Fprintf(logf, "%s: map version %d (%s)\n", what, r.Version, r.Plan.Op)
+		return nil
 	}
 	for _, c := range st.CellSet {
 		first := hosts[c.Instances[0].Host]
-		if err := run("provision", c.ID, "--intake", "http://"+first.HostPort(cellIntake), "--admin", "http://"+first.HostPort(cellAdmin)); err != nil {
+		if err := apply("provision "+c.ID, control.Provision(slotmap.Cell{ID: c.ID, Weight: 1,
+			Intake: "http://" + first.HostPort(cellIntake), Admin: "http://" + first.HostPort(cellAdmin)})); err != nil {
 			return err
 		}
 		for _, in := range c.Instances {
 			h := hosts[in.Host]
-			if err := run("instance", "set", c.ID, in.ID, "--intake", "http://"+h.HostPort(cellIntake), "--admin", "http://"+h.HostPort(cellAdmin)); err != nil {
+			if err := apply("instance set "+c.ID+" "+in.ID, control.SetInstance(c.ID, in.ID,
+				"http://"+h.HostPort(cellIntake), "http://"+h.HostPort(cellAdmin))); err != nil {
 				return err
 			}
 		}

@@ -1,0 +1,298 @@
+// Package adminclient talks to the admin APIs of cells and routers: one
+// call bounded in time and size, a bearer token, the answer decoded
+// tolerantly (unknown fields ignored), an error that says whether the API
+// answered and what its problem body said, and, over TLS, the alert a
+// server sent about the client's certificate.
+package adminclient
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptrace"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/cellkit/cellkit/internal/api"
+	"github.com/cellkit/cellkit/internal/slotmap"
+)
+
+// CallTimeout bounds one call to an admin API, within the caller's own
+// deadline: a hung cell must not hold up a status of every cell.
+const CallTimeout = 5 * time.Second
+
+// EnvToken is the environment variable holding the admin APIs' bearer
+// token for the tools that call them (cellctl, the Terraform provider).
+const EnvToken = "CELLKIT_ADMIN_TOKEN"
+
+// MaxBody caps what is read of an admin API's answer.
+const MaxBody = 8 << 20
+
+// Client talks to cells' and routers' admin APIs. The zero value is not
+// usable: HTTP must be set.
+type Client struct {
+	HTTP  *http.Client
+	Token string // bearer token, "" for none
+	// CertAsked is set when a server asked for a client certificate and
+	// there was none to give (no --tls-cert); nil without TLS.
+	CertAsked *atomic.Bool
+}
+
+// AlertDialer dials TLS connections that remember their server's alert
+// (*alertConn), over dial (nil: a net.Dialer).
+func AlertDialer(cfg *tls.Config, dial func(ctx context.Context, network, addr string) (net.Conn, error)) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	if dial == nil {
+		dial = (&net.Dialer{Timeout: CallTimeout}).DialContext
+	}
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		raw, err := dial(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		c := cfg
+		if c.ServerName == "" {
+			c = c.Clone()
+			c.ServerName, _, _ = net.SplitHostPort(addr)
+		}
+		tc := tls.Client(raw, c)
+		if err := tc.HandshakeContext(ctx); err != nil {
+			raw.Close()
+			return nil, err
+		}
+		return &alertConn{Conn: tc}, nil
+	}
+}
+
+// alertConn is a TLS connection that remembers the alert its server sent.
+type alertConn struct {
+	*tls.Conn
+	alert atomic.Pointer[net.OpError]
+}
+
+func (c *alertConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	var oerr *net.OpError
+	if err != nil && errors.As(err, &oerr) && oerr.Op == "remote error" {
+		c.alert.CompareAndSwap(nil, oerr)
+	}
+	return n, err
+}
+
+// serverAlert is the alert the server of a request's connection sent, if
+// any: trace it into ctx, and after the request, call the function.
+func serverAlert(ctx context.Context) (context.Context, func() error) {
+	var conn atomic.Pointer[alertConn]
+	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{GotConn: func(info httptrace.GotConnInfo) {
+		if ac, ok := info.Conn.(*alertConn); ok {
+			conn.Store(ac)
+		}
+	}})
+	return ctx, func() error {
+		if ac := conn.Load(); ac != nil {
+			if a := ac.alert.Load(); a != nil {
+				return a
+			}
+		}
+		return nil
+	}
+}
+
+// Error is a failed admin call: unreachable (Status 0) or an error
+// answer, with the problem detail the server gave.
+type Error struct {
+	URL    string
+	Status int
+	Detail string
+	Err    error
+}
+
+func (e *Error) Error() string {
+	if e.Status == 0 {
+		return fmt.Sprintf("%s unreachable: %v", e.URL, e.Err)
+	}
+	if e.Detail != "" {
+		return fmt.Sprintf("%s answered %d %s: %s", e.URL, e.Status, http.StatusText(e.Status), e.Detail)
+	}
+	return fmt.Sprintf("%s answered %d %s", e.URL, e.Status, http.StatusText(e.Status))
+}
+
+func (e *Error) Unwrap() error { return e.Err }
+
+// Unreachable reports whether err means the admin API did not answer at all.
+func Unreachable(err error) bool {
+	var ae *Error
+	return errors.As(err, &ae) && ae.Status == 0
+}
+
+// Call sends one request to base+path and decodes a 2xx JSON answer into
+// out (unknown fields ignored), or returns an *Error.
+func (c Client) Call(ctx context.Context, method, base, path string, body, out any) error {
+	ctx, cancel := context.WithTimeout(ctx, CallTimeout)
+	defer cancel()
+	target := strings.TrimRight(base, "/") + path
+	var rd io.Reader
+	if body != nil {
+		data, err := json.Marshal(body)
+		if err != nil {
+			return err
+		}
+		rd = bytes.NewReader(data)
+	}
+	ctx, alert := serverAlert(ctx)
+	req, err := http.NewRequestWithContext(ctx, method, target, rd)
+	if err != nil {
+		return &Error{URL: target, Err: err}
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	req.Header.Set("Accept", "application/json")
+	if c.Token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.Token)
+	}
+	resp, err := c.HTTP.Do(req)
+	if err != nil {
+		var uerr *url.Error
+		if errors.As(err, &uerr) {
+			err = uerr.Err
+		}
+		if a := alert(); a != nil {
+			// The server's refusal, whatever the transport saw after it.
+			err = a
+		}
+		return &Error{URL: target, Err: tlsHint(err, c.CertAsked != nil && c.CertAsked.Load())}
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(io.LimitReader(resp.Body, MaxBody))
+	if err != nil {
+		return &Error{URL: target, Err: fmt.Errorf("read answer: %w", err)}
+	}
+	if resp.StatusCode/100 != 2 {
+		return &Error{URL: target, Status: resp.StatusCode, Detail: problemDetail(data)}
+	}
+	if out == nil || len(bytes.TrimSpace(data)) == 0 {
+		return nil
+	}
+	if err := json.Unmarshal(data, out); err != nil {
+		return &Error{URL: target, Status: resp.StatusCode, Detail: "answer is not the JSON expected: " + err.Error()}
+	}
+	return nil
+}
+
+// tlsHint adds to a failed TLS handshake the flag that would fix it.
+func tlsHint(err error, certAsked bool) error {
+	var verr *tls.CertificateVerificationError
+	var oerr *net.OpError
+	switch {
+	case errors.As(err, &verr):
+		return fmt.Errorf("%w (--tls-ca names the CA of the admin APIs' certificates)", err)
+	case certAsked && !(errors.As(err, &oerr) && oerr.Op == "dial"),
+		errors.As(err, &oerr) && oerr.Op == "remote error" && strings.Contains(oerr.Err.Error(), "certificate"):
+		// The server's alert about the client's certificate (required,
+		// bad: another role, unknown CA), or, past the dial, a server that
+		// asked for one when there was none to give.
+		return fmt.Errorf("%w (the admin API wants an operator's client certificate: --tls-cert and --tls-key)", err)
+	}
+	return err
+}
+
+// problemDetail extracts the detail of an RFC 9457 problem body, or the
+// start of a plain-text body.
+func problemDetail(data []byte) string {
+	var p struct {
+		Title  string `json:"title"`
+		Detail string `json:"detail"`
+	}
+	if json.Unmarshal(data, &p) == nil && (p.Detail != "" || p.Title != "") {
+		if p.Detail != "" {
+			return p.Detail
+		}
+		return p.Title
+	}
+	s := strings.Join(strings.Fields(string(data)), " ")
+	if len(s) > 200 {
+		s = s[:200] + "…"
+	}
+	return s
+}
+
+// Status is a cell's GET /v1/admin/status.
+func (c Client) Status(ctx context.Context, base string) (*api.CellStatus, error) {
+	var s api.CellStatus
+	if err := c.Call(ctx, http.MethodGet, base, "/v1/admin/status", nil, &s); err != nil {
+		return nil, err
+	}
+	return &s, nil
+}
+
+// SetIntake opens or closes the cell's intake.
+func (c Client) SetIntake(ctx context.Context, base string, open bool) error {
+	action := "close"
+	if open {
+		action = "open"
+	}
+	return c.Call(ctx, http.MethodPost, base, "/v1/admin/intake/"+action, nil, nil)
+}
+
+// Circuit forces an agency breaker open or closed, or resets it; the answer
+// (the breaker's state afterwards) is returned as decoded JSON.
+func (c Client) Circuit(ctx context.Context, base, agency, action string) (map[string]any, error) {
+	var out map[string]any
+	err := c.Call(ctx, http.MethodPost, base, "/v1/admin/circuit/"+url.PathEscape(agency)+"/"+action, nil, &out)
+	return out, err
+}
+
+// Failed lists the cell's failed inquiries, up to limit.
+func (c Client) Failed(ctx context.Context, base string, limit int) ([]api.FailedInquiry, error) {
+	var out struct {
+		Failed []api.FailedInquiry `json:"failed"`
+	}
+	path := "/v1/admin/failed"
+	if limit > 0 {
+		path += "?limit=" + strconv.Itoa(limit)
+	}
+	if err := c.Call(ctx, http.MethodGet, base, path, nil, &out); err != nil {
+		return nil, err
+	}
+	return out.Failed, nil
+}
+
+// Retry asks a cell to retry failed inquiries: ids, or all of them.
+func (c Client) Retry(ctx context.Context, base string, ids []string, all bool) (*api.RetryResult, error) {
+	body := map[string]any{}
+	if all {
+		body["all"] = true
+	} else {
+		body["ids"] = ids
+	}
+	var out api.RetryResult
+	if err := c.Call(ctx, http.MethodPost, base, "/v1/admin/failed/retry", body, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// SetIntakes opens or closes the intake of every process of cell (its
+// instances', or its own): the errors of those that failed, joined, each
+// named by its admin URL when the cell has instances.
+func (c Client) SetIntakes(ctx context.Context, cell slotmap.Cell, open bool) error {
+	var errs []error
+	for _, a := range cell.Admins() {
+		if err := c.SetIntake(ctx, a, open); err != nil {
+			if len(cell.Instances) > 0 {
+				err = fmt.Errorf("%s: %w", a, err)
+			}
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
