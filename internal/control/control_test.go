@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/cellkit/cellkit/internal/celltest"
+	"github.com/cellkit/cellkit/internal/consultest"
 	"github.com/cellkit/cellkit/internal/registry"
 	"github.com/cellkit/cellkit/internal/slotmap"
 	"github.com/cellkit/cellkit/internal/testkit"
@@ -221,5 +222,39 @@ func TestInit(t *testing.T) {
 	}
 	if m, _ := c.Load(ctx); m.Version() != 3 || len(m.Cells()) != 0 {
 		t.Errorf("after init --force: version %d with %d cells, want 3 with none", m.Version(), len(m.Cells()))
+	}
+}
+
+// The history on Consul goes with the registry's own client: a token given
+// to the registry (not in the environment) keeps the versions too.
+func TestConsulHistoryUsesTheRegistrysToken(t *testing.T) {
+	const token = "5e0c1a1e-0000-4000-8000-00000000c312"
+	agent := consultest.Start(t, consultest.WithACL(token))
+	t.Setenv("CONSUL_HTTP_TOKEN", "")
+	reg, err := registry.Open(registry.Config{URL: "consul://" + agent.Addr() + "/history-token", Token: token}, registry.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { reg.Close() })
+	ctx := testkit.Context(t, time.Minute)
+	var warnings []string
+	c := New(reg, Config{Holder: "test"}, Options{Note: func(n Note) {
+		if n.Warning {
+			warnings = append(warnings, n.Text)
+		}
+	}})
+	fresh, err := slotmap.New(64, map[string]int{"nice": 80})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Init(ctx, InitChange{Map: fresh}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Apply(ctx, Change{Plan: Provision(celltest.TestCell("c1"))}); err != nil {
+		t.Fatal(err)
+	}
+	vs, err := c.History().Versions(ctx)
+	if err != nil || len(vs) != 2 || len(warnings) != 0 {
+		t.Fatalf("history versions %v, %v; warnings %q: want versions 1 and 2, no warning", vs, err, warnings)
 	}
 }

@@ -48,13 +48,13 @@ func HistoryFor(reg registry.Registry) History {
 		if err != nil {
 			return nil
 		}
-		cfg := api.DefaultConfig()
-		cfg.Address = u.Host
-		client, err := api.NewClient(cfg)
-		if err != nil {
+		// The registry's own client: its ACL token (the registry's
+		// configuration, or the environment's) is the history's.
+		kvr, ok := reg.(interface{ KV() *api.KV })
+		if !ok {
 			return nil
 		}
-		return consulHistory{kv: client.KV(), prefix: strings.Trim(u.Path, "/") + "/history/", where: desc}
+		return consulHistory{kv: kvr.KV(), prefix: strings.Trim(u.Path, "/") + "/history/", where: desc}
 	}
 	return nil
 }

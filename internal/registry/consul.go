@@ -106,6 +106,10 @@ func NewConsul(cfg ConsulConfig, opts Options) (*Consul, error) {
 func (c *Consul) mapKey() string  { return c.prefix + "/map" }
 func (c *Consul) lockKey() string { return c.prefix + "/lock" }
 
+// KV is the registry's Consul key-value client, with its address and ACL
+// token, for what is kept beside the map (the history of its versions).
+func (c *Consul) KV() *api.KV { return c.client.KV() }
+
 // Describe returns "consul://ADDR/PREFIX".
 func (c *Consul) Describe() string { return "consul://" + c.addr + "/" + c.prefix }
 
