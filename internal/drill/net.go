@@ -422,7 +422,7 @@ func checkOthers(d *loadtest.Verdict, res *loadtest.Result, cells map[int]string
 func checkOthersP99(d *loadtest.Verdict, res *loadtest.Result, cells map[int]string, hit []string, from, to time.Duration, factor float64) {
 	others := func(u int) bool { c := cells[u]; return c != "" && !slices.Contains(hit, c) }
 	base := loadtest.Window{To: from, Users: others}.Stats(res.Samples)
-	checkTail(d, "other cells' p99 from the fault on", res.Samples, base, "baseline",
+	checkTail(d, fmt.Sprintf("other cells' p99 in [%.0fs, %.0fs)", from.Seconds(), to.Seconds()), res.Samples, base, "baseline",
 		loadtest.Window{From: from, To: to, Users: others}, factor)
 }
 
