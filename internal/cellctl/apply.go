@@ -49,24 +49,50 @@ func (x *inv) controller(reg registry.Registry, traffic func(ctx context.Context
 // apply plans a change, prints the plan (unless --json) and, unless this is
 // a dry run, commits it (control.Controller.Apply).
 func (x *inv) apply(ctx context.Context, reg registry.Registry, plan planner) (*applyResult, error) {
-	var summary *trafficSummary
-	traffic := x.projection(&summary)
-	var planned *planJSON
-	r, err := x.controller(reg, traffic).Apply(ctx, control.Change{
-		Plan:   plan,
-		DryRun: x.cmd.dryRun,
-		Planned: func(p *slotmap.Plan) {
-			pj := toPlanJSON(p)
-			pj.Traffic = summary
-			planned = &pj
-			x.showPlan(p)
-		},
-		Done: x.showDone,
+	v := x.newPlanView()
+	r, err := x.controller(reg, v.traffic()).Apply(ctx, control.Change{
+		Plan: plan, DryRun: x.cmd.dryRun, Planned: v.planned, Done: x.showDone,
 	})
 	if err != nil {
 		return nil, err
 	}
-	return toApplyResult(r, planned), nil
+	return v.result(r), nil
+}
+
+// planView shows a command's plans as they are made and keeps their
+// --json forms, each with the summary of the traffic it was projected
+// with.
+type planView struct {
+	x       *inv
+	summary *trafficSummary
+	shown   map[*slotmap.Plan]*planJSON
+}
+
+func (x *inv) newPlanView() *planView {
+	return &planView{x: x, shown: map[*slotmap.Plan]*planJSON{}}
+}
+
+// traffic is the routers' traffic for the plans to project.
+func (v *planView) traffic() func(ctx context.Context, slots int) (*slotmap.Traffic, error) {
+	return v.x.projection(&v.summary)
+}
+
+// planned shows p and keeps its --json form (a control.Change's Planned).
+func (v *planView) planned(p *slotmap.Plan) {
+	pj := toPlanJSON(p)
+	pj.Traffic = v.summary
+	v.shown[p] = &pj
+	v.x.showPlan(p)
+}
+
+// result is r for --json, with its plan as it was shown.
+func (v *planView) result(r *control.Result) *applyResult {
+	pj := v.shown[r.Plan]
+	if pj == nil {
+		j := toPlanJSON(r.Plan)
+		pj = &j
+	}
+	return toApplyResult(r, pj)
 }
 
 // showPlan prints a plan as it is made (unless --json).

@@ -105,23 +105,15 @@ func (x *inv) drain(ctx context.Context, id string, o drainOpts) error {
 	res := &drainResult{Cell: id}
 	p := &progress{w: x.out, term: x.cli.terminal(x.out), quiet: x.g.json, now: x.cli.now}
 	defer p.done()
-	// Each plan as apply shows it; its --json form kept for the result.
-	var planned *planJSON
-	var summary *trafficSummary
-	r, err := x.controller(reg, x.projection(&summary)).Drain(ctx, x.admin(), control.DrainRequest{
+	v := x.newPlanView()
+	r, err := x.controller(reg, v.traffic()).Drain(ctx, x.admin(), control.DrainRequest{
 		Cell: id, Wait: o.wait, Force: o.force, Last: o.last, Interval: o.interval, DryRun: x.cmd.dryRun,
-		Planned: func(pl *slotmap.Plan) {
-			pj := toPlanJSON(pl)
-			pj.Traffic = summary
-			planned = &pj
-			x.showPlan(pl)
-		},
-		Done: x.showDone,
+		Planned: v.planned, Done: x.showDone,
 		Event: func(e control.DrainEvent) {
-			if e.Kind == control.DrainMarking && x.cmd.dryRun && planned != nil {
+			if e.Kind == control.DrainMarking && x.cmd.dryRun && len(v.shown) > 0 {
 				// The second plan of a dry run is made on the first's
 				// map, without the routers' traffic.
-				summary = nil
+				v.summary = nil
 			}
 			x.drainEvent(p, e)
 		},
@@ -132,10 +124,10 @@ func (x *inv) drain(ctx context.Context, id string, o drainOpts) error {
 			res.Waiting = human(r.Waiting)
 		}
 		if r.Drain != nil {
-			res.Drain = toApplyResult(r.Drain, planFor(planned, r.Drain))
+			res.Drain = v.result(r.Drain)
 		}
 		if r.MarkDrained != nil {
-			res.MarkDrained = toApplyResult(r.MarkDrained, planFor(planned, r.MarkDrained))
+			res.MarkDrained = v.result(r.MarkDrained)
 		}
 	}
 	if x.g.json && res.State != "" {
@@ -144,16 +136,6 @@ func (x *inv) drain(ctx context.Context, id string, o drainOpts) error {
 		}
 	}
 	return err
-}
-
-// planFor is the --json form of r's plan: the last one shown, if it is
-// that plan.
-func planFor(shown *planJSON, r *control.Result) *planJSON {
-	if shown != nil && shown.Plan == r.Plan {
-		return shown
-	}
-	pj := toPlanJSON(r.Plan)
-	return &pj
 }
 
 // drainEvent shows one step of a drain.

@@ -168,7 +168,11 @@ func (d *drain) run(ctx context.Context) error {
 			if !req.Wait && !req.Force {
 				return nil
 			}
-			d.event(DrainEvent{Kind: map[bool]DrainEventKind{true: DrainWouldWait, false: DrainWouldMark}[req.Wait]})
+			then := DrainWouldMark
+			if req.Wait {
+				then = DrainWouldWait
+			}
+			d.event(DrainEvent{Kind: then})
 			return d.markDrained(ctx)
 		}
 		res.State = slotmap.Draining
