@@ -48,25 +48,18 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"maps"
 	"net/http"
 	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
 
-	"github.com/hashicorp/consul/api"
-
 	"github.com/cellkit/cellkit/internal/atomicfile"
-	"github.com/cellkit/cellkit/internal/control"
 	"github.com/cellkit/cellkit/internal/devstack"
 	"github.com/cellkit/cellkit/internal/netlab"
-	"github.com/cellkit/cellkit/internal/registry"
-	"github.com/cellkit/cellkit/internal/slotmap"
 )
 
 // StateFile is the stack's record in its directory.
@@ -499,130 +492,6 @@ func Up(ctx context.Context, cfg Config, opts Options) (*Stack, error) {
 	return st, nil
 }
 
-// consulProcess is a Consul server in dev mode (in memory, its own
-// leader) bound to the host's address, with ACLs on and token as the
-// initial management token.
-func consulProcess(bin string, h *netlab.Host, token string) devstack.Process {
-	a := h.Addr().String()
-	hcl := fmt.Sprintf(`disable_update_check = true acl { enabled = true default_policy = "deny" tokens { initial_management = %q agent = %q } }`, token, token)
-	return devstack.Process{
-		Name: "consul", Bin: bin,
-		Args: []string{"agent", "-dev", "-node", "consul", "-bind", a, "-client", a, "-advertise", a,
-			"-http-port", strconv.Itoa(consulHTTP), "-server-port", strconv.Itoa(consulServer),
-			"-serf-lan-port", strconv.Itoa(consulSerfLAN), "-serf-wan-port", strconv.Itoa(consulSerfWAN),
-			"-dns-port=-1", "-grpc-port=-1", "-grpc-tls-port=-1", "-log-level", "info", "-hcl", hcl},
-		// Answers 200 once HTTP is up; waitConsul waits for the leader.
-		Ready: "http://" + h.HostPort(consulHTTP) + "/v1/status/leader",
-		Addrs: map[string]string{"http": h.HostPort(consulHTTP), "server": h.HostPort(consulServer)},
-	}
-}
-
-// waitConsul waits until the agent has a leader and its node is in the
-// catalog: the writer lock's session needs both.
-func waitConsul(ctx context.Context, hc *http.Client, h *netlab.Host, token string, within time.Duration) error {
-	base := "http://" + h.HostPort(consulHTTP)
-	deadline := time.Now().Add(within)
-	var last error
-	for {
-		var leader string
-		var node *struct{ Node struct{ Node string } }
-		last = getJSON(ctx, hc, base+"/v1/status/leader", "", &leader)
-		if last == nil && leader == "" {
-			last = errors.New("no leader yet")
-		}
-		if last == nil {
-			last = getJSON(ctx, hc, base+"/v1/catalog/node/consul", token, &node)
-			if last == nil && node == nil {
-				last = errors.New("its node is not registered yet")
-			}
-		}
-		if last == nil {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("consul on %s not ready within %v: %w", h.Addr(), within, last)
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("interrupted while waiting for consul: %w", ctx.Err())
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
-}
-
-func getJSON(ctx context.Context, hc *http.Client, url, token string, v any) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return err
-	}
-	if token != "" {
-		req.Header.Set("X-Consul-Token", token)
-	}
-	resp, err := hc.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return err
-	}
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("GET %s: %s: %s", url, resp.Status, bytes.TrimSpace(body))
-	}
-	return json.Unmarshal(body, v)
-}
-
-// provision writes the map into Consul through internal/control, as
-// cellctl would: init, then provision for each cell (at its first
-// instance) and instance set for each instance. What each did goes to
-// DIR/logs/setup.log.
-func provision(ctx context.Context, st *Stack, hosts map[string]*netlab.Host) error {
-	logf, err := os.OpenFile(filepath.Join(st.Dir, "logs", "setup.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		return err
-	}
-	defer logf.Close()
-	reg, err := registry.Open(registry.Config{URL: st.Registry, Token: st.ConsulToken}, registry.Options{})
-	if err != nil {
-		return err
-	}
-	defer reg.Close()
-	const origin = "loadtest net up"
-	ctl := control.New(reg, control.Config{Holder: control.Holder(origin), Origin: origin},
-		control.Options{Note: func(n control.Note) { fmt.Fprintf(logf, "note: %s\n", n.Text) }})
-	fresh, err := slotmap.New(slotmap.DefaultSlots, map[string]int{"nice": 80, "kcb": 40})
-	if err != nil {
-		return err
-	}
-	if _, err := ctl.Init(ctx, control.InitChange{Map: fresh}); err != nil {
-		return fmt.Errorf("init the map: %w", err)
-	}
-	apply := func(what string, plan control.Planner) error {
-		r, err := ctl.Apply(ctx, control.Change{Plan: plan})
-		if err != nil {
-			return fmt.Errorf("%s: %w", what, err)
-		}
-		fmt.Fprintf(logf, "%s: map version %d (%s)\n", what, r.Version, r.Plan.Op)
-		return nil
-	}
-	for _, c := range st.CellSet {
-		first := hosts[c.Instances[0].Host]
-		if err := apply("provision "+c.ID, control.Provision(slotmap.Cell{ID: c.ID, Weight: 1,
-			Intake: "http://" + first.HostPort(cellIntake), Admin: "http://" + first.HostPort(cellAdmin)})); err != nil {
-			return err
-		}
-		for _, in := range c.Instances {
-			h := hosts[in.Host]
-			if err := apply("instance set "+c.ID+" "+in.ID, control.SetInstance(c.ID, in.ID,
-				"http://"+h.HostPort(cellIntake), "http://"+h.HostPort(cellAdmin))); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
-}
-
 // natsProcess is node in.NATS of cell c's JetStream cluster, on in's
 // host: its configuration (with the client token and the route password,
 // so 0600) in DIR/nats/NODE.conf, its store in DIR/nats/NODE. Every write
@@ -668,32 +537,6 @@ cluster {
 	}, nil
 }
 
-// cellkitToken makes, with the management token, the policy the cellkit
-// processes need (the keys under cellkit/, sessions for the writer lock,
-// reading nodes) and a token of it.
-func cellkitToken(h *netlab.Host, root string) (string, error) {
-	client, err := api.NewClient(&api.Config{Address: h.HostPort(consulHTTP), Token: root})
-	if err != nil {
-		return "", err
-	}
-	rules := `key_prefix "cellkit/" { policy = "write" }
-session_prefix "" { policy = "write" }
-node_prefix "" { policy = "read" }
-service_prefix "" { policy = "read" }`
-	pol, _, err := client.ACL().PolicyCreate(&api.ACLPolicy{Name: "cellkit", Rules: rules}, nil)
-	if err != nil {
-		return "", fmt.Errorf("consul policy: %w", err)
-	}
-	tok, _, err := client.ACL().TokenCreate(&api.ACLToken{Description: "cellkit processes", Policies: []*api.ACLTokenPolicyLink{{ID: pol.ID}}}, nil)
-	if err != nil {
-		return "", fmt.Errorf("consul token: %w", err)
-	}
-	if tok.SecretID == "" {
-		return "", errors.New("consul token: no secret in the answer")
-	}
-	return tok.SecretID, nil
-}
-
 // apiKey makes a fresh API key with 'router keygen' (DIR/router/keys.json,
 // the key in DIR/router/dev-key).
 func apiKey(ctx context.Context, routerBin, dir string) (string, error) {
@@ -712,75 +555,6 @@ func apiKey(ctx context.Context, routerBin, dir string) (string, error) {
 		return "", errors.New("router keygen printed no key")
 	}
 	return key, atomicfile.WriteFile(filepath.Join(dir, "router", "dev-key"), []byte(key+"\n"), 0o600)
-}
-
-// Down stops the stack recorded in dir (newest process first: SIGTERM,
-// SIGKILL after devstack.StopGrace; report, if not nil, gets each
-// outcome), then sweeps its lab and any other lab recorded in dir: every
-// process in their namespaces, the namespaces, veths and bridge. It works
-// after a crash of net up or of the processes, from whatever is recorded.
-// The logs and stores stay in dir.
-func Down(ctx context.Context, dir string, report func(p devstack.Process, how string)) (netlab.Swept, error) {
-	var sw netlab.Swept
-	dir, err := filepath.Abs(dir)
-	if err != nil {
-		return sw, err
-	}
-	labs := map[string]string{} // prefix: state dir
-	st, err := Read(dir)
-	switch {
-	case err == nil:
-		devstack.StopAll(ctx, st.Processes, devstack.StopGrace, report)
-		if st.Lab.Prefix != "" {
-			labs[st.Lab.Prefix] = st.Lab.StateDir
-		}
-	case !errors.Is(err, os.ErrNotExist):
-		return sw, err
-	}
-	recorded, err := netlab.States(dir, "")
-	if err != nil {
-		return sw, err
-	}
-	for _, l := range recorded {
-		labs[l.Prefix] = dir
-	}
-	if st == nil && len(labs) == 0 {
-		return sw, fmt.Errorf("no network lab recorded in %s", dir)
-	}
-	for _, prefix := range slices.Sorted(maps.Keys(labs)) {
-		s, err := netlab.Sweep(prefix, labs[prefix])
-		sw.Prefixes = append(sw.Prefixes, prefix)
-		sw.Killed = append(sw.Killed, s.Killed...)
-		sw.Namespaces = append(sw.Namespaces, s.Namespaces...)
-		sw.Links = append(sw.Links, s.Links...)
-		if err != nil {
-			return sw, err
-		}
-	}
-	if err := os.Remove(StatePath(dir)); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return sw, err
-	}
-	return sw, nil
-}
-
-// sweepDir sweeps every lab recorded in dir (netlab-*.json).
-func sweepDir(dir string) (netlab.Swept, error) {
-	var sw netlab.Swept
-	sts, err := netlab.States(dir, "")
-	if err != nil {
-		return sw, err
-	}
-	for _, st := range sts {
-		s, err := netlab.Sweep(st.Prefix, dir)
-		sw.Prefixes = append(sw.Prefixes, st.Prefix)
-		sw.Killed = append(sw.Killed, s.Killed...)
-		sw.Namespaces = append(sw.Namespaces, s.Namespaces...)
-		sw.Links = append(sw.Links, s.Links...)
-		if err != nil {
-			return sw, err
-		}
-	}
-	return sw, nil
 }
 
 // findBinaries finds the programs in dir.
@@ -818,42 +592,4 @@ func uuid() string {
 	b[8] = b[8]&0x3f | 0x80
 	h := hex.EncodeToString(b)
 	return h[:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:]
-}
-
-// Kill sends SIGKILL to the process named name and waits until it is
-// gone.
-func (st *Stack) Kill(ctx context.Context, name string) error {
-	p, ok := st.Process(name)
-	if !ok {
-		return fmt.Errorf("no process %q in the stack", name)
-	}
-	if _, err := devstack.Stop(ctx, *p, 0); err != nil {
-		return fmt.Errorf("kill %s (pid %d): %w", name, p.PID, err)
-	}
-	return nil
-}
-
-// Restart starts the process named name again on its host, with the
-// arguments and environment recorded, appending to its log, and records
-// its new pid in DIR/net.json.
-func (st *Stack) Restart(lab *netlab.Lab, name string) (*devstack.Child, error) {
-	p, ok := st.Process(name)
-	if !ok {
-		return nil, fmt.Errorf("no process %q in the stack", name)
-	}
-	var host *netlab.Host
-	for _, h := range lab.Hosts() {
-		if h.Netns() == p.Netns {
-			host = h
-		}
-	}
-	if host == nil {
-		return nil, fmt.Errorf("%s: no host of the lab has its namespace %s", name, p.Netns)
-	}
-	c, err := host.Start(*p)
-	if err != nil {
-		return nil, err
-	}
-	p.PID = c.PID
-	return c, write(st)
 }
