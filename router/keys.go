@@ -15,6 +15,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"github.com/cellkit/cellkit/internal/api"
 	"github.com/cellkit/cellkit/internal/atomicfile"
 	"github.com/cellkit/cellkit/internal/router"
 )
@@ -103,7 +104,7 @@ func keysAdd(args []string, stdout, stderr io.Writer) error {
 	if *client == "" {
 		return errors.New("keys add: --client is required")
 	}
-	entry := router.KeyEntry{Client: *client, Rate: *rate, Burst: *burst, Lanes: lanes, DefaultLane: *defLane}
+	entry := api.KeyEntry{Client: *client, Rate: *rate, Burst: *burst, Lanes: lanes, DefaultLane: *defLane}
 	key, sum, n, err := addKey(kf.keys, entry, kf.set("rate"), kf.set("burst"))
 	if err != nil {
 		return fmt.Errorf("keys add: %w", err)
@@ -118,7 +119,7 @@ func keysAdd(args []string, stdout, stderr io.Writer) error {
 // entry's rate and burst are the client's keys' unless given, and so are
 // its lanes and default lane unless set (ParseKeys refuses a difference).
 // It returns the key, its SHA-256 and the client's number of keys.
-func addKey(path string, entry router.KeyEntry, rateGiven, burstGiven bool) (key, sum string, n int, err error) {
+func addKey(path string, entry api.KeyEntry, rateGiven, burstGiven bool) (key, sum string, n int, err error) {
 	entries, err := readEntries(path, true)
 	if err != nil {
 		return "", "", 0, err
@@ -184,25 +185,25 @@ func keysRevoke(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	var match func(router.KeyEntry) bool
+	var match func(api.KeyEntry) bool
 	what := ""
 	switch {
 	case *client != "":
-		match = func(e router.KeyEntry) bool { return e.Client == *client }
+		match = func(e api.KeyEntry) bool { return e.Client == *client }
 		what = "client " + *client
 	case *key != "":
 		sum := router.HashKey(*key)
-		match = func(e router.KeyEntry) bool { return strings.EqualFold(e.KeySHA256, sum) }
+		match = func(e api.KeyEntry) bool { return strings.EqualFold(e.KeySHA256, sum) }
 		what = "the key given"
 	default:
 		prefix := strings.ToLower(*sha)
 		if !isHex(prefix) || len(prefix) < 12 || len(prefix) > 64 {
 			return fmt.Errorf("keys revoke: --sha256 %q: want 12 to 64 hex digits", *sha)
 		}
-		match = func(e router.KeyEntry) bool { return strings.HasPrefix(strings.ToLower(e.KeySHA256), prefix) }
+		match = func(e api.KeyEntry) bool { return strings.HasPrefix(strings.ToLower(e.KeySHA256), prefix) }
 		what = "sha256 " + prefix
 	}
-	var kept []router.KeyEntry
+	var kept []api.KeyEntry
 	removed := map[string]int{}
 	for _, e := range entries {
 		if match(e) {
@@ -267,7 +268,7 @@ func keysList(args []string, stdout, stderr io.Writer) error {
 
 // readEntries reads the keys file's entries; a missing file is no entries
 // if missingOK.
-func readEntries(path string, missingOK bool) ([]router.KeyEntry, error) {
+func readEntries(path string, missingOK bool) ([]api.KeyEntry, error) {
 	data, err := os.ReadFile(path)
 	if errors.Is(err, os.ErrNotExist) && missingOK {
 		return nil, nil
@@ -275,7 +276,7 @@ func readEntries(path string, missingOK bool) ([]router.KeyEntry, error) {
 	if err != nil {
 		return nil, fmt.Errorf("keys: %w", err)
 	}
-	var entries []router.KeyEntry
+	var entries []api.KeyEntry
 	if err := json.Unmarshal(data, &entries); err != nil {
 		return nil, fmt.Errorf("keys file %s: %w", path, err)
 	}
@@ -283,7 +284,7 @@ func readEntries(path string, missingOK bool) ([]router.KeyEntry, error) {
 }
 
 // writeEntries replaces the keys file with entries once they parse.
-func writeEntries(path string, entries []router.KeyEntry) error {
+func writeEntries(path string, entries []api.KeyEntry) error {
 	out, err := json.MarshalIndent(entries, "", "  ")
 	if err != nil {
 		return err // a rate of NaN or ±Inf

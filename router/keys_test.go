@@ -12,6 +12,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/cellkit/cellkit/internal/api"
 	"github.com/cellkit/cellkit/internal/router"
 )
 
@@ -40,13 +41,13 @@ func mustAddKey(t *testing.T, path, client string, flags ...string) string {
 	return key
 }
 
-func entriesOf(t *testing.T, path string) []router.KeyEntry {
+func entriesOf(t *testing.T, path string) []api.KeyEntry {
 	t.Helper()
 	data, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var es []router.KeyEntry
+	var es []api.KeyEntry
 	if err := json.Unmarshal(data, &es); err != nil {
 		t.Fatal(err)
 	}

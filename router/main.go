@@ -52,6 +52,7 @@ import (
 	_ "golang.org/x/crypto/x509roots/fallback"
 
 	"github.com/cellkit/cellkit/internal/adminauth"
+	"github.com/cellkit/cellkit/internal/api"
 	"github.com/cellkit/cellkit/internal/flagenv"
 	"github.com/cellkit/cellkit/internal/pki"
 	"github.com/cellkit/cellkit/internal/registry"
@@ -430,7 +431,7 @@ func keygen(args []string, stdout, stderr io.Writer) error {
 	if *client == "" {
 		return errors.New("keygen: -client is required")
 	}
-	entry := router.KeyEntry{Client: *client, Rate: *rate, Burst: *burst, Lanes: lanes, DefaultLane: *defLane}
+	entry := api.KeyEntry{Client: *client, Rate: *rate, Burst: *burst, Lanes: lanes, DefaultLane: *defLane}
 	if *keysPath != "" {
 		given := map[string]bool{}
 		fs.Visit(func(f *flag.Flag) { given[f.Name] = true })

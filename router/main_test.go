@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cellkit/cellkit/internal/api"
 	"github.com/cellkit/cellkit/internal/registry"
 	"github.com/cellkit/cellkit/internal/router"
 	"github.com/cellkit/cellkit/internal/testkit"
@@ -146,7 +147,7 @@ func TestRunWaitsForTheMapThenServesAndShutsDown(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var rd router.Readiness
+	var rd api.RouterReadiness
 	json.NewDecoder(resp.Body).Decode(&rd)
 	resp.Body.Close()
 	if resp.StatusCode != 200 || !rd.Ready || rd.MapVersion != 2 {

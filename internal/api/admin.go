@@ -9,61 +9,116 @@ import (
 	"time"
 )
 
-// CellStatus is the answer of GET /v1/admin/status (internal/cell's Status), as
-// its readers (cellctl, the Terraform provider, the drains) decode it.
-// Decoding is tolerant: unknown fields are ignored and missing ones stay
-// zero.
+// CellStatus is the answer of GET /v1/admin/status: written by the cell,
+// read by cellctl, the Terraform provider, the drains and the drills.
+// Readers decode it tolerantly: unknown fields are ignored and missing ones
+// stay zero.
 type CellStatus struct {
-	Cell     string `json:"cell"`
-	Intake   string `json:"intake"` // "open" or "closed"
-	Ready    bool   `json:"ready"`
-	Stopping bool   `json:"stopping"`
-	Map      struct {
-		Version    int64  `json:"version"`
-		State      string `json:"state"`
-		OwnedSlots int    `json:"owned_slots"`
-		Stale      bool   `json:"stale"`
-	} `json:"map"`
-	Queue struct {
-		// Depth is the messages not yet acked per lane ("high", "normal"),
-		// in flight included.
-		Depth            map[string]int64 `json:"depth"`
-		Messages         int64            `json:"messages"`
-		OldestAgeSeconds float64          `json:"oldest_age_seconds"`
-	} `json:"queue"`
+	Cell     string                  `json:"cell"`
+	Intake   string                  `json:"intake"` // "open" or "closed"
+	Ready    bool                    `json:"ready"`
+	Stopping bool                    `json:"stopping"`
+	Map      MapStatus               `json:"map"`
+	Queue    QueueStatus             `json:"queue"`
 	Inflight int64                   `json:"inflight"`
+	Workers  int                     `json:"workers"`
 	Agencies map[string]AgencyStatus `json:"agencies"`
 	Failed   int64                   `json:"failed"`
 	DLQ      int64                   `json:"dlq"`
+	NATS     string                  `json:"nats"` // the NATS connection's state
 	// Sampled is when the cell last read its queue; Errors says why a read
 	// failed (the queue figures are then unknown, not zero).
 	Sampled time.Time         `json:"sampled"`
 	Errors  map[string]string `json:"errors,omitempty"`
-	Checks  map[string]struct {
-		OK     bool   `json:"ok"`
-		Detail string `json:"detail"`
-	} `json:"checks"`
-	// Store is the store's filesystem (a cell on the embedded NATS).
-	Store *struct {
-		SizeBytes int64   `json:"size_bytes"`
-		FreeBytes int64   `json:"free_bytes"`
-		Used      float64 `json:"used"`
-		High      float64 `json:"high_watermark"`
-		Refusing  bool    `json:"refusing"`
-		Failed    string  `json:"failed"`
-	} `json:"store,omitempty"`
+	Checks  map[string]Check  `json:"checks"`
+	// Store is the store's filesystem (a cell on the embedded NATS only).
+	Store *StoreStatus `json:"store,omitempty"`
 }
 
-// AgencyStatus is one agency link of a cell.
+// Check is one readiness check, as /readyz and the status show it.
+type Check struct {
+	OK     bool   `json:"ok"`
+	Detail string `json:"detail,omitempty"`
+}
+
+// MapStatus is the cell's view of the map.
+type MapStatus struct {
+	Version    int64  `json:"version"`
+	State      string `json:"state,omitempty"`
+	OwnedSlots int    `json:"owned_slots"`
+	Registry   string `json:"registry"`
+	Stale      bool   `json:"stale"`
+	FromCache  bool   `json:"from_cache"`
+	// RegistryOlder: the registry holds an older map than the one in use
+	// (rebuilt behind the cache); its version.
+	RegistryOlder int64 `json:"registry_older,omitempty"`
+}
+
+// QueueStatus is the work queue's state.
+type QueueStatus struct {
+	// Depth is the messages not yet acked per lane ("high", "normal"),
+	// in flight included.
+	Depth            map[string]int64 `json:"depth"`
+	Messages         int64            `json:"messages"`
+	OldestAgeSeconds float64          `json:"oldest_age_seconds"`
+	DrainRate        float64          `json:"drain_rate"`
+	ServiceSeconds   float64          `json:"service_seconds"` // recent peak service time of one inquiry
+	AgeBudgetSeconds float64          `json:"age_budget_seconds"`
+	DepthLimit       int              `json:"depth_limit"`
+	// Lanes are the age of each lane's oldest pending inquiry and its
+	// budget; LaneBlind says the cell sheds both lanes on the whole queue.
+	Lanes     map[string]LaneStatus `json:"lanes"`
+	LaneBlind bool                  `json:"lane_blind,omitempty"`
+	// HighReserve is the share of the pace guaranteed to the high lane.
+	HighReserve float64 `json:"high_reserve"`
+}
+
+// LaneStatus is one lane of the work queue.
+type LaneStatus struct {
+	OldestAgeSeconds float64 `json:"oldest_age_seconds"`
+	AgeBudgetSeconds float64 `json:"age_budget_seconds"`
+}
+
+// AgencyStatus is one agency link of a cell: its breaker, adaptive limit,
+// session pool and quota.
 type AgencyStatus struct {
-	Breaker string `json:"breaker"`
-	Quota   int    `json:"quota"`
-	Pool    struct {
-		Size    int `json:"size"`
-		InUse   int `json:"in_use"`
-		Idle    int `json:"idle"`
-		Waiters int `json:"waiters"`
-	} `json:"pool"`
+	Agency   string    `json:"agency"`
+	Breaker  string    `json:"breaker"`
+	Limit    int       `json:"limit"`
+	Inflight int       `json:"inflight"`
+	Pool     PoolStats `json:"pool"`
+	Quota    int       `json:"quota"`
+	Waiting  int       `json:"waiting"` // workers waiting for a session
+}
+
+// PoolStats is an agency's session pool (internal/sessionpool's Stats,
+// which converts to it).
+type PoolStats struct {
+	Size       int    `json:"size"`        // target number of sessions
+	Open       int    `json:"open"`        // sessions that exist: idle, in use, being checked or closed
+	Idle       int    `json:"idle"`        // ready to lend
+	InUse      int    `json:"in_use"`      // lent out
+	Dialing    int    `json:"dialing"`     // being established
+	Waiters    int    `json:"waiters"`     // borrowers waiting
+	Created    uint64 `json:"created"`     // sessions established
+	Reused     uint64 `json:"reused"`      // borrows of a session that served before
+	Borrows    uint64 `json:"borrows"`     // successful borrows
+	Exhausted  uint64 `json:"exhausted"`   // borrows that hit the deadline
+	Broken     uint64 `json:"broken"`      // sessions closed because they broke
+	Heartbeats uint64 `json:"heartbeats"`  // heartbeats sent
+	DialErrors uint64 `json:"dial_errors"` // failed dials
+	Retired    uint64 `json:"retired"`     // sessions closed for age or shrinking
+}
+
+// StoreStatus is the store's filesystem and its watermarks.
+type StoreStatus struct {
+	SizeBytes int64   `json:"size_bytes"`
+	FreeBytes int64   `json:"free_bytes"`
+	Used      float64 `json:"used"` // share in use, 0–1
+	High      float64 `json:"high_watermark"`
+	Low       float64 `json:"low_watermark"`
+	Refusing  bool    `json:"refusing"`         // new inquiries refused for the store
+	Failed    string  `json:"failed,omitempty"` // why a write failed, until the store is open again
 }
 
 // High and Normal are the depths of the two lanes.

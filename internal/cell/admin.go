@@ -14,7 +14,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"github.com/cellkit/cellkit/internal/agency"
+	"github.com/cellkit/cellkit/internal/api"
 	"github.com/cellkit/cellkit/internal/inquiry"
 	"github.com/cellkit/cellkit/internal/problem"
 	"github.com/cellkit/cellkit/internal/queue"
@@ -75,19 +75,13 @@ func only(method string, h http.HandlerFunc) http.HandlerFunc {
 	}
 }
 
-// Check is one readiness check.
-type Check struct {
-	OK     bool   `json:"ok"`
-	Detail string `json:"detail,omitempty"`
-}
-
 // readiness: NATS connected and the streams readable recently, a map
 // naming this cell, at least one session per agency, the intake open.
-func (c *Cell) readiness() (bool, map[string]Check) {
-	checks := map[string]Check{}
+func (c *Cell) readiness() (bool, map[string]api.Check) {
+	checks := map[string]api.Check{}
 	ok := true
 	set := func(name string, good bool, detail string) {
-		checks[name] = Check{OK: good, Detail: detail}
+		checks[name] = api.Check{OK: good, Detail: detail}
 		ok = ok && good
 	}
 	s := c.sample.Load()
@@ -135,97 +129,22 @@ func (c *Cell) readiness() (bool, map[string]Check) {
 	return ok, checks
 }
 
-// Status is the JSON of GET /v1/admin/status.
-type Status struct {
-	Cell       string                  `json:"cell"`
-	Intake     string                  `json:"intake"` // open or closed
-	Ready      bool                    `json:"ready"`
-	Stopping   bool                    `json:"stopping"`
-	Map        MapStatus               `json:"map"`
-	Queue      QueueStatus             `json:"queue"`
-	Inflight   int                     `json:"inflight"`
-	Workers    int                     `json:"workers"`
-	Agencies   map[string]AgencyStatus `json:"agencies"`
-	Failed     int                     `json:"failed"`
-	DeadLetter int                     `json:"dlq"`
-	NATS       string                  `json:"nats"`
-	Sampled    time.Time               `json:"sampled"`
-	Errors     map[string]string       `json:"errors,omitempty"`
-	Checks     map[string]Check        `json:"checks"`
-	// Store is the store's filesystem, with the embedded NATS only.
-	Store *StoreStatus `json:"store,omitempty"`
-}
-
-// StoreStatus is the store's filesystem and its watermarks.
-type StoreStatus struct {
-	SizeBytes int64   `json:"size_bytes"`
-	FreeBytes int64   `json:"free_bytes"`
-	Used      float64 `json:"used"` // share in use, 0–1
-	High      float64 `json:"high_watermark"`
-	Low       float64 `json:"low_watermark"`
-	Refusing  bool    `json:"refusing"`         // new inquiries refused for the store
-	Failed    string  `json:"failed,omitempty"` // why a write failed, until the store is open again
-}
-
-// MapStatus is the cell's view of the map.
-type MapStatus struct {
-	Version    int64  `json:"version"`
-	State      string `json:"state,omitempty"`
-	OwnedSlots int    `json:"owned_slots"`
-	Registry   string `json:"registry"`
-	Stale      bool   `json:"stale"`
-	FromCache  bool   `json:"from_cache"`
-	// RegistryOlder: the registry holds an older map than the one in use
-	// (rebuilt behind the cache); its version (see registry.FollowerStatus).
-	RegistryOlder int64 `json:"registry_older,omitempty"`
-}
-
-// QueueStatus is the work queue's state.
-type QueueStatus struct {
-	Depth            map[inquiry.Priority]int `json:"depth"`
-	Messages         int                      `json:"messages"`
-	OldestAgeSeconds float64                  `json:"oldest_age_seconds"`
-	DrainRate        float64                  `json:"drain_rate"`
-	ServiceSeconds   float64                  `json:"service_seconds"` // recent peak service time of one inquiry
-	AgeBudgetSeconds float64                  `json:"age_budget_seconds"`
-	DepthLimit       int                      `json:"depth_limit"`
-	// Lanes are the age of each lane's oldest pending inquiry and its
-	// budget; LaneBlind says the cell sheds both lanes on the whole queue.
-	Lanes     map[inquiry.Priority]LaneStatus `json:"lanes"`
-	LaneBlind bool                            `json:"lane_blind,omitempty"`
-	// HighReserve is the share of the pace guaranteed to the high lane.
-	HighReserve float64 `json:"high_reserve"`
-}
-
-// LaneStatus is one lane of the work queue.
-type LaneStatus struct {
-	OldestAgeSeconds float64 `json:"oldest_age_seconds"`
-	AgeBudgetSeconds float64 `json:"age_budget_seconds"`
-}
-
-// AgencyStatus is one agency link's state.
-type AgencyStatus struct {
-	agency.Status
-	Quota   int `json:"quota"`
-	Waiting int `json:"waiting"` // workers waiting for a session
-}
-
-// Status reports the cell's state.
-func (c *Cell) Status() Status {
+// Status reports the cell's state: the document of GET /v1/admin/status.
+func (c *Cell) Status() api.CellStatus {
 	ready, checks := c.readiness()
-	st := Status{
+	st := api.CellStatus{
 		Cell: c.cfg.ID, Intake: map[bool]string{true: "open", false: "closed"}[c.intake.IsOpen()],
 		Ready: ready, Stopping: c.stopping.Load(), Checks: checks,
-		Inflight: c.pipe.Inflight(), Workers: c.pipe.Workers(),
-		Agencies: map[string]AgencyStatus{}, NATS: c.nc.Status().String(),
+		Inflight: int64(c.pipe.Inflight()), Workers: c.pipe.Workers(),
+		Agencies: map[string]api.AgencyStatus{}, NATS: c.nc.Status().String(),
 	}
 	if c.disk != nil {
 		ds := c.disk.State()
-		st.Store = &StoreStatus{SizeBytes: ds.Size, FreeBytes: ds.Free, Used: ds.Used(), High: ds.High, Low: ds.Low,
+		st.Store = &api.StoreStatus{SizeBytes: ds.Size, FreeBytes: ds.Free, Used: ds.Used(), High: ds.High, Low: ds.Low,
 			Refusing: c.disk.Refusing(), Failed: ds.Failed}
 	}
 	fs := c.follower.Status()
-	st.Map = MapStatus{Version: fs.Version, Registry: fs.Registry, Stale: fs.Stale, FromCache: fs.FromCache, RegistryOlder: fs.RegistryOlder}
+	st.Map = api.MapStatus{Version: fs.Version, Registry: fs.Registry, Stale: fs.Stale, FromCache: fs.FromCache, RegistryOlder: fs.RegistryOlder}
 	if m := c.follower.Map(); m != nil {
 		if cell, ok := m.Cell(c.cfg.ID); ok {
 			st.Map.State = string(cell.State)
@@ -233,31 +152,37 @@ func (c *Cell) Status() Status {
 		st.Map.OwnedSlots = m.SlotCounts()[c.cfg.ID]
 	}
 	shedCfg := c.shed.Config()
-	st.Queue = QueueStatus{DrainRate: c.shed.Rate(), ServiceSeconds: c.shed.Service().Seconds(), AgeBudgetSeconds: shedCfg.MaxAge.Seconds(), DepthLimit: shedCfg.MaxDepth,
-		LaneBlind: shedCfg.LaneBlind, HighReserve: shedCfg.HighReserve, Lanes: map[inquiry.Priority]LaneStatus{
-			inquiry.High: {AgeBudgetSeconds: shedCfg.MaxAgeHigh.Seconds()}, inquiry.Normal: {AgeBudgetSeconds: shedCfg.MaxAge.Seconds()},
+	st.Queue = api.QueueStatus{DrainRate: c.shed.Rate(), ServiceSeconds: c.shed.Service().Seconds(), AgeBudgetSeconds: shedCfg.MaxAge.Seconds(), DepthLimit: shedCfg.MaxDepth,
+		LaneBlind: shedCfg.LaneBlind, HighReserve: shedCfg.HighReserve, Lanes: map[string]api.LaneStatus{
+			string(inquiry.High): {AgeBudgetSeconds: shedCfg.MaxAgeHigh.Seconds()}, string(inquiry.Normal): {AgeBudgetSeconds: shedCfg.MaxAge.Seconds()},
 		}}
 	if s := c.sample.Load(); s != nil {
 		st.Sampled = s.At
 		if s.Err != nil {
 			st.Errors = map[string]string{"queue": s.Err.Error()}
 		} else {
-			st.Queue.Depth, st.Queue.Messages = s.Depth, s.Total
+			st.Queue.Depth = make(map[string]int64, len(s.Depth))
+			for lane, n := range s.Depth {
+				st.Queue.Depth[string(lane)] = int64(n)
+			}
+			st.Queue.Messages = int64(s.Total)
 			if !s.Oldest.IsZero() {
 				st.Queue.OldestAgeSeconds = time.Since(s.Oldest).Seconds()
 			}
 			for lane, at := range s.OldestByLane {
-				l := st.Queue.Lanes[lane]
+				l := st.Queue.Lanes[string(lane)]
 				l.OldestAgeSeconds = time.Since(at).Seconds()
-				st.Queue.Lanes[lane] = l
+				st.Queue.Lanes[string(lane)] = l
 			}
-			st.Failed, st.DeadLetter = s.Failed, s.Dead
+			st.Failed, st.DLQ = int64(s.Failed), int64(s.Dead)
 		}
 	}
 	gates := c.pipe.GateStats()
 	c.quotaMu.Lock()
 	for _, name := range c.names {
-		st.Agencies[name] = AgencyStatus{Status: c.clients[name].Status(), Quota: c.quota[name], Waiting: gates[name][2]}
+		a := c.clients[name].Status()
+		st.Agencies[name] = api.AgencyStatus{Agency: a.Agency, Breaker: a.Breaker, Limit: a.Limit, Inflight: a.Inflight,
+			Pool: api.PoolStats(a.Pool), Quota: c.quota[name], Waiting: gates[name][2]}
 	}
 	c.quotaMu.Unlock()
 	return st

@@ -17,6 +17,7 @@ import (
 
 	"github.com/cellkit/cellkit/internal/adminauth"
 	"github.com/cellkit/cellkit/internal/agencysim"
+	"github.com/cellkit/cellkit/internal/api"
 	"github.com/cellkit/cellkit/internal/celltest"
 	"github.com/cellkit/cellkit/internal/inquiry"
 	"github.com/cellkit/cellkit/internal/natsembed"
@@ -256,7 +257,7 @@ func TestAgencyDownOpensTheBreakerAndFailsFast(t *testing.T) {
 	if took := time.Since(began); took > time.Second {
 		t.Fatalf("inquiry took %v to fail with the breaker open, want fast", took)
 	}
-	var st Status
+	var st api.CellStatus
 	h.adminDo("GET", "/v1/admin/status", nil).JSON(t, &st)
 	if st.Agencies["nice"].Breaker != "open" || st.Agencies["kcb"].Breaker != "closed" {
 		t.Fatalf("status agencies %+v", st.Agencies)
@@ -425,7 +426,7 @@ func TestDrainViaAdminIntakeClose(t *testing.T) {
 	if v := h.settled(id); v.Status != inquiry.Done {
 		t.Fatalf("queued work must finish while draining: %+v", v)
 	}
-	var st Status
+	var st api.CellStatus
 	testkit.WaitFor(t, 5*time.Second, "status to show the cell drained", func() bool {
 		h.adminDo("GET", "/v1/admin/status", nil).JSON(t, &st)
 		return st.Intake == "closed" && st.Queue.Messages == 0 && st.Inflight == 0
@@ -509,7 +510,7 @@ func TestQuotaFollowsTheMap(t *testing.T) {
 	if gs := h.cell.pipe.GateStats()["nice"]; gs[0] != 7 {
 		t.Fatalf("nice gate size %d, want 7", gs[0])
 	}
-	var st Status
+	var st api.CellStatus
 	h.adminDo("GET", "/v1/admin/status", nil).JSON(t, &st)
 	if st.Agencies["nice"].Quota != 7 || st.Agencies["kcb"].Quota != 4 || st.Map.OwnedSlots != slotmap.DefaultSlots || st.Map.State != "active" {
 		t.Fatalf("status %+v", st)
@@ -574,7 +575,7 @@ func TestAdminAPI(t *testing.T) {
 	}
 	auth := map[string]string{"Authorization": "Bearer s3cret"}
 	testkit.Do(t, h.client, "POST", h.admin+"/v1/admin/circuit/nice/reset", nil, auth)
-	var st Status
+	var st api.CellStatus
 	testkit.WaitFor(t, 5*time.Second, "status to count the failure", func() bool {
 		testkit.Do(t, h.client, "GET", h.admin+"/v1/admin/status", nil, auth).JSON(t, &st)
 		return st.Failed == 1

@@ -8,12 +8,12 @@ import (
 	"time"
 
 	"github.com/cellkit/cellkit/internal/agency"
+	"github.com/cellkit/cellkit/internal/api"
 	"github.com/cellkit/cellkit/internal/breaker"
 	"github.com/cellkit/cellkit/internal/pipeline"
 	"github.com/cellkit/cellkit/internal/queue"
 	"github.com/cellkit/cellkit/internal/sessionpool"
 	"github.com/cellkit/cellkit/internal/shed"
-	"github.com/cellkit/cellkit/internal/slotmap"
 	"github.com/cellkit/cellkit/internal/storage"
 	"github.com/cellkit/cellkit/internal/store"
 )
@@ -158,7 +158,7 @@ func DefaultConfig() Config {
 // defaults checks c and fills its zero fields; the parts fill the rest of
 // their own.
 func (c *Config) defaults() error {
-	if !slotmap.ValidCellID(c.ID) {
+	if !api.ValidCellID(c.ID) {
 		return fmt.Errorf("cell id %q: want 1–32 of [a-z0-9-], starting and ending with a letter or digit", c.ID)
 	}
 	if len(c.Agencies) == 0 {
@@ -180,7 +180,7 @@ func (c *Config) defaults() error {
 		return errors.New("--nats-token-file needs --nats-url: the embedded server takes no token")
 	}
 	if c.Instance != "" {
-		if !slotmap.ValidCellID(c.Instance) {
+		if !api.ValidCellID(c.Instance) {
 			return fmt.Errorf("instance %q: want 1–32 of [a-z0-9-], starting and ending with a letter or digit", c.Instance)
 		}
 		if c.NATSURL == "" {

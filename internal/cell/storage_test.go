@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/cellkit/cellkit/internal/agencysim"
+	"github.com/cellkit/cellkit/internal/api"
 	"github.com/cellkit/cellkit/internal/inquiry"
-	"github.com/cellkit/cellkit/internal/intake"
 	"github.com/cellkit/cellkit/internal/smallfs"
 	"github.com/cellkit/cellkit/internal/testkit"
 )
@@ -97,7 +97,7 @@ func TestFullDiskHealsWithoutARestart(t *testing.T) {
 			switch {
 			case err != nil:
 				refusals <- err.Error()
-			case r.Status >= 500 && r.Header.Get(intake.HeaderOverloaded) != "true":
+			case r.Status >= 500 && r.Header.Get(api.HeaderOverloaded) != "true":
 				refusals <- fmt.Sprintf("%d %s", r.Status, r.Body)
 			case r.Status == http.StatusAccepted:
 				var a struct{ ID string }

@@ -4,215 +4,287 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"sort"
+	"maps"
+	"slices"
+	"strconv"
 	"strings"
-	"time"
 
-	"github.com/cellkit/cellkit/internal/api"
+	"github.com/cellkit/cellkit/internal/control"
 	"github.com/cellkit/cellkit/internal/slotmap"
 )
 
-// cellAdmin finds a cell's admin URL in the live map.
-func (x *inv) cellAdmin(ctx context.Context, id string) (string, error) {
-	reg, m, err := x.loadOnly(ctx)
-	if err != nil {
-		return "", err
+// agencyFlag collects repeated --agency NAME=LIMIT.
+type agencyFlag map[string]int
+
+func (a agencyFlag) String() string {
+	var parts []string
+	for _, k := range slices.Sorted(maps.Keys(a)) {
+		parts = append(parts, k+"="+strconv.Itoa(a[k]))
 	}
-	defer reg.Close()
-	if err := knownCell(m, id); err != nil {
-		return "", fmt.Errorf("%s", invalidReason(err))
-	}
-	c, _ := m.Cell(id)
-	return c.Admin, nil
+	return strings.Join(parts, ",")
 }
 
-func failedListCommand() *command {
-	limit := 100
+func (a agencyFlag) Set(s string) error {
+	name, limit, ok := strings.Cut(s, "=")
+	n, err := strconv.Atoi(limit)
+	if !ok || name == "" || err != nil {
+		return fmt.Errorf("want NAME=SESSIONS, like nice=80")
+	}
+	if _, dup := a[name]; dup {
+		return fmt.Errorf("agency %q given twice", name)
+	}
+	a[name] = n
+	return nil
+}
+
+// limitsStr renders agency limits: "kcb 40, nice 80".
+func limitsStr(limits map[string]int) string {
+	if len(limits) == 0 {
+		return "none"
+	}
+	var parts []string
+	for _, a := range slices.Sorted(maps.Keys(limits)) {
+		parts = append(parts, fmt.Sprintf("%s %d", a, limits[a]))
+	}
+	return strings.Join(parts, ", ")
+}
+
+func provisionCommand() *command {
+	var intake, admin string
+	var weight int
 	c := &command{
-		name:      "failed list",
+		name:      "provision",
 		argsUsage: "CELL",
-		section:   secCells,
-		summary:   "list a cell's failed inquiries",
-		help: `Lists the failed inquiries of CELL (its error stream and DLQ): id, user,
-reason, attempts and when it failed. Retry them with 'cellctl failed retry'.`,
-		examples: `cellctl failed list c2
-cellctl failed list c2 --json | jq -r '.[].id'`,
+		section:   secMap,
+		summary:   "add an active cell; slots move only onto it",
+		help: `Adds CELL to the map as an active cell with its intake and admin URLs. It
+takes about weight/Σweights of the slots, only from the other cells (weighted
+rendezvous hashing), and its share of every agency's session quota.
+
+CELL is 1-32 of [a-z0-9-]; it prefixes the ids of the cell's inquiries, so it
+cannot be reused while the old cell is in the map.`,
+		examples: `cellctl provision c4 --intake http://10.0.1.8:8081 --admin http://10.0.1.8:9081
+cellctl provision c5 --intake http://c5:8081 --admin http://c5:9081 --weight 2 --dry-run`,
 		minArgs: 1, maxArgs: 1,
+		mutates: true,
 		flags: func(fs *flag.FlagSet) {
-			fs.IntVar(&limit, "limit", limit, "list at most `N` (1..10000)")
+			fs.StringVar(&intake, "intake", "", "base `URL` of the cell's intake API (required)")
+			fs.StringVar(&admin, "admin", "", "base `URL` of the cell's admin API (required)")
+			fs.IntVar(&weight, "weight", 1, "relative share of slots and sessions, `W` ≥ 1")
 		},
 	}
 	c.run = func(ctx context.Context, x *inv, args []string) error {
-		if limit <= 0 || limit > 10000 {
-			return usagef("--limit must be in 1..10000")
+		if intake == "" || admin == "" {
+			return usagef("--intake URL and --admin URL are required")
 		}
-		admin, err := x.cellAdmin(ctx, args[0])
-		if err != nil {
-			return err
-		}
-		items, err := x.admin().Failed(ctx, admin, limit)
-		if err != nil {
-			return fmt.Errorf("cell %s: %v", args[0], err)
-		}
-		if items == nil {
-			items = []api.FailedInquiry{}
-		}
-		if x.g.json {
-			return writeJSON(x.out, items)
-		}
-		if len(items) == 0 {
-			fmt.Fprintf(x.out, "No failed inquiries in %s.\n", args[0])
-			return nil
-		}
-		sort.SliceStable(items, func(i, j int) bool { return items[i].At.Before(items[j].At) })
-		t := newTable(x.out, "ID", "USER", "FAILED AT", "ATTEMPTS", "SET", "REASON")
-		for _, it := range items {
-			when := "-"
-			if !it.At.IsZero() {
-				when = it.At.UTC().Format(time.RFC3339)
-			}
-			t.row(it.ID, it.UserID, when, itoa(it.Attempts), orDash(it.Set), it.Reason)
-		}
-		t.flush()
-		fmt.Fprintf(x.out, "%d failed. Retry: cellctl failed retry %s ID... | --all\n", len(items), args[0])
-		return nil
+		id := args[0]
+		return x.applyAndReport(ctx, control.Provision(slotmap.Cell{ID: id, Weight: weight, Intake: intake, Admin: admin}))
 	}
 	return c
 }
 
-func orDash(s string) string {
-	if s == "" {
-		return "-"
-	}
-	return s
-}
+// knownCell refuses an unknown cell id with the list of cells.
+func knownCell(m *slotmap.Map, id string) error { return control.KnownCell(m, id) }
 
-func failedRetryCommand() *command {
-	var all bool
+func undrainCommand() *command {
 	c := &command{
-		name:      "failed retry",
-		argsUsage: "CELL (ID...|--all)",
-		section:   secCells,
-		summary:   "re-enqueue failed inquiries",
-		help: `Re-enqueues failed inquiries of CELL: the given ids, or every failed one with
---all. Each goes through the pipeline again; handling is idempotent.`,
-		examples: `cellctl failed retry c2 c2-01jd3m4x7k c2-01jd3m5a2b
-cellctl failed retry c2 --all`,
-		minArgs: 1, maxArgs: -1,
-		flags: func(fs *flag.FlagSet) {
-			fs.BoolVar(&all, "all", false, "retry every failed inquiry of the cell")
-		},
+		name:      "undrain",
+		argsUsage: "CELL",
+		section:   secMap,
+		summary:   "make a draining or drained cell active again",
+		help: `Makes CELL active again: it takes back exactly the slots it had before its
+drain (drain then undrain is the identity), its session quota is derived again,
+and its intake is reopened through its admin API (a warning if that cannot be
+reached: reopen it later with another undrain, or on the cell).`,
+		examples: `cellctl undrain c2
+cellctl undrain c2 --dry-run`,
+		minArgs: 1, maxArgs: 1,
+		mutates: true,
 	}
 	c.run = func(ctx context.Context, x *inv, args []string) error {
-		id, ids := args[0], args[1:]
-		switch {
-		case all && len(ids) > 0:
-			return usagef("give inquiry ids or --all, not both")
-		case !all && len(ids) == 0:
-			return usagef("give the inquiry ids to retry, or --all")
-		}
-		for _, q := range ids {
-			if !strings.HasPrefix(q, id+"-") {
-				return usagef("inquiry %q is not one of %s's (its ids start with %q)", q, id, id+"-")
-			}
-		}
-		admin, err := x.cellAdmin(ctx, id)
+		id := args[0]
+		reg, err := x.openRegistry()
 		if err != nil {
 			return err
 		}
-		res, err := x.admin().Retry(ctx, admin, ids, all)
-		if err != nil {
-			return fmt.Errorf("cell %s: %v", id, err)
-		}
-		if res.Retried == nil {
-			res.Retried = []string{}
-		}
-		if x.g.json {
-			if err := writeJSON(x.out, res); err != nil {
-				return err
-			}
-		} else {
-			fmt.Fprintf(x.out, "Re-enqueued %d inquir%s in %s.\n", len(res.Retried), pluralY(len(res.Retried)), id)
-			for _, q := range res.Retried {
-				fmt.Fprintf(x.out, "  %s\n", q)
-			}
-			for _, q := range sortedKeys(res.Skipped) {
-				fmt.Fprintf(x.out, "  %s: not retried: %s\n", q, res.Skipped[q])
-			}
-		}
-		if n := len(res.Skipped); n > 0 {
-			return fmt.Errorf("%d inquir%s could not be retried (see above)", n, pluralY(n))
-		}
-		return nil
-	}
-	return c
-}
-
-func pluralY(n int) string {
-	if n == 1 {
-		return "y"
-	}
-	return "ies"
-}
-
-func circuitCommand() *command {
-	c := &command{
-		name:      "circuit",
-		argsUsage: "CELL AGENCY open|close|reset",
-		section:   secCells,
-		summary:   "force a cell's agency breaker open or closed, or reset it",
-		help: `Forces CELL's circuit breaker for AGENCY open (every call fails fast: take an
-agency out during an incident) or closed (calls go through whatever the error
-rate), or resets it to automatic operation with a fresh window.`,
-		examples: `cellctl circuit c1 nice open
-cellctl circuit c1 nice reset`,
-		minArgs: 3, maxArgs: 3,
-	}
-	c.run = func(ctx context.Context, x *inv, args []string) error {
-		id, agency, action := args[0], args[1], args[2]
-		switch action {
-		case "open", "close", "reset":
-		default:
-			return usagef("action %q must be open, close or reset", action)
-		}
-		reg, m, err := x.loadOnly(ctx)
+		defer reg.Close()
+		res, err := x.apply(ctx, reg, control.Undrain(id))
 		if err != nil {
 			return err
 		}
-		reg.Close()
-		if err := knownCell(m, id); err != nil {
-			return fmt.Errorf("%s", invalidReason(err))
-		}
-		if _, ok := m.Agencies()[agency]; !ok {
-			return fmt.Errorf("unknown agency %q (agencies: %s)", agency, strings.Join(m.AgencyNames(), ", "))
-		}
-		cell, _ := m.Cell(id)
-		if cell.State == slotmap.Drained {
-			x.warnf("%s is drained", id)
-		}
-		out, err := x.admin().Circuit(ctx, cell.Admin, agency, action)
-		if err != nil {
-			return fmt.Errorf("cell %s: %v", id, err)
+		out := struct {
+			*applyResult
+			Intake string `json:"intake,omitempty"`
+		}{applyResult: res}
+		if res.Applied {
+			cell, _ := res.Plan.After.Cell(id)
+			if err := x.admin().SetIntakes(ctx, cell, true); err != nil {
+				x.warnf("cell %s is active again, but its intake could not be reopened: %v", id, err)
+				out.Intake = "unknown"
+			} else {
+				out.Intake = "open"
+				if !x.g.json {
+					fmt.Fprintf(x.out, "Intake of %s reopened.\n", id)
+				}
+			}
 		}
 		if x.g.json {
-			if out == nil {
-				out = map[string]any{}
-			}
 			return writeJSON(x.out, out)
 		}
-		state := ""
-		for _, k := range []string{"state", "breaker"} {
-			if s, ok := out[k].(string); ok {
-				state = s
-				break
-			}
-		}
-		if state != "" {
-			fmt.Fprintf(x.out, "%s %s breaker: %s (%s).\n", id, agency, state, action)
-		} else {
-			fmt.Fprintf(x.out, "%s %s breaker: %s done.\n", id, agency, action)
-		}
 		return nil
 	}
 	return c
+}
+
+func weightCommand() *command {
+	c := &command{
+		name:      "weight",
+		argsUsage: "CELL W",
+		section:   secMap,
+		summary:   "set a cell's weight; only slots to or from it move",
+		help: `Sets CELL's weight, its relative share of slots and of derived session quotas
+(1..1000000). Only slots that move to or from CELL change owner.`,
+		examples: `cellctl weight c3 2
+cellctl weight c3 1 --dry-run`,
+		minArgs: 2, maxArgs: 2,
+		mutates: true,
+	}
+	c.run = func(ctx context.Context, x *inv, args []string) error {
+		id := args[0]
+		w, err := intArg("weight", args[1])
+		if err != nil {
+			return err
+		}
+		return x.applyAndReport(ctx, control.SetWeight(id, w))
+	}
+	return c
+}
+
+func rebalanceCommand() *command {
+	by := "slots"
+	c := &command{
+		name:    "rebalance",
+		section: secMap,
+		summary: "move every slot to its target, or weigh cells to even out measured traffic",
+		help: `Moves every slot whose owner differs from its target (weighted rendezvous
+over the active cells) to the target. A map changed only through cellctl has
+no such drift; 'cellctl verify' shows it when there is some.
+
+With --by traffic it reads the traffic the routers measured (the routers
+announced in the registry, or --routers) and
+proposes new weights for the active cells that even out their load: each
+cell's share follows its declared capacity when every active cell has one
+('cellctl capacity set'), else it is even. It tries a few rounds and keeps
+the one nearest even, moving the fewest slots among those about as good.
+The plan shows every cell's projected req/s before → after; run it with
+--dry-run first. One hot user cannot be split by weights: 'cellctl hotkeys'
+proposes overrides for those.`,
+		examples: `cellctl rebalance --dry-run
+cellctl rebalance
+cellctl rebalance --by traffic --routers http://router-a:9080,http://router-b:9080 --dry-run`,
+		maxArgs: 0,
+		mutates: true,
+		flags: func(fs *flag.FlagSet) {
+			fs.StringVar(&by, "by", by, "`WHAT` to even out: slots (each slot to its target) or traffic (weights from the routers' measured load)")
+		},
+	}
+	c.run = func(ctx context.Context, x *inv, _ []string) error {
+		switch by {
+		case "slots":
+			return x.applyAndReport(ctx, control.Rebalance())
+		case "traffic":
+			urls, err := x.routerURLs(ctx)
+			if err != nil {
+				return err
+			}
+			if len(urls) == 0 {
+				return usagef("--by traffic needs the routers: none is announced in the registry; give their admin URLs with --routers URLS (or CELLKIT_ROUTERS)")
+			}
+			return x.applyAndReport(ctx, control.BalanceByTraffic(func(slots int) (*slotmap.Traffic, error) {
+				tr, _, err := x.traffic(ctx, slots)
+				return tr, err
+			}))
+		}
+		return usagef("--by %q: want slots or traffic", by)
+	}
+	return c
+}
+
+func capacityCommand() *command {
+	c := &command{
+		name:      "capacity set",
+		argsUsage: "CELL RATE",
+		section:   secMap,
+		summary:   "declare the request rate a cell can take (plans flag a cell over it)",
+		help: `Declares the request rate CELL can take, as N or N/s (requests per second;
+0 clears it). Nothing moves: plans made with --routers show each cell's
+projected traffic beside it and flag a cell projected over it, and
+'rebalance --by traffic' shares traffic by it when every active cell has one.`,
+		examples: `cellctl capacity set c1 400/s
+cellctl capacity set c1 0`,
+		minArgs: 2, maxArgs: 2,
+		mutates: true,
+	}
+	c.run = func(ctx context.Context, x *inv, args []string) error {
+		id := args[0]
+		n, err := intArg("capacity", strings.TrimSuffix(args[1], "/s"))
+		if err != nil {
+			return err
+		}
+		return x.applyAndReport(ctx, control.SetCapacity(id, n))
+	}
+	return c
+}
+
+func removeCommand() *command {
+	c := &command{
+		name:      "remove",
+		argsUsage: "CELL",
+		section:   secMap,
+		summary:   "delete a drained cell from the map",
+		help: `Deletes a drained cell from the map (its id becomes free again). Refused for
+a cell that is not drained or that users are still pinned to.`,
+		examples: `cellctl remove c2`,
+		minArgs:  1, maxArgs: 1,
+		mutates: true,
+	}
+	c.run = func(ctx context.Context, x *inv, args []string) error {
+		return x.applyAndReport(ctx, control.Remove(args[0]))
+	}
+	return c
+}
+
+func endpointsCommand() *command {
+	var intake, admin string
+	c := &command{
+		name:      "endpoints",
+		argsUsage: "CELL",
+		section:   secMap,
+		summary:   "change a cell's intake or admin URL",
+		help:      `Changes the intake and/or admin URL of CELL. No slot moves.`,
+		examples:  `cellctl endpoints c1 --intake http://10.0.1.9:8081 --admin http://10.0.1.9:9081`,
+		minArgs:   1, maxArgs: 1,
+		mutates: true,
+		flags: func(fs *flag.FlagSet) {
+			fs.StringVar(&intake, "intake", "", "new base `URL` of the intake API")
+			fs.StringVar(&admin, "admin", "", "new base `URL` of the admin API")
+		},
+	}
+	c.run = func(ctx context.Context, x *inv, args []string) error {
+		if intake == "" && admin == "" {
+			return usagef("give --intake URL, --admin URL or both")
+		}
+		id := args[0]
+		return x.applyAndReport(ctx, control.SetEndpoints(id, intake, admin))
+	}
+	return c
+}
+
+// intArg parses a whole-number argument; anything else is a usage error.
+func intArg(what, s string) (int, error) {
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		return 0, usagef("%s %q is not a whole number", what, s)
+	}
+	return n, nil
 }

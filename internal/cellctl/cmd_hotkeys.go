@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/cellkit/cellkit/internal/api"
 	"github.com/cellkit/cellkit/internal/slotmap"
 )
 
@@ -248,7 +249,7 @@ func propose(m *slotmap.Map, users []hotRow, minShare float64) {
 	for i := range users {
 		u := &users[i]
 		cur := u.Cell
-		if _, ok := weight[cur]; !ok || !slotmap.ValidUserID(u.User) || u.Share < minShare {
+		if _, ok := weight[cur]; !ok || !api.ValidUserID(u.User) || u.Share < minShare {
 			continue
 		}
 		best := ""

@@ -6,46 +6,17 @@ import (
 	"flag"
 	"fmt"
 	"maps"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
+	"github.com/cellkit/cellkit/internal/api"
 	"github.com/cellkit/cellkit/internal/control"
+	"github.com/cellkit/cellkit/internal/registry"
 	"github.com/cellkit/cellkit/internal/slotmap"
 )
-
-// agencyFlag collects repeated --agency NAME=LIMIT.
-type agencyFlag map[string]int
-
-func (a agencyFlag) String() string {
-	var parts []string
-	for _, k := range slices.Sorted(maps.Keys(a)) {
-		parts = append(parts, k+"="+strconv.Itoa(a[k]))
-	}
-	return strings.Join(parts, ",")
-}
-
-func (a agencyFlag) Set(s string) error {
-	name, limit, ok := strings.Cut(s, "=")
-	n, err := strconv.Atoi(limit)
-	if !ok || name == "" || err != nil {
-		return fmt.Errorf("want NAME=SESSIONS, like nice=80")
-	}
-	if _, dup := a[name]; dup {
-		return fmt.Errorf("agency %q given twice", name)
-	}
-	a[name] = n
-	return nil
-}
-
-// intArg parses a whole-number argument; anything else is a usage error.
-func intArg(what, s string) (int, error) {
-	n, err := strconv.Atoi(s)
-	if err != nil {
-		return 0, usagef("%s %q is not a whole number", what, s)
-	}
-	return n, nil
-}
 
 func initCommand() *command {
 	var slots int
@@ -125,179 +96,6 @@ type initResult struct {
 	Agencies map[string]int `json:"agencies"`
 }
 
-// limitsStr renders agency limits: "kcb 40, nice 80".
-func limitsStr(limits map[string]int) string {
-	if len(limits) == 0 {
-		return "none"
-	}
-	var parts []string
-	for _, a := range slices.Sorted(maps.Keys(limits)) {
-		parts = append(parts, fmt.Sprintf("%s %d", a, limits[a]))
-	}
-	return strings.Join(parts, ", ")
-}
-
-func provisionCommand() *command {
-	var intake, admin string
-	var weight int
-	c := &command{
-		name:      "provision",
-		argsUsage: "CELL",
-		section:   secMap,
-		summary:   "add an active cell; slots move only onto it",
-		help: `Adds CELL to the map as an active cell with its intake and admin URLs. It
-takes about weight/Σweights of the slots, only from the other cells (weighted
-rendezvous hashing), and its share of every agency's session quota.
-
-CELL is 1-32 of [a-z0-9-]; it prefixes the ids of the cell's inquiries, so it
-cannot be reused while the old cell is in the map.`,
-		examples: `cellctl provision c4 --intake http://10.0.1.8:8081 --admin http://10.0.1.8:9081
-cellctl provision c5 --intake http://c5:8081 --admin http://c5:9081 --weight 2 --dry-run`,
-		minArgs: 1, maxArgs: 1,
-		mutates: true,
-		flags: func(fs *flag.FlagSet) {
-			fs.StringVar(&intake, "intake", "", "base `URL` of the cell's intake API (required)")
-			fs.StringVar(&admin, "admin", "", "base `URL` of the cell's admin API (required)")
-			fs.IntVar(&weight, "weight", 1, "relative share of slots and sessions, `W` ≥ 1")
-		},
-	}
-	c.run = func(ctx context.Context, x *inv, args []string) error {
-		if intake == "" || admin == "" {
-			return usagef("--intake URL and --admin URL are required")
-		}
-		id := args[0]
-		return x.applyAndReport(ctx, control.Provision(slotmap.Cell{ID: id, Weight: weight, Intake: intake, Admin: admin}))
-	}
-	return c
-}
-
-// knownCell refuses an unknown cell id with the list of cells.
-func knownCell(m *slotmap.Map, id string) error { return control.KnownCell(m, id) }
-
-func undrainCommand() *command {
-	c := &command{
-		name:      "undrain",
-		argsUsage: "CELL",
-		section:   secMap,
-		summary:   "make a draining or drained cell active again",
-		help: `Makes CELL active again: it takes back exactly the slots it had before its
-drain (drain then undrain is the identity), its session quota is derived again,
-and its intake is reopened through its admin API (a warning if that cannot be
-reached: reopen it later with another undrain, or on the cell).`,
-		examples: `cellctl undrain c2
-cellctl undrain c2 --dry-run`,
-		minArgs: 1, maxArgs: 1,
-		mutates: true,
-	}
-	c.run = func(ctx context.Context, x *inv, args []string) error {
-		id := args[0]
-		reg, err := x.openRegistry()
-		if err != nil {
-			return err
-		}
-		defer reg.Close()
-		res, err := x.apply(ctx, reg, control.Undrain(id))
-		if err != nil {
-			return err
-		}
-		out := struct {
-			*applyResult
-			Intake string `json:"intake,omitempty"`
-		}{applyResult: res}
-		if res.Applied {
-			cell, _ := res.Plan.After.Cell(id)
-			if err := x.admin().SetIntakes(ctx, cell, true); err != nil {
-				x.warnf("cell %s is active again, but its intake could not be reopened: %v", id, err)
-				out.Intake = "unknown"
-			} else {
-				out.Intake = "open"
-				if !x.g.json {
-					fmt.Fprintf(x.out, "Intake of %s reopened.\n", id)
-				}
-			}
-		}
-		if x.g.json {
-			return writeJSON(x.out, out)
-		}
-		return nil
-	}
-	return c
-}
-
-func weightCommand() *command {
-	c := &command{
-		name:      "weight",
-		argsUsage: "CELL W",
-		section:   secMap,
-		summary:   "set a cell's weight; only slots to or from it move",
-		help: `Sets CELL's weight, its relative share of slots and of derived session quotas
-(1..1000000). Only slots that move to or from CELL change owner.`,
-		examples: `cellctl weight c3 2
-cellctl weight c3 1 --dry-run`,
-		minArgs: 2, maxArgs: 2,
-		mutates: true,
-	}
-	c.run = func(ctx context.Context, x *inv, args []string) error {
-		id := args[0]
-		w, err := intArg("weight", args[1])
-		if err != nil {
-			return err
-		}
-		return x.applyAndReport(ctx, control.SetWeight(id, w))
-	}
-	return c
-}
-
-func rebalanceCommand() *command {
-	by := "slots"
-	c := &command{
-		name:    "rebalance",
-		section: secMap,
-		summary: "move every slot to its target, or weigh cells to even out measured traffic",
-		help: `Moves every slot whose owner differs from its target (weighted rendezvous
-over the active cells) to the target. A map changed only through cellctl has
-no such drift; 'cellctl verify' shows it when there is some.
-
-With --by traffic it reads the traffic the routers measured (the routers
-announced in the registry, or --routers) and
-proposes new weights for the active cells that even out their load: each
-cell's share follows its declared capacity when every active cell has one
-('cellctl capacity set'), else it is even. It tries a few rounds and keeps
-the one nearest even, moving the fewest slots among those about as good.
-The plan shows every cell's projected req/s before → after; run it with
---dry-run first. One hot user cannot be split by weights: 'cellctl hotkeys'
-proposes overrides for those.`,
-		examples: `cellctl rebalance --dry-run
-cellctl rebalance
-cellctl rebalance --by traffic --routers http://router-a:9080,http://router-b:9080 --dry-run`,
-		maxArgs: 0,
-		mutates: true,
-		flags: func(fs *flag.FlagSet) {
-			fs.StringVar(&by, "by", by, "`WHAT` to even out: slots (each slot to its target) or traffic (weights from the routers' measured load)")
-		},
-	}
-	c.run = func(ctx context.Context, x *inv, _ []string) error {
-		switch by {
-		case "slots":
-			return x.applyAndReport(ctx, control.Rebalance())
-		case "traffic":
-			urls, err := x.routerURLs(ctx)
-			if err != nil {
-				return err
-			}
-			if len(urls) == 0 {
-				return usagef("--by traffic needs the routers: none is announced in the registry; give their admin URLs with --routers URLS (or CELLKIT_ROUTERS)")
-			}
-			return x.applyAndReport(ctx, control.BalanceByTraffic(func(slots int) (*slotmap.Traffic, error) {
-				tr, _, err := x.traffic(ctx, slots)
-				return tr, err
-			}))
-		}
-		return usagef("--by %q: want slots or traffic", by)
-	}
-	return c
-}
-
 func mapFormatCommand() *command {
 	c := &command{
 		name:      "map format",
@@ -330,72 +128,350 @@ cellctl map format 2`,
 	return c
 }
 
-func capacityCommand() *command {
-	c := &command{
-		name:      "capacity set",
-		argsUsage: "CELL RATE",
-		section:   secMap,
-		summary:   "declare the request rate a cell can take (plans flag a cell over it)",
-		help: `Declares the request rate CELL can take, as N or N/s (requests per second;
-0 clears it). Nothing moves: plans made with --routers show each cell's
-projected traffic beside it and flag a cell projected over it, and
-'rebalance --by traffic' shares traffic by it when every active cell has one.`,
-		examples: `cellctl capacity set c1 400/s
-cellctl capacity set c1 0`,
-		minArgs: 2, maxArgs: 2,
-		mutates: true,
+// mapAt reads the map a VERSION|FILE argument names: a version number from
+// the history, or a file holding a map document ('map show --json > FILE').
+func (x *inv) mapAt(ctx context.Context, reg registry.Registry, ref string) (*slotmap.Map, error) {
+	if v, err := strconv.ParseInt(ref, 10, 64); err == nil {
+		h := control.HistoryFor(reg)
+		if h == nil {
+			return nil, fmt.Errorf("registry %s keeps no history: diff against a saved file instead", reg.Describe())
+		}
+		m, err := h.Load(ctx, v)
+		if errors.Is(err, control.ErrNotInHistory) {
+			vs, _ := h.Versions(ctx)
+			return nil, fmt.Errorf("map version %d is not in the history %s (%s); save maps with 'cellctl map show --json > FILE' and diff against the file", v, h.Describe(), versionsStr(vs))
+		}
+		if err != nil {
+			return nil, fmt.Errorf("read version %d from the history %s: %v", v, h.Describe(), err)
+		}
+		return m, nil
 	}
-	c.run = func(ctx context.Context, x *inv, args []string) error {
-		id := args[0]
-		n, err := intArg("capacity", strings.TrimSuffix(args[1], "/s"))
+	data, err := os.ReadFile(ref)
+	if err != nil {
+		return nil, fmt.Errorf("read saved map: %v", err)
+	}
+	m, err := slotmap.Decode(data)
+	if err != nil {
+		return nil, fmt.Errorf("%s holds no valid map: %s", ref, invalidReason(err))
+	}
+	return m, nil
+}
+
+func versionsStr(vs []int64) string {
+	switch len(vs) {
+	case 0:
+		return "it is empty"
+	case 1:
+		return fmt.Sprintf("it has version %d", vs[0])
+	}
+	return fmt.Sprintf("it has versions %d to %d", vs[0], vs[len(vs)-1])
+}
+
+func (x *inv) loadOnly(ctx context.Context) (registry.Registry, *slotmap.Map, error) {
+	reg, err := x.openRegistry()
+	if err != nil {
+		return nil, nil, err
+	}
+	m, err := x.load(ctx, reg)
+	if err != nil {
+		reg.Close()
+		return nil, nil, err
+	}
+	return reg, m, nil
+}
+
+// mapHeader is the first line of map views.
+func (x *inv) mapHeader(m *slotmap.Map) string {
+	s := fmt.Sprintf("Map version %d", m.Version())
+	if m.Change() != "" {
+		s += " (" + m.Change() + ")"
+	}
+	if !m.Updated().IsZero() {
+		ago := "just now"
+		if d := x.cli.now().Sub(m.Updated()).Truncate(time.Second); d >= time.Second {
+			ago = human(d) + " ago"
+		}
+		s += fmt.Sprintf(", updated %s (%s)", m.Updated().Format(time.RFC3339), ago)
+	}
+	return s
+}
+
+func mapShowCommand() *command {
+	var version int64
+	c := &command{
+		name:    "map show",
+		section: secInspect,
+		summary: "show the map: cells, endpoints, quotas, overrides",
+		help: `Shows the live map (or --version N from the history cellctl keeps next to the
+registry): its cells with state, weight, slots, share of users, session quotas
+and endpoints, the agencies' limits and the overrides. With --json it prints
+the map document itself, which 'cellctl map diff FILE' can compare against
+later.`,
+		examples: `cellctl map show
+cellctl map show --json > map-before-drain.json
+cellctl map show --version 7`,
+		maxArgs: 0,
+		flags: func(fs *flag.FlagSet) {
+			fs.Int64Var(&version, "version", 0, "show version `N` from the history instead of the live map")
+		},
+	}
+	c.run = func(ctx context.Context, x *inv, _ []string) error {
+		reg, m, err := x.loadOnly(ctx)
 		if err != nil {
 			return err
 		}
-		return x.applyAndReport(ctx, control.SetCapacity(id, n))
+		defer reg.Close()
+		if version != 0 && version != m.Version() {
+			if m, err = x.mapAt(ctx, reg, strconv.FormatInt(version, 10)); err != nil {
+				return err
+			}
+		}
+		if x.g.json {
+			data, err := m.Encode()
+			if err != nil {
+				return err
+			}
+			_, err = x.out.Write(append(data, '\n'))
+			return err
+		}
+		x.writeMap(m, reg.Describe())
+		return nil
 	}
 	return c
 }
 
-func removeCommand() *command {
+func (x *inv) writeMap(m *slotmap.Map, where string) {
+	w := x.out
+	fmt.Fprintf(w, "%s\n", x.mapHeader(m))
+	fmt.Fprintf(w, "Registry %s, %d slots, agency session limits: %s\n", where, m.Slots(), limitsStr(m.Agencies()))
+	if m.Format() == 1 {
+		fmt.Fprintf(w, "Document format 1 (the table as runs): once every router and cell reads format 2, 'cellctl map format 2' packs it\n")
+	}
+	fmt.Fprintln(w)
+	agencies := m.AgencyNames()
+	header := []string{"CELL", "STATE", "WEIGHT", "SLOTS", "USERS"}
+	for _, a := range agencies {
+		header = append(header, strings.ToUpper(a))
+	}
+	header = append(header, "INTAKE", "ADMIN")
+	counts := m.SlotCounts()
+	cells := m.Cells()
+	if len(cells) == 0 {
+		fmt.Fprintf(w, "No cells yet: add one with 'cellctl provision'.\n")
+	} else {
+		t := newTable(w, header...)
+		for _, c := range cells {
+			row := []string{c.ID, string(c.State), itoa(c.Weight), itoa(counts[c.ID]), pct(counts[c.ID], m.Slots())}
+			for _, a := range agencies {
+				s := itoa(c.Quota[a])
+				if _, ok := c.FixedQuota[a]; ok {
+					s += "*"
+				}
+				row = append(row, s)
+			}
+			row = append(row, c.Intake, c.Admin)
+			t.row(row...)
+		}
+		t.flush()
+	}
+	ov := m.Overrides()
+	if len(ov) > 0 {
+		fmt.Fprintf(w, "\nOverrides (%d):\n", len(ov))
+		t := newTable(w)
+		users := slices.Sorted(maps.Keys(ov))
+		for _, u := range users[:min(len(users), 10)] {
+			t.row("  "+u, "→ "+ov[u])
+		}
+		t.flush()
+		if len(users) > 10 {
+			fmt.Fprintf(w, "  … and %d more ('cellctl override list')\n", len(users)-10)
+		}
+	}
+}
+
+func mapLookupCommand() *command {
 	c := &command{
-		name:      "remove",
-		argsUsage: "CELL",
-		section:   secMap,
-		summary:   "delete a drained cell from the map",
-		help: `Deletes a drained cell from the map (its id becomes free again). Refused for
-a cell that is not drained or that users are still pinned to.`,
-		examples: `cellctl remove c2`,
-		minArgs:  1, maxArgs: 1,
-		mutates: true,
+		name:      "map lookup",
+		argsUsage: "USER...",
+		section:   secInspect,
+		summary:   "where users go: slot, cell, override or not",
+		help: `Shows where each USER's requests go under the live map: the slot the user id
+hashes to, the cell that serves it, and whether an override pins the user
+there (and which cell owns the slot otherwise).`,
+		examples: `cellctl map lookup user-42
+cellctl map lookup user-42 vip-user-17 --json`,
+		minArgs: 1, maxArgs: -1,
 	}
 	c.run = func(ctx context.Context, x *inv, args []string) error {
-		return x.applyAndReport(ctx, control.Remove(args[0]))
+		reg, m, err := x.loadOnly(ctx)
+		if err != nil {
+			return err
+		}
+		defer reg.Close()
+		ov := m.Overrides()
+		var rows []lookupJSON
+		for _, u := range args {
+			if !api.ValidUserID(u) {
+				return usagef("user id %q must be 1-%d of [A-Za-z0-9_-]", u, api.MaxUserID)
+			}
+			r := m.Lookup(u)
+			l := lookupJSON{User: u, Slot: r.Slot, Cell: r.Cell, Override: r.Override, SlotOwner: m.Owner(r.Slot), Version: m.Version()}
+			if c, ok := m.Cell(r.Cell); ok {
+				l.State = c.State
+			}
+			if pin, ok := ov[u]; ok && !r.Override {
+				l.Pinned = pin
+			}
+			rows = append(rows, l)
+		}
+		if x.g.json {
+			if len(rows) == 1 {
+				return writeJSON(x.out, rows[0])
+			}
+			return writeJSON(x.out, rows)
+		}
+		fmt.Fprintf(x.out, "Map version %d:\n", m.Version())
+		t := newTable(x.out, "USER", "SLOT", "CELL", "OVERRIDE")
+		for _, l := range rows {
+			o := "no"
+			switch {
+			case l.Override:
+				o = "yes (slot owner " + orNone(l.SlotOwner) + ")"
+			case l.Pinned != "":
+				o = "pinned to " + l.Pinned + ", ignored (not active)"
+			}
+			t.row(l.User, itoa(l.Slot), orNone(l.Cell), o)
+		}
+		t.flush()
+		return nil
 	}
 	return c
 }
 
-func endpointsCommand() *command {
-	var intake, admin string
+func mapDiffCommand() *command {
+	var to string
 	c := &command{
-		name:      "endpoints",
-		argsUsage: "CELL",
-		section:   secMap,
-		summary:   "change a cell's intake or admin URL",
-		help:      `Changes the intake and/or admin URL of CELL. No slot moves.`,
-		examples:  `cellctl endpoints c1 --intake http://10.0.1.9:8081 --admin http://10.0.1.9:9081`,
-		minArgs:   1, maxArgs: 1,
-		mutates: true,
+		name:      "map diff",
+		argsUsage: "VERSION|FILE",
+		section:   secInspect,
+		summary:   "what changed since a version or a saved map",
+		help: `Shows what changed from an earlier map to the live one (or to --to): slot
+moves as ranges, the share of users that moved, cells' slots and quotas, and
+overrides. The earlier map is a version number (from the last 50 versions
+cellctl keeps next to the registry) or a file saved with
+'cellctl map show --json > FILE'.`,
+		examples: `cellctl map diff 7
+cellctl map diff map-before-drain.json
+cellctl map diff 7 --to 9 --json`,
+		minArgs: 1, maxArgs: 1,
 		flags: func(fs *flag.FlagSet) {
-			fs.StringVar(&intake, "intake", "", "new base `URL` of the intake API")
-			fs.StringVar(&admin, "admin", "", "new base `URL` of the admin API")
+			fs.StringVar(&to, "to", "", "compare against `VERSION|FILE` instead of the live map")
 		},
 	}
 	c.run = func(ctx context.Context, x *inv, args []string) error {
-		if intake == "" && admin == "" {
-			return usagef("give --intake URL, --admin URL or both")
+		reg, cur, err := x.loadOnly(ctx)
+		if err != nil {
+			return err
 		}
-		id := args[0]
-		return x.applyAndReport(ctx, control.SetEndpoints(id, intake, admin))
+		defer reg.Close()
+		from, err := x.mapAt(ctx, reg, args[0])
+		if err != nil {
+			return err
+		}
+		if to != "" {
+			if cur, err = x.mapAt(ctx, reg, to); err != nil {
+				return err
+			}
+		}
+		p, err := slotmap.Compare(from, cur)
+		if err != nil {
+			return errors.New(invalidReason(err))
+		}
+		if x.g.json {
+			return writeJSON(x.out, toPlanJSON(p))
+		}
+		fmt.Fprintf(x.out, "Changes from map version %d to %d", from.Version(), cur.Version())
+		if cur.Change() != "" {
+			fmt.Fprintf(x.out, " (latest: %s)", cur.Change())
+		}
+		fmt.Fprintln(x.out, ":")
+		writeMoves(x.out, p)
+		writeCellChanges(x.out, p)
+		writeOverrideChanges(x.out, p)
+		return nil
 	}
 	return c
+}
+
+func mapHistoryCommand() *command {
+	c := &command{
+		name:    "map history",
+		section: secInspect,
+		summary: "the map versions kept for 'map diff'",
+		help: `Lists the map versions cellctl keeps next to the registry (the last 50 it
+committed or planned against), with when and by which change they were made.`,
+		examples: `cellctl map history`,
+		maxArgs:  0,
+	}
+	c.run = func(ctx context.Context, x *inv, _ []string) error {
+		reg, err := x.openRegistry()
+		if err != nil {
+			return err
+		}
+		defer reg.Close()
+		h := control.HistoryFor(reg)
+		if h == nil {
+			return fmt.Errorf("registry %s keeps no history", reg.Describe())
+		}
+		vs, err := h.Versions(ctx)
+		if err != nil {
+			return registryError(reg, err)
+		}
+		rows := []historyRow{}
+		for _, v := range vs {
+			m, err := h.Load(ctx, v)
+			if err != nil {
+				x.warnf("version %d in the history: %v", v, err)
+				continue
+			}
+			rows = append(rows, historyRow{Version: v, Updated: m.Updated(), Change: m.Change(), Cells: len(m.Cells()), Active: len(m.ActiveCells())})
+		}
+		if x.g.json {
+			return writeJSON(x.out, rows)
+		}
+		if len(rows) == 0 {
+			fmt.Fprintf(x.out, "The history %s is empty.\n", h.Describe())
+			return nil
+		}
+		t := newTable(x.out, "VERSION", "UPDATED", "CELLS", "CHANGE")
+		for _, r := range rows {
+			up := "-"
+			if !r.Updated.IsZero() {
+				up = r.Updated.Format(time.RFC3339)
+			}
+			t.row(strconv.FormatInt(r.Version, 10), up, fmt.Sprintf("%d (%d active)", r.Cells, r.Active), r.Change)
+		}
+		t.flush()
+		return nil
+	}
+	return c
+}
+
+type lookupJSON struct {
+	User      string        `json:"user"`
+	Slot      int           `json:"slot"`
+	Cell      string        `json:"cell"`
+	State     slotmap.State `json:"state,omitempty"`
+	Override  bool          `json:"override"`
+	SlotOwner string        `json:"slot_owner"`
+	Pinned    string        `json:"pinned_to,omitempty"` // a pin that is not in effect
+	Version   int64         `json:"version"`
+}
+
+type historyRow struct {
+	Version int64     `json:"version"`
+	Updated time.Time `json:"updated,omitzero"`
+	Change  string    `json:"change"`
+	Cells   int       `json:"cells"`
+	Active  int       `json:"active"`
 }

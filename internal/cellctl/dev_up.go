@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/cellkit/cellkit/internal/api"
 	"github.com/cellkit/cellkit/internal/atomicfile"
 	"github.com/cellkit/cellkit/internal/control"
 	"github.com/cellkit/cellkit/internal/devstack"
@@ -384,10 +385,7 @@ func devKeyHasBothLanes(keysFile string) bool {
 	if err != nil {
 		return false
 	}
-	var entries []struct { // the fields of router.KeyEntry read here
-		Client string   `json:"client"`
-		Lanes  []string `json:"lanes"`
-	}
+	var entries []api.KeyEntry
 	if json.Unmarshal(data, &entries) != nil {
 		return false
 	}

@@ -8,27 +8,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cellkit/cellkit/internal/api"
 	"github.com/cellkit/cellkit/internal/registry"
 	"github.com/cellkit/cellkit/internal/slotmap"
 )
-
-// routerSlots is a router's /v1/admin/slots answer.
-type routerSlots struct {
-	Version       int64        `json:"version"`
-	Slots         int          `json:"slots"`
-	WindowSeconds float64      `json:"window_seconds"`
-	Total         float64      `json:"total"`
-	Rates         [][2]float64 `json:"rates"`
-}
-
-// routerHot is the part of a router's /v1/admin/hotkeys answer read here.
-type routerHot struct {
-	WindowSeconds float64 `json:"window_seconds"`
-	Users         []struct {
-		UserID string `json:"user_id"`
-		Count  int64  `json:"count"`
-	} `json:"users"`
-}
 
 // routerWait bounds the questions to one router about its traffic.
 const routerWait = 2 * time.Second
@@ -129,7 +112,7 @@ func (x *inv) measureTraffic(ctx context.Context, slots int) (*slotmap.Traffic, 
 func (x *inv) routerTraffic(ctx context.Context, base string, t *slotmap.Traffic, sum *trafficSummary) error {
 	ctx, cancel := context.WithTimeout(ctx, routerWait)
 	defer cancel()
-	var rs routerSlots
+	var rs api.SlotRates
 	if err := x.admin().Call(ctx, http.MethodGet, base+"/v1/admin/slots", "", nil, &rs); err != nil {
 		return fmt.Errorf("router %s: %v", base, err)
 	}
@@ -142,7 +125,7 @@ func (x *inv) routerTraffic(ctx context.Context, base string, t *slotmap.Traffic
 			sum.Total += r[1]
 		}
 	}
-	var hot routerHot
+	var hot api.HotKeys
 	if err := x.admin().Call(ctx, http.MethodGet, base+"/v1/admin/hotkeys?n=1000", "", nil, &hot); err == nil && hot.WindowSeconds > 0 {
 		for _, u := range hot.Users {
 			t.Users[u.UserID] += float64(u.Count) / hot.WindowSeconds

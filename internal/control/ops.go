@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/cellkit/cellkit/internal/api"
 	"github.com/cellkit/cellkit/internal/slotmap"
 )
 
@@ -19,7 +20,7 @@ import (
 // the other cells.
 func Provision(cell slotmap.Cell) Planner {
 	return func(m *slotmap.Map) (*slotmap.Plan, error) {
-		if !slotmap.ValidCellID(cell.ID) {
+		if !api.ValidCellID(cell.ID) {
 			return nil, fmt.Errorf("%w: cell id %q must be 1-32 of [a-z0-9-], starting and ending with a letter or digit", slotmap.ErrInvalid, cell.ID)
 		}
 		if cell.Weight <= 0 || cell.Weight > slotmap.MaxWeight {
@@ -160,7 +161,7 @@ func SetInstance(id, inst, intake, admin string) Planner {
 		if err := checkURLs(in.Intake, in.Admin); err != nil {
 			return nil, err
 		}
-		if !slotmap.ValidCellID(inst) {
+		if !api.ValidCellID(inst) {
 			return nil, fmt.Errorf("%w: instance id %q must be 1-32 of [a-z0-9-], starting and ending with a letter or digit", slotmap.ErrInvalid, inst)
 		}
 		return m.SetInstance(id, in)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/cellkit/cellkit/internal/api"
 	"github.com/cellkit/cellkit/internal/loadtest"
 )
 
@@ -26,7 +27,7 @@ func Drain(ctx context.Context, c Config) (*loadtest.Result, error) {
 	defer cancel()
 	wait := startLoad(ctx2, r)
 	var drainAt, drainedAt time.Duration
-	var queue CellStatus
+	var queue api.CellStatus
 	var actErr error
 	func() {
 		if actErr = sleepUntil(ctx, r, c.Baseline); actErr != nil {

@@ -204,11 +204,12 @@ func CutRouter(ctx context.Context, c NetConfig) (*loadtest.Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	res, cutAt, healAt, err := n.cutDuringLoad(ctx, "cut-router", "routers cut from "+c.Cell, []*netlab.Host{r1, r2}, cellHosts, nil, nil)
+	res, sp, err := n.cutDuringLoad(ctx, "cut-router", "routers cut from "+c.Cell, []*netlab.Host{r1, r2}, cellHosts, nil, nil)
 	if err != nil {
 		return res, err
 	}
 	d := &loadtest.Verdict{Name: "cut-router"}
+	cutAt, healAt := sp.Cut, sp.Healing
 	cells := usersOf(res, cutAt)
 	victim := func(u int) bool { return cells[u] == c.Cell }
 	checkOthers(d, res, cells, []string{c.Cell}, cutAt, end)
@@ -216,15 +217,15 @@ func CutRouter(ctx context.Context, c NetConfig) (*loadtest.Result, error) {
 	// In the first second the routers' health checks find the cut: the
 	// requests in flight then are answered 504 (they may have been taken),
 	// and a few are answered across the cut as its routes go in.
-	// A request answered after the heal may be served (202): the window
-	// ends with the answers before it.
+	// A request answered once the heal began may be served (202): the
+	// window ends with the answers before it.
 	found := loadtest.Window{From: cutAt + FoundBound, To: healAt, Users: victim, AnsweredBy: healAt}.Stats(res.Samples)
 	d.Check(c.Cell+"'s users from "+FoundBound.String()+" after the cut: 503", found.N > 0 && found.Status["503"] == found.N,
 		fmt.Sprintf("%d of %d %v", found.Status["503"], found.N, found.Status), "all")
 	d.Check(c.Cell+"'s users while cut: timeouts", down.Timeouts == 0, fmt.Sprintf("%d of %d %v", down.Timeouts, down.N, down.Status), "0")
 	d.Check(c.Cell+"'s users while cut: p99", down.P99 <= c.DownP99, fmt.Sprintf("%s (p50 %s)", msf(down.P99), msf(down.P50)), "≤ "+msf(c.DownP99))
 	d.Check(c.Cell+"'s users while cut: Retry-After on 503", down.NoRetryAfter == 0, fmt.Sprintf("%d without", down.NoRetryAfter), "0 without")
-	checkRecovery(d, res, c.Cell, victim, healAt, end, c.Recover)
+	checkRecovery(d, res, c.Cell, victim, sp.Healed, end, c.Recover)
 	n.finishNet(ctx, d, res)
 	return res, nil
 }
@@ -402,11 +403,12 @@ func cutConsul(ctx context.Context, c NetConfig, name string) (*loadtest.Result,
 			}
 		}
 	}
-	res, cutAt, healAt, err := n.cutDuringLoad(ctx, name, name, side, []*netlab.Host{consul}, change, waitApplied)
+	res, sp, err := n.cutDuringLoad(ctx, name, name, side, []*netlab.Host{consul}, change, waitApplied)
 	if err != nil {
 		return res, err
 	}
 	d := &loadtest.Verdict{Name: name}
+	cutAt := sp.Cut
 	moved := func(u int) bool { _, ok := moves[u]; return ok }
 	stay := func(u int) bool { return !moved(u) }
 	all := loadtest.Window{From: cutAt, To: end, Users: stay}.Stats(res.Samples)
@@ -435,7 +437,7 @@ func cutConsul(ctx context.Context, c NetConfig, name string) (*loadtest.Result,
 		fmt.Sprintf("%d (of %d accepted, %d refused while the cut side had the old map)", misrouted, movedOK, movedErr), "0")
 	d.Check("the change applied on the cut side after the heal", applied >= 0,
 		fmt.Sprintf("after %s", sinceText(applied, 0)), "within "+c.Recover.String())
-	checkRecovery(d, res, "moved users", moved, healAt, end, c.Recover)
+	checkRecovery(d, res, "moved users", moved, sp.Healed, end, c.Recover)
 	n.finishNet(ctx, d, res)
 	return res, nil
 }
@@ -478,11 +480,12 @@ func CutNATS(ctx context.Context, c NetConfig) (*loadtest.Result, error) {
 			peers = append(peers, p)
 		}
 	}
-	res, cutAt, healAt, err := n.cutDuringLoad(ctx, "cut-nats", in.NATS+" cut off from its peers", []*netlab.Host{h}, peers, nil, nil)
+	res, sp, err := n.cutDuringLoad(ctx, "cut-nats", in.NATS+" cut off from its peers", []*netlab.Host{h}, peers, nil, nil)
 	if err != nil {
 		return res, err
 	}
 	d := &loadtest.Verdict{Name: "cut-nats"}
+	cutAt, healAt := sp.Cut, sp.Healing
 	cells := usersOf(res, cutAt)
 	victim := func(u int) bool { return cells[u] == c.Cell }
 	checkOthers(d, res, cells, []string{c.Cell}, cutAt, end)
@@ -499,7 +502,7 @@ func CutNATS(ctx context.Context, c NetConfig) (*loadtest.Result, error) {
 	d.Note("%s in the first %s: %d errors of %d %v", c.Cell, c.ErrorWindow, early.Errors, early.N, early.Status)
 	d.Note("%s sent after the first %s, still in flight at the heal: %d errors of %d", c.Cell, c.ErrorWindow,
 		straddling.Errors-late.Errors, straddling.N-late.N)
-	checkRecovery(d, res, c.Cell, victim, healAt, end, c.Recover)
+	checkRecovery(d, res, c.Cell, victim, sp.Healed, end, c.Recover)
 	if lag, err := n.caughtUp(ctx, c.Cell, c.Recover); err != nil {
 		d.Check(in.NATS+" caught up after the heal", false, err.Error(), "every replica current")
 	} else {
@@ -530,11 +533,12 @@ func CutAgency(ctx context.Context, c NetConfig) (*loadtest.Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	res, cutAt, healAt, err := n.cutDuringLoad(ctx, "cut-agency", c.Cell+" cut from the agency", cellHosts, []*netlab.Host{agency}, nil, nil)
+	res, sp, err := n.cutDuringLoad(ctx, "cut-agency", c.Cell+" cut from the agency", cellHosts, []*netlab.Host{agency}, nil, nil)
 	if err != nil {
 		return res, err
 	}
 	d := &loadtest.Verdict{Name: "cut-agency"}
+	cutAt, healAt := sp.Cut, sp.Healing
 	cells := usersOf(res, cutAt)
 	victim := func(u int) bool { return cells[u] == c.Cell }
 	checkOthers(d, res, cells, []string{c.Cell}, cutAt, end)
@@ -553,18 +557,18 @@ func CutAgency(ctx context.Context, c NetConfig) (*loadtest.Result, error) {
 			cutDone++
 		case o.at >= cutAt && o.at < healAt && o.status == "failed":
 			cutFailed++
-		case o.at >= healAt && o.status != "done":
+		case o.at >= sp.Healed && o.status != "done":
 			lastNotDone = max(lastNotDone, o.at)
 		}
 	}
 	for _, o := range outcomes {
-		if o.at > max(lastNotDone, healAt) && o.status == "done" {
+		if o.at > max(lastNotDone, sp.Healed) && o.status == "done" {
 			afterDone++
 		}
 	}
 	d.Check(c.Cell+" inquiries accepted while cut: ended", cutDone+cutFailed > 0, fmt.Sprintf("%d failed fast or timed out, %d done after waiting", cutFailed, cutDone), "done or failed")
-	d.Check(c.Cell+" inquiries done again after the heal", afterDone > 0 && lastNotDone-healAt <= c.Recover,
-		fmt.Sprintf("the last one not done accepted %s after the heal; %d done after it", sinceText(lastNotDone, healAt), afterDone), "within "+c.Recover.String())
+	d.Check(c.Cell+" inquiries done again after the heal", afterDone > 0 && lastNotDone-sp.Healed <= c.Recover,
+		fmt.Sprintf("the last one not done accepted %s after the heal; %d done after it", sinceText(lastNotDone, sp.Healed), afterDone), "within "+c.Recover.String())
 	n.finishNet(ctx, d, res)
 	return res, nil
 }

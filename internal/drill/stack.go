@@ -15,6 +15,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/cellkit/cellkit/internal/api"
 	"github.com/cellkit/cellkit/internal/devstack"
 	"github.com/cellkit/cellkit/internal/inquiry"
 	"github.com/cellkit/cellkit/internal/registry"
@@ -164,24 +165,9 @@ func (st *Stack) Cellctl(ctx context.Context, args ...string) (string, error) {
 	return string(out), nil
 }
 
-// CellStatus is the part of a cell's GET /v1/admin/status the drills read.
-type CellStatus struct {
-	Cell   string `json:"cell"`
-	Intake string `json:"intake"`
-	Queue  struct {
-		Messages         int     `json:"messages"`
-		OldestAgeSeconds float64 `json:"oldest_age_seconds"`
-		AgeBudgetSeconds float64 `json:"age_budget_seconds"`
-		DrainRate        float64 `json:"drain_rate"`
-		LaneBlind        bool    `json:"lane_blind"`
-		HighReserve      float64 `json:"high_reserve"`
-	} `json:"queue"`
-	Inflight int `json:"inflight"`
-}
-
 // Status reads a cell's admin status.
-func (st *Stack) Status(ctx context.Context, cell string) (CellStatus, error) {
-	var cs CellStatus
+func (st *Stack) Status(ctx context.Context, cell string) (api.CellStatus, error) {
+	var cs api.CellStatus
 	p, err := st.Proc(cell)
 	if err != nil {
 		return cs, err

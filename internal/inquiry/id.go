@@ -6,9 +6,8 @@ import (
 	"encoding/base32"
 	"strings"
 
+	"github.com/cellkit/cellkit/internal/api"
 	"github.com/rs/xid"
-
-	"github.com/cellkit/cellkit/internal/slotmap"
 )
 
 // An inquiry id is "<cell>-<unique>": the cell id (which may itself hold
@@ -41,20 +40,6 @@ func KeyID(cell, client, userID, key string) string {
 	return cell + "-" + strings.ToLower(b32.EncodeToString(h[:]))[:uniqueLen]
 }
 
-// ValidClient reports whether c is a well-formed client id, as the
-// router's keys file names them: 1–64 of [A-Za-z0-9._-].
-func ValidClient(c string) bool {
-	if len(c) == 0 || len(c) > 64 {
-		return false
-	}
-	for i := 0; i < len(c); i++ {
-		if x := c[i]; !(x >= 'a' && x <= 'z' || x >= 'A' && x <= 'Z' || x >= '0' && x <= '9' || x == '.' || x == '_' || x == '-') {
-			return false
-		}
-	}
-	return true
-}
-
 // NewJob returns a fresh enqueue token (see Record.Job).
 func NewJob() string { return xid.New().String() }
 
@@ -66,7 +51,7 @@ func CellOf(id string) (string, bool) {
 		return "", false
 	}
 	cell, unique := id[:i], id[i+1:]
-	if !slotmap.ValidCellID(cell) {
+	if !api.ValidCellID(cell) {
 		return "", false
 	}
 	for j := 0; j < len(unique); j++ {
@@ -75,18 +60,4 @@ func CellOf(id string) (string, bool) {
 		}
 	}
 	return cell, true
-}
-
-// ValidIdempotencyKey reports whether k is usable: 1–255 bytes of printable
-// ASCII.
-func ValidIdempotencyKey(k string) bool {
-	if len(k) == 0 || len(k) > 255 {
-		return false
-	}
-	for i := 0; i < len(k); i++ {
-		if k[i] < 0x20 || k[i] > 0x7e {
-			return false
-		}
-	}
-	return true
 }

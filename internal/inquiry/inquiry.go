@@ -16,7 +16,7 @@ import (
 	"net/url"
 	"strconv"
 
-	"github.com/cellkit/cellkit/internal/slotmap"
+	"github.com/cellkit/cellkit/internal/api"
 )
 
 // Limits of a request.
@@ -219,11 +219,11 @@ func (r *Request) Validate() error {
 	switch {
 	case r.UserID == "":
 		return &FieldError{Field: "user_id", Reason: "is required"}
-	case !slotmap.ValidUserID(r.UserID):
+	case !api.ValidUserID(r.UserID):
 		return &FieldError{Field: "user_id", Reason: "must be 1–64 of [A-Za-z0-9_-]"}
 	case r.Product == "":
 		return &FieldError{Field: "product", Reason: "is required"}
-	case !validProduct(r.Product):
+	case !api.ValidProduct(r.Product):
 		return &FieldError{Field: "product", Reason: "must be 1–32 of [a-z0-9_]"}
 	case r.Amount == 0:
 		return &FieldError{Field: "amount", Reason: "is required"}
@@ -243,19 +243,6 @@ func (r *Request) Validate() error {
 		}
 	}
 	return nil
-}
-
-func validProduct(p string) bool {
-	if len(p) == 0 || len(p) > MaxProduct {
-		return false
-	}
-	for i := 0; i < len(p); i++ {
-		c := p[i]
-		if !(c >= 'a' && c <= 'z') && !(c >= '0' && c <= '9') && c != '_' {
-			return false
-		}
-	}
-	return true
 }
 
 func checkCallback(s string) error {

@@ -21,6 +21,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/cellkit/cellkit/internal/api"
 	"github.com/cellkit/cellkit/internal/celltest"
 	"github.com/cellkit/cellkit/internal/inquiry"
 	"github.com/cellkit/cellkit/internal/natsembed"
@@ -348,8 +349,8 @@ func (c *testCell) wantProblem(t testing.TB, r response, status int, kind, field
 	if r.header.Get("X-Content-Type-Options") != "nosniff" {
 		t.Errorf("no X-Content-Type-Options: nosniff: %v", r.header)
 	}
-	if got := r.header.Get(HeaderCell); got != c.id {
-		t.Errorf("%s %q, want %q", HeaderCell, got, c.id)
+	if got := r.header.Get(api.HeaderCell); got != c.id {
+		t.Errorf("%s %q, want %q", api.HeaderCell, got, c.id)
 	}
 	var p problem.Details
 	dec := json.NewDecoder(bytes.NewReader(r.body))
@@ -376,8 +377,8 @@ func (c *testCell) wantShed(t testing.TB, r response, kind, retryAfter string) p
 	if kind == "queue-unavailable" {
 		want = "" // a failure of the instance, for the router to count
 	}
-	if got := r.header.Get(HeaderOverloaded); got != want {
-		t.Errorf("%s %q, want %q", HeaderOverloaded, got, want)
+	if got := r.header.Get(api.HeaderOverloaded); got != want {
+		t.Errorf("%s %q, want %q", api.HeaderOverloaded, got, want)
 	}
 	return p
 }
@@ -413,8 +414,8 @@ func (c *testCell) wantAccepted(t testing.TB, r response, status inquiry.Status,
 	if got, want := r.header.Get("Idempotent-Replayed"), map[bool]string{true: "true"}[replayed]; got != want {
 		t.Errorf("Idempotent-Replayed %q, want %q", got, want)
 	}
-	if got := r.header.Get(HeaderCell); got != c.id {
-		t.Errorf("%s %q, want %q", HeaderCell, got, c.id)
+	if got := r.header.Get(api.HeaderCell); got != c.id {
+		t.Errorf("%s %q, want %q", api.HeaderCell, got, c.id)
 	}
 	return a
 }

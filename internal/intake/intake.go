@@ -38,6 +38,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/cellkit/cellkit/internal/api"
 	"github.com/cellkit/cellkit/internal/inquiry"
 	"github.com/cellkit/cellkit/internal/pki"
 	"github.com/cellkit/cellkit/internal/problem"
@@ -45,28 +46,6 @@ import (
 	"github.com/cellkit/cellkit/internal/shed"
 	"github.com/cellkit/cellkit/internal/slotmap"
 	"github.com/cellkit/cellkit/internal/store"
-)
-
-// Headers of the routing contract with the router.
-const (
-	HeaderMapVersion = "Cellkit-Map-Version"
-	HeaderSlot       = "Cellkit-Slot"
-	HeaderCell       = "Cellkit-Cell"
-	HeaderOverloaded = "Cellkit-Overloaded"
-	HeaderIdemKey    = "Idempotency-Key"
-	// HeaderClient names the router's client (the API key's holder) a
-	// request comes from. An inquiry belongs to the client that created
-	// it: a read naming another client is answered 404, as if it did not
-	// exist. A caller that names no client (a trusted caller other than a
-	// router, such as a test on loopback) is not checked.
-	HeaderClient = "Cellkit-Client"
-	// HeaderPriority is the lane the router decided for a new inquiry from
-	// its client's policy (the API key's allowed lanes and default). It
-	// wins over the body's priority, and the shedder decides on it before
-	// the body is read. Without it (a trusted caller other than a router)
-	// the body's priority is taken and shedding treats the request as
-	// normal until its body is read.
-	HeaderPriority = "Cellkit-Priority"
 )
 
 // Paths.
@@ -264,7 +243,7 @@ func (h *Handler) IsOpen() bool { return h.open.Load() }
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	began := h.now()
 	rw := &statusWriter{ResponseWriter: w}
-	rw.Header().Set(HeaderCell, h.cfg.Cell)
+	rw.Header().Set(api.HeaderCell, h.cfg.Cell)
 	route := "other"
 	switch {
 	case r.URL.Path == PathInquiries:
@@ -318,21 +297,32 @@ type Accepted struct {
 	StatusURL string         `json:"status_url"`
 }
 
-func (h *Handler) shedNow(w http.ResponseWriter, reason, detail string, after time.Duration) {
-	h.m.shed.WithLabelValues(reason).Inc()
+func (h *Handler) shedNow(w http.ResponseWriter, reason shed.Reason, detail string, after time.Duration) {
+	h.m.shed.WithLabelValues(string(reason)).Inc()
 	// Cellkit-Overloaded tells a router that the cell chose to refuse:
 	// not a failure of the instance. A queue it cannot reach is one: the
 	// router takes the instance out of rotation (the others of the cell
 	// may reach theirs) and counts it toward the cell's breaker.
-	if reason != "nats" {
-		w.Header().Set(HeaderOverloaded, "true")
+	if reason != shedNATS {
+		w.Header().Set(api.HeaderOverloaded, "true")
 	}
 	problem.WriteRetry(w, problem.New(http.StatusServiceUnavailable, reasonKind[reason], detail), after)
 }
 
-var reasonKind = map[string]string{
-	"closed": problem.IntakeClosed, "age": problem.Overloaded, "depth": problem.Overloaded, "wait": problem.Overloaded, "share": problem.Overloaded,
-	"nats": problem.QueueUnavailable, "full": problem.QueueFull, "storage": problem.StorageFull,
+// The intake's own reasons to turn an inquiry away with 503, beside the
+// shedder's.
+const (
+	shedClosed  shed.Reason = "closed"  // the intake is closed, or has no map yet
+	shedNATS    shed.Reason = "nats"    // the queue cannot be reached
+	shedFull    shed.Reason = "full"    // the work stream is at its limit
+	shedStorage shed.Reason = "storage" // the store is near full or failed a write
+)
+
+// reasonKind is the problem type of each reason to shed (and the label
+// values of the shed metric).
+var reasonKind = map[shed.Reason]string{
+	shedClosed: problem.IntakeClosed, shed.Age: problem.Overloaded, shed.Depth: problem.Overloaded, shed.Wait: problem.Overloaded, shed.Share: problem.Overloaded,
+	shedNATS: problem.QueueUnavailable, shedFull: problem.QueueFull, shedStorage: problem.StorageFull,
 }
 
 func (h *Handler) post(w http.ResponseWriter, r *http.Request) {
@@ -350,7 +340,7 @@ func (h *Handler) post(w http.ResponseWriter, r *http.Request) {
 				return
 			}
 		}
-		h.shedNow(w, "closed", "cell "+h.cfg.Cell+" is not taking new inquiries (draining or starting)", h.cfg.ClosedRetryAfter)
+		h.shedNow(w, shedClosed, "cell "+h.cfg.Cell+" is not taking new inquiries (draining or starting)", h.cfg.ClosedRetryAfter)
 		return
 	}
 	lane, ok := laneOf(w, r)
@@ -358,7 +348,7 @@ func (h *Handler) post(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if h.disk != nil && h.disk.Refusing() {
-		h.shedNow(w, "storage", "cell "+h.cfg.Cell+" is not taking new inquiries: its store is near full (queued ones go on)", h.cfg.StorageRetryAfter)
+		h.shedNow(w, shedStorage, "cell "+h.cfg.Cell+" is not taking new inquiries: its store is near full (queued ones go on)", h.cfg.StorageRetryAfter)
 		return
 	}
 	if d := h.shed.Admit(lane); !d.OK {
@@ -367,7 +357,7 @@ func (h *Handler) post(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if h.q.Conn().Status() != nats.CONNECTED {
-		h.shedNow(w, "nats", "cell "+h.cfg.Cell+" cannot reach its queue", h.shed.RetryAfter())
+		h.shedNow(w, shedNATS, "cell "+h.cfg.Cell+" cannot reach its queue", h.shed.RetryAfter())
 		return
 	}
 	req, ok := h.readRequest(w, r)
@@ -377,9 +367,9 @@ func (h *Handler) post(w http.ResponseWriter, r *http.Request) {
 	if lane != "" {
 		req.Priority = lane // the router's decision, from its client's policy
 	}
-	idemKey := r.Header.Get(HeaderIdemKey)
-	if _, set := r.Header[http.CanonicalHeaderKey(HeaderIdemKey)]; set && !inquiry.ValidIdempotencyKey(idemKey) {
-		problem.Write(w, problem.New(http.StatusBadRequest, problem.InvalidHeader, "Idempotency-Key must be 1–255 printable ASCII characters").WithField(HeaderIdemKey))
+	idemKey := r.Header.Get(api.HeaderIdemKey)
+	if _, set := r.Header[http.CanonicalHeaderKey(api.HeaderIdemKey)]; set && !api.ValidIdempotencyKey(idemKey) {
+		problem.Write(w, problem.New(http.StatusBadRequest, problem.InvalidHeader, "Idempotency-Key must be 1–255 printable ASCII characters").WithField(api.HeaderIdemKey))
 		return
 	}
 	client, ok := clientOf(w, r)
@@ -445,15 +435,15 @@ func (h *Handler) post(w http.ResponseWriter, r *http.Request) {
 func (h *Handler) enqueueFailed(w http.ResponseWriter, id string, err error) {
 	if h.disk != nil && h.disk.Refusing() {
 		h.log.Warn("inquiry not accepted: the store refuses new work", "id", id, "err", err)
-		h.shedNow(w, "storage", "cell "+h.cfg.Cell+" could not store the inquiry: its store is near full or failed a write; nothing was accepted", h.cfg.StorageRetryAfter)
+		h.shedNow(w, shedStorage, "cell "+h.cfg.Cell+" could not store the inquiry: its store is near full or failed a write; nothing was accepted", h.cfg.StorageRetryAfter)
 		return
 	}
 	if errors.Is(err, queue.ErrFull) {
-		h.shedNow(w, "full", "cell "+h.cfg.Cell+" queue is full", h.shed.RetryAfter())
+		h.shedNow(w, shedFull, "cell "+h.cfg.Cell+" queue is full", h.shed.RetryAfter())
 		return
 	}
 	h.log.Warn("inquiry not accepted", "id", id, "err", err)
-	h.shedNow(w, "nats", "cell "+h.cfg.Cell+" could not queue the inquiry; nothing was accepted", h.shed.RetryAfter())
+	h.shedNow(w, shedNATS, "cell "+h.cfg.Cell+" could not queue the inquiry; nothing was accepted", h.shed.RetryAfter())
 }
 
 // taken counts a new inquiry accepted into lane.
@@ -512,21 +502,21 @@ func (h *Handler) readRequest(w http.ResponseWriter, r *http.Request) (inquiry.R
 func (h *Handler) fence(w http.ResponseWriter, r *http.Request, user string) bool {
 	m := h.cmap()
 	if m == nil {
-		h.shedNow(w, "closed", "cell "+h.cfg.Cell+" has no cell map yet", h.cfg.ClosedRetryAfter)
+		h.shedNow(w, shedClosed, "cell "+h.cfg.Cell+" has no cell map yet", h.cfg.ClosedRetryAfter)
 		return false
 	}
 	var theirs int64
-	if v := r.Header.Get(HeaderMapVersion); v != "" {
+	if v := r.Header.Get(api.HeaderMapVersion); v != "" {
 		n, err := strconv.ParseInt(v, 10, 64)
 		if err != nil || n <= 0 {
-			problem.Write(w, problem.New(http.StatusBadRequest, problem.InvalidHeader, HeaderMapVersion+" must be a positive integer").WithField(HeaderMapVersion))
+			problem.Write(w, problem.New(http.StatusBadRequest, problem.InvalidHeader, api.HeaderMapVersion+" must be a positive integer").WithField(api.HeaderMapVersion))
 			return false
 		}
 		theirs = n
 	}
-	if v := r.Header.Get(HeaderSlot); v != "" {
+	if v := r.Header.Get(api.HeaderSlot); v != "" {
 		if n, err := strconv.Atoi(v); err != nil || n < 0 || n >= m.Slots() {
-			problem.Write(w, problem.New(http.StatusBadRequest, problem.InvalidHeader, fmt.Sprintf("%s must be a slot in [0, %d)", HeaderSlot, m.Slots())).WithField(HeaderSlot))
+			problem.Write(w, problem.New(http.StatusBadRequest, problem.InvalidHeader, fmt.Sprintf("%s must be a slot in [0, %d)", api.HeaderSlot, m.Slots())).WithField(api.HeaderSlot))
 			return false
 		}
 	}
@@ -538,13 +528,13 @@ func (h *Handler) fence(w http.ResponseWriter, r *http.Request, user string) boo
 		return true
 	}
 	h.m.misdirected.Inc()
-	w.Header().Set(HeaderMapVersion, strconv.FormatInt(m.Version(), 10))
+	w.Header().Set(api.HeaderMapVersion, strconv.FormatInt(m.Version(), 10))
 	owner := route.Cell
 	if owner == "" {
 		owner = "no active cell"
 	}
 	problem.Write(w, problem.New(http.StatusMisdirectedRequest, problem.Misdirected,
-		fmt.Sprintf("cell %s does not own slot %d in map version %d (owner: %s); refresh the map", h.cfg.Cell, route.Slot, m.Version(), owner)).WithField(HeaderMapVersion))
+		fmt.Sprintf("cell %s does not own slot %d in map version %d (owner: %s); refresh the map", h.cfg.Cell, route.Slot, m.Version(), owner)).WithField(api.HeaderMapVersion))
 	return false
 }
 
@@ -588,12 +578,12 @@ func (h *Handler) get(w http.ResponseWriter, r *http.Request, id string) {
 // clientOf is the client a request names in Cellkit-Client ("" for
 // none); a malformed one is answered 400.
 func clientOf(w http.ResponseWriter, r *http.Request) (string, bool) {
-	vs := r.Header.Values(HeaderClient)
+	vs := r.Header.Values(api.HeaderClient)
 	switch {
 	case len(vs) == 0:
 		return "", true
-	case len(vs) > 1 || !inquiry.ValidClient(vs[0]):
-		problem.Write(w, problem.New(http.StatusBadRequest, problem.InvalidHeader, HeaderClient+" must be one client id: 1-64 of [A-Za-z0-9._-]").WithField(HeaderClient))
+	case len(vs) > 1 || !api.ValidClientID(vs[0]):
+		problem.Write(w, problem.New(http.StatusBadRequest, problem.InvalidHeader, api.HeaderClient+" must be one client id: 1-64 of [A-Za-z0-9._-]").WithField(api.HeaderClient))
 		return "", false
 	}
 	return vs[0], true
@@ -602,14 +592,14 @@ func clientOf(w http.ResponseWriter, r *http.Request) (string, bool) {
 // laneOf is the lane a request's Cellkit-Priority names ("" for none); a
 // malformed one is answered 400.
 func laneOf(w http.ResponseWriter, r *http.Request) (inquiry.Priority, bool) {
-	vs := r.Header.Values(HeaderPriority)
+	vs := r.Header.Values(api.HeaderPriority)
 	switch {
 	case len(vs) == 0:
 		return "", true
 	case len(vs) == 1 && (vs[0] == string(inquiry.High) || vs[0] == string(inquiry.Normal)):
 		return inquiry.Priority(vs[0]), true
 	}
-	problem.Write(w, problem.New(http.StatusBadRequest, problem.InvalidHeader, HeaderPriority+` must be one lane: "high" or "normal"`).WithField(HeaderPriority))
+	problem.Write(w, problem.New(http.StatusBadRequest, problem.InvalidHeader, api.HeaderPriority+` must be one lane: "high" or "normal"`).WithField(api.HeaderPriority))
 	return "", false
 }
 
@@ -629,7 +619,7 @@ const headerFingerprint = "Cellkit-Fingerprint"
 // request.
 func keyReused(id string) problem.Details {
 	return problem.New(http.StatusUnprocessableEntity, problem.IdempotencyKeyReused,
-		"this Idempotency-Key was used for a different request (inquiry "+id+")").WithField(HeaderIdemKey)
+		"this Idempotency-Key was used for a different request (inquiry "+id+")").WithField(api.HeaderIdemKey)
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/cellkit/cellkit/internal/api"
 	"github.com/cellkit/cellkit/internal/inquiry"
 	"github.com/cellkit/cellkit/internal/queue"
 	"github.com/cellkit/cellkit/internal/shed"
@@ -386,7 +387,7 @@ func TestIdempotencyKey(t *testing.T) {
 	e := newEnv(t)
 	e.maps.Set(testMapOf(t, nil, "c1"))
 	c := e.cell(cellOpts{})
-	key := map[string]string{HeaderIdemKey: "order-42"}
+	key := map[string]string{api.HeaderIdemKey: "order-42"}
 
 	a := c.accept(t, request("u-1"), key)
 	if want := inquiry.KeyID("c1", "", "u-1", "order-42"); a.ID != want {
@@ -408,7 +409,7 @@ func TestIdempotencyKey(t *testing.T) {
 	}
 	// The same request spelled differently (the default priority written
 	// out, fields reordered) is the same request.
-	k2 := map[string]string{HeaderIdemKey: "order-44"}
+	k2 := map[string]string{api.HeaderIdemKey: "order-44"}
 	b := c.accept(t, `{"user_id":"u-1","product":"credit_loan","amount":7}`, k2)
 	same := `{"priority":"normal","amount":7,"product":"credit_loan","user_id":"u-1"}`
 	if r := c.wantAccepted(t, c.post(t, same, k2), inquiry.Pending, true); r != b {
@@ -428,7 +429,7 @@ func TestIdempotencyKey(t *testing.T) {
 	} {
 		body := request("u-1")
 		change(body)
-		p := c.wantProblem(t, c.post(t, body, key), http.StatusUnprocessableEntity, "idempotency-key-reused", HeaderIdemKey)
+		p := c.wantProblem(t, c.post(t, body, key), http.StatusUnprocessableEntity, "idempotency-key-reused", api.HeaderIdemKey)
 		if !strings.Contains(p.Detail, a.ID) {
 			t.Errorf("422 detail %q does not name the inquiry", p.Detail)
 		}
@@ -441,7 +442,7 @@ func TestIdempotencyKey(t *testing.T) {
 	if other.ID != inquiry.KeyID("c1", "", "u-2", "order-42") || other.ID == a.ID {
 		t.Fatalf("same key, another user: id %s", other.ID)
 	}
-	if n := c.accept(t, request("u-1"), map[string]string{HeaderIdemKey: "order-43"}); n.ID == a.ID {
+	if n := c.accept(t, request("u-1"), map[string]string{api.HeaderIdemKey: "order-43"}); n.ID == a.ID {
 		t.Fatal("another key gave the same id")
 	}
 	x, y := c.accept(t, request("u-1"), nil), c.accept(t, request("u-1"), nil)
@@ -465,9 +466,9 @@ func TestIdempotencyKey(t *testing.T) {
 	} {
 		t.Run("key "+tc.name, func(t *testing.T) {
 			before := len(c.keys(t))
-			r := c.post(t, request("u-3"), map[string]string{HeaderIdemKey: tc.key})
+			r := c.post(t, request("u-3"), map[string]string{api.HeaderIdemKey: tc.key})
 			if !tc.ok {
-				c.wantProblem(t, r, http.StatusBadRequest, "invalid-header", HeaderIdemKey)
+				c.wantProblem(t, r, http.StatusBadRequest, "invalid-header", api.HeaderIdemKey)
 				if n := len(c.keys(t)); n != before {
 					t.Fatalf("%d records after a bad key, want %d", n, before)
 				}
@@ -484,7 +485,7 @@ func TestIdempotentReplayOfAFinishedInquiryEnqueuesNothing(t *testing.T) {
 	e := newEnv(t)
 	e.maps.Set(testMapOf(t, nil, "c1"))
 	c := e.cell(cellOpts{})
-	key := map[string]string{HeaderIdemKey: "k"}
+	key := map[string]string{api.HeaderIdemKey: "k"}
 	a := c.accept(t, request("u-1"), key)
 
 	// A worker takes the message and finishes the inquiry.
@@ -529,7 +530,7 @@ func TestIdempotentReplayQueuesAMissingMessage(t *testing.T) {
 	}
 	c.wantStored(t, 1, 0, 0)
 
-	a := c.wantAccepted(t, c.post(t, request("u-1"), map[string]string{HeaderIdemKey: "k"}), inquiry.Pending, true)
+	a := c.wantAccepted(t, c.post(t, request("u-1"), map[string]string{api.HeaderIdemKey: "k"}), inquiry.Pending, true)
 	if a.ID != rec.ID {
 		t.Fatalf("id %s, want %s", a.ID, rec.ID)
 	}
@@ -539,7 +540,7 @@ func TestIdempotentReplayQueuesAMissingMessage(t *testing.T) {
 	}
 	// Another retry publishes the same job again: the duplicate window
 	// keeps one message.
-	c.wantAccepted(t, c.post(t, request("u-1"), map[string]string{HeaderIdemKey: "k"}), inquiry.Pending, true)
+	c.wantAccepted(t, c.post(t, request("u-1"), map[string]string{api.HeaderIdemKey: "k"}), inquiry.Pending, true)
 	c.wantStored(t, 1, 1, 0)
 }
 
@@ -550,7 +551,7 @@ func TestKeyedRetryAfterTheDuplicateWindowEnqueuesNothing(t *testing.T) {
 	e := newEnv(t)
 	e.maps.Set(testMapOf(t, nil, "c1"))
 	c := e.cell(cellOpts{queue: queue.Config{Duplicates: 200 * time.Millisecond}})
-	key := map[string]string{HeaderIdemKey: "k"}
+	key := map[string]string{api.HeaderIdemKey: "k"}
 	a := c.accept(t, request("u-1"), key)
 	time.Sleep(300 * time.Millisecond) // past the window; the message is still queued
 	if r := c.wantAccepted(t, c.post(t, request("u-1"), key), inquiry.Pending, true); r.ID != a.ID {
@@ -581,7 +582,7 @@ func TestIdempotencyKeyConcurrentPosts(t *testing.T) {
 				return
 			}
 			req.Header.Set("Content-Type", "application/json")
-			req.Header.Set(HeaderIdemKey, "same")
+			req.Header.Set(api.HeaderIdemKey, "same")
 			resp, err := c.ts.Client().Do(req)
 			if err != nil {
 				results <- result{err: err}
@@ -615,7 +616,7 @@ func TestIdempotencyKeyConcurrentPosts(t *testing.T) {
 		t.Fatal("no concurrent post was accepted")
 	}
 	c.wantStored(t, 1, 1, 0)
-	if a := c.wantAccepted(t, c.post(t, request("u-1"), map[string]string{HeaderIdemKey: "same"}), inquiry.Pending, true); a.ID != want {
+	if a := c.wantAccepted(t, c.post(t, request("u-1"), map[string]string{api.HeaderIdemKey: "same"}), inquiry.Pending, true); a.ID != want {
 		t.Fatalf("retry after the race: %s", a.ID)
 	}
 	c.wantStored(t, 1, 1, 0)
@@ -626,7 +627,7 @@ func TestShedding(t *testing.T) {
 		name       string
 		cfg        shed.Config
 		prime      func(t *testing.T, c *testCell) // ends with the shedder saying no
-		reason     string
+		reason     shed.Reason
 		retryAfter string
 	}{
 		{
@@ -672,7 +673,7 @@ func TestShedding(t *testing.T) {
 				t.Fatalf("shedder says %+v, want a refusal for %s", d, tc.reason)
 			}
 
-			key := map[string]string{HeaderIdemKey: "shed-me"}
+			key := map[string]string{api.HeaderIdemKey: "shed-me"}
 			id := inquiry.KeyID("c1", "", "u-1", "shed-me")
 			for _, r := range []response{
 				c.post(t, request("u-1"), nil),
@@ -688,7 +689,7 @@ func TestShedding(t *testing.T) {
 			if _, _, found := c.record(t, id); found {
 				t.Fatal("a shed keyed request left a record")
 			}
-			if got := testutil.ToFloat64(c.h.m.shed.WithLabelValues(tc.reason)); got != 3 {
+			if got := testutil.ToFloat64(c.h.m.shed.WithLabelValues(string(tc.reason))); got != 3 {
 				t.Errorf("shed_total{%s} = %v, want 3", tc.reason, got)
 			}
 
@@ -725,7 +726,7 @@ func TestClosedIntake(t *testing.T) {
 	if c.h.IsOpen() || testutil.ToFloat64(c.h.m.open) != 0 {
 		t.Fatal("Close did not close the intake")
 	}
-	key := map[string]string{HeaderIdemKey: "closed"}
+	key := map[string]string{api.HeaderIdemKey: "closed"}
 	c.wantShed(t, c.post(t, request(own), nil), "intake-closed", "7")
 	c.wantShed(t, c.post(t, request(own), key), "intake-closed", "7")
 	if _, _, found := c.record(t, inquiry.KeyID("c1", "", own, "closed")); found {
@@ -735,9 +736,9 @@ func TestClosedIntake(t *testing.T) {
 	// not own to their cell (a drain: the router retries there).
 	c.wantProblem(t, c.post(t, `{"user_id":`, nil), http.StatusBadRequest, "invalid-json", "")
 	r := c.post(t, request(other), nil)
-	c.wantProblem(t, r, http.StatusMisdirectedRequest, "misdirected", HeaderMapVersion)
-	if got := r.header.Get(HeaderMapVersion); got != strconv.FormatInt(m.Version(), 10) {
-		t.Errorf("421 %s %q, want %d", HeaderMapVersion, got, m.Version())
+	c.wantProblem(t, r, http.StatusMisdirectedRequest, "misdirected", api.HeaderMapVersion)
+	if got := r.header.Get(api.HeaderMapVersion); got != strconv.FormatInt(m.Version(), 10) {
+		t.Errorf("421 %s %q, want %d", api.HeaderMapVersion, got, m.Version())
 	}
 	c.wantStored(t, 1, 1, 0)
 	if got := testutil.ToFloat64(c.h.m.shed.WithLabelValues("closed")); got != 3 {
@@ -775,22 +776,22 @@ func TestFencing(t *testing.T) {
 		field   string
 	}{
 		{"own user, no headers", own, nil, 202, "", ""},
-		{"own user, same map", own, map[string]string{HeaderMapVersion: ver(v), HeaderSlot: slot(own)}, 202, "", ""},
-		{"own user, older router map", own, map[string]string{HeaderMapVersion: ver(v - 1)}, 202, "", ""},
-		{"own user, newer router map", own, map[string]string{HeaderMapVersion: ver(v + 7)}, 202, "", ""},
-		{"own user, last slot", own, map[string]string{HeaderSlot: "63"}, 202, "", ""},
-		{"other user, no headers", other, nil, 421, "misdirected", HeaderMapVersion},
-		{"other user, same map", other, map[string]string{HeaderMapVersion: ver(v), HeaderSlot: slot(other)}, 421, "misdirected", HeaderMapVersion},
-		{"other user, older router map", other, map[string]string{HeaderMapVersion: ver(v - 1)}, 421, "misdirected", HeaderMapVersion},
-		{"other user, newer router map", other, map[string]string{HeaderMapVersion: ver(v + 1)}, 202, "", ""},
-		{"map version not a number", own, map[string]string{HeaderMapVersion: "x"}, 400, "invalid-header", HeaderMapVersion},
-		{"map version zero", own, map[string]string{HeaderMapVersion: "0"}, 400, "invalid-header", HeaderMapVersion},
-		{"map version negative", own, map[string]string{HeaderMapVersion: "-3"}, 400, "invalid-header", HeaderMapVersion},
-		{"map version fraction", own, map[string]string{HeaderMapVersion: "1.5"}, 400, "invalid-header", HeaderMapVersion},
-		{"slot negative", own, map[string]string{HeaderSlot: "-1"}, 400, "invalid-header", HeaderSlot},
-		{"slot past the last", own, map[string]string{HeaderSlot: "64"}, 400, "invalid-header", HeaderSlot},
-		{"slot not a number", own, map[string]string{HeaderSlot: "x"}, 400, "invalid-header", HeaderSlot},
-		{"bad slot with a newer map", other, map[string]string{HeaderMapVersion: ver(v + 1), HeaderSlot: "99999"}, 400, "invalid-header", HeaderSlot},
+		{"own user, same map", own, map[string]string{api.HeaderMapVersion: ver(v), api.HeaderSlot: slot(own)}, 202, "", ""},
+		{"own user, older router map", own, map[string]string{api.HeaderMapVersion: ver(v - 1)}, 202, "", ""},
+		{"own user, newer router map", own, map[string]string{api.HeaderMapVersion: ver(v + 7)}, 202, "", ""},
+		{"own user, last slot", own, map[string]string{api.HeaderSlot: "63"}, 202, "", ""},
+		{"other user, no headers", other, nil, 421, "misdirected", api.HeaderMapVersion},
+		{"other user, same map", other, map[string]string{api.HeaderMapVersion: ver(v), api.HeaderSlot: slot(other)}, 421, "misdirected", api.HeaderMapVersion},
+		{"other user, older router map", other, map[string]string{api.HeaderMapVersion: ver(v - 1)}, 421, "misdirected", api.HeaderMapVersion},
+		{"other user, newer router map", other, map[string]string{api.HeaderMapVersion: ver(v + 1)}, 202, "", ""},
+		{"map version not a number", own, map[string]string{api.HeaderMapVersion: "x"}, 400, "invalid-header", api.HeaderMapVersion},
+		{"map version zero", own, map[string]string{api.HeaderMapVersion: "0"}, 400, "invalid-header", api.HeaderMapVersion},
+		{"map version negative", own, map[string]string{api.HeaderMapVersion: "-3"}, 400, "invalid-header", api.HeaderMapVersion},
+		{"map version fraction", own, map[string]string{api.HeaderMapVersion: "1.5"}, 400, "invalid-header", api.HeaderMapVersion},
+		{"slot negative", own, map[string]string{api.HeaderSlot: "-1"}, 400, "invalid-header", api.HeaderSlot},
+		{"slot past the last", own, map[string]string{api.HeaderSlot: "64"}, 400, "invalid-header", api.HeaderSlot},
+		{"slot not a number", own, map[string]string{api.HeaderSlot: "x"}, 400, "invalid-header", api.HeaderSlot},
+		{"bad slot with a newer map", other, map[string]string{api.HeaderMapVersion: ver(v + 1), api.HeaderSlot: "99999"}, 400, "invalid-header", api.HeaderSlot},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := c.post(t, request(tc.user), tc.headers)
@@ -802,8 +803,8 @@ func TestFencing(t *testing.T) {
 			}
 			c.wantProblem(t, r, tc.status, tc.kind, tc.field)
 			if tc.status == 421 {
-				if got := r.header.Get(HeaderMapVersion); got != ver(v) {
-					t.Errorf("421 %s %q, want %d", HeaderMapVersion, got, v)
+				if got := r.header.Get(api.HeaderMapVersion); got != ver(v) {
+					t.Errorf("421 %s %q, want %d", api.HeaderMapVersion, got, v)
 				}
 			}
 			c.wantStored(t, accepted, accepted, 0)
@@ -821,11 +822,11 @@ func TestFencing(t *testing.T) {
 	}
 	m2 := p.After
 	e.maps.Set(m2)
-	for _, h := range []map[string]string{nil, {HeaderMapVersion: ver(v)}, {HeaderMapVersion: ver(v + 1)}} {
+	for _, h := range []map[string]string{nil, {api.HeaderMapVersion: ver(v)}, {api.HeaderMapVersion: ver(v + 1)}} {
 		r := c.post(t, request(own), h)
-		pb := c.wantProblem(t, r, http.StatusMisdirectedRequest, "misdirected", HeaderMapVersion)
-		if got := r.header.Get(HeaderMapVersion); got != ver(v+1) {
-			t.Errorf("421 %s %q, want the cell's %d", HeaderMapVersion, got, v+1)
+		pb := c.wantProblem(t, r, http.StatusMisdirectedRequest, "misdirected", api.HeaderMapVersion)
+		if got := r.header.Get(api.HeaderMapVersion); got != ver(v+1) {
+			t.Errorf("421 %s %q, want the cell's %d", api.HeaderMapVersion, got, v+1)
 		}
 		want := fmt.Sprintf("cell c1 does not own slot %d in map version %d (owner: c2)", m2.SlotOf(own), v+1)
 		if !strings.Contains(pb.Detail, want) {
@@ -833,7 +834,7 @@ func TestFencing(t *testing.T) {
 		}
 	}
 	c.wantStored(t, accepted, accepted, 0)
-	c.accept(t, request(own), map[string]string{HeaderMapVersion: ver(v + 2)}) // a router ahead of the cell
+	c.accept(t, request(own), map[string]string{api.HeaderMapVersion: ver(v + 2)}) // a router ahead of the cell
 	accepted++
 	c.wantStored(t, accepted, accepted, 0)
 
@@ -849,7 +850,7 @@ func TestFencing(t *testing.T) {
 	e.maps.Set(p.After)
 	c.accept(t, request(other), nil)
 	accepted++
-	c.wantProblem(t, c.post(t, request(own), nil), http.StatusMisdirectedRequest, "misdirected", HeaderMapVersion)
+	c.wantProblem(t, c.post(t, request(own), nil), http.StatusMisdirectedRequest, "misdirected", api.HeaderMapVersion)
 	c.wantStored(t, accepted, accepted, 0)
 
 	// A map with no active cell: 421 naming no owner.
@@ -858,7 +859,7 @@ func TestFencing(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.maps.Set(empty)
-	pb := c.wantProblem(t, c.post(t, request(own), nil), http.StatusMisdirectedRequest, "misdirected", HeaderMapVersion)
+	pb := c.wantProblem(t, c.post(t, request(own), nil), http.StatusMisdirectedRequest, "misdirected", api.HeaderMapVersion)
 	if !strings.Contains(pb.Detail, "owner: no active cell") {
 		t.Errorf("detail %q", pb.Detail)
 	}
@@ -868,7 +869,7 @@ func TestFencing(t *testing.T) {
 func TestNoMapYet(t *testing.T) {
 	e := newEnv(t)
 	c := e.cell(cellOpts{}) // e.maps holds nothing
-	for _, h := range []map[string]string{nil, {HeaderMapVersion: "5"}, {HeaderIdemKey: "k"}} {
+	for _, h := range []map[string]string{nil, {api.HeaderMapVersion: "5"}, {api.HeaderIdemKey: "k"}} {
 		p := c.wantShed(t, c.post(t, request("u-1"), h), "intake-closed", "5")
 		if !strings.Contains(p.Detail, "no cell map yet") {
 			t.Errorf("detail %q", p.Detail)
@@ -889,7 +890,7 @@ func TestQueueUnavailable(t *testing.T) {
 	c.nc.Close()
 	// One accepted and no drain rate yet: Retry-After is the cap (60 s).
 	c.wantShed(t, c.post(t, request("u-2"), nil), "queue-unavailable", "60")
-	c.wantShed(t, c.post(t, request("u-2"), map[string]string{HeaderIdemKey: "k"}), "queue-unavailable", "60")
+	c.wantShed(t, c.post(t, request("u-2"), map[string]string{api.HeaderIdemKey: "k"}), "queue-unavailable", "60")
 	c.wantShed(t, c.post(t, `{"user_id":`, nil), "queue-unavailable", "60") // at once, before the body is read
 	r := c.get(t, a.ID)
 	c.wantProblem(t, r, http.StatusServiceUnavailable, "store-unavailable", "")
@@ -907,7 +908,7 @@ func TestQueueFull(t *testing.T) {
 	e.maps.Set(testMapOf(t, nil, "c1"))
 	c := e.cell(cellOpts{queue: queue.Config{MaxMsgs: 1}})
 	c.accept(t, request("u-1"), nil)
-	key := map[string]string{HeaderIdemKey: "k"}
+	key := map[string]string{api.HeaderIdemKey: "k"}
 	id := inquiry.KeyID("c1", "", "u-2", "k")
 
 	// One queued, nothing sampled: Retry-After is the cap (60 s default).
@@ -967,13 +968,13 @@ func moveSetup(t *testing.T) (e *env, c1, c2 *testCell, u string, after *slotmap
 
 func TestKeyedRetryAfterAMoveGetsThePreviousCellsInquiry(t *testing.T) {
 	e, c1, c2, u, after := moveSetup(t)
-	key := map[string]string{HeaderIdemKey: "k1"}
+	key := map[string]string{api.HeaderIdemKey: "k1"}
 	prev := c2.accept(t, request(u), key)
 
 	e.maps.Set(after)
 	c1.h.moves.Observe(after, e.clk.Now())
 	e.clk.Advance(time.Minute)
-	hdr := map[string]string{HeaderIdemKey: "k1", HeaderMapVersion: strconv.FormatInt(after.Version(), 10)}
+	hdr := map[string]string{api.HeaderIdemKey: "k1", api.HeaderMapVersion: strconv.FormatInt(after.Version(), 10)}
 	r := c1.post(t, request(u), hdr)
 	got := c1.wantAccepted(t, r, inquiry.Pending, true)
 	if got != prev {
@@ -983,7 +984,7 @@ func TestKeyedRetryAfterAMoveGetsThePreviousCellsInquiry(t *testing.T) {
 	c2.wantStored(t, 1, 1, 0)
 
 	// A key the previous cell never saw is a new inquiry here.
-	n := c1.accept(t, request(u), map[string]string{HeaderIdemKey: "k2"})
+	n := c1.accept(t, request(u), map[string]string{api.HeaderIdemKey: "k2"})
 	if n.ID != inquiry.KeyID("c1", "", u, "k2") {
 		t.Fatalf("new key at c1: id %s", n.ID)
 	}
@@ -1003,7 +1004,7 @@ func TestKeyedRetryAfterAMoveGetsThePreviousCellsInquiry(t *testing.T) {
 
 func TestKeyedRetryAfterAMoveWhenThePreviousCellIsDown(t *testing.T) {
 	e, c1, c2, u, after := moveSetup(t)
-	key := map[string]string{HeaderIdemKey: "k1"}
+	key := map[string]string{api.HeaderIdemKey: "k1"}
 	c2.accept(t, request(u), key)
 	e.maps.Set(after)
 	c1.h.moves.Observe(after, e.clk.Now())
@@ -1017,14 +1018,14 @@ func TestKeyedRetryAfterAMoveWhenThePreviousCellIsDown(t *testing.T) {
 
 func TestKeyReusedWithAnotherBodyAfterAMoveIsRefused(t *testing.T) {
 	e, c1, c2, u, after := moveSetup(t)
-	key := map[string]string{HeaderIdemKey: "k1"}
+	key := map[string]string{api.HeaderIdemKey: "k1"}
 	c2.accept(t, request(u), key)
 	e.maps.Set(after)
 	c1.h.moves.Observe(after, e.clk.Now())
 
 	changed := request(u)
 	changed["amount"] = 1
-	c1.wantProblem(t, c1.post(t, changed, key), http.StatusUnprocessableEntity, "idempotency-key-reused", HeaderIdemKey)
+	c1.wantProblem(t, c1.post(t, changed, key), http.StatusUnprocessableEntity, "idempotency-key-reused", api.HeaderIdemKey)
 	c1.wantStored(t, 0, 0, 0)
 }
 
@@ -1035,9 +1036,9 @@ func TestKeyReusedWithAnotherBodyAfterAMoveIsRefused(t *testing.T) {
 // for keyed retries asked of the previous cell.
 func TestInquiryBelongsToItsClient(t *testing.T) {
 	e, c1, c2, u, after := moveSetup(t)
-	alice := map[string]string{HeaderClient: "alice"}
-	bob := map[string]string{HeaderClient: "bob"}
-	a := c2.accept(t, request(u), map[string]string{HeaderClient: "alice", HeaderIdemKey: "k1"})
+	alice := map[string]string{api.HeaderClient: "alice"}
+	bob := map[string]string{api.HeaderClient: "bob"}
+	a := c2.accept(t, request(u), map[string]string{api.HeaderClient: "alice", api.HeaderIdemKey: "k1"})
 	plain := c2.accept(t, request(u), alice)
 	if rec, _, _ := c2.record(t, plain.ID); rec.Client != "alice" {
 		t.Fatalf("record client %q, want alice", rec.Client)
@@ -1055,8 +1056,8 @@ func TestInquiryBelongsToItsClient(t *testing.T) {
 			t.Errorf("a caller naming no client reading %s: %d", id, s)
 		}
 	}
-	c2.wantProblem(t, c2.do(t, http.MethodGet, prefixByID+a.ID, nil, map[string]string{HeaderClient: "bad client"}),
-		http.StatusBadRequest, "invalid-header", HeaderClient)
+	c2.wantProblem(t, c2.do(t, http.MethodGet, prefixByID+a.ID, nil, map[string]string{api.HeaderClient: "bad client"}),
+		http.StatusBadRequest, "invalid-header", api.HeaderClient)
 
 	// The user moves to c1: the records stay in c2, readable by alice only.
 	e.maps.Set(after)
@@ -1070,12 +1071,12 @@ func TestInquiryBelongsToItsClient(t *testing.T) {
 	}
 	// Bob's retry with alice's key is not alice's inquiry: a new one, his.
 	v := strconv.FormatInt(after.Version(), 10)
-	nb := c1.accept(t, request(u), map[string]string{HeaderClient: "bob", HeaderIdemKey: "k1", HeaderMapVersion: v})
+	nb := c1.accept(t, request(u), map[string]string{api.HeaderClient: "bob", api.HeaderIdemKey: "k1", api.HeaderMapVersion: v})
 	if nb.ID == a.ID || nb.Cell != "c1" {
 		t.Fatalf("bob's keyed retry got %+v; want a new inquiry at c1, not alice's %s", nb, a.ID)
 	}
 	// Alice's retry finds hers at the previous cell.
-	r := c1.post(t, request(u), map[string]string{HeaderClient: "alice", HeaderIdemKey: "k1", HeaderMapVersion: v})
+	r := c1.post(t, request(u), map[string]string{api.HeaderClient: "alice", api.HeaderIdemKey: "k1", api.HeaderMapVersion: v})
 	if got := c1.wantAccepted(t, r, inquiry.Pending, true); got.ID != a.ID {
 		t.Fatalf("alice's keyed retry got %s, want %s", got.ID, a.ID)
 	}
@@ -1088,7 +1089,7 @@ func TestLanes(t *testing.T) {
 	e := newEnv(t)
 	e.maps.Set(testMapOf(t, nil, "c1"))
 	c := e.cell(cellOpts{shed: shed.Config{MaxAge: 10 * time.Second, MaxDepth: 100, HighReserve: 0.25}})
-	high, normal := map[string]string{HeaderPriority: "high"}, map[string]string{HeaderPriority: "normal"}
+	high, normal := map[string]string{api.HeaderPriority: "high"}, map[string]string{api.HeaderPriority: "normal"}
 
 	// The router's lane wins over the body's, both ways.
 	a := c.accept(t, request("u-1"), normal) // the body says high
@@ -1106,7 +1107,7 @@ func TestLanes(t *testing.T) {
 		t.Fatalf("no router lane: stored %q, want the body's high", rec.Priority)
 	}
 	for _, bad := range []string{"urgent", "HIGH", ""} {
-		c.wantProblem(t, c.post(t, request("u-4"), map[string]string{HeaderPriority: bad}), http.StatusBadRequest, "invalid-header", HeaderPriority)
+		c.wantProblem(t, c.post(t, request("u-4"), map[string]string{api.HeaderPriority: bad}), http.StatusBadRequest, "invalid-header", api.HeaderPriority)
 	}
 
 	// 80 queued of 100: the normal lane may fill 75, high the rest.

@@ -53,8 +53,8 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "1 while the intake takes new inquiries.",
 		}),
 	}
-	for _, reason := range []string{"age", "depth", "wait", "share", "full", "closed", "nats", "storage"} {
-		m.shed.WithLabelValues(reason)
+	for reason := range reasonKind {
+		m.shed.WithLabelValues(string(reason))
 	}
 	// Counters are exported at 0 from the start, so that rate() and
 	// increase() see their first event; the codes are those the intake

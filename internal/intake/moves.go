@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cellkit/cellkit/internal/api"
 	"github.com/cellkit/cellkit/internal/atomicfile"
 	"github.com/cellkit/cellkit/internal/inquiry"
 	"github.com/cellkit/cellkit/internal/slotmap"
@@ -249,7 +250,7 @@ func (h *Handler) askPrevious(ctx context.Context, prev, client, user, key, fp s
 	}
 	req.Header.Set(headerFingerprint, fp)
 	if client != "" {
-		req.Header.Set(HeaderClient, client)
+		req.Header.Set(api.HeaderClient, client)
 	}
 	resp, err := h.peers.Do(req)
 	if err != nil {

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cellkit/cellkit/internal/api"
 	"github.com/cellkit/cellkit/internal/celltest"
 	"github.com/cellkit/cellkit/internal/inquiry"
 	"github.com/cellkit/cellkit/internal/pki"
@@ -22,7 +23,7 @@ func TestOnlyTrustedAddressesAreServedOnPlainHTTP(t *testing.T) {
 	u := userOf(t, m, "c1", "u-", 0)
 
 	def := e.cell(cellOpts{id: "c1"})
-	a := def.accept(t, request(u), map[string]string{HeaderClient: "alice"})
+	a := def.accept(t, request(u), map[string]string{api.HeaderClient: "alice"})
 
 	for _, tc := range []struct {
 		name  string
@@ -33,7 +34,7 @@ func TestOnlyTrustedAddressesAreServedOnPlainHTTP(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := e.cell(cellOpts{id: "c1", intake: Config{TrustedCIDRs: tc.cidrs}})
-			hdr := map[string]string{HeaderClient: "alice", HeaderMapVersion: "999999", HeaderIdemKey: "k"}
+			hdr := map[string]string{api.HeaderClient: "alice", api.HeaderMapVersion: "999999", api.HeaderIdemKey: "k"}
 			p := c.wantProblem(t, c.post(t, request(u), hdr), http.StatusForbidden, "forbidden", "")
 			if !strings.Contains(p.Detail, "not from a router") || !strings.Contains(p.Detail, "127.0.0.1") {
 				t.Errorf("detail %q, want it to say the request is not from a router and name the address", p.Detail)
@@ -57,8 +58,8 @@ func TestTrustOverMutualTLS(t *testing.T) {
 	if !strings.HasPrefix(c.url, "https://") {
 		t.Fatalf("url %s", c.url)
 	}
-	a := c.accept(t, request(u), map[string]string{HeaderClient: "alice"}) // a router
-	if r := c.do(t, http.MethodGet, prefixByID+a.ID, nil, map[string]string{HeaderClient: "bob"}); r.status != http.StatusNotFound {
+	a := c.accept(t, request(u), map[string]string{api.HeaderClient: "alice"}) // a router
+	if r := c.do(t, http.MethodGet, prefixByID+a.ID, nil, map[string]string{api.HeaderClient: "bob"}); r.status != http.StatusNotFound {
 		t.Fatalf("bob reading alice's inquiry through a router: %s, want 404", r)
 	}
 
@@ -108,12 +109,12 @@ func TestKeyedRetryAfterAMoveOverMutualTLS(t *testing.T) {
 	}
 	after := p.After
 
-	key := map[string]string{HeaderIdemKey: "k1", HeaderClient: "alice"}
+	key := map[string]string{api.HeaderIdemKey: "k1", api.HeaderClient: "alice"}
 	prev := c2.accept(t, request(u), key)
 	e.maps.Set(after)
 	mv.Observe(after, e.clk.Now())
 	e.clk.Advance(time.Minute)
-	r := c1.post(t, request(u), map[string]string{HeaderIdemKey: "k1", HeaderClient: "alice", HeaderMapVersion: strconv.FormatInt(after.Version(), 10)})
+	r := c1.post(t, request(u), map[string]string{api.HeaderIdemKey: "k1", api.HeaderClient: "alice", api.HeaderMapVersion: strconv.FormatInt(after.Version(), 10)})
 	if got := c1.wantAccepted(t, r, inquiry.Pending, true); got != prev {
 		t.Fatalf("keyed retry at the new owner over mTLS answered %+v, want c2's %+v", got, prev)
 	}

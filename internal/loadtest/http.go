@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 
+	"github.com/cellkit/cellkit/internal/api"
 	"github.com/cellkit/cellkit/internal/inquiry"
 )
 
@@ -41,7 +42,7 @@ func (r *Runner) send(ctx context.Context, s *Sample) {
 		return
 	}
 	s.Status = st
-	s.Cell = hdr.Get("Cellkit-Cell")
+	s.Cell = hdr.Get(api.HeaderCell)
 	s.RetryAfter = hdr.Get("Retry-After") != ""
 	if st == http.StatusAccepted {
 		var a struct {
@@ -66,7 +67,7 @@ func post(ctx context.Context, hc *http.Client, target, key, idemKey string, bod
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("X-API-Key", key)
 	if idemKey != "" {
-		req.Header.Set("Idempotency-Key", idemKey)
+		req.Header.Set(api.HeaderIdemKey, idemKey)
 	}
 	resp, err := hc.Do(req)
 	if err != nil {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/hashicorp/consul/api"
 
+	names "github.com/cellkit/cellkit/internal/api"
 	"github.com/cellkit/cellkit/internal/atomicfile"
 )
 
@@ -52,18 +53,6 @@ var (
 	_ Announcer = (*Consul)(nil)
 )
 
-func validRouterID(id string) bool {
-	if len(id) == 0 || len(id) > 64 {
-		return false
-	}
-	for _, c := range id {
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
-			return false
-		}
-	}
-	return true
-}
-
 func checkAnnouncement(a Announcement) error {
 	if err := checkRouterID(a.ID); err != nil {
 		return err
@@ -91,7 +80,7 @@ func decodeAnnouncement(data []byte) (Announcement, bool) {
 }
 
 func checkRouterID(id string) error {
-	if !validRouterID(id) {
+	if !names.ValidClientID(id) {
 		return fmt.Errorf("router id %q: want 1-64 of [A-Za-z0-9._-]", id)
 	}
 	return nil

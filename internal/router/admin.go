@@ -9,8 +9,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/cellkit/cellkit/internal/api"
 	"github.com/cellkit/cellkit/internal/problem"
-	"github.com/cellkit/cellkit/internal/slotrate"
 )
 
 // AdminHandler serves the admin listener:
@@ -38,26 +38,10 @@ func (r *Router) AdminHandler(gatherer prometheus.Gatherer) http.Handler {
 	return mux
 }
 
-// Readiness is the /readyz document.
-type Readiness struct {
-	Ready             bool    `json:"ready"`
-	MapVersion        int64   `json:"map_version"`      // the version being routed with
-	FollowerMap       int64   `json:"follower_version"` // the version the registry follower holds
-	Stale             bool    `json:"stale"`            // the registry has not confirmed the map for a while
-	MapAgeSeconds     float64 `json:"map_age_seconds"`  // since the registry last answered
-	Registry          string  `json:"registry"`
-	LastError         string  `json:"last_error,omitempty"`
-	FromCache         bool    `json:"from_cache,omitempty"`
-	RegistryOlder     int64   `json:"registry_older,omitempty"` // the registry's map is this older version (rebuilt behind the cache)
-	Detail            string  `json:"detail"`
-	RefreshedAfter421 bool    `json:"refreshed_after_421,omitempty"` // routing with a map read after a 421
-	Failure           string  `json:"failure,omitempty"`             // why the router cannot go on serving (the process is ending)
-}
-
 // Readiness reports whether the router can route and how fresh its map is.
-func (r *Router) Readiness() Readiness {
+func (r *Router) Readiness() api.RouterReadiness {
 	st := r.maps.Status()
-	rd := Readiness{FollowerMap: st.Version, Stale: st.Stale, MapAgeSeconds: st.Age.Seconds(),
+	rd := api.RouterReadiness{FollowerMap: st.Version, Stale: st.Stale, MapAgeSeconds: st.Age.Seconds(),
 		Registry: st.Registry, LastError: st.LastError, FromCache: st.FromCache, RegistryOlder: st.RegistryOlder}
 	m := r.currentMap()
 	switch {
@@ -96,31 +80,13 @@ func (r *Router) serveReady(w http.ResponseWriter, _ *http.Request) {
 	writeJSON(w, code, rd)
 }
 
-// HotUser is one heavy user of the last minute.
-type HotUser struct {
-	UserID   string  `json:"user_id"`
-	Count    int64   `json:"count"` // requests in the window, an upper bound
-	Error    int64   `json:"error"` // how much Count may overestimate
-	Share    float64 `json:"share"` // Count / all requests routed by user in the window
-	Slot     int     `json:"slot"`
-	Cell     string  `json:"cell"`     // where the current map sends the user
-	Override bool    `json:"override"` // already pinned by an override
-}
-
-// HotKeys is the /v1/admin/hotkeys document.
-type HotKeys struct {
-	WindowSeconds float64   `json:"window_seconds"`
-	Total         int64     `json:"total"`
-	Users         []HotUser `json:"users"`
-}
-
 // HotKeys reports the n heaviest users of the window.
-func (r *Router) HotKeys(n int) HotKeys {
+func (r *Router) HotKeys(n int) api.HotKeys {
 	rep := r.hot.Top(n)
-	out := HotKeys{WindowSeconds: rep.Window.Seconds(), Total: rep.Total, Users: []HotUser{}}
+	out := api.HotKeys{WindowSeconds: rep.Window.Seconds(), Total: rep.Total, Users: []api.HotUser{}}
 	m := r.currentMap()
 	for _, k := range rep.Keys {
-		u := HotUser{UserID: k.Key, Count: k.Count, Error: k.Error}
+		u := api.HotUser{UserID: k.Key, Count: k.Count, Error: k.Error}
 		if rep.Total > 0 {
 			u.Share = float64(k.Count) / float64(rep.Total)
 		}
@@ -146,23 +112,17 @@ func (r *Router) serveHotKeys(w http.ResponseWriter, req *http.Request) {
 	writeJSON(w, http.StatusOK, r.HotKeys(n))
 }
 
-// SlotRates is the router's answer on /v1/admin/slots: its request rate
-// per slot (new inquiries routed by user), as a moving average.
-type SlotRates struct {
-	// Version is the map version the router routes with.
-	Version int64 `json:"version"`
-	slotrate.Snapshot
-}
-
 // SlotRates reads the per-slot request rates; ok is false before the
 // first map.
-func (r *Router) SlotRates() (SlotRates, bool) {
+func (r *Router) SlotRates() (api.SlotRates, bool) {
 	rs := r.slotRates.Load()
 	t := r.tbl.Load()
 	if rs == nil || t == nil {
-		return SlotRates{}, false
+		return api.SlotRates{}, false
 	}
-	return SlotRates{Version: t.m.Version(), Snapshot: rs.Snapshot()}, true
+	snap := rs.Snapshot()
+	return api.SlotRates{Version: t.m.Version(), Slots: snap.Slots, WindowSeconds: snap.WindowSeconds,
+		SinceSeconds: snap.SinceSeconds, Total: snap.Total, Rates: snap.Rates}, true
 }
 
 func (r *Router) serveSlots(w http.ResponseWriter, _ *http.Request) {
@@ -174,39 +134,20 @@ func (r *Router) serveSlots(w http.ResponseWriter, _ *http.Request) {
 	writeJSON(w, http.StatusOK, sr)
 }
 
-// CellStatus is one cell as the router sees it.
-type CellStatus struct {
-	Cell     string `json:"cell"`
-	State    string `json:"state"`
-	Intake   string `json:"intake"`
-	InFlight int64  `json:"in_flight"`
-	Bulkhead int64  `json:"bulkhead"`
-	Breaker  string `json:"breaker"`
-	// Instances are the intakes the router spreads the cell's calls over,
-	// with those out of the rotation for failing.
-	Instances []InstanceStatus `json:"instances"`
-}
-
-// InstanceStatus is one intake of a cell as the router sees it.
-type InstanceStatus struct {
-	Intake  string `json:"intake"`
-	Ejected bool   `json:"ejected"`
-}
-
 // Cells reports every cell of the routing table.
-func (r *Router) Cells() []CellStatus {
+func (r *Router) Cells() []api.RouterCell {
 	t := r.table()
 	if t == nil {
-		return []CellStatus{}
+		return []api.RouterCell{}
 	}
-	out := []CellStatus{}
+	out := []api.RouterCell{}
 	for _, c := range t.m.Cells() {
-		cs := CellStatus{Cell: c.ID, State: string(c.State), Intake: c.Intake}
+		cs := api.RouterCell{Cell: c.ID, State: string(c.State), Intake: c.Intake}
 		if u := t.byID[c.ID]; u != nil {
 			cs.InFlight, cs.Bulkhead, cs.Breaker = u.guard.inFlight.Load(), u.guard.limit, u.guard.br.State().String()
 			now := time.Now().UnixNano()
 			for _, ep := range u.eps {
-				cs.Instances = append(cs.Instances, InstanceStatus{Intake: ep.intake, Ejected: ep.ejected(now)})
+				cs.Instances = append(cs.Instances, api.RouterInstance{Intake: ep.intake, Ejected: ep.ejected(now)})
 			}
 		}
 		out = append(out, cs)

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/cellkit/cellkit/internal/api"
 	"github.com/cellkit/cellkit/internal/h1"
 	"github.com/cellkit/cellkit/internal/problem"
 )
@@ -71,7 +72,7 @@ func newCellProbs(cell string) cellProbs {
 
 var (
 	hdrRetryAfter = []byte("Retry-After")
-	hdrOverloaded = []byte("Cellkit-Overloaded")
+	hdrOverloaded = []byte(api.HeaderOverloaded)
 	hdrNosniff    = []byte("X-Content-Type-Options")
 	valTrue       = []byte("true")
 	valNosniff    = []byte("nosniff")

@@ -15,6 +15,7 @@ import (
 	"os"
 	"strconv"
 
+	"github.com/cellkit/cellkit/internal/api"
 	"github.com/cellkit/cellkit/internal/problem"
 )
 
@@ -24,26 +25,6 @@ const MaxClients = 10_000
 // maxKeyLen bounds the X-API-Key header: longer keys are unknown without
 // being hashed.
 const maxKeyLen = 256
-
-// KeyEntry is one line of the keys file (a JSON array of them).
-type KeyEntry struct {
-	// Client names the platform the key belongs to: 1–64 of [A-Za-z0-9._-].
-	// A client may hold several keys (rotation); they share one rate limit.
-	Client string `json:"client"`
-	// KeySHA256 is the hex SHA-256 of the key. The key itself is never stored.
-	KeySHA256 string `json:"key_sha256"`
-	// Rate is the client's sustained limit in requests per second (> 0).
-	Rate float64 `json:"rate"`
-	// Burst is how many requests the client may send at once (≥ 1).
-	Burst int `json:"burst"`
-	// Lanes are the priorities the client may ask for in an inquiry's
-	// "priority": "normal", "high" or both [normal]. Asking for another
-	// is refused with 403 lane-forbidden.
-	Lanes []string `json:"lanes,omitempty"`
-	// DefaultLane is the lane of an inquiry that names none; one of Lanes
-	// [normal if allowed, else high].
-	DefaultLane string `json:"default_lane,omitempty"`
-}
 
 // lanePolicy is which lanes a client may use and its default, as the
 // values of the Cellkit-Priority header the cell gets.
@@ -159,7 +140,7 @@ func ParseKeys(data []byte) (*Keys, error) {
 }
 
 func parseKeys(data []byte) (*Keys, error) {
-	var entries []KeyEntry
+	var entries []api.KeyEntry
 	if err := json.Unmarshal(data, &entries); err != nil {
 		return nil, err
 	}
@@ -169,7 +150,7 @@ func parseKeys(data []byte) (*Keys, error) {
 	k := &Keys{byPrefix: make(map[uint64]storedKey, len(entries))}
 	byID := map[string]*Client{}
 	for i, e := range entries {
-		if !validClientID(e.Client) {
+		if !api.ValidClientID(e.Client) {
 			return nil, fmt.Errorf("entry %d: client %q: want 1-64 of [A-Za-z0-9._-]", i, e.Client)
 		}
 		raw, err := hex.DecodeString(e.KeySHA256)
@@ -314,19 +295,6 @@ func GenerateKey() (key, sha string, err error) {
 func HashKey(key string) string {
 	d := sha256.Sum256([]byte(key))
 	return hex.EncodeToString(d[:])
-}
-
-func validClientID(id string) bool {
-	if len(id) == 0 || len(id) > 64 {
-		return false
-	}
-	for i := 0; i < len(id); i++ {
-		c := id[i]
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
-			return false
-		}
-	}
-	return true
 }
 
 var errNoKeys = errors.New("holds no keys")

@@ -8,6 +8,7 @@ import (
 
 	"github.com/panjf2000/gnet/v2"
 
+	"github.com/cellkit/cellkit/internal/api"
 	"github.com/cellkit/cellkit/internal/breaker"
 	"github.com/cellkit/cellkit/internal/h1"
 )
@@ -414,7 +415,7 @@ func (lp *loop) write(cl *client, status int) {
 // requestIDFrom is the client's X-Request-Id if it is a sane one, else a
 // new one.
 func (r *Router) requestIDFrom(h *h1.Request, buf *[64]byte) []byte {
-	if v := h.Get(hdrRequestID); validRequestID(v) {
+	if v := h.Get(hdrRequestID); api.ValidRequestID(v) {
 		return append(buf[:0], v...)
 	}
 	return r.newRequestID(buf)

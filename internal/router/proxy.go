@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/cellkit/cellkit/internal/api"
 	"github.com/cellkit/cellkit/internal/h1"
 	"github.com/cellkit/cellkit/internal/slotmap"
 	"github.com/cellkit/cellkit/internal/slotrate"
@@ -253,10 +254,10 @@ func (r *Router) refreshAfter(seen int64) *slotmap.Map {
 
 // Headers the router owns on the way to a cell.
 var (
-	hdrMapVersion = []byte("Cellkit-Map-Version")
-	hdrSlot       = []byte("Cellkit-Slot")
-	hdrClient     = []byte("Cellkit-Client")
-	hdrPriority   = []byte("Cellkit-Priority")
+	hdrMapVersion = []byte(api.HeaderMapVersion)
+	hdrSlot       = []byte(api.HeaderSlot)
+	hdrClient     = []byte(api.HeaderClient)
+	hdrPriority   = []byte(api.HeaderPriority)
 	hdrRequestID  = []byte("X-Request-Id")
 	hdrForwarded  = []byte("Forwarded")
 	hdrXFF        = []byte("X-Forwarded-For")
@@ -335,7 +336,7 @@ func (r *Router) forward(b []byte, cl *client) []byte {
 	b = ip.AppendTo(b)
 	b = append(b, '\r', '\n')
 	host := h.Host
-	okHost := validHost(host)
+	okHost := api.ValidForwardedHost(host)
 	if okHost {
 		b = appendHeader(b, hdrXFHost, host)
 	}
@@ -370,18 +371,4 @@ func (r *Router) forward(b []byte, cl *client) []byte {
 	}
 	b = append(b, '\r', '\n')
 	return append(b, cl.body...)
-}
-
-// validHost accepts what may appear inside a quoted Forwarded host: a host
-// name or address with an optional port.
-func validHost(h []byte) bool {
-	if len(h) == 0 || len(h) > 100 {
-		return false
-	}
-	for _, c := range h {
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '-' || c == ':' || c == '[' || c == ']') {
-			return false
-		}
-	}
-	return true
 }

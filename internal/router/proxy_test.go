@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cellkit/cellkit/internal/api"
 	"github.com/cellkit/cellkit/internal/registry"
 	"github.com/cellkit/cellkit/internal/slotmap"
 	"github.com/cellkit/cellkit/internal/testkit"
@@ -95,14 +96,14 @@ func TestStaticStability(t *testing.T) {
 	user := userIn(t, m1, "c2", 0)
 	admin := httptest.NewServer(w.router.AdminHandler(w.metrics))
 	defer admin.Close()
-	readyz := func() (int, Readiness) {
+	readyz := func() (int, api.RouterReadiness) {
 		t.Helper()
 		resp, err := http.Get(admin.URL + "/readyz")
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer resp.Body.Close()
-		var rd Readiness
+		var rd api.RouterReadiness
 		b, _ := io.ReadAll(resp.Body)
 		if err := json.Unmarshal(b, &rd); err != nil {
 			t.Fatalf("readyz %q: %v", b, err)

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"unsafe"
 
-	"github.com/cellkit/cellkit/internal/slotmap"
+	"github.com/cellkit/cellkit/internal/api"
 )
 
 // The public API the router serves.
@@ -65,7 +65,7 @@ func cellOfInquiry(id []byte) ([]byte, bool) {
 		return nil, false
 	}
 	cell := id[:dash]
-	if !slotmap.ValidCellID(bstr(cell)) {
+	if !api.ValidCellID(bstr(cell)) {
 		return nil, false
 	}
 	return cell, true
@@ -103,7 +103,7 @@ type inquiryLane struct {
 // together.
 func inquiryFields(body []byte) (id []byte, idOK bool, priority []byte) {
 	if id, priority, ok := scanInquiry(body); ok {
-		return id, slotmap.ValidUserID(bstr(id)), priority
+		return id, api.ValidUserID(bstr(id)), priority
 	}
 	var l inquiryLane
 	if json.Unmarshal(body, &l) == nil && l.Priority != nil {
@@ -113,7 +113,7 @@ func inquiryFields(body []byte) (id []byte, idOK bool, priority []byte) {
 	if err := json.Unmarshal(body, &v); err != nil {
 		return nil, false, priority
 	}
-	return []byte(v.id()), slotmap.ValidUserID(v.id()), priority
+	return []byte(v.id()), api.ValidUserID(v.id()), priority
 }
 
 // scanInquiry is the fast path of inquiryFields. ok means body is a JSON

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/cellkit/cellkit/internal/slotmap"
+	"github.com/cellkit/cellkit/internal/api"
 )
 
 // referenceUserID is what the cell sees: encoding/json into the same struct.
@@ -14,7 +14,7 @@ func referenceUserID(body []byte) (string, bool) {
 	if err := json.Unmarshal(body, &v); err != nil {
 		return "", false
 	}
-	return v.id(), slotmap.ValidUserID(v.id())
+	return v.id(), api.ValidUserID(v.id())
 }
 
 // referencePriority is the priority encoding/json finds ("" with false for
@@ -227,7 +227,7 @@ func FuzzClassify(f *testing.F) {
 		kind, cell := classify([]byte(method), []byte(path))
 		if kind == routeRead {
 			id := strings.TrimPrefix(path, pathInquiryPre)
-			if !slotmap.ValidCellID(string(cell)) || !strings.HasPrefix(id, string(cell)+"-") || len(id) <= len(cell)+1 {
+			if !api.ValidCellID(string(cell)) || !strings.HasPrefix(id, string(cell)+"-") || len(id) <= len(cell)+1 {
 				t.Fatalf("classify(%q, %q) = read of cell %q", method, path, cell)
 			}
 		}

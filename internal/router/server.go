@@ -67,6 +67,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/cellkit/cellkit/internal/api"
 	"github.com/cellkit/cellkit/internal/breaker"
 	"github.com/cellkit/cellkit/internal/hotkeys"
 	"github.com/cellkit/cellkit/internal/registry"
@@ -424,7 +425,7 @@ func (r *Router) cellProbsLocked(cell string) *cellProbs {
 }
 
 var (
-	hdrCell       = []byte("Cellkit-Cell")
+	hdrCell       = []byte(api.HeaderCell)
 	hdrRLLimit    = []byte("X-RateLimit-Limit")
 	hdrRLRemain   = []byte("X-RateLimit-Remaining")
 	hdrAllow      = []byte("Allow")
@@ -432,15 +433,3 @@ var (
 	allowRead     = []byte("GET, HEAD")
 	pathPrefixLen = len(pathInquiryPre)
 )
-
-func validRequestID(v []byte) bool {
-	if len(v) == 0 || len(v) > 64 {
-		return false
-	}
-	for _, c := range v {
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.' || c == ':') {
-			return false
-		}
-	}
-	return true
-}

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cellkit/cellkit/internal/api"
 	"github.com/cellkit/cellkit/internal/problem"
 	"github.com/cellkit/cellkit/internal/slotmap"
 	"github.com/cellkit/cellkit/internal/testkit"
@@ -299,7 +300,7 @@ func TestAdminEndpoints(t *testing.T) {
 		}
 		return resp.StatusCode
 	}
-	var hk HotKeys
+	var hk api.HotKeys
 	if code := get("/v1/admin/hotkeys?n=1", &hk); code != 200 || len(hk.Users) != 1 {
 		t.Fatalf("hotkeys: %d %+v", code, hk)
 	}
@@ -311,7 +312,7 @@ func TestAdminEndpoints(t *testing.T) {
 	}
 	// Per-slot rates: the heavy user's slot carries three times the others'
 	// together, and every routed request is counted.
-	var sr SlotRates
+	var sr api.SlotRates
 	if code := get("/v1/admin/slots", &sr); code != 200 || sr.Slots != m.Slots() || sr.Version != m.Version() || len(sr.Rates) < 2 {
 		t.Fatalf("slots: %d %+v, want the slots used of %d", code, sr, m.Slots())
 	}
@@ -325,14 +326,14 @@ func TestAdminEndpoints(t *testing.T) {
 	if heavyRate < 2.9*(sum-heavyRate) || heavyRate > 3.1*(sum-heavyRate) || sum < sr.Total*0.999 || sum > sr.Total*1.001 {
 		t.Errorf("slot rates %v (total %v): want the heavy user's slot at 3 × the rest", sr.Rates, sr.Total)
 	}
-	var rd Readiness
+	var rd api.RouterReadiness
 	if code := get("/readyz", &rd); code != 200 || !rd.Ready || rd.MapVersion != m.Version() || rd.Stale {
 		t.Errorf("readyz = %d %+v", code, rd)
 	}
 	if code := get("/healthz", nil); code != 200 {
 		t.Errorf("healthz = %d", code)
 	}
-	var cells []CellStatus
+	var cells []api.RouterCell
 	if code := get("/v1/admin/cells", &cells); code != 200 || len(cells) != 4 || cells[0].Breaker != "closed" {
 		t.Errorf("cells = %d %+v", code, cells)
 	}

@@ -131,10 +131,22 @@ type Sample struct {
 // and in the high lane.
 type Mark struct{ All, High uint64 }
 
+// A Reason says why an inquiry is shed; it is the reason label of the
+// intake's shed metric.
+type Reason string
+
+// The shedder's reasons.
+const (
+	Age   Reason = "age"   // the oldest pending inquiry of the lane is over its budget
+	Depth Reason = "depth" // the queue is at its depth limit
+	Wait  Reason = "wait"  // the backlog would take longer than the budget to drain
+	Share Reason = "share" // high priority over its share while normal asks for the rest
+)
+
 // Decision is Admit's answer.
 type Decision struct {
 	OK         bool
-	Reason     string        // when shed: "age", "depth", "wait" (projected drain time over budget) or "share" (high over its share)
+	Reason     Reason        // when shed: why
 	RetryAfter time.Duration // when shed: the time the queue needs to drain
 	Age        time.Duration // age of the oldest pending message the lane waits behind
 	Depth      int           // estimated depth the lane waits behind
@@ -321,7 +333,7 @@ func (s *Shedder) Admit(lane inquiry.Priority) Decision {
 		// the rest (asked for, taken or not: what normal is taken at
 		// depends on what high leaves).
 		if share := 1 - min(normal, 1-s.cfg.HighReserve); !s.sample.Idle && s.rate > 0 && high > shareSlack*share {
-			d := Decision{Reason: "share", Depth: s.highDepthLocked(), RetryAfter: s.retryAfterLocked(s.depthLocked())}
+			d := Decision{Reason: Share, Depth: s.highDepthLocked(), RetryAfter: s.retryAfterLocked(s.depthLocked())}
 			if !s.sample.OldestHigh.IsZero() {
 				d.Age = max(now.Sub(s.sample.OldestHigh), 0)
 			}
@@ -353,14 +365,14 @@ func (s *Shedder) decideLocked(depth, depthLimit int, oldest time.Time, maxAge t
 	}
 	switch {
 	case d.Age > maxAge:
-		d.OK, d.Reason = false, "age"
+		d.OK, d.Reason = false, Age
 	case d.Depth >= depthLimit:
-		d.OK, d.Reason = false, "depth"
+		d.OK, d.Reason = false, Depth
 	case !s.sample.Idle && s.rate > 0 && float64(d.Depth)/pace+s.service > waitShare*maxAge.Seconds():
 		// Not over budget yet, but a new inquiry would be: what is queued
 		// takes longer than (most of) the budget to drain at the current
 		// pace (see rateWindow), and then the new one must be served.
-		d.OK, d.Reason = false, "wait"
+		d.OK, d.Reason = false, Wait
 	default:
 		return d
 	}

@@ -12,6 +12,8 @@ import (
 	"slices"
 	"strconv"
 	"time"
+
+	"github.com/cellkit/cellkit/internal/api"
 )
 
 // ErrInvalid is wrapped by every error that rejects a map or an operation's
@@ -26,57 +28,6 @@ const maxChange = 256
 
 func isLower(c byte) bool { return c >= 'a' && c <= 'z' }
 func isDigit(c byte) bool { return c >= '0' && c <= '9' }
-
-// ValidCellID reports whether id is acceptable as a cell id: 1–32 of
-// [a-z0-9-], starting and ending with a letter or digit.
-func ValidCellID(id string) bool {
-	if len(id) == 0 || len(id) > 32 || id[0] == '-' || id[len(id)-1] == '-' {
-		return false
-	}
-	for i := 0; i < len(id); i++ {
-		if c := id[i]; !isLower(c) && !isDigit(c) && c != '-' {
-			return false
-		}
-	}
-	return true
-}
-
-// ValidUserID reports whether id is acceptable as a user id: 1–64 of
-// [A-Za-z0-9_-].
-func ValidUserID(id string) bool {
-	if len(id) == 0 || len(id) > MaxUserID {
-		return false
-	}
-	for i := 0; i < len(id); i++ {
-		if !userIDByte[id[i]] {
-			return false
-		}
-	}
-	return true
-}
-
-// userIDByte says which bytes a user id may hold (a map checks up to
-// MaxOverrides of them on every decode).
-var userIDByte = func() (t [256]bool) {
-	for c := range t {
-		t[c] = isLower(byte(c)) || isDigit(byte(c)) || (c >= 'A' && c <= 'Z') || c == '_' || c == '-'
-	}
-	return t
-}()
-
-// validAgency reports whether name is acceptable as an agency name: 1–32 of
-// [a-z0-9_] starting with a letter.
-func validAgency(name string) bool {
-	if len(name) == 0 || len(name) > 32 || !isLower(name[0]) {
-		return false
-	}
-	for i := 1; i < len(name); i++ {
-		if c := name[i]; !isLower(c) && !isDigit(c) && c != '_' {
-			return false
-		}
-	}
-	return true
-}
 
 // Document formats. Format 1 has no "format" field and lists the table as
 // runs; format 2 packs the table into one string. Decode reads both; a map
@@ -558,8 +509,8 @@ func (m *Map) checkTable() error {
 		return invalid("%d overrides, at most %d", len(m.overrides), MaxOverrides)
 	}
 	for user, id := range m.overrides {
-		if !ValidUserID(user) {
-			return invalid("override for user %q: user id must be 1-%d of [A-Za-z0-9_-]", user, MaxUserID)
+		if !api.ValidUserID(user) {
+			return invalid("override for user %q: user id must be 1-%d of [A-Za-z0-9_-]", user, api.MaxUserID)
 		}
 		if _, ok := m.index[id]; !ok {
 			return invalid("override for user %q points at unknown cell %q", user, id)
@@ -579,7 +530,7 @@ func (m *Map) checkHeader() error {
 		return invalid("change description longer than %d bytes", maxChange)
 	}
 	for name, limit := range m.agencies {
-		if !validAgency(name) {
+		if !api.ValidAgency(name) {
 			return invalid("agency name %q must be 1-32 of [a-z0-9_] starting with a letter", name)
 		}
 		if limit <= 0 {
@@ -595,7 +546,7 @@ func (m *Map) checkCells() error {
 	}
 	used := make(map[string]int, len(m.agencies))
 	for i, c := range m.cells {
-		if !ValidCellID(c.ID) {
+		if !api.ValidCellID(c.ID) {
 			return invalid("cell id %q must be 1-32 of [a-z0-9-], starting and ending with a letter or digit", c.ID)
 		}
 		if i > 0 && m.cells[i-1].ID == c.ID {
@@ -622,7 +573,7 @@ func (m *Map) checkCells() error {
 			return invalid("cell %q: %d instances, at most %d", c.ID, len(c.Instances), MaxInstances)
 		}
 		for j, in := range c.Instances {
-			if !ValidCellID(in.ID) {
+			if !api.ValidCellID(in.ID) {
 				return invalid("cell %q: instance id %q must be 1-32 of [a-z0-9-], starting and ending with a letter or digit", c.ID, in.ID)
 			}
 			if j > 0 && c.Instances[j-1].ID >= in.ID {

@@ -7,6 +7,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/cellkit/cellkit/internal/api"
 )
 
 // Plan is one change to the map: the new version and what it moves. It is
@@ -468,8 +470,8 @@ func (c *Cell) followInstances() {
 
 // SetOverride plans pinning a user to an active cell.
 func (m *Map) SetOverride(user, id string) (*Plan, error) {
-	if !ValidUserID(user) {
-		return nil, invalid("user id %q must be 1-%d of [A-Za-z0-9_-]", user, MaxUserID)
+	if !api.ValidUserID(user) {
+		return nil, invalid("user id %q must be 1-%d of [A-Za-z0-9_-]", user, api.MaxUserID)
 	}
 	p, err := m.pos(id)
 	if err != nil {

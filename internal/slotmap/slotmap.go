@@ -36,7 +36,6 @@ const (
 	MaxCells     = 4096
 	MaxWeight    = 1_000_000
 	MaxOverrides = 100_000
-	MaxUserID    = 64
 )
 
 // State is a cell's place in its lifecycle.

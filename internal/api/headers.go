@@ -1,0 +1,26 @@
+package api
+
+// The header fields of the contract between the router and the cells:
+// the router sets them on the way to a cell (and drops a client's own),
+// the cell answers with Cellkit-Cell and, when it sheds, Cellkit-Overloaded.
+const (
+	HeaderMapVersion = "Cellkit-Map-Version"
+	HeaderSlot       = "Cellkit-Slot"
+	HeaderCell       = "Cellkit-Cell"
+	HeaderOverloaded = "Cellkit-Overloaded"
+	// HeaderIdemKey is the client's idempotency key, passed through.
+	HeaderIdemKey = "Idempotency-Key"
+	// HeaderClient names the router's client (the API key's holder) a
+	// request comes from. An inquiry belongs to the client that created
+	// it: a read naming another client is answered 404, as if it did not
+	// exist. A caller that names no client (a trusted caller other than a
+	// router, such as a test on loopback) is not checked.
+	HeaderClient = "Cellkit-Client"
+	// HeaderPriority is the lane the router decided for a new inquiry from
+	// its client's policy (the API key's allowed lanes and default). It
+	// wins over the body's priority, and the shedder decides on it before
+	// the body is read. Without it (a trusted caller other than a router)
+	// the body's priority is taken and shedding treats the request as
+	// normal until its body is read.
+	HeaderPriority = "Cellkit-Priority"
+)
