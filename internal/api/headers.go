@@ -23,4 +23,7 @@ const (
 	// the body's priority is taken and shedding treats the request as
 	// normal until its body is read.
 	HeaderPriority = "Cellkit-Priority"
+	// HeaderFingerprint carries a request's fingerprint when a cell asks
+	// the slot's previous owner for the inquiry of an Idempotency-Key.
+	HeaderFingerprint = "Cellkit-Fingerprint"
 )

@@ -248,7 +248,7 @@ func (h *Handler) askPrevious(ctx context.Context, prev, client, user, key, fp s
 	if err != nil {
 		return rec, false, err
 	}
-	req.Header.Set(headerFingerprint, fp)
+	req.Header.Set(api.HeaderFingerprint, fp)
 	if client != "" {
 		req.Header.Set(api.HeaderClient, client)
 	}

@@ -61,7 +61,7 @@ func (p *Pipeline) guard(step, id string, f func() error) (err error) {
 // function that recovered r.
 func (p *Pipeline) panicked(step, id string, r any) *failure {
 	logPanic(p.log, p.m, "panic while processing an inquiry: it is failed and dead-lettered; the cell goes on", step, r, "id", id)
-	return &failure{kind: "panic", reason: ReasonInternal, poison: true}
+	return &failure{kind: kindPanic, reason: ReasonInternal, poison: true}
 }
 
 // Recovered logs and counts a panic the cell recovered outside the

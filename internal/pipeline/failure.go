@@ -10,7 +10,7 @@ import (
 
 // failure is why an attempt did not produce a result.
 type failure struct {
-	kind   string // metric label: circuit_open, limited, no_session, agency_error, timeout, transport, css, core_banking, busy, store
+	kind   failureKind
 	reason string // for the record and the error stream
 	retry  bool   // transient: retry with backoff, dead-letter after the last attempt
 	poison bool   // a panic: failed and dead-lettered at once
@@ -28,16 +28,16 @@ func agencyFailure(name string, err error) *failure {
 	var ce *agency.CodeError
 	switch {
 	case errors.Is(err, agency.ErrCircuitOpen):
-		return &failure{kind: "circuit_open", reason: name + ": circuit breaker open, agency calls suspended"}
+		return &failure{kind: kindCircuitOpen, reason: name + ": circuit breaker open, agency calls suspended"}
 	case errors.Is(err, agency.ErrLimited):
-		return &failure{kind: "limited", reason: name + ": agency slowed down, concurrency limit reached", retry: true}
+		return &failure{kind: kindLimited, reason: name + ": agency slowed down, concurrency limit reached", retry: true}
 	case errors.Is(err, agency.ErrPoolExhausted):
-		return &failure{kind: "no_session", reason: name + ": no agency session available (agency unreachable?)"}
+		return &failure{kind: kindNoSession, reason: name + ": no agency session available (agency unreachable?)"}
 	case errors.As(err, &ce):
-		return &failure{kind: "agency_error", reason: fmt.Sprintf("%s: agency answered code %s", name, ce.Code)}
+		return &failure{kind: kindAgencyError, reason: fmt.Sprintf("%s: agency answered code %s", name, ce.Code)}
 	case errors.Is(err, context.DeadlineExceeded):
-		return &failure{kind: "timeout", reason: name + ": agency call timed out"}
+		return &failure{kind: kindTimeout, reason: name + ": agency call timed out"}
 	default:
-		return &failure{kind: "transport", reason: name + ": " + err.Error()}
+		return &failure{kind: kindTransport, reason: name + ": " + err.Error()}
 	}
 }

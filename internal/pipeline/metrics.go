@@ -24,8 +24,6 @@ type metrics struct {
 // series born at 1 shows no increase from its first sample, and an alert
 // on it would not fire on the event it exists for.
 var (
-	deliveryOutcomes = []string{"done", "failed", "dead", "retry", "interrupted", "duplicate", "stale", "malformed"}
-	failureKinds     = []string{"panic", "circuit_open", "limited", "no_session", "agency_error", "timeout", "transport", "busy", "css", "internal", "core_banking"}
 	callbackOutcomes = []string{"ok", "retry", "error", "refused", "dropped"}
 	// panicSteps are the steps besides each agency's name.
 	panicSteps = []string{"css", "scoring", "core_banking", "pipeline", "callback", "intake", "admin"}
@@ -37,14 +35,14 @@ var (
 func newMetrics(reg prometheus.Registerer, agencies []string) *metrics {
 	m := buildMetrics(reg)
 	for _, o := range deliveryOutcomes {
-		m.inquiries.WithLabelValues(o)
-		m.seconds.WithLabelValues(o)
+		m.inquiries.WithLabelValues(string(o))
+		m.seconds.WithLabelValues(string(o))
 	}
 	for _, s := range append(slices.Clone(agencies), "css", "core_banking") {
 		m.steps.WithLabelValues(s)
 	}
 	for _, k := range failureKinds {
-		m.failures.WithLabelValues(k)
+		m.failures.WithLabelValues(string(k))
 	}
 	for _, o := range callbackOutcomes {
 		m.callbacks.WithLabelValues(o)
