@@ -5,6 +5,8 @@ SHELL := /usr/bin/env bash
 BIN        := $(CURDIR)/bin
 CONSUL     := $(BIN)/consul
 STATICCHECK_VERSION := v0.8.2
+ERRCHECK_VERSION    := v1.30.0
+MISSPELL_VERSION    := v0.8.0
 # A count of executions, not a duration: with a duration Go 1.26's fuzz
 # coordinator can fail a target with a bare "context deadline exceeded" at the
 # end of the time.
@@ -73,11 +75,15 @@ test: tools build images ## run the whole test suite with -race (runs `make tool
 	cd deploy/release && go test -race -timeout 10m -count 1 ./...
 
 .PHONY: lint
-lint: ## go vet and staticcheck (the main module and deploy/release)
+lint: ## go vet, staticcheck and errcheck (the main module and deploy/release; errcheck's reasoned exclusions in .errcheck-exclude), misspell over the Go files and the docs
 	go vet ./...
 	GOBIN=$(BIN) go install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
+	GOBIN=$(BIN) go install github.com/kisielk/errcheck@$(ERRCHECK_VERSION)
+	GOBIN=$(BIN) go install github.com/golangci/misspell/cmd/misspell@$(MISSPELL_VERSION)
 	$(BIN)/staticcheck ./...
-	cd deploy/release && go vet ./... && $(BIN)/staticcheck ./...
+	$(BIN)/errcheck -ignoretests -exclude .errcheck-exclude ./...
+	cd deploy/release && go vet ./... && $(BIN)/staticcheck ./... && $(BIN)/errcheck -ignoretests -exclude ../../.errcheck-exclude ./...
+	git ls-files '*.go' '*.md' | xargs $(BIN)/misspell -error
 
 NET_DRILLS ?= host-loss freeze-instance cut-router cut-consul-router cut-consul-cell cut-nats cut-agency
 # The lab runs 25 processes (9 JetStream nodes, 9 cell instances) on the

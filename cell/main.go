@@ -258,10 +258,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	wctx, stopWatchers := context.WithCancel(context.WithoutCancel(ctx))
 	var watchers sync.WaitGroup
 	for _, w := range files {
-		watchers.Go(func() { w.Run(wctx) })
+		watchers.Go(func() { _ = w.Run(wctx) }) // it logs each refused reload; it ends with wctx
 	}
 	if len(files) > 0 {
-		watchers.Go(func() { reload.OnSignal(wctx, []os.Signal{syscall.SIGHUP}, files...) })
+		watchers.Go(func() { _ = reload.OnSignal(wctx, []os.Signal{syscall.SIGHUP}, files...) }) // as Run
 	}
 	err = c.Run(ctx)
 	stopWatchers()

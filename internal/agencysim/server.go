@@ -385,7 +385,9 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		s.log.Info("agency simulator stopped")
 		return nil
 	case <-ctx.Done():
-		s.Close()
+		if err := s.Close(); err != nil {
+			s.log.Warn("agency simulator close", "err", err)
+		}
 		<-done
 		return ctx.Err()
 	}

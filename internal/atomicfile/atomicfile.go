@@ -24,7 +24,7 @@ func WriteFile(path string, data []byte, perm os.FileMode) error {
 	if err != nil {
 		return fmt.Errorf("write %s: %w", path, err)
 	}
-	defer os.Remove(tmp.Name()) // no-op after the rename
+	defer func() { _ = os.Remove(tmp.Name()) }() // a no-op after the rename
 	if err := writeSyncClose(tmp, data, perm); err != nil {
 		return fmt.Errorf("write %s: %w", path, err)
 	}

@@ -111,8 +111,10 @@ func (c *Cell) shutdown(intakeSrv, adminSrv *http.Server, stopPipeline func(), p
 	} else if err := c.journal.Close(); err != nil { // a clean stop: the next start finds no crash
 		c.log.Warn("inflight journal", "err", err)
 	}
-	for _, cl := range c.clients {
-		cl.Close()
+	for name, cl := range c.clients {
+		if err := cl.Close(); err != nil {
+			c.log.Warn("agency sessions close", "agency", name, "err", err)
+		}
 	}
 	if err := c.nc.FlushTimeout(c.cfg.ShutdownTimeout); err != nil {
 		c.log.Warn("nats flush", "err", err)
@@ -132,7 +134,7 @@ func (c *Cell) close() {
 		}
 	}
 	for _, cl := range c.clients {
-		cl.Close()
+		_ = cl.Close() // a cell that failed to start: its error is the one reported
 	}
 	if c.nc != nil {
 		c.nc.Close()

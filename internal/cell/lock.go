@@ -25,10 +25,12 @@ func lockDir(dir string) (release func(), err error) {
 		f.Close()
 		return nil, fmt.Errorf("store dir %s is in use (pid %s): %w", dir, strings.TrimSpace(string(b)), err)
 	}
-	f.Truncate(0)
-	f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
+	// The pid is for a person reading the file; the lock is the flock.
+	if err := f.Truncate(0); err == nil {
+		_, _ = f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
+	}
 	return func() {
-		syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+		_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN) // the close releases it anyway
 		f.Close()
 	}, nil
 }

@@ -259,7 +259,7 @@ func (c *CLI) Run(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	}
 	// Global flags given before the command are given too; the others come
 	// from the environment if set there.
-	top.Visit(func(f *flag.Flag) { fs.Set(f.Name, f.Value.String()) })
+	top.Visit(func(f *flag.Flag) { _ = fs.Set(f.Name, f.Value.String()) }) // parsed once already: a valid value
 	x.given = map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { x.given[f.Name] = true })
 	// --check only from the command line: a variable must never turn

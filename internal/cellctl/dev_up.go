@@ -97,7 +97,7 @@ func (x *inv) devUp(ctx context.Context, o devOptions) error {
 	fail := func(err error) error {
 		// Stop what was started, newest first; keep the logs.
 		devstack.StopAll(context.WithoutCancel(ctx), st.Processes, devstack.StopGrace, nil)
-		os.Remove(devstack.StatePath(dir))
+		_ = os.Remove(devstack.StatePath(dir)) // a stale state file; the new one is written below
 		return err
 	}
 	for _, p := range procs {
@@ -360,7 +360,7 @@ func devKey(ctx context.Context, routerBin, dir string) (string, error) {
 		}
 		// A keys file from before lanes: the dev client may send only
 		// normal inquiries. Start it again.
-		os.Remove(keysFile)
+		_ = os.Remove(keysFile) // remade at once by keygen, which reports a failure
 	}
 	var out, errb bytes.Buffer
 	cmd := exec.CommandContext(ctx, routerBin, "keygen", "-client", devKeyClient, "-rate", "1000", "-burst", "2000", "-lanes", "high,normal", "-keys", keysFile)

@@ -47,7 +47,7 @@ func ServeSim(t testing.TB, ln net.Listener, profile telegram.Profile, cfg agenc
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	t.Cleanup(func() {
-		srv.Close()
+		_ = srv.Close()
 		if err := <-served; !errors.Is(err, agencysim.ErrServerClosed) {
 			t.Errorf("agency simulator: Serve() = %v, want ErrServerClosed", err)
 		}

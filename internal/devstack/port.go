@@ -66,14 +66,14 @@ func holdPort(port int) bool {
 	if err := unix.Flock(int(d.Fd()), unix.LOCK_EX); err != nil {
 		return true
 	}
-	defer unix.Flock(int(d.Fd()), unix.LOCK_UN)
+	defer func() { _ = unix.Flock(int(d.Fd()), unix.LOCK_UN) }() // the close releases it anyway
 	path := filepath.Join(dir, strconv.Itoa(port))
 	if fi, err := os.Stat(path); err == nil && time.Since(fi.ModTime()) < portHold {
 		return false
 	}
 	if err := os.WriteFile(path, nil, 0o666); err == nil {
 		now := time.Now()
-		os.Chtimes(path, now, now)
+		_ = os.Chtimes(path, now, now) // the file was just written: its time is now anyway
 	}
 	return true
 }

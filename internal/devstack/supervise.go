@@ -171,11 +171,11 @@ func Supervise(ctx context.Context, cfg SuperviseConfig, bin string, args []stri
 				break wait
 			case sig := <-sigs:
 				stopping = stopping || sig == syscall.SIGTERM || sig == syscall.SIGINT
-				cmd.Process.Signal(sig)
+				_ = cmd.Process.Signal(sig) // fails only once the child has exited: done reports it
 			case <-ctx.Done():
 				if !stopping {
 					stopping = true
-					cmd.Process.Signal(syscall.SIGTERM)
+					_ = cmd.Process.Signal(syscall.SIGTERM) // as above
 				}
 			}
 		}

@@ -74,7 +74,7 @@ func AgencySlow(ctx context.Context, c Config) (*loadtest.Result, error) {
 	}()
 	res, err := wait()
 	if restoreAt == 0 && slowAt != 0 {
-		setLatency(context.WithoutCancel(ctx), 1)
+		_ = setLatency(context.WithoutCancel(ctx), 1) // best effort after a failed run: the drill's error is reported
 	}
 	if err != nil {
 		stopWatch()

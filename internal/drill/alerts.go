@@ -346,5 +346,5 @@ func (p *Prometheus) Stop() {
 			<-p.done
 		}
 	}
-	devstack.Stop(context.Background(), p.child.Process, 10*time.Second)
+	_, _ = devstack.Stop(context.Background(), p.child.Process, 10*time.Second) // a cleanup: the drill's result is reported
 }

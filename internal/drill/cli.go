@@ -170,7 +170,7 @@ func netCommand(ctx context.Context, name string, run func(context.Context, NetC
 		if err != nil {
 			return err
 		}
-		defer os.RemoveAll(dir)
+		defer func() { _ = os.RemoveAll(dir) }()
 		fmt.Fprintf(stderr, "drill: bringing up %d cells of %d instances on a network lab (%s)...\n", c.Cells, c.Instances, dir)
 		cfg := netstack.DefaultConfig()
 		cfg.Dir, cfg.Bin, cfg.Cells, cfg.Instances = dir, c.Bin, c.Cells, c.Instances

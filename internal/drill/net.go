@@ -513,7 +513,7 @@ func (n *netRun) cutDuringLoad(ctx context.Context, name, what string, as, bs []
 	}
 	res, err = wait()
 	if heal != nil && sp.Healed == 0 {
-		heal()
+		_ = heal() // after a failed run: the run's error is reported; `loadtest net down` sweeps the rest
 	}
 	if err != nil {
 		return nil, sp, err

@@ -125,7 +125,7 @@ func HostLoss(ctx context.Context, c NetConfig) (*loadtest.Result, error) {
 		return nil, err
 	}
 	if actErr != nil {
-		h.LinkUp()
+		_ = h.LinkUp() // as above
 		return res, fmt.Errorf("drill host-loss: %w", actErr)
 	}
 	d := &loadtest.Verdict{Name: "host-loss"}
@@ -355,7 +355,7 @@ func cutConsul(ctx context.Context, c NetConfig, name string) (*loadtest.Result,
 	}
 	defer func() {
 		for u := range moves {
-			n.cellctl(context.WithoutCancel(ctx), "override", "clear", loadtest.UserID(u))
+			_, _ = n.cellctl(context.WithoutCancel(ctx), "override", "clear", loadtest.UserID(u)) // a cleanup; the next drill's map check would show one left
 		}
 	}()
 	var changeAt, seenAt time.Duration

@@ -35,7 +35,7 @@ func Priority(ctx context.Context, c Config) (*loadtest.Result, error) {
 	if err := setLatency(ctx, c.SlowFactor); err != nil {
 		return nil, err
 	}
-	defer setLatency(context.WithoutCancel(ctx), 1)
+	defer func() { _ = setLatency(context.WithoutCancel(ctx), 1) }()
 	c.logf("agency latency ×%g for the whole run; %s of load, the first %s to settle", c.SlowFactor, c.Fault, c.Baseline)
 	quietDisk()
 	r, err := loadtest.NewRunner(loadtest.Config{

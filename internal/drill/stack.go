@@ -75,7 +75,7 @@ func StartStack(ctx context.Context, binDir string, devUpArgs ...string) (*Stack
 	args := append([]string{"dev", "up", "--dir", dir, "--router-port", "0", "--port-base", "0", "--agency-port", "0"}, devUpArgs...)
 	out, err := exec.CommandContext(ctx, cellctl, args...).CombinedOutput()
 	if err != nil {
-		os.RemoveAll(dir)
+		_ = os.RemoveAll(dir)
 		return nil, fmt.Errorf("cellctl dev up: %v: %s", err, bytes.TrimSpace(out))
 	}
 	st, err := LoadStack(devstack.StatePath(dir), cellctl)

@@ -74,7 +74,7 @@ func (h *Host) Start(p devstack.Process) (*devstack.Child, error) {
 	err = l.save()
 	l.mu.Unlock()
 	if err != nil {
-		devstack.Stop(context.Background(), c.Process, 0)
+		_, _ = devstack.Stop(context.Background(), c.Process, 0) // the state file's error is the one reported
 		<-c.Exited()
 		return nil, err
 	}

@@ -314,10 +314,10 @@ func (l *Lab) AddHost(name string) (*Host, error) {
 		[]string{"-n", h.netns, "link", "set", "lo", "up"},
 	)
 	if err != nil {
-		runIP("link", "del", h.link)
-		runIP("netns", "del", h.netns)
+		_, _ = runIP("link", "del", h.link) // undoing a half-made host: Sweep removes what is left
+		_, _ = runIP("netns", "del", h.netns)
 		l.st.Hosts = l.st.Hosts[:len(l.st.Hosts)-1]
-		l.save()
+		_ = l.save()
 		return nil, fmt.Errorf("netlab: add host %s: %w", name, err)
 	}
 	l.hosts = append(l.hosts, h)

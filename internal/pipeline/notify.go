@@ -288,7 +288,7 @@ func (n *notifierQueue) post(ctx context.Context, cb callback) error {
 		}
 		return &transientError{reason: err.Error()}
 	}
-	io.Copy(io.Discard, io.LimitReader(resp.Body, 4<<10))
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4<<10)) // to keep the connection; the status decides
 	resp.Body.Close()
 	switch code := resp.StatusCode; {
 	case code >= 200 && code < 300:

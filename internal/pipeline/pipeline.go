@@ -329,7 +329,7 @@ func (p *Pipeline) Run(ctx context.Context) error {
 	}
 	defer func() {
 		for _, s := range subs {
-			s.Unsubscribe()
+			_ = s.Unsubscribe() // the connection is ending with the run anyway
 		}
 	}()
 

@@ -56,7 +56,7 @@ func (p *Pipeline) settleGuarded(ctx context.Context, m jetstream.Msg, service *
 			return
 		}
 		var msg queue.Message
-		json.Unmarshal(m.Data(), &msg)
+		_ = json.Unmarshal(m.Data(), &msg) // a message with no id is left for redelivery below
 		f := p.panicked("pipeline", msg.ID, r)
 		out = p.deadLetterAfterPanic(m, msg.ID, f.reason)
 	}()
@@ -73,7 +73,7 @@ func (p *Pipeline) deadLetterAfterPanic(m jetstream.Msg, id string, reason strin
 	}
 	defer func() {
 		if r := recover(); r != nil {
-			p.panicked("pipeline", id, r)
+			_ = p.panicked("pipeline", id, r) // counted and logged; the message goes back at the longest backoff
 			out = later()
 		}
 	}()

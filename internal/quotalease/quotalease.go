@@ -342,7 +342,7 @@ func (l *Leaser) fit(ctx context.Context, agency string, q, share int) {
 		pending = len(extra)
 		if open := l.ses.Limit(agency, min(keep, l.usable(agency))); open <= keep {
 			for _, slot := range extra {
-				l.kv.Delete(ctx, key(agency, slot), jetstream.LastRevision(h[slot].rev))
+				_ = l.kv.Delete(ctx, key(agency, slot), jetstream.LastRevision(h[slot].rev)) // a lease not deleted expires with its TTL
 				delete(h, slot)
 			}
 			pending = 0
@@ -391,8 +391,8 @@ func (l *Leaser) release() {
 			continue // busy sessions: their slots expire instead
 		}
 		for slot, ls := range h {
-			l.kv.Delete(ctx, key(agency, slot), jetstream.LastRevision(ls.rev))
+			_ = l.kv.Delete(ctx, key(agency, slot), jetstream.LastRevision(ls.rev)) // as above
 		}
 	}
-	l.kv.Delete(ctx, "i."+l.cfg.Instance)
+	_ = l.kv.Delete(ctx, "i."+l.cfg.Instance) // expires with its TTL too
 }

@@ -199,9 +199,9 @@ func (w *Watcher) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case <-t.C:
-			w.reload(false)
+			_ = w.reload(false) // logged and counted by reload
 		case <-w.trigger:
-			w.reload(true)
+			_ = w.reload(true) // logged and counted by reload
 		}
 	}
 }

@@ -405,7 +405,7 @@ func (lp *loop) write(cl *client, status int) {
 	if cl.state != stBusy {
 		return
 	}
-	cl.c.Write(lp.out)
+	_, _ = cl.c.Write(lp.out)
 	lp.done(cl, status)
 	if !cl.inServe && cl.state == stIdle && len(cl.in)+cl.c.InboundBuffered() > 0 {
 		lp.serve(cl)

@@ -94,7 +94,7 @@ type client struct {
 func (lp *loop) traffic(cl *client) {
 	switch cl.state {
 	case stClosed:
-		cl.c.Discard(-1)
+		_, _ = cl.c.Discard(-1)
 		return
 	case stBusy:
 		// A pipelined request: it waits in gnet's buffer until the
@@ -129,7 +129,7 @@ func (lp *loop) pull(cl *client, limit int) {
 	}
 	b, _ := cl.c.Peek(k)
 	cl.in = append(cl.in, b...)
-	cl.c.Discard(len(b)) // a TLS connection may hold fewer plaintext bytes than it counts
+	_, _ = cl.c.Discard(len(b)) // a TLS connection may hold fewer plaintext bytes than it counts
 }
 
 // tlsTraffic reads what a TLS client sent; when its TLS stream has ended
@@ -209,7 +209,7 @@ func (lp *loop) readHead(cl *client) bool {
 		// bytes the head's fields view; the head is parsed again in its
 		// new place.
 		cl.in = slices.Grow(cl.in, n+room-len(cl.in))
-		h1.ParseRequest(cl.in, h, s.MaxHeaderBytes)
+		_, _ = h1.ParseRequest(cl.in, h, s.MaxHeaderBytes) // the same bytes parsed before: it succeeds again
 	}
 	lp.begin(cl)
 	if !lp.admit(cl) {
@@ -296,7 +296,7 @@ func (lp *loop) awaitBody(cl *client) {
 func (lp *loop) continue100(cl *client) {
 	if cl.head.ExpectContinue && cl.head.Minor == 1 && !cl.sent100 {
 		cl.sent100 = true
-		cl.c.Write(continue100)
+		_, _ = cl.c.Write(continue100)
 	}
 }
 
@@ -355,7 +355,7 @@ func (lp *loop) answerUnread(cl *client, p *prob) {
 	cl.ex.rid = lp.e.r.newRequestID(&cl.ex.ridBuf)
 	cl.close = true
 	lp.out = lp.problemAnswer(lp.out[:0], cl, p, 0, nil)
-	cl.c.Write(lp.out)
+	_, _ = cl.c.Write(lp.out)
 	lp.e.r.noCell.answered(p.status, 0)
 }
 

@@ -302,7 +302,9 @@ func (e *engine) serve(addr string, ready func(net.Addr)) error {
 	ln.Close()
 	<-accepting
 	e.hs.stop()
-	cli.Stop()
+	if serr := cli.Stop(); serr != nil {
+		e.r.log.Warn("event loops stopped with an error", "err", serr)
+	}
 	return err
 }
 

@@ -56,8 +56,8 @@ func (h *halfClosed) finish() {
 			return
 		}
 		defer c.Close()
-		c.SetWriteDeadline(time.Now().Add(timeout))
-		c.Write(out)
+		_ = c.SetWriteDeadline(time.Now().Add(timeout))
+		_, _ = c.Write(out) // the last answer to a client that is leaving: best effort
 	}()
 }
 

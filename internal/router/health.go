@@ -163,7 +163,7 @@ func (r *Router) probe(ctx context.Context, client *http.Client, url, host strin
 	if err != nil {
 		return missed
 	}
-	io.Copy(io.Discard, io.LimitReader(resp.Body, 4<<10))
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4<<10)) // to keep the connection; the status decides
 	resp.Body.Close()
 	if resp.StatusCode >= 500 {
 		return unhealthy

@@ -293,7 +293,7 @@ func (uc *upconn) traffic() {
 		if len(buf) == 0 && (uc.tls == nil || uc.tls.err == nil) {
 			return // TLS's own messages (a session ticket): nothing of HTTP
 		}
-		uc.io.Discard(-1) // nothing was asked
+		_, _ = uc.io.Discard(-1) // nothing was asked
 		uc.shut()
 		return
 	}
@@ -314,7 +314,7 @@ func (uc *upconn) traffic() {
 				uc.broken()
 				return
 			}
-			uc.io.Discard(n)
+			_, _ = uc.io.Discard(n)
 			buf = buf[n:]
 			continue
 		}
@@ -371,7 +371,7 @@ func (uc *upconn) finish(body []byte, used int, closeAfter bool) {
 			uc.p.lp.answered(cl, &uc.head, body)
 		}
 	}
-	uc.io.Discard(used)
+	_, _ = uc.io.Discard(used)
 	if cap(uc.body) > keptAnswer {
 		uc.body = nil // a large chunked answer's buffer is not kept
 	}

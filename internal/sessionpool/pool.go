@@ -378,7 +378,7 @@ func (p *Pool[C]) closeLocked(s *Session[C], why string) {
 		p.log.Debug("closing session", "session", s.id, "reason", why)
 	}
 	if p.closed {
-		s.conn.Close() // nobody waits for stragglers after Close
+		_ = s.conn.Close() // nobody waits for stragglers after Close
 		return
 	}
 	p.closeAsync(s, &p.closing)
@@ -398,7 +398,7 @@ func (p *Pool[C]) closeAsync(s *Session[C], counter *int) {
 	p.wg.Add(1)
 	go func() {
 		defer p.wg.Done()
-		s.conn.Close()
+		_ = s.conn.Close() // a session given up: its replacement is what matters
 		p.mu.Lock()
 		*counter--
 		p.fillLocked()

@@ -163,7 +163,7 @@ func backends(ctx context.Context, ports []string, tc *tls.Config) error {
 	for i, p := range ports {
 		body := []byte(fmt.Sprintf(`{"id":"c%d-0123456789abcdef","status":"pending"}`, i+1))
 		h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			io.Copy(io.Discard, r.Body)
+			_, _ = io.Copy(io.Discard, r.Body)
 			w.Header().Set("Content-Type", "application/json")
 			if r.Method == http.MethodPost {
 				w.WriteHeader(http.StatusAccepted)
@@ -423,7 +423,7 @@ func (c *benchConn) roundTrip(ctx context.Context, req []byte) (int, error) {
 		conn, err := net.DialTimeout("tcp", c.host, time.Second)
 		if err == nil && c.tls != nil {
 			tc := tls.Client(conn, c.tls)
-			tc.SetDeadline(time.Now().Add(time.Second))
+			_ = tc.SetDeadline(time.Now().Add(time.Second))
 			if err = tc.Handshake(); err != nil {
 				conn.Close()
 			}

@@ -57,7 +57,7 @@ func CheckStatic(path string) error {
 	if err != nil {
 		return err
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }() // read only
 	var errs []error
 	for _, p := range f.Progs {
 		if p.Type == elf.PT_INTERP {

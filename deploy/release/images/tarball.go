@@ -59,7 +59,7 @@ func WriteTarball(dst string, img v1.Image, tag name.Tag, mtime time.Time) (Writ
 	if err != nil {
 		return w, err
 	}
-	defer os.RemoveAll(tmpDir)
+	defer func() { _ = os.RemoveAll(tmpDir) }() // a temporary directory
 	lp, err := layout.Write(tmpDir, empty.Index)
 	if err != nil {
 		return w, err
@@ -81,7 +81,7 @@ func WriteTarball(dst string, img v1.Image, tag name.Tag, mtime time.Time) (Writ
 	}
 	if err := writeArchive(f, tmpDir, dm, mtime); err != nil {
 		f.Close()
-		os.Remove(f.Name())
+		_ = os.Remove(f.Name()) // the half-written file; the error above is reported
 		return w, err
 	}
 	if w.Size, err = f.Seek(0, io.SeekCurrent); err == nil {
@@ -97,7 +97,7 @@ func WriteTarball(dst string, img v1.Image, tag name.Tag, mtime time.Time) (Writ
 		err = os.Rename(f.Name(), dst)
 	}
 	if err != nil {
-		os.Remove(f.Name())
+		_ = os.Remove(f.Name()) // as above
 		return w, err
 	}
 	return w, nil

@@ -326,7 +326,7 @@ func Up(ctx context.Context, cfg Config, opts Options) (*Stack, error) {
 		if cerr := lab.Close(); cerr != nil {
 			err = fmt.Errorf("%w (and removing the lab: %v)", err, cerr)
 		}
-		os.Remove(StatePath(dir))
+		_ = os.Remove(StatePath(dir))
 		return err
 	}
 	if err := write(st); err != nil {
