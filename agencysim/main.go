@@ -21,7 +21,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -42,6 +41,7 @@ import (
 
 	"github.com/cellkit/cellkit/internal/agencysim"
 	"github.com/cellkit/cellkit/internal/flagenv"
+	"github.com/cellkit/cellkit/internal/httpx"
 	"github.com/cellkit/cellkit/internal/telegram"
 )
 
@@ -221,7 +221,7 @@ func run(ctx context.Context, args []string, stderr io.Writer, ready func(addrs)
 func adminMux(servers []*agencysim.Server, reg *prometheus.Registry, stopping *atomic.Bool) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+		httpx.JSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
 		detail := map[string]string{}
@@ -238,7 +238,7 @@ func adminMux(servers []*agencysim.Server, reg *prometheus.Registry, stopping *a
 		if !ready {
 			status, code = "not ready", http.StatusServiceUnavailable
 		}
-		writeJSON(w, code, map[string]any{"status": status, "agencies": detail})
+		httpx.JSON(w, code, map[string]any{"status": status, "agencies": detail})
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 	mux.HandleFunc("GET /v1/agencies", func(w http.ResponseWriter, r *http.Request) {
@@ -246,17 +246,11 @@ func adminMux(servers []*agencysim.Server, reg *prometheus.Registry, stopping *a
 		for _, s := range servers {
 			out = append(out, s.Status())
 		}
-		writeJSON(w, http.StatusOK, out)
+		httpx.JSON(w, http.StatusOK, out)
 	})
 	for _, s := range servers {
 		prefix := "/v1/agencies/" + s.Profile().Name
 		mux.Handle(prefix+"/", http.StripPrefix(prefix, s.AdminHandler()))
 	}
 	return mux
-}
-
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(v)
 }

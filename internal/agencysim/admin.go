@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 
+	"github.com/cellkit/cellkit/internal/httpx"
 	"github.com/cellkit/cellkit/internal/problem"
 )
 
@@ -49,20 +50,20 @@ func (s *Server) AdminHandler() http.Handler {
 		switch r.URL.Path {
 		case "/", "":
 			if allow(w, r, http.MethodGet) {
-				writeJSON(w, http.StatusOK, s.Status())
+				httpx.Indent(w, http.StatusOK, s.Status())
 			}
 		case "/config":
 			if !allow(w, r, http.MethodGet, http.MethodPut, http.MethodPatch) {
 				return
 			}
 			if r.Method == http.MethodGet || r.Method == http.MethodHead {
-				writeJSON(w, http.StatusOK, s.Config())
+				httpx.Indent(w, http.StatusOK, s.Config())
 				return
 			}
 			s.putConfig(w, r)
 		case "/stats":
 			if allow(w, r, http.MethodGet) {
-				writeJSON(w, http.StatusOK, s.Stats())
+				httpx.Indent(w, http.StatusOK, s.Stats())
 			}
 		default:
 			writeProblem(w, http.StatusNotFound, problem.NotFound, fmt.Sprintf("no admin resource at %q", r.URL.Path))
@@ -94,7 +95,7 @@ func (s *Server) putConfig(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, http.StatusBadRequest, problem.InvalidConfig, err.Error())
 		return
 	}
-	writeJSON(w, http.StatusOK, s.Config())
+	httpx.Indent(w, http.StatusOK, s.Config())
 }
 
 // allow reports whether r's method is one of methods (GET implies HEAD) and
@@ -124,12 +125,4 @@ type Problem = problem.Details
 
 func writeProblem(w http.ResponseWriter, status int, typ, detail string) {
 	problem.Write(w, problem.New(status, typ, detail))
-}
-
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	_ = enc.Encode(v)
 }

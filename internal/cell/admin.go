@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/cellkit/cellkit/internal/api"
+	"github.com/cellkit/cellkit/internal/httpx"
 	"github.com/cellkit/cellkit/internal/inquiry"
 	"github.com/cellkit/cellkit/internal/problem"
 	"github.com/cellkit/cellkit/internal/queue"
@@ -37,7 +38,7 @@ import (
 func (c *Cell) adminHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/healthz", only(http.MethodGet, func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, http.StatusOK, map[string]any{"alive": true, "cell": c.cfg.ID})
+		httpx.Indent(w, http.StatusOK, map[string]any{"alive": true, "cell": c.cfg.ID})
 	}))
 	mux.HandleFunc("/readyz", only(http.MethodGet, func(w http.ResponseWriter, r *http.Request) {
 		ok, checks := c.readiness()
@@ -45,11 +46,11 @@ func (c *Cell) adminHandler() http.Handler {
 		if !ok {
 			code = http.StatusServiceUnavailable
 		}
-		writeJSON(w, code, map[string]any{"ready": ok, "cell": c.cfg.ID, "checks": checks})
+		httpx.Indent(w, code, map[string]any{"ready": ok, "cell": c.cfg.ID, "checks": checks})
 	}))
 	mux.Handle("/metrics", promhttp.HandlerFor(c.reg, promhttp.HandlerOpts{Registry: c.promReg}))
 	mux.HandleFunc("/v1/admin/status", only(http.MethodGet, func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, http.StatusOK, c.Status())
+		httpx.Indent(w, http.StatusOK, c.Status())
 	}))
 	mux.HandleFunc("/v1/admin/circuit/{agency}/{action}", only(http.MethodPost, c.circuit))
 	mux.HandleFunc("/v1/admin/intake/{action}", only(http.MethodPost, c.intakeSwitch))
@@ -208,7 +209,7 @@ func (c *Cell) circuit(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	c.log.Warn("circuit breaker set by operator", "agency", name, "action", action)
-	writeJSON(w, http.StatusOK, map[string]string{"agency": name, "breaker": b.State().String()})
+	httpx.Indent(w, http.StatusOK, map[string]string{"agency": name, "breaker": b.State().String()})
 }
 
 func (c *Cell) intakeSwitch(w http.ResponseWriter, r *http.Request) {
@@ -229,7 +230,7 @@ func (c *Cell) intakeSwitch(w http.ResponseWriter, r *http.Request) {
 		problem.Write(w, problem.New(http.StatusBadRequest, problem.InvalidAction, "action must be close or open").WithField("action"))
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]string{"intake": map[bool]string{true: "open", false: "closed"}[c.intake.IsOpen()]})
+	httpx.Indent(w, http.StatusOK, map[string]string{"intake": map[bool]string{true: "open", false: "closed"}[c.intake.IsOpen()]})
 }
 
 // maxList caps the failed inquiries listed or retried at once.
@@ -255,7 +256,7 @@ func (c *Cell) listFailed(w http.ResponseWriter, r *http.Request) {
 	if list == nil {
 		list = []queue.Failure{}
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"failed": list, "count": len(list)})
+	httpx.Indent(w, http.StatusOK, map[string]any{"failed": list, "count": len(list)})
 }
 
 // RetryRequest is the body of POST /v1/admin/failed/retry.
@@ -314,14 +315,7 @@ func (c *Cell) retryFailed(w http.ResponseWriter, r *http.Request) {
 	if len(res.Retried) > 0 {
 		c.log.Info("failed inquiries re-enqueued", "count", len(res.Retried), "skipped", len(res.Skipped))
 	}
-	writeJSON(w, http.StatusOK, res)
-}
-
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	body, _ := json.MarshalIndent(v, "", "  ")
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	w.Write(append(body, '\n'))
+	httpx.Indent(w, http.StatusOK, res)
 }
 
 // catchUpWithRegistry reads the registry's map (within max) and has the

@@ -5,7 +5,7 @@ import (
 	"net"
 	"net/http"
 
-	"github.com/cellkit/cellkit/internal/problem"
+	"github.com/cellkit/cellkit/internal/httpx"
 )
 
 // IntakeAddr is the intake listener's address.
@@ -33,41 +33,10 @@ func baseURL(tls bool, addr net.Addr) string {
 // counted (cellkit_cell_panics_total{step}) and answered 500 with a
 // problem body, or, when the answer had begun, cut off as net/http does.
 func (c *Cell) contained(step string, h http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		cw := &startedWriter{ResponseWriter: w}
-		defer func() {
-			v := recover()
-			if v == nil {
-				return
-			}
-			if v == http.ErrAbortHandler {
-				panic(v)
-			}
-			c.pipe.Recovered(step, v, "method", r.Method, "path", r.URL.Path)
-			if cw.started {
-				panic(http.ErrAbortHandler)
-			}
-			problem.Write(w, problem.New(http.StatusInternalServerError, problem.Internal, "internal error"))
-		}()
-		h.ServeHTTP(cw, r)
+	return httpx.Contain(h, func(v any, r *http.Request) {
+		c.pipe.Recovered(step, v, "method", r.Method, "path", r.URL.Path)
 	})
 }
-
-// startedWriter notes whether an answer has begun.
-type startedWriter struct {
-	http.ResponseWriter
-	started bool
-}
-
-func (w *startedWriter) WriteHeader(code int) { w.started = true; w.ResponseWriter.WriteHeader(code) }
-
-func (w *startedWriter) Write(b []byte) (int, error) {
-	w.started = true
-	return w.ResponseWriter.Write(b)
-}
-
-// Unwrap gives http.ResponseController the writer underneath.
-func (w *startedWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 func serve(srv *http.Server, ln net.Listener) error {
 	if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {

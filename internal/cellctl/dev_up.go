@@ -18,6 +18,7 @@ import (
 	"github.com/cellkit/cellkit/internal/atomicfile"
 	"github.com/cellkit/cellkit/internal/control"
 	"github.com/cellkit/cellkit/internal/devstack"
+	"github.com/cellkit/cellkit/internal/freeport"
 	"github.com/cellkit/cellkit/internal/pki"
 	"github.com/cellkit/cellkit/internal/registry"
 	"github.com/cellkit/cellkit/internal/slotmap"
@@ -229,7 +230,7 @@ func allocPorts(o devOptions) (devPorts, error) {
 		}
 		if base == 0 {
 			var a string
-			a, err = devstack.FreeAddr()
+			a, err = freeport.Addr()
 			return a
 		}
 		return net.JoinHostPort("127.0.0.1", strconv.Itoa(base+off))

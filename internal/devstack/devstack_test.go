@@ -1,11 +1,9 @@
 package devstack
 
 import (
-	"net"
 	"os"
 	"path/filepath"
 	"reflect"
-	"strconv"
 	"testing"
 	"time"
 
@@ -63,53 +61,5 @@ func TestWriteRead(t *testing.T) {
 	}
 	if _, err := Read(filepath.Join(dir, "missing.json")); !os.IsNotExist(err) {
 		t.Errorf("Read(missing) = %v, want not exist", err)
-	}
-}
-
-// FreeAddr's ports are outside the kernel's ephemeral range, free now, and
-// spread (two calls rarely agree).
-func TestFreeAddr(t *testing.T) {
-	seen := map[string]bool{}
-	for range 50 {
-		a, err := FreeAddr()
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, p, _ := net.SplitHostPort(a)
-		port, _ := strconv.Atoi(p)
-		if port >= ephemeralLow() || port < 1024 {
-			t.Fatalf("FreeAddr() = %s: in the ephemeral range (from %d)", a, ephemeralLow())
-		}
-		ln, err := net.Listen("tcp", a)
-		if err != nil {
-			t.Fatalf("FreeAddr() = %s, but it cannot be bound: %v", a, err)
-		}
-		ln.Close()
-		seen[a] = true
-	}
-	if len(seen) < 45 {
-		t.Errorf("50 calls gave %d distinct addresses", len(seen))
-	}
-}
-
-// TestFreeAddrHoldsThePorts: a port FreeAddr handed out is held (by its
-// file in the temporary directory) and not handed out again, by this
-// process or another, for portHold.
-func TestFreeAddrHoldsThePorts(t *testing.T) {
-	seen := map[string]bool{}
-	for range 200 {
-		a, err := FreeAddr()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if seen[a] {
-			t.Fatalf("FreeAddr handed out %s twice", a)
-		}
-		seen[a] = true
-		_, port, _ := net.SplitHostPort(a)
-		n, _ := strconv.Atoi(port)
-		if holdPort(n) {
-			t.Fatalf("port %s taken again right after FreeAddr handed it out", port)
-		}
 	}
 }

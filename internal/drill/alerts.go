@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/cellkit/cellkit/internal/devstack"
+	"github.com/cellkit/cellkit/internal/freeport"
 	"github.com/cellkit/cellkit/internal/loadtest"
 )
 
@@ -190,7 +191,7 @@ scrape_configs:
 	if err := os.WriteFile(confPath, []byte(conf), 0o644); err != nil {
 		return nil, err
 	}
-	addr, err := devstack.FreeAddr()
+	addr, err := freeport.Addr()
 	if err != nil {
 		return nil, err
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/cellkit/cellkit/internal/api"
+	"github.com/cellkit/cellkit/internal/httpx"
 	"github.com/cellkit/cellkit/internal/inquiry"
 	"github.com/cellkit/cellkit/internal/problem"
 	"github.com/cellkit/cellkit/internal/store"
@@ -47,5 +48,5 @@ func (h *Handler) get(w http.ResponseWriter, r *http.Request, id string) {
 		problem.Write(w, keyReused(rec.ID))
 		return
 	}
-	writeJSON(w, http.StatusOK, rec.View())
+	httpx.JSON(w, http.StatusOK, rec.View())
 }

@@ -21,7 +21,6 @@ package intake
 
 import (
 	"crypto/tls"
-	"encoding/json"
 	"errors"
 	"log/slog"
 	"net/http"
@@ -34,6 +33,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/cellkit/cellkit/internal/api"
+	"github.com/cellkit/cellkit/internal/httpx"
 	"github.com/cellkit/cellkit/internal/pki"
 	"github.com/cellkit/cellkit/internal/problem"
 	"github.com/cellkit/cellkit/internal/queue"
@@ -236,7 +236,7 @@ func (h *Handler) IsOpen() bool { return h.open.Load() }
 // ServeHTTP routes the intake API.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	began := h.now()
-	rw := &statusWriter{ResponseWriter: w}
+	rw := &httpx.StatusWriter{ResponseWriter: w}
 	rw.Header().Set(api.HeaderCell, h.cfg.Cell)
 	route := "other"
 	switch {
@@ -274,46 +274,11 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	default:
 		problem.Write(rw, problem.New(http.StatusNotFound, problem.NotFound, "no such path: "+r.URL.Path))
 	}
-	h.m.requests.WithLabelValues(route, strconv.Itoa(rw.status())).Inc()
+	h.m.requests.WithLabelValues(route, strconv.Itoa(rw.Status())).Inc()
 	h.m.seconds.WithLabelValues(route).Observe(h.now().Sub(began).Seconds())
 }
 
 func methodNotAllowed(w http.ResponseWriter, allow string) {
 	w.Header().Set("Allow", allow)
 	problem.Write(w, problem.New(http.StatusMethodNotAllowed, problem.MethodNotAllowed, "allowed: "+allow))
-}
-
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	body, _ := json.Marshal(v)
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Content-Length", strconv.Itoa(len(body)+1))
-	w.WriteHeader(status)
-	w.Write(append(body, '\n'))
-}
-
-// statusWriter remembers the status for metrics.
-type statusWriter struct {
-	http.ResponseWriter
-	code int
-}
-
-func (s *statusWriter) WriteHeader(code int) {
-	if s.code == 0 {
-		s.code = code
-	}
-	s.ResponseWriter.WriteHeader(code)
-}
-
-func (s *statusWriter) Write(b []byte) (int, error) {
-	if s.code == 0 {
-		s.code = http.StatusOK
-	}
-	return s.ResponseWriter.Write(b)
-}
-
-func (s *statusWriter) status() int {
-	if s.code == 0 {
-		return http.StatusOK
-	}
-	return s.code
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/cellkit/cellkit/internal/api"
+	"github.com/cellkit/cellkit/internal/httpx"
 	"github.com/cellkit/cellkit/internal/inquiry"
 	"github.com/cellkit/cellkit/internal/problem"
 	"github.com/cellkit/cellkit/internal/queue"
@@ -96,7 +97,7 @@ func (h *Handler) post(w http.ResponseWriter, r *http.Request) {
 			case found:
 				w.Header().Set("Location", rec.StatusURL)
 				w.Header().Set("Idempotent-Replayed", "true")
-				writeJSON(w, http.StatusAccepted, rec)
+				httpx.JSON(w, http.StatusAccepted, rec)
 				return
 			case err != nil:
 				h.log.Warn("cannot ask the slot's previous cell about an idempotency key; accepting here", "previous", prev, "err", err)
@@ -149,7 +150,7 @@ func (h *Handler) accepted(w http.ResponseWriter, rec inquiry.Record, replayed b
 	if replayed {
 		w.Header().Set("Idempotent-Replayed", "true")
 	}
-	writeJSON(w, http.StatusAccepted, body)
+	httpx.JSON(w, http.StatusAccepted, body)
 }
 
 // Accepted is the 202 body.

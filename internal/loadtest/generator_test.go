@@ -27,6 +27,21 @@ func pacings(t *testing.T, f func(t *testing.T, onePacer bool)) {
 	}
 }
 
+// timerLags sleeps until n intended times gap apart, one after the other,
+// and returns how late each wake-up was, sorted: what the machine imposes
+// on any timer at that pace.
+func timerLags(n int, gap time.Duration) []time.Duration {
+	lags := make([]time.Duration, n)
+	start := time.Now()
+	for i := range lags {
+		at := start.Add(time.Duration(i) * gap)
+		time.Sleep(time.Until(at))
+		lags[i] = max(time.Since(at), 0)
+	}
+	slices.Sort(lags)
+	return lags
+}
+
 // steady is n intended times, gap apart from 0.
 func steady(n int, gap time.Duration) []time.Duration {
 	s := make([]time.Duration, n)
@@ -62,6 +77,10 @@ func TestGeneratorKeepsTheRate(t *testing.T) {
 		const n, rate = 1000, 500
 		testkit.Timing(t, 3, func() error {
 			var busy [8]atomic.Bool
+			// The floor: how late a plain timer is on this machine now,
+			// measured beside the generator at the same pace.
+			floor := make(chan []time.Duration, 1)
+			go func() { floor <- timerLags(n, time.Second/rate) }()
 			sum, got := collect(t, context.Background(), Generator[struct{}]{Schedule: steady(n, time.Second/rate), Senders: len(busy), OnePacer: onePacer},
 				func(_ context.Context, r Request) {
 					if !busy[r.Sender].CompareAndSwap(false, true) {
@@ -86,17 +105,23 @@ func TestGeneratorKeepsTheRate(t *testing.T) {
 			if achieved := float64(n-1) / span.Seconds(); achieved < rate*0.97 || achieved > rate*1.03 {
 				return fmt.Errorf("achieved %.1f/s over %v, want %d/s ± 3%%", achieved, span, rate)
 			}
-			// Generous for a shared 2-core machine; on an idle one the
-			// median is tens of microseconds. A thread per sender runs 8
-			// locked threads on 2 cores: beside the rest of the suite its
-			// p90 was 2.2–3.1 ms in three attempts in a row (its median
-			// 0.14–0.19 ms), so its tail gets more room.
+			// On an idle machine the median is tens of microseconds. The
+			// bounds are absolute when the machine is quiet and follow a
+			// plain timer's lateness when it is not (the whole suite runs
+			// beside this test on 2 cores): the generator may add a
+			// millisecond to what the machine imposes on any timer, not
+			// more. A thread per sender runs 8 locked threads on 2 cores:
+			// its tail gets more room.
+			ref := <-floor
 			p90Bound := 2 * time.Millisecond
 			if !onePacer {
 				p90Bound = 5 * time.Millisecond
 			}
-			if p50, p90 := lags[n/2], lags[n*9/10]; p50 > 500*time.Microsecond || p90 > p90Bound {
-				return fmt.Errorf("send lag p50 %v, p90 %v (max %v): want p50 ≤ 500µs, p90 ≤ %v", p50, p90, sum.MaxLag, p90Bound)
+			p50Bound := max(500*time.Microsecond, ref[len(ref)/2]+500*time.Microsecond)
+			p90Bound = max(p90Bound, ref[len(ref)*9/10]+time.Millisecond)
+			if p50, p90 := lags[n/2], lags[n*9/10]; p50 > p50Bound || p90 > p90Bound {
+				return fmt.Errorf("send lag p50 %v, p90 %v (max %v): want p50 ≤ %v, p90 ≤ %v (a plain timer's lag meanwhile: p50 %v, p90 %v)",
+					p50, p90, sum.MaxLag, p50Bound, p90Bound, ref[len(ref)/2], ref[len(ref)*9/10])
 			}
 			return nil
 		})

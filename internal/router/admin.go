@@ -1,7 +1,6 @@
 package router
 
 import (
-	"encoding/json"
 	"net/http"
 	"strconv"
 	"time"
@@ -10,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/cellkit/cellkit/internal/api"
+	"github.com/cellkit/cellkit/internal/httpx"
 	"github.com/cellkit/cellkit/internal/problem"
 )
 
@@ -25,7 +25,7 @@ import (
 func (r *Router) AdminHandler(gatherer prometheus.Gatherer) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
-		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+		httpx.Indent(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
 	mux.HandleFunc("GET /readyz", r.serveReady)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{}))
@@ -77,7 +77,7 @@ func (r *Router) serveReady(w http.ResponseWriter, _ *http.Request) {
 	if !rd.Ready {
 		code = http.StatusServiceUnavailable
 	}
-	writeJSON(w, code, rd)
+	httpx.Indent(w, code, rd)
 }
 
 // HotKeys reports the n heaviest users of the window.
@@ -109,7 +109,7 @@ func (r *Router) serveHotKeys(w http.ResponseWriter, req *http.Request) {
 		}
 		n = v
 	}
-	writeJSON(w, http.StatusOK, r.HotKeys(n))
+	httpx.Indent(w, http.StatusOK, r.HotKeys(n))
 }
 
 // SlotRates reads the per-slot request rates; ok is false before the
@@ -131,7 +131,7 @@ func (r *Router) serveSlots(w http.ResponseWriter, _ *http.Request) {
 		problem.WriteRetry(w, problem.New(http.StatusServiceUnavailable, problem.NoCellMap, "the router has routed with no cell map yet"), time.Second)
 		return
 	}
-	writeJSON(w, http.StatusOK, sr)
+	httpx.Indent(w, http.StatusOK, sr)
 }
 
 // Cells reports every cell of the routing table.
@@ -156,16 +156,5 @@ func (r *Router) Cells() []api.RouterCell {
 }
 
 func (r *Router) serveCells(w http.ResponseWriter, _ *http.Request) {
-	writeJSON(w, http.StatusOK, r.Cells())
-}
-
-func writeJSON(w http.ResponseWriter, code int, v any) {
-	body, err := json.MarshalIndent(v, "", "  ")
-	if err != nil {
-		problem.Write(w, problem.New(http.StatusInternalServerError, problem.Internal, err.Error()))
-		return
-	}
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(code)
-	w.Write(append(body, '\n'))
+	httpx.Indent(w, http.StatusOK, r.Cells())
 }

@@ -19,10 +19,10 @@
 //   - a normal inquiry plans with the pace left after high's arrival rate,
 //     up to high's share, and may fill only the depth high does not keep.
 //
-// Without the share cap, high inquiries near the whole pace starved the
-// normal ones already fetched (they wait for sessions behind the high
-// ones) far past their age budget. Config.LaneBlind restores the shedding
-// of one queue for both lanes (for comparison).
+// The share cap keeps high inquiries from starving the normal ones already
+// fetched (they wait for sessions behind the high ones); Config.LaneBlind
+// sheds one queue for both lanes. Why the constants are what they are:
+// docs/decisions/shedding.md.
 //
 // It is pure and cheap on the request path: a sampler feeds it snapshots of
 // the queue (Observe) and the pipeline reports what it finished (Drained);
@@ -186,9 +186,7 @@ func (s *Shedder) Config() Config { return s.cfg }
 // waitShare is the share of the age budget that the predicted age of a new
 // inquiry may take: the margin absorbs the error of the prediction (the
 // second or so a change of pace takes to show in the rates, the noise of
-// the rates, calls slower than the recent peak). 0.8 let the oldest age
-// overshoot a 5 s budget by up to 0.6 s in the agency-slow drill on a
-// loaded machine.
+// the rates, calls slower than the recent peak).
 const waitShare = 0.7
 
 // rateWindow is the time constant of the drain rate's moving average, the
@@ -351,8 +349,7 @@ func (s *Shedder) Admit(lane inquiry.Priority) Decision {
 
 // shareSlack is how far over its share high must be taken before it is
 // shed for it: the pace it is a share of follows a slowdown within a
-// second, and so dips with the noise of a few inquiries a sample, which
-// shed high inquiries within their share in the priority drill.
+// second, and so dips with the noise of a few inquiries a sample.
 const shareSlack = 1.3
 
 // decideLocked admits unless the lane's oldest pending message is over

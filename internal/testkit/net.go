@@ -4,7 +4,7 @@ import (
 	"net"
 	"testing"
 
-	"github.com/cellkit/cellkit/internal/devstack"
+	"github.com/cellkit/cellkit/internal/freeport"
 )
 
 // Listen returns a TCP listener on a free loopback port, closed when the
@@ -22,10 +22,10 @@ func Listen(t testing.TB) net.Listener {
 // FreeAddr returns a loopback address (host:port) that nothing listens on
 // at the moment: for a part the test starts later, or for a peer that is
 // down. Its port is below the kernel's ephemeral range (see
-// devstack.FreeAddr), so no server asking for any port takes it meanwhile.
+// freeport.Addr), so no server asking for any port takes it meanwhile.
 func FreeAddr(t testing.TB) string {
 	t.Helper()
-	a, err := devstack.FreeAddr()
+	a, err := freeport.Addr()
 	if err != nil {
 		t.Fatal(err)
 	}

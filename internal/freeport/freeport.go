@@ -1,4 +1,6 @@
-package devstack
+// Package freeport hands out loopback addresses free for a process
+// started later, never the same one twice within a while on this machine.
+package freeport
 
 import (
 	"fmt"
@@ -13,17 +15,17 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// FreeAddr returns a loopback address (127.0.0.1:PORT) that nothing listens
+// Addr returns a loopback address (127.0.0.1:PORT) that nothing listens
 // on now, for a process started later. The port is drawn at random below
 // the kernel's ephemeral range (ip_local_port_range): a port the kernel
 // hands out for port 0 — to a client's connection or to another server
 // asking for any port, such as an embedded NATS — is never one of these,
 // so the address stays free until its process binds it unless someone else
-// picks the same port explicitly. Nor does another FreeAddr on this
+// picks the same port explicitly. Nor does another Addr on this
 // machine, in this process or another (the test binaries of the packages
 // run side by side), for portHold: each port handed out is held by a file
 // of its own in the temporary directory's cellkit-ports.
-func FreeAddr() (string, error) {
+func Addr() (string, error) {
 	lo, hi := 10000, ephemeralLow()
 	if hi-lo < 1000 {
 		lo, hi = 1024, 65535
@@ -47,10 +49,10 @@ func FreeAddr() (string, error) {
 	return "", fmt.Errorf("find a free port: %w", last)
 }
 
-// portHold is how long a port FreeAddr handed out is not handed out again.
+// portHold is how long a port Addr handed out is not handed out again.
 const portHold = 10 * time.Minute
 
-// holdPort takes port for portHold: false if FreeAddr handed it out less
+// holdPort takes port for portHold: false if Addr handed it out less
 // than portHold ago. The directory is locked (flock) while a port's file
 // is looked at and written, so two processes never both take it.
 func holdPort(port int) bool {
