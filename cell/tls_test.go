@@ -14,9 +14,9 @@ import (
 	"time"
 
 	"github.com/cellkit/cellkit/internal/agencysim"
+	"github.com/cellkit/cellkit/internal/api"
 	"github.com/cellkit/cellkit/internal/celltest"
 	"github.com/cellkit/cellkit/internal/inquiry"
-	"github.com/cellkit/cellkit/internal/intake"
 	"github.com/cellkit/cellkit/internal/pki"
 	"github.com/cellkit/cellkit/internal/telegram"
 	"github.com/cellkit/cellkit/internal/testkit"
@@ -135,7 +135,7 @@ func TestBinaryOnMutualTLS(t *testing.T) {
 		t.Fatal("the admin API answered a client without a certificate")
 	}
 	req := inquiry.Request{UserID: "u-1", Product: "credit_loan", Amount: 1000, Priority: inquiry.High}
-	if r := testkit.Do(t, router, http.MethodPost, p.intake+intake.PathInquiries, req, nil); r.Status != http.StatusAccepted {
+	if r := testkit.Do(t, router, http.MethodPost, p.intake+api.PathInquiries, req, nil); r.Status != http.StatusAccepted {
 		t.Fatalf("router POST = %d %s", r.Status, r.Body)
 	}
 	for _, path := range []string{"/v1/admin/status", "/metrics"} {

@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 )
 
@@ -64,6 +65,7 @@ func TestStatusWriter(t *testing.T) {
 // cut off (the client sees no complete answer); ErrAbortHandler passes
 // through untold; every other panic is told once.
 func TestContain(t *testing.T) {
+	var mu sync.Mutex
 	var told []string
 	h := Contain(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
@@ -77,7 +79,7 @@ func TestContain(t *testing.T) {
 			panic(http.ErrAbortHandler)
 		}
 		_, _ = io.WriteString(w, "ok")
-	}), func(v any, r *http.Request) { told = append(told, r.URL.Path) })
+	}), func(v any, r *http.Request) { mu.Lock(); told = append(told, r.URL.Path); mu.Unlock() })
 	srv := httptest.NewServer(h)
 	defer srv.Close()
 	srv.Config.ErrorLog = nil
@@ -106,6 +108,8 @@ func TestContain(t *testing.T) {
 	if _, _, err := get("/abort"); err == nil {
 		t.Fatalf("ErrAbortHandler: the answer completed")
 	}
+	mu.Lock()
+	defer mu.Unlock()
 	if strings.Join(told, " ") != "/before /after" {
 		t.Fatalf("told %v, want /before /after", told)
 	}

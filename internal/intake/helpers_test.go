@@ -329,7 +329,7 @@ func (c *testCell) do(t testing.TB, method, path string, body any, hdr map[strin
 
 func (c *testCell) post(t testing.TB, body any, hdr map[string]string) response {
 	t.Helper()
-	return c.do(t, http.MethodPost, PathInquiries, body, hdr)
+	return c.do(t, http.MethodPost, api.PathInquiries, body, hdr)
 }
 
 func (c *testCell) get(t testing.TB, id string) response {

@@ -42,16 +42,8 @@ import (
 	"github.com/cellkit/cellkit/internal/store"
 )
 
-// Paths.
-const (
-	PathInquiries = "/v1/inquiries"
-	prefixByID    = PathInquiries + "/"
-	// PathHealth is what routers probe, on a connection of their own, to
-	// find an instance that hangs: 200 while the instance answers and
-	// reaches its queue, 503 (queue-unavailable) when it cannot. It reads
-	// nothing from the store and is never shed.
-	PathHealth = "/v1/health"
-)
+// prefixByID begins the path of one inquiry.
+const prefixByID = api.PathInquiries + "/"
 
 // Config tunes the intake. Zero values mean the defaults in brackets (see
 // DefaultConfig).
@@ -240,11 +232,11 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	rw.Header().Set(api.HeaderCell, h.cfg.Cell)
 	route := "other"
 	switch {
-	case r.URL.Path == PathInquiries:
+	case r.URL.Path == api.PathInquiries:
 		route = "post"
 	case strings.HasPrefix(r.URL.Path, prefixByID):
 		route = "get"
-	case r.URL.Path == PathHealth:
+	case r.URL.Path == api.PathHealth:
 		route = "health"
 	}
 	read := (route == "get" || route == "health") && (r.Method == http.MethodGet || r.Method == http.MethodHead)

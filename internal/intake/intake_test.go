@@ -299,11 +299,11 @@ func TestMethodsAndPaths(t *testing.T) {
 		status       int
 		allow        string
 	}{
-		{http.MethodGet, PathInquiries, 405, "POST"},
-		{http.MethodPut, PathInquiries, 405, "POST"},
-		{http.MethodDelete, PathInquiries, 405, "POST"},
-		{http.MethodPatch, PathInquiries, 405, "POST"},
-		{http.MethodHead, PathInquiries, 405, "POST"},
+		{http.MethodGet, api.PathInquiries, 405, "POST"},
+		{http.MethodPut, api.PathInquiries, 405, "POST"},
+		{http.MethodDelete, api.PathInquiries, 405, "POST"},
+		{http.MethodPatch, api.PathInquiries, 405, "POST"},
+		{http.MethodHead, api.PathInquiries, 405, "POST"},
 		{http.MethodPost, byID, 405, "GET, HEAD"},
 		{http.MethodPut, byID, 405, "GET, HEAD"},
 		{http.MethodDelete, byID, 405, "GET, HEAD"},
@@ -576,7 +576,7 @@ func TestIdempotencyKeyConcurrentPosts(t *testing.T) {
 	var wg sync.WaitGroup
 	for range 8 {
 		wg.Go(func() {
-			req, err := http.NewRequest(http.MethodPost, c.url+PathInquiries, strings.NewReader(string(body)))
+			req, err := http.NewRequest(http.MethodPost, c.url+api.PathInquiries, strings.NewReader(string(body)))
 			if err != nil {
 				results <- result{err: err}
 				return

@@ -10,7 +10,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/cellkit/cellkit/internal/intake"
+	"github.com/cellkit/cellkit/internal/api"
 )
 
 // Active health checks. A cell that hangs (a frozen process, a stuck
@@ -20,7 +20,7 @@ import (
 // checks every instance it routes to itself, as Envoy and HAProxy do:
 //
 //   - Every ProbeInterval, one GET of the intake's health path
-//     (intake.PathHealth) on a connection of the check's own (never one of
+//     (api.PathHealth) on a connection of the check's own (never one of
 //     the loops'), within ProbeTimeout. An answer below 500 is healthy
 //     (a cell too old to know the path answers 404, and is alive); a 5xx
 //     or no answer in time is a miss. A refused connection is a miss only
@@ -127,7 +127,7 @@ func (r *Router) check(ctx context.Context, ep *endpoint) {
 	if ep.tls != nil {
 		scheme = "https"
 	}
-	url := scheme + "://" + ep.addr + ep.prefix + intake.PathHealth
+	url := scheme + "://" + ep.addr + ep.prefix + api.PathHealth
 	wait := time.NewTimer(0)
 	defer wait.Stop()
 	for {

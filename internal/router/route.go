@@ -11,8 +11,8 @@ import (
 
 // The public API the router serves.
 const (
-	pathInquiries  = "/v1/inquiries"
-	pathInquiryPre = "/v1/inquiries/"
+	pathInquiries  = api.PathInquiries
+	pathInquiryPre = api.PathInquiries + "/"
 	maxInquiryID   = 128
 )
 
