@@ -29,30 +29,22 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/signal"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/cellkit/cellkit/internal/agencysim"
 	"github.com/cellkit/cellkit/internal/flagenv"
 	"github.com/cellkit/cellkit/internal/httpx"
+	"github.com/cellkit/cellkit/internal/program"
 	"github.com/cellkit/cellkit/internal/telegram"
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := run(ctx, os.Args[1:], os.Stderr, nil)
-	stop()
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "agencysim: %v\n", err)
-		os.Exit(1)
-	}
+	program.Main("agencysim", func(ctx context.Context) error { return run(ctx, os.Args[1:], os.Stderr, nil) })
 }
 
 // options are the command line.
@@ -129,9 +121,7 @@ func run(ctx context.Context, args []string, stderr io.Writer, ready func(addrs)
 	if err != nil {
 		return err
 	}
-	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: o.logLevel}))
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	log, reg := program.Start(stderr, o.logLevel)
 
 	type agency struct {
 		srv *agencysim.Server

@@ -36,14 +36,8 @@ import (
 	"log/slog"
 	"net/netip"
 	"os"
-	"os/signal"
 	"strings"
-	"sync"
-	"syscall"
 	"time"
-
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	// The Mozilla roots, used only where the system has none (the images'
 	// empty base): callbacks and registries on public certificates verify.
@@ -54,18 +48,12 @@ import (
 	"github.com/cellkit/cellkit/internal/flagenv"
 	"github.com/cellkit/cellkit/internal/intake"
 	"github.com/cellkit/cellkit/internal/pki"
-	"github.com/cellkit/cellkit/internal/reload"
+	"github.com/cellkit/cellkit/internal/program"
 	"github.com/cellkit/cellkit/internal/tlsconf"
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := run(ctx, os.Args[1:], os.Getenv, os.Stderr)
-	stop()
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "cell: %v\n", err)
-		os.Exit(1)
-	}
+	program.Main("cell", func(ctx context.Context) error { return run(ctx, os.Args[1:], os.Getenv, os.Stderr) })
 }
 
 // agencyFlag collects --agency name=host:port.
@@ -220,9 +208,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	if err != nil {
 		return err
 	}
-	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: x.level}))
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	log, reg := program.Start(stderr, x.level)
 	// Certificates first: a bad file stops the start before anything
 	// listens.
 	certs, err := cell.LoadTLS(x.tls, tlsconf.Options{Logger: log, Registerer: reg})
@@ -232,21 +218,15 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	if certs.RouterRole != "" {
 		cfg.RouterRole = certs.RouterRole
 	}
-	guard, err := adminauth.New(adminauth.Config{
+	guard, err := program.AdminGuard(adminauth.Config{
 		TokenFile:   x.adminTokenFile,
 		ClientCerts: x.tls.Admin.ClientCA != "",
 		ClientRole:  x.tls.Admin.ClientRole,
-	}, adminauth.Options{Logger: log, Registerer: reg})
+	}, cfg.AdminAddr, x.tls.Admin.Enabled(), log, reg)
 	if err != nil {
 		return err
 	}
-	files := certs.Watchers
-	if w := guard.Watcher(); w != nil {
-		files = append(files, w)
-	}
-	if x.adminTokenFile != "" && !x.tls.Admin.Enabled() && !adminauth.Loopback(cfg.AdminAddr) {
-		log.Warn("admin bearer tokens cross the network in clear text: give the admin listener a certificate (--admin-tls-cert, --admin-tls-key)", "admin", cfg.AdminAddr)
-	}
+	files := append(certs.Watchers, guard.Watcher())
 	c, err := cell.New(ctx, cfg, cell.Options{Logger: log, Registerer: reg, Gatherer: reg,
 		IntakeTLS: certs.Intake, AdminTLS: certs.Admin, PeerTLS: certs.Peer, AdminGuard: guard})
 	if err != nil {
@@ -256,15 +236,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	// The watchers reload the certificates and the admin tokens until the
 	// cell has stopped.
 	wctx, stopWatchers := context.WithCancel(context.WithoutCancel(ctx))
-	var watchers sync.WaitGroup
-	for _, w := range files {
-		watchers.Go(func() { _ = w.Run(wctx) }) // it logs each refused reload; it ends with wctx
-	}
-	if len(files) > 0 {
-		watchers.Go(func() { _ = reload.OnSignal(wctx, []os.Signal{syscall.SIGHUP}, files...) }) // as Run
-	}
+	watching := make(chan struct{})
+	go func() { _ = program.Watch(wctx, files); close(watching) }()
 	err = c.Run(ctx)
 	stopWatchers()
-	watchers.Wait()
+	<-watching
 	return err
 }

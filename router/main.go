@@ -37,14 +37,11 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"os"
-	"os/signal"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 	"golang.org/x/sync/errgroup"
 
 	// The Mozilla roots, used only where the system has none (the images'
@@ -55,6 +52,7 @@ import (
 	"github.com/cellkit/cellkit/internal/api"
 	"github.com/cellkit/cellkit/internal/flagenv"
 	"github.com/cellkit/cellkit/internal/pki"
+	"github.com/cellkit/cellkit/internal/program"
 	"github.com/cellkit/cellkit/internal/registry"
 	"github.com/cellkit/cellkit/internal/reload"
 	"github.com/cellkit/cellkit/internal/router"
@@ -62,13 +60,7 @@ import (
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr, nil)
-	stop()
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "router: %v\n", err)
-		os.Exit(1)
-	}
+	program.Main("router", func(ctx context.Context) error { return run(ctx, os.Args[1:], os.Stdout, os.Stderr, nil) })
 }
 
 // options are the command line.
@@ -212,9 +204,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, ready fun
 	if err != nil {
 		return err
 	}
-	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: o.logLevel}))
-	metrics := prometheus.NewRegistry()
-	metrics.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	log, metrics := program.Start(stderr, o.logLevel)
 	// The keys' watcher records the file before it is read, so that a
 	// change made meanwhile is seen; it runs once the router exists.
 	var rt *router.Router
@@ -266,19 +256,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, ready fun
 		cellLimits.TLS = c.Config()
 		watch(c.Watcher())
 	}
-	guard, err := adminauth.New(adminauth.Config{
+	guard, err := program.AdminGuard(adminauth.Config{
 		TokenFile:   o.adminTokenFile,
 		ClientCerts: o.adminTLS.ClientCA != "",
 		ClientRole:  o.adminTLS.ClientRole,
 		Interval:    o.reloadInterval,
-	}, adminauth.Options{Logger: log, Registerer: metrics})
+	}, o.adminListen, adminTLS != nil, log, metrics)
 	if err != nil {
 		return err
 	}
 	watch(guard.Watcher())
-	if o.adminTokenFile != "" && adminTLS == nil && !adminauth.Loopback(o.adminListen) {
-		log.Warn("admin bearer tokens cross the network in clear text: give the admin listener a certificate (--admin-tls-cert, --admin-tls-key)", "admin", o.adminListen)
-	}
 
 	reg, err := registry.Open(registry.Config{URL: o.registryURL}, registry.Options{})
 	if err != nil {
@@ -343,10 +330,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, ready fun
 			log.Info("announcing the router in the registry", "id", a.ID, "admin", a.Admin)
 		}
 	}
-	for _, w := range watchers {
-		g.Go(func() error { return w.Run(gctx) })
-	}
-	g.Go(func() error { return reload.OnSignal(gctx, []os.Signal{syscall.SIGHUP}, watchers...) })
+	g.Go(func() error { return program.Watch(gctx, watchers) })
 	g.Go(func() error {
 		if err := admin.Serve(adminLn); !errors.Is(err, http.ErrServerClosed) {
 			return fmt.Errorf("admin: %w", err)
