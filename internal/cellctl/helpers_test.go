@@ -15,6 +15,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/cellkit/cellkit/internal/celltest"
 	"github.com/cellkit/cellkit/internal/consultest"
 	"github.com/cellkit/cellkit/internal/registry"
 	"github.com/cellkit/cellkit/internal/slotmap"
@@ -27,9 +28,7 @@ func TestMain(m *testing.M) {
 	testkit.VerifyTestMain(m,
 		goleak.IgnoreTopFunction("internal/poll.runtime_pollWait"),
 		goleak.Cleanup(func(code int) {
-			if cellBin != "" {
-				os.RemoveAll(filepath.Dir(cellBin))
-			}
+			celltest.RemoveCellBinary()
 			os.Exit(code)
 		}),
 	)

@@ -1,18 +1,12 @@
 package cellctl
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -20,48 +14,15 @@ import (
 	"github.com/cellkit/cellkit/internal/agencysim"
 	"github.com/cellkit/cellkit/internal/api"
 	"github.com/cellkit/cellkit/internal/celltest"
-	"github.com/cellkit/cellkit/internal/pki"
 	"github.com/cellkit/cellkit/internal/slotmap"
 	"github.com/cellkit/cellkit/internal/telegram"
 	"github.com/cellkit/cellkit/internal/testkit"
 )
 
-// The real cell runs as its own binary, built once per test run: cellctl
-// does not import the cell, and a process is what cellctl drains in life.
-var (
-	cellBinOnce sync.Once
-	cellBin     string
-	cellBinErr  error
-)
+// realCell is a cell process (celltest.StartCell).
+type realCell struct{ *celltest.RealCell }
 
-func buildCell(t *testing.T) string {
-	t.Helper()
-	cellBinOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "cellctl-test-cell-")
-		if err != nil {
-			cellBinErr = err
-			return
-		}
-		cellBin = filepath.Join(dir, "cell")
-		out, err := exec.Command("go", "build", "-o", cellBin, "github.com/cellkit/cellkit/cell").CombinedOutput()
-		if err != nil {
-			cellBinErr = fmt.Errorf("go build ./cell: %v\n%s", err, out)
-		}
-	})
-	if cellBinErr != nil {
-		t.Fatal(cellBinErr)
-	}
-	return cellBin
-}
-
-// realCell is a cell process.
-type realCell struct {
-	intake, admin string // base URLs
-	cmd           *exec.Cmd
-	log           *bytes.Buffer
-}
-
-// startCell runs the cell binary as cell id against the registry url and
+// startCell runs the cell program as cell id against the registry url and
 // waits until it is ready.
 func startCell(t *testing.T, id, registryURL, intakeAddr, adminAddr, nice, kcb string) *realCell {
 	t.Helper()
@@ -69,70 +30,18 @@ func startCell(t *testing.T, id, registryURL, intakeAddr, adminAddr, nice, kcb s
 }
 
 // startCellWith is startCell, with both listeners on mutual TLS with certs'
-// cell certificate if certs is not nil (readiness is then asked with the
-// operator's certificate), and with the cell flags extra.
+// cell certificate if certs is not nil, and with the cell flags extra.
 func startCellWith(t *testing.T, id, registryURL, intakeAddr, adminAddr, nice, kcb string, certs *celltest.Certs, extra ...string) *realCell {
 	t.Helper()
-	bin := buildCell(t)
-	scheme, ready := "http", http.DefaultClient
-	args := []string{"--cell", id, "--registry", registryURL, "--store", t.TempDir(),
-		"--intake", intakeAddr, "--admin", adminAddr, "--nats-port", "-1",
-		"--agency", "nice=" + nice, "--agency", "kcb=" + kcb,
-		"--workers", "2", "--css-latency", "1ms", "--core-latency", "1ms", "--log-level", "warn"}
-	if certs != nil {
-		cert, key := certs.Cert(pki.RoleCell), certs.Key(pki.RoleCell)
-		args = append(args, "--tls-cert", cert, "--tls-key", key, "--tls-client-ca", certs.CA(),
-			"--admin-tls-cert", cert, "--admin-tls-key", key, "--admin-tls-client-ca", certs.CA())
-		scheme, ready = "https", certs.TLSClient(t, pki.RoleOperator)
-	}
-	args = append(args, extra...)
-	c := &realCell{intake: scheme + "://" + intakeAddr, admin: scheme + "://" + adminAddr, log: &bytes.Buffer{}}
-	c.cmd = exec.Command(bin, args...)
-	// The cell reads CELLKIT_* variables: keep the developer's out.
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "CELLKIT_") {
-			c.cmd.Env = append(c.cmd.Env, kv)
-		}
-	}
-	c.cmd.Stdout, c.cmd.Stderr = c.log, c.log
-	if err := c.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan struct{})
-	go func() { c.cmd.Wait(); close(exited) }()
-	t.Cleanup(func() {
-		c.cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(20 * time.Second):
-			c.cmd.Process.Kill()
-			<-exited
-		}
-		if t.Failed() {
-			t.Logf("cell %s log:\n%s", id, c.log)
-		}
-	})
-	testkit.WaitFor(t, 30*time.Second, "cell "+id+" to be ready", func() bool {
-		select {
-		case <-exited:
-			t.Fatalf("cell %s exited: %v\n%s", id, c.cmd.ProcessState, c.log)
-		default:
-		}
-		resp, err := ready.Get(c.admin + "/readyz")
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
-	})
-	return c
+	return &realCell{celltest.StartCell(t, celltest.CellProcess{ID: id, Registry: registryURL, Intake: intakeAddr, Admin: adminAddr,
+		Nice: nice, KCB: kcb, Certs: certs, Extra: extra})}
 }
 
 // post sends one inquiry and returns its id.
 func (c *realCell) post(t *testing.T, user, priority string) string {
 	t.Helper()
 	body := fmt.Sprintf(`{"user_id":%q,"product":"credit_loan","amount":5000000,"priority":%q}`, user, priority)
-	resp, err := http.Post(c.intake+"/v1/inquiries", "application/json", strings.NewReader(body))
+	resp, err := http.Post(c.Intake+"/v1/inquiries", "application/json", strings.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -150,7 +59,7 @@ func (c *realCell) post(t *testing.T, user, priority string) string {
 
 func (c *realCell) inquiryStatus(t *testing.T, id string) string {
 	t.Helper()
-	resp, err := http.Get(c.intake + "/v1/inquiries/" + id)
+	resp, err := http.Get(c.Intake + "/v1/inquiries/" + id)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -212,7 +121,7 @@ func TestDrainWaitRealCell(t *testing.T) {
 			}
 		}
 		var after api.CellStatus
-		if err := (adminclient.Client{HTTP: http.DefaultClient}).Call(context.Background(), http.MethodGet, cell.admin, "/v1/admin/status", nil, &after); err != nil {
+		if err := (adminclient.Client{HTTP: http.DefaultClient}).Call(context.Background(), http.MethodGet, cell.Admin, "/v1/admin/status", nil, &after); err != nil {
 			t.Fatal(err)
 		}
 		if after.Pending() != 0 || after.IntakeOpen() {

@@ -358,3 +358,6 @@ func randomHex(t testing.TB, n int) string {
 	}
 	return hex.EncodeToString(b)
 }
+
+// Node is the agent's node name.
+func (a *Agent) Node() string { return a.node }

@@ -12,7 +12,6 @@ import (
 	"runtime"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -35,8 +34,9 @@ import (
 func TestMain(m *testing.M) {
 	testkit.VerifyTestMain(m, goleak.Cleanup(func(code int) {
 		if buildDir != "" {
-			os.RemoveAll(buildDir) // the provider and cell binaries, 60 MB a run
+			os.RemoveAll(buildDir) // the provider's binary
 		}
+		celltest.RemoveCellBinary()
 		os.Exit(code)
 	}))
 }
@@ -455,74 +455,11 @@ resource "cellkit_cell" "c1" {
 	f.ok("destroy", "-auto-approve")
 }
 
-// buildCell builds the cell program next to the provider.
-func buildCell(t *testing.T) string {
-	t.Helper()
-	bin := filepath.Join(providerDir(t), "cell")
-	cellOnce.Do(func() {
-		_, file, _, _ := runtime.Caller(0)
-		cmd := exec.Command("go", "build", "-o", bin, "./cell")
-		cmd.Dir = filepath.Join(filepath.Dir(file), "..", "..")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			cellErr = fmt.Errorf("go build ./cell: %v: %s", err, out)
-		}
-	})
-	if cellErr != nil {
-		t.Fatal(cellErr)
-	}
-	return bin
-}
-
-var (
-	cellOnce sync.Once
-	cellErr  error
-)
-
 // startCell runs a real cell process for id against the registry, its
 // agencies the simulators at nice and kcb, until the test ends.
 func startCell(t *testing.T, id, reg, intake, admin, nice, kcb string) {
 	t.Helper()
-	var log bytes.Buffer
-	cmd := exec.Command(buildCell(t), "--cell", id, "--registry", reg, "--store", t.TempDir(),
-		"--intake", intake, "--admin", admin, "--nats-port", "-1",
-		"--agency", "nice="+nice, "--agency", "kcb="+kcb,
-		"--workers", "2", "--css-latency", "1ms", "--core-latency", "1ms", "--log-level", "warn")
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "CELLKIT_") {
-			cmd.Env = append(cmd.Env, kv)
-		}
-	}
-	cmd.Stdout, cmd.Stderr = &log, &log
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan struct{})
-	go func() { cmd.Wait(); close(exited) }()
-	t.Cleanup(func() {
-		cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(20 * time.Second):
-			cmd.Process.Kill()
-			<-exited
-		}
-		if t.Failed() {
-			t.Logf("cell %s log:\n%s", id, log.String())
-		}
-	})
-	testkit.WaitFor(t, 30*time.Second, "cell "+id+" to be ready", func() bool {
-		select {
-		case <-exited:
-			t.Fatalf("cell %s exited: %v\n%s", id, cmd.ProcessState, log.String())
-		default:
-		}
-		resp, err := http.Get("http://" + admin + "/readyz")
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
-	})
+	celltest.StartCell(t, celltest.CellProcess{ID: id, Registry: reg, Intake: intake, Admin: admin, Nice: nice, KCB: kcb})
 }
 
 // state = "drained" on a running cell with queued work: apply waits until

@@ -1,12 +1,9 @@
 package netstack
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -46,22 +43,10 @@ func consulProcess(bin string, h *netlab.Host, token string) devstack.Process {
 // waitConsul waits until the agent has a leader and its node is in the
 // catalog: the writer lock's session needs both.
 func waitConsul(ctx context.Context, hc *http.Client, h *netlab.Host, token string, within time.Duration) error {
-	base := "http://" + h.HostPort(consulHTTP)
 	deadline := time.Now().Add(within)
 	var last error
 	for {
-		var leader string
-		var node *struct{ Node struct{ Node string } }
-		last = getJSON(ctx, hc, base+"/v1/status/leader", "", &leader)
-		if last == nil && leader == "" {
-			last = errors.New("no leader yet")
-		}
-		if last == nil {
-			last = getJSON(ctx, hc, base+"/v1/catalog/node/consul", token, &node)
-			if last == nil && node == nil {
-				last = errors.New("its node is not registered yet")
-			}
-		}
+		last = registry.ConsulReady(ctx, hc, h.HostPort(consulHTTP), token, "consul")
 		if last == nil {
 			return nil
 		}
@@ -74,29 +59,6 @@ func waitConsul(ctx context.Context, hc *http.Client, h *netlab.Host, token stri
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
-}
-
-func getJSON(ctx context.Context, hc *http.Client, url, token string, v any) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return err
-	}
-	if token != "" {
-		req.Header.Set("X-Consul-Token", token)
-	}
-	resp, err := hc.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return err
-	}
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("GET %s: %s: %s", url, resp.Status, bytes.TrimSpace(body))
-	}
-	return json.Unmarshal(body, v)
 }
 
 // provision writes the map into Consul through internal/control, as
