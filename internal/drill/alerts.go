@@ -113,6 +113,26 @@ func (c Config) startPrometheus(ctx context.Context) (*Prometheus, error) {
 	return StartPrometheus(ctx, c.Prometheus, c.Rules, c.Stack)
 }
 
+// watchedLoad starts the drill's Prometheus if it has one, then its load
+// runner for total, which the Prometheus watches (its alerts are read
+// against the run's clock). The caller stops the Prometheus (nil without
+// one) when the drill is done.
+func (c Config) watchedLoad(ctx context.Context, total time.Duration) (*loadtest.Runner, *Prometheus, error) {
+	prom, err := c.startPrometheus(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	r, err := c.runner(total)
+	if err != nil {
+		prom.Stop()
+		return nil, nil, err
+	}
+	if prom != nil {
+		prom.Watch(ctx, r)
+	}
+	return r, prom, nil
+}
+
 func atText(at time.Duration) string {
 	if at < 0 {
 		return "-"
@@ -337,8 +357,12 @@ func (p *Prometheus) Alerts() []AlertSeen {
 	return out
 }
 
-// Stop ends the watch and the server.
+// Stop ends the watch and the server; a nil Prometheus (a drill without
+// one) has nothing to stop.
 func (p *Prometheus) Stop() {
+	if p == nil {
+		return
+	}
 	select {
 	case <-p.stop:
 	default:

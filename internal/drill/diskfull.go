@@ -67,23 +67,16 @@ func DiskFull(ctx context.Context, c Config) (_ *loadtest.Result, err error) {
 	failuresBefore, _ := cellCounter(ctx, st, c.Cell, "cellkit_cell_store_write_failures_total")
 	pid := st.program(c.Cell) // healed in place: the same program at the end
 
-	prom, err := c.startPrometheus(ctx)
-	if err != nil {
-		return nil, err
-	}
 	var near time.Duration // the near-full phase, with a Prometheus
-	if prom != nil {
-		defer prom.Stop()
+	if c.Prometheus != "" {
 		near = NearFullHold
 	}
 	end := c.Baseline + near + c.Fault + c.After
-	r, err := c.runner(end)
+	r, prom, err := c.watchedLoad(ctx, end)
 	if err != nil {
 		return nil, err
 	}
-	if prom != nil {
-		prom.Watch(ctx, r)
-	}
+	defer prom.Stop()
 	wait := startLoad(ctx, r)
 	filler := filepath.Join(dir, "drill-filler")
 	var nearAt, fullAt, freedAt time.Duration

@@ -21,21 +21,12 @@ func Kill(ctx context.Context, c Config) (*loadtest.Result, error) {
 		return nil, fmt.Errorf("drill kill: with a Prometheus the fault must last at least %v and the load after it %v (the alert's bounds)",
 			CellDownBound+5*time.Second, ResolveBound+5*time.Second)
 	}
-	prom, err := c.startPrometheus(ctx)
-	if err != nil {
-		return nil, err
-	}
-	if prom != nil {
-		defer prom.Stop()
-	}
 	end := c.Baseline + c.Fault + c.After
-	r, err := c.runner(end)
+	r, prom, err := c.watchedLoad(ctx, end)
 	if err != nil {
 		return nil, err
 	}
-	if prom != nil {
-		prom.Watch(ctx, r)
-	}
+	defer prom.Stop()
 	wait := startLoad(ctx, r)
 	var killAt, restartAt, readyAt time.Duration
 	var actErr error

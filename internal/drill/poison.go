@@ -41,21 +41,12 @@ func Poison(ctx context.Context, c Config) (*loadtest.Result, error) {
 	if c.Prometheus != "" && c.Fault+c.After < PanicAlertBound+2*time.Second {
 		return nil, fmt.Errorf("drill poison: with a Prometheus the fault and the load after it must last at least %v (the alert's bound)", PanicAlertBound+2*time.Second)
 	}
-	prom, err := c.startPrometheus(ctx)
-	if err != nil {
-		return nil, err
-	}
-	if prom != nil {
-		defer prom.Stop()
-	}
 	end := c.Baseline + c.Fault + c.After
-	r, err := c.runner(end)
+	r, prom, err := c.watchedLoad(ctx, end)
 	if err != nil {
 		return nil, err
 	}
-	if prom != nil {
-		prom.Watch(ctx, r)
-	}
+	defer prom.Stop()
 	wait := startLoad(ctx, r)
 	var burstAt time.Duration
 	var ids []string
