@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -38,7 +37,7 @@ func (x *inv) devUp(ctx context.Context, o devOptions) error {
 			}
 		}
 	}
-	bins, err := findBinaries(o.binDir, "agencysim", "cell", "router", "cellctl")
+	bins, err := devstack.FindBinaries(binDirs(o.binDir), "agencysim", "cell", "router", "cellctl")
 	if err != nil {
 		return err
 	}
@@ -244,34 +243,17 @@ func allocPorts(o devOptions) (devPorts, error) {
 	return p, err
 }
 
-// findBinaries looks for the programs in dir, else next to this executable,
-// else in ./bin.
-func findBinaries(dir string, names ...string) (map[string]string, error) {
-	var dirs []string
+// binDirs are where the programs are looked for: dir if given, else
+// beside this cellctl, then ./bin.
+func binDirs(dir string) []string {
 	if dir != "" {
-		dirs = []string{dir}
-	} else {
-		if exe, err := os.Executable(); err == nil {
-			dirs = append(dirs, filepath.Dir(exe))
-		}
-		dirs = append(dirs, "bin")
+		return []string{dir}
 	}
-	for _, d := range dirs {
-		found := map[string]string{}
-		for _, n := range names {
-			p, err := filepath.Abs(filepath.Join(d, n))
-			if err != nil {
-				continue
-			}
-			if info, err := os.Stat(p); err == nil && info.Mode().IsRegular() && info.Mode()&0o111 != 0 {
-				found[n] = p
-			}
-		}
-		if len(found) == len(names) {
-			return found, nil
-		}
+	var dirs []string
+	if exe, err := os.Executable(); err == nil {
+		dirs = append(dirs, filepath.Dir(exe))
 	}
-	return nil, fmt.Errorf("cannot find %s in %s: run 'make build' first (or pass --bin DIR)", strings.Join(names, ", "), strings.Join(dirs, " or "))
+	return append(dirs, "bin")
 }
 
 // devMap makes sure the registry holds a map with cells c1..cN at the given
@@ -363,15 +345,9 @@ func devKey(ctx context.Context, routerBin, dir string) (string, error) {
 		// normal inquiries. Start it again.
 		_ = os.Remove(keysFile) // remade at once by keygen, which reports a failure
 	}
-	var out, errb bytes.Buffer
-	cmd := exec.CommandContext(ctx, routerBin, "keygen", "-client", devKeyClient, "-rate", "1000", "-burst", "2000", "-lanes", "high,normal", "-keys", keysFile)
-	cmd.Stdout, cmd.Stderr, cmd.Env = &out, &errb, devstack.ChildEnv()
-	if err := cmd.Run(); err != nil {
-		return "", fmt.Errorf("router keygen: %v: %s", err, strings.TrimSpace(errb.String()))
-	}
-	key := strings.TrimSpace(out.String())
-	if key == "" {
-		return "", errors.New("router keygen printed no key")
+	key, err := devstack.Keygen(ctx, routerBin, keysFile, devKeyClient)
+	if err != nil {
+		return "", err
 	}
 	if err := atomicfile.WriteFile(keyFile, []byte(key+"\n"), 0o600); err != nil {
 		return "", err

@@ -38,7 +38,6 @@
 package netstack
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
@@ -51,7 +50,6 @@ import (
 	"net/http"
 	"net/netip"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -275,7 +273,7 @@ func Up(ctx context.Context, cfg Config, opts Options) (*Stack, error) {
 	} else if !sw.Empty() {
 		fmt.Fprintf(progress, "net: swept a crashed lab %v: %d processes, %d namespaces, %d links\n", sw.Prefixes, len(sw.Killed), len(sw.Namespaces), len(sw.Links))
 	}
-	bins, err := findBinaries(cfg.Bin, "consul", "cell", "router", "agencysim", "nats-server", "cellctl")
+	bins, err := devstack.FindBinaries([]string{cfg.Bin}, "consul", "cell", "router", "agencysim", "nats-server", "cellctl")
 	if err != nil {
 		return nil, err
 	}
@@ -544,38 +542,11 @@ func apiKey(ctx context.Context, routerBin, dir string) (string, error) {
 	if err := os.Remove(keys); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return "", err
 	}
-	var out, errb bytes.Buffer
-	cmd := exec.CommandContext(ctx, routerBin, "keygen", "-client", "lab", "-rate", "1000", "-burst", "2000", "-lanes", "high,normal", "-keys", keys)
-	cmd.Stdout, cmd.Stderr, cmd.Env = &out, &errb, devstack.ChildEnv()
-	if err := cmd.Run(); err != nil {
-		return "", fmt.Errorf("router keygen: %v: %s", err, strings.TrimSpace(errb.String()))
-	}
-	key := strings.TrimSpace(out.String())
-	if key == "" {
-		return "", errors.New("router keygen printed no key")
+	key, err := devstack.Keygen(ctx, routerBin, keys, "lab")
+	if err != nil {
+		return "", err
 	}
 	return key, atomicfile.WriteFile(filepath.Join(dir, "router", "dev-key"), []byte(key+"\n"), 0o600)
-}
-
-// findBinaries finds the programs in dir.
-func findBinaries(dir string, names ...string) (map[string]string, error) {
-	found := map[string]string{}
-	var missing []string
-	for _, n := range names {
-		p, err := filepath.Abs(filepath.Join(dir, n))
-		if err != nil {
-			return nil, err
-		}
-		if info, err := os.Stat(p); err != nil || !info.Mode().IsRegular() || info.Mode()&0o111 == 0 {
-			missing = append(missing, n)
-			continue
-		}
-		found[n] = p
-	}
-	if len(missing) > 0 {
-		return nil, fmt.Errorf("no %s in %s: run 'make build' (and 'make tools' for consul), or pass --bin DIR", strings.Join(missing, ", "), dir)
-	}
-	return found, nil
 }
 
 func randomHex(n int) string {
