@@ -91,8 +91,7 @@ type AgencyStatus struct {
 	Waiting  int       `json:"waiting"` // workers waiting for a session
 }
 
-// PoolStats is an agency's session pool (internal/sessionpool's Stats,
-// which converts to it).
+// PoolStats is an agency's session pool (internal/sessionpool's Stats).
 type PoolStats struct {
 	Size       int    `json:"size"`        // target number of sessions
 	Open       int    `json:"open"`        // sessions that exist: idle, in use, being checked or closed

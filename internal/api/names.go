@@ -12,6 +12,7 @@ const (
 	MaxAgency    = 32
 	MaxProduct   = 32
 	MaxRequestID = 64
+	MaxInquiryID = 128
 	MaxIdemKey   = 255
 )
 
@@ -60,6 +61,11 @@ func of[T ~string | ~[]byte](s T, cs *charset, max int) bool {
 
 // ValidUserID: a user id, the key of the routing: 1–64 of [A-Za-z0-9_-].
 func ValidUserID[T ~string | ~[]byte](id T) bool { return of(id, userChars, MaxUserID) }
+
+// ValidInquiryID: what a router takes for an inquiry id in a path before
+// the cell that owns it checks the rest: 1–128 of [A-Za-z0-9_-] (the cell
+// is everything before its last '-').
+func ValidInquiryID[T ~string | ~[]byte](id T) bool { return of(id, userChars, MaxInquiryID) }
 
 // ValidClientID: a client of the router (the holder of API keys) or a
 // router's own id: 1–64 of [A-Za-z0-9._-].

@@ -16,6 +16,8 @@ func TestNames(t *testing.T) {
 	}{
 		{"user", ValidUserID[string], []string{"u", "U-42_x", strings.Repeat("z", 64), "-", "0"},
 			[]string{"", "u.1", "u 1", "u/1", "ü", strings.Repeat("z", 65), "u@", "u:1"}},
+		{"inquiry id", ValidInquiryID[string], []string{"c1-0123456789abcdefghijklmnop", "a", strings.Repeat("i", 128)},
+			[]string{"", "c1.x", "c1/x", strings.Repeat("i", 129)}},
 		{"client", ValidClientID, []string{"acme", "a.b_c-d", "A9", strings.Repeat("c", 64)},
 			[]string{"", "a b", "a:b", "a/b", strings.Repeat("c", 65), "a\x00"}},
 		{"cell", ValidCellID[string], []string{"c1", "cell-2", "0", strings.Repeat("a", 32)},

@@ -183,7 +183,7 @@ func (c *Cell) Status() api.CellStatus {
 	for _, name := range c.names {
 		a := c.clients[name].Status()
 		st.Agencies[name] = api.AgencyStatus{Agency: a.Agency, Breaker: a.Breaker, Limit: a.Limit, Inflight: a.Inflight,
-			Pool: api.PoolStats(a.Pool), Quota: c.quota[name], Waiting: gates[name][2]}
+			Pool: a.Pool, Quota: c.quota[name], Waiting: gates[name][2]}
 	}
 	c.quotaMu.Unlock()
 	return st

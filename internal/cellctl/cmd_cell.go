@@ -84,8 +84,6 @@ cellctl provision c5 --intake http://c5:8081 --admin http://c5:9081 --weight 2 -
 }
 
 // knownCell refuses an unknown cell id with the list of cells.
-func knownCell(m *slotmap.Map, id string) error { return control.KnownCell(m, id) }
-
 func undrainCommand() *command {
 	c := &command{
 		name:      "undrain",

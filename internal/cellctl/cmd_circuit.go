@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/cellkit/cellkit/internal/control"
 	"github.com/cellkit/cellkit/internal/slotmap"
 )
 
@@ -33,7 +34,7 @@ cellctl circuit c1 nice reset`,
 			return err
 		}
 		reg.Close()
-		if err := knownCell(m, id); err != nil {
+		if err := control.KnownCell(m, id); err != nil {
 			return fmt.Errorf("%s", invalidReason(err))
 		}
 		if _, ok := m.Agencies()[agency]; !ok {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/cellkit/cellkit/internal/api"
+	"github.com/cellkit/cellkit/internal/control"
 )
 
 // cellAdmin finds a cell's admin URL in the live map.
@@ -18,7 +19,7 @@ func (x *inv) cellAdmin(ctx context.Context, id string) (string, error) {
 		return "", err
 	}
 	defer reg.Close()
-	if err := knownCell(m, id); err != nil {
+	if err := control.KnownCell(m, id); err != nil {
 		return "", fmt.Errorf("%s", invalidReason(err))
 	}
 	c, _ := m.Cell(id)

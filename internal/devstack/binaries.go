@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 )
 
@@ -35,7 +36,7 @@ func FindBinaries(dirs []string, names ...string) (map[string]string, error) {
 		}
 	}
 	hint := "run 'make build'"
-	if strings.Contains(" "+strings.Join(missing, " ")+" ", " consul ") {
+	if slices.Contains(missing, "consul") {
 		hint += " (and 'make tools' for consul)"
 	}
 	return nil, fmt.Errorf("no %s in %s: %s, or pass --bin DIR", strings.Join(missing, ", "), strings.Join(dirs, " or "), hint)

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"slices"
 	"sync"
 	"syscall"
 
@@ -62,23 +63,12 @@ func AdminGuard(cfg adminauth.Config, listen string, listenerTLS bool, log *slog
 // by its watcher, which keeps the files it had. It returns nil once every
 // watcher has stopped.
 func Watch(ctx context.Context, ws []*reload.Watcher) error {
+	ws = slices.DeleteFunc(slices.Clone(ws), func(w *reload.Watcher) bool { return w == nil })
 	var wg sync.WaitGroup
 	for _, w := range ws {
-		if w != nil {
-			wg.Go(func() { _ = w.Run(ctx) }) // it returns nil when ctx ends
-		}
+		wg.Go(func() { _ = w.Run(ctx) }) // it returns nil when ctx ends
 	}
-	_ = reload.OnSignal(ctx, []os.Signal{syscall.SIGHUP}, nonNil(ws)...) // as Run
+	_ = reload.OnSignal(ctx, []os.Signal{syscall.SIGHUP}, ws...) // as Run
 	wg.Wait()
 	return nil
-}
-
-func nonNil(ws []*reload.Watcher) []*reload.Watcher {
-	out := make([]*reload.Watcher, 0, len(ws))
-	for _, w := range ws {
-		if w != nil {
-			out = append(out, w)
-		}
-	}
-	return out
 }

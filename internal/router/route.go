@@ -13,7 +13,6 @@ import (
 const (
 	pathInquiries  = api.PathInquiries
 	pathInquiryPre = api.PathInquiries + "/"
-	maxInquiryID   = 128
 )
 
 // routeKind is what a request path asks for.
@@ -50,15 +49,10 @@ func classify(method, path []byte) (routeKind, []byte) {
 }
 
 // cellOfInquiry returns the cell named by an inquiry id "<cell>-<unique>":
-// everything before the last '-'. The id must be 1–128 of [A-Za-z0-9_-].
+// everything before the last '-' (see api.ValidInquiryID).
 func cellOfInquiry(id []byte) ([]byte, bool) {
-	if len(id) == 0 || len(id) > maxInquiryID {
+	if !api.ValidInquiryID(id) {
 		return nil, false
-	}
-	for _, c := range id {
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
-			return nil, false
-		}
 	}
 	dash := bytes.LastIndexByte(id, '-')
 	if dash <= 0 || dash == len(id)-1 {

@@ -23,6 +23,8 @@ import (
 	"log/slog"
 	"sync"
 	"time"
+
+	"github.com/cellkit/cellkit/internal/api"
 )
 
 var (
@@ -187,23 +189,9 @@ type waiter[C Conn] struct {
 	since time.Time
 }
 
-// Stats is a snapshot of a pool.
-type Stats struct {
-	Size       int    `json:"size"`        // target number of sessions
-	Open       int    `json:"open"`        // sessions that exist: idle, in use, being checked or closed
-	Idle       int    `json:"idle"`        // ready to lend
-	InUse      int    `json:"in_use"`      // lent out
-	Dialing    int    `json:"dialing"`     // being established
-	Waiters    int    `json:"waiters"`     // borrowers waiting
-	Created    uint64 `json:"created"`     // sessions established
-	Reused     uint64 `json:"reused"`      // borrows of a session that served before
-	Borrows    uint64 `json:"borrows"`     // successful borrows
-	Exhausted  uint64 `json:"exhausted"`   // borrows that hit the deadline
-	Broken     uint64 `json:"broken"`      // sessions closed because they broke
-	Heartbeats uint64 `json:"heartbeats"`  // heartbeats sent
-	DialErrors uint64 `json:"dial_errors"` // failed dials
-	Retired    uint64 `json:"retired"`     // sessions closed for age or shrinking
-}
+// Stats is a snapshot of a pool: the document a cell's admin status shows
+// for each agency.
+type Stats = api.PoolStats
 
 // New starts a pool: it dials Size sessions concurrently in the background
 // and returns at once, whether or not the far side answers. Close stops it.
