@@ -249,11 +249,7 @@ func cut(as, bs []*netlab.Host) (heal func() error, err error) {
 		errs := make([]error, len(pairs))
 		var wg sync.WaitGroup
 		for i, p := range pairs {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				errs[i] = f(p[0], p[1])
-			}()
+			wg.Go(func() { errs[i] = f(p[0], p[1]) })
 		}
 		wg.Wait()
 		return errors.Join(errs...)
