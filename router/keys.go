@@ -16,11 +16,11 @@ import (
 	"text/tabwriter"
 
 	"github.com/cellkit/cellkit/internal/api"
+	"github.com/cellkit/cellkit/internal/apikey"
 	"github.com/cellkit/cellkit/internal/atomicfile"
-	"github.com/cellkit/cellkit/internal/router"
 )
 
-// The keys file's commands. Each edit is checked with router.ParseKeys
+// The keys file's commands. Each edit is checked with apikey.Parse
 // and written atomically (internal/atomicfile): a router watching the file
 // sees the old keys or the new ones, never a mix.
 //
@@ -117,7 +117,7 @@ func keysAdd(args []string, stdout, stderr io.Writer) error {
 // addKey makes a key for entry's client and adds it to the keys file at
 // path (created if missing). A client's keys share its limits and lanes:
 // entry's rate and burst are the client's keys' unless given, and so are
-// its lanes and default lane unless set (ParseKeys refuses a difference).
+// its lanes and default lane unless set (apikey.Parse refuses a difference).
 // It returns the key, its SHA-256 and the client's number of keys.
 func addKey(path string, entry api.KeyEntry, rateGiven, burstGiven bool) (key, sum string, n int, err error) {
 	entries, err := readEntries(path, true)
@@ -144,7 +144,7 @@ func addKey(path string, entry api.KeyEntry, rateGiven, burstGiven bool) (key, s
 	if math.IsNaN(entry.Rate) || math.IsInf(entry.Rate, 0) {
 		return "", "", 0, errors.New("rate must be > 0")
 	}
-	key, sum, err = router.GenerateKey()
+	key, sum, err = apikey.Generate()
 	if err != nil {
 		return "", "", 0, err
 	}
@@ -192,7 +192,7 @@ func keysRevoke(args []string, stdout, stderr io.Writer) error {
 		match = func(e api.KeyEntry) bool { return e.Client == *client }
 		what = "client " + *client
 	case *key != "":
-		sum := router.HashKey(*key)
+		sum := apikey.Hash(*key)
 		match = func(e api.KeyEntry) bool { return strings.EqualFold(e.KeySHA256, sum) }
 		what = "the key given"
 	default:
@@ -240,7 +240,7 @@ func keysList(args []string, stdout, stderr io.Writer) error {
 		}
 		return err
 	}
-	if _, err := router.LoadKeys(kf.keys); err != nil {
+	if _, err := apikey.Load(kf.keys); err != nil {
 		return err
 	}
 	entries, err := readEntries(kf.keys, false)
@@ -290,7 +290,7 @@ func writeEntries(path string, entries []api.KeyEntry) error {
 		return err // a rate of NaN or ±Inf
 	}
 	out = append(out, '\n')
-	if _, err := router.ParseKeys(out); err != nil {
+	if _, err := apikey.Parse(out); err != nil {
 		return err
 	}
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
@@ -306,7 +306,7 @@ func (l *lanesFlag) String() string { return strings.Join(*l, ",") }
 
 func (l *lanesFlag) Set(v string) error {
 	*l = strings.Split(v, ",")
-	return nil // ParseKeys says what is wrong with them
+	return nil // apikey.Parse says what is wrong with them
 }
 
 func isHex(s string) bool {

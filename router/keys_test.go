@@ -13,7 +13,7 @@ import (
 	"testing"
 
 	"github.com/cellkit/cellkit/internal/api"
-	"github.com/cellkit/cellkit/internal/router"
+	"github.com/cellkit/cellkit/internal/apikey"
 )
 
 // cli runs the program with args and returns its stdout, stderr and error.
@@ -35,7 +35,7 @@ func mustAddKey(t *testing.T, path, client string, flags ...string) string {
 		t.Fatalf("keys add %s: %v (%s)", client, err, errOut)
 	}
 	key := strings.TrimSpace(out)
-	if !strings.HasPrefix(key, router.KeyPrefix) || strings.Contains(key, "\n") {
+	if !strings.HasPrefix(key, apikey.KeyPrefix) || strings.Contains(key, "\n") {
 		t.Fatalf("keys add printed %q, want one key", out)
 	}
 	return key
@@ -60,7 +60,7 @@ func TestKeysAddListRevoke(t *testing.T) {
 	a2 := mustAddKey(t, path, "platform-a") // rotation: the client's limits
 	b1 := mustAddKey(t, path, "platform-b", "--rate", "0.5", "--burst", "3", "--lanes", "high,normal", "--default-lane", "high")
 	es := entriesOf(t, path)
-	if len(es) != 3 || es[1].Rate != 50 || es[1].Burst != 100 || es[1].KeySHA256 != router.HashKey(a2) {
+	if len(es) != 3 || es[1].Rate != 50 || es[1].Burst != 100 || es[1].KeySHA256 != apikey.Hash(a2) {
 		t.Fatalf("entries %+v", es)
 	}
 	if es[1].Lanes != nil || strings.Join(es[2].Lanes, ",") != "high,normal" || es[2].DefaultLane != "high" {
@@ -89,9 +89,9 @@ func TestKeysAddListRevoke(t *testing.T) {
 		t.Fatalf("list:\n%s", out)
 	}
 	for i, want := range [][]string{
-		{"platform-a", router.HashKey(a1)[:12], "50", "100", "normal", "normal"},
-		{"platform-a", router.HashKey(a2)[:12], "50", "100", "normal", "normal"},
-		{"platform-b", router.HashKey(b1)[:12], "0.5", "3", "high,normal", "high"},
+		{"platform-a", apikey.Hash(a1)[:12], "50", "100", "normal", "normal"},
+		{"platform-a", apikey.Hash(a2)[:12], "50", "100", "normal", "normal"},
+		{"platform-b", apikey.Hash(b1)[:12], "0.5", "3", "high,normal", "high"},
 	} {
 		m := row.FindStringSubmatch(lines[i+1])
 		if m == nil || !slices.Equal(m[1:], want) {
@@ -109,7 +109,7 @@ func TestKeysAddListRevoke(t *testing.T) {
 	if err != nil || !strings.Contains(out, "revoked 1 key (client platform-a: 1); 2 left") {
 		t.Fatalf("revoke --key: %q, %v", out, err)
 	}
-	out, _, err = cli(t, "keys", "revoke", "--keys", path, "--sha256", strings.ToUpper(router.HashKey(a2)[:12]))
+	out, _, err = cli(t, "keys", "revoke", "--keys", path, "--sha256", strings.ToUpper(apikey.Hash(a2)[:12]))
 	if err != nil || !strings.Contains(out, "revoked 1 key") {
 		t.Fatalf("revoke --sha256: %q, %v", out, err)
 	}
@@ -129,7 +129,7 @@ func TestKeysAddListRevoke(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if es := entriesOf(t, path); len(es) != 2 || es[1].KeySHA256 != router.HashKey(strings.TrimSpace(out)) || es[1].Rate != 0.5 || es[1].DefaultLane != "high" {
+	if es := entriesOf(t, path); len(es) != 2 || es[1].KeySHA256 != apikey.Hash(strings.TrimSpace(out)) || es[1].Rate != 0.5 || es[1].DefaultLane != "high" {
 		t.Errorf("keygen -keys: %+v", es)
 	}
 }
@@ -191,7 +191,7 @@ func TestKeysRefusals(t *testing.T) {
 	// random).
 	two := filepath.Join(dir, "two.json")
 	h1, h2 := "abcdef012345"+strings.Repeat("0", 52), "abcdef012345"+strings.Repeat("1", 52)
-	os.WriteFile(two, []byte(`[{"client":"a","key_sha256":"`+h1+`","rate":1,"burst":1},{"client":"a","key_sha256":"`+h2+`","rate":1,"burst":1},{"client":"b","key_sha256":"`+router.HashKey("b")+`","rate":1,"burst":1}]`), 0o600)
+	os.WriteFile(two, []byte(`[{"client":"a","key_sha256":"`+h1+`","rate":1,"burst":1},{"client":"a","key_sha256":"`+h2+`","rate":1,"burst":1},{"client":"b","key_sha256":"`+apikey.Hash("b")+`","rate":1,"burst":1}]`), 0o600)
 	if _, _, err := cli(t, "keys", "revoke", "--keys", two, "--sha256", "abcdef012345"); err == nil || !strings.Contains(err.Error(), "matches 2 keys") {
 		t.Errorf("ambiguous prefix: %v", err)
 	}

@@ -50,6 +50,7 @@ import (
 
 	"github.com/cellkit/cellkit/internal/adminauth"
 	"github.com/cellkit/cellkit/internal/api"
+	"github.com/cellkit/cellkit/internal/apikey"
 	"github.com/cellkit/cellkit/internal/flagenv"
 	"github.com/cellkit/cellkit/internal/pki"
 	"github.com/cellkit/cellkit/internal/program"
@@ -209,13 +210,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, ready fun
 	// change made meanwhile is seen; it runs once the router exists.
 	var rt *router.Router
 	keysWatcher := reload.New([]string{o.keysPath}, func() error {
-		k, err := router.LoadKeys(o.keysPath)
+		k, err := apikey.Load(o.keysPath)
 		if err != nil {
 			return err
 		}
 		return rt.SetKeys(k)
 	}, reload.Config{What: "keys", Interval: o.reloadInterval}, reload.Options{Logger: log, Registerer: metrics})
-	keys, err := router.LoadKeys(o.keysPath)
+	keys, err := apikey.Load(o.keysPath)
 	if err != nil {
 		return err
 	}
@@ -426,14 +427,14 @@ func keygen(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintln(stdout, key)
 		return nil
 	}
-	key, sum, err := router.GenerateKey()
+	key, sum, err := apikey.Generate()
 	if err != nil {
 		return err
 	}
 	entry.KeySHA256 = sum
 	line, err := json.Marshal(entry)
 	if err == nil {
-		_, err = router.ParseKeys([]byte("[" + string(line) + "]"))
+		_, err = apikey.Parse([]byte("[" + string(line) + "]"))
 	}
 	if err != nil {
 		return fmt.Errorf("keygen: %w", err)

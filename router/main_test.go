@@ -14,8 +14,8 @@ import (
 	"time"
 
 	"github.com/cellkit/cellkit/internal/api"
+	"github.com/cellkit/cellkit/internal/apikey"
 	"github.com/cellkit/cellkit/internal/registry"
-	"github.com/cellkit/cellkit/internal/router"
 	"github.com/cellkit/cellkit/internal/testkit"
 )
 
@@ -31,7 +31,7 @@ func TestKeygen(t *testing.T) {
 		}
 		keys = append(keys, strings.TrimSpace(out.String()))
 	}
-	k, err := router.LoadKeys(path)
+	k, err := apikey.Load(path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,7 +53,7 @@ func TestKeygen(t *testing.T) {
 	if err := run(context.Background(), []string{"keygen", "-client", "x"}, &out, &errOut, nil); err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(errOut.String(), router.HashKey(strings.TrimSpace(out.String()))) {
+	if !strings.Contains(errOut.String(), apikey.Hash(strings.TrimSpace(out.String()))) {
 		t.Errorf("stderr %q lacks the key's hash", errOut.String())
 	}
 	if err := run(context.Background(), []string{"keygen"}, &out, &errOut, nil); err == nil {

@@ -144,7 +144,7 @@ func (r *Router) Cells() []api.RouterCell {
 	for _, c := range t.m.Cells() {
 		cs := api.RouterCell{Cell: c.ID, State: string(c.State), Intake: c.Intake}
 		if u := t.byID[c.ID]; u != nil {
-			cs.InFlight, cs.Bulkhead, cs.Breaker = u.guard.inFlight.Load(), u.guard.limit, u.guard.br.State().String()
+			cs.InFlight, cs.Bulkhead, cs.Breaker = u.guard.InFlight(), u.guard.Limit(), u.guard.Circuit().State().String()
 			now := time.Now().UnixNano()
 			for _, ep := range u.eps {
 				cs.Instances = append(cs.Instances, api.RouterInstance{Intake: ep.intake, Ejected: ep.ejected(now)})

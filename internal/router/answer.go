@@ -192,8 +192,8 @@ func (lp *loop) common(b []byte, cl *client, n int64, date bool) []byte {
 	ex := &cl.ex
 	b = appendHeader(b, hdrRequestID, ex.rid)
 	if ex.client != nil {
-		b = appendHeader(b, hdrRLLimit, ex.client.limitText)
-		b = appendHeaderInt(b, hdrRLRemain, int64(ex.v.remaining))
+		b = appendHeader(b, hdrRLLimit, ex.client.LimitText())
+		b = appendHeaderInt(b, hdrRLRemain, int64(ex.v.Remaining))
 	}
 	if ex.cell != "" {
 		b = append(b, hdrCell...)
@@ -217,3 +217,27 @@ func (lp *loop) common(b []byte, cl *client, n int64, date bool) []byte {
 	}
 	return append(b, '\r', '\n')
 }
+
+// answerUnread writes p as the answer to a request that was not read
+// whole, saying the connection closes after it.
+func (lp *loop) answerUnread(cl *client, p *prob) {
+	cl.t.stop()
+	cl.ex = exchange{cm: lp.e.r.noCell}
+	cl.ex.rid = lp.e.r.newRequestID(&cl.ex.ridBuf)
+	cl.close = true
+	lp.out = lp.problemAnswer(lp.out[:0], cl, p, 0, nil)
+	_, _ = cl.c.Write(lp.out)
+	lp.e.r.noCell.answered(p.status, 0)
+}
+
+// continue100 says 100 Continue to an HTTP/1.1 client that waits for it
+// before sending its body (an HTTP/1.0 client never gets one: RFC 9110
+// §10.1.1).
+func (lp *loop) continue100(cl *client) {
+	if cl.head.ExpectContinue && cl.head.Minor == 1 && !cl.sent100 {
+		cl.sent100 = true
+		_, _ = cl.c.Write(continue100)
+	}
+}
+
+var continue100 = []byte("HTTP/1.1 100 Continue\r\n\r\n")

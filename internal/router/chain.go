@@ -9,8 +9,11 @@ import (
 	"github.com/panjf2000/gnet/v2"
 
 	"github.com/cellkit/cellkit/internal/api"
+	"github.com/cellkit/cellkit/internal/apikey"
 	"github.com/cellkit/cellkit/internal/breaker"
+	"github.com/cellkit/cellkit/internal/guard"
 	"github.com/cellkit/cellkit/internal/h1"
+	"github.com/cellkit/cellkit/internal/route"
 )
 
 // The request chain: from an admitted head to the cell and back.
@@ -18,13 +21,14 @@ import (
 // exchange is one request's state through the chain.
 type exchange struct {
 	start    time.Time
-	client   *Client
-	v        verdict
+	client   *apikey.Client
+	ring     *keyring
+	v        apikey.Verdict
 	rid      []byte
 	ridBuf   [64]byte
 	cm       *cellMetrics
 	cell     string
-	kind     routeKind
+	kind     route.Kind
 	cellID   []byte
 	userID   []byte
 	lane     []byte // the Cellkit-Priority the cell gets (new inquiries)
@@ -39,23 +43,6 @@ type exchange struct {
 	attempts int // calls made to the cell for this request (a stale connection is retried once)
 	retried  bool
 	uc       *upconn
-}
-
-// begin starts the exchange for the request whose head is in cl.head.
-func (lp *loop) begin(cl *client) {
-	r := lp.e.r
-	ex := &cl.ex
-	*ex = exchange{start: time.Now(), cm: r.noCell, slot: -1}
-	cl.close, cl.unread = cl.head.Close, 0
-	cl.seq++
-	ex.rid = r.requestIDFrom(&cl.head, &ex.ridBuf)
-}
-
-// enter marks cl's request as being answered.
-func (lp *loop) enter(cl *client) {
-	cl.t.stop()
-	cl.state = stBusy
-	lp.e.busy.Add(1)
 }
 
 // admit is the part of the request chain that needs only the head: the
@@ -77,43 +64,39 @@ func (lp *loop) admit(cl *client) bool {
 	kr := r.ring()
 	client, res := kr.keys.Authenticate(h.Get(hdrAPIKey))
 	switch res {
-	case authMissing:
+	case apikey.Missing:
 		r.metrics.authFail.WithLabelValues("missing").Inc()
 		lp.refuseHead(cl, &probMissingKey, 0, nil, true)
 		return false
-	case authUnknown:
+	case apikey.Unknown:
 		r.metrics.authFail.WithLabelValues("unknown").Inc()
 		lp.refuseHead(cl, &probUnknownKey, 0, nil, true)
 		return false
 	}
-	ex.client = client
+	ex.client, ex.ring = client, kr
 	if h.ContentLength > int64(r.cfg.Server.MaxBodyBytes) {
 		lp.tooLarge(cl, h.ContentLength-int64(len(cl.in)-cl.bodyOff))
 		return false
 	}
-	ex.v = kr.limits.take(client)
-	if !ex.v.ok {
+	ex.v = kr.limits.Take(client)
+	if !ex.v.OK {
 		r.metrics.limited.WithLabelValues(client.ID).Inc()
-		lp.refuseHead(cl, &probRateLimit, ex.v.retryAfter, nil, false)
+		lp.refuseHead(cl, &probRateLimit, ex.v.RetryAfter, nil, false)
 		return false
 	}
-	kind, cellID := classify(h.Method, h.Path)
+	kind, cellID := route.Classify(h.Method, h.Path)
 	ex.kind, ex.cellID = kind, cellID
 	switch kind {
-	case routeNotFound:
+	case route.NotFound:
 		lp.refuseHead(cl, &probNotFound, 0, nil, false)
 		return false
-	case routeBadInquiry:
+	case route.BadInquiry:
 		lp.refuseHead(cl, &probBadInquiry, 0, nil, false)
 		return false
-	case routeBadMethod:
-		allow := allowCreate
-		if len(h.Path) >= pathPrefixLen {
-			allow = allowRead
-		}
-		lp.refuseHead(cl, &probBadMethod, 0, allow, false)
+	case route.BadMethod:
+		lp.refuseHead(cl, &probBadMethod, 0, route.Allowed(h.Path), false)
 		return false
-	case routeRead:
+	case route.Read:
 		t := r.table()
 		if t == nil {
 			lp.refuseHead(cl, &probNoMap, time.Second, nil, false)
@@ -156,19 +139,19 @@ func (lp *loop) refuseHead(cl *client, p *prob, retry time.Duration, allow []byt
 func (lp *loop) route(cl *client) {
 	r := lp.e.r
 	ex := &cl.ex
-	if ex.kind == routeCreate {
+	if ex.kind == route.Create {
 		t := r.table()
 		if t == nil {
 			lp.answer(cl, &probNoMap, time.Second, nil)
 			return
 		}
-		id, ok, priority := inquiryFields(cl.body)
+		id, ok, priority := route.InquiryFields(cl.body)
 		if !ok {
 			lp.answer(cl, &probBadUser, 0, nil)
 			return
 		}
-		if ex.lane, ok = ex.client.lanes.lane(priority); !ok {
-			lp.answer(cl, &ex.client.laneRefusal, 0, nil)
+		if ex.lane, ok = ex.client.Lanes().Lane(priority); !ok {
+			lp.answer(cl, &ex.ring.refusals[ex.client.Index()], 0, nil)
 			return
 		}
 		ex.userID = id
@@ -178,7 +161,7 @@ func (lp *loop) route(cl *client) {
 		ex.slot = rt.Slot
 		ex.u = t.byID[rt.Cell]
 		if ex.u == nil {
-			r.noCell.shed[shedNoCell].Inc()
+			r.noCell.shed[guard.NoCell].Inc()
 			lp.answer(cl, &probNoCell, time.Second, nil)
 			return
 		}
@@ -192,16 +175,16 @@ func (lp *loop) call(cl *client) {
 	ex := &cl.ex
 	u := ex.u
 	ex.cell, ex.cm = u.cell, u.m
-	permit, why := u.guard.enter()
-	if why != admitted {
+	permit, why := u.guard.Enter()
+	if why != guard.Admitted {
 		u.m.shed[why].Inc()
-		p, after := &u.probs.bulkhead, u.guard.retryAfter(why)
+		p, after := &u.probs.bulkhead, u.guard.RetryAfter(why)
 		switch {
-		case why == shedBreaker && u.allHung():
+		case why == guard.Breaker && u.allHung():
 			// The health checks close the breaker as soon as the cell
 			// answers them again: a short wait.
 			p, after = &u.probs.down, time.Second
-		case why == shedBreaker:
+		case why == guard.Breaker:
 			p = &u.probs.breaker
 		}
 		lp.answer(cl, p, after, nil)
@@ -286,7 +269,7 @@ func (lp *loop) leave(cl *client, failed bool) {
 		// cell's: counted, it would open the breaker for every user of a
 		// cell whose other instances serve.
 		failed = failed && cellWide(ex.ep)
-		ex.u.guard.leave(ex.permit, failed, time.Since(ex.sentAt))
+		ex.u.guard.Leave(ex.permit, failed, time.Since(ex.sentAt))
 	}
 }
 
@@ -378,14 +361,14 @@ func (lp *loop) reroute(cl *client) {
 		return
 	}
 	var u *upstream
-	if ex.kind == routeCreate {
+	if ex.kind == route.Create {
 		rt := t.m.Lookup(bstr(ex.userID))
 		u, ex.slot = t.byID[rt.Cell], rt.Slot
 	} else {
 		u = t.byID[bstr(ex.cellID)]
 	}
 	if u == nil {
-		r.noCell.shed[shedNoCell].Inc()
+		r.noCell.shed[guard.NoCell].Inc()
 		lp.answer(cl, &probNoCell, time.Second, nil)
 		return
 	}
@@ -397,19 +380,6 @@ func (lp *loop) reroute(cl *client) {
 func (lp *loop) answer(cl *client, p *prob, retry time.Duration, allow []byte) {
 	lp.out = lp.problemAnswer(lp.out[:0], cl, p, retry, allow)
 	lp.write(cl, p.status)
-}
-
-// write sends lp.out, the answer to cl's request, and ends the request;
-// after an answer that came from a cell, a pipelined request is served.
-func (lp *loop) write(cl *client, status int) {
-	if cl.state != stBusy {
-		return
-	}
-	_, _ = cl.c.Write(lp.out)
-	lp.done(cl, status)
-	if !cl.inServe && cl.state == stIdle && len(cl.in)+cl.c.InboundBuffered() > 0 {
-		lp.serve(cl)
-	}
 }
 
 // requestIDFrom is the client's X-Request-Id if it is a sane one, else a

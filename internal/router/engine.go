@@ -115,25 +115,7 @@ func (e *engine) OnOpen(c gnet.Conn) ([]byte, gnet.Action) {
 	case acceptedConn:
 		ac = x
 	}
-	lp := e.loopOf(c)
-	cl := &client{c: c, gc: c, lp: lp, remote: addrOf(c.RemoteAddr()), key: ac.key}
-	if ac.tls != nil {
-		ac.tr.gc = c
-		cl.c = &tlsConn{gc: c, tc: ac.tls, tr: ac.tr, room: 2*lp.maxRequest() + tlsPlainRoom}
-		// The handshake may have read the first request's bytes already:
-		// they are in the tls.Conn, and no traffic event will come for
-		// them.
-		lp.el.Execute(context.Background(), gnet.RunnableFunc(func(context.Context) error {
-			defer func() { e.panicked("traffic", recover()) }()
-			lp.tlsTraffic(cl)
-			return nil
-		}))
-	}
-	cl.t.owner, cl.w.owner, cl.wt.owner = cl, cl, cl
-	cl.head.Fields = cl.hdrs[:0]
-	c.SetContext(cl)
-	cl.state = stHead
-	lp.heads.arm(&cl.t, e.now()) // a new connection has ReadHeaderTimeout for its first request
+	e.loopOf(c).open(c, ac)
 	if e.draining.Load() {
 		return nil, gnet.Close // shutting down: no new connections (OnClose counts it out)
 	}

@@ -180,7 +180,7 @@ func TestBulkheadRefusesAtOnceWhenFull(t *testing.T) {
 		wg.Go(func() { w.create("u1") })
 	}
 	g := w.router.table().byID["c1"].guard
-	testkit.WaitFor(t, 5*time.Second, "2 requests in flight", func() bool { return g.inFlight.Load() == 2 })
+	testkit.WaitFor(t, 5*time.Second, "2 requests in flight", func() bool { return g.InFlight() == 2 })
 	a := w.create("u1")
 	if a.status != http.StatusServiceUnavailable || a.took >= 50*time.Millisecond || a.header.Get("Retry-After") != "1" {
 		t.Fatalf("third request: %v in %v, want 503 at once", a, a.took)
@@ -191,7 +191,7 @@ func TestBulkheadRefusesAtOnceWhenFull(t *testing.T) {
 	w.backends["c1"].mode.Store(modeOK)
 	w.backends["c1"].srv.CloseClientConnections() // frees the two hanging requests
 	wg.Wait()
-	testkit.WaitFor(t, 5*time.Second, "bulkhead empty", func() bool { return g.inFlight.Load() == 0 })
+	testkit.WaitFor(t, 5*time.Second, "bulkhead empty", func() bool { return g.InFlight() == 0 })
 	assertMetric(t, w, `cellkit_router_shed_total{cell="c1",reason="bulkhead"} 1`)
 }
 

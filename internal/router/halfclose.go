@@ -32,9 +32,13 @@ type halfClosed struct {
 var _ conn = (*halfClosed)(nil)
 
 func (h *halfClosed) Peek(int) ([]byte, error) { return nil, nil }
+
 func (h *halfClosed) Discard(int) (int, error) { return 0, nil }
-func (h *halfClosed) InboundBuffered() int     { return 0 }
-func (h *halfClosed) OutboundBuffered() int    { return 0 }
+
+func (h *halfClosed) InboundBuffered() int { return 0 }
+
+func (h *halfClosed) OutboundBuffered() int { return 0 }
+
 func (h *halfClosed) Write(b []byte) (int, error) {
 	if h.tls != nil {
 		return h.tls.Write(b)
@@ -59,43 +63,4 @@ func (h *halfClosed) finish() {
 		_ = c.SetWriteDeadline(time.Now().Add(timeout))
 		_, _ = c.Write(out) // the last answer to a client that is leaving: best effort
 	}()
-}
-
-// halfClose makes cl a halfClosed connection when its client ended its
-// side while its request is being answered; false when there is no such
-// request or the socket cannot be kept.
-func (lp *loop) halfClose(cl *client) bool {
-	if cl.state != stBusy {
-		return false
-	}
-	fd, err := cl.gc.Dup()
-	if err != nil {
-		return false
-	}
-	// Requests pipelined behind this one wait in gnet's buffer, which goes
-	// with its connection: they are taken now and answered in turn. (The
-	// current request's fields keep viewing the old buffer if this one
-	// moves.)
-	hc := &halfClosed{fd: fd, timeout: lp.e.r.cfg.Server.WriteTimeout}
-	if t, ok := cl.c.(*tlsConn); ok {
-		// Decrypted first: all that gnet still holds.
-		t.room = int(^uint(0) >> 1)
-		if b, _ := t.Peek(-1); len(b) > 0 {
-			cl.in = append(cl.in, b...)
-		}
-		hc.tls = t.tc
-		t.tr.gc, t.tr.held, t.gc = nil, hc, nil
-	} else if b, _ := cl.gc.Peek(-1); len(b) > 0 {
-		cl.in = append(cl.in, b...)
-	}
-	cl.c = hc
-	cl.gc = nil
-	return true
-}
-
-// ended says whether cl's client has ended its side: no more bytes come,
-// so a request not whole in cl.in never will be.
-func (cl *client) ended() bool {
-	_, ok := cl.c.(*halfClosed)
-	return ok
 }

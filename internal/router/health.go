@@ -210,11 +210,11 @@ func (r *Router) probed(ep *endpoint, v checkResult) {
 	// for their streams' leader) still gets its calls, on those, which
 	// wait.
 	if u.allHung() {
-		u.guard.br.Trip()
-		u.guard.br.Probe(false)
+		u.guard.Circuit().Trip()
+		u.guard.Circuit().Probe(false)
 		return
 	}
-	u.guard.br.Probe(!u.allDown())
+	u.guard.Circuit().Probe(!u.allDown())
 }
 
 // allDown says whether the health checks found every instance of u down.

@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -22,13 +23,34 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
+	"go.uber.org/goleak"
 
+	"github.com/cellkit/cellkit/internal/apikey"
 	"github.com/cellkit/cellkit/internal/registry"
 	"github.com/cellkit/cellkit/internal/slotmap"
 	"github.com/cellkit/cellkit/internal/testkit"
 )
 
-func TestMain(m *testing.M) { testkit.VerifyTestMain(m) }
+// TestMain also fails the run when a client connection made a move its
+// state machine's table does not have, in any test.
+func TestMain(m *testing.M) {
+	var mu sync.Mutex
+	var bad []string
+	badTransition = func(from, to connState) {
+		mu.Lock()
+		defer mu.Unlock()
+		bad = append(bad, from.String()+" → "+to.String())
+	}
+	testkit.VerifyTestMain(m, goleak.Cleanup(func(code int) {
+		mu.Lock()
+		defer mu.Unlock()
+		if len(bad) > 0 {
+			fmt.Fprintf(os.Stderr, "client connections made moves their table does not have: %v\n", bad)
+			code = max(code, 1)
+		}
+		os.Exit(code)
+	}))
+}
 
 // backend is a fake cell: an httptest server on 127.0.0.1 that answers the
 // cell API with a small JSON naming itself, records what it received, and
@@ -223,7 +245,7 @@ func newWorld(t *testing.T, o worldOptions) *world {
 	}
 
 	w.key = "ck_test-key-" + t.Name()
-	keys, err := ParseKeys([]byte(fmt.Sprintf(`[{"client":"platform-a","key_sha256":%q,"rate":%g,"burst":%d}]`, HashKey(w.key), o.rate, o.burst)))
+	keys, err := apikey.Parse([]byte(fmt.Sprintf(`[{"client":"platform-a","key_sha256":%q,"rate":%g,"burst":%d}]`, apikey.Hash(w.key), o.rate, o.burst)))
 	if err != nil {
 		t.Fatal(err)
 	}

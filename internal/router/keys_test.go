@@ -9,18 +9,19 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cellkit/cellkit/internal/apikey"
 	"github.com/cellkit/cellkit/internal/testkit"
 )
 
 // keysFile parses a keys file of entries given as client, key, rate, burst.
-func keysFile(t *testing.T, entries ...any) *Keys {
+func keysFile(t *testing.T, entries ...any) *apikey.Keys {
 	t.Helper()
 	var parts []string
 	for i := 0; i+4 <= len(entries); i += 4 {
 		parts = append(parts, fmt.Sprintf(`{"client":%q,"key_sha256":%q,"rate":%v,"burst":%v}`,
-			entries[i], HashKey(entries[i+1].(string)), entries[i+2], entries[i+3]))
+			entries[i], apikey.Hash(entries[i+1].(string)), entries[i+2], entries[i+3]))
 	}
-	k, err := ParseKeys([]byte("[" + strings.Join(parts, ",") + "]"))
+	k, err := apikey.Parse([]byte("[" + strings.Join(parts, ",") + "]"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -126,10 +127,6 @@ func TestSetKeysKeepsRateLimits(t *testing.T) {
 	if a := w.create("u1", "X-API-Key", "ck_a2"); a.status != 403 {
 		t.Errorf("removed key: %v", a)
 	}
-	kr := w.router.ring()
-	if len(kr.limits.buckets) != 2 {
-		t.Errorf("%d buckets for 2 clients", len(kr.limits.buckets))
-	}
 	mfs, err := w.metrics.Gather()
 	if err != nil {
 		t.Fatal(err)
@@ -143,7 +140,7 @@ func TestSetKeysKeepsRateLimits(t *testing.T) {
 
 func TestSetKeysRefusesNoKeys(t *testing.T) {
 	w := newWorld(t, worldOptions{cells: []string{"c1"}})
-	for _, k := range []*Keys{nil, {}} {
+	for _, k := range []*apikey.Keys{nil, {}} {
 		if err := w.router.SetKeys(k); err == nil {
 			t.Errorf("SetKeys(%v) succeeded", k)
 		}
@@ -202,31 +199,31 @@ func TestKeyringIsAllocationFree(t *testing.T) {
 	key := "ck_alloc"
 	k := keysFile(t, "a", key, 1e9, 1_000_000_000)
 	r := &Router{}
-	r.keyring.Store(&keyring{keys: k, limits: newLimits(k, time.Now)})
+	r.keyring.Store(newKeyring(nil, k, time.Now))
 	kb := []byte(key)
 	if n := testing.AllocsPerRun(100, func() {
 		kr := r.ring()
 		c, _ := kr.keys.Authenticate(kb)
-		kr.limits.take(c)
+		kr.limits.Take(c)
 	}); n != 0 {
 		t.Errorf("authenticate and take allocate %.1f times", n)
 	}
 }
 
 func BenchmarkAuthenticateAndTake(b *testing.B) {
-	key, sum, _ := GenerateKey()
-	k, err := ParseKeys([]byte(fmt.Sprintf(`[{"client":"a","key_sha256":%q,"rate":1e9,"burst":1000000000}]`, sum)))
+	key, sum, _ := apikey.Generate()
+	k, err := apikey.Parse([]byte(fmt.Sprintf(`[{"client":"a","key_sha256":%q,"rate":1e9,"burst":1000000000}]`, sum)))
 	if err != nil {
 		b.Fatal(err)
 	}
 	r := &Router{}
-	r.keyring.Store(&keyring{keys: k, limits: newLimits(k, time.Now)})
+	r.keyring.Store(newKeyring(nil, k, time.Now))
 	kb := []byte(key)
 	b.ReportAllocs()
 	for b.Loop() {
 		kr := r.ring()
 		c, _ := kr.keys.Authenticate(kb)
-		kr.limits.take(c)
+		kr.limits.Take(c)
 	}
 }
 
@@ -236,9 +233,9 @@ func BenchmarkAuthenticateAndTake(b *testing.B) {
 // the client's default.
 func TestLanesArePolicy(t *testing.T) {
 	w := newWorld(t, worldOptions{cells: []string{"c1"}})
-	k, err := ParseKeys([]byte(`[
-		{"client":"platform-a","key_sha256":"` + HashKey(w.key) + `","rate":1e6,"burst":1000000},
-		{"client":"vip","key_sha256":"` + HashKey("ck_vip") + `","rate":1e6,"burst":1000000,"lanes":["high","normal"],"default_lane":"high"}]`))
+	k, err := apikey.Parse([]byte(`[
+		{"client":"platform-a","key_sha256":"` + apikey.Hash(w.key) + `","rate":1e6,"burst":1000000},
+		{"client":"vip","key_sha256":"` + apikey.Hash("ck_vip") + `","rate":1e6,"burst":1000000,"lanes":["high","normal"],"default_lane":"high"}]`))
 	if err != nil {
 		t.Fatal(err)
 	}

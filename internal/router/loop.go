@@ -44,38 +44,7 @@ func (lp *loop) Run(context.Context) error {
 func (lp *loop) sweep() {
 	now := lp.e.now()
 	lp.swept.Store(now)
-	for t := lp.heads.expired(now); t != nil; t = lp.heads.expired(now) {
-		cl := t.owner.(*client)
-		if len(cl.in) == 0 && cl.c.InboundBuffered() == 0 {
-			lp.closeClient(cl) // not a byte of a request: close quietly
-			continue
-		}
-		lp.refuse(cl, &probReadTimeout)
-	}
-	for t := lp.bodies.expired(now); t != nil; t = lp.bodies.expired(now) {
-		lp.refuse(t.owner.(*client), &probReadTimeout)
-	}
-	for t := lp.idles.expired(now); t != nil; t = lp.idles.expired(now) {
-		lp.closeClient(t.owner.(*client))
-	}
-	for t := lp.drains.expired(now); t != nil; t = lp.drains.expired(now) {
-		lp.closeClient(t.owner.(*client))
-	}
-	// A draining client that has been silent for 50 ms has sent all it
-	// will: close it (the list is by start, so scan it all; it is short).
-	for t := lp.drains.head.next; t != &lp.drains.head; {
-		next := t.next
-		if cl := t.owner.(*client); now-cl.lastInput > int64(lingerSilence) {
-			t.stop()
-			lp.closeClient(cl)
-		}
-		t = next
-	}
-	for t := lp.writes.expired(now); t != nil; t = lp.writes.expired(now) {
-		if cl := t.owner.(*client); cl.c.OutboundBuffered() > 0 {
-			lp.closeClient(cl)
-		}
-	}
+	lp.deadlines(now)
 	for t := lp.waits.expired(now); t != nil; t = lp.waits.expired(now) {
 		lp.waitExpired(t.owner.(*client))
 	}
@@ -93,5 +62,20 @@ func (lp *loop) sweep() {
 	lp.sweepPools()
 	if lp.e.draining.Load() {
 		lp.drainIdle()
+	}
+}
+
+// drainIdle closes the loop's idle client connections (shutting down).
+func (lp *loop) drainIdle() {
+	for _, l := range []*tlist{&lp.idles, &lp.heads} {
+		for t := l.head.next; t != &l.head; {
+			next := t.next
+			cl := t.owner.(*client)
+			if cl.state == stIdle || cl.state == stHead && len(cl.in) == 0 && cl.c.InboundBuffered() == 0 {
+				t.stop()
+				lp.closeClient(cl)
+			}
+			t = next
+		}
 	}
 }

@@ -5,6 +5,8 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/cellkit/cellkit/internal/apikey"
+	"github.com/cellkit/cellkit/internal/guard"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
 )
@@ -46,7 +48,7 @@ type cellMetrics struct {
 	cell        string
 	codes       [600]atomic.Pointer[codeCounter]
 	duration    prometheus.Observer
-	shed        [shedReasons]prometheus.Counter
+	shed        [guard.Reasons]prometheus.Counter
 	timeout     prometheus.Counter
 	connErr     prometheus.Counter
 	misdir      prometheus.Counter
@@ -151,11 +153,11 @@ func newMetrics(reg prometheus.Registerer, gauges prometheus.Collector) *metrics
 }
 
 // addClients exports the rate-limit counter of every client of k at 0.
-func (m *metrics) addClients(k *Keys) {
+func (m *metrics) addClients(k *apikey.Keys) {
 	if k == nil {
 		return
 	}
-	for _, c := range k.clients {
+	for _, c := range k.Clients() {
 		m.limited.WithLabelValues(c.ID)
 	}
 }
@@ -191,7 +193,7 @@ func (m *metrics) cell(id string) *cellMetrics {
 		probes: [4]prometheus.Counter{m.probes.WithLabelValues(id, "ok"), m.probes.WithLabelValues(id, "missed"),
 			m.probes.WithLabelValues(id, "refused"), m.probes.WithLabelValues(id, "unhealthy")},
 	}
-	for r := range shedReasons {
+	for r := range guard.Reasons {
 		cm.shed[r] = m.shed.WithLabelValues(id, r.String())
 	}
 	for _, code := range errorCodes {
@@ -223,13 +225,13 @@ func (cm *cellMetrics) answered(code int, seconds float64) {
 // guardGauges exports every guard's state at scrape time: in flight,
 // bulkhead size and breaker state per cell.
 type guardGauges struct {
-	guards   func() []*guard
+	guards   func() []*guard.Guard
 	inFlight *prometheus.Desc
 	limit    *prometheus.Desc
 	state    *prometheus.Desc
 }
 
-func newGuardGauges(guards func() []*guard) *guardGauges {
+func newGuardGauges(guards func() []*guard.Guard) *guardGauges {
 	return &guardGauges{
 		guards:   guards,
 		inFlight: prometheus.NewDesc("cellkit_router_in_flight", "Requests being proxied to the cell.", []string{"cell"}, nil),
@@ -247,8 +249,8 @@ func (g *guardGauges) Describe(ch chan<- *prometheus.Desc) {
 
 func (g *guardGauges) Collect(ch chan<- prometheus.Metric) {
 	for _, gd := range g.guards() {
-		ch <- prometheus.MustNewConstMetric(g.inFlight, prometheus.GaugeValue, float64(gd.inFlight.Load()), gd.cell)
-		ch <- prometheus.MustNewConstMetric(g.limit, prometheus.GaugeValue, float64(gd.limit), gd.cell)
-		ch <- prometheus.MustNewConstMetric(g.state, prometheus.GaugeValue, float64(gd.br.State()), gd.cell)
+		ch <- prometheus.MustNewConstMetric(g.inFlight, prometheus.GaugeValue, float64(gd.InFlight()), gd.Cell)
+		ch <- prometheus.MustNewConstMetric(g.limit, prometheus.GaugeValue, float64(gd.Limit()), gd.Cell)
+		ch <- prometheus.MustNewConstMetric(g.state, prometheus.GaugeValue, float64(gd.Circuit().State()), gd.Cell)
 	}
 }

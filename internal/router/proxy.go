@@ -10,8 +10,10 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/cellkit/cellkit/internal/api"
+	"github.com/cellkit/cellkit/internal/guard"
 	"github.com/cellkit/cellkit/internal/h1"
 	"github.com/cellkit/cellkit/internal/slotmap"
 	"github.com/cellkit/cellkit/internal/slotrate"
@@ -24,7 +26,7 @@ type upstream struct {
 	cell    string
 	intakes []string // the map's intake URLs, to notice endpoint changes
 	eps     []*endpoint
-	guard   *guard
+	guard   *guard.Guard
 	m       *cellMetrics
 	probs   *cellProbs
 	retired atomic.Bool // no longer in the map: its connections close when next idle
@@ -50,7 +52,7 @@ type endpoint struct {
 	misses atomic.Int32 // checks missed in a row
 }
 
-func newUpstream(c slotmap.Cell, cfg CellLimits, g *guard, m *cellMetrics) (*upstream, error) {
+func newUpstream(c slotmap.Cell, cfg CellLimits, g *guard.Guard, m *cellMetrics) (*upstream, error) {
 	u := &upstream{cell: c.ID, intakes: c.Intakes(), guard: g, m: m}
 	if len(u.intakes) == 0 {
 		return nil, fmt.Errorf("cell %s: every instance is drained", c.ID)
@@ -357,7 +359,7 @@ func (r *Router) forward(b []byte, cl *client) []byte {
 		b = append(b, '"')
 	}
 	b = append(b, ";proto=http\r\n"...)
-	b = appendHeader(b, hdrClient, ex.client.idBytes)
+	b = appendHeader(b, hdrClient, ex.client.IDBytes())
 	if ex.lane != nil {
 		b = appendHeader(b, hdrPriority, ex.lane)
 	}
@@ -371,4 +373,15 @@ func (r *Router) forward(b []byte, cl *client) []byte {
 	}
 	b = append(b, '\r', '\n')
 	return append(b, cl.body...)
+}
+
+// bstr views b as a string without copying. The caller must not keep the
+// string beyond b's lifetime nor change b while it is in use: it is only
+// passed to functions that read it and keep nothing (map lookups, hashing,
+// validation).
+func bstr(b []byte) string {
+	if len(b) == 0 {
+		return ""
+	}
+	return unsafe.String(unsafe.SliceData(b), len(b))
 }

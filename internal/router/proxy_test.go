@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/cellkit/cellkit/internal/api"
+	"github.com/cellkit/cellkit/internal/apikey"
 	"github.com/cellkit/cellkit/internal/registry"
 	"github.com/cellkit/cellkit/internal/slotmap"
 	"github.com/cellkit/cellkit/internal/testkit"
@@ -171,7 +172,7 @@ func TestStaticStability(t *testing.T) {
 // problem rather than guessing (the program waits for the map before it
 // listens, so this is the library's guard).
 func TestNoMapIs503(t *testing.T) {
-	keys, _ := ParseKeys([]byte(`[{"client":"a","key_sha256":"` + HashKey("k") + `","rate":10,"burst":10}]`))
+	keys, _ := apikey.Parse([]byte(`[{"client":"a","key_sha256":"` + apikey.Hash("k") + `","rate":10,"burst":10}]`))
 	r, err := New(Config{}, Options{Maps: emptySource{}, Keys: keys})
 	if err != nil {
 		t.Fatal(err)

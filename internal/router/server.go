@@ -68,7 +68,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/cellkit/cellkit/internal/api"
+	"github.com/cellkit/cellkit/internal/apikey"
 	"github.com/cellkit/cellkit/internal/breaker"
+	"github.com/cellkit/cellkit/internal/guard"
 	"github.com/cellkit/cellkit/internal/hotkeys"
 	"github.com/cellkit/cellkit/internal/registry"
 	"github.com/cellkit/cellkit/internal/slotmap"
@@ -112,7 +114,7 @@ type Options struct {
 	Refresh func(context.Context) (*slotmap.Map, error)
 	// Keys are the clients' API keys and limits. Required; SetKeys
 	// replaces them.
-	Keys *Keys
+	Keys *apikey.Keys
 	// Logger receives one line per event that matters, never one per
 	// request. Nil means none.
 	Logger *slog.Logger
@@ -293,7 +295,7 @@ type Router struct {
 	refreshed atomic.Pointer[slotmap.Map] // newest map read after a 421
 
 	mu     sync.Mutex
-	guards map[string]*guard
+	guards map[string]*guard.Guard
 	probs  map[string]*cellProbs
 
 	refreshMu   sync.Mutex
@@ -305,7 +307,7 @@ func New(cfg Config, opts Options) (*Router, error) {
 	if opts.Maps == nil {
 		return nil, errors.New("router: no map source")
 	}
-	if opts.Keys == nil || len(opts.Keys.clients) == 0 {
+	if opts.Keys == nil || len(opts.Keys.Clients()) == 0 {
 		return nil, errors.New("router: no API keys")
 	}
 	log := opts.Logger
@@ -325,7 +327,7 @@ func New(cfg Config, opts Options) (*Router, error) {
 		hot:       hotkeys.New(cfg.HotKeys, hotkeys.Options{Now: now}),
 		log:       log,
 		tlsConfig: opts.TLS,
-		guards:    map[string]*guard{},
+		guards:    map[string]*guard.Guard{},
 		probs:     map[string]*cellProbs{},
 	}
 	var seed [8]byte
@@ -341,7 +343,7 @@ func New(cfg Config, opts Options) (*Router, error) {
 	if opts.TLS != nil {
 		m.addTLS()
 	}
-	r.keyring.Store(&keyring{keys: opts.Keys, limits: newLimits(opts.Keys, now)})
+	r.keyring.Store(newKeyring(nil, opts.Keys, now))
 	r.eng = newEngine(r)
 	return r, nil
 }
@@ -397,16 +399,16 @@ func (r *Router) Close() {
 	}
 }
 
-func (r *Router) newGuard(cell string) *guard {
-	return newGuard(cell, r.cfg.Cell.MaxConcurrent, r.cfg.Cell.Breaker, r.cfg.Cell.ProbeInterval > 0, func(from, to breaker.State) {
+func (r *Router) newGuard(cell string) *guard.Guard {
+	return guard.New(cell, r.cfg.Cell.MaxConcurrent, r.cfg.Cell.Breaker, r.cfg.Cell.ProbeInterval > 0, func(from, to breaker.State) {
 		r.log.Warn("cell circuit breaker changed state", "cell", cell, "from", from.String(), "to", to.String())
 	})
 }
 
-func (r *Router) allGuards() []*guard {
+func (r *Router) allGuards() []*guard.Guard {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	gs := make([]*guard, 0, len(r.guards))
+	gs := make([]*guard.Guard, 0, len(r.guards))
 	for _, g := range r.guards {
 		gs = append(gs, g)
 	}
@@ -425,11 +427,8 @@ func (r *Router) cellProbsLocked(cell string) *cellProbs {
 }
 
 var (
-	hdrCell       = []byte(api.HeaderCell)
-	hdrRLLimit    = []byte("X-RateLimit-Limit")
-	hdrRLRemain   = []byte("X-RateLimit-Remaining")
-	hdrAllow      = []byte("Allow")
-	allowCreate   = []byte("POST")
-	allowRead     = []byte("GET, HEAD")
-	pathPrefixLen = len(pathInquiryPre)
+	hdrCell     = []byte(api.HeaderCell)
+	hdrRLLimit  = []byte("X-RateLimit-Limit")
+	hdrRLRemain = []byte("X-RateLimit-Remaining")
+	hdrAllow    = []byte("Allow")
 )

@@ -1,4 +1,8 @@
-package router
+// Package route is what the router reads of a request to choose its cell:
+// the path and method (a new inquiry, or the read of one whose id names
+// its cell) and, for a new inquiry, the user_id and priority in its JSON
+// body. Pure functions over bytes, without allocating on the common path.
+package route
 
 import (
 	"bytes"
@@ -15,38 +19,52 @@ const (
 	pathInquiryPre = api.PathInquiries + "/"
 )
 
-// routeKind is what a request path asks for.
-type routeKind uint8
+// Kind is what a request path asks for.
+type Kind uint8
 
+// The kinds of request path.
 const (
-	routeNotFound   routeKind = iota
-	routeBadMethod            // a known path with the wrong method
-	routeCreate               // POST /v1/inquiries: routed by the user_id in the body
-	routeRead                 // GET|HEAD /v1/inquiries/{id}: routed by the cell in the id
-	routeBadInquiry           // /v1/inquiries/{id} with an id that names no cell
+	NotFound   Kind = iota
+	BadMethod       // a known path with the wrong method
+	Create          // POST /v1/inquiries: routed by the user_id in the body
+	Read            // GET|HEAD /v1/inquiries/{id}: routed by the cell in the id
+	BadInquiry      // /v1/inquiries/{id} with an id that names no cell
 )
 
-// classify maps a (normalised) path and method to a route. For routeRead it
+// Classify maps a (normalised) path and method to a route. For Read it
 // returns the cell id inside the inquiry id.
-func classify(method, path []byte) (routeKind, []byte) {
+func Classify(method, path []byte) (Kind, []byte) {
 	switch {
 	case string(path) == pathInquiries:
 		if string(method) != "POST" {
-			return routeBadMethod, nil
+			return BadMethod, nil
 		}
-		return routeCreate, nil
+		return Create, nil
 	case bytes.HasPrefix(path, []byte(pathInquiryPre)):
 		if string(method) != "GET" && string(method) != "HEAD" {
-			return routeBadMethod, nil
+			return BadMethod, nil
 		}
 		cell, ok := cellOfInquiry(path[len(pathInquiryPre):])
 		if !ok {
-			return routeBadInquiry, nil
+			return BadInquiry, nil
 		}
-		return routeRead, cell
+		return Read, cell
 	}
-	return routeNotFound, nil
+	return NotFound, nil
 }
+
+// Allowed is the Allow header's value for a BadMethod path.
+func Allowed(path []byte) []byte {
+	if len(path) >= len(pathInquiryPre) {
+		return allowRead
+	}
+	return allowCreate
+}
+
+var (
+	allowCreate = []byte("POST")
+	allowRead   = []byte("GET, HEAD")
+)
 
 // cellOfInquiry returns the cell named by an inquiry id "<cell>-<unique>":
 // everything before the last '-' (see api.ValidInquiryID).
@@ -86,7 +104,7 @@ type inquiryLane struct {
 	Priority *string `json:"priority"`
 }
 
-// inquiryFields returns the user id of an inquiry body, whether it is a
+// InquiryFields returns the user id of an inquiry body, whether it is a
 // valid one, and the priority the body asks for (nil for none, or when the
 // body cannot be decoded: the cell then refuses it). The results are always
 // what encoding/json decodes into inquiryUser and inquiryLane (the cell
@@ -95,7 +113,7 @@ type inquiryLane struct {
 // unusual (escapes, non-ASCII or case-folded keys, type errors, deep
 // nesting, invalid JSON) to encoding/json. FuzzInquiryFields holds the two
 // together.
-func inquiryFields(body []byte) (id []byte, idOK bool, priority []byte) {
+func InquiryFields(body []byte) (id []byte, idOK bool, priority []byte) {
 	if id, priority, ok := scanInquiry(body); ok {
 		return id, api.ValidUserID(bstr(id)), priority
 	}
@@ -110,7 +128,7 @@ func inquiryFields(body []byte) (id []byte, idOK bool, priority []byte) {
 	return []byte(v.id()), api.ValidUserID(v.id()), priority
 }
 
-// scanInquiry is the fast path of inquiryFields. ok means body is a JSON
+// scanInquiry is the fast path of InquiryFields. ok means body is a JSON
 // object that encoding/json decodes into inquiryUser and inquiryLane
 // without error and id and priority are the values they yield (nil for
 // none); !ok means "ask encoding/json".

@@ -1,6 +1,7 @@
 package router
 
 import (
+	"context"
 	"net/netip"
 	"slices"
 	"strconv"
@@ -11,8 +12,30 @@ import (
 	"github.com/cellkit/cellkit/internal/h1"
 )
 
-// A client connection's life on its loop: reading a request (head, then
-// body), refusing what cannot be read, and what follows an answer.
+// A client connection, as a state machine run by its loop. This file is
+// the whole of its life, in the order it is lived; the request chain
+// (chain.go) is the work done in one state, busy, and the cells' side of a
+// call (loop_cells.go) ends it with answered or failed.
+//
+//	        open
+//	          │
+//	          ▼
+//	 ┌────▶ head ──────────────▶ body ─────────┐
+//	 │        │ admit: refused    │ body whole │
+//	 │        │ from the head     ▼            │
+//	 │        └───────────────▶ busy ◀─────────┘
+//	 │                            │ write → done
+//	 └── idle ◀───────────────────┤ (kept alive)
+//	      │                       │ (Connection: close, refused body,
+//	      │ bytes: head           ▼  draining)
+//	      │                     drain ── silent, bounded ──▶ closed
+//	      └──────── idle timeout, shutdown ───────────────▶ closed
+//
+// Every state may close (the client leaves, a deadline passes, a request
+// cannot be read: refuse, tooLarge); closed is final. The events are
+// gnet's (traffic, a FIN while busy: halfClose, close) and the loop's
+// deadlines (deadlines, one timer list per state). A state changes only
+// through to, which tests check against the table below.
 
 // connState is where a client connection is.
 type connState uint8
@@ -25,6 +48,7 @@ const (
 	stBusy                   // a request is being answered
 	stDrain                  // answered with an error; reading away what the client still sends
 	stClosed
+	nStates
 )
 
 var connStates = [...]string{"idle", "head", "body", "busy", "drain", "closed"}
@@ -34,6 +58,27 @@ func (s connState) String() string {
 		return connStates[s]
 	}
 	return "state(" + strconv.Itoa(int(s)) + ")"
+}
+
+// transitions are the moves the machine makes.
+var transitions = [nStates][nStates]bool{
+	stIdle:  {stHead: true, stClosed: true},
+	stHead:  {stBody: true, stBusy: true, stDrain: true, stClosed: true},
+	stBody:  {stBusy: true, stDrain: true, stClosed: true},
+	stBusy:  {stIdle: true, stDrain: true, stClosed: true},
+	stDrain: {stClosed: true},
+}
+
+// badTransition, when set (by tests), hears of a move the table does not
+// have.
+var badTransition func(from, to connState)
+
+// to moves cl to state s.
+func (cl *client) to(s connState) {
+	if badTransition != nil && !transitions[cl.state][s] {
+		badTransition(cl.state, s)
+	}
+	cl.state = s
 }
 
 // Sizes and times of a client connection.
@@ -90,6 +135,31 @@ type client struct {
 	seq uint64 // counts requests, to recognise a continuation's own request
 }
 
+// open makes the client of a connection the loop has just been given (a
+// TLS one after its handshake): it starts reading a head, within
+// ReadHeaderTimeout for its first request.
+func (lp *loop) open(c gnet.Conn, ac acceptedConn) *client {
+	cl := &client{c: c, gc: c, lp: lp, remote: addrOf(c.RemoteAddr()), key: ac.key}
+	if ac.tls != nil {
+		ac.tr.gc = c
+		cl.c = &tlsConn{gc: c, tc: ac.tls, tr: ac.tr, room: 2*lp.maxRequest() + tlsPlainRoom}
+		// The handshake may have read the first request's bytes already:
+		// they are in the tls.Conn, and no traffic event will come for
+		// them.
+		lp.el.Execute(context.Background(), gnet.RunnableFunc(func(context.Context) error {
+			defer func() { lp.e.panicked("traffic", recover()) }()
+			lp.tlsTraffic(cl)
+			return nil
+		}))
+	}
+	cl.t.owner, cl.w.owner, cl.wt.owner = cl, cl, cl
+	cl.head.Fields = cl.hdrs[:0]
+	c.SetContext(cl)
+	cl.to(stHead)
+	lp.heads.arm(&cl.t, lp.e.now())
+	return cl
+}
+
 // traffic reads what a client sent.
 func (lp *loop) traffic(cl *client) {
 	switch cl.state {
@@ -114,22 +184,6 @@ func (lp *loop) traffic(cl *client) {
 		return
 	}
 	lp.serve(cl)
-}
-
-func (lp *loop) maxRequest() int {
-	return lp.e.r.cfg.Server.MaxHeaderBytes + lp.e.r.cfg.Server.MaxBodyBytes
-}
-
-// pull moves what gnet holds for cl into cl.in, up to limit bytes in
-// cl.in: nothing is read before it is needed.
-func (lp *loop) pull(cl *client, limit int) {
-	k := min(cl.c.InboundBuffered(), limit-len(cl.in))
-	if k <= 0 {
-		return
-	}
-	b, _ := cl.c.Peek(k)
-	cl.in = append(cl.in, b...)
-	_, _ = cl.c.Discard(len(b)) // a TLS connection may hold fewer plaintext bytes than it counts
 }
 
 // tlsTraffic reads what a TLS client sent; when its TLS stream has ended
@@ -185,7 +239,7 @@ func (lp *loop) readHead(cl *client) bool {
 		return false
 	}
 	if cl.state == stIdle {
-		cl.state = stHead
+		cl.to(stHead)
 		lp.heads.arm(&cl.t, lp.e.now())
 	}
 	h := &cl.head
@@ -217,7 +271,7 @@ func (lp *loop) readHead(cl *client) bool {
 	}
 	if h.Chunked || h.ContentLength > 0 {
 		cl.chunks, cl.dec = h1.ChunkDecoder{}, cl.dec[:0]
-		cl.state = stBody
+		cl.to(stBody)
 		lp.bodies.arm(&cl.t, lp.e.now())
 		return true
 	}
@@ -236,6 +290,32 @@ func (lp *loop) bodyRoom(h *h1.Request) int {
 		return int(h.ContentLength)
 	}
 	return 0
+}
+
+// pull moves what gnet holds for cl into cl.in, up to limit bytes in
+// cl.in: nothing is read before it is needed.
+func (lp *loop) pull(cl *client, limit int) {
+	k := min(cl.c.InboundBuffered(), limit-len(cl.in))
+	if k <= 0 {
+		return
+	}
+	b, _ := cl.c.Peek(k)
+	cl.in = append(cl.in, b...)
+	_, _ = cl.c.Discard(len(b)) // a TLS connection may hold fewer plaintext bytes than it counts
+}
+
+func (lp *loop) maxRequest() int {
+	return lp.e.r.cfg.Server.MaxHeaderBytes + lp.e.r.cfg.Server.MaxBodyBytes
+}
+
+// begin starts the exchange for the request whose head is in cl.head.
+func (lp *loop) begin(cl *client) {
+	r := lp.e.r
+	ex := &cl.ex
+	*ex = exchange{start: time.Now(), cm: r.noCell, slot: -1}
+	cl.close, cl.unread = cl.head.Close, 0
+	cl.seq++
+	ex.rid = r.requestIDFrom(&cl.head, &ex.ridBuf)
 }
 
 // readBody reads an admitted request's body: a Content-Length body into
@@ -290,17 +370,77 @@ func (lp *loop) awaitBody(cl *client) {
 	lp.continue100(cl)
 }
 
-// continue100 says 100 Continue to an HTTP/1.1 client that waits for it
-// before sending its body (an HTTP/1.0 client never gets one: RFC 9110
-// §10.1.1).
-func (lp *loop) continue100(cl *client) {
-	if cl.head.ExpectContinue && cl.head.Minor == 1 && !cl.sent100 {
-		cl.sent100 = true
-		_, _ = cl.c.Write(continue100)
+// enter marks cl's request as being answered.
+func (lp *loop) enter(cl *client) {
+	cl.t.stop()
+	cl.to(stBusy)
+	lp.e.busy.Add(1)
+}
+
+// write sends lp.out, the answer to cl's request, and ends the request;
+// after an answer that came from a cell, a pipelined request is served.
+func (lp *loop) write(cl *client, status int) {
+	if cl.state != stBusy {
+		return
+	}
+	_, _ = cl.c.Write(lp.out)
+	lp.done(cl, status)
+	if !cl.inServe && cl.state == stIdle && len(cl.in)+cl.c.InboundBuffered() > 0 {
+		lp.serve(cl)
 	}
 }
 
-var continue100 = []byte("HTTP/1.1 100 Continue\r\n\r\n")
+// done ends cl's current request once its answer is written: the
+// connection is closed or goes back to reading.
+func (lp *loop) done(cl *client, status int) {
+	lp.e.busy.Add(-1)
+	ex := &cl.ex
+	ex.cm.answered(status, time.Since(ex.start).Seconds())
+	if cl.c.OutboundBuffered() > 0 {
+		lp.writes.arm(&cl.w, lp.e.now())
+	}
+	if cl.close || lp.e.draining.Load() {
+		// Bytes the client sent that were not read (a body refused from
+		// its head, pipelined requests) are read away before closing.
+		if !cl.ended() && (cl.unread != 0 || len(cl.in) > cl.used || cl.c.InboundBuffered() > 0) {
+			cl.in = cl.in[:0]
+			lp.linger(cl, cl.unread)
+			return
+		}
+		cl.to(stIdle)
+		lp.closeClient(cl)
+		return
+	}
+	rest := copy(cl.in, cl.in[cl.used:])
+	cl.in = cl.in[:rest]
+	if rest == 0 && cap(cl.in) > keptBuffer {
+		cl.in = nil // a large request's buffer is not kept for the connection's life
+	}
+	if cap(cl.dec) > keptBuffer {
+		cl.dec = nil
+	}
+	cl.used, cl.body, cl.sent100 = 0, nil, false
+	cl.head.Method = nil
+	cl.to(stIdle)
+	if cl.ended() && rest == 0 {
+		lp.closeClient(cl) // all it sent is answered
+		return
+	}
+	lp.idles.arm(&cl.t, lp.e.now())
+	if cl.c.OutboundBuffered() > maxUnsent {
+		lp.closeClient(cl) // the client reads nothing of what it asked for
+	}
+}
+
+// refuse answers a request the router could not read (or read in time)
+// and closes the connection after the answer.
+func (lp *loop) refuse(cl *client, p *prob) {
+	if cl.state == stClosed {
+		return
+	}
+	lp.answerUnread(cl, p)
+	lp.closeClient(cl)
+}
 
 // tooLarge answers 413 and reads away up to 4× the body limit of what the
 // client still sends, for at most a second, so that it sees the answer
@@ -320,7 +460,7 @@ func (lp *loop) tooLarge(cl *client, left int64) {
 // it: closing a socket with unread bytes resets it, and the client might
 // lose the answer.
 func (lp *loop) linger(cl *client, left int64) {
-	cl.state = stDrain
+	cl.to(stDrain)
 	cl.drained = 0
 	cl.drainMax = lingerFactor * int64(lp.e.r.cfg.Server.MaxBodyBytes)
 	if left >= 0 && left < cl.drainMax {
@@ -337,26 +477,82 @@ func (lp *loop) linger(cl *client, left int64) {
 	}
 }
 
-// refuse answers a request the router could not read (or read in time)
-// and closes the connection after the answer.
-func (lp *loop) refuse(cl *client, p *prob) {
-	if cl.state == stClosed {
-		return
+// halfClose makes cl a halfClosed connection when its client ended its
+// side while its request is being answered; false when there is no such
+// request or the socket cannot be kept.
+func (lp *loop) halfClose(cl *client) bool {
+	if cl.state != stBusy {
+		return false
 	}
-	lp.answerUnread(cl, p)
-	lp.closeClient(cl)
+	fd, err := cl.gc.Dup()
+	if err != nil {
+		return false
+	}
+	// Requests pipelined behind this one wait in gnet's buffer, which goes
+	// with its connection: they are taken now and answered in turn. (The
+	// current request's fields keep viewing the old buffer if this one
+	// moves.)
+	hc := &halfClosed{fd: fd, timeout: lp.e.r.cfg.Server.WriteTimeout}
+	if t, ok := cl.c.(*tlsConn); ok {
+		// Decrypted first: all that gnet still holds.
+		t.room = int(^uint(0) >> 1)
+		if b, _ := t.Peek(-1); len(b) > 0 {
+			cl.in = append(cl.in, b...)
+		}
+		hc.tls = t.tc
+		t.tr.gc, t.tr.held, t.gc = nil, hc, nil
+	} else if b, _ := cl.gc.Peek(-1); len(b) > 0 {
+		cl.in = append(cl.in, b...)
+	}
+	cl.c = hc
+	cl.gc = nil
+	return true
 }
 
-// answerUnread writes p as the answer to a request that was not read
-// whole, saying the connection closes after it.
-func (lp *loop) answerUnread(cl *client, p *prob) {
-	cl.t.stop()
-	cl.ex = exchange{cm: lp.e.r.noCell}
-	cl.ex.rid = lp.e.r.newRequestID(&cl.ex.ridBuf)
-	cl.close = true
-	lp.out = lp.problemAnswer(lp.out[:0], cl, p, 0, nil)
-	_, _ = cl.c.Write(lp.out)
-	lp.e.r.noCell.answered(p.status, 0)
+// ended says whether cl's client has ended its side: no more bytes come,
+// so a request not whole in cl.in never will be.
+func (cl *client) ended() bool {
+	_, ok := cl.c.(*halfClosed)
+	return ok
+}
+
+// deadlines acts on the client deadlines that have passed: a head or a
+// body not read in time is refused (a connection that sent nothing of a
+// request is closed quietly), an idle or draining one closed, and so is a
+// client that has not taken its answer off its socket in time.
+func (lp *loop) deadlines(now int64) {
+	for t := lp.heads.expired(now); t != nil; t = lp.heads.expired(now) {
+		cl := t.owner.(*client)
+		if len(cl.in) == 0 && cl.c.InboundBuffered() == 0 {
+			lp.closeClient(cl) // not a byte of a request: close quietly
+			continue
+		}
+		lp.refuse(cl, &probReadTimeout)
+	}
+	for t := lp.bodies.expired(now); t != nil; t = lp.bodies.expired(now) {
+		lp.refuse(t.owner.(*client), &probReadTimeout)
+	}
+	for t := lp.idles.expired(now); t != nil; t = lp.idles.expired(now) {
+		lp.closeClient(t.owner.(*client))
+	}
+	for t := lp.drains.expired(now); t != nil; t = lp.drains.expired(now) {
+		lp.closeClient(t.owner.(*client))
+	}
+	// A draining client that has been silent for 50 ms has sent all it
+	// will: close it (the list is by start, so scan it all; it is short).
+	for t := lp.drains.head.next; t != &lp.drains.head; {
+		next := t.next
+		if cl := t.owner.(*client); now-cl.lastInput > int64(lingerSilence) {
+			t.stop()
+			lp.closeClient(cl)
+		}
+		t = next
+	}
+	for t := lp.writes.expired(now); t != nil; t = lp.writes.expired(now) {
+		if cl := t.owner.(*client); cl.c.OutboundBuffered() > 0 {
+			lp.closeClient(cl)
+		}
+	}
 }
 
 // closeClient closes cl's connection (what was written is still sent).
@@ -381,69 +577,10 @@ func (lp *loop) closed(cl *client) {
 		lp.e.busy.Add(-1)
 		lp.abandon(cl)
 	}
-	cl.state = stClosed
+	cl.to(stClosed)
 	cl.t.stop()
 	cl.w.stop()
 	cl.wt.stop()
 	lp.e.conns.Add(-1)
 	lp.e.addrs.release(cl.key)
 }
-
-// done ends cl's current request once its answer is written: the
-// connection is closed or goes back to reading.
-func (lp *loop) done(cl *client, status int) {
-	lp.e.busy.Add(-1)
-	ex := &cl.ex
-	ex.cm.answered(status, time.Since(ex.start).Seconds())
-	if cl.c.OutboundBuffered() > 0 {
-		lp.writes.arm(&cl.w, lp.e.now())
-	}
-	if cl.close || lp.e.draining.Load() {
-		// Bytes the client sent that were not read (a body refused from
-		// its head, pipelined requests) are read away before closing.
-		if !cl.ended() && (cl.unread != 0 || len(cl.in) > cl.used || cl.c.InboundBuffered() > 0) {
-			cl.in = cl.in[:0]
-			lp.linger(cl, cl.unread)
-			return
-		}
-		cl.state = stIdle
-		lp.closeClient(cl)
-		return
-	}
-	rest := copy(cl.in, cl.in[cl.used:])
-	cl.in = cl.in[:rest]
-	if rest == 0 && cap(cl.in) > keptBuffer {
-		cl.in = nil // a large request's buffer is not kept for the connection's life
-	}
-	if cap(cl.dec) > keptBuffer {
-		cl.dec = nil
-	}
-	cl.used, cl.body, cl.sent100 = 0, nil, false
-	cl.head.Method = nil
-	cl.state = stIdle
-	if cl.ended() && rest == 0 {
-		lp.closeClient(cl) // all it sent is answered
-		return
-	}
-	lp.idles.arm(&cl.t, lp.e.now())
-	if cl.c.OutboundBuffered() > maxUnsent {
-		lp.closeClient(cl) // the client reads nothing of what it asked for
-	}
-}
-
-// drainIdle closes the loop's idle client connections (shutting down).
-func (lp *loop) drainIdle() {
-	for _, l := range []*tlist{&lp.idles, &lp.heads} {
-		for t := l.head.next; t != &l.head; {
-			next := t.next
-			cl := t.owner.(*client)
-			if cl.state == stIdle || cl.state == stHead && len(cl.in) == 0 && cl.c.InboundBuffered() == 0 {
-				t.stop()
-				lp.closeClient(cl)
-			}
-			t = next
-		}
-	}
-}
-
-// --- the request chain --------------------------------------------------

@@ -1,4 +1,4 @@
-package router
+package route
 
 import (
 	"encoding/json"
@@ -69,12 +69,12 @@ var userIDCases = []struct {
 func TestUserIDFrom(t *testing.T) {
 	for _, tc := range userIDCases {
 		t.Run(tc.name, func(t *testing.T) {
-			id, ok, _ := inquiryFields([]byte(tc.body))
+			id, ok, _ := InquiryFields([]byte(tc.body))
 			if ok != tc.ok || (ok && string(id) != tc.want) {
-				t.Errorf("inquiryFields(%q) = %q, %v; want %q, %v", tc.body, id, ok, tc.want, tc.ok)
+				t.Errorf("InquiryFields(%q) = %q, %v; want %q, %v", tc.body, id, ok, tc.want, tc.ok)
 			}
 			if want, wantOK := referenceUserID([]byte(tc.body)); ok != wantOK || (ok && string(id) != want) {
-				t.Errorf("inquiryFields(%q) = %q, %v; encoding/json gives %q, %v", tc.body, id, ok, want, wantOK)
+				t.Errorf("InquiryFields(%q) = %q, %v; encoding/json gives %q, %v", tc.body, id, ok, want, wantOK)
 			}
 			if _, _, fast := scanInquiry([]byte(tc.body)); fast != tc.fast {
 				t.Errorf("scanInquiry(%q) decided = %v, want %v", tc.body, fast, tc.fast)
@@ -107,7 +107,7 @@ func TestPriorityFrom(t *testing.T) {
 		{"invalid json", `{"user_id":"a","priority":"high"`, "", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, _, p := inquiryFields([]byte(tc.body))
+			_, _, p := InquiryFields([]byte(tc.body))
 			if string(p) != tc.want {
 				t.Errorf("priority %q, want %q", p, tc.want)
 			}
@@ -123,8 +123,8 @@ func TestPriorityFrom(t *testing.T) {
 
 func TestUserIDFastPathDoesNotAllocate(t *testing.T) {
 	body := []byte(`{"user_id":"user-000123","product":"credit-line","amount":5000000,"priority":"normal","callback_url":"https://p.example/cb"}`)
-	if n := testing.AllocsPerRun(1000, func() { inquiryFields(body) }); n != 0 {
-		t.Fatalf("inquiryFields allocates %.1f times, want 0", n)
+	if n := testing.AllocsPerRun(1000, func() { InquiryFields(body) }); n != 0 {
+		t.Fatalf("InquiryFields allocates %.1f times, want 0", n)
 	}
 }
 
@@ -137,13 +137,13 @@ func FuzzInquiryFields(f *testing.F) {
 	f.Add([]byte(`{"user_id":"a","priority":"high"}`))
 	f.Add([]byte(`{"priority":null,"user_id":"a","Priority":"normal"}`))
 	f.Fuzz(func(t *testing.T, body []byte) {
-		id, ok, p := inquiryFields(body)
+		id, ok, p := InquiryFields(body)
 		want, wantOK := referenceUserID(body)
 		if ok != wantOK || (ok && string(id) != want) {
-			t.Fatalf("inquiryFields(%q) = %q, %v; encoding/json gives %q, %v", body, id, ok, want, wantOK)
+			t.Fatalf("InquiryFields(%q) = %q, %v; encoding/json gives %q, %v", body, id, ok, want, wantOK)
 		}
 		if wantP, _ := referencePriority(body); string(p) != wantP {
-			t.Fatalf("inquiryFields(%q) priority %q; encoding/json gives %q", body, p, wantP)
+			t.Fatalf("InquiryFields(%q) priority %q; encoding/json gives %q", body, p, wantP)
 		}
 		if sid, sp, fast := scanInquiry(body); fast {
 			var v inquiryUser
@@ -167,32 +167,32 @@ func FuzzInquiryFields(f *testing.F) {
 func TestClassify(t *testing.T) {
 	for _, tc := range []struct {
 		method, path string
-		want         routeKind
+		want         Kind
 		cell         string
 	}{
-		{"POST", "/v1/inquiries", routeCreate, ""},
-		{"GET", "/v1/inquiries", routeBadMethod, ""},
-		{"PUT", "/v1/inquiries", routeBadMethod, ""},
-		{"GET", "/v1/inquiries/c1-01JDXYZ", routeRead, "c1"},
-		{"HEAD", "/v1/inquiries/c1-01JDXYZ", routeRead, "c1"},
-		{"GET", "/v1/inquiries/cell-a-2-cu7h3kf0000000000000", routeRead, "cell-a-2"},
-		{"POST", "/v1/inquiries/c1-x", routeBadMethod, ""},
-		{"GET", "/v1/inquiries/", routeBadInquiry, ""},
-		{"GET", "/v1/inquiries/nodash", routeBadInquiry, ""},
-		{"GET", "/v1/inquiries/c1-", routeBadInquiry, ""},
-		{"GET", "/v1/inquiries/-abc", routeBadInquiry, ""},
-		{"GET", "/v1/inquiries/C1-abc", routeBadInquiry, ""}, // cell ids are lower case
-		{"GET", "/v1/inquiries/c1-a/b", routeBadInquiry, ""},
-		{"GET", "/v1/inquiries/c1-a.b", routeBadInquiry, ""},
-		{"GET", "/v1/inquiries/" + strings.Repeat("a", 130) + "-x", routeBadInquiry, ""},
-		{"GET", "/", routeNotFound, ""},
-		{"GET", "/v1/inquiriesx", routeNotFound, ""},
-		{"GET", "/v2/inquiries", routeNotFound, ""},
+		{"POST", "/v1/inquiries", Create, ""},
+		{"GET", "/v1/inquiries", BadMethod, ""},
+		{"PUT", "/v1/inquiries", BadMethod, ""},
+		{"GET", "/v1/inquiries/c1-01JDXYZ", Read, "c1"},
+		{"HEAD", "/v1/inquiries/c1-01JDXYZ", Read, "c1"},
+		{"GET", "/v1/inquiries/cell-a-2-cu7h3kf0000000000000", Read, "cell-a-2"},
+		{"POST", "/v1/inquiries/c1-x", BadMethod, ""},
+		{"GET", "/v1/inquiries/", BadInquiry, ""},
+		{"GET", "/v1/inquiries/nodash", BadInquiry, ""},
+		{"GET", "/v1/inquiries/c1-", BadInquiry, ""},
+		{"GET", "/v1/inquiries/-abc", BadInquiry, ""},
+		{"GET", "/v1/inquiries/C1-abc", BadInquiry, ""}, // cell ids are lower case
+		{"GET", "/v1/inquiries/c1-a/b", BadInquiry, ""},
+		{"GET", "/v1/inquiries/c1-a.b", BadInquiry, ""},
+		{"GET", "/v1/inquiries/" + strings.Repeat("a", 130) + "-x", BadInquiry, ""},
+		{"GET", "/", NotFound, ""},
+		{"GET", "/v1/inquiriesx", NotFound, ""},
+		{"GET", "/v2/inquiries", NotFound, ""},
 	} {
 		t.Run(tc.method+" "+tc.path, func(t *testing.T) {
-			got, cell := classify([]byte(tc.method), []byte(tc.path))
+			got, cell := Classify([]byte(tc.method), []byte(tc.path))
 			if got != tc.want || string(cell) != tc.cell {
-				t.Errorf("classify(%s %s) = %v, %q; want %v, %q", tc.method, tc.path, got, cell, tc.want, tc.cell)
+				t.Errorf("Classify(%s %s) = %v, %q; want %v, %q", tc.method, tc.path, got, cell, tc.want, tc.cell)
 			}
 		})
 	}
@@ -203,7 +203,7 @@ func BenchmarkUserIDFrom(b *testing.B) {
 	b.ReportAllocs()
 	b.SetBytes(int64(len(body)))
 	for b.Loop() {
-		inquiryFields(body)
+		InquiryFields(body)
 	}
 }
 
@@ -216,7 +216,7 @@ func BenchmarkUserIDEncodingJSON(b *testing.B) {
 	}
 }
 
-// FuzzClassify: any method and path classify without panicking, and a
+// FuzzClassify: any method and path Classify without panicking, and a
 // read always names a valid cell that prefixes the id.
 func FuzzClassify(f *testing.F) {
 	f.Add("GET", "/v1/inquiries/c1-abc")
@@ -224,11 +224,11 @@ func FuzzClassify(f *testing.F) {
 	f.Add("GET", "/v1/inquiries/a-b-c-")
 	f.Add("HEAD", "/v1/inquiries/-")
 	f.Fuzz(func(t *testing.T, method, path string) {
-		kind, cell := classify([]byte(method), []byte(path))
-		if kind == routeRead {
+		kind, cell := Classify([]byte(method), []byte(path))
+		if kind == Read {
 			id := strings.TrimPrefix(path, pathInquiryPre)
 			if !api.ValidCellID(string(cell)) || !strings.HasPrefix(id, string(cell)+"-") || len(id) <= len(cell)+1 {
-				t.Fatalf("classify(%q, %q) = read of cell %q", method, path, cell)
+				t.Fatalf("Classify(%q, %q) = read of cell %q", method, path, cell)
 			}
 		}
 	})

@@ -1,4 +1,4 @@
-package router
+package apikey
 
 import (
 	"fmt"
@@ -6,8 +6,8 @@ import (
 	"testing"
 )
 
-func TestParseKeys(t *testing.T) {
-	h1, h2 := HashKey("k1"), HashKey("k2")
+func TestParse(t *testing.T) {
+	h1, h2 := Hash("k1"), Hash("k2")
 	for _, tc := range []struct {
 		name, file string
 		err        string // "" for valid
@@ -28,15 +28,15 @@ func TestParseKeys(t *testing.T) {
 		{"limits disagree", `[{"client":"a","key_sha256":"` + h1 + `","rate":1,"burst":1},{"client":"a","key_sha256":"` + h2 + `","rate":2,"burst":1}]`, "different limits", 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			k, err := ParseKeys([]byte(tc.file))
+			k, err := Parse([]byte(tc.file))
 			if tc.err != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.err) {
-					t.Fatalf("ParseKeys = %v, want an error about %q", err, tc.err)
+					t.Fatalf("Parse = %v, want an error about %q", err, tc.err)
 				}
 				return
 			}
 			if err != nil {
-				t.Fatalf("ParseKeys: %v", err)
+				t.Fatalf("Parse: %v", err)
 			}
 			if len(k.Clients()) != tc.clients {
 				t.Errorf("%d clients, want %d", len(k.Clients()), tc.clients)
@@ -46,34 +46,34 @@ func TestParseKeys(t *testing.T) {
 }
 
 func TestAuthenticate(t *testing.T) {
-	key, sum, err := GenerateKey()
+	key, sum, err := Generate()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.HasPrefix(key, KeyPrefix) || len(key) < 40 || sum != HashKey(key) {
-		t.Fatalf("GenerateKey = %q, %q", key, sum)
+	if !strings.HasPrefix(key, KeyPrefix) || len(key) < 40 || sum != Hash(key) {
+		t.Fatalf("Generate = %q, %q", key, sum)
 	}
-	other, _, _ := GenerateKey()
+	other, _, _ := Generate()
 	if other == key {
 		t.Fatal("GenerateKey repeats itself")
 	}
-	k, err := ParseKeys([]byte(fmt.Sprintf(`[{"client":"platform-a","key_sha256":%q,"rate":100,"burst":200},{"client":"platform-b","key_sha256":%q,"rate":1,"burst":1}]`, sum, HashKey("second"))))
+	k, err := Parse([]byte(fmt.Sprintf(`[{"client":"platform-a","key_sha256":%q,"rate":100,"burst":200},{"client":"platform-b","key_sha256":%q,"rate":1,"burst":1}]`, sum, Hash("second"))))
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, tc := range []struct {
 		name, key string
-		want      authResult
+		want      Result
 		client    string
 	}{
-		{"valid", key, authOK, "platform-a"},
-		{"second client", "second", authOK, "platform-b"},
-		{"missing", "", authMissing, ""},
-		{"unknown", "ck_wrong", authUnknown, ""},
-		{"one byte off", key[:len(key)-1] + "x", authUnknown, ""},
-		{"prefix of a key", key[:10], authUnknown, ""},
-		{"too long", strings.Repeat("a", maxKeyLen+1), authUnknown, ""},
-		{"hash instead of key", sum, authUnknown, ""},
+		{"valid", key, OK, "platform-a"},
+		{"second client", "second", OK, "platform-b"},
+		{"missing", "", Missing, ""},
+		{"unknown", "ck_wrong", Unknown, ""},
+		{"one byte off", key[:len(key)-1] + "x", Unknown, ""},
+		{"prefix of a key", key[:10], Unknown, ""},
+		{"too long", strings.Repeat("a", maxKeyLen+1), Unknown, ""},
+		{"hash instead of key", sum, Unknown, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c, res := k.Authenticate([]byte(tc.key))
@@ -89,8 +89,8 @@ func TestAuthenticate(t *testing.T) {
 }
 
 func BenchmarkAuthenticate(b *testing.B) {
-	key, sum, _ := GenerateKey()
-	k, err := ParseKeys([]byte(fmt.Sprintf(`[{"client":"a","key_sha256":%q,"rate":1,"burst":1}]`, sum)))
+	key, sum, _ := Generate()
+	k, err := Parse([]byte(fmt.Sprintf(`[{"client":"a","key_sha256":%q,"rate":1,"burst":1}]`, sum)))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -102,7 +102,7 @@ func BenchmarkAuthenticate(b *testing.B) {
 }
 
 func TestParseLanes(t *testing.T) {
-	h1, h2 := HashKey("k1"), HashKey("k2")
+	h1, h2 := Hash("k1"), Hash("k2")
 	entry := func(hash, lanes string) string {
 		return `{"client":"a","key_sha256":"` + hash + `","rate":1,"burst":1` + lanes + `}`
 	}
@@ -125,18 +125,18 @@ func TestParseLanes(t *testing.T) {
 		{"rotation disagrees", `[` + entry(h1, `,"lanes":["high","normal"]`) + `,` + entry(h2, "") + `]`, "different lanes", false, false, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			k, err := ParseKeys([]byte(tc.file))
+			k, err := Parse([]byte(tc.file))
 			if tc.err != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.err) {
-					t.Fatalf("ParseKeys = %v, want an error about %q", err, tc.err)
+					t.Fatalf("Parse = %v, want an error about %q", err, tc.err)
 				}
 				return
 			}
 			if err != nil {
-				t.Fatalf("ParseKeys: %v", err)
+				t.Fatalf("Parse: %v", err)
 			}
 			p := k.Clients()[0].lanes
-			if p.high != tc.high || p.normal != tc.normal || string(p.def) != tc.def {
+			if p.high != tc.high || p.normal != tc.normal || p.def != tc.def {
 				t.Fatalf("lanes high=%v normal=%v default %q; want %v %v %q", p.high, p.normal, p.def, tc.high, tc.normal, tc.def)
 			}
 		})

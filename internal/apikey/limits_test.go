@@ -1,0 +1,99 @@
+package apikey
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/cellkit/cellkit/internal/testkit"
+)
+
+func TestTokenBucket(t *testing.T) {
+	keys, err := Parse([]byte(`[{"client":"a","key_sha256":"` + Hash("a") + `","rate":2,"burst":3},` +
+		`{"client":"b","key_sha256":"` + Hash("b") + `","rate":0.25,"burst":1}]`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, b := keys.Clients()[0], keys.Clients()[1]
+	clk := testkit.NewClock(time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC))
+	l := NewLimits(keys, clk.Now)
+	type step struct {
+		advance   time.Duration
+		client    *Client
+		ok        bool
+		remaining int
+		retry     time.Duration // when refused, within 1 ms
+	}
+	for i, s := range []step{
+		{0, a, true, 2, 0},
+		{0, a, true, 1, 0},
+		{0, a, true, 0, 0},
+		{0, a, false, 0, 500 * time.Millisecond}, // 2 tokens/s: one in 500 ms
+		{0, b, true, 0, 0},                       // clients do not share buckets
+		{0, b, false, 0, 4 * time.Second},
+		{250 * time.Millisecond, a, false, 0, 250 * time.Millisecond},
+		{250 * time.Millisecond, a, true, 0, 0},
+		{2 * time.Second, a, true, 2, 0}, // refilled to the burst, never above
+		{time.Hour, b, true, 0, 0},
+	} {
+		clk.Advance(s.advance)
+		v := l.Take(s.client)
+		if v.OK != s.ok || (v.OK && v.Remaining != s.remaining) || (!v.OK && (v.RetryAfter < s.retry-time.Millisecond || v.RetryAfter > s.retry+time.Millisecond)) {
+			t.Errorf("step %d: take(%s) = %+v, want ok %v remaining %d retry %v", i, s.client.ID, v, s.ok, s.remaining, s.retry)
+		}
+	}
+}
+
+func BenchmarkTake(b *testing.B) {
+	keys, _ := Parse([]byte(`[{"client":"a","key_sha256":"` + Hash("a") + `","rate":1e9,"burst":1000000000}]`))
+	l := NewLimits(keys, time.Now)
+	c := keys.Clients()[0]
+	b.ReportAllocs()
+	for b.Loop() {
+		l.Take(c)
+	}
+}
+
+// TestLimitsCarry: new keys keep a kept client's bucket, tokens and all,
+// under its new limits; a new client starts full; a removed one's bucket
+// is gone.
+func TestLimitsCarry(t *testing.T) {
+	clk := testkit.NewClock(time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC))
+	entry := func(client, key string, rate, burst int) string {
+		return fmt.Sprintf(`{"client":%q,"key_sha256":%q,"rate":%d,"burst":%d}`, client, Hash(key), rate, burst)
+	}
+	old, err := Parse([]byte("[" + entry("a", "ka", 1, 2) + "," + entry("gone", "kg", 1, 1) + "]"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := NewLimits(old, clk.Now)
+	for range 2 {
+		l.Take(old.Clients()[0])
+	}
+	next, err := Parse([]byte("[" + entry("fresh", "kf", 1, 3) + "," + entry("a", "ka", 5, 10) + "]"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := l.For(next, clk.Now)
+	if len(n.buckets) != 2 {
+		t.Fatalf("%d buckets for 2 clients", len(n.buckets))
+	}
+	a, fresh := next.Clients()[1], next.Clients()[0]
+	if v := n.Take(a); v.OK {
+		t.Errorf("the kept client's empty bucket gave a token: %+v", v)
+	}
+	clk.Advance(time.Second)
+	for i := range 5 {
+		if v := n.Take(a); !v.OK {
+			t.Fatalf("new limits, a second later, token %d refused: %+v", i, v)
+		}
+	}
+	if v := n.Take(a); v.OK {
+		t.Errorf("a sixth token in that second: %+v", v)
+	}
+	for i := range 3 {
+		if v := n.Take(fresh); !v.OK {
+			t.Errorf("a new client's token %d refused: %+v", i, v)
+		}
+	}
+}
