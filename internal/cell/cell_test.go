@@ -825,23 +825,7 @@ func TestInstancesShareTheQuota(t *testing.T) {
 		lease(c, "i2")
 		c.Agencies = first.cfg.Agencies
 	}})
-	var worst atomic.Int64
-	stop := make(chan struct{})
-	sampled := make(chan struct{})
-	go func() {
-		defer close(sampled)
-		for {
-			select {
-			case <-stop:
-				return
-			case <-time.After(5 * time.Millisecond):
-			}
-			if n := first.kcb.Stats().ActiveSessions; n > worst.Load() {
-				worst.Store(n)
-			}
-		}
-	}()
-	defer func() { close(stop); <-sampled }()
+	worst := testkit.SamplePeak(t, 5*time.Millisecond, func() int64 { return int64(first.kcb.Stats().ActiveSessions) })
 	pool := func(h *harness) int { return h.cell.clients["kcb"].Status().Pool.Size }
 	ready := func(h *harness) bool { ok, _ := h.cell.readiness(); return ok }
 	if !testkit.Poll(20*time.Second, func() bool {
@@ -861,7 +845,7 @@ func TestInstancesShareTheQuota(t *testing.T) {
 		t.Fatal(err)
 	}
 	testkit.WaitFor(t, 20*time.Second, "the first instance with all 6", func() bool { return pool(first) == 6 })
-	if w := worst.Load(); w > 6 {
+	if w := worst.Max(); w > 6 {
 		t.Fatalf("the agency saw %d sessions at once, over the quota of 6", w)
 	}
 }

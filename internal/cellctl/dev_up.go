@@ -1,7 +1,6 @@
 package cellctl
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -13,7 +12,6 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/cellkit/cellkit/internal/api"
 	"github.com/cellkit/cellkit/internal/atomicfile"
 	"github.com/cellkit/cellkit/internal/control"
 	"github.com/cellkit/cellkit/internal/devstack"
@@ -74,7 +72,7 @@ func (x *inv) devUp(ctx context.Context, o devOptions) error {
 	if err := x.devMap(ctx, regURL, o.cells, ports, scheme); err != nil {
 		return err
 	}
-	key, err := devKey(ctx, bins["router"], dir)
+	key, err := devstack.APIKey(ctx, bins["router"], dir, devKeyClient, true)
 	if err != nil {
 		return err
 	}
@@ -100,16 +98,13 @@ func (x *inv) devUp(ctx context.Context, o devOptions) error {
 		_ = os.Remove(devstack.StatePath(dir)) // a stale state file; the new one is written below
 		return err
 	}
+	launch := devstack.Launcher{Dir: dir, Cellctl: bins["cellctl"], Record: st}
 	for _, p := range procs {
-		p.Log = filepath.Join(dir, "logs", p.Name+".log")
-		// Each under a supervisor that restarts it when it ends on its own.
-		p.Supervisor = devstack.CellctlSupervisor(bins["cellctl"], dir, p)
-		c, err := devstack.Start(p)
+		c, err := launch.Start(p, devstack.Start)
 		if err != nil {
 			return fail(err)
 		}
 		children = append(children, c)
-		st.Processes = append(st.Processes, c.Process)
 	}
 	if err := writeDevStack(dir, st); err != nil {
 		return fail(err)
@@ -257,9 +252,9 @@ func binDirs(dir string) []string {
 }
 
 // devMap makes sure the registry holds a map with cells c1..cN at the given
-// addresses, with scheme (https for a stack on TLS), through the
-// operations of the init, provision and endpoints commands
-// (internal/control). Their plans go to DIR/logs/setup.log.
+// addresses, with scheme (https for a stack on TLS), through
+// control.Ensure (the operations of the init, provision and endpoints
+// commands). Their plans go to DIR/logs/setup.log.
 func (x *inv) devMap(ctx context.Context, regURL string, cells int, ports devPorts, scheme string) error {
 	dir := filepath.Dir(filepath.Dir(strings.TrimPrefix(regURL, "file:")))
 	logf, err := os.OpenFile(filepath.Join(dir, "logs", "setup.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
@@ -272,106 +267,42 @@ func (x *inv) devMap(ctx context.Context, regURL string, cells int, ports devPor
 		return err
 	}
 	defer reg.Close()
-	// Through internal/control as the commands would, each plan written
-	// to the log as the command prints it.
 	ctl := control.New(reg, control.Config{Holder: x.cli.holder(x.cmd.name), LockWait: x.g.lockWait},
 		control.Options{Now: x.cli.now, Note: func(n control.Note) { fmt.Fprintf(logf, "%s\n", n.Text) }})
-	apply := func(what string, plan control.Planner) error {
-		fmt.Fprintf(logf, "$ cellctl %s\n", what)
-		_, err := ctl.Apply(ctx, control.Change{Plan: plan,
-			Planned: func(p *slotmap.Plan) { writePlan(logf, p) },
-			Done: func(r *control.Result) {
-				if r.Applied {
-					fmt.Fprintf(logf, "\nApplied: map version %d (%s).\n", r.Version, r.Plan.Op)
-				}
-			}})
-		if err != nil {
-			fmt.Fprintf(logf, "%v\n", err)
-			return fmt.Errorf("cellctl %s: %w", what, err)
-		}
-		return nil
-	}
-	m, err := reg.Load(ctx)
-	switch {
-	case errors.Is(err, registry.ErrNoMap):
-		fmt.Fprintf(logf, "$ cellctl init --agency nice=80 --agency kcb=40\n")
-		fresh, err := slotmap.New(slotmap.DefaultSlots, map[string]int{"nice": 80, "kcb": 40})
-		if err != nil {
-			return err
-		}
-		if _, err := ctl.Init(ctx, control.InitChange{Map: fresh}); err != nil {
-			return fmt.Errorf("cellctl init: %w", err)
-		}
-		x.notef("Created the map in %s (plans in %s).", regURL, logf.Name())
-	case err != nil:
-		return registryError(reg, err)
-	}
+	var want []control.StackCell
 	for i := 1; i <= cells; i++ {
-		id := cellName(i)
-		intake, admin := scheme+"://"+ports.intake[i-1], scheme+"://"+ports.admin[i-1]
-		var cur struct{ Intake, Admin string }
-		found := false
-		if m != nil {
-			if c, ok := m.Cell(id); ok {
-				cur.Intake, cur.Admin, found = c.Intake, c.Admin, true
+		want = append(want, control.StackCell{ID: cellName(i),
+			Intake: scheme + "://" + ports.intake[i-1], Admin: scheme + "://" + ports.admin[i-1]})
+	}
+	// Each step written to the log as the command prints it.
+	shown := ""
+	return ctl.Ensure(ctx, control.EnsureChange{
+		Agencies: devstack.Agencies,
+		Cells:    want,
+		Planned: func(what string, p *slotmap.Plan) {
+			if what != shown {
+				fmt.Fprintf(logf, "$ cellctl %s\n", what)
+				shown = what
 			}
-		}
-		switch {
-		case !found:
-			if err := apply("provision "+id, control.Provision(slotmap.Cell{ID: id, Weight: 1, Intake: intake, Admin: admin})); err != nil {
-				return err
+			writePlan(logf, p)
+		},
+		Failed: func(_ string, err error) { fmt.Fprintf(logf, "%v\n", err) },
+		Step: func(s control.Step) {
+			switch s.Kind {
+			case control.StepInit:
+				fmt.Fprintf(logf, "$ cellctl init --agency nice=80 --agency kcb=40\n")
+				x.notef("Created the map in %s (plans in %s).", regURL, logf.Name())
+				return
+			case control.StepProvision:
+				x.notef("Provisioned cell %s (intake %s, admin %s).", s.Cell.ID, s.Cell.Intake, s.Cell.Admin)
+			case control.StepEndpoints:
+				x.notef("Moved cell %s to intake %s, admin %s.", s.Cell.ID, s.Cell.Intake, s.Cell.Admin)
 			}
-			x.notef("Provisioned cell %s (intake %s, admin %s).", id, intake, admin)
-		case cur.Intake != intake || cur.Admin != admin:
-			if err := apply("endpoints "+id, control.SetEndpoints(id, intake, admin)); err != nil {
-				return err
+			if s.Result.Applied {
+				fmt.Fprintf(logf, "\nApplied: map version %d (%s).\n", s.Result.Version, s.Result.Plan.Op)
 			}
-			x.notef("Moved cell %s to intake %s, admin %s.", id, intake, admin)
-		}
-	}
-	return nil
-}
-
-// devKey returns the dev API key, made once with 'router keygen' and kept in
-// DIR/router/dev-key.
-func devKey(ctx context.Context, routerBin, dir string) (string, error) {
-	keyFile := filepath.Join(dir, "router", "dev-key")
-	keysFile := filepath.Join(dir, "router", "keys.json")
-	if b, err := os.ReadFile(keyFile); err == nil && len(bytes.TrimSpace(b)) > 0 {
-		if devKeyHasBothLanes(keysFile) {
-			return string(bytes.TrimSpace(b)), nil
-		}
-		// A keys file from before lanes: the dev client may send only
-		// normal inquiries. Start it again.
-		_ = os.Remove(keysFile) // remade at once by keygen, which reports a failure
-	}
-	key, err := devstack.Keygen(ctx, routerBin, keysFile, devKeyClient)
-	if err != nil {
-		return "", err
-	}
-	if err := atomicfile.WriteFile(keyFile, []byte(key+"\n"), 0o600); err != nil {
-		return "", err
-	}
-	return key, nil
-}
-
-// devKeyHasBothLanes says whether the keys file lets the dev client send
-// both high and normal inquiries.
-func devKeyHasBothLanes(keysFile string) bool {
-	data, err := os.ReadFile(keysFile)
-	if err != nil {
-		return false
-	}
-	var entries []api.KeyEntry
-	if json.Unmarshal(data, &entries) != nil {
-		return false
-	}
-	for _, e := range entries {
-		if e.Client == devKeyClient {
-			return slices.Contains(e.Lanes, "high") && slices.Contains(e.Lanes, "normal")
-		}
-	}
-	return false
+		},
+	})
 }
 
 // writeDevBanner prints what to do with a ready stack.

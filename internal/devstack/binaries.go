@@ -3,6 +3,7 @@ package devstack
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -10,6 +11,9 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+
+	"github.com/cellkit/cellkit/internal/api"
+	"github.com/cellkit/cellkit/internal/atomicfile"
 )
 
 // FindBinaries finds the programs names in the first of dirs that holds
@@ -56,4 +60,45 @@ func Keygen(ctx context.Context, routerBin, keys, client string) (string, error)
 		return "", errors.New("router keygen printed no key")
 	}
 	return key, nil
+}
+
+// APIKey is a stack's API key for client, made with Keygen in
+// DIR/router/keys.json (the routers' keys file) and kept in
+// DIR/router/dev-key. With keep, a key made before is used again if its
+// client may still send both lanes; otherwise the keys file is made anew.
+func APIKey(ctx context.Context, routerBin, dir, client string, keep bool) (string, error) {
+	keyFile := filepath.Join(dir, "router", "dev-key")
+	keysFile := filepath.Join(dir, "router", "keys.json")
+	if b, err := os.ReadFile(keyFile); keep && err == nil && len(bytes.TrimSpace(b)) > 0 && hasBothLanes(keysFile, client) {
+		return string(bytes.TrimSpace(b)), nil
+	}
+	// A key of another run, or from before lanes (its client may send only
+	// normal inquiries): start again.
+	if err := os.Remove(keysFile); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return "", err
+	}
+	key, err := Keygen(ctx, routerBin, keysFile, client)
+	if err != nil {
+		return "", err
+	}
+	return key, atomicfile.WriteFile(keyFile, []byte(key+"\n"), 0o600)
+}
+
+// hasBothLanes says whether the keys file lets client send both high and
+// normal inquiries.
+func hasBothLanes(keysFile, client string) bool {
+	data, err := os.ReadFile(keysFile)
+	if err != nil {
+		return false
+	}
+	var entries []api.KeyEntry
+	if json.Unmarshal(data, &entries) != nil {
+		return false
+	}
+	for _, e := range entries {
+		if e.Client == client {
+			return slices.Contains(e.Lanes, "high") && slices.Contains(e.Lanes, "normal")
+		}
+	}
+	return false
 }

@@ -63,6 +63,10 @@ type Process struct {
 	Env []string `json:"env,omitempty"`
 }
 
+// Agencies are the agencies a stack's map is made with, and their session
+// limits: those the stack's agency simulator is started with.
+var Agencies = map[string]int{"nice": 80, "kcb": 40}
+
 // StatePath is the record's path in the stack's directory.
 func StatePath(dir string) string { return filepath.Join(dir, StateFile) }
 

@@ -236,3 +236,31 @@ func exitCode(err error) int {
 // Signal sends sig to p's process group (the supervisor and its program,
 // for a supervised process), else to p.PID alone.
 func Signal(p Process, sig syscall.Signal) error { return signalGroup(p.PID, sig) }
+
+// Launcher starts a stack's processes in turn, as both stacks do: each
+// with its log in DIR/logs/NAME.log, under a supervisor (cellctl dev
+// supervise) that restarts it when it ends on its own, as the kubelet
+// would, and recorded in the stack's record once it runs.
+type Launcher struct {
+	Dir     string
+	Cellctl string // the supervisor's program
+	Record  *Stack // a process started is appended to its Processes
+	// Save, if set, writes the record after each start, so that a
+	// crashed launch can be found and swept.
+	Save func() error
+}
+
+// Start starts p with run (Start, or a lab host's).
+func (l *Launcher) Start(p Process, run func(Process) (*Child, error)) (*Child, error) {
+	p.Log = filepath.Join(l.Dir, "logs", p.Name+".log")
+	p.Supervisor = CellctlSupervisor(l.Cellctl, l.Dir, p)
+	c, err := run(p)
+	if err != nil {
+		return nil, err
+	}
+	l.Record.Processes = append(l.Record.Processes, c.Process)
+	if l.Save != nil {
+		return c, l.Save()
+	}
+	return c, nil
+}

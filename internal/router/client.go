@@ -138,7 +138,7 @@ type client struct {
 // open makes the client of a connection the loop has just been given (a
 // TLS one after its handshake): it starts reading a head, within
 // ReadHeaderTimeout for its first request.
-func (lp *loop) open(c gnet.Conn, ac acceptedConn) *client {
+func (lp *loop) open(c gnet.Conn, ac acceptedConn) {
 	cl := &client{c: c, gc: c, lp: lp, remote: addrOf(c.RemoteAddr()), key: ac.key}
 	if ac.tls != nil {
 		ac.tr.gc = c
@@ -157,7 +157,6 @@ func (lp *loop) open(c gnet.Conn, ac acceptedConn) *client {
 	c.SetContext(cl)
 	cl.to(stHead)
 	lp.heads.arm(&cl.t, lp.e.now())
-	return cl
 }
 
 // traffic reads what a client sent.

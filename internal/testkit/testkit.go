@@ -11,6 +11,7 @@ package testkit
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -73,3 +74,39 @@ func Context(t testing.TB, within time.Duration) context.Context {
 	t.Cleanup(cancel)
 	return ctx
 }
+
+// Peak samples f every period from now until the test ends and keeps the
+// largest value seen: a bound that must hold at every moment (sessions
+// open at once, say) is checked against it.
+type Peak struct {
+	max atomic.Int64
+}
+
+// SamplePeak starts sampling f every period; the sampling stops, and is
+// waited for, when the test ends (a cleanup registered now, so it runs
+// after the cleanups registered later).
+func SamplePeak(t testing.TB, period time.Duration, f func() int64) *Peak {
+	p := &Peak{}
+	p.max.Store(f())
+	stop, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(period)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+			}
+			if v := f(); v > p.max.Load() {
+				p.max.Store(v)
+			}
+		}
+	}()
+	t.Cleanup(func() { close(stop); <-done })
+	return p
+}
+
+// Max is the largest value seen so far.
+func (p *Peak) Max() int64 { return p.max.Load() }

@@ -61,7 +61,7 @@ func waitConsul(ctx context.Context, hc *http.Client, h *netlab.Host, token stri
 	}
 }
 
-// provision writes the map into Consul through internal/control, as
+// provision writes the map into Consul through control.Ensure, as
 // cellctl would: init, then provision for each cell (at its first
 // instance) and instance set for each instance. What each did goes to
 // DIR/logs/setup.log.
@@ -79,36 +79,23 @@ func provision(ctx context.Context, st *Stack, hosts map[string]*netlab.Host) er
 	const origin = "loadtest net up"
 	ctl := control.New(reg, control.Config{Holder: control.Holder(origin), Origin: origin},
 		control.Options{Note: func(n control.Note) { fmt.Fprintf(logf, "note: %s\n", n.Text) }})
-	fresh, err := slotmap.New(slotmap.DefaultSlots, map[string]int{"nice": 80, "kcb": 40})
-	if err != nil {
-		return err
-	}
-	if _, err := ctl.Init(ctx, control.InitChange{Map: fresh}); err != nil {
-		return fmt.Errorf("init the map: %w", err)
-	}
-	apply := func(what string, plan control.Planner) error {
-		r, err := ctl.Apply(ctx, control.Change{Plan: plan})
-		if err != nil {
-			return fmt.Errorf("%s: %w", what, err)
-		}
-		fmt.Fprintf(logf, "%s: map version %d (%s)\n", what, r.Version, r.Plan.Op)
-		return nil
-	}
+	var cells []control.StackCell
 	for _, c := range st.CellSet {
-		first := hosts[c.Instances[0].Host]
-		if err := apply("provision "+c.ID, control.Provision(slotmap.Cell{ID: c.ID, Weight: 1,
-			Intake: "http://" + first.HostPort(cellIntake), Admin: "http://" + first.HostPort(cellAdmin)})); err != nil {
-			return err
-		}
+		sc := control.StackCell{ID: c.ID}
 		for _, in := range c.Instances {
 			h := hosts[in.Host]
-			if err := apply("instance set "+c.ID+" "+in.ID, control.SetInstance(c.ID, in.ID,
-				"http://"+h.HostPort(cellIntake), "http://"+h.HostPort(cellAdmin))); err != nil {
-				return err
-			}
+			sc.Instances = append(sc.Instances, slotmap.Instance{ID: in.ID,
+				Intake: "http://" + h.HostPort(cellIntake), Admin: "http://" + h.HostPort(cellAdmin)})
 		}
+		sc.Intake, sc.Admin = sc.Instances[0].Intake, sc.Instances[0].Admin
+		cells = append(cells, sc)
 	}
-	return nil
+	return ctl.Ensure(ctx, control.EnsureChange{Agencies: devstack.Agencies, Cells: cells,
+		Step: func(s control.Step) {
+			if s.Result != nil {
+				fmt.Fprintf(logf, "%s: map version %d (%s)\n", s.What, s.Result.Version, s.Result.Plan.Op)
+			}
+		}})
 }
 
 // cellkitToken makes, with the management token, the policy the cellkit

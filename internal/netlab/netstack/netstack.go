@@ -43,7 +43,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -300,7 +299,7 @@ func Up(ctx context.Context, cfg Config, opts Options) (*Stack, error) {
 			return nil, err
 		}
 	}
-	key, err := apiKey(ctx, bins["router"], dir)
+	key, err := devstack.APIKey(ctx, bins["router"], dir, "lab", false)
 	if err != nil {
 		return nil, err
 	}
@@ -357,18 +356,8 @@ func Up(ctx context.Context, cfg Config, opts Options) (*Stack, error) {
 
 	hc := &http.Client{Timeout: 2 * time.Second}
 	defer hc.CloseIdleConnections()
-	start := func(h *netlab.Host, p devstack.Process) (*devstack.Child, error) {
-		p.Log = filepath.Join(dir, "logs", p.Name+".log")
-		// Each under a supervisor that restarts it when it ends on its
-		// own, as the kubelet would (see cellctl dev supervise).
-		p.Supervisor = devstack.CellctlSupervisor(bins["cellctl"], dir, p)
-		c, err := h.Start(p)
-		if err != nil {
-			return nil, err
-		}
-		st.Processes = append(st.Processes, c.Process)
-		return c, write(st)
-	}
+	launch := devstack.Launcher{Dir: dir, Cellctl: bins["cellctl"], Record: &st.Stack, Save: func() error { return write(st) }}
+	start := func(h *netlab.Host, p devstack.Process) (*devstack.Child, error) { return launch.Start(p, h.Start) }
 
 	// Consul first: the map goes into it before anything reads it.
 	consul := hosts["consul"]
@@ -533,20 +522,6 @@ cluster {
 		Ready: "http://" + h.HostPort(natsMonitor) + "/healthz",
 		Addrs: map[string]string{"nats": h.HostPort(natsClient), "route": h.HostPort(natsRoute), "monitor": h.HostPort(natsMonitor), "cell": c.ID},
 	}, nil
-}
-
-// apiKey makes a fresh API key with 'router keygen' (DIR/router/keys.json,
-// the key in DIR/router/dev-key).
-func apiKey(ctx context.Context, routerBin, dir string) (string, error) {
-	keys := filepath.Join(dir, "router", "keys.json")
-	if err := os.Remove(keys); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return "", err
-	}
-	key, err := devstack.Keygen(ctx, routerBin, keys, "lab")
-	if err != nil {
-		return "", err
-	}
-	return key, atomicfile.WriteFile(filepath.Join(dir, "router", "dev-key"), []byte(key+"\n"), 0o600)
 }
 
 func randomHex(n int) string {
