@@ -6,6 +6,7 @@
 package drill
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -85,53 +86,31 @@ func DefaultConfig() Config {
 	}
 }
 
+// or sets *v to def when *v is unset: zero, negative or empty.
+func or[T cmp.Ordered](v *T, def T) {
+	var zero T
+	if *v <= zero {
+		*v = def
+	}
+}
+
 func (c *Config) defaults(fault time.Duration) {
 	d := DefaultConfig()
-	if c.Rate <= 0 {
-		c.Rate = d.Rate
-	}
-	if c.Users <= 0 {
-		c.Users = d.Users
-	}
-	if c.Cell == "" {
-		c.Cell = d.Cell
-	}
-	if c.Baseline <= 0 {
-		c.Baseline = d.Baseline
-	}
-	if c.Fault <= 0 {
-		c.Fault = fault
-	}
-	if c.After <= 0 {
-		c.After = d.After
-	}
-	if c.P99Factor <= 0 {
-		c.P99Factor = d.P99Factor
-	}
-	if c.DownP99 <= 0 {
-		c.DownP99 = d.DownP99
-	}
-	if c.SlowFactor <= 0 {
-		c.SlowFactor = d.SlowFactor
-	}
-	if c.IntakeP99 <= 0 {
-		c.IntakeP99 = d.IntakeP99
-	}
-	if c.VerifyWithin <= 0 {
-		c.VerifyWithin = d.VerifyWithin
-	}
-	if c.Replays <= 0 {
-		c.Replays = d.Replays
-	}
-	if c.Rules == "" {
-		c.Rules = d.Rules
-	}
-	if c.Poison <= 0 {
-		c.Poison = d.Poison
-	}
-	if c.Disk <= 0 {
-		c.Disk = d.Disk
-	}
+	or(&c.Rate, d.Rate)
+	or(&c.Users, d.Users)
+	or(&c.Cell, d.Cell)
+	or(&c.Baseline, d.Baseline)
+	or(&c.Fault, fault)
+	or(&c.After, d.After)
+	or(&c.P99Factor, d.P99Factor)
+	or(&c.DownP99, d.DownP99)
+	or(&c.SlowFactor, d.SlowFactor)
+	or(&c.IntakeP99, d.IntakeP99)
+	or(&c.VerifyWithin, d.VerifyWithin)
+	or(&c.Replays, d.Replays)
+	or(&c.Rules, d.Rules)
+	or(&c.Poison, d.Poison)
+	or(&c.Disk, d.Disk)
 }
 
 func (c *Config) runner(total time.Duration) (*loadtest.Runner, error) {

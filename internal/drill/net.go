@@ -96,11 +96,6 @@ func DefaultNetConfig() NetConfig {
 
 func (c *NetConfig) defaults(fault time.Duration) {
 	d := DefaultNetConfig()
-	or := func(v *time.Duration, def time.Duration) {
-		if *v <= 0 {
-			*v = def
-		}
-	}
 	or(&c.Baseline, d.Baseline)
 	or(&c.Fault, fault)
 	or(&c.After, d.After)
@@ -108,36 +103,16 @@ func (c *NetConfig) defaults(fault time.Duration) {
 	or(&c.DownP99, d.DownP99)
 	or(&c.Recover, d.Recover)
 	or(&c.VerifyWithin, d.VerifyWithin)
-	if c.Bin == "" {
-		c.Bin = d.Bin
-	}
-	if c.Cells <= 0 {
-		c.Cells = d.Cells
-	}
-	if c.Instances <= 0 {
-		c.Instances = d.Instances
-	}
-	if c.Rate <= 0 {
-		c.Rate = d.Rate
-	}
-	if c.Users <= 0 {
-		c.Users = d.Users
-	}
-	if c.Cell == "" {
-		c.Cell = d.Cell
-	}
-	if c.Instance == "" {
-		c.Instance = d.Instance
-	}
-	if c.Moves <= 0 {
-		c.Moves = d.Moves
-	}
-	if c.P99Factor <= 0 {
-		c.P99Factor = d.P99Factor
-	}
-	if c.Replays <= 0 {
-		c.Replays = d.Replays
-	}
+	or(&c.Bin, d.Bin)
+	or(&c.Cells, d.Cells)
+	or(&c.Instances, d.Instances)
+	or(&c.Rate, d.Rate)
+	or(&c.Users, d.Users)
+	or(&c.Cell, d.Cell)
+	or(&c.Instance, d.Instance)
+	or(&c.Moves, d.Moves)
+	or(&c.P99Factor, d.P99Factor)
+	or(&c.Replays, d.Replays)
 }
 
 func (c *NetConfig) logf(format string, args ...any) {
