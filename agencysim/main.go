@@ -37,6 +37,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/cellkit/cellkit/internal/agencysim"
+	"github.com/cellkit/cellkit/internal/api"
 	"github.com/cellkit/cellkit/internal/flagenv"
 	"github.com/cellkit/cellkit/internal/httpx"
 	"github.com/cellkit/cellkit/internal/program"
@@ -49,6 +50,7 @@ func main() {
 
 // options are the command line.
 type options struct {
+	release                            api.Release
 	niceListen, kcbListen, adminListen string
 	niceSessions, kcbSessions          int
 	p50, p99                           time.Duration
@@ -79,6 +81,7 @@ func parseFlags(args []string, getenv func(string) string, output io.Writer) (o 
 	fs.Int64Var(&o.seed, "seed", 1, "seed of the random latencies and faults (KCB uses seed+1)")
 	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 10*time.Second, "how long calls in flight may finish at shutdown")
 	fs.TextVar(&o.logLevel, "log-level", slog.LevelInfo, "log level: debug, info, warn or error")
+	fs.Placement("nice-listen", "kcb-listen", "admin-listen")
 	if err := fs.Parse(args, getenv); err != nil {
 		return o, err
 	}
@@ -89,7 +92,8 @@ func parseFlags(args []string, getenv func(string) string, output io.Writer) (o 
 	if o.kcb, err = o.config(o.kcbSessions, o.seed+1); err != nil {
 		return o, err
 	}
-	return o, nil
+	o.release, err = fs.Release()
+	return o, err
 }
 
 // config is an agency's starting configuration from the flags.
@@ -122,6 +126,7 @@ func run(ctx context.Context, args []string, stderr io.Writer, ready func(addrs)
 		return err
 	}
 	log, reg := program.Start(stderr, o.logLevel)
+	program.BuildInfo(reg, "agencysim", o.release)
 
 	type agency struct {
 		srv *agencysim.Server

@@ -44,6 +44,7 @@ import (
 	_ "golang.org/x/crypto/x509roots/fallback"
 
 	"github.com/cellkit/cellkit/internal/adminauth"
+	"github.com/cellkit/cellkit/internal/api"
 	"github.com/cellkit/cellkit/internal/cell"
 	"github.com/cellkit/cellkit/internal/flagenv"
 	"github.com/cellkit/cellkit/internal/intake"
@@ -102,6 +103,7 @@ func (p *prefixFlag) Set(v string) error {
 
 // extra are the settings that are not the cell's Config.
 type extra struct {
+	release        api.Release
 	level          slog.Level
 	tls            cell.TLSFiles
 	adminTokenFile string
@@ -164,6 +166,10 @@ func parseFlags(args []string, getenv func(string) string, output io.Writer) (c 
 	x.tls.Peer.RegisterFlags(fs.FlagSet, "peer-", "the other cells' intake")
 	fs.Lookup("peer-tls-cert").Usage += "; it is asked about an inquiry after a slot move (default with --tls-client-ca and no --peer-tls-*: --tls-cert, --tls-key and --tls-client-ca as CA)"
 	fs.Var(&trusted, "trusted-router-cidrs", "peer addresses served as routers on intake connections without a client certificate, as `CIDR[,CIDR...]` (default 127.0.0.0/8,::1/128); other callers that are not routers get 403")
+	// Where the cell runs and who it is, not what it does: not its release.
+	fs.Placement("cell", "instance", "intake", "admin", "admin-token-file", "registry", "store", "nats-url",
+		"nats-token-file", "nats-port", "agency", "tls-cert", "tls-key", "tls-client-ca", "admin-tls-cert",
+		"admin-tls-key", "admin-tls-client-ca", "peer-tls-cert", "peer-tls-key", "peer-tls-ca")
 	if err := fs.Parse(args, getenv); err != nil {
 		return c, x, err
 	}
@@ -196,7 +202,8 @@ func parseFlags(args []string, getenv func(string) string, output io.Writer) (c 
 	if err := adminauth.CheckListen(c.AdminAddr, x.adminTokenFile != "" || x.tls.Admin.ClientCA != ""); err != nil {
 		return c, x, fmt.Errorf("--admin %w: set --admin-token-file or --admin-tls-client-ca, or listen on a loopback address", err)
 	}
-	return c, x, nil
+	x.release, err = fs.Release()
+	return c, x, err
 }
 
 // run starts the cell and serves until ctx ends.
@@ -209,6 +216,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		return err
 	}
 	log, reg := program.Start(stderr, x.level)
+	program.BuildInfo(reg, "cell", x.release)
 	// Certificates first: a bad file stops the start before anything
 	// listens.
 	certs, err := cell.LoadTLS(x.tls, tlsconf.Options{Logger: log, Registerer: reg})
@@ -228,7 +236,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	}
 	files := append(certs.Watchers, guard.Watcher())
 	c, err := cell.New(ctx, cfg, cell.Options{Logger: log, Registerer: reg, Gatherer: reg,
-		IntakeTLS: certs.Intake, AdminTLS: certs.Admin, PeerTLS: certs.Peer, AdminGuard: guard})
+		IntakeTLS: certs.Intake, AdminTLS: certs.Admin, PeerTLS: certs.Peer, AdminGuard: guard, Release: x.release})
 	if err != nil {
 		return err
 	}

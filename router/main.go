@@ -66,6 +66,7 @@ func main() {
 
 // options are the command line.
 type options struct {
+	release             api.Release
 	listen, adminListen string
 	registryURL         string
 	keysPath            string
@@ -133,6 +134,10 @@ func parseFlags(args []string, getenv func(string) string, output io.Writer) (o 
 	fs.DurationVar(&o.cell.ProbeInterval, "cell-probe-interval", d.Cell.ProbeInterval, "check each instance of each cell this often (GET /v1/health on a connection of its own); 2 misses in a row take it out of rotation and answer its calls in flight 504, and when a cell has none left its breaker opens (0: no checks, the breaker's trials are users' requests)")
 	fs.DurationVar(&o.cell.ProbeTimeout, "cell-probe-timeout", d.Cell.ProbeTimeout, "time one health check may take before it is a miss")
 
+	// Where the router runs and who it is, not what it does: not its release.
+	fs.Placement("listen", "admin-listen", "registry", "keys", "map-cache", "id", "admin-advertise", "admin-token-file",
+		"tls-cert", "tls-key", "tls-client-ca", "admin-tls-cert", "admin-tls-key", "admin-tls-client-ca",
+		"cell-tls-ca", "cell-tls-cert", "cell-tls-key")
 	if err := fs.Parse(args, getenv); err != nil {
 		return o, err
 	}
@@ -166,7 +171,8 @@ func parseFlags(args []string, getenv func(string) string, output io.Writer) (o 
 	if err := adminauth.CheckListen(o.adminListen, o.adminTokenFile != "" || o.adminTLS.ClientCA != ""); err != nil {
 		return o, fmt.Errorf("--admin-listen %w: set --admin-token-file or --admin-tls-client-ca, or listen on a loopback address", err)
 	}
-	return o, nil
+	o.release, err = fs.Release()
+	return o, err
 }
 
 // checkServerFiles checks a listener's TLS flags go together. A client
@@ -206,6 +212,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, ready fun
 		return err
 	}
 	log, metrics := program.Start(stderr, o.logLevel)
+	program.BuildInfo(metrics, "router", o.release)
 	// The keys' watcher records the file before it is read, so that a
 	// change made meanwhile is seen; it runs once the router exists.
 	var rt *router.Router
@@ -286,6 +293,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, ready fun
 		Logger:     log,
 		Registerer: metrics,
 		TLS:        publicTLS,
+		Release:    o.release,
 	})
 	if err != nil {
 		return err

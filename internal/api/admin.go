@@ -14,7 +14,11 @@ import (
 // Readers decode it tolerantly: unknown fields are ignored and missing ones
 // stay zero.
 type CellStatus struct {
-	Cell     string                  `json:"cell"`
+	Cell string `json:"cell"`
+	// Instance is the instance's id in a cell of several ("" for a cell
+	// that is one process).
+	Instance string                  `json:"instance,omitempty"`
+	Release  Release                 `json:"release"`
 	Intake   string                  `json:"intake"` // "open" or "closed"
 	Ready    bool                    `json:"ready"`
 	Stopping bool                    `json:"stopping"`

@@ -16,6 +16,7 @@ type RouterReadiness struct {
 	Detail            string  `json:"detail"`
 	RefreshedAfter421 bool    `json:"refreshed_after_421,omitempty"` // routing with a map read after a 421
 	Failure           string  `json:"failure,omitempty"`             // why the router cannot go on serving (the process is ending)
+	Release           Release `json:"release"`                       // what the process runs
 }
 
 // HotUser is one heavy user of the last minute.

@@ -11,9 +11,16 @@
 package buildinfo
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
+	"io"
+	"os"
 	"runtime"
 	"runtime/debug"
+	"sync"
+
+	"github.com/cellkit/cellkit/internal/api"
 )
 
 // version is set by the linker; see the package comment.
@@ -67,3 +74,42 @@ func (i Info) String() string {
 	}
 	return fmt.Sprintf("%s (%s%s %s)", i.Version, rev, i.Go, i.Platform)
 }
+
+// Release names what this process runs: its version, its executable's
+// SHA-256 and the settings given (lines "name=value", in the order to
+// hash: callers sort them).
+func Release(settings []string) (api.Release, error) {
+	bin, err := executableSum()
+	if err != nil {
+		return api.Release{}, err
+	}
+	cfg := sha256.New()
+	for _, s := range settings {
+		cfg.Write([]byte(s))
+		cfg.Write([]byte{'\n'})
+	}
+	config := hex.EncodeToString(cfg.Sum(nil))
+	id := sha256.Sum256([]byte(bin + "\n" + config + "\n"))
+	v := Version()
+	return api.Release{ID: v + "@" + hex.EncodeToString(id[:])[:12], Version: v, Binary: bin[:12], Config: config[:12]}, nil
+}
+
+var exeSum = sync.OnceValues(func() (string, error) {
+	path, err := os.Executable()
+	if err != nil {
+		return "", fmt.Errorf("release: %w", err)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return "", fmt.Errorf("release: %w", err)
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return "", fmt.Errorf("release: read %s: %w", path, err)
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
+})
+
+// executableSum is the hex SHA-256 of the running executable, read once.
+func executableSum() (string, error) { return exeSum() }

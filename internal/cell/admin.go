@@ -134,10 +134,10 @@ func (c *Cell) readiness() (bool, map[string]api.Check) {
 func (c *Cell) Status() api.CellStatus {
 	ready, checks := c.readiness()
 	st := api.CellStatus{
-		Cell: c.cfg.ID, Intake: map[bool]string{true: "open", false: "closed"}[c.intake.IsOpen()],
+		Cell: c.cfg.ID, Instance: c.cfg.Instance, Intake: map[bool]string{true: "open", false: "closed"}[c.intake.IsOpen()],
 		Ready: ready, Stopping: c.stopping.Load(), Checks: checks,
 		Inflight: int64(c.pipe.Inflight()), Workers: c.pipe.Workers(),
-		Agencies: map[string]api.AgencyStatus{}, NATS: c.nc.Status().String(),
+		Agencies: map[string]api.AgencyStatus{}, NATS: c.nc.Status().String(), Release: c.release,
 	}
 	if c.disk != nil {
 		ds := c.disk.State()

@@ -34,6 +34,7 @@ import (
 
 	"github.com/cellkit/cellkit/internal/adminauth"
 	"github.com/cellkit/cellkit/internal/agency"
+	"github.com/cellkit/cellkit/internal/api"
 	"github.com/cellkit/cellkit/internal/inflight"
 	"github.com/cellkit/cellkit/internal/intake"
 	"github.com/cellkit/cellkit/internal/natsembed"
@@ -74,6 +75,9 @@ type Options struct {
 	// certificate (see internal/adminauth; the caller runs its watcher).
 	// Nil: the admin API is open to whoever reaches its listener.
 	AdminGuard *adminauth.Guard
+	// Release is the release the process runs (flagenv.Set.Release),
+	// reported in its status; zero for a cell in a test.
+	Release api.Release
 	// PeerTLS is the client configuration for other cells' https intake,
 	// asked about an inquiry after a slot move (see intake.Options). Nil:
 	// Go's defaults.
@@ -83,6 +87,7 @@ type Options struct {
 // Cell is one running cell.
 type Cell struct {
 	cfg     Config
+	release api.Release
 	log     *slog.Logger
 	metrics prometheus.Registerer // Options.Registerer, labelled cell=<ID>
 	reg     prometheus.Gatherer   // served on /metrics
@@ -125,7 +130,7 @@ func New(ctx context.Context, cfg Config, opts Options) (_ *Cell, err error) {
 	if err := cfg.defaults(); err != nil {
 		return nil, err
 	}
-	c := &Cell{
+	c := &Cell{release: opts.Release,
 		cfg: cfg, log: opts.Logger, reg: opts.Gatherer, promReg: opts.Registerer, adminGuard: opts.AdminGuard,
 		metrics: prometheus.WrapRegistererWith(prometheus.Labels{"cell": cfg.ID}, opts.Registerer),
 		clients: map[string]*agency.Client{}, quota: map[string]int{},

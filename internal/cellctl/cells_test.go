@@ -31,6 +31,7 @@ func statusEnv(t *testing.T, e *env) map[string]*fakeCell {
 	v := e.load().Version()
 	cells["c1"].set(func(f *fakeCell) {
 		f.high, f.normal, f.inflight, f.mapVersion = 2, 17, 2, v
+		f.release = "1.4.0@3fa9c1e20b7d"
 		f.pools = map[string][2]int{"nice": {14, 20}, "kcb": {3, 10}}
 	})
 	cells["c2"].set(func(f *fakeCell) {

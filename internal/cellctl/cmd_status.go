@@ -63,7 +63,9 @@ func statusCommand() *command {
 		help: `Shows the map version and its age, then one row per cell: its state, weight,
 slots and share of users (from the map), and from its admin API: ready or not,
 queue depth per lane (high/normal), oldest pending age, in flight, sessions in
-use/pool size per agency, breaker states, failed inquiries (error stream/DLQ).
+use/pool size per agency, breaker states, failed inquiries (error stream/DLQ),
+the store's use and the release it runs (version@digest: the binary and the
+flags that change what it does; "mixed" when a cell's instances differ).
 A cell of several instances has a row per instance under its own (in
 rotation or drained, ready, unreachable); its figures are those of a ready
 instance (the queue, store and quotas are the cell's). A cell whose admin API
@@ -182,7 +184,7 @@ func (x *inv) writeStatus(m *slotmap.Map, st statusJSON) {
 	for _, a := range agencies {
 		header = append(header, strings.ToUpper(a))
 	}
-	header = append(header, "BREAKERS", "FAILED/DLQ", "STORE")
+	header = append(header, "BREAKERS", "FAILED/DLQ", "STORE", "RELEASE")
 	t := newTable(w, header...)
 	var notes []string
 	// instanceRows writes a cell's instances under its row.
@@ -203,7 +205,12 @@ func (x *inv) writeStatus(m *slotmap.Map, st statusJSON) {
 			case !is.Ready:
 				ready = "no"
 			}
-			t.row("  "+c.ID+"/"+is.ID, state, "", "", "", ready)
+			row := make([]string, len(header))
+			row[0], row[1], row[5] = "  "+c.ID+"/"+is.ID, state, ready
+			if is.status != nil {
+				row[len(row)-1] = releaseText(is.status.Release.ID)
+			}
+			t.row(row...)
 		}
 	}
 	for _, c := range st.Cells {
@@ -261,7 +268,12 @@ func (x *inv) writeStatus(m *slotmap.Map, st statusJSON) {
 		if len(breakers) > 0 {
 			b = strings.Join(breakers, ",")
 		}
-		row = append(row, b, fmt.Sprintf("%d/%d", s.Failed, s.DLQ), storeText(s))
+		rel := releaseText(s.Release.ID)
+		if ids := instanceReleases(c); len(ids) > 1 {
+			rel = "mixed"
+			notes = append(notes, fmt.Sprintf("%s's instances run different releases: %s", c.ID, strings.Join(ids, ", ")))
+		}
+		row = append(row, b, fmt.Sprintf("%d/%d", s.Failed, s.DLQ), storeText(s), rel)
 		if st := s.Store; st != nil && (st.Refusing || st.Failed != "") {
 			why := fmt.Sprintf("its store's filesystem is %.1f%% in use (high watermark %.0f%%)", 100*st.Used, 100*st.High)
 			if st.Failed != "" {
@@ -279,6 +291,31 @@ func (x *inv) writeStatus(m *slotmap.Map, st statusJSON) {
 			fmt.Fprintf(w, "%s\n", n)
 		}
 	}
+}
+
+// releaseText is a release id for the table ("-": none reported).
+func releaseText(id string) string {
+	if id == "" {
+		return "-"
+	}
+	return id
+}
+
+// instanceReleases are the releases c's reachable instances report, as
+// "i1 ID", when they are not all the same (nil when they are).
+func instanceReleases(c cellStatus) []string {
+	var out []string
+	seen := map[string]bool{}
+	for _, is := range c.Instances {
+		if is.status != nil {
+			seen[is.status.Release.ID] = true
+			out = append(out, is.ID+" "+releaseText(is.status.Release.ID))
+		}
+	}
+	if len(seen) < 2 {
+		return nil
+	}
+	return out
 }
 
 func mapValues(m map[string]string) []string {

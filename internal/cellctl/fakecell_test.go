@@ -37,6 +37,7 @@ type fakeCell struct {
 	calls      []string // "METHOD PATH BODY"
 	statuses   int      // status calls answered
 	emptyAt    int      // the status call that first reported an empty queue
+	release    string   // the release id it reports ("": none)
 }
 
 func newFakeCell(t *testing.T, id string) *fakeCell {
@@ -176,6 +177,7 @@ func (f *fakeCell) statusDoc() map[string]any {
 	}
 	return map[string]any{
 		"cell": f.id, "intake": f.intake, "ready": ready, "stopping": false,
+		"release":  map[string]any{"id": f.release},
 		"map":      map[string]any{"version": f.mapVersion, "state": "active", "owned_slots": 0, "registry": "x", "stale": false},
 		"queue":    map[string]any{"depth": map[string]int64{"high": f.high, "normal": f.normal}, "messages": f.high + f.normal, "oldest_age_seconds": oldest, "drain_rate": 3.5, "age_budget_seconds": 60, "depth_limit": 10000},
 		"inflight": f.inflight, "workers": 8, "agencies": agencies,

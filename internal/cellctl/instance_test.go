@@ -67,13 +67,16 @@ func TestStatusShowsInstances(t *testing.T) {
 	e := newFileEnv(t)
 	i1, i2 := newFakeCell(t, "c1"), newFakeCell(t, "c1")
 	i2.set(func(f *fakeCell) { f.intake = "closed" }) // not ready
+	i1.set(func(f *fakeCell) { f.release = "1.4.0@3fa9c1e20b7d" })
+	i2.set(func(f *fakeCell) { f.release = "1.5.0@77a0c2b91e04" })
 	e.setup([]string{"c1"}, func(string) string { return i1.URL() })
 	e.ok("instance", "set", "c1", "i1", "--intake", "http://10.0.1.1:8081", "--admin", i1.URL())
 	e.ok("instance", "set", "c1", "i2", "--intake", "http://10.0.1.2:8081", "--admin", i2.URL())
 	e.ok("instance", "set", "c1", "i3", "--intake", "http://10.0.1.3:8081", "--admin", "http://127.0.0.1:1")
 	e.ok("instance", "drain", "c1", "i3")
 	r := e.ok("status")
-	for _, want := range []string{"c1/i1  in rotation", "c1/i2  in rotation", "c1/i3  drained", "c1/i3: "} {
+	for _, want := range []string{"c1/i1  in rotation", "c1/i2  in rotation", "c1/i3  drained", "c1/i3: ", "mixed",
+		"c1's instances run different releases: i1 1.4.0@3fa9c1e20b7d, i2 1.5.0@77a0c2b91e04", "1.5.0@77a0c2b91e04"} {
 		if !strings.Contains(strings.Join(strings.Fields(r.stdout), " "), strings.Join(strings.Fields(want), " ")) {
 			t.Errorf("status lacks %q:\n%s", want, r.stdout)
 		}

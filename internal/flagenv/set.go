@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/cellkit/cellkit/internal/api"
 	"github.com/cellkit/cellkit/internal/buildinfo"
 )
 
@@ -32,6 +33,7 @@ type Set struct {
 	version, check bool
 	cmdline        map[string]bool // set once the command line parsed
 	origins        map[string]string
+	placement      []string // flags that say where the process runs, not what it does
 
 	// Stdout takes --version and the --check report (nil: os.Stdout).
 	Stdout io.Writer
@@ -78,6 +80,38 @@ func (s *Set) Parse(args []string, getenv func(string) string) error {
 	origins, err := FillFrom(s.FlagSet, s.program, getenv, "version", "check")
 	s.origins = origins
 	return err
+}
+
+// Placement names the flags that say where the process runs and who it is
+// (addresses, ids, directories, file paths), not what it does: they are
+// not part of its release.
+func (s *Set) Placement(names ...string) { s.placement = append(s.placement, names...) }
+
+// Settings are "name=value" of every flag but --version, --check and the
+// placement ones, in name order, once Parse has filled them: what makes
+// the process's release beside its binary.
+func (s *Set) Settings() ([]string, error) {
+	for _, n := range s.placement {
+		if s.Lookup(n) == nil {
+			return nil, fmt.Errorf("placement flag --%s is not a flag of %s", n, s.program)
+		}
+	}
+	var out []string
+	s.VisitAll(func(f *flag.Flag) {
+		if f.Name != "version" && f.Name != "check" && !slices.Contains(s.placement, f.Name) {
+			out = append(out, f.Name+"="+f.Value.String())
+		}
+	})
+	return out, nil
+}
+
+// Release is the release this process runs: its build and its Settings.
+func (s *Set) Release() (api.Release, error) {
+	settings, err := s.Settings()
+	if err != nil {
+		return api.Release{}, err
+	}
+	return buildinfo.Release(settings)
 }
 
 // Checking reports whether --check was given.

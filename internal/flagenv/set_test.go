@@ -118,3 +118,50 @@ func TestSetWithoutCheck(t *testing.T) {
 		t.Errorf("Parse(extra) = %v", err)
 	}
 }
+
+// TestRelease: the release is the same whatever the placement flags say
+// and wherever a setting came from (command line or environment), and
+// changes with any other flag; an unknown placement flag is an error.
+func TestRelease(t *testing.T) {
+	release := func(args []string, env map[string]string, placement ...string) string {
+		t.Helper()
+		s, _, _ := newSet(io.Discard)
+		s.Placement(placement...)
+		if err := s.Parse(args, func(k string) string { return env[k] }); err != nil {
+			t.Fatal(err)
+		}
+		r, err := s.Release()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.HasPrefix(r.ID, r.Version+"@") || len(r.Binary) != 12 || len(r.Config) != 12 {
+			t.Fatalf("release %+v", r)
+		}
+		return r.ID
+	}
+	base := release(nil, nil, "intake")
+	if got := release([]string{"--intake", "10.0.0.1:9"}, nil, "intake"); got != base {
+		t.Errorf("another address: %s, want %s", got, base)
+	}
+	if got := release(nil, map[string]string{"CELLKIT_CELL_WORKERS": "64"}, "intake"); got != base {
+		t.Errorf("the default given by the environment: %s, want %s", got, base)
+	}
+	w8 := release([]string{"--workers", "8"}, nil, "intake")
+	if w8 == base {
+		t.Error("--workers 8 is the same release as the default")
+	}
+	if got := release(nil, map[string]string{"CELLKIT_CELL_WORKERS": "8"}, "intake"); got != w8 {
+		t.Errorf("--workers 8 from the environment: %s, want %s", got, w8)
+	}
+	if got := release([]string{"--intake", "10.0.0.1:9"}, nil); got == base {
+		t.Error("an address that is not a placement flag does not change the release")
+	}
+	s, _, _ := newSet(io.Discard)
+	s.Placement("nope")
+	if err := s.Parse(nil, func(string) string { return "" }); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Release(); err == nil || !strings.Contains(err.Error(), "--nope") {
+		t.Errorf("an unknown placement flag: %v", err)
+	}
+}

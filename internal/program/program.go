@@ -18,6 +18,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/cellkit/cellkit/internal/adminauth"
+	"github.com/cellkit/cellkit/internal/api"
+	"github.com/cellkit/cellkit/internal/buildinfo"
 	"github.com/cellkit/cellkit/internal/reload"
 )
 
@@ -71,4 +73,18 @@ func Watch(ctx context.Context, ws []*reload.Watcher) error {
 	_ = reload.OnSignal(ctx, []os.Signal{syscall.SIGHUP}, ws...) // as Run
 	wg.Wait()
 	return nil
+}
+
+// BuildInfo exports the release the process runs on reg, as
+// cellkit_build_info{program, version, revision, release} 1: the figure
+// a rollout's gates and a dashboard group processes by.
+func BuildInfo(reg prometheus.Registerer, name string, rel api.Release) {
+	g := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "cellkit_build_info",
+		Help: "The release the process runs: its program, version, source revision and release id (version, binary and settings), always 1.",
+		ConstLabels: prometheus.Labels{"program": name, "version": rel.Version,
+			"revision": buildinfo.Get().Revision, "release": rel.ID},
+	})
+	g.Set(1)
+	reg.MustRegister(g)
 }

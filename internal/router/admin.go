@@ -42,7 +42,8 @@ func (r *Router) AdminHandler(gatherer prometheus.Gatherer) http.Handler {
 func (r *Router) Readiness() api.RouterReadiness {
 	st := r.maps.Status()
 	rd := api.RouterReadiness{FollowerMap: st.Version, Stale: st.Stale, MapAgeSeconds: st.Age.Seconds(),
-		Registry: st.Registry, LastError: st.LastError, FromCache: st.FromCache, RegistryOlder: st.RegistryOlder}
+		Registry: st.Registry, LastError: st.LastError, FromCache: st.FromCache, RegistryOlder: st.RegistryOlder,
+		Release: r.release}
 	m := r.currentMap()
 	switch {
 	case m == nil:

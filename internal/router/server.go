@@ -109,6 +109,8 @@ type Config struct {
 type Options struct {
 	// Maps is where the cell map comes from. Required.
 	Maps MapSource
+	// Release is the release the process runs, reported on /readyz.
+	Release api.Release
 	// Refresh reads the newest map straight from the registry; the router
 	// calls it when a cell answers 421. Nil: a 421 waits for the follower.
 	Refresh func(context.Context) (*slotmap.Map, error)
@@ -273,6 +275,7 @@ type Router struct {
 	stopping atomic.Bool   // Stopping was called: readiness fails, serving goes on
 	downGen  atomic.Uint64 // counts instances found down by the health checks: the loops cut their calls
 	maps     MapSource
+	release  api.Release
 	refresh  func(context.Context) (*slotmap.Map, error)
 	keyring  atomic.Pointer[keyring] // the API keys and rate limits (SetKeys)
 	keysMu   sync.Mutex              // serialises SetKeys
@@ -322,6 +325,7 @@ func New(cfg Config, opts Options) (*Router, error) {
 	r := &Router{
 		cfg:       cfg,
 		maps:      opts.Maps,
+		release:   opts.Release,
 		refresh:   opts.Refresh,
 		now:       now,
 		hot:       hotkeys.New(cfg.HotKeys, hotkeys.Options{Now: now}),
