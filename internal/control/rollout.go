@@ -1,0 +1,188 @@
+package control
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// RolloutDocument is the name of the rollout's record beside the map.
+const RolloutDocument = "rollout"
+
+// RolloutState is where a rollout stands.
+type RolloutState string
+
+// The states of a rollout. Running, paused and halted ones are active:
+// another rollout is refused while one is.
+const (
+	RolloutRunning    RolloutState = "running"     // a wave going out, or baking
+	RolloutPaused     RolloutState = "paused"      // stopped by hand where it stood; resume goes on
+	RolloutHalted     RolloutState = "halted"      // a gate failed or a process did not get ready: rolling back
+	RolloutRolledBack RolloutState = "rolled_back" // the reached cells run their old release again
+	RolloutAborted    RolloutState = "aborted"     // stopped by hand, left as it stood
+	RolloutDone       RolloutState = "done"        // every wave out and baked
+)
+
+// Active says whether a rollout in state s still holds the registry's
+// rollout slot.
+func (s RolloutState) Active() bool {
+	return s == RolloutRunning || s == RolloutPaused || s == RolloutHalted
+}
+
+// Wave is one step of a rollout: its cells, replaced instance by
+// instance, then watched for Bake.
+type Wave struct {
+	Cells []string      `json:"cells"`
+	Bake  time.Duration `json:"bake_ns"`
+}
+
+// Rollout is the record of a release going out cell by cell, kept beside
+// the map (DocumentFor(reg, RolloutDocument)) so that a cellctl that dies
+// mid-rollout is resumed from it by another.
+type Rollout struct {
+	ID string `json:"id"`
+	// Release names what goes out (the program's binary and settings,
+	// as the deployer describes them) and From what it replaces.
+	Release string       `json:"release"`
+	From    string       `json:"from,omitempty"`
+	Waves   []Wave       `json:"waves"`
+	Wave    int          `json:"wave"` // the wave in progress (len(Waves) when all are out)
+	State   RolloutState `json:"state"`
+	// Holder is who drives it now ("cellctl rollout start by alice@host").
+	Holder  string    `json:"holder"`
+	Started time.Time `json:"started"`
+	Updated time.Time `json:"updated"`
+	// Cells are each reached cell's progress, by id.
+	Cells map[string]CellRollout `json:"cells,omitempty"`
+	// Reason says why it halted, was paused or aborted, with the figures.
+	Reason string `json:"reason,omitempty"`
+	// Events are what happened, oldest first.
+	Events []RolloutEvent `json:"events,omitempty"`
+}
+
+// CellRollout is one cell's progress: its phase and each instance's
+// release before and after.
+type CellRollout struct {
+	Phase     string            `json:"phase"` // replacing, baking, done, rolling_back, rolled_back
+	Instances map[string]string `json:"instances,omitempty"`
+	Previous  map[string]string `json:"previous,omitempty"`
+}
+
+// RolloutEvent is one line of a rollout's story.
+type RolloutEvent struct {
+	At   time.Time `json:"at"`
+	Text string    `json:"text"`
+}
+
+// RolloutActiveError refuses a rollout while another is active.
+type RolloutActiveError struct {
+	ID, Holder string
+	State      RolloutState
+}
+
+func (e *RolloutActiveError) Error() string {
+	return fmt.Sprintf("rollout %s is %s, held by %s: resume, abort or roll it back first", e.ID, e.State, e.Holder)
+}
+
+// ErrNoRollout means the registry holds no rollout record.
+var ErrNoRollout = errors.New("no rollout")
+
+// Rollout returns the registry's rollout record, or ErrNoRollout.
+func (c *Controller) Rollout(ctx context.Context) (*Rollout, error) {
+	r, _, err := c.loadRollout(ctx)
+	return r, err
+}
+
+func (c *Controller) rolloutDocument() (Document, error) {
+	d := DocumentFor(c.reg, RolloutDocument)
+	if d == nil {
+		return nil, fmt.Errorf("registry %s keeps no rollout record", c.reg.Describe())
+	}
+	return d, nil
+}
+
+func (c *Controller) loadRollout(ctx context.Context) (*Rollout, uint64, error) {
+	d, err := c.rolloutDocument()
+	if err != nil {
+		return nil, 0, err
+	}
+	data, rev, err := d.Get(ctx)
+	if errors.Is(err, ErrNoDocument) {
+		return nil, 0, ErrNoRollout
+	}
+	if err != nil {
+		return nil, 0, err
+	}
+	var r Rollout
+	if err := json.Unmarshal(data, &r); err != nil {
+		return nil, 0, fmt.Errorf("the rollout record %s: %w", d.Describe(), err)
+	}
+	return &r, rev, nil
+}
+
+// StartRollout records r as the registry's rollout, under the writer
+// lock; it is refused with a *RolloutActiveError while another is active.
+func (c *Controller) StartRollout(ctx context.Context, r Rollout) (*Rollout, error) {
+	_, release, err := c.lock(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	cur, rev, err := c.loadRollout(ctx)
+	switch {
+	case errors.Is(err, ErrNoRollout):
+	case err != nil:
+		return nil, err
+	case cur.State.Active():
+		return nil, &RolloutActiveError{ID: cur.ID, Holder: cur.Holder, State: cur.State}
+	}
+	now := c.opts.Now()
+	r.Holder, r.Started, r.Updated = c.cfg.Holder, now, now
+	if r.State == "" {
+		r.State = RolloutRunning
+	}
+	r.Events = append(r.Events, RolloutEvent{At: now, Text: "started by " + c.cfg.Holder})
+	return &r, c.saveRollout(ctx, &r, rev)
+}
+
+// UpdateRollout changes the record of rollout id with change, under the
+// writer lock and over the revision read: the caller becomes its holder
+// (a rollout is resumed by whoever updates it). change's error leaves the
+// record as it was.
+func (c *Controller) UpdateRollout(ctx context.Context, id string, change func(r *Rollout) error) (*Rollout, error) {
+	_, release, err := c.lock(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	r, rev, err := c.loadRollout(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if r.ID != id {
+		return nil, fmt.Errorf("the registry's rollout is %s, not %s", r.ID, id)
+	}
+	if err := change(r); err != nil {
+		return nil, err
+	}
+	if r.Holder != c.cfg.Holder {
+		r.Events = append(r.Events, RolloutEvent{At: c.opts.Now(), Text: "taken over by " + c.cfg.Holder + " from " + r.Holder})
+		r.Holder = c.cfg.Holder
+	}
+	r.Updated = c.opts.Now()
+	return r, c.saveRollout(ctx, r, rev)
+}
+
+func (c *Controller) saveRollout(ctx context.Context, r *Rollout, rev uint64) error {
+	d, err := c.rolloutDocument()
+	if err != nil {
+		return err
+	}
+	data, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return err
+	}
+	return d.Put(ctx, data, rev)
+}

@@ -1,0 +1,60 @@
+package control
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cellkit/cellkit/internal/testkit"
+)
+
+// TestRolloutRecord: a rollout is recorded beside the map; a second is
+// refused while it is active, naming it and its holder; another cellctl
+// takes it over by updating it (a resume); once it has ended, a new one
+// may start.
+func TestRolloutRecord(t *testing.T) {
+	reg := fileRegistry(t)
+	ctx := testkit.Context(t, 30*time.Second)
+	clk := testkit.NewClock(time.Date(2026, 12, 2, 15, 0, 0, 0, time.UTC))
+	alice := New(reg, Config{Holder: "cellctl rollout start by alice@a"}, Options{Now: clk.Now})
+	bob := New(reg, Config{Holder: "cellctl rollout resume by bob@b"}, Options{Now: clk.Now})
+	if _, err := alice.Rollout(ctx); !errors.Is(err, ErrNoRollout) {
+		t.Fatalf("before any: %v, want ErrNoRollout", err)
+	}
+	waves := []Wave{{Cells: []string{"c1"}, Bake: time.Minute}, {Cells: []string{"c2"}, Bake: time.Minute}}
+	r, err := alice.StartRollout(ctx, Rollout{ID: "r1", Release: "cell@new", Waves: waves})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.State != RolloutRunning || r.Holder != "cellctl rollout start by alice@a" || !r.Started.Equal(clk.Now()) {
+		t.Fatalf("started: %+v", r)
+	}
+	_, err = bob.StartRollout(ctx, Rollout{ID: "r2", Waves: waves})
+	var active *RolloutActiveError
+	if !errors.As(err, &active) || active.ID != "r1" || !strings.Contains(err.Error(), "alice@a") {
+		t.Fatalf("a second rollout: %v, want one naming r1 and alice", err)
+	}
+	clk.Advance(time.Minute)
+	if _, err := bob.UpdateRollout(ctx, "r2", func(*Rollout) error { return nil }); err == nil {
+		t.Error("an update of another rollout's id was taken")
+	}
+	boom := errors.New("boom")
+	if _, err := bob.UpdateRollout(ctx, "r1", func(r *Rollout) error { r.Wave = 9; return boom }); !errors.Is(err, boom) {
+		t.Fatalf("a failing change: %v", err)
+	}
+	if r, err := bob.UpdateRollout(ctx, "r1", func(r *Rollout) error { r.Wave = 1; return nil }); err != nil || r.Wave != 1 {
+		t.Fatalf("bob's update: %+v, %v", r, err)
+	}
+	got, err := alice.Rollout(ctx)
+	if err != nil || got.Wave != 1 || got.Holder != "cellctl rollout resume by bob@b" || !got.Updated.Equal(clk.Now()) ||
+		!strings.Contains(got.Events[len(got.Events)-1].Text, "taken over by cellctl rollout resume by bob@b") {
+		t.Fatalf("after bob's update: %+v, %v", got, err)
+	}
+	if _, err := bob.UpdateRollout(ctx, "r1", func(r *Rollout) error { r.State = RolloutDone; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if r, err = alice.StartRollout(ctx, Rollout{ID: "r2", Waves: waves}); err != nil || r.ID != "r2" {
+		t.Fatalf("a new rollout once r1 is done: %+v, %v", r, err)
+	}
+}
