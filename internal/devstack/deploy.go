@@ -1,0 +1,128 @@
+package devstack
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/cellkit/cellkit/internal/atomicfile"
+)
+
+// Spec is a release to run in place of a process's: another binary (empty:
+// the process's own) and flags set on top of its arguments.
+type Spec struct {
+	Bin string `json:"bin,omitempty"`
+	// Set are "name=value", given to the program as --name=value after
+	// its own arguments: for a flag given once the last one wins, so the
+	// value is replaced; a repeatable flag (--agency) gets one more.
+	Set []string `json:"set,omitempty"`
+}
+
+// Validate refuses a spec that changes nothing or names a missing binary.
+func (s Spec) Validate() error {
+	if s.Bin == "" && len(s.Set) == 0 {
+		return errors.New("a release needs a binary or a flag to set")
+	}
+	if s.Bin != "" {
+		fi, err := os.Stat(s.Bin)
+		if err != nil {
+			return fmt.Errorf("binary: %w", err)
+		}
+		if !fi.Mode().IsRegular() || fi.Mode().Perm()&0o111 == 0 {
+			return fmt.Errorf("binary %s is not an executable file", s.Bin)
+		}
+	}
+	for _, kv := range s.Set {
+		name, _, ok := strings.Cut(kv, "=")
+		if !ok || name == "" || strings.HasPrefix(name, "-") {
+			return fmt.Errorf("flag %q: want name=value", kv)
+		}
+	}
+	return nil
+}
+
+// Apply is p as spec runs it: the same name, ports, data, log, namespace
+// and supervisor, another binary or more flags.
+func (s Spec) Apply(p Process) Process {
+	q := p
+	q.PID = 0
+	if s.Bin != "" {
+		q.Bin = s.Bin
+	}
+	q.Args = slices.Clone(p.Args)
+	for _, kv := range s.Set {
+		q.Args = append(q.Args, "--"+kv)
+	}
+	return q
+}
+
+// Deployer replaces the processes of a stack on this machine — the local
+// stack (dev.json) or the network lab (net.json, whose processes run in
+// their hosts' namespaces) — with another release, and back.
+type Deployer struct {
+	// Path is the stack's record.
+	Path string
+	// Grace is how long a process replaced has to stop on SIGTERM.
+	Grace time.Duration
+}
+
+// Replace stops the process name and starts it as run says (a Spec's
+// Apply, or the process as it was, to go back), with its ports, data, log
+// and supervisor, and records it. It returns the process as it ran before
+// and the new child; readiness is the caller's to wait for.
+func (d Deployer) Replace(ctx context.Context, name string, run func(Process) Process) (before Process, c *Child, err error) {
+	rec, procs, err := d.read()
+	if err != nil {
+		return Process{}, nil, err
+	}
+	i := slices.IndexFunc(procs, func(p Process) bool { return p.Name == name })
+	if i < 0 {
+		return Process{}, nil, fmt.Errorf("no process %q in %s", name, d.Path)
+	}
+	before = procs[i]
+	if _, err := Stop(ctx, before, d.Grace); err != nil && !errors.Is(err, ErrNotRunning) {
+		return before, nil, err
+	}
+	c, err = Start(run(before))
+	if err != nil {
+		return before, nil, err
+	}
+	procs[i] = c.Process
+	return before, c, d.write(rec, procs)
+}
+
+// read reads the record, keeping what it holds besides the processes (a
+// lab's record has more).
+func (d Deployer) read() (map[string]json.RawMessage, []Process, error) {
+	b, err := os.ReadFile(d.Path)
+	if err != nil {
+		return nil, nil, err
+	}
+	var rec map[string]json.RawMessage
+	if err := json.Unmarshal(b, &rec); err != nil {
+		return nil, nil, fmt.Errorf("read %s: %w", d.Path, err)
+	}
+	var procs []Process
+	if err := json.Unmarshal(rec["processes"], &procs); err != nil {
+		return nil, nil, fmt.Errorf("read %s: processes: %w", d.Path, err)
+	}
+	return rec, procs, nil
+}
+
+func (d Deployer) write(rec map[string]json.RawMessage, procs []Process) error {
+	p, err := json.Marshal(procs)
+	if err != nil {
+		return err
+	}
+	rec["processes"] = p
+	b, err := json.MarshalIndent(rec, "", "  ")
+	if err != nil {
+		return err
+	}
+	return atomicfile.WriteFile(d.Path, append(b, '\n'), 0o600)
+}
