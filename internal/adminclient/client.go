@@ -22,6 +22,10 @@ import (
 	"sync/atomic"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+
 	"github.com/cellkit/cellkit/internal/api"
 	"github.com/cellkit/cellkit/internal/slotmap"
 )
@@ -136,6 +140,36 @@ func Unreachable(err error) bool {
 // Call sends one request to base+path and decodes a 2xx JSON answer into
 // out (unknown fields ignored), or returns an *Error.
 func (c Client) Call(ctx context.Context, method, base, path string, body, out any) error {
+	data, target, err := c.fetch(ctx, method, base, path, body, "application/json")
+	if err != nil {
+		return err
+	}
+	if out == nil || len(bytes.TrimSpace(data)) == 0 {
+		return nil
+	}
+	if err := json.Unmarshal(data, out); err != nil {
+		return &Error{URL: target, Status: http.StatusOK, Detail: "answer is not the JSON expected: " + err.Error()}
+	}
+	return nil
+}
+
+// Metrics reads a process's /metrics (Prometheus's text format).
+func (c Client) Metrics(ctx context.Context, base string) (map[string]*dto.MetricFamily, error) {
+	data, target, err := c.fetch(ctx, http.MethodGet, base, "/metrics", nil, "text/plain")
+	if err != nil {
+		return nil, err
+	}
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	mfs, err := parser.TextToMetricFamilies(bytes.NewReader(data))
+	if err != nil {
+		return nil, &Error{URL: target, Status: http.StatusOK, Detail: "answer is not Prometheus's text format: " + err.Error()}
+	}
+	return mfs, nil
+}
+
+// fetch sends one request to base+path and returns a 2xx answer's body
+// (at most MaxBody), or an *Error.
+func (c Client) fetch(ctx context.Context, method, base, path string, body any, accept string) ([]byte, string, error) {
 	ctx, cancel := context.WithTimeout(ctx, CallTimeout)
 	defer cancel()
 	target := strings.TrimRight(base, "/") + path
@@ -143,19 +177,19 @@ func (c Client) Call(ctx context.Context, method, base, path string, body, out a
 	if body != nil {
 		data, err := json.Marshal(body)
 		if err != nil {
-			return err
+			return nil, target, err
 		}
 		rd = bytes.NewReader(data)
 	}
 	ctx, alert := serverAlert(ctx)
 	req, err := http.NewRequestWithContext(ctx, method, target, rd)
 	if err != nil {
-		return &Error{URL: target, Err: err}
+		return nil, target, &Error{URL: target, Err: err}
 	}
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
-	req.Header.Set("Accept", "application/json")
+	req.Header.Set("Accept", accept)
 	if c.Token != "" {
 		req.Header.Set("Authorization", "Bearer "+c.Token)
 	}
@@ -169,23 +203,17 @@ func (c Client) Call(ctx context.Context, method, base, path string, body, out a
 			// The server's refusal, whatever the transport saw after it.
 			err = a
 		}
-		return &Error{URL: target, Err: tlsHint(err, c.CertAsked != nil && c.CertAsked.Load())}
+		return nil, target, &Error{URL: target, Err: tlsHint(err, c.CertAsked != nil && c.CertAsked.Load())}
 	}
 	defer resp.Body.Close()
 	data, err := io.ReadAll(io.LimitReader(resp.Body, MaxBody))
 	if err != nil {
-		return &Error{URL: target, Err: fmt.Errorf("read answer: %w", err)}
+		return nil, target, &Error{URL: target, Err: fmt.Errorf("read answer: %w", err)}
 	}
 	if resp.StatusCode/100 != 2 {
-		return &Error{URL: target, Status: resp.StatusCode, Detail: problemDetail(data)}
+		return nil, target, &Error{URL: target, Status: resp.StatusCode, Detail: problemDetail(data)}
 	}
-	if out == nil || len(bytes.TrimSpace(data)) == 0 {
-		return nil
-	}
-	if err := json.Unmarshal(data, out); err != nil {
-		return &Error{URL: target, Status: resp.StatusCode, Detail: "answer is not the JSON expected: " + err.Error()}
-	}
-	return nil
+	return data, target, nil
 }
 
 // tlsHint adds to a failed TLS handshake the flag that would fix it.
