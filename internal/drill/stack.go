@@ -93,6 +93,10 @@ func (st *Stack) Stop(ctx context.Context) error {
 	if !st.owned {
 		return nil
 	}
+	// The record as it stands: a deployer may have replaced processes.
+	if rec, err := devstack.Read(st.path); err == nil {
+		st.Processes = rec.Processes
+	}
 	devstack.StopAll(ctx, st.Processes, devstack.StopGrace, nil)
 	return os.RemoveAll(st.Dir)
 }

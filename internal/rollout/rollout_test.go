@@ -1,0 +1,121 @@
+package rollout
+
+import (
+	"context"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/cellkit/cellkit/internal/adminclient"
+	"github.com/cellkit/cellkit/internal/control"
+	"github.com/cellkit/cellkit/internal/devstack"
+	"github.com/cellkit/cellkit/internal/drill"
+	"github.com/cellkit/cellkit/internal/gate"
+	"github.com/cellkit/cellkit/internal/loadtest"
+	"github.com/cellkit/cellkit/internal/registry"
+	"github.com/cellkit/cellkit/internal/testkit"
+)
+
+func TestMain(m *testing.M) { testkit.VerifyTestMain(m) }
+
+// TestRolloutOnTheLocalStack, on a real local stack of three cells under
+// load: a release (a flag changed) goes out in two waves and every cell
+// runs it; then a release that cannot start (a flag the cell refuses) is
+// halted in the canary wave, the canary is put back as it ran, and the
+// other cells are never touched.
+func TestRolloutOnTheLocalStack(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the local stack")
+	}
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := testkit.Context(t, 5*time.Minute)
+	st, err := drill.StartStack(ctx, filepath.Join(root, "bin"), "--cells", "3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Stop(context.Background()) })
+	reg, err := registry.Open(registry.Config{URL: st.Registry}, registry.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { reg.Close() })
+	ctl := control.New(reg, control.Config{Holder: "rollout test"}, control.Options{})
+	admin := adminclient.Client{HTTP: &http.Client{}}
+
+	// Load through the router the whole time, bounded.
+	load, err := loadtest.NewRunner(loadtest.Config{Target: st.Router, Key: st.APIKey,
+		Steps: []loadtest.Step{{Rate: 60, For: 3 * time.Minute}}, Users: 300}, loadtest.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lctx, stopLoad := context.WithCancel(ctx)
+	var loading sync.WaitGroup
+	loading.Go(func() { _, _ = load.Run(lctx) })
+	t.Cleanup(func() { stopLoad(); loading.Wait() })
+
+	releases := func() map[string]string {
+		t.Helper()
+		out := map[string]string{}
+		for _, p := range st.Stack.Cells() {
+			s, err := admin.Status(ctx, "http://"+p.Addrs["admin"])
+			if err != nil {
+				t.Fatalf("%s: %v", p.Name, err)
+			}
+			out[p.Name] = s.Release.ID
+		}
+		return out
+	}
+	start := releases()
+	if start["c1"] == "" || start["c1"] != start["c2"] || start["c2"] != start["c3"] {
+		t.Fatalf("the stack's releases before: %v, want one release", start)
+	}
+	waves := []control.Wave{{Cells: []string{"c1"}, Bake: 5 * time.Second}, {Cells: []string{"c2", "c3"}, Bake: 5 * time.Second}}
+	cfg := Config{
+		Gate:   gate.Config{Alpha: 0.01, MinSamples: 20, FailureMargin: 0.005, LatencyFactor: 1.25, LatencyMargin: 0.050},
+		Scrape: time.Second, WaitLimit: 20 * time.Second, ReadyWithin: 30 * time.Second,
+	}
+	run := func(id string, spec devstack.Spec) *control.Rollout {
+		t.Helper()
+		if _, err := ctl.StartRollout(ctx, control.Rollout{ID: id, Waves: waves}); err != nil {
+			t.Fatal(err)
+		}
+		c := cfg
+		c.Spec = spec
+		r := New(id, c, Options{Control: ctl, Admin: admin, Progress: func(s string) { t.Logf("%s: %s", id, s) },
+			Deployer: devstack.Deployer{Path: devstack.StatePath(st.Dir), Grace: 20 * time.Second}})
+		ro, err := r.Run(ctx)
+		if err != nil {
+			t.Fatalf("%s: %v", id, err)
+		}
+		return ro
+	}
+
+	ro := run("good", devstack.Spec{Set: []string{"record-ttl=2h"}})
+	if ro.State != control.RolloutDone || ro.Wave != 2 {
+		t.Fatalf("a good release: %s at wave %d: %s", ro.State, ro.Wave, ro.Reason)
+	}
+	good := releases()
+	for cell, rel := range good {
+		if rel == start[cell] || rel != ro.Release {
+			t.Errorf("%s runs %s after the rollout of %s (before: %s)", cell, rel, ro.Release, start[cell])
+		}
+	}
+
+	cfg.ReadyWithin = 10 * time.Second
+	ro = run("crashing", devstack.Spec{Set: []string{"breaker-failure-rate=2"}})
+	if ro.State != control.RolloutRolledBack || ro.Wave != 0 || !strings.Contains(ro.Reason, "c1: not ready on the new release") {
+		t.Fatalf("a release that cannot start: %s at wave %d: %s", ro.State, ro.Wave, ro.Reason)
+	}
+	if _, reached := ro.Cells["c2"]; reached {
+		t.Errorf("c2 was reached: %+v", ro.Cells)
+	}
+	if after := releases(); after["c1"] != good["c1"] || after["c2"] != good["c2"] || after["c3"] != good["c3"] {
+		t.Errorf("after the rollback: %v, want %v", after, good)
+	}
+}
