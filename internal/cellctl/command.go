@@ -53,6 +53,9 @@ func commands() []*command {
 
 		statusCommand(), failedListCommand(), failedRetryCommand(), circuitCommand(), hotkeysCommand(),
 
+		rolloutPlanCommand(), rolloutStartCommand(), rolloutStatusCommand(), rolloutPauseCommand(),
+		rolloutResumeCommand(), rolloutAbortCommand(), rolloutRollbackCommand(),
+
 		devUpCommand(), devDownCommand(), devStatusCommand(), devCertsCommand(), devSuperviseCommand(),
 	}
 }
@@ -123,7 +126,7 @@ func writeOverview(w io.Writer) {
 Usage: cellctl [global flags] COMMAND [ARGS] [flags]
 `)
 	cmds := commands()
-	for _, sec := range []string{secMap, secInspect, secCells, secDev} {
+	for _, sec := range []string{secMap, secInspect, secCells, secRollout, secDev} {
 		fmt.Fprintf(w, "\n%s:\n", sec)
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 		for _, c := range cmds {

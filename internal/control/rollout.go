@@ -60,6 +60,9 @@ type Rollout struct {
 	Reason string `json:"reason,omitempty"`
 	// Events are what happened, oldest first.
 	Events []RolloutEvent `json:"events,omitempty"`
+	// Config is how its driver runs it (internal/rollout's), kept for
+	// whoever resumes it.
+	Config json.RawMessage `json:"config,omitempty"`
 }
 
 // CellRollout is one cell's progress: its phase and each instance's

@@ -382,12 +382,19 @@ func TestCloseLeavesNothing(t *testing.T) {
 	}
 }
 
-// crashLab runs a process that makes a lab with a sleeping process in it
-// and exits without closing it; it returns the lab's prefix and the
-// sleeper's pid.
+// crashFamily is the family of the labs TestSweepStaleAfterACrash makes
+// and leaves as crashed: every test that needs a lab sweeps the stale
+// labs of netlabtest.Family first (netlabtest.Require), and one running
+// in another package's test process at the same time would sweep these
+// before the test looks at them.
+const crashFamily = "ckc"
+
+// crashLab runs a process that makes a lab of crashFamily with a sleeping
+// process in it and exits without closing it; it returns the lab's prefix
+// and the sleeper's pid.
 func crashLab(t *testing.T, detached bool) (string, int) {
 	t.Helper()
-	env := []string{"NETLAB_HELPER=crash", "NETLAB_FAMILY=" + netlabtest.Family}
+	env := []string{"NETLAB_HELPER=crash", "NETLAB_FAMILY=" + crashFamily}
 	if detached {
 		env = append(env, "NETLAB_DETACHED=1")
 	}
@@ -402,7 +409,12 @@ func crashLab(t *testing.T, detached bool) (string, int) {
 }
 
 func TestSweepStaleAfterACrash(t *testing.T) {
-	mine := netlabtest.New(t)
+	netlabtest.Require(t)
+	mine, err := netlab.New(netlab.Config{Family: crashFamily}, netlab.Options{Logger: testkit.Logger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { netlabtest.Close(t, mine) })
 	if _, err := mine.AddHost("a"); err != nil {
 		t.Fatal(err)
 	}
@@ -417,7 +429,7 @@ func TestSweepStaleAfterACrash(t *testing.T) {
 		t.Fatal("the crashed labs' sleepers do not run")
 	}
 
-	sw, err := netlab.SweepStale(netlabtest.Family, netlab.DefaultStateDir)
+	sw, err := netlab.SweepStale(crashFamily, netlab.DefaultStateDir)
 	if err != nil {
 		t.Fatal(err)
 	}

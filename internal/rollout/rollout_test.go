@@ -80,16 +80,33 @@ func TestRolloutOnTheLocalStack(t *testing.T) {
 		Gate:   gate.Config{Alpha: 0.01, MinSamples: 20, FailureMargin: 0.005, LatencyFactor: 1.25, LatencyMargin: 0.050},
 		Scrape: time.Second, WaitLimit: 20 * time.Second, ReadyWithin: 30 * time.Second,
 	}
+	deployer := devstack.Deployer{Path: devstack.StatePath(st.Dir), Grace: 20 * time.Second}
+	// drive runs the registry's rollout id with ctl until it ends, or
+	// until ctx ends (a cellctl that dies).
+	drive := func(ctx context.Context, ctl *control.Controller, id string, progress func(string)) (*control.Rollout, error) {
+		ro, err := ctl.Rollout(ctx)
+		if err != nil {
+			return nil, err
+		}
+		c, err := ConfigOf(ro)
+		if err != nil {
+			return nil, err
+		}
+		return New(id, c, Options{Control: ctl, Admin: admin, Deployer: deployer, Progress: func(s string) {
+			t.Logf("%s: %s", id, s)
+			if progress != nil {
+				progress(s)
+			}
+		}}).Run(ctx)
+	}
 	run := func(id string, spec devstack.Spec) *control.Rollout {
 		t.Helper()
-		if _, err := ctl.StartRollout(ctx, control.Rollout{ID: id, Waves: waves}); err != nil {
-			t.Fatal(err)
-		}
 		c := cfg
 		c.Spec = spec
-		r := New(id, c, Options{Control: ctl, Admin: admin, Progress: func(s string) { t.Logf("%s: %s", id, s) },
-			Deployer: devstack.Deployer{Path: devstack.StatePath(st.Dir), Grace: 20 * time.Second}})
-		ro, err := r.Run(ctx)
+		if _, err := Start(ctx, ctl, id, waves, c); err != nil {
+			t.Fatal(err)
+		}
+		ro, err := drive(ctx, ctl, id, nil)
 		if err != nil {
 			t.Fatalf("%s: %v", id, err)
 		}
@@ -104,6 +121,37 @@ func TestRolloutOnTheLocalStack(t *testing.T) {
 	for cell, rel := range good {
 		if rel == start[cell] || rel != ro.Release {
 			t.Errorf("%s runs %s after the rollout of %s (before: %s)", cell, rel, ro.Release, start[cell])
+		}
+	}
+
+	// A cellctl that dies while the canary bakes: the record stays
+	// running, and another (another holder) resumes it to the end.
+	c := cfg
+	c.Spec = devstack.Spec{Set: []string{"record-ttl=3h"}}
+	if _, err := Start(ctx, ctl, "interrupted", waves, c); err != nil {
+		t.Fatal(err)
+	}
+	dctx, die := context.WithCancel(ctx)
+	if _, err := drive(dctx, ctl, "interrupted", func(s string) {
+		if strings.Contains(s, "baking") {
+			die()
+		}
+	}); err == nil {
+		t.Fatal("the interrupted driver ended without an error")
+	}
+	die()
+	if ro, err := ctl.Rollout(ctx); err != nil || ro.State != control.RolloutRunning || ro.Cells["c1"].Phase != "baking" {
+		t.Fatalf("the record after the driver died: %+v, %v", ro, err)
+	}
+	other := control.New(reg, control.Config{Holder: "cellctl rollout resume by another"}, control.Options{})
+	ro, err = drive(ctx, other, "interrupted", nil)
+	if err != nil || ro.State != control.RolloutDone || ro.Holder != "cellctl rollout resume by another" {
+		t.Fatalf("resumed: %+v, %v", ro, err)
+	}
+	good = releases()
+	for cell, rel := range good {
+		if rel != ro.Release {
+			t.Errorf("%s runs %s after the resumed rollout of %s", cell, rel, ro.Release)
 		}
 	}
 

@@ -1,0 +1,362 @@
+package cellctl
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/cellkit/cellkit/internal/control"
+	"github.com/cellkit/cellkit/internal/devstack"
+	"github.com/cellkit/cellkit/internal/gate"
+	"github.com/cellkit/cellkit/internal/rollout"
+	"github.com/cellkit/cellkit/internal/slotmap"
+)
+
+// Releases going out cell by cell: the rollout commands. The record lives
+// beside the map; the processes are replaced on a stack of this machine
+// (the local stack's DIR/dev.json, or the lab's DIR/net.json).
+
+const secRollout = "Release cell by cell"
+
+// rolloutFlags are the settings of rollout plan and start.
+type rolloutFlags struct {
+	waves, stack, id string
+	bake, waitLimit  time.Duration
+	readyWithin      time.Duration
+	scrape           time.Duration
+	minSamples       int64
+	spec             devstack.Spec
+}
+
+func (f *rolloutFlags) register(fs *flag.FlagSet, start bool) {
+	fs.StringVar(&f.waves, "waves", "", "`WAVES` separated by ';': cell ids separated by ',', a share of the cells (25%), or rest (default: the first active cell;25%;rest)")
+	fs.DurationVar(&f.bake, "bake", 5*time.Minute, "how long each wave bakes, its gates watching")
+	if !start {
+		return
+	}
+	fs.StringVar(&f.spec.Bin, "bin", "", "`PATH` of the new program (default: the processes' own)")
+	fs.Func("set", "`NAME=VALUE`: a flag the new release sets (repeat)", func(v string) error {
+		f.spec.Set = append(f.spec.Set, v)
+		return nil
+	})
+	fs.StringVar(&f.stack, "stack", "var", "`DIR` of the stack whose processes are replaced (its dev.json or net.json)")
+	fs.StringVar(&f.id, "id", "", "the rollout's id (default r-DATE-TIME)")
+	fs.DurationVar(&f.waitLimit, "wait-limit", 0, "how long past its bake a wave may wait for the gates' samples before the rollout halts (default: one more bake)")
+	fs.DurationVar(&f.readyWithin, "ready-within", time.Minute, "how long a replaced process has to get ready on the new release")
+	fs.DurationVar(&f.scrape, "scrape", 5*time.Second, "how often a bake reads the cells' metrics")
+	fs.Int64Var(&f.minSamples, "min-samples", gate.DefaultConfig().MinSamples, "the fewest requests or inquiries of a wave a gate decides on")
+}
+
+// plan makes the waves over m.
+func (f *rolloutFlags) plan(m *slotmap.Map) ([]control.Wave, error) {
+	spec := f.waves
+	if spec == "" {
+		var active []string
+		for _, c := range m.Cells() {
+			if c.State == slotmap.Active {
+				active = append(active, c.ID)
+			}
+		}
+		switch {
+		case len(active) == 0:
+			return nil, errors.New("no active cell to roll out to")
+		case len(active) == 1:
+			spec = active[0]
+		case len(active) <= 4:
+			spec = active[0] + ";rest"
+		default:
+			spec = active[0] + ";25%;rest"
+		}
+	}
+	return rollout.ParseWaves(m, spec, f.bake)
+}
+
+func writeWaves(x *inv, waves []control.Wave, ro *control.Rollout) {
+	t := newTable(x.out, "WAVE", "CELLS", "BAKE", "STATE")
+	for i, w := range waves {
+		state := "-"
+		if ro != nil {
+			var phases []string
+			for _, c := range w.Cells {
+				if p := ro.Cells[c].Phase; p != "" {
+					phases = append(phases, c+" "+p)
+				}
+			}
+			state = orNone(strings.Join(phases, ", "))
+			if i == ro.Wave && ro.State == control.RolloutRunning && len(phases) == 0 {
+				state = "next"
+			}
+		}
+		t.row(itoa(i+1), strings.Join(w.Cells, ","), w.Bake.String(), state)
+	}
+	t.flush()
+}
+
+func rolloutPlanCommand() *command {
+	var f rolloutFlags
+	c := &command{
+		name: "rollout plan", section: secRollout,
+		summary: "show the waves a rollout would take",
+		help: `Shows the waves of --waves over the map's active cells, each with its bake
+time; nothing changes.`,
+		examples: `cellctl rollout plan --waves 'c1;25%;rest' --bake 10m`,
+		flags:    func(fs *flag.FlagSet) { f.register(fs, false) },
+	}
+	c.run = func(ctx context.Context, x *inv, _ []string) error {
+		reg, m, err := x.loadOnly(ctx)
+		if err != nil {
+			return err
+		}
+		defer reg.Close()
+		waves, err := f.plan(m)
+		if err != nil {
+			return usagef("%v", err)
+		}
+		if x.g.json {
+			return writeJSON(x.out, waves)
+		}
+		writeWaves(x, waves, nil)
+		return nil
+	}
+	return c
+}
+
+// deployer is the stack's deployer: DIR/dev.json, else DIR/net.json.
+func (f *rolloutFlags) deployer() (devstack.Deployer, error) {
+	for _, name := range []string{devstack.StateFile, "net.json"} {
+		path := filepath.Join(f.stack, name)
+		if _, err := os.Stat(path); err == nil {
+			return devstack.Deployer{Path: path, Grace: devstack.StopGrace}, nil
+		}
+	}
+	return devstack.Deployer{}, fmt.Errorf("no stack in %s (no %s or net.json): pass --stack DIR", f.stack, devstack.StateFile)
+}
+
+// drive runs the registry's rollout id to its end and says how it ended:
+// an error (exit 1) unless it is done, paused or aborted.
+func (x *inv) drive(ctx context.Context, ctl *control.Controller, id string, d devstack.Deployer) error {
+	ro, err := ctl.Rollout(ctx)
+	if err != nil {
+		return err
+	}
+	cfg, err := rollout.ConfigOf(ro)
+	if err != nil {
+		return err
+	}
+	r := rollout.New(id, cfg, rollout.Options{Control: ctl, Admin: x.admin(), Deployer: d,
+		Progress: func(s string) { fmt.Fprintf(x.out, "%s  %s\n", x.cli.now().Format("15:04:05"), s) }})
+	ro, err = r.Run(ctx)
+	if err != nil {
+		return fmt.Errorf("rollout %s: %w (its record keeps where it stands: 'cellctl rollout resume')", id, err)
+	}
+	fmt.Fprintf(x.out, "Rollout %s: %s.\n", ro.ID, strings.ReplaceAll(string(ro.State), "_", " "))
+	switch ro.State {
+	case control.RolloutDone, control.RolloutPaused, control.RolloutAborted:
+		return nil
+	}
+	return fmt.Errorf("rollout %s %s: %s", ro.ID, strings.ReplaceAll(string(ro.State), "_", " "), ro.Reason)
+}
+
+func rolloutStartCommand() *command {
+	var f rolloutFlags
+	c := &command{
+		name: "rollout start", section: secRollout,
+		summary: "release to the cells wave by wave, gated, rolled back on a halt",
+		help: `Records a rollout beside the map and drives it: wave by wave, within a cell one
+process at a time (an instance of several out of the routers' rotation
+first), replaced by --bin and/or the flags of --set, ready on the new release,
+back in rotation; then the wave bakes while its gates compare its cells with
+the cells still on the old release (failures by Fisher's exact test, latency
+by Mann-Whitney: docs/decisions/rollout-gates.md). A failed gate, a process
+that does not get ready within --ready-within, or a bake without enough
+samples halts the rollout and puts the wave's processes back. Another
+rollout is refused while one is active. Interrupted, the rollout stays in
+the record: 'rollout resume' goes on from there, from any machine that runs
+the stack.`,
+		examples: `cellctl rollout start --set workers=32 --waves 'c1;rest' --bake 10m
+cellctl rollout start --bin ./bin/cell --stack /tmp/stack`,
+		mutates:   false,
+		unbounded: func() bool { return true },
+		flags:     func(fs *flag.FlagSet) { f.register(fs, true) },
+	}
+	c.run = func(ctx context.Context, x *inv, _ []string) error {
+		if f.bake <= 0 {
+			return usagef("--bake %v: want a positive duration", f.bake)
+		}
+		if f.readyWithin <= 0 || f.scrape <= 0 || f.waitLimit < 0 || f.minSamples < 1 {
+			return usagef("--ready-within and --scrape must be positive, --wait-limit not negative, --min-samples at least 1")
+		}
+		if err := f.spec.Validate(); err != nil {
+			return usagef("%v (give --bin PATH, --set NAME=VALUE or both)", err)
+		}
+		d, err := f.deployer()
+		if err != nil {
+			return err
+		}
+		reg, m, err := x.loadOnly(ctx)
+		if err != nil {
+			return err
+		}
+		defer reg.Close()
+		waves, err := f.plan(m)
+		if err != nil {
+			return usagef("%v", err)
+		}
+		cfg := rollout.DefaultConfig()
+		cfg.Spec, cfg.Scrape, cfg.ReadyWithin = f.spec, f.scrape, f.readyWithin
+		cfg.WaitLimit = f.waitLimit
+		if cfg.WaitLimit == 0 {
+			cfg.WaitLimit = f.bake
+		}
+		cfg.Gate.MinSamples = f.minSamples
+		id := f.id
+		if id == "" {
+			id = "r-" + x.cli.now().UTC().Format("20060102-150405")
+		}
+		ctl := x.controller(reg, nil)
+		if _, err := rollout.Start(ctx, ctl, id, waves, cfg); err != nil {
+			return err
+		}
+		writeWaves(x, waves, nil)
+		fmt.Fprintf(x.out, "\nRollout %s started.\n", id)
+		return x.drive(ctx, ctl, id, d)
+	}
+	return c
+}
+
+func rolloutStatusCommand() *command {
+	c := &command{
+		name: "rollout status", section: secRollout,
+		summary: "where the rollout stands: waves, cells, decision",
+		help: `Shows the registry's rollout: its state, the wave in progress, who drives it,
+the release it puts out and what it replaces, each wave's cells with their
+phase, why it halted or stopped, and its last events. --json: the record.`,
+		examples: `cellctl rollout status
+cellctl rollout status --json | jq .state`,
+	}
+	c.run = func(ctx context.Context, x *inv, _ []string) error {
+		reg, err := x.openRegistry()
+		if err != nil {
+			return err
+		}
+		defer reg.Close()
+		ro, err := x.controller(reg, nil).Rollout(ctx)
+		if errors.Is(err, control.ErrNoRollout) {
+			return fmt.Errorf("no rollout in %s: start one with 'cellctl rollout start'", reg.Describe())
+		}
+		if err != nil {
+			return err
+		}
+		if x.g.json {
+			return writeJSON(x.out, ro)
+		}
+		fmt.Fprintf(x.out, "Rollout %s: %s, wave %d of %d, held by %s\n", ro.ID, ro.State, min(ro.Wave+1, len(ro.Waves)), len(ro.Waves), ro.Holder)
+		fmt.Fprintf(x.out, "Release %s (from %s), started %s, updated %s\n\n", orNone(ro.Release), orNone(ro.From),
+			ro.Started.UTC().Format(time.RFC3339), ro.Updated.UTC().Format(time.RFC3339))
+		writeWaves(x, ro.Waves, ro)
+		if ro.Reason != "" {
+			fmt.Fprintf(x.out, "\nReason: %s\n", ro.Reason)
+		}
+		if n := len(ro.Events); n > 0 {
+			fmt.Fprintln(x.out, "\nLast events:")
+			for _, e := range ro.Events[max(0, n-8):] {
+				fmt.Fprintf(x.out, "  %s  %s\n", e.At.UTC().Format("15:04:05"), e.Text)
+			}
+		}
+		return nil
+	}
+	return c
+}
+
+// rolloutChangeCommand is pause, abort, resume or rollback: a change of
+// the record's state, and for resume and rollback driving it on.
+func rolloutChangeCommand(name, summary, help string, to control.RolloutState) *command {
+	var f rolloutFlags
+	drive := to == control.RolloutRunning || to == control.RolloutHalted
+	c := &command{
+		name: "rollout " + name, section: secRollout, summary: summary, help: help,
+		examples:  "cellctl rollout " + name,
+		unbounded: func() bool { return drive },
+		flags: func(fs *flag.FlagSet) {
+			if drive {
+				fs.StringVar(&f.stack, "stack", "var", "`DIR` of the stack whose processes are replaced (its dev.json or net.json)")
+			}
+		},
+	}
+	c.run = func(ctx context.Context, x *inv, _ []string) error {
+		var d devstack.Deployer
+		if drive {
+			var err error
+			if d, err = f.deployer(); err != nil {
+				return err
+			}
+		}
+		reg, err := x.openRegistry()
+		if err != nil {
+			return err
+		}
+		defer reg.Close()
+		ctl := x.controller(reg, nil)
+		ro, err := ctl.Rollout(ctx)
+		if err != nil {
+			return err
+		}
+		_, err = ctl.UpdateRollout(ctx, ro.ID, func(r *control.Rollout) error {
+			switch {
+			case !r.State.Active():
+				return fmt.Errorf("rollout %s is %s: nothing to %s", r.ID, r.State, name)
+			case to == control.RolloutRunning && r.State == control.RolloutHalted:
+				return fmt.Errorf("rollout %s halted (%s): roll it back ('cellctl rollout rollback') or abort it", r.ID, r.Reason)
+			}
+			if to != control.RolloutRunning || r.State != control.RolloutRunning {
+				r.Events = append(r.Events, control.RolloutEvent{At: x.cli.now(), Text: name + " by " + x.cli.holder(x.cmd.name)})
+			}
+			if to == control.RolloutHalted && r.Reason == "" {
+				r.Reason = "rolled back by hand (" + x.cli.holder(x.cmd.name) + ")"
+			}
+			if to != control.RolloutHalted || r.State != control.RolloutHalted {
+				r.State = to
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		if !drive {
+			fmt.Fprintf(x.out, "Rollout %s %s.\n", ro.ID, map[control.RolloutState]string{control.RolloutPaused: "paused: its driver stops after its current step", control.RolloutAborted: "aborted: the processes stay as they are"}[to])
+			return nil
+		}
+		return x.drive(ctx, ctl, ro.ID, d)
+	}
+	return c
+}
+
+func rolloutPauseCommand() *command {
+	return rolloutChangeCommand("pause", "stop the rollout after its current step",
+		`Marks the rollout paused: its driver stops after the step it is in (a process
+being replaced is finished first). 'rollout resume' goes on.`, control.RolloutPaused)
+}
+
+func rolloutResumeCommand() *command {
+	return rolloutChangeCommand("resume", "go on with a paused or interrupted rollout",
+		`Drives the registry's rollout on from where its record stands (paused, or
+left running by a cellctl that stopped), as its holder from now on.`, control.RolloutRunning)
+}
+
+func rolloutAbortCommand() *command {
+	return rolloutChangeCommand("abort", "end the rollout where it stands",
+		`Ends the rollout as it stands: nothing is rolled back (the processes keep the
+release they run), and a new rollout may start.`, control.RolloutAborted)
+}
+
+func rolloutRollbackCommand() *command {
+	return rolloutChangeCommand("rollback", "put the wave in progress back as it ran",
+		`Halts the rollout and puts every process it replaced in the wave in progress
+back as it ran before, instance by instance; earlier waves, baked, are left
+on the new release (start a rollout of the old one to undo them).`, control.RolloutHalted)
+}

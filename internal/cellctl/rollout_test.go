@@ -1,0 +1,56 @@
+package cellctl
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestRolloutPlanAndRefusals: the waves of a plan, and the settings a
+// rollout refuses with a one-line error, changing nothing.
+func TestRolloutPlanAndRefusals(t *testing.T) {
+	e := newFileEnv(t)
+	cell := newFakeCell(t, "c1")
+	e.setup([]string{"c1", "c2", "c3", "c4", "c5", "c6", "c7", "c8"}, func(string) string { return cell.URL() })
+	r := e.ok("rollout", "plan", "--waves", "c1;25%;rest", "--bake", "10m")
+	for _, want := range []string{"1     c1           10m0s", "2     c2,c3        10m0s", "3     c4,c5,c6,c7,c8  10m0s"} {
+		if !strings.Contains(strings.Join(strings.Fields(r.stdout), " "), strings.Join(strings.Fields(want), " ")) {
+			t.Errorf("plan lacks %q:\n%s", want, r.stdout)
+		}
+	}
+	if r := e.ok("rollout", "plan"); !strings.Contains(r.stdout, "c2,c3") {
+		t.Errorf("the default plan (the first cell, 25%%, the rest):\n%s", r.stdout)
+	}
+	stack := t.TempDir()
+	if err := os.WriteFile(filepath.Join(stack, "dev.json"), []byte(`{"processes":[]}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"rollout", "plan", "--waves", "c1;c9;rest"}, `"c9" is not an active cell`},
+		{[]string{"rollout", "plan", "--waves", "c1;;rest"}, "wave 2 is empty"},
+		{[]string{"rollout", "plan", "--waves", "0%;rest"}, `"0%": want a share`},
+		{[]string{"rollout", "plan", "--waves", "c1;c1;rest"}, "cell c1 is in an earlier wave"},
+		{[]string{"rollout", "plan", "--waves", "c1;c2"}, "are in no wave"},
+		{[]string{"rollout", "plan", "--waves", "rest;c1"}, "rest must be the last wave"},
+		{[]string{"rollout", "plan", "--bake", "-1s"}, "--bake -1s: want a positive duration"},
+		{[]string{"rollout", "start", "--stack", stack}, "a release needs a binary or a flag to set"},
+		{[]string{"rollout", "start", "--stack", stack, "--bin", filepath.Join(stack, "missing")}, "binary: "},
+		{[]string{"rollout", "start", "--stack", stack, "--set", "workers"}, `flag "workers": want name=value`},
+		{[]string{"rollout", "start", "--stack", t.TempDir(), "--set", "workers=3"}, "no stack in"},
+	} {
+		r := e.run(tc.args...)
+		if r.code == ExitOK || !strings.Contains(r.stderr, tc.want) || strings.Count(strings.TrimSpace(r.stderr), "\n") > 0 {
+			t.Errorf("%q: exit %d, stderr %q; want a one-line error about %q", tc.args, r.code, r.stderr, tc.want)
+		}
+	}
+	if r := e.run("rollout", "status"); r.code != ExitFailure || !strings.Contains(r.stderr, "no rollout in") {
+		t.Errorf("status without a rollout: %v", r)
+	}
+	if _, err := os.Stat(strings.TrimPrefix(e.url, "file:") + ".rollout"); !os.IsNotExist(err) {
+		t.Errorf("a refused rollout left a record: %v", err)
+	}
+}
