@@ -31,10 +31,11 @@ func Command(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	drills := map[string]func(context.Context, Config) (*loadtest.Result, error){
 		"kill": Kill, "freeze": Freeze, "disk-full": DiskFull, "drain": Drain, "agency-slow": AgencySlow, "priority": Priority, "poison": Poison,
+		"release": Release,
 	}
 	run, ok := drills[name]
 	if !ok {
-		return fmt.Errorf("unknown drill %q: kill, freeze, disk-full, drain, agency-slow, priority, poison, or on a network lab %s", name, strings.Join(slices.Sorted(maps.Keys(NetDrills)), ", "))
+		return fmt.Errorf("unknown drill %q: kill, freeze, disk-full, drain, agency-slow, priority, poison, release, or on a network lab %s", name, strings.Join(slices.Sorted(maps.Keys(NetDrills)), ", "))
 	}
 	fs := flag.NewFlagSet("loadtest drill "+name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -110,7 +111,7 @@ func Command(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err != nil {
 		return err
 	}
-	c.Stack = st
+	c.Stack, c.Bin = st, bin
 	if name == "priority" && c.HighShare == 0 {
 		c.HighShare = 0.2
 	}

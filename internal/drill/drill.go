@@ -25,6 +25,9 @@ var ErrAssertion = errors.New("drill assertion failed")
 // DefaultConfig).
 type Config struct {
 	Stack *Stack
+	// Bin is the directory of the programs (release: its bad releases are
+	// Bin/faults/cell-*).
+	Bin string
 	// Rate is the constant request rate [100/s].
 	Rate float64
 	// Users and Zipf as in loadtest.Config [200 users, uniform].

@@ -18,7 +18,8 @@ type Sample struct {
 	// Inquiries are the inquiries settled (done, failed, dead), failed
 	// those that failed or were dead-lettered.
 	Inquiries Counts
-	// Panics are the panics recovered while processing an inquiry.
+	// Panics are the panics recovered (each fails its inquiry, which
+	// Inquiries counts; reported, not judged again).
 	Panics int64
 	// IntakeLatency is the POSTs' latency, DoneLatency the time from
 	// intake to a final status.
@@ -166,13 +167,13 @@ func Sum(samples ...Sample) Sample {
 }
 
 // Judge runs every gate on a window of the wave against the baseline's:
-// failures of the intake and of the inquiries (panics counted with
-// them), then the intake's latency and the time to done.
+// failures of the intake and of the inquiries (an inquiry whose
+// processing panicked is failed and dead-lettered: counted there, once),
+// then the intake's latency and the time to done.
 func (cfg Config) Judge(wave, base Sample) []Verdict {
-	withPanics := func(c Counts, panics int64) Counts { return Counts{Total: c.Total, Failed: c.Failed + panics} }
 	return []Verdict{
 		cfg.Failures("intake 5xx", wave.Intake, base.Intake),
-		cfg.Failures("failed inquiries", withPanics(wave.Inquiries, wave.Panics), withPanics(base.Inquiries, base.Panics)),
+		cfg.Failures("failed inquiries", wave.Inquiries, base.Inquiries),
 		cfg.Latency("intake latency", wave.IntakeLatency, base.IntakeLatency),
 		cfg.Latency("time to done", wave.DoneLatency, base.DoneLatency),
 	}

@@ -4,6 +4,8 @@ package pipeline
 
 import (
 	"fmt"
+	"hash/fnv"
+	"os"
 	"strings"
 	"time"
 )
@@ -12,14 +14,43 @@ import (
 // has a pipeline that injects faults by user ID, for the poison drill and
 // the crash-loop test. Never in a release build.
 
+// release, set at link time, makes the whole build a bad release for
+// the rollout drill (`make build` makes bin/faults/cell-RELEASE so, with
+// -ldflags "-X github.com/cellkit/cellkit/internal/pipeline.release=NAME"):
+//
+//   - "failing": a fifth of the inquiries (by user) panic, and so fail;
+//   - "slow": every inquiry takes 300 ms more;
+//   - "crashing": the process exits at its start.
+var release string
+
+func init() {
+	if release == "crashing" {
+		fmt.Fprintln(os.Stderr, "cell: a crashing release (faults build): exiting")
+		os.Exit(3)
+	}
+}
+
 // faultHook runs at the start of each agency call of an inquiry for user:
 //
 //   - "poison-…": the call panics (recovered at the inquiry's boundary);
 //   - "crash-…": the process crashes (a panic on a goroutine of its own,
-//     which nothing recovers), while the inquiry is in flight.
+//     which nothing recovers), while the inquiry is in flight;
+//   - with release set, as it says.
 //
 // Only the first agency's call acts, so that one inquiry is one panic.
 func faultHook(user, agency string) {
+	if agency == firstAgency {
+		switch release {
+		case "failing":
+			h := fnv.New32a()
+			h.Write([]byte(user))
+			if h.Sum32()%5 == 0 {
+				panic(fmt.Sprintf("injected failure of release %q for user %s", release, user))
+			}
+		case "slow":
+			time.Sleep(300 * time.Millisecond)
+		}
+	}
 	switch {
 	case strings.HasPrefix(user, "poison-") && agency == firstAgency:
 		panic(fmt.Sprintf("injected poison for user %s", user))

@@ -1,4 +1,4 @@
-package rollout
+package rollout_test
 
 import (
 	"context"
@@ -16,6 +16,7 @@ import (
 	"github.com/cellkit/cellkit/internal/gate"
 	"github.com/cellkit/cellkit/internal/loadtest"
 	"github.com/cellkit/cellkit/internal/registry"
+	"github.com/cellkit/cellkit/internal/rollout"
 	"github.com/cellkit/cellkit/internal/testkit"
 )
 
@@ -76,7 +77,7 @@ func TestRolloutOnTheLocalStack(t *testing.T) {
 		t.Fatalf("the stack's releases before: %v, want one release", start)
 	}
 	waves := []control.Wave{{Cells: []string{"c1"}, Bake: 5 * time.Second}, {Cells: []string{"c2", "c3"}, Bake: 5 * time.Second}}
-	cfg := Config{
+	cfg := rollout.Config{
 		Gate:   gate.Config{Alpha: 0.01, MinSamples: 20, FailureMargin: 0.005, LatencyFactor: 1.25, LatencyMargin: 0.050},
 		Scrape: time.Second, WaitLimit: 20 * time.Second, ReadyWithin: 30 * time.Second,
 	}
@@ -88,11 +89,11 @@ func TestRolloutOnTheLocalStack(t *testing.T) {
 		if err != nil {
 			return nil, err
 		}
-		c, err := ConfigOf(ro)
+		c, err := rollout.ConfigOf(ro)
 		if err != nil {
 			return nil, err
 		}
-		return New(id, c, Options{Control: ctl, Admin: admin, Deployer: deployer, Progress: func(s string) {
+		return rollout.New(id, c, rollout.Options{Control: ctl, Admin: admin, Deployer: deployer, Progress: func(s string) {
 			t.Logf("%s: %s", id, s)
 			if progress != nil {
 				progress(s)
@@ -103,7 +104,7 @@ func TestRolloutOnTheLocalStack(t *testing.T) {
 		t.Helper()
 		c := cfg
 		c.Spec = spec
-		if _, err := Start(ctx, ctl, id, waves, c); err != nil {
+		if _, err := rollout.Start(ctx, ctl, id, waves, c); err != nil {
 			t.Fatal(err)
 		}
 		ro, err := drive(ctx, ctl, id, nil)
@@ -128,7 +129,7 @@ func TestRolloutOnTheLocalStack(t *testing.T) {
 	// running, and another (another holder) resumes it to the end.
 	c := cfg
 	c.Spec = devstack.Spec{Set: []string{"record-ttl=3h"}}
-	if _, err := Start(ctx, ctl, "interrupted", waves, c); err != nil {
+	if _, err := rollout.Start(ctx, ctl, "interrupted", waves, c); err != nil {
 		t.Fatal(err)
 	}
 	dctx, die := context.WithCancel(ctx)

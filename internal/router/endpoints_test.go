@@ -87,7 +87,10 @@ func TestFailingInstanceIsEjected(t *testing.T) {
 	sick := newBackend(t, "c1")
 	sick.mode.Store(modeFail)
 	cfg := DefaultConfig()
-	cfg.Cell.EjectFor = 500 * time.Millisecond
+	// Longer than the 200 requests take even under -race on a loaded
+	// machine (at 500 ms the ejection once ended during them, and the
+	// instance got its next try before the count).
+	cfg.Cell.EjectFor = 3 * time.Second
 	cfg.Cell.Breaker.MinCalls = 1000 // the cell's breaker stays out of it
 	w, _ := instancesWorld(t, cfg, sick.srv.URL)
 	bad := 0
@@ -103,7 +106,7 @@ func TestFailingInstanceIsEjected(t *testing.T) {
 		t.Errorf("the failing instance got %d calls, want %d", got, cfg.Cell.EjectAfter)
 	}
 	// Back in rotation after EjectFor, and out again at its next failure.
-	testkit.WaitFor(t, 5*time.Second, "the instance back in rotation", func() bool { return !w.router.Cells()[0].Instances[2].Ejected })
+	testkit.WaitFor(t, 10*time.Second, "the instance back in rotation", func() bool { return !w.router.Cells()[0].Instances[2].Ejected })
 	testkit.WaitFor(t, 5*time.Second, "the instance tried again and ejected again", func() bool {
 		w.create("user-y")
 		return ejections(w) >= 2

@@ -1,0 +1,216 @@
+package drill
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/cellkit/cellkit/internal/adminclient"
+	"github.com/cellkit/cellkit/internal/control"
+	"github.com/cellkit/cellkit/internal/devstack"
+	"github.com/cellkit/cellkit/internal/loadtest"
+	"github.com/cellkit/cellkit/internal/registry"
+	"github.com/cellkit/cellkit/internal/rollout"
+)
+
+// ReleaseBake is each wave's bake in the release drill.
+const ReleaseBake = 20 * time.Second
+
+// releaseCase is one rollout of the release drill.
+type releaseCase struct {
+	name string
+	spec devstack.Spec
+	good bool // it must go through every cell; else be halted in the canary wave
+}
+
+// Release: under load, four rollouts in a row over the stack's cells, the
+// drill's cell first (the canary) and then the rest, each wave baking
+// ReleaseBake: a good release (a flag changed) goes through every cell
+// with no failed request beyond the restarting canary's refusals; then
+// three bad releases, each a real build of the cell (make build's
+// bin/faults/cell-failing, -slow and -crashing: a fifth of the inquiries
+// fail, every inquiry takes 300 ms more, the process exits at its start),
+// are each halted in the canary wave — by the failures gate, the latency
+// gate, and the readiness bound — within its bake, the canary put back
+// as it ran, the other cells never touched (their release unchanged, no
+// errors for their users). Every accepted inquiry ends final.
+func Release(ctx context.Context, c Config) (*loadtest.Result, error) {
+	c.defaults(0)
+	st := c.Stack
+	cells := st.Cells()
+	if !slices.Contains(cells, c.Cell) || len(cells) < 2 {
+		return nil, fmt.Errorf("drill release: the canary %s must be one of two cells or more (%v)", c.Cell, cells)
+	}
+	faults := func(name string) string { return filepath.Join(c.Bin, "faults", "cell-"+name) }
+	cases := []releaseCase{
+		{"good", devstack.Spec{Set: []string{"record-ttl=36h"}}, true},
+		{"failing", devstack.Spec{Bin: faults("failing")}, false},
+		{"slow", devstack.Spec{Bin: faults("slow")}, false},
+		{"crashing", devstack.Spec{Bin: faults("crashing")}, false},
+	}
+	for _, k := range cases {
+		if err := k.spec.Validate(); err != nil {
+			return nil, fmt.Errorf("drill release %s: %w (make build makes the bad releases)", k.name, err)
+		}
+	}
+	reg, err := registry.Open(registry.Config{URL: st.Registry}, registry.Options{})
+	if err != nil {
+		return nil, err
+	}
+	defer reg.Close()
+	ctl := control.New(reg, control.Config{Holder: "loadtest drill release"}, control.Options{})
+	admin := adminclient.Client{HTTP: &http.Client{Timeout: 5 * time.Second}}
+	cfg := rollout.DefaultConfig()
+	cfg.Scrape, cfg.WaitLimit, cfg.ReadyWithin, cfg.Settle = 2*time.Second, ReleaseBake, 20*time.Second, 0
+	cfg.Gate.LatencyMargin = 0.050
+	waves := []control.Wave{{Cells: []string{c.Cell}, Bake: ReleaseBake}}
+	var rest []string
+	for _, id := range cells {
+		if id != c.Cell {
+			rest = append(rest, id)
+		}
+	}
+	waves = append(waves, control.Wave{Cells: rest, Bake: ReleaseBake})
+
+	releases := func() (map[string]string, error) {
+		out := map[string]string{}
+		for _, id := range cells {
+			s, err := st.Status(ctx, id)
+			if err != nil {
+				return nil, err
+			}
+			out[id] = s.Release.ID
+		}
+		return out, nil
+	}
+	r, err := c.runner(c.Baseline + 6*time.Minute)
+	if err != nil {
+		return nil, err
+	}
+	lctx, stopLoad := context.WithCancel(ctx)
+	defer stopLoad()
+	wait := startLoad(lctx, r)
+	type outcome struct {
+		k             releaseCase
+		from, to      time.Duration
+		ro            *control.Rollout
+		before, after map[string]string
+		err           error
+	}
+	var outs []outcome
+	actErr := func() error {
+		if err := sleepUntil(ctx, r, c.Baseline); err != nil {
+			return err
+		}
+		for i, k := range cases {
+			o := outcome{k: k, from: r.Elapsed()}
+			if o.before, o.err = releases(); o.err != nil {
+				return o.err
+			}
+			id := fmt.Sprintf("drill-%d-%s", i+1, k.name)
+			run := cfg
+			run.Spec = k.spec
+			r.Mark("rollout " + k.name)
+			c.logf("rollout %s of %s at %.1fs", id, k.name, o.from.Seconds())
+			if _, err := rollout.Start(ctx, ctl, id, waves, run); err != nil {
+				return err
+			}
+			o.ro, o.err = rollout.New(id, run, rollout.Options{Control: ctl, Admin: admin, Progress: func(s string) { c.logf("%s: %s", k.name, s) },
+				Deployer: devstack.Deployer{Path: devstack.StatePath(st.Dir), Grace: devstack.StopGrace}}).Run(ctx)
+			o.to = r.Elapsed()
+			if o.err != nil {
+				return o.err
+			}
+			r.Mark(fmt.Sprintf("%s: %s", k.name, o.ro.State))
+			if o.after, o.err = releases(); o.err != nil {
+				return o.err
+			}
+			outs = append(outs, o)
+		}
+		return sleepUntil(ctx, r, r.Elapsed()+c.After)
+	}()
+	stopLoad()
+	res, err := wait()
+	if err != nil {
+		return nil, err
+	}
+	if actErr != nil {
+		return res, fmt.Errorf("drill release: %w", actErr)
+	}
+	d := &loadtest.Verdict{Name: "release"}
+	owner := loadtest.UserCells(res.Samples, 0, c.Baseline)
+	for _, o := range outs {
+		k, ro := o.k, o.ro
+		in := func(cell string) func(int) bool { return func(u int) bool { return owner[u] == cell } }
+		others := func(u int) bool { return owner[u] != c.Cell && owner[u] != "" }
+		canary := loadtest.Window{From: o.from, To: o.to, Users: in(c.Cell)}.Stats(res.Samples)
+		elsewhere := loadtest.Window{From: o.from, To: o.to, Users: others}.Stats(res.Samples)
+		failed := failuresBeyondRefusals(res.Samples, o.from, o.to)
+		if k.good {
+			d.Check(k.name+": went through every cell", ro.State == control.RolloutDone && ro.Wave == len(waves),
+				fmt.Sprintf("%s at wave %d of %d in %.1fs", ro.State, ro.Wave, len(waves), (o.to-o.from).Seconds()), "done")
+			changed := 0
+			for _, id := range cells {
+				if o.after[id] != o.before[id] && o.after[id] == ro.Release {
+					changed++
+				}
+			}
+			d.Check(k.name+": every cell on the new release", changed == len(cells), fmt.Sprintf("%d of %d on %s", changed, len(cells), ro.Release), "all")
+			d.Check(k.name+": failed requests beyond refusals", failed == 0, fmt.Sprintf("%d of %d", failed, canary.N+elsewhere.N), "0")
+		} else {
+			d.Check(k.name+": halted in the canary wave and rolled back", ro.State == control.RolloutRolledBack && ro.Wave == 0,
+				fmt.Sprintf("%s at wave %d in %.1fs: %s", ro.State, ro.Wave+1, (o.to-o.from).Seconds(), ro.Reason), "rolled_back at wave 1")
+			took := halted(ro)
+			bound := ReleaseBake + cfg.ReadyWithin + 2*cfg.Scrape
+			d.Check(k.name+": halted within the canary's bake", took > 0 && took <= bound, fmt.Sprintf("%.1fs after the start", took.Seconds()), "≤ "+bound.String())
+			d.Check(k.name+": the canary back on its release", o.after[c.Cell] == o.before[c.Cell], o.after[c.Cell], o.before[c.Cell])
+			touched := 0
+			for _, id := range rest {
+				if o.after[id] != o.before[id] {
+					touched++
+				}
+				if _, reached := ro.Cells[id]; reached {
+					touched++
+				}
+			}
+			d.Check(k.name+": the other cells never touched", touched == 0, fmt.Sprintf("%d changed or reached of %d", touched, len(rest)), "0")
+			d.Check(k.name+": the other cells' users' errors", elsewhere.Errors == 0, fmt.Sprintf("%d of %d %v", elsewhere.Errors, elsewhere.N, elsewhere.Status), "0")
+			d.Note("%s: the canary's users: %d of %d requests answered otherwise than 202 %v; %s", k.name, canary.N-canary.OK, canary.N, canary.Status, ro.Reason)
+		}
+	}
+	c.logf("verifying %d accepted ids...", countAccepted(res.Samples))
+	d.CheckVerification(r.Verify(ctx, res.Samples, c.VerifyWithin, c.Replays))
+	d.Finish()
+	res.Drill = d
+	return res, nil
+}
+
+// failuresBeyondRefusals counts the requests sent in [from, to) answered
+// neither 2xx nor 503 with Retry-After (a refusal the client retries).
+func failuresBeyondRefusals(samples []loadtest.Sample, from, to time.Duration) int {
+	n := 0
+	for _, s := range samples {
+		if s.At < from || s.At >= to {
+			continue
+		}
+		if s.Status/100 != 2 && (s.Status != http.StatusServiceUnavailable || !s.RetryAfter) {
+			n++
+		}
+	}
+	return n
+}
+
+// halted is how long after its start the rollout halted (its event), 0
+// if it did not.
+func halted(ro *control.Rollout) time.Duration {
+	for _, e := range ro.Events {
+		if strings.HasPrefix(e.Text, "halted: ") {
+			return e.At.Sub(ro.Started)
+		}
+	}
+	return 0
+}
