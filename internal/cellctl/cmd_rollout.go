@@ -13,6 +13,7 @@ import (
 	"github.com/cellkit/cellkit/internal/control"
 	"github.com/cellkit/cellkit/internal/devstack"
 	"github.com/cellkit/cellkit/internal/gate"
+	"github.com/cellkit/cellkit/internal/registry"
 	"github.com/cellkit/cellkit/internal/rollout"
 	"github.com/cellkit/cellkit/internal/slotmap"
 )
@@ -76,6 +77,21 @@ func (f *rolloutFlags) plan(m *slotmap.Map) ([]control.Wave, error) {
 	return rollout.ParseWaves(m, spec, f.bake)
 }
 
+// load reads the map and makes the waves over it; the caller closes the
+// registry.
+func (f *rolloutFlags) load(ctx context.Context, x *inv) (registry.Registry, []control.Wave, error) {
+	reg, m, err := x.loadOnly(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	waves, err := f.plan(m)
+	if err != nil {
+		reg.Close()
+		return nil, nil, usagef("%v", err)
+	}
+	return reg, waves, nil
+}
+
 func writeWaves(x *inv, waves []control.Wave, ro *control.Rollout) {
 	t := newTable(x.out, "WAVE", "CELLS", "BAKE", "STATE")
 	for i, w := range waves {
@@ -108,15 +124,11 @@ time; nothing changes.`,
 		flags:    func(fs *flag.FlagSet) { f.register(fs, false) },
 	}
 	c.run = func(ctx context.Context, x *inv, _ []string) error {
-		reg, m, err := x.loadOnly(ctx)
+		reg, waves, err := f.load(ctx, x)
 		if err != nil {
 			return err
 		}
 		defer reg.Close()
-		waves, err := f.plan(m)
-		if err != nil {
-			return usagef("%v", err)
-		}
 		if x.g.json {
 			return writeJSON(x.out, waves)
 		}
@@ -198,15 +210,11 @@ cellctl rollout start --bin ./bin/cell --stack /tmp/stack`,
 		if err != nil {
 			return err
 		}
-		reg, m, err := x.loadOnly(ctx)
+		reg, waves, err := f.load(ctx, x)
 		if err != nil {
 			return err
 		}
 		defer reg.Close()
-		waves, err := f.plan(m)
-		if err != nil {
-			return usagef("%v", err)
-		}
 		cfg := rollout.DefaultConfig()
 		cfg.Spec, cfg.Scrape, cfg.ReadyWithin = f.spec, f.scrape, f.readyWithin
 		cfg.WaitLimit = f.waitLimit

@@ -6,9 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"net/url"
 	"os"
-	"strings"
 
 	"github.com/hashicorp/consul/api"
 
@@ -42,22 +40,14 @@ type Document interface {
 // PATH.NAME beside a file registry's PATH, the key PREFIX/NAME in Consul.
 // Nil when reg's kind keeps none.
 func DocumentFor(reg registry.Registry, name string) Document {
-	desc := reg.Describe()
+	b, ok := besideOf(reg)
 	switch {
-	case strings.HasPrefix(desc, "file:"):
-		return fileDocument{path: strings.TrimPrefix(desc, "file:") + "." + name}
-	case strings.HasPrefix(desc, "consul://"):
-		u, err := url.Parse(desc)
-		if err != nil {
-			return nil
-		}
-		kvr, ok := reg.(interface{ KV() *api.KV })
-		if !ok {
-			return nil
-		}
-		return consulDocument{kv: kvr.KV(), key: strings.Trim(u.Path, "/") + "/" + name, where: desc}
+	case !ok:
+		return nil
+	case b.kv == nil:
+		return fileDocument{path: b.path + "." + name}
 	}
-	return nil
+	return consulDocument{kv: b.kv, key: b.prefix + "/" + name, where: b.where}
 }
 
 // fileDocument is a file holding {"rev": N, "doc": ...}.
