@@ -140,7 +140,7 @@ func Unreachable(err error) bool {
 // Call sends one request to base+path and decodes a 2xx JSON answer into
 // out (unknown fields ignored), or returns an *Error.
 func (c Client) Call(ctx context.Context, method, base, path string, body, out any) error {
-	data, target, err := c.fetch(ctx, method, base, path, body, "application/json")
+	data, target, status, err := c.fetch(ctx, method, base, path, body, "application/json")
 	if err != nil {
 		return err
 	}
@@ -148,28 +148,28 @@ func (c Client) Call(ctx context.Context, method, base, path string, body, out a
 		return nil
 	}
 	if err := json.Unmarshal(data, out); err != nil {
-		return &Error{URL: target, Status: http.StatusOK, Detail: "answer is not the JSON expected: " + err.Error()}
+		return &Error{URL: target, Status: status, Detail: "answer is not the JSON expected: " + err.Error()}
 	}
 	return nil
 }
 
 // Metrics reads a process's /metrics (Prometheus's text format).
 func (c Client) Metrics(ctx context.Context, base string) (map[string]*dto.MetricFamily, error) {
-	data, target, err := c.fetch(ctx, http.MethodGet, base, "/metrics", nil, "text/plain")
+	data, target, status, err := c.fetch(ctx, http.MethodGet, base, "/metrics", nil, "text/plain")
 	if err != nil {
 		return nil, err
 	}
 	parser := expfmt.NewTextParser(model.UTF8Validation)
 	mfs, err := parser.TextToMetricFamilies(bytes.NewReader(data))
 	if err != nil {
-		return nil, &Error{URL: target, Status: http.StatusOK, Detail: "answer is not Prometheus's text format: " + err.Error()}
+		return nil, &Error{URL: target, Status: status, Detail: "answer is not Prometheus's text format: " + err.Error()}
 	}
 	return mfs, nil
 }
 
 // fetch sends one request to base+path and returns a 2xx answer's body
-// (at most MaxBody), or an *Error.
-func (c Client) fetch(ctx context.Context, method, base, path string, body any, accept string) ([]byte, string, error) {
+// (at most MaxBody) and its status, or an *Error.
+func (c Client) fetch(ctx context.Context, method, base, path string, body any, accept string) ([]byte, string, int, error) {
 	ctx, cancel := context.WithTimeout(ctx, CallTimeout)
 	defer cancel()
 	target := strings.TrimRight(base, "/") + path
@@ -177,14 +177,14 @@ func (c Client) fetch(ctx context.Context, method, base, path string, body any, 
 	if body != nil {
 		data, err := json.Marshal(body)
 		if err != nil {
-			return nil, target, err
+			return nil, target, 0, err
 		}
 		rd = bytes.NewReader(data)
 	}
 	ctx, alert := serverAlert(ctx)
 	req, err := http.NewRequestWithContext(ctx, method, target, rd)
 	if err != nil {
-		return nil, target, &Error{URL: target, Err: err}
+		return nil, target, 0, &Error{URL: target, Err: err}
 	}
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
@@ -203,17 +203,17 @@ func (c Client) fetch(ctx context.Context, method, base, path string, body any, 
 			// The server's refusal, whatever the transport saw after it.
 			err = a
 		}
-		return nil, target, &Error{URL: target, Err: tlsHint(err, c.CertAsked != nil && c.CertAsked.Load())}
+		return nil, target, 0, &Error{URL: target, Err: tlsHint(err, c.CertAsked != nil && c.CertAsked.Load())}
 	}
 	defer resp.Body.Close()
 	data, err := io.ReadAll(io.LimitReader(resp.Body, MaxBody))
 	if err != nil {
-		return nil, target, &Error{URL: target, Err: fmt.Errorf("read answer: %w", err)}
+		return nil, target, 0, &Error{URL: target, Err: fmt.Errorf("read answer: %w", err)}
 	}
 	if resp.StatusCode/100 != 2 {
-		return nil, target, &Error{URL: target, Status: resp.StatusCode, Detail: problemDetail(data)}
+		return nil, target, 0, &Error{URL: target, Status: resp.StatusCode, Detail: problemDetail(data)}
 	}
-	return data, target, nil
+	return data, target, resp.StatusCode, nil
 }
 
 // tlsHint adds to a failed TLS handshake the flag that would fix it.

@@ -67,6 +67,15 @@ type Process struct {
 // limits: those the stack's agency simulator is started with.
 var Agencies = map[string]int{"nice": 80, "kcb": 40}
 
+// InstanceName is the stack's process name of a cell's instance: CELL-ID
+// ("c1-i1"), or the cell's own id for a cell of one process.
+func InstanceName(cell, instance string) string {
+	if instance == "" {
+		return cell
+	}
+	return cell + "-" + instance
+}
+
 // StatePath is the record's path in the stack's directory.
 func StatePath(dir string) string { return filepath.Join(dir, StateFile) }
 

@@ -47,8 +47,9 @@ type Config struct {
 	Settle time.Duration
 }
 
-// DefaultConfig: scrape every 5 s, wait at most one more bake for samples,
-// a minute to get ready, 3 s for the routers.
+// DefaultConfig: scrape every 5 s, no wait for samples past the bake
+// (cellctl gives one more bake), a minute to get ready, 3 s for the
+// routers.
 func DefaultConfig() Config {
 	return Config{Gate: gate.DefaultConfig(), Scrape: 5 * time.Second, ReadyWithin: time.Minute, Settle: 3 * time.Second}
 }
@@ -164,15 +165,6 @@ type haltError struct{ why string }
 
 func (h haltError) Error() string { return h.why }
 
-// processName is the stack's name of a cell's instance ("" for a cell of
-// one process): the cell's id, or CELL-INSTANCE.
-func processName(cell, instance string) string {
-	if instance == "" {
-		return cell
-	}
-	return cell + "-" + instance
-}
-
 // replaceCell replaces cell's instances one at a time.
 func (r *Runner) replaceCell(ctx context.Context, ro *control.Rollout, cell string) (*control.Rollout, error) {
 	m, err := r.opts.Control.Load(ctx)
@@ -244,7 +236,7 @@ func setCell(ro *control.Rollout, cell string, cr control.CellRollout) {
 // several), replaces it, waits until it is ready on another release, and
 // puts it back. What it ran before is recorded first, for a rollback.
 func (r *Runner) replaceInstance(ctx context.Context, cell, instance, admin string, rotate bool) error {
-	name := processName(cell, instance)
+	name := devstack.InstanceName(cell, instance)
 	old, err := r.opts.Admin.Status(ctx, admin)
 	oldRelease := ""
 	if err == nil {
@@ -289,7 +281,7 @@ func (r *Runner) replaceInstance(ctx context.Context, cell, instance, admin stri
 // finishInstance waits until a replaced process is ready on a release
 // other than old, records it and puts it back in rotation.
 func (r *Runner) finishInstance(ctx context.Context, cell, instance, admin, old string, rotate bool) error {
-	name := processName(cell, instance)
+	name := devstack.InstanceName(cell, instance)
 	rel, err := r.waitReady(ctx, admin, old)
 	if err != nil {
 		return haltError{fmt.Sprintf("%s: %v", name, err)}

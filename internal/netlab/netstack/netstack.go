@@ -335,7 +335,8 @@ func Up(ctx context.Context, cfg Config, opts Options) (*Stack, error) {
 	for i := 1; i <= cfg.Cells; i++ {
 		c := Cell{ID: "c" + strconv.Itoa(i)}
 		for j := 1; j <= cfg.Instances; j++ {
-			in := Instance{ID: "i" + strconv.Itoa(j), Host: fmt.Sprintf("%si%d", c.ID, j), Proc: fmt.Sprintf("%s-i%d", c.ID, j), NATS: fmt.Sprintf("%s-n%d", c.ID, j)}
+			id := "i" + strconv.Itoa(j)
+			in := Instance{ID: id, Host: fmt.Sprintf("%si%d", c.ID, j), Proc: devstack.InstanceName(c.ID, id), NATS: fmt.Sprintf("%s-n%d", c.ID, j)}
 			c.Instances = append(c.Instances, in)
 			names = append(names, in.Host)
 		}
