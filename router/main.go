@@ -328,6 +328,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, ready fun
 
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return follower.Run(gctx) })
+	if rw := registry.NewRolloutWatch(reg, registry.RolloutWatchEvery, prometheus.WrapRegistererWithPrefix("cellkit_router_", metrics), log); rw != nil {
+		g.Go(func() error { return rw.Run(gctx) })
+	}
 	if ann, ok := reg.(registry.Announcer); ok && o.adminAdvertise != "none" {
 		if a, err := announcement(o, adminAddr, adminTLS != nil); err != nil {
 			log.Warn("the router is not announced in the registry: cellctl finds it only with --routers", "why", err)

@@ -262,6 +262,16 @@ func (c Client) Status(ctx context.Context, base string) (*api.CellStatus, error
 	return &s, nil
 }
 
+// RouterReadiness is a router's GET /readyz when it is ready; one that is
+// not answers 503, an *Error whose Detail says why.
+func (c Client) RouterReadiness(ctx context.Context, base string) (*api.RouterReadiness, error) {
+	var r api.RouterReadiness
+	if err := c.Call(ctx, http.MethodGet, base, "/readyz", nil, &r); err != nil {
+		return nil, err
+	}
+	return &r, nil
+}
+
 // SetIntake opens or closes the cell's intake.
 func (c Client) SetIntake(ctx context.Context, base string, open bool) error {
 	action := "close"

@@ -31,21 +31,26 @@ type rolloutFlags struct {
 	readyWithin      time.Duration
 	scrape           time.Duration
 	minSamples       int64
-	spec             devstack.Spec
+	spec, router     devstack.Spec
 }
 
 func (f *rolloutFlags) register(fs *flag.FlagSet, start bool) {
-	fs.StringVar(&f.waves, "waves", "", "`WAVES` separated by ';': cell ids separated by ',', a share of the cells (25%), or rest (default: the first active cell;25%;rest)")
+	fs.StringVar(&f.waves, "waves", "", "`WAVES` of cells separated by ';': cell ids separated by ',', a share of the cells (25%), or rest (default: the first active cell;25%;rest)")
 	fs.DurationVar(&f.bake, "bake", 5*time.Minute, "how long each wave bakes, its gates watching")
-	if !start {
-		return
-	}
-	fs.StringVar(&f.spec.Bin, "bin", "", "`PATH` of the new program (default: the processes' own)")
-	fs.Func("set", "`NAME=VALUE`: a flag the new release sets (repeat)", func(v string) error {
+	fs.StringVar(&f.spec.Bin, "bin", "", "`PATH` of the cells' new program (default: the processes' own)")
+	fs.Func("set", "`NAME=VALUE`: a flag the cells' new release sets (repeat)", func(v string) error {
 		f.spec.Set = append(f.spec.Set, v)
 		return nil
 	})
+	fs.StringVar(&f.router.Bin, "router-bin", "", "`PATH` of the routers' new program: the routers are rolled too, one at a time, after the cells")
+	fs.Func("router-set", "`NAME=VALUE`: a flag the routers' new release sets (repeat; the routers are rolled too)", func(v string) error {
+		f.router.Set = append(f.router.Set, v)
+		return nil
+	})
 	fs.StringVar(&f.stack, "stack", "var", "`DIR` of the stack whose processes are replaced (its dev.json or net.json)")
+	if !start {
+		return
+	}
 	fs.StringVar(&f.id, "id", "", "the rollout's id (default r-DATE-TIME)")
 	fs.DurationVar(&f.waitLimit, "wait-limit", 0, "how long past its bake a wave may wait for the gates' samples before the rollout halts (default: one more bake)")
 	fs.DurationVar(&f.readyWithin, "ready-within", time.Minute, "how long a replaced process has to get ready on the new release")
@@ -53,8 +58,39 @@ func (f *rolloutFlags) register(fs *flag.FlagSet, start bool) {
 	fs.Int64Var(&f.minSamples, "min-samples", gate.DefaultConfig().MinSamples, "the fewest requests or inquiries of a wave a gate decides on")
 }
 
-// plan makes the waves over m.
+// plan makes the waves over m's cells, when the release changes the
+// cells (or says nothing yet: plan), then over the stack's routers, one
+// each, when it changes them.
 func (f *rolloutFlags) plan(m *slotmap.Map) ([]control.Wave, error) {
+	var waves []control.Wave
+	if !f.spec.Empty() || f.router.Empty() {
+		var err error
+		if waves, err = f.cellWaves(m); err != nil {
+			return nil, err
+		}
+	} else if f.waves != "" {
+		return nil, errors.New("--waves: the release changes no cell (--bin or --set make a cells' release)")
+	}
+	if f.router.Empty() {
+		return waves, nil
+	}
+	d, err := f.deployer()
+	if err != nil {
+		return nil, err
+	}
+	procs, err := d.Processes()
+	if err != nil {
+		return nil, err
+	}
+	rw := rollout.RouterWaves(procs, f.bake)
+	if len(rw) == 0 {
+		return nil, fmt.Errorf("the routers' release: no router in the stack %s", d.Path)
+	}
+	return append(waves, rw...), nil
+}
+
+// cellWaves are --waves over m's active cells.
+func (f *rolloutFlags) cellWaves(m *slotmap.Map) ([]control.Wave, error) {
 	spec := f.waves
 	if spec == "" {
 		var active []string
@@ -95,11 +131,11 @@ func (f *rolloutFlags) load(ctx context.Context, x *inv) (registry.Registry, []c
 func writeWaves(x *inv, waves []control.Wave, ro *control.Rollout) {
 	t := newTable(x.out, "WAVE", "CELLS", "BAKE", "STATE")
 	for i, w := range waves {
-		state := "-"
+		state, router := "-", len(w.Routers) > 0
 		if ro != nil {
 			var phases []string
-			for _, c := range w.Cells {
-				if p := ro.Cells[c].Phase; p != "" {
+			for _, c := range w.Units() {
+				if p := ro.Progress(router)[c].Phase; p != "" {
 					phases = append(phases, c+" "+p)
 				}
 			}
@@ -108,7 +144,11 @@ func writeWaves(x *inv, waves []control.Wave, ro *control.Rollout) {
 				state = "next"
 			}
 		}
-		t.row(itoa(i+1), strings.Join(w.Cells, ","), w.Bake.String(), state)
+		units := strings.Join(w.Cells, ",")
+		if router {
+			units = "router " + strings.Join(w.Routers, ",")
+		}
+		t.row(itoa(i+1), units, w.Bake.String(), state)
 	}
 	t.flush()
 }
@@ -119,9 +159,11 @@ func rolloutPlanCommand() *command {
 		name: "rollout plan", section: secRollout,
 		summary: "show the waves a rollout would take",
 		help: `Shows the waves of --waves over the map's active cells, each with its bake
-time; nothing changes.`,
-		examples: `cellctl rollout plan --waves 'c1;25%;rest' --bake 10m`,
-		flags:    func(fs *flag.FlagSet) { f.register(fs, false) },
+time, and with --router-bin or --router-set the stack's routers after them,
+one per wave; nothing changes.`,
+		examples: `cellctl rollout plan --waves 'c1;25%;rest' --bake 10m
+cellctl rollout plan --bin ./bin/cell --router-bin ./bin/router --stack /tmp/stack`,
+		flags: func(fs *flag.FlagSet) { f.register(fs, false) },
 	}
 	c.run = func(ctx context.Context, x *inv, _ []string) error {
 		reg, waves, err := f.load(ctx, x)
@@ -160,7 +202,7 @@ func (x *inv) drive(ctx context.Context, ctl *control.Controller, id string, d d
 	if err != nil {
 		return err
 	}
-	r := rollout.New(id, cfg, rollout.Options{Control: ctl, Admin: x.admin(), Deployer: d,
+	r := rollout.New(id, cfg, rollout.Options{Control: ctl, Admin: x.admin(), Deployer: d, Routers: x.routerURLs,
 		Progress: func(s string) { fmt.Fprintf(x.out, "%s  %s\n", x.cli.now().Format("15:04:05"), s) }})
 	ro, err = r.Run(ctx)
 	if err != nil {
@@ -183,15 +225,19 @@ func rolloutStartCommand() *command {
 process at a time (an instance of several out of the routers' rotation
 first), replaced by --bin and/or the flags of --set, ready on the new release,
 back in rotation; then the wave bakes while its gates compare its cells with
-the cells still on the old release (failures by Fisher's exact test, latency
-by Mann-Whitney: docs/decisions/rollout-gates.md). A failed gate, a process
+the cells still on the old release, from the cells' and the routers' own
+metrics (failures by Fisher's exact test, latency by Mann-Whitney, crash
+restarts and readiness lost against the baseline's worst process:
+docs/decisions/rollout-gates.md). With --router-bin or --router-set the
+stack's routers follow, one per wave, each baked against the routers still
+on the old release (a single router: against its own figures before). A failed gate, a process
 that does not get ready within --ready-within, or a bake without enough
 samples halts the rollout and puts the wave's processes back. Another
 rollout is refused while one is active. Interrupted, the rollout stays in
 the record: 'rollout resume' goes on from there, from any machine that runs
 the stack.`,
 		examples: `cellctl rollout start --set workers=32 --waves 'c1;rest' --bake 10m
-cellctl rollout start --bin ./bin/cell --stack /tmp/stack`,
+cellctl rollout start --bin ./bin/cell --router-bin ./bin/router --stack /tmp/stack`,
 		mutates:   false,
 		unbounded: func() bool { return true },
 		flags:     func(fs *flag.FlagSet) { f.register(fs, true) },
@@ -203,8 +249,10 @@ cellctl rollout start --bin ./bin/cell --stack /tmp/stack`,
 		if f.readyWithin <= 0 || f.scrape <= 0 || f.waitLimit < 0 || f.minSamples < 1 {
 			return usagef("--ready-within and --scrape must be positive, --wait-limit not negative, --min-samples at least 1")
 		}
-		if err := f.spec.Validate(); err != nil {
-			return usagef("%v (give --bin PATH, --set NAME=VALUE or both)", err)
+		cfg := rollout.DefaultConfig()
+		cfg.Spec, cfg.Router, cfg.Scrape, cfg.ReadyWithin = f.spec, f.router, f.scrape, f.readyWithin
+		if err := cfg.ValidateRelease(); err != nil {
+			return usagef("%v (give --bin PATH, --set NAME=VALUE, --router-bin or --router-set)", err)
 		}
 		d, err := f.deployer()
 		if err != nil {
@@ -215,8 +263,6 @@ cellctl rollout start --bin ./bin/cell --stack /tmp/stack`,
 			return err
 		}
 		defer reg.Close()
-		cfg := rollout.DefaultConfig()
-		cfg.Spec, cfg.Scrape, cfg.ReadyWithin = f.spec, f.scrape, f.readyWithin
 		cfg.WaitLimit = f.waitLimit
 		if cfg.WaitLimit == 0 {
 			cfg.WaitLimit = f.bake
@@ -225,6 +271,9 @@ cellctl rollout start --bin ./bin/cell --stack /tmp/stack`,
 		id := f.id
 		if id == "" {
 			id = "r-" + x.cli.now().UTC().Format("20060102-150405")
+		}
+		if err := cfg.Validate(waves); err != nil {
+			return usagef("%v", err)
 		}
 		ctl := x.controller(reg, nil)
 		if _, err := rollout.Start(ctx, ctl, id, waves, cfg); err != nil {
@@ -264,8 +313,12 @@ cellctl rollout status --json | jq .state`,
 			return writeJSON(x.out, ro)
 		}
 		fmt.Fprintf(x.out, "Rollout %s: %s, wave %d of %d, held by %s\n", ro.ID, ro.State, min(ro.Wave+1, len(ro.Waves)), len(ro.Waves), ro.Holder)
-		fmt.Fprintf(x.out, "Release %s (from %s), started %s, updated %s\n\n", orNone(ro.Release), orNone(ro.From),
+		fmt.Fprintf(x.out, "Release %s (from %s), started %s, updated %s\n", orNone(ro.Release), orNone(ro.From),
 			ro.Started.UTC().Format(time.RFC3339), ro.Updated.UTC().Format(time.RFC3339))
+		if ro.RouterRelease != "" || ro.RouterFrom != "" {
+			fmt.Fprintf(x.out, "Routers' release %s (from %s)\n", orNone(ro.RouterRelease), orNone(ro.RouterFrom))
+		}
+		fmt.Fprintln(x.out)
 		writeWaves(x, ro.Waves, ro)
 		if ro.Reason != "" {
 			fmt.Fprintf(x.out, "\nReason: %s\n", ro.Reason)

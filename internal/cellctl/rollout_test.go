@@ -26,6 +26,29 @@ func TestRolloutPlanAndRefusals(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(stack, "dev.json"), []byte(`{"processes":[]}`), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	// A stack with two routers: their waves follow the cells'.
+	routed := t.TempDir()
+	if err := os.WriteFile(filepath.Join(routed, "net.json"), []byte(`{"processes":[{"name":"c1"},{"name":"router1"},{"name":"router2"}]}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// Programs that say what they are.
+	program := func(name, version string) string {
+		path := filepath.Join(stack, name)
+		if err := os.WriteFile(path, []byte("#!/bin/sh\necho '"+version+"'\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	aCell, aRouter, mute := program("cell2", "cell v2 (go)"), program("router2", "router v2 (go)"), program("mute", "")
+	r = e.ok("rollout", "plan", "--stack", routed, "--bin", aCell, "--router-bin", aRouter, "--waves", "c1;rest")
+	for _, want := range []string{"2 c2,c3,c4,c5,c6,c7,c8", "3 router router1", "4 router router2"} {
+		if !strings.Contains(strings.Join(strings.Fields(r.stdout), " "), want) {
+			t.Errorf("plan with the routers lacks %q:\n%s", want, r.stdout)
+		}
+	}
+	if r := e.ok("rollout", "plan", "--stack", routed, "--router-set", "max-conns=5000"); strings.Contains(r.stdout, "c1") || !strings.Contains(r.stdout, "router2") {
+		t.Errorf("a routers' release alone reaches no cell:\n%s", r.stdout)
+	}
 	for _, tc := range []struct {
 		args []string
 		want string
@@ -41,6 +64,11 @@ func TestRolloutPlanAndRefusals(t *testing.T) {
 		{[]string{"rollout", "start", "--stack", stack, "--bin", filepath.Join(stack, "missing")}, "binary: "},
 		{[]string{"rollout", "start", "--stack", stack, "--set", "workers"}, `flag "workers": want name=value`},
 		{[]string{"rollout", "start", "--stack", t.TempDir(), "--set", "workers=3"}, "no stack in"},
+		{[]string{"rollout", "start", "--stack", stack, "--bin", aRouter}, "is router, not cell"},
+		{[]string{"rollout", "start", "--stack", stack, "--bin", mute}, "does not report its version"},
+		{[]string{"rollout", "start", "--stack", routed, "--router-bin", aCell}, "the routers' release: binary " + aCell + " is cell, not router"},
+		{[]string{"rollout", "start", "--stack", stack, "--router-set", "max-conns=5000"}, "no router in the stack"},
+		{[]string{"rollout", "plan", "--stack", routed, "--router-set", "max-conns=5000", "--waves", "c1;rest"}, "--waves: the release changes no cell"},
 	} {
 		r := e.run(tc.args...)
 		if r.code == ExitOK || !strings.Contains(r.stderr, tc.want) || strings.Count(strings.TrimSpace(r.stderr), "\n") > 0 {

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -39,45 +38,14 @@ type History interface {
 // HistoryFor returns the history that belongs to reg, or nil when its kind
 // of registry has none.
 func HistoryFor(reg registry.Registry) History {
-	b, ok := besideOf(reg)
+	b, ok := registry.BesideOf(reg)
 	switch {
 	case !ok:
 		return nil
-	case b.kv == nil:
-		return fileHistory{dir: b.path + ".history"}
+	case b.KV == nil:
+		return fileHistory{dir: b.Path + ".history"}
 	}
-	return consulHistory{kv: b.kv, prefix: b.prefix + "/history/", where: b.where}
-}
-
-// beside is where a registry keeps what lives beside its map (the
-// history, documents): next to a file registry's PATH, or under a Consul
-// registry's key prefix through its own client.
-type beside struct {
-	path   string  // a file registry's map file
-	kv     *api.KV // a Consul registry's (with its ACL token: the registry's configuration, or the environment's)
-	prefix string  // a Consul registry's key prefix
-	where  string  // the registry's description
-}
-
-// besideOf says where reg keeps what lives beside its map; false for a
-// kind of registry that keeps nothing there.
-func besideOf(reg registry.Registry) (beside, bool) {
-	desc := reg.Describe()
-	switch {
-	case strings.HasPrefix(desc, "file:"):
-		return beside{path: strings.TrimPrefix(desc, "file:"), where: desc}, true
-	case strings.HasPrefix(desc, "consul://"):
-		u, err := url.Parse(desc)
-		if err != nil {
-			return beside{}, false
-		}
-		kvr, ok := reg.(interface{ KV() *api.KV })
-		if !ok {
-			return beside{}, false
-		}
-		return beside{kv: kvr.KV(), prefix: strings.Trim(u.Path, "/"), where: desc}, true
-	}
-	return beside{}, false
+	return consulHistory{kv: b.KV, prefix: b.Prefix + "/history/", where: b.Where}
 }
 
 func versionName(v int64) string { return fmt.Sprintf("%010d", v) }

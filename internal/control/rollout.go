@@ -6,10 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/cellkit/cellkit/internal/api"
+	"github.com/cellkit/cellkit/internal/registry"
 )
 
 // RolloutDocument is the name of the rollout's record beside the map.
-const RolloutDocument = "rollout"
+const RolloutDocument = api.RolloutDocument
 
 // RolloutState is where a rollout stands.
 type RolloutState string
@@ -32,30 +35,46 @@ func (s RolloutState) Active() bool {
 }
 
 // Wave is one step of a rollout: its cells, replaced instance by
-// instance, then watched for Bake.
+// instance, or its routers (by their process names in the stack), one
+// at a time; then watched for Bake.
 type Wave struct {
-	Cells []string      `json:"cells"`
-	Bake  time.Duration `json:"bake_ns"`
+	Cells   []string      `json:"cells,omitempty"`
+	Routers []string      `json:"routers,omitempty"`
+	Bake    time.Duration `json:"bake_ns"`
+}
+
+// Units are the wave's cells, or its routers.
+func (w Wave) Units() []string {
+	if len(w.Routers) > 0 {
+		return w.Routers
+	}
+	return w.Cells
 }
 
 // Rollout is the record of a release going out cell by cell, kept beside
-// the map (DocumentFor(reg, RolloutDocument)) so that a cellctl that dies
+// the map (registry.DocumentFor(reg, RolloutDocument)) so that a cellctl that dies
 // mid-rollout is resumed from it by another.
 type Rollout struct {
 	ID string `json:"id"`
 	// Release names what goes out (the program's binary and settings,
 	// as the deployer describes them) and From what it replaces.
-	Release string       `json:"release"`
-	From    string       `json:"from,omitempty"`
-	Waves   []Wave       `json:"waves"`
-	Wave    int          `json:"wave"` // the wave in progress (len(Waves) when all are out)
-	State   RolloutState `json:"state"`
+	Release string `json:"release"`
+	From    string `json:"from,omitempty"`
+	// RouterRelease and RouterFrom are the same for the routers, when the
+	// release has a router part.
+	RouterRelease string       `json:"router_release,omitempty"`
+	RouterFrom    string       `json:"router_from,omitempty"`
+	Waves         []Wave       `json:"waves"`
+	Wave          int          `json:"wave"` // the wave in progress (len(Waves) when all are out)
+	State         RolloutState `json:"state"`
 	// Holder is who drives it now ("cellctl rollout start by alice@host").
 	Holder  string    `json:"holder"`
 	Started time.Time `json:"started"`
 	Updated time.Time `json:"updated"`
-	// Cells are each reached cell's progress, by id.
-	Cells map[string]CellRollout `json:"cells,omitempty"`
+	// Cells are each reached cell's progress, by id; Routers each
+	// reached router's, by process name.
+	Cells   map[string]CellRollout `json:"cells,omitempty"`
+	Routers map[string]CellRollout `json:"routers,omitempty"`
 	// Reason says why it halted, was paused or aborted, with the figures.
 	Reason string `json:"reason,omitempty"`
 	// Events are what happened, oldest first.
@@ -65,8 +84,53 @@ type Rollout struct {
 	Config json.RawMessage `json:"config,omitempty"`
 }
 
-// CellRollout is one cell's progress: its phase and each instance's
-// release before and after.
+// Progress is the reached cells' progress, or the routers' (router).
+func (r *Rollout) Progress(router bool) map[string]CellRollout {
+	if router {
+		return r.Routers
+	}
+	return r.Cells
+}
+
+// Replaced is the release the rollout replaces on its cells, or routers.
+func (r *Rollout) Replaced(router bool) string {
+	if router {
+		return r.RouterFrom
+	}
+	return r.From
+}
+
+// SetReleases records, the first time each is seen, the release the
+// rollout replaces (from) and the one it puts out (to) on its cells, or
+// routers; an empty one is left as it is.
+func (r *Rollout) SetReleases(router bool, from, to string) {
+	f, t := &r.From, &r.Release
+	if router {
+		f, t = &r.RouterFrom, &r.RouterRelease
+	}
+	if *f == "" {
+		*f = from
+	}
+	if *t == "" {
+		*t = to
+	}
+}
+
+// SetProgress records a cell's progress, or a router's.
+func (r *Rollout) SetProgress(router bool, unit string, p CellRollout) {
+	m := &r.Cells
+	if router {
+		m = &r.Routers
+	}
+	if *m == nil {
+		*m = map[string]CellRollout{}
+	}
+	(*m)[unit] = p
+}
+
+// CellRollout is one cell's (or router's) progress: its phase and each
+// instance's release before and after (a router's, and a cell's of one
+// process, under "-").
 type CellRollout struct {
 	Phase     string            `json:"phase"` // replacing, baking, done, rolling_back, rolled_back
 	Instances map[string]string `json:"instances,omitempty"`
@@ -98,8 +162,8 @@ func (c *Controller) Rollout(ctx context.Context) (*Rollout, error) {
 	return r, err
 }
 
-func (c *Controller) rolloutDocument() (Document, error) {
-	d := DocumentFor(c.reg, RolloutDocument)
+func (c *Controller) rolloutDocument() (registry.Document, error) {
+	d := registry.DocumentFor(c.reg, RolloutDocument)
 	if d == nil {
 		return nil, fmt.Errorf("registry %s keeps no rollout record", c.reg.Describe())
 	}
@@ -112,7 +176,7 @@ func (c *Controller) loadRollout(ctx context.Context) (*Rollout, uint64, error) 
 		return nil, 0, err
 	}
 	data, rev, err := d.Get(ctx)
-	if errors.Is(err, ErrNoDocument) {
+	if errors.Is(err, registry.ErrNoDocument) {
 		return nil, 0, ErrNoRollout
 	}
 	if err != nil {

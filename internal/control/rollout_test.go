@@ -1,11 +1,14 @@
 package control
 
 import (
+	"encoding/json"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/cellkit/cellkit/internal/api"
 	"github.com/cellkit/cellkit/internal/testkit"
 )
 
@@ -56,5 +59,29 @@ func TestRolloutRecord(t *testing.T) {
 	}
 	if r, err = alice.StartRollout(ctx, Rollout{ID: "r2", Waves: waves}); err != nil || r.ID != "r2" {
 		t.Fatalf("a new rollout once r1 is done: %+v, %v", r, err)
+	}
+}
+
+// TestRolloutHeadContract: what the routers read of the record
+// (api.RolloutHead) is what the record says, and api.RolloutStates are
+// the record's states.
+func TestRolloutHeadContract(t *testing.T) {
+	at := time.Date(2026, 12, 2, 15, 0, 0, 0, time.UTC)
+	r := Rollout{ID: "r1", State: RolloutHalted, Wave: 1, Updated: at,
+		Waves: []Wave{{Cells: []string{"c1"}, Bake: time.Minute}, {Cells: []string{"c2"}, Bake: time.Minute}, {Routers: []string{"router1"}, Bake: time.Minute}}}
+	data, err := json.Marshal(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var h api.RolloutHead
+	if err := json.Unmarshal(data, &h); err != nil {
+		t.Fatal(err)
+	}
+	if h.ID != "r1" || h.State != string(RolloutHalted) || h.Wave != 1 || len(h.Waves) != 3 || !h.Updated.Equal(at) {
+		t.Errorf("head %+v of %s", h, data)
+	}
+	states := []string{string(RolloutRunning), string(RolloutPaused), string(RolloutHalted), string(RolloutRolledBack), string(RolloutAborted), string(RolloutDone)}
+	if !slices.Equal(states, api.RolloutStates) {
+		t.Errorf("api.RolloutStates %v, the record's %v", api.RolloutStates, states)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"slices"
 	"strings"
 	"time"
@@ -23,9 +24,13 @@ type Spec struct {
 	Set []string `json:"set,omitempty"`
 }
 
-// Validate refuses a spec that changes nothing or names a missing binary.
-func (s Spec) Validate() error {
-	if s.Bin == "" && len(s.Set) == 0 {
+// Empty says whether the spec changes nothing.
+func (s Spec) Empty() bool { return s.Bin == "" && len(s.Set) == 0 }
+
+// Validate refuses a spec that changes nothing, names a missing binary or
+// one that is not program: its --version must answer "PROGRAM VERSION...".
+func (s Spec) Validate(program string) error {
+	if s.Empty() {
 		return errors.New("a release needs a binary or a flag to set")
 	}
 	if s.Bin != "" {
@@ -36,12 +41,34 @@ func (s Spec) Validate() error {
 		if !fi.Mode().IsRegular() || fi.Mode().Perm()&0o111 == 0 {
 			return fmt.Errorf("binary %s is not an executable file", s.Bin)
 		}
+		if err := reportsVersion(s.Bin, program); err != nil {
+			return err
+		}
 	}
 	for _, kv := range s.Set {
 		name, _, ok := strings.Cut(kv, "=")
 		if !ok || name == "" || strings.HasPrefix(name, "-") {
 			return fmt.Errorf("flag %q: want name=value", kv)
 		}
+	}
+	return nil
+}
+
+// reportsVersion runs bin --version: it must end well within seconds and
+// name program and a version, as every cellkit program does.
+func reportsVersion(bin, program string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, bin, "--version").Output()
+	if err != nil {
+		return fmt.Errorf("binary %s does not report its version (%s --version: %v)", bin, bin, err)
+	}
+	f := strings.Fields(string(out))
+	switch {
+	case len(f) < 2:
+		return fmt.Errorf("binary %s does not report its version (%s --version said %q)", bin, bin, strings.TrimSpace(string(out)))
+	case f[0] != program:
+		return fmt.Errorf("binary %s is %s, not %s (its --version: %q)", bin, f[0], program, strings.TrimSpace(string(out)))
 	}
 	return nil
 }
@@ -94,6 +121,12 @@ func (d Deployer) Replace(ctx context.Context, name string, run func(Process) Pr
 	}
 	procs[i] = c.Process
 	return before, c, d.write(rec, procs)
+}
+
+// Processes are the stack's processes as its record has them.
+func (d Deployer) Processes() ([]Process, error) {
+	_, procs, err := d.read()
+	return procs, err
 }
 
 // read reads the record, keeping what it holds besides the processes (a

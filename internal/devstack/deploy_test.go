@@ -21,6 +21,17 @@ func TestDeployerReplacesAndRestores(t *testing.T) {
 		t.Skip("no sh")
 	}
 	dir := t.TempDir()
+	// Programs whose --version says version (Validate's cases; the stop
+	// of a process checks its executable, so the replaced process is a
+	// copy of sh).
+	script := func(name, version string) string {
+		path := filepath.Join(dir, name)
+		text := "#!" + sh + "\nif [ \"$1\" = --version ]; then echo '" + version + "'; exit 0; fi\nexec " + sh + " \"$@\"\n"
+		if err := os.WriteFile(path, []byte(text), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
 	sh2 := filepath.Join(dir, "sh-v2")
 	b, err := os.ReadFile(sh)
 	if err != nil {
@@ -29,6 +40,9 @@ func TestDeployerReplacesAndRestores(t *testing.T) {
 	if err := os.WriteFile(sh2, b, 0o755); err != nil {
 		t.Fatal(err)
 	}
+	aCell := script("cell-v2", "cell v2 (go)")
+	notACell := script("router-v2", "router v2 (go)")
+	mute := script("mute", "")
 	// The script writes its arguments, then waits to be stopped.
 	p := Process{Name: "c1", Bin: sh, Args: []string{"-c", `echo "run $0 $*"; sleep 60`, "c1"}, Log: filepath.Join(dir, "c1.log")}
 	c := start(t, p)
@@ -41,10 +55,10 @@ func TestDeployerReplacesAndRestores(t *testing.T) {
 	d := Deployer{Path: record, Grace: 5 * time.Second}
 	ctx := context.Background()
 
-	spec := Spec{Bin: sh2, Set: []string{"workers=8"}}
-	if err := spec.Validate(); err != nil {
+	if err := (Spec{Bin: aCell, Set: []string{"workers=8"}}).Validate("cell"); err != nil {
 		t.Fatal(err)
 	}
+	spec := Spec{Bin: sh2, Set: []string{"workers=8"}}
 	before, c2, err := d.Replace(ctx, "c1", spec.Apply)
 	if err != nil {
 		t.Fatal(err)
@@ -79,9 +93,21 @@ func TestDeployerReplacesAndRestores(t *testing.T) {
 	if _, _, err := d.Replace(ctx, "c9", spec.Apply); err == nil || !strings.Contains(err.Error(), `no process "c9"`) {
 		t.Errorf("an unknown process: %v", err)
 	}
-	for _, bad := range []Spec{{}, {Bin: filepath.Join(dir, "missing")}, {Bin: dir}, {Set: []string{"workers"}}, {Set: []string{"--workers=8"}}} {
-		if err := bad.Validate(); err == nil {
-			t.Errorf("Validate(%+v) accepted", bad)
+	for _, bad := range []struct {
+		spec Spec
+		want string
+	}{
+		{Spec{}, "needs a binary or a flag"},
+		{Spec{Bin: filepath.Join(dir, "missing")}, "binary: "},
+		{Spec{Bin: dir}, "not an executable file"},
+		{Spec{Bin: sh}, "does not report its version"},
+		{Spec{Bin: mute}, "does not report its version"},
+		{Spec{Bin: notACell}, "is router, not cell"},
+		{Spec{Set: []string{"workers"}}, "want name=value"},
+		{Spec{Set: []string{"--workers=8"}}, "want name=value"},
+	} {
+		if err := bad.spec.Validate("cell"); err == nil || !strings.Contains(err.Error(), bad.want) {
+			t.Errorf("Validate(%+v) = %v, want %q", bad.spec, err, bad.want)
 		}
 	}
 }

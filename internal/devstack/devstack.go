@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/cellkit/cellkit/internal/atomicfile"
@@ -76,6 +77,13 @@ func InstanceName(cell, instance string) string {
 	return cell + "-" + instance
 }
 
+// IsRouter says whether a stack's process is a router: "router" (the
+// local stack's), or "router" and a number (the lab's router1, router2).
+func IsRouter(name string) bool {
+	rest, ok := strings.CutPrefix(name, "router")
+	return ok && strings.Trim(rest, "0123456789") == ""
+}
+
 // StatePath is the record's path in the stack's directory.
 func StatePath(dir string) string { return filepath.Join(dir, StateFile) }
 
@@ -94,7 +102,7 @@ func (st *Stack) Process(name string) (*Process, bool) {
 func (st *Stack) Cells() []Process {
 	var cells []Process
 	for _, p := range st.Processes {
-		if p.Name != "agencysim" && p.Name != "router" {
+		if p.Name != "agencysim" && !IsRouter(p.Name) {
 			cells = append(cells, p)
 		}
 	}

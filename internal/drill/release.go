@@ -25,17 +25,21 @@ type releaseCase struct {
 	name string
 	spec devstack.Spec
 	good bool // it must go through every cell; else be halted in the canary wave
+	// why are what the halt's reason may say (a bad release's): the
+	// gates (or the readiness bound) that must catch it.
+	why []string
 }
 
-// Release: under load, four rollouts in a row over the stack's cells, the
+// Release: under load, five rollouts in a row over the stack's cells, the
 // drill's cell first (the canary) and then the rest, each wave baking
 // ReleaseBake: a good release (a flag changed) goes through every cell
 // with no failed request beyond the restarting canary's refusals; then
-// three bad releases, each a real build of the cell (make build's
-// bin/faults/cell-failing, -slow and -crashing: a fifth of the inquiries
-// fail, every inquiry takes 300 ms more, the process exits at its start),
-// are each halted in the canary wave — by the failures gate, the latency
-// gate, and the readiness bound — within its bake, the canary put back
+// four bad releases, each a real build of the cell (make build's
+// bin/faults/cell-failing, -slow, -crashing and -unstable: a fifth of the
+// inquiries fail, every inquiry takes 300 ms more, the process exits at
+// its start, one user in fifty crashes it), are each halted in the
+// canary wave — by the failures gate, the latency gates, the readiness
+// bound, the crash-restart gate — within its bake, the canary put back
 // as it ran, the other cells never touched (their release unchanged, no
 // errors for their users). Every accepted inquiry ends final.
 func Release(ctx context.Context, c Config) (*loadtest.Result, error) {
@@ -47,13 +51,14 @@ func Release(ctx context.Context, c Config) (*loadtest.Result, error) {
 	}
 	faults := func(name string) string { return filepath.Join(c.Bin, "faults", "cell-"+name) }
 	cases := []releaseCase{
-		{"good", devstack.Spec{Set: []string{"record-ttl=36h"}}, true},
-		{"failing", devstack.Spec{Bin: faults("failing")}, false},
-		{"slow", devstack.Spec{Bin: faults("slow")}, false},
-		{"crashing", devstack.Spec{Bin: faults("crashing")}, false},
+		{"good", devstack.Spec{Set: []string{"record-ttl=36h"}}, true, nil},
+		{"failing", devstack.Spec{Bin: faults("failing")}, false, []string{"fail failed inquiries"}},
+		{"slow", devstack.Spec{Bin: faults("slow")}, false, []string{"fail time to done", "fail edge latency"}},
+		{"crashing", devstack.Spec{Bin: faults("crashing")}, false, []string{"not ready on the new release"}},
+		{"unstable", devstack.Spec{Bin: faults("unstable")}, false, []string{"fail crash restarts", "fail readiness lost"}},
 	}
 	for _, k := range cases {
-		if err := k.spec.Validate(); err != nil {
+		if err := k.spec.Validate("cell"); err != nil {
 			return nil, fmt.Errorf("drill release %s: %w (make build makes the bad releases)", k.name, err)
 		}
 	}
@@ -120,7 +125,8 @@ func Release(ctx context.Context, c Config) (*loadtest.Result, error) {
 				return err
 			}
 			o.ro, o.err = rollout.New(id, run, rollout.Options{Control: ctl, Admin: admin, Progress: func(s string) { c.logf("%s: %s", k.name, s) },
-				Deployer: devstack.Deployer{Path: devstack.StatePath(st.Dir), Grace: devstack.StopGrace}}).Run(ctx)
+				Deployer: devstack.Deployer{Path: devstack.StatePath(st.Dir), Grace: devstack.StopGrace},
+				Routers:  func(context.Context) ([]string, error) { return []string{st.RouterAdmin}, nil }}).Run(ctx)
 			o.to = r.Elapsed()
 			if o.err != nil {
 				return o.err
@@ -167,6 +173,8 @@ func Release(ctx context.Context, c Config) (*loadtest.Result, error) {
 			took := halted(ro)
 			bound := ReleaseBake + cfg.ReadyWithin + 2*cfg.Scrape
 			d.Check(k.name+": halted within the canary's bake", took > 0 && took <= bound, fmt.Sprintf("%.1fs after the start", took.Seconds()), "≤ "+bound.String())
+			d.Check(k.name+": halted by its gate", slices.ContainsFunc(k.why, func(w string) bool { return strings.Contains(ro.Reason, w) }),
+				gateOf(ro.Reason), strings.Join(k.why, " or "))
 			d.Check(k.name+": the canary back on its release", o.after[c.Cell] == o.before[c.Cell], o.after[c.Cell], o.before[c.Cell])
 			touched := 0
 			for _, id := range rest {
@@ -202,6 +210,21 @@ func failuresBeyondRefusals(samples []loadtest.Sample, from, to time.Duration) i
 		}
 	}
 	return n
+}
+
+// gateOf is what in a halt's reason failed: its failed verdicts, or the
+// reason itself when no gate decided.
+func gateOf(reason string) string {
+	var out []string
+	for _, part := range strings.Split(reason, "; ") {
+		if i := strings.Index(part, "fail "); i >= 0 {
+			out = append(out, part[i:])
+		}
+	}
+	if len(out) == 0 {
+		return reason
+	}
+	return strings.Join(out, "; ")
 }
 
 // halted is how long after its start the rollout halted (its event), 0

@@ -1,6 +1,7 @@
 package gate
 
 import (
+	"fmt"
 	"math"
 	"slices"
 	"strconv"
@@ -24,6 +25,32 @@ type Sample struct {
 	// IntakeLatency is the POSTs' latency, DoneLatency the time from
 	// intake to a final status.
 	IntakeLatency, DoneLatency Histogram
+	// Edge is what the routers saw of the same cells: their requests,
+	// failed those answered 5xx but a cell's own 503, or 503 because the
+	// cell's breaker is open (a cell that hangs or resets connections
+	// counts none of its own failures); EdgeLatency their time to an
+	// answer. Routers is how many routers' figures are in it (none: the
+	// edge gates are not run).
+	Edge        Counts
+	EdgeLatency Histogram
+	Routers     int
+	// Health is the window's crash restarts and readiness losses: per
+	// process for one process's window, the worst process's in a Sum.
+	Health Health
+}
+
+// Health are a process's events over a window, counted by whoever
+// scrapes it: Restarts, its start time changed between two scrapes (it
+// ended and was started again: a crash, a supervisor's restart);
+// Flaps, it answered ready at one scrape and not ready, or nothing, at
+// the next.
+type Health struct {
+	Restarts, Flaps int64
+}
+
+// worst is the larger of each count.
+func (h Health) worst(o Health) Health {
+	return Health{Restarts: max(h.Restarts, o.Restarts), Flaps: max(h.Flaps, o.Flaps)}
 }
 
 // The metrics a Sample is read from (docs/metrics.md, the cell's).
@@ -33,7 +60,82 @@ const (
 	metricPanics      = "cellkit_cell_panics_total"
 	metricIntakeTime  = "cellkit_cell_intake_seconds"
 	metricInquiryTime = "cellkit_cell_inquiry_seconds"
+	metricStarted     = "process_start_time_seconds"
+	// The router's, by cell.
+	metricEdge     = "cellkit_router_requests_total"
+	metricEdgeShed = "cellkit_router_shed_total"
+	metricEdgeTime = "cellkit_router_request_duration_seconds"
 )
+
+// StartedOf is a process's start time (process_start_time_seconds, Unix
+// seconds; 0 when it does not say): a change between two scrapes is a
+// restart.
+func StartedOf(mfs map[string]*dto.MetricFamily) float64 {
+	for _, m := range metrics(mfs, metricStarted) {
+		return m.GetGauge().GetValue()
+	}
+	return 0
+}
+
+// Edge is one router's figures for one cell (running totals).
+type Edge struct {
+	Requests Counts
+	Latency  Histogram
+}
+
+// EdgeOf reads a router's figures by cell from its metric families:
+// requests routed to the cell, failed those answered 5xx other than 503,
+// plus the 503s of its open breaker; the time to an answer.
+func EdgeOf(mfs map[string]*dto.MetricFamily) map[string]Edge {
+	out := map[string]Edge{}
+	for _, m := range metrics(mfs, metricEdge) {
+		cell := label(m, "cell")
+		e, v := out[cell], int64(m.GetCounter().GetValue())
+		e.Requests.Total += v
+		if code, _ := strconv.Atoi(label(m, "code")); code >= 500 && code != 503 {
+			e.Requests.Failed += v
+		}
+		out[cell] = e
+	}
+	for _, m := range metrics(mfs, metricEdgeShed) {
+		if label(m, "reason") == "breaker" {
+			cell := label(m, "cell")
+			e := out[cell]
+			e.Requests.Failed += int64(m.GetCounter().GetValue())
+			out[cell] = e
+		}
+	}
+	for _, m := range metrics(mfs, metricEdgeTime) {
+		cell := label(m, "cell")
+		e := out[cell]
+		e.Latency = e.Latency.Add(histogramOf(m))
+		out[cell] = e
+	}
+	delete(out, "none") // answered before routing: no cell's doing
+	return out
+}
+
+// RouterSampleOf is a router's own figures (every cell's together) as a
+// Sample, for a wave of routers judged by JudgeRouters.
+func RouterSampleOf(mfs map[string]*dto.MetricFamily) Sample {
+	s := Sample{Routers: 1}
+	for _, e := range EdgeOf(mfs) {
+		s.Edge.Total += e.Requests.Total
+		s.Edge.Failed += e.Requests.Failed
+		s.EdgeLatency = s.EdgeLatency.Add(e.Latency)
+	}
+	return s
+}
+
+// Since is the window's figures: e's totals less before's (a router that
+// restarted counts from zero).
+func (e Edge) Since(before Edge) Edge {
+	return Edge{Requests: e.Requests.since(before.Requests), Latency: e.Latency.since(before.Latency)}
+}
+
+func (c Counts) since(before Counts) Counts {
+	return Counts{Total: counterSince(c.Total, before.Total), Failed: counterSince(c.Failed, before.Failed)}
+}
 
 // SampleOf reads a Sample from a cell process's metric families.
 func SampleOf(mfs map[string]*dto.MetricFamily) Sample {
@@ -63,11 +165,11 @@ func SampleOf(mfs map[string]*dto.MetricFamily) Sample {
 	}
 	for _, m := range metrics(mfs, metricIntakeTime) {
 		if label(m, "route") == "post" {
-			s.IntakeLatency = s.IntakeLatency.add(histogramOf(m))
+			s.IntakeLatency = s.IntakeLatency.Add(histogramOf(m))
 		}
 	}
 	for _, m := range metrics(mfs, metricInquiryTime) {
-		s.DoneLatency = s.DoneLatency.add(histogramOf(m))
+		s.DoneLatency = s.DoneLatency.Add(histogramOf(m))
 	}
 	return s
 }
@@ -102,8 +204,8 @@ func histogramOf(m *dto.Metric) Histogram {
 	return out
 }
 
-// add is h and o together (the same buckets, or h empty).
-func (h Histogram) add(o Histogram) Histogram {
+// Add is h and o together (the same buckets, or h empty).
+func (h Histogram) Add(o Histogram) Histogram {
 	if len(h.Bounds) == 0 {
 		return Histogram{Bounds: slices.Clone(o.Bounds), Cumulative: slices.Clone(o.Cumulative)}
 	}
@@ -141,27 +243,36 @@ func counterSince(now, before int64) int64 {
 // process (a counter that went down restarted, and counts from zero).
 func (s Sample) Since(before Sample) Sample {
 	return Sample{
-		Intake: Counts{Total: counterSince(s.Intake.Total, before.Intake.Total), Failed: counterSince(s.Intake.Failed, before.Intake.Failed)},
-		Inquiries: Counts{Total: counterSince(s.Inquiries.Total, before.Inquiries.Total),
-			Failed: counterSince(s.Inquiries.Failed, before.Inquiries.Failed)},
+		Intake:        s.Intake.since(before.Intake),
+		Inquiries:     s.Inquiries.since(before.Inquiries),
 		Panics:        counterSince(s.Panics, before.Panics),
 		IntakeLatency: s.IntakeLatency.since(before.IntakeLatency),
 		DoneLatency:   s.DoneLatency.since(before.DoneLatency),
+		Edge:          s.Edge.since(before.Edge),
+		EdgeLatency:   s.EdgeLatency.since(before.EdgeLatency),
+		Routers:       s.Routers,
+		Health:        s.Health,
 	}
 }
 
 // Sum is the windows of several processes together (a wave's, or the
-// baseline's).
+// baseline's): counts added, Health the worst process's, Routers the
+// most any of them was seen by.
 func Sum(samples ...Sample) Sample {
 	var out Sample
 	for _, s := range samples {
+		out.Edge.Total += s.Edge.Total
+		out.Edge.Failed += s.Edge.Failed
+		out.EdgeLatency = out.EdgeLatency.Add(s.EdgeLatency)
+		out.Routers = max(out.Routers, s.Routers)
+		out.Health = out.Health.worst(s.Health)
 		out.Intake.Total += s.Intake.Total
 		out.Intake.Failed += s.Intake.Failed
 		out.Inquiries.Total += s.Inquiries.Total
 		out.Inquiries.Failed += s.Inquiries.Failed
 		out.Panics += s.Panics
-		out.IntakeLatency = out.IntakeLatency.add(s.IntakeLatency)
-		out.DoneLatency = out.DoneLatency.add(s.DoneLatency)
+		out.IntakeLatency = out.IntakeLatency.Add(s.IntakeLatency)
+		out.DoneLatency = out.DoneLatency.Add(s.DoneLatency)
 	}
 	return out
 }
@@ -169,14 +280,50 @@ func Sum(samples ...Sample) Sample {
 // Judge runs every gate on a window of the wave against the baseline's:
 // failures of the intake and of the inquiries (an inquiry whose
 // processing panicked is failed and dead-lettered: counted there, once),
-// then the intake's latency and the time to done.
+// the intake's latency and the time to done; with routers, the routers'
+// failures and latency for the same cells; crash restarts and readiness
+// losses.
 func (cfg Config) Judge(wave, base Sample) []Verdict {
-	return []Verdict{
+	vs := []Verdict{
 		cfg.Failures("intake 5xx", wave.Intake, base.Intake),
 		cfg.Failures("failed inquiries", wave.Inquiries, base.Inquiries),
 		cfg.Latency("intake latency", wave.IntakeLatency, base.IntakeLatency),
 		cfg.Latency("time to done", wave.DoneLatency, base.DoneLatency),
 	}
+	if wave.Routers > 0 {
+		vs = append(vs, cfg.Failures("edge 5xx", wave.Edge, base.Edge),
+			cfg.Latency("edge latency", wave.EdgeLatency, base.EdgeLatency))
+	}
+	return append(vs, Events("crash restarts", wave.Health.Restarts, base.Health.Restarts),
+		Events("readiness lost", wave.Health.Flaps, base.Health.Flaps))
+}
+
+// JudgeRouters runs the gates of a wave of routers against the routers
+// still on the old release (or the same routers before they were
+// replaced): their failures and latency over every cell, crash restarts
+// and readiness losses.
+func (cfg Config) JudgeRouters(wave, base Sample) []Verdict {
+	return []Verdict{
+		cfg.Failures("router 5xx", wave.Edge, base.Edge),
+		cfg.Latency("router latency", wave.EdgeLatency, base.EdgeLatency),
+		Events("crash restarts", wave.Health.Restarts, base.Health.Restarts),
+		Events("readiness lost", wave.Health.Flaps, base.Health.Flaps),
+	}
+}
+
+// Events compares events too rare for a test of rates (a crash, a
+// readiness lost), each process's over the same window: Fail when the
+// wave's worst process has more than the baseline's worst (none, with no
+// baseline). The baseline absorbs what is not the release's doing — a
+// host restarting everything, an agency outage that makes every cell
+// unready — and one crash of a new release is one too many. Never Wait:
+// no event is a pass however little traffic there was.
+func Events(what string, wave, base int64) Verdict {
+	text := fmt.Sprintf("%s: wave's worst process %d, baseline's %d", what, wave, base)
+	if wave > base {
+		return Verdict{Decision: Fail, P: 0, Text: text}
+	}
+	return Verdict{Decision: Pass, P: 1, Text: text}
 }
 
 // Overall is the verdicts' decision: Fail if one fails, else Wait if one

@@ -80,3 +80,71 @@ func TestSampleAndWindow(t *testing.T) {
 		t.Errorf("a wave failing 9%% of its POSTs: %+v", vs)
 	}
 }
+
+const routerScrape = `# TYPE cellkit_router_requests_total counter
+cellkit_router_requests_total{cell="c1",code="202"} 900
+cellkit_router_requests_total{cell="c1",code="504"} 40
+cellkit_router_requests_total{cell="c1",code="503"} 60
+cellkit_router_requests_total{cell="c2",code="202"} 500
+cellkit_router_requests_total{cell="none",code="401"} 70
+# TYPE cellkit_router_shed_total counter
+cellkit_router_shed_total{cell="c1",reason="breaker"} 25
+cellkit_router_shed_total{cell="c1",reason="bulkhead"} 35
+# TYPE cellkit_router_request_duration_seconds histogram
+cellkit_router_request_duration_seconds_bucket{cell="c1",le="0.1"} 990
+cellkit_router_request_duration_seconds_bucket{cell="c1",le="+Inf"} 1000
+cellkit_router_request_duration_seconds_sum{cell="c1"} 30
+cellkit_router_request_duration_seconds_count{cell="c1"} 1000
+# TYPE process_start_time_seconds gauge
+process_start_time_seconds 1.7e+09
+`
+
+// TestEdgeAndHealth: a router's figures are read by cell (5xx but 503
+// failed, with the open breaker's 503s; the requests answered before
+// routing left out), a window of them restarts from zero with the
+// router, and crash restarts or readiness losses fail a wave only
+// beyond the baseline's worst process.
+func TestEdgeAndHealth(t *testing.T) {
+	mfs := parse(t, routerScrape)
+	if got := StartedOf(mfs); got != 1.7e9 {
+		t.Errorf("start time %v", got)
+	}
+	edge := EdgeOf(mfs)
+	if _, ok := edge["none"]; ok || len(edge) != 2 {
+		t.Fatalf("cells %v", edge)
+	}
+	if c1 := edge["c1"]; c1.Requests != (Counts{1000, 65}) || c1.Latency.Count() != 1000 {
+		t.Errorf("c1 %+v", c1.Requests)
+	}
+	if w := edge["c1"].Since(Edge{Requests: Counts{400, 5}}); w.Requests != (Counts{600, 60}) {
+		t.Errorf("window %+v", w.Requests)
+	}
+	if w := edge["c2"].Since(Edge{Requests: Counts{9000, 0}}); w.Requests.Total != 500 {
+		t.Errorf("a restarted router's window %+v", w.Requests)
+	}
+
+	cfg := DefaultConfig()
+	quiet := Sample{}
+	if vs := cfg.Judge(quiet, quiet); len(vs) != 6 || Overall(vs) != Wait {
+		t.Errorf("no routers: %d verdicts, %v", len(vs), Overall(vs))
+	}
+	wave := Sample{Routers: 2, Edge: Counts{1000, 65}}
+	base := Sample{Routers: 2, Edge: Counts{3000, 3}}
+	vs := cfg.Judge(wave, base)
+	if len(vs) != 8 || vs[4].Decision != Fail {
+		t.Errorf("the routers' 6.5%% failures of the wave's cells: %+v", vs)
+	}
+
+	sum := Sum(Sample{Health: Health{Restarts: 1}}, Sample{Health: Health{Flaps: 3}})
+	if sum.Health != (Health{Restarts: 1, Flaps: 3}) {
+		t.Errorf("the worst process's health: %+v", sum.Health)
+	}
+	for _, c := range []struct {
+		wave, base int64
+		want       Decision
+	}{{0, 0, Pass}, {1, 0, Fail}, {1, 1, Pass}, {2, 1, Fail}} {
+		if got := Events("crash restarts", c.wave, c.base); got.Decision != c.want {
+			t.Errorf("Events(%d, %d) = %v, want %v", c.wave, c.base, got.Decision, c.want)
+		}
+	}
+}

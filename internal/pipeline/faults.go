@@ -20,10 +20,14 @@ import (
 //
 //   - "failing": a fifth of the inquiries (by user) panic, and so fail;
 //   - "slow": every inquiry takes 300 ms more;
-//   - "crashing": the process exits at its start.
+//   - "crashing": the process exits when its pipeline starts (after its
+//     flags are read: it still answers --version, as a release must);
+//   - "unstable": it gets ready, and one user in fifty crashes it (an
+//     unrecovered panic while the inquiry is in flight).
 var release string
 
-func init() {
+// faultStart runs when the pipeline starts.
+func faultStart() {
 	if release == "crashing" {
 		fmt.Fprintln(os.Stderr, "cell: a crashing release (faults build): exiting")
 		os.Exit(3)
@@ -49,6 +53,13 @@ func faultHook(user, agency string) {
 			}
 		case "slow":
 			time.Sleep(300 * time.Millisecond)
+		case "unstable":
+			h := fnv.New32a()
+			h.Write([]byte(user))
+			if h.Sum32()%50 == 0 {
+				go func() { panic(fmt.Sprintf("injected crash of release %q for user %s", release, user)) }()
+				time.Sleep(time.Minute) // in flight until the process dies
+			}
 		}
 	}
 	switch {

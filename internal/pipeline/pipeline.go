@@ -305,6 +305,7 @@ func (p *Pipeline) Workers() int { return p.cfg.Workers }
 // Run processes inquiries until ctx ends, then drains (see the package
 // doc). It returns nil after a clean stop.
 func (p *Pipeline) Run(ctx context.Context) error {
+	faultStart()
 	workCtx, abandon := context.WithCancel(context.WithoutCancel(ctx))
 	defer abandon()
 	notifyCtx, stopNotify := context.WithCancel(context.WithoutCancel(ctx))

@@ -3,6 +3,7 @@ package rollout
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/cellkit/cellkit/internal/control"
+	"github.com/cellkit/cellkit/internal/devstack"
 	"github.com/cellkit/cellkit/internal/slotmap"
 )
 
@@ -89,25 +91,94 @@ func ParseWaves(m *slotmap.Map, spec string, bake time.Duration) ([]control.Wave
 	return waves, nil
 }
 
+// RouterWaves are the waves of the stack's routers: one router each, in
+// the stack's order, each baking for bake.
+func RouterWaves(procs []devstack.Process, bake time.Duration) []control.Wave {
+	var out []control.Wave
+	for _, p := range procs {
+		if devstack.IsRouter(p.Name) {
+			out = append(out, control.Wave{Routers: []string{p.Name}, Bake: bake})
+		}
+	}
+	return out
+}
+
+// Validate refuses a release ValidateRelease refuses, and waves that
+// reach what the release does not change.
+func (cfg Config) Validate(waves []control.Wave) error {
+	if err := cfg.ValidateRelease(); err != nil {
+		return err
+	}
+	if len(waves) == 0 {
+		return errors.New("no wave to roll out: no active cell, and no router in the stack")
+	}
+	for i, w := range waves {
+		switch {
+		case len(w.Cells) > 0 && len(w.Routers) > 0:
+			return fmt.Errorf("wave %d has cells and routers: a wave is one or the other", i+1)
+		case len(w.Cells) > 0 && cfg.Spec.Empty():
+			return fmt.Errorf("wave %d has cells, and the release changes no cell", i+1)
+		case len(w.Routers) > 0 && cfg.Router.Empty():
+			return fmt.Errorf("wave %d has routers, and the release changes no router", i+1)
+		case len(w.Cells) == 0 && len(w.Routers) == 0:
+			return fmt.Errorf("wave %d is empty", i+1)
+		case w.Bake <= 0:
+			return fmt.Errorf("wave %d: bake %v: want a positive duration", i+1, w.Bake)
+		}
+	}
+	return nil
+}
+
+// ValidateRelease refuses a release that changes nothing, or a part of it
+// that is not what it says (a missing binary, one that is not a cell's
+// or a router's, a malformed flag).
+func (cfg Config) ValidateRelease() error {
+	if cfg.Spec.Empty() && cfg.Router.Empty() {
+		return errors.New("a release needs a binary or a flag to set")
+	}
+	if !cfg.Spec.Empty() {
+		if err := cfg.Spec.Validate("cell"); err != nil {
+			return err
+		}
+	}
+	if !cfg.Router.Empty() {
+		if err := cfg.Router.Validate("router"); err != nil {
+			return fmt.Errorf("the routers' release: %w", err)
+		}
+	}
+	return nil
+}
+
+// describe says what a spec runs.
+func describe(s devstack.Spec) string {
+	what := s.Bin
+	if what == "" {
+		what = "the processes' own binary"
+	}
+	if len(s.Set) > 0 {
+		what += " with --" + strings.Join(s.Set, " --")
+	}
+	return what
+}
+
 // Start records a new rollout of cfg's release over waves, refused while
 // another is active; Run then drives it.
 func Start(ctx context.Context, ctl *control.Controller, id string, waves []control.Wave, cfg Config) (*control.Rollout, error) {
-	if err := cfg.Spec.Validate(); err != nil {
+	if err := cfg.Validate(waves); err != nil {
 		return nil, err
 	}
 	data, err := json.Marshal(cfg)
 	if err != nil {
 		return nil, err
 	}
-	what := cfg.Spec.Bin
-	if what == "" {
-		what = "the processes' own binary"
+	var events []control.RolloutEvent
+	if !cfg.Spec.Empty() {
+		events = append(events, control.RolloutEvent{At: time.Now(), Text: "release of the cells: " + describe(cfg.Spec)})
 	}
-	if len(cfg.Spec.Set) > 0 {
-		what += " with --" + strings.Join(cfg.Spec.Set, " --")
+	if !cfg.Router.Empty() {
+		events = append(events, control.RolloutEvent{At: time.Now(), Text: "release of the routers: " + describe(cfg.Router)})
 	}
-	return ctl.StartRollout(ctx, control.Rollout{ID: id, Waves: waves, Config: data,
-		Events: []control.RolloutEvent{{At: time.Now(), Text: "release: " + what}}})
+	return ctl.StartRollout(ctx, control.Rollout{ID: id, Waves: waves, Config: data, Events: events})
 }
 
 // ConfigOf is the Config a rollout was started with.

@@ -2,8 +2,10 @@ package rollout_test
 
 import (
 	"context"
+	"maps"
 	"net/http"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -82,6 +84,7 @@ func TestRolloutOnTheLocalStack(t *testing.T) {
 		Scrape: time.Second, WaitLimit: 20 * time.Second, ReadyWithin: 30 * time.Second,
 	}
 	deployer := devstack.Deployer{Path: devstack.StatePath(st.Dir), Grace: 20 * time.Second}
+	routers := func(context.Context) ([]string, error) { return []string{st.RouterAdmin}, nil }
 	// drive runs the registry's rollout id with ctl until it ends, or
 	// until ctx ends (a cellctl that dies).
 	drive := func(ctx context.Context, ctl *control.Controller, id string, progress func(string)) (*control.Rollout, error) {
@@ -93,17 +96,15 @@ func TestRolloutOnTheLocalStack(t *testing.T) {
 		if err != nil {
 			return nil, err
 		}
-		return rollout.New(id, c, rollout.Options{Control: ctl, Admin: admin, Deployer: deployer, Progress: func(s string) {
+		return rollout.New(id, c, rollout.Options{Control: ctl, Admin: admin, Deployer: deployer, Routers: routers, Progress: func(s string) {
 			t.Logf("%s: %s", id, s)
 			if progress != nil {
 				progress(s)
 			}
 		}}).Run(ctx)
 	}
-	run := func(id string, spec devstack.Spec) *control.Rollout {
+	runWaves := func(id string, c rollout.Config, waves []control.Wave) *control.Rollout {
 		t.Helper()
-		c := cfg
-		c.Spec = spec
 		if _, err := rollout.Start(ctx, ctl, id, waves, c); err != nil {
 			t.Fatal(err)
 		}
@@ -112,6 +113,12 @@ func TestRolloutOnTheLocalStack(t *testing.T) {
 			t.Fatalf("%s: %v", id, err)
 		}
 		return ro
+	}
+	run := func(id string, spec devstack.Spec) *control.Rollout {
+		t.Helper()
+		c := cfg
+		c.Spec = spec
+		return runWaves(id, c, waves)
 	}
 
 	ro := run("good", devstack.Spec{Set: []string{"record-ttl=2h"}})
@@ -166,5 +173,49 @@ func TestRolloutOnTheLocalStack(t *testing.T) {
 	}
 	if after := releases(); after["c1"] != good["c1"] || after["c2"] != good["c2"] || after["c3"] != good["c3"] {
 		t.Errorf("after the rollback: %v, want %v", after, good)
+	}
+
+	// The routers: the stack's one router is baked against its own
+	// figures before it was replaced (no other router runs the old
+	// release); a routers' release that cannot start (more connections
+	// than the open-file limit holds) is halted and the router put back.
+	routerRelease := func() string {
+		t.Helper()
+		rd, err := admin.RouterReadiness(ctx, st.RouterAdmin)
+		if err != nil {
+			t.Fatalf("the router: %v", err)
+		}
+		return rd.Release.ID
+	}
+	routerBefore := routerRelease()
+	procs, err := deployer.Processes()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rwaves := rollout.RouterWaves(procs, 5*time.Second)
+	if len(rwaves) != 1 || rwaves[0].Routers[0] != "router" {
+		t.Fatalf("the stack's router waves: %+v", rwaves)
+	}
+	cells := releases()
+	c = cfg
+	c.Router = devstack.Spec{Set: []string{"max-conns-per-addr=2048"}}
+	ro = runWaves("router", c, rwaves)
+	routerGood := routerRelease()
+	if ro.State != control.RolloutDone || routerGood == routerBefore || routerGood != ro.RouterRelease || ro.Release != "" {
+		t.Fatalf("a routers' release: %s (%s), the router on %s (before %s), the record's %s", ro.State, ro.Reason, routerGood, routerBefore, ro.RouterRelease)
+	}
+	if !slices.ContainsFunc(ro.Events, func(e control.RolloutEvent) bool { return strings.Contains(e.Text, "router 5xx") }) {
+		t.Errorf("the router's bake judged no router figures: %+v", ro.Events)
+	}
+	c.Router = devstack.Spec{Set: []string{"max-conns=100000000"}}
+	ro = runWaves("router-crashing", c, rwaves)
+	if ro.State != control.RolloutRolledBack || !strings.Contains(ro.Reason, "router: not ready on the new release") {
+		t.Fatalf("a routers' release that cannot start: %s: %s", ro.State, ro.Reason)
+	}
+	if got := routerRelease(); got != routerGood {
+		t.Errorf("the router after the rollback runs %s, want %s", got, routerGood)
+	}
+	if after := releases(); !maps.Equal(after, cells) {
+		t.Errorf("the cells after the routers' rollouts: %v, want %v", after, cells)
 	}
 }

@@ -118,6 +118,24 @@ func newDashboard(uid, title, description string, multi bool) *dashboard.Dashboa
 			Enable(true).
 			Hide(true).
 			IconColor("rgba(0, 211, 255, 1)")).
+		// A release going out: each wave's start and each halt, from the
+		// routers' view of the rollout's record.
+		Annotation(dashboard.NewAnnotationQueryBuilder().
+			Name("Rollout waves").
+			Datasource(datasource).
+			Enable(true).
+			IconColor("rgba(255, 152, 48, 1)").
+			Expr("changes(max(cellkit_router_rollout_wave)[1m:15s]) > 0").
+			Step("15s").
+			TitleFormat("rollout: the next wave")).
+		Annotation(dashboard.NewAnnotationQueryBuilder().
+			Name("Rollout halts").
+			Datasource(datasource).
+			Enable(true).
+			IconColor("rgba(242, 73, 92, 1)").
+			Expr(`max(cellkit_router_rollout_state{state="halted"}) == 1`).
+			Step("15s").
+			TitleFormat("rollout halted: rolling the wave back")).
 		WithVariable(dashboard.NewDatasourceVariableBuilder("datasource").
 			Label("Prometheus").
 			Type("prometheus")).

@@ -1,4 +1,4 @@
-package control
+package registry
 
 import (
 	"context"
@@ -6,12 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"net/url"
 	"os"
+	"strings"
 
 	"github.com/hashicorp/consul/api"
 
 	"github.com/cellkit/cellkit/internal/atomicfile"
-	"github.com/cellkit/cellkit/internal/registry"
 )
 
 // ErrNoDocument means a document beside the registry has not been written.
@@ -39,15 +40,46 @@ type Document interface {
 // DocumentFor returns the document name beside reg's map: the file
 // PATH.NAME beside a file registry's PATH, the key PREFIX/NAME in Consul.
 // Nil when reg's kind keeps none.
-func DocumentFor(reg registry.Registry, name string) Document {
-	b, ok := besideOf(reg)
+func DocumentFor(reg Registry, name string) Document {
+	b, ok := BesideOf(reg)
 	switch {
 	case !ok:
 		return nil
-	case b.kv == nil:
-		return fileDocument{path: b.path + "." + name}
+	case b.KV == nil:
+		return fileDocument{path: b.Path + "." + name}
 	}
-	return consulDocument{kv: b.kv, key: b.prefix + "/" + name, where: b.where}
+	return consulDocument{kv: b.KV, key: b.Prefix + "/" + name, where: b.Where}
+}
+
+// Beside is where a registry keeps what lives beside its map (the map's
+// history, documents): next to a file registry's PATH, or under a Consul
+// registry's key prefix through its own client.
+type Beside struct {
+	Path   string  // a file registry's map file
+	KV     *api.KV // a Consul registry's (with its ACL token: the registry's configuration, or the environment's)
+	Prefix string  // a Consul registry's key prefix
+	Where  string  // the registry's description
+}
+
+// BesideOf says where reg keeps what lives beside its map; false for a
+// kind of registry that keeps nothing there.
+func BesideOf(reg Registry) (Beside, bool) {
+	desc := reg.Describe()
+	switch {
+	case strings.HasPrefix(desc, "file:"):
+		return Beside{Path: strings.TrimPrefix(desc, "file:"), Where: desc}, true
+	case strings.HasPrefix(desc, "consul://"):
+		u, err := url.Parse(desc)
+		if err != nil {
+			return Beside{}, false
+		}
+		kvr, ok := reg.(interface{ KV() *api.KV })
+		if !ok {
+			return Beside{}, false
+		}
+		return Beside{KV: kvr.KV(), Prefix: strings.Trim(u.Path, "/"), Where: desc}, true
+	}
+	return Beside{}, false
 }
 
 // fileDocument is a file holding {"rev": N, "doc": ...}.

@@ -1,4 +1,4 @@
-package control
+package registry
 
 import (
 	"errors"
@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/cellkit/cellkit/internal/consultest"
-	"github.com/cellkit/cellkit/internal/registry"
 	"github.com/cellkit/cellkit/internal/testkit"
 )
 
@@ -22,7 +21,7 @@ func TestDocument(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			ctx := testkit.Context(t, time.Minute)
-			reg, err := registry.Open(registry.Config{URL: url, Token: agent.Token()}, registry.Options{})
+			reg, err := Open(Config{URL: url, Token: agent.Token()}, Options{})
 			if err != nil {
 				t.Fatal(err)
 			}
