@@ -94,7 +94,8 @@ func Release(settings []string) (api.Release, error) {
 	return api.Release{ID: v + "@" + hex.EncodeToString(id[:])[:12], Version: v, Binary: bin[:12], Config: config[:12]}, nil
 }
 
-var exeSum = sync.OnceValues(func() (string, error) {
+// executableSum is the hex SHA-256 of the running executable, read once.
+var executableSum = sync.OnceValues(func() (string, error) {
 	path, err := os.Executable()
 	if err != nil {
 		return "", fmt.Errorf("release: %w", err)
@@ -110,6 +111,3 @@ var exeSum = sync.OnceValues(func() (string, error) {
 	}
 	return hex.EncodeToString(h.Sum(nil)), nil
 })
-
-// executableSum is the hex SHA-256 of the running executable, read once.
-func executableSum() (string, error) { return exeSum() }

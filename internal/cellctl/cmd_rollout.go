@@ -135,8 +135,8 @@ func writeWaves(x *inv, waves []control.Wave, ro *control.Rollout) {
 		if ro != nil {
 			var phases []string
 			for _, c := range w.Units() {
-				if p := ro.Progress(router)[c].Phase; p != "" {
-					phases = append(phases, c+" "+p)
+				if p := ro.Progress(router)[c].Phase; p.Reached() {
+					phases = append(phases, c+" "+string(p))
 				}
 			}
 			state = orNone(strings.Join(phases, ", "))
@@ -272,7 +272,7 @@ cellctl rollout start --bin ./bin/cell --router-bin ./bin/router --stack /tmp/st
 		if id == "" {
 			id = "r-" + x.cli.now().UTC().Format("20060102-150405")
 		}
-		if err := cfg.Validate(waves); err != nil {
+		if err := cfg.ValidateWaves(waves); err != nil {
 			return usagef("%v", err)
 		}
 		ctl := x.controller(reg, nil)

@@ -128,11 +128,26 @@ func (r *Rollout) SetProgress(router bool, unit string, p CellRollout) {
 	(*m)[unit] = p
 }
 
+// Phase is where a reached cell (or router) stands in its rollout; the
+// empty phase is a cell not reached.
+type Phase string
+
+// The phases of a reached cell or router.
+const (
+	PhaseReplacing  Phase = "replacing"   // its processes being replaced one at a time
+	PhaseBaking     Phase = "baking"      // on the new release, its wave baking
+	PhaseDone       Phase = "done"        // its wave baked: it stays on the new release
+	PhaseRolledBack Phase = "rolled_back" // put back on its old release
+)
+
+// Reached says whether the rollout has touched the cell or router.
+func (p Phase) Reached() bool { return p != "" }
+
 // CellRollout is one cell's (or router's) progress: its phase and each
 // instance's release before and after (a router's, and a cell's of one
 // process, under "-").
 type CellRollout struct {
-	Phase     string            `json:"phase"` // replacing, baking, done, rolling_back, rolled_back
+	Phase     Phase             `json:"phase"`
 	Instances map[string]string `json:"instances,omitempty"`
 	Previous  map[string]string `json:"previous,omitempty"`
 }

@@ -61,6 +61,7 @@ const (
 	metricIntakeTime  = "cellkit_cell_intake_seconds"
 	metricInquiryTime = "cellkit_cell_inquiry_seconds"
 	metricStarted     = "process_start_time_seconds"
+	metricReady       = "cellkit_cell_ready"
 	// The router's, by cell.
 	metricEdge     = "cellkit_router_requests_total"
 	metricEdgeShed = "cellkit_router_shed_total"
@@ -75,6 +76,17 @@ func StartedOf(mfs map[string]*dto.MetricFamily) float64 {
 		return m.GetGauge().GetValue()
 	}
 	return 0
+}
+
+// ReadyOf says whether a cell process's scrape says it is ready
+// (cellkit_cell_ready, its /readyz at the moment of the scrape).
+func ReadyOf(mfs map[string]*dto.MetricFamily) bool {
+	for _, m := range metrics(mfs, metricReady) {
+		if m.GetGauge().GetValue() != 1 {
+			return false
+		}
+	}
+	return len(metrics(mfs, metricReady)) > 0
 }
 
 // Edge is one router's figures for one cell (running totals).

@@ -148,3 +148,17 @@ func TestEdgeAndHealth(t *testing.T) {
 		}
 	}
 }
+
+// TestReadyOf: a cell's scrape is ready when its readiness gauge says 1,
+// not when it says 0 or is missing.
+func TestReadyOf(t *testing.T) {
+	for text, want := range map[string]bool{
+		"# TYPE cellkit_cell_ready gauge\ncellkit_cell_ready{cell=\"c1\"} 1\n": true,
+		"# TYPE cellkit_cell_ready gauge\ncellkit_cell_ready{cell=\"c1\"} 0\n": false,
+		routerScrape: false,
+	} {
+		if got := ReadyOf(parse(t, text)); got != want {
+			t.Errorf("ReadyOf(%q) = %v, want %v", text[:40], got, want)
+		}
+	}
+}

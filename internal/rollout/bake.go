@@ -36,17 +36,17 @@ func (r *Runner) panel(ctx context.Context, ro *control.Rollout) (panel, error) 
 		}
 		for _, p := range ps {
 			inWave := slices.Contains(w.Routers, p.Name)
-			if !devstack.IsRouter(p.Name) || (!inWave && ro.Routers[p.Name].Phase != "") {
+			if !devstack.IsRouter(p.Name) || (!inWave && ro.Routers[p.Name].Phase.Reached()) {
 				continue
 			}
-			rp, err := r.procs(ctx, p.Name, true)
+			rp, err := routerProc(p)
 			if err != nil {
 				return pn, err
 			}
 			if inWave {
-				pn.wave = append(pn.wave, rp...)
+				pn.wave = append(pn.wave, rp)
 			} else {
-				pn.base = append(pn.base, rp...)
+				pn.base = append(pn.base, rp)
 			}
 		}
 		return pn, nil
@@ -61,7 +61,7 @@ func (r *Runner) panel(ctx context.Context, ro *control.Rollout) (panel, error) 
 			continue
 		}
 		inWave := slices.Contains(w.Cells, c.ID)
-		if !inWave && ro.Cells[c.ID].Phase != "" {
+		if !inWave && ro.Cells[c.ID].Phase.Reached() {
 			continue // an earlier wave's: on the new release already
 		}
 		ps, err := r.procs(ctx, c.ID, false)
@@ -103,12 +103,13 @@ func (r *Runner) look(ctx context.Context, pn panel) look {
 		if mfs, err := r.opts.Admin.Metrics(ctx, p.admin); err == nil {
 			s.ok, s.started = true, gate.StartedOf(mfs)
 			if p.router {
+				// A router's readiness is only on its /readyz.
 				s.sample = gate.RouterSampleOf(mfs)
+				_, s.ready, _ = r.release(ctx, p)
 			} else {
-				s.sample = gate.SampleOf(mfs)
+				s.sample, s.ready = gate.SampleOf(mfs), gate.ReadyOf(mfs)
 			}
 		}
-		_, s.ready, _ = r.release(ctx, p)
 		l.procs[p.admin] = s
 	}
 	for _, u := range pn.routers {
@@ -219,7 +220,7 @@ func (r *Runner) measureReference(ctx context.Context, ro *control.Rollout) erro
 		return nil
 	}
 	for _, name := range w.Routers {
-		if ro.Routers[name].Phase != "" {
+		if ro.Routers[name].Phase.Reached() {
 			return nil
 		}
 	}
@@ -279,7 +280,7 @@ func (r *Runner) bake(ctx context.Context, ro *control.Rollout) (*control.Rollou
 				router := len(w.Routers) > 0
 				for _, u := range w.Units() {
 					cr := ro.Progress(router)[u]
-					cr.Phase = "done"
+					cr.Phase = control.PhaseDone
 					ro.SetProgress(router, u, cr)
 				}
 				ro.Wave++

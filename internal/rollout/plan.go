@@ -103,12 +103,19 @@ func RouterWaves(procs []devstack.Process, bake time.Duration) []control.Wave {
 	return out
 }
 
-// Validate refuses a release ValidateRelease refuses, and waves that
-// reach what the release does not change.
+// Validate refuses a release ValidateRelease refuses, and waves
+// ValidateWaves refuses.
 func (cfg Config) Validate(waves []control.Wave) error {
 	if err := cfg.ValidateRelease(); err != nil {
 		return err
 	}
+	return cfg.ValidateWaves(waves)
+}
+
+// ValidateWaves refuses no wave, a wave of nothing or of both cells and
+// routers, a wave that reaches what the release does not change, and a
+// bake that is not positive.
+func (cfg Config) ValidateWaves(waves []control.Wave) error {
 	if len(waves) == 0 {
 		return errors.New("no wave to roll out: no active cell, and no router in the stack")
 	}

@@ -54,11 +54,16 @@ func (r *Runner) spec(router bool) devstack.Spec {
 // itself) or of a router (from the stack).
 func (r *Runner) procs(ctx context.Context, unit string, router bool) ([]proc, error) {
 	if router {
-		admin, err := r.routerAdmin(unit)
+		ps, err := r.opts.Deployer.Processes()
 		if err != nil {
 			return nil, err
 		}
-		return []proc{{unit: unit, router: true, admin: admin}}, nil
+		i := slices.IndexFunc(ps, func(p devstack.Process) bool { return p.Name == unit })
+		if i < 0 {
+			return nil, haltError{fmt.Sprintf("router %s is no longer in the stack", unit)}
+		}
+		p, err := routerProc(ps[i])
+		return []proc{p}, err
 	}
 	m, err := r.opts.Control.Load(ctx)
 	if err != nil {
@@ -78,22 +83,14 @@ func (r *Runner) procs(ctx context.Context, unit string, router bool) ([]proc, e
 	return out, nil
 }
 
-// routerAdmin is the admin base URL of the stack's router name: its
-// readiness URL's.
-func (r *Runner) routerAdmin(name string) (string, error) {
-	ps, err := r.opts.Deployer.Processes()
-	if err != nil {
-		return "", err
-	}
-	i := slices.IndexFunc(ps, func(p devstack.Process) bool { return p.Name == name })
-	if i < 0 {
-		return "", haltError{fmt.Sprintf("router %s is no longer in the stack", name)}
-	}
-	base, ok := strings.CutSuffix(ps[i].Ready, "/readyz")
+// routerProc is the stack's router p as a process to replace: its admin
+// API is its readiness URL's.
+func routerProc(p devstack.Process) (proc, error) {
+	base, ok := strings.CutSuffix(p.Ready, "/readyz")
 	if !ok {
-		return "", fmt.Errorf("router %s: its readiness URL %q is not its admin API's /readyz", name, ps[i].Ready)
+		return proc{}, fmt.Errorf("router %s: its readiness URL %q is not its admin API's /readyz", p.Name, p.Ready)
 	}
-	return base, nil
+	return proc{unit: p.Name, router: true, admin: base}, nil
 }
 
 // release is the release p runs and whether it is ready ("why" says why
@@ -124,7 +121,7 @@ func (r *Runner) replaceUnit(ctx context.Context, ro *control.Rollout, unit stri
 	}
 	ro, err = r.update(ctx, "replacing "+unit, func(ro *control.Rollout) {
 		cr := ro.Progress(router)[unit]
-		cr.Phase = "replacing"
+		cr.Phase = control.PhaseReplacing
 		ro.SetProgress(router, unit, cr)
 	})
 	if err != nil {
@@ -152,7 +149,7 @@ func (r *Runner) replaceUnit(ctx context.Context, ro *control.Rollout, unit stri
 	}
 	return r.update(ctx, unit+" runs the new release: baking", func(ro *control.Rollout) {
 		cr := ro.Progress(router)[unit]
-		cr.Phase = "baking"
+		cr.Phase = control.PhaseBaking
 		ro.SetProgress(router, unit, cr)
 	})
 }
@@ -260,7 +257,7 @@ func (r *Runner) rollBack(ctx context.Context, ro *control.Rollout) (*control.Ro
 	router := len(w.Routers) > 0
 	for _, unit := range w.Units() {
 		cr := ro.Progress(router)[unit]
-		if cr.Phase == "" || cr.Phase == "rolled_back" {
+		if !cr.Phase.Reached() || cr.Phase == control.PhaseRolledBack {
 			continue
 		}
 		keys := make([]string, 0, len(cr.Previous))
@@ -280,7 +277,7 @@ func (r *Runner) rollBack(ctx context.Context, ro *control.Rollout) (*control.Ro
 		var err error
 		if ro, err = r.update(ctx, unit+" rolled back", func(ro *control.Rollout) {
 			c := ro.Progress(router)[unit]
-			c.Phase = "rolled_back"
+			c.Phase = control.PhaseRolledBack
 			ro.SetProgress(router, unit, c)
 		}); err != nil {
 			return ro, err

@@ -159,7 +159,7 @@ func (r *Runner) wave(ctx context.Context, ro *control.Rollout) (*control.Rollou
 		}
 	}
 	for _, unit := range w.Units() {
-		if p := ro.Progress(router)[unit].Phase; p == "baking" || p == "done" {
+		if p := ro.Progress(router)[unit].Phase; p == control.PhaseBaking || p == control.PhaseDone {
 			continue
 		}
 		var err error
