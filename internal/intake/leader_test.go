@@ -113,12 +113,15 @@ func TestNewInquiriesWaitOutAnElection(t *testing.T) {
 	}
 	jobs := map[string]int{}
 	for seq := info.State.FirstSeq; seq <= info.State.LastSeq && info.State.Msgs > 0; seq++ {
-		m, err := work.GetMsg(ctx, seq)
-		if errors.Is(err, jetstream.ErrMsgNotFound) {
-			continue
-		}
+		// Right after the election the stream may still answer "JetStream
+		// system temporarily unavailable" for a moment: read again.
+		var m *jetstream.RawStreamMsg
+		testkit.WaitFor(t, 10*time.Second, fmt.Sprintf("message %d readable", seq), func() bool {
+			m, err = work.GetMsg(ctx, seq)
+			return err == nil || errors.Is(err, jetstream.ErrMsgNotFound)
+		})
 		if err != nil {
-			t.Fatalf("message %d: %v", seq, err)
+			continue // no such message (removed)
 		}
 		var msg queue.Message
 		if err := json.Unmarshal(m.Data, &msg); err != nil {

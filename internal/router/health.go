@@ -2,6 +2,7 @@ package router
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"io"
 	"net"
@@ -22,8 +23,10 @@ import (
 //   - Every ProbeInterval, one GET of the intake's health path
 //     (api.PathHealth) on a connection of the check's own (never one of
 //     the loops'), within ProbeTimeout. An answer below 500 is healthy
-//     (a cell too old to know the path answers 404, and is alive); a 5xx
-//     or no answer in time is a miss. A refused connection is a miss only
+//     (a cell too old to know the path answers 404, and is alive); a 5xx,
+//     or a TLS handshake the instance refuses (it wants another
+//     certificate, or the router does not trust its own), is an answer
+//     that it cannot take work; no answer in time is a miss. A refused connection is a miss only
 //     for an instance already down: a process that is not there costs a
 //     call a refused dial (microseconds, then failover or the breaker), so
 //     it needs no check, and counting it would keep a cell that starts
@@ -58,9 +61,9 @@ type checkResult uint8
 
 const (
 	healthy   checkResult = iota
-	missed                // no answer in time, a failed handshake
+	missed                // no answer in time
 	refused               // no process listens: a miss only for an instance already down
-	unhealthy             // a 5xx answer: alive, and cannot take work now
+	unhealthy             // a 5xx answer, a refused TLS handshake: alive, and cannot take work now
 )
 
 // checks runs the health checks of the endpoints of the routing table's
@@ -157,10 +160,15 @@ func (r *Router) probe(ctx context.Context, client *http.Client, url, host strin
 	}
 	req.Host = host
 	resp, err := client.Do(req)
-	if errors.Is(err, syscall.ECONNREFUSED) {
+	switch {
+	case errors.Is(err, syscall.ECONNREFUSED):
 		return refused
-	}
-	if err != nil {
+	case spokeTLS(err):
+		// It answered, with a refusal of the handshake: alive, and
+		// unable to take this router's calls. Not a hang, whose calls in
+		// flight would be cut.
+		return unhealthy
+	case err != nil:
 		return missed
 	}
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4<<10)) // to keep the connection; the status decides
@@ -169,6 +177,16 @@ func (r *Router) probe(ctx context.Context, client *http.Client, url, host strin
 		return unhealthy
 	}
 	return healthy
+}
+
+// spokeTLS says whether err is the peer's answer to a TLS handshake: an
+// alert it sent (a certificate it wants or refuses), or a certificate of
+// its that this router does not trust. A process that answers that is
+// alive.
+func spokeTLS(err error) bool {
+	var oerr *net.OpError
+	var verr *tls.CertificateVerificationError
+	return errors.As(err, &oerr) && oerr.Op == "remote error" || errors.As(err, &verr)
 }
 
 // probed records a check of ep: it takes ep down or brings it back, and

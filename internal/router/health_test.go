@@ -1,7 +1,11 @@
 package router
 
 import (
+	"crypto/tls"
+	"io"
+	"log"
 	"net/http"
+	"net/http/httptest"
 	"slices"
 	"sync"
 	"testing"
@@ -254,5 +258,40 @@ func TestUnhealthyInstances(t *testing.T) {
 	}
 	if st := w.router.Cells()[0]; st.Breaker != "closed" {
 		t.Errorf("breaker %s with every instance unhealthy, want closed", st.Breaker)
+	}
+}
+
+// TestProbeOfARefusedHandshake: an instance that refuses the check's TLS
+// handshake (it wants a client certificate the router lacks, or its own
+// is one the router does not trust) answered:
+// it is unhealthy, not missed, so that its calls in flight are not cut
+// as a hang's.
+func TestProbeOfARefusedHandshake(t *testing.T) {
+	ok := http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})
+	wantsCert := httptest.NewUnstartedServer(ok)
+	wantsCert.TLS = &tls.Config{ClientAuth: tls.RequireAnyClientCert}
+	wantsCert.Config.ErrorLog = log.New(io.Discard, "", 0)
+	wantsCert.StartTLS()
+	defer wantsCert.Close()
+	plain := httptest.NewServer(ok)
+	defer plain.Close()
+	trusting := &http.Client{Transport: wantsCert.Client().Transport, Timeout: 2 * time.Second}
+	untrusting := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{}}, Timeout: 2 * time.Second}
+	ctx := testkit.Context(t, 10*time.Second)
+	var r Router
+	for _, c := range []struct {
+		name   string
+		client *http.Client
+		url    string
+	}{
+		{"a client certificate wanted", trusting, wantsCert.URL},
+		{"its certificate not trusted", untrusting, wantsCert.URL},
+	} {
+		if got := r.probe(ctx, c.client, c.url+"/v1/health", "c1"); got != unhealthy {
+			t.Errorf("%s: %v, want unhealthy", c.name, got)
+		}
+	}
+	if got := r.probe(ctx, &http.Client{Timeout: 2 * time.Second}, plain.URL+"/v1/health", "c1"); got != healthy {
+		t.Errorf("a plain check of a plain server: %v, want healthy", got)
 	}
 }
