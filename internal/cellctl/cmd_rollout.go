@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -26,16 +27,21 @@ const secRollout = "Release cell by cell"
 
 // rolloutFlags are the settings of rollout plan and start.
 type rolloutFlags struct {
-	waves, stack, id string
-	bake, waitLimit  time.Duration
-	readyWithin      time.Duration
-	scrape           time.Duration
-	minSamples       int64
-	spec, router     devstack.Spec
+	waves, wavesFile string
+	stack, id        string
+	// rollout plan --kustomize: the per-wave components for Kubernetes.
+	kustomize, image, routerImage string
+	bake, waitLimit               time.Duration
+	readyWithin                   time.Duration
+	scrape                        time.Duration
+	minSamples                    int64
+	prometheus                    string
+	spec, router                  devstack.Spec
 }
 
 func (f *rolloutFlags) register(fs *flag.FlagSet, start bool) {
 	fs.StringVar(&f.waves, "waves", "", "`WAVES` of cells separated by ';': cell ids separated by ',', a share of the cells (25%), or rest (default: the first active cell;25%;rest)")
+	fs.StringVar(&f.wavesFile, "waves-file", "", "`FILE` with the waves one per line, as --waves has them (# starts a comment)")
 	fs.DurationVar(&f.bake, "bake", 5*time.Minute, "how long each wave bakes, its gates watching")
 	fs.StringVar(&f.spec.Bin, "bin", "", "`PATH` of the cells' new program (default: the processes' own)")
 	fs.Func("set", "`NAME=VALUE`: a flag the cells' new release sets (repeat)", func(v string) error {
@@ -52,10 +58,41 @@ func (f *rolloutFlags) register(fs *flag.FlagSet, start bool) {
 		return
 	}
 	fs.StringVar(&f.id, "id", "", "the rollout's id (default r-DATE-TIME)")
-	fs.DurationVar(&f.waitLimit, "wait-limit", 0, "how long past its bake a wave may wait for the gates' samples before the rollout halts (default: one more bake)")
 	fs.DurationVar(&f.readyWithin, "ready-within", time.Minute, "how long a replaced process has to get ready on the new release")
+	f.registerGates(fs)
+}
+
+// registerGates registers how the gates judge a bake (rollout start and
+// rollout gate).
+func (f *rolloutFlags) registerGates(fs *flag.FlagSet) {
+	fs.DurationVar(&f.waitLimit, "wait-limit", 0, "how long past its bake a wave may wait for the gates' samples before the rollout halts (default: one more bake)")
 	fs.DurationVar(&f.scrape, "scrape", 5*time.Second, "how often a bake reads the cells' metrics")
 	fs.Int64Var(&f.minSamples, "min-samples", gate.DefaultConfig().MinSamples, "the fewest requests or inquiries of a wave a gate decides on")
+	fs.StringVar(&f.prometheus, "prometheus", "", "`URL` of a Prometheus whose firing alerts are a gate too: one firing for the wave's cells and not for the others halts")
+}
+
+// gateConfig is the rollout's settings of the gate flags, refused with a
+// usage error when out of range.
+func (f *rolloutFlags) gateConfig() (rollout.Config, error) {
+	cfg := rollout.DefaultConfig()
+	if f.bake <= 0 {
+		return cfg, usagef("--bake %v: want a positive duration", f.bake)
+	}
+	if f.scrape <= 0 || f.waitLimit < 0 || f.minSamples < 1 {
+		return cfg, usagef("--scrape must be positive, --wait-limit not negative, --min-samples at least 1")
+	}
+	if f.prometheus != "" {
+		u, err := url.Parse(f.prometheus)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return cfg, usagef("--prometheus %q: want a Prometheus's base URL, http(s)://HOST:PORT", f.prometheus)
+		}
+	}
+	cfg.Scrape, cfg.Prometheus, cfg.WaitLimit = f.scrape, strings.TrimSuffix(f.prometheus, "/"), f.waitLimit
+	if cfg.WaitLimit == 0 {
+		cfg.WaitLimit = f.bake
+	}
+	cfg.Gate.MinSamples = f.minSamples
+	return cfg, nil
 }
 
 // plan makes the waves over m's cells, when the release changes the
@@ -89,9 +126,18 @@ func (f *rolloutFlags) plan(m *slotmap.Map) ([]control.Wave, error) {
 	return append(waves, rw...), nil
 }
 
-// cellWaves are --waves over m's active cells.
+// cellWaves are --waves (or --waves-file) over m's active cells.
 func (f *rolloutFlags) cellWaves(m *slotmap.Map) ([]control.Wave, error) {
 	spec := f.waves
+	if f.wavesFile != "" {
+		if spec != "" {
+			return nil, errors.New("--waves and --waves-file: give one")
+		}
+		var err error
+		if spec, err = readWaves(f.wavesFile); err != nil {
+			return nil, err
+		}
+	}
 	if spec == "" {
 		var active []string
 		for _, c := range m.Cells() {
@@ -111,6 +157,26 @@ func (f *rolloutFlags) cellWaves(m *slotmap.Map) ([]control.Wave, error) {
 		}
 	}
 	return rollout.ParseWaves(m, spec, f.bake)
+}
+
+// readWaves is a waves file as --waves has it: its lines, without
+// comments and blank lines, joined by ';'.
+func readWaves(path string) (string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("--waves-file: %w", err)
+	}
+	var items []string
+	for _, line := range strings.Split(string(b), "\n") {
+		line, _, _ = strings.Cut(line, "#")
+		if line = strings.TrimSpace(line); line != "" {
+			items = append(items, line)
+		}
+	}
+	if len(items) == 0 {
+		return "", fmt.Errorf("--waves-file %s has no wave", path)
+	}
+	return strings.Join(items, ";"), nil
 }
 
 // load reads the map and makes the waves over it; the caller closes the
@@ -153,6 +219,29 @@ func writeWaves(x *inv, waves []control.Wave, ro *control.Rollout) {
 	t.flush()
 }
 
+// writeReached lists each reached cell's and router's processes with the
+// release each runs after the rollout reached it ("-": not yet ready).
+func writeReached(x *inv, ro *control.Rollout) {
+	var lines []string
+	for _, router := range []bool{false, true} {
+		progress := ro.Progress(router)
+		for _, unit := range sortedKeys(progress) {
+			var parts []string
+			for _, k := range sortedKeys(progress[unit].Instances) {
+				rel := orNone(progress[unit].Instances[k])
+				if k != "-" { // an instance of several
+					rel = k + " " + rel
+				}
+				parts = append(parts, rel)
+			}
+			lines = append(lines, fmt.Sprintf("  %s (%s): %s", unit, progress[unit].Phase, orNone(strings.Join(parts, ", "))))
+		}
+	}
+	if len(lines) > 0 {
+		fmt.Fprintf(x.out, "\nReached (release by process):\n%s\n", strings.Join(lines, "\n"))
+	}
+}
+
 func rolloutPlanCommand() *command {
 	var f rolloutFlags
 	c := &command{
@@ -160,17 +249,45 @@ func rolloutPlanCommand() *command {
 		summary: "show the waves a rollout would take",
 		help: `Shows the waves of --waves over the map's active cells, each with its bake
 time, and with --router-bin or --router-set the stack's routers after them,
-one per wave; nothing changes.`,
+one per wave; nothing changes.
+
+With --kustomize DIR it writes, for Kubernetes, one kustomize Component per
+wave (DIR/wave-N): the image --image for the cells of that wave and the
+waves before it, and with --router-image a last wave for the routers'
+Deployment. Apply them one by one, each followed by 'cellctl rollout gate'
+over its cells (docs/kubernetes.md, "Upgrade").`,
 		examples: `cellctl rollout plan --waves 'c1;25%;rest' --bake 10m
-cellctl rollout plan --bin ./bin/cell --router-bin ./bin/router --stack /tmp/stack`,
-		flags: func(fs *flag.FlagSet) { f.register(fs, false) },
+cellctl rollout plan --bin ./bin/cell --router-bin ./bin/router --stack /tmp/stack
+cellctl rollout plan --waves-file waves.txt --kustomize deploy/kubernetes/overlays/prod/rollout \
+  --image registry.example.com/cellkit/cell:1.5.0 --router-image registry.example.com/cellkit/router:1.5.0`,
+		flags: func(fs *flag.FlagSet) {
+			f.register(fs, false)
+			fs.StringVar(&f.kustomize, "kustomize", "", "`DIR` to write one kustomize Component per wave into (Kubernetes)")
+			fs.StringVar(&f.image, "image", "", "with --kustomize: the cells' new image `REF`")
+			fs.StringVar(&f.routerImage, "router-image", "", "with --kustomize: the routers' new image `REF` (a last wave)")
+		},
 	}
 	c.run = func(ctx context.Context, x *inv, _ []string) error {
+		if f.kustomize == "" && (f.image != "" || f.routerImage != "") {
+			return usagef("--image and --router-image go with --kustomize DIR")
+		}
 		reg, waves, err := f.load(ctx, x)
 		if err != nil {
 			return err
 		}
 		defer reg.Close()
+		if f.kustomize != "" {
+			paths, err := writeKustomize(f.kustomize, f.image, f.routerImage, waves)
+			if err != nil {
+				return usagef("--kustomize: %v", err)
+			}
+			writeWaves(x, waves, nil)
+			fmt.Fprintln(x.out)
+			for _, p := range paths {
+				fmt.Fprintf(x.out, "Wrote %s\n", p)
+			}
+			return nil
+		}
 		if x.g.json {
 			return writeJSON(x.out, waves)
 		}
@@ -191,6 +308,13 @@ func (f *rolloutFlags) deployer() (devstack.Deployer, error) {
 	return devstack.Deployer{}, fmt.Errorf("no stack in %s (no %s or net.json): pass --stack DIR", f.stack, devstack.StateFile)
 }
 
+// rolloutOptions are a rollout's collaborators from cellctl: the admin
+// client, the routers announced (or --routers), progress on stdout.
+func (x *inv) rolloutOptions(ctl *control.Controller, d devstack.Deployer) rollout.Options {
+	return rollout.Options{Control: ctl, Admin: x.admin(), Deployer: d, Routers: x.routerURLs,
+		Progress: func(s string) { fmt.Fprintf(x.out, "%s  %s\n", x.cli.now().Format("15:04:05"), s) }}
+}
+
 // drive runs the registry's rollout id to its end and says how it ended:
 // an error (exit 1) unless it is done, paused or aborted.
 func (x *inv) drive(ctx context.Context, ctl *control.Controller, id string, d devstack.Deployer) error {
@@ -202,9 +326,7 @@ func (x *inv) drive(ctx context.Context, ctl *control.Controller, id string, d d
 	if err != nil {
 		return err
 	}
-	r := rollout.New(id, cfg, rollout.Options{Control: ctl, Admin: x.admin(), Deployer: d, Routers: x.routerURLs,
-		Progress: func(s string) { fmt.Fprintf(x.out, "%s  %s\n", x.cli.now().Format("15:04:05"), s) }})
-	ro, err = r.Run(ctx)
+	ro, err = rollout.New(id, cfg, x.rolloutOptions(ctl, d)).Run(ctx)
 	if err != nil {
 		return fmt.Errorf("rollout %s: %w (its record keeps where it stands: 'cellctl rollout resume')", id, err)
 	}
@@ -230,7 +352,8 @@ metrics (failures by Fisher's exact test, latency by Mann-Whitney, crash
 restarts and readiness lost against the baseline's worst process:
 docs/decisions/rollout-gates.md). With --router-bin or --router-set the
 stack's routers follow, one per wave, each baked against the routers still
-on the old release (a single router: against its own figures before). A failed gate, a process
+on the old release (the last: against those already baked; a single
+router: against its own figures before). A failed gate, a process
 that does not get ready within --ready-within, or a bake without enough
 samples halts the rollout and puts the wave's processes back. Another
 rollout is refused while one is active. Interrupted, the rollout stays in
@@ -243,14 +366,14 @@ cellctl rollout start --bin ./bin/cell --router-bin ./bin/router --stack /tmp/st
 		flags:     func(fs *flag.FlagSet) { f.register(fs, true) },
 	}
 	c.run = func(ctx context.Context, x *inv, _ []string) error {
-		if f.bake <= 0 {
-			return usagef("--bake %v: want a positive duration", f.bake)
+		cfg, err := f.gateConfig()
+		if err != nil {
+			return err
 		}
-		if f.readyWithin <= 0 || f.scrape <= 0 || f.waitLimit < 0 || f.minSamples < 1 {
-			return usagef("--ready-within and --scrape must be positive, --wait-limit not negative, --min-samples at least 1")
+		if f.readyWithin <= 0 {
+			return usagef("--ready-within %v: want a positive duration", f.readyWithin)
 		}
-		cfg := rollout.DefaultConfig()
-		cfg.Spec, cfg.Router, cfg.Scrape, cfg.ReadyWithin = f.spec, f.router, f.scrape, f.readyWithin
+		cfg.Spec, cfg.Router, cfg.ReadyWithin = f.spec, f.router, f.readyWithin
 		if err := cfg.ValidateRelease(); err != nil {
 			return usagef("%v (give --bin PATH, --set NAME=VALUE, --router-bin or --router-set)", err)
 		}
@@ -263,11 +386,6 @@ cellctl rollout start --bin ./bin/cell --router-bin ./bin/router --stack /tmp/st
 			return err
 		}
 		defer reg.Close()
-		cfg.WaitLimit = f.waitLimit
-		if cfg.WaitLimit == 0 {
-			cfg.WaitLimit = f.bake
-		}
-		cfg.Gate.MinSamples = f.minSamples
 		id := f.id
 		if id == "" {
 			id = "r-" + x.cli.now().UTC().Format("20060102-150405")
@@ -276,6 +394,14 @@ cellctl rollout start --bin ./bin/cell --router-bin ./bin/router --stack /tmp/st
 			return usagef("%v", err)
 		}
 		ctl := x.controller(reg, nil)
+		// A second rollout is refused first, naming the one in the way
+		// (Start refuses it too, under the writer lock).
+		if cur, err := ctl.Rollout(ctx); err == nil && cur.State.Active() {
+			return &control.RolloutActiveError{ID: cur.ID, Holder: cur.Holder, State: cur.State}
+		}
+		if err := rollout.Preflight(ctx, cfg, x.rolloutOptions(ctl, d)); err != nil {
+			return fmt.Errorf("%w: no rollout started", err)
+		}
 		if _, err := rollout.Start(ctx, ctl, id, waves, cfg); err != nil {
 			return err
 		}
@@ -292,7 +418,9 @@ func rolloutStatusCommand() *command {
 		summary: "where the rollout stands: waves, cells, decision",
 		help: `Shows the registry's rollout: its state, the wave in progress, who drives it,
 the release it puts out and what it replaces, each wave's cells with their
-phase, why it halted or stopped, and its last events. --json: the record.`,
+phase, the bake in progress (time left, each gate's verdict and figures as
+last judged), why it halted or stopped, and its last events. --json: the
+record.`,
 		examples: `cellctl rollout status
 cellctl rollout status --json | jq .state`,
 	}
@@ -320,6 +448,14 @@ cellctl rollout status --json | jq .state`,
 		}
 		fmt.Fprintln(x.out)
 		writeWaves(x, ro.Waves, ro)
+		writeReached(x, ro)
+		if b := ro.Bake; b != nil && b.Wave == ro.Wave && ro.State == control.RolloutRunning {
+			fmt.Fprintf(x.out, "\nWave %d baking: %v of %v, %v left at %s; the gates: %s\n", b.Wave+1,
+				b.Judged.Sub(b.Started).Round(time.Second), b.Bake, b.Left().Round(time.Second), b.Judged.UTC().Format("15:04:05"), b.Decision)
+			for _, g := range b.Gates {
+				fmt.Fprintf(x.out, "  %s\n", g)
+			}
+		}
 		if ro.Reason != "" {
 			fmt.Fprintf(x.out, "\nReason: %s\n", ro.Reason)
 		}
@@ -420,4 +556,65 @@ func rolloutRollbackCommand() *command {
 		`Halts the rollout and puts every process it replaced in the wave in progress
 back as it ran before, instance by instance; earlier waves, baked, are left
 on the new release (start a rollout of the old one to undo them).`, control.RolloutHalted)
+}
+
+func rolloutGateCommand() *command {
+	var f rolloutFlags
+	var cells string
+	c := &command{
+		name: "rollout gate", section: secRollout,
+		summary: "judge cells already on a new release against the others",
+		help: `Runs a rollout's gates for --bake over the cells of --cells, which a release
+has reached by other means (kubectl apply of a wave's component: 'rollout
+plan --kustomize'), against the active cells that run another release:
+the same gates as a rollout's bake (docs/decisions/rollout-gates.md),
+waiting for samples up to --wait-limit more. Exit 0: the gates passed; 1:
+a gate failed, or too few samples (fail closed) — roll the wave back.
+Nothing changes.`,
+		examples: `cellctl rollout gate --cells c1 --bake 10m
+cellctl rollout gate --cells c2,c3 --bake 10m --prometheus http://prometheus:9090`,
+		unbounded: func() bool { return true },
+		flags: func(fs *flag.FlagSet) {
+			fs.StringVar(&cells, "cells", "", "the wave's cells, `IDS` separated by ','")
+			fs.DurationVar(&f.bake, "bake", 5*time.Minute, "how long the gates watch")
+			f.registerGates(fs)
+		},
+	}
+	c.run = func(ctx context.Context, x *inv, _ []string) error {
+		cfg, err := f.gateConfig()
+		if err != nil {
+			return err
+		}
+		var wave []string
+		for _, id := range strings.Split(cells, ",") {
+			if id = strings.TrimSpace(id); id != "" {
+				wave = append(wave, id)
+			}
+		}
+		if len(wave) == 0 {
+			return usagef("--cells: name the wave's cells (c1,c2)")
+		}
+		reg, err := x.openRegistry()
+		if err != nil {
+			return err
+		}
+		defer reg.Close()
+		opts := x.rolloutOptions(x.controller(reg, nil), devstack.Deployer{})
+		if err := rollout.Preflight(ctx, cfg, opts); err != nil {
+			return err
+		}
+		d, vs, err := rollout.Gate(ctx, wave, f.bake, cfg, opts)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(x.out, "\nThe gates: %s\n", d)
+		for _, v := range vs {
+			fmt.Fprintf(x.out, "  %s %s\n", v.Decision, v.Text)
+		}
+		if d != gate.Pass {
+			return fmt.Errorf("the gates of %s: %s (roll the wave back)", strings.Join(wave, ","), d)
+		}
+		return nil
+	}
+	return c
 }

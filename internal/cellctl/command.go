@@ -54,7 +54,7 @@ func commands() []*command {
 		statusCommand(), failedListCommand(), failedRetryCommand(), circuitCommand(), hotkeysCommand(),
 
 		rolloutPlanCommand(), rolloutStartCommand(), rolloutStatusCommand(), rolloutPauseCommand(),
-		rolloutResumeCommand(), rolloutAbortCommand(), rolloutRollbackCommand(),
+		rolloutResumeCommand(), rolloutAbortCommand(), rolloutRollbackCommand(), rolloutGateCommand(),
 
 		devUpCommand(), devDownCommand(), devStatusCommand(), devCertsCommand(), devSuperviseCommand(),
 	}

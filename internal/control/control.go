@@ -134,6 +134,9 @@ func (c *Controller) Registry() registry.Registry { return c.reg }
 // registry has none.
 func (c *Controller) History() History { return c.hist }
 
+// Holder is who this controller writes as (a rollout's holder).
+func (c *Controller) Holder() string { return c.cfg.Holder }
+
 func (c *Controller) note(warning bool, format string, args ...any) {
 	if c.opts.Note != nil {
 		c.opts.Note(Note{Warning: warning, Text: fmt.Sprintf(format, args...)})

@@ -75,6 +75,8 @@ type Rollout struct {
 	// reached router's, by process name.
 	Cells   map[string]CellRollout `json:"cells,omitempty"`
 	Routers map[string]CellRollout `json:"routers,omitempty"`
+	// Bake is the wave in progress's bake as its driver last judged it.
+	Bake *BakeStatus `json:"bake,omitempty"`
 	// Reason says why it halted, was paused or aborted, with the figures.
 	Reason string `json:"reason,omitempty"`
 	// Events are what happened, oldest first.
@@ -151,6 +153,21 @@ type CellRollout struct {
 	Instances map[string]string `json:"instances,omitempty"`
 	Previous  map[string]string `json:"previous,omitempty"`
 }
+
+// BakeStatus is a wave's bake as its driver last judged it (every scrape):
+// when it began, how long it is, and the gates' verdicts with their
+// figures. A resumed rollout bakes its wave again from the start.
+type BakeStatus struct {
+	Wave     int           `json:"wave"`
+	Started  time.Time     `json:"started"`
+	Bake     time.Duration `json:"bake_ns"`
+	Judged   time.Time     `json:"judged"`
+	Decision string        `json:"decision"` // pass, wait or fail
+	Gates    []string      `json:"gates"`    // each gate's verdict and figures
+}
+
+// Left is how much of the bake was left when it was last judged.
+func (b *BakeStatus) Left() time.Duration { return max(0, b.Bake-b.Judged.Sub(b.Started)) }
 
 // RolloutEvent is one line of a rollout's story.
 type RolloutEvent struct {

@@ -248,6 +248,9 @@ scrape_configs:
 	return p, nil
 }
 
+// URL is the server's base URL.
+func (p *Prometheus) URL() string { return p.url }
+
 // targetsUp counts the active targets whose last scrape succeeded.
 func (p *Prometheus) targetsUp(ctx context.Context) (int, error) {
 	var body struct {

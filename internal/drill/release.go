@@ -124,7 +124,13 @@ func Release(ctx context.Context, c Config) (*loadtest.Result, error) {
 			if _, err := rollout.Start(ctx, ctl, id, waves, run); err != nil {
 				return err
 			}
-			o.ro, o.err = rollout.New(id, run, rollout.Options{Control: ctl, Admin: admin, Progress: func(s string) { c.logf("%s: %s", k.name, s) },
+			progress := func(s string) {
+				c.logf("%s: %s", k.name, s)
+				if m, ok := waveMark(s); ok {
+					r.Mark(k.name + ": " + m)
+				}
+			}
+			o.ro, o.err = rollout.New(id, run, rollout.Options{Control: ctl, Admin: admin, Progress: progress,
 				Deployer: devstack.Deployer{Path: devstack.StatePath(st.Dir), Grace: devstack.StopGrace},
 				Routers:  func(context.Context) ([]string, error) { return []string{st.RouterAdmin}, nil }}).Run(ctx)
 			o.to = r.Elapsed()
@@ -210,6 +216,21 @@ func failuresBeyondRefusals(samples []loadtest.Sample, from, to time.Duration) i
 		}
 	}
 	return n
+}
+
+// waveMark is the plot's mark of a rollout's step: a wave's cells
+// replaced (its bake begins), a wave baked, a halt.
+func waveMark(step string) (string, bool) {
+	switch {
+	case strings.HasSuffix(step, " runs the new release: baking"):
+		return strings.TrimSuffix(step, " runs the new release: baking") + " baking", true
+	case strings.HasPrefix(step, "wave ") && strings.Contains(step, " baked "):
+		wave, _, _ := strings.Cut(step, " baked ")
+		return wave + " baked", true
+	case strings.HasPrefix(step, "halted: "):
+		return "halted", true
+	}
+	return "", false
 }
 
 // gateOf is what in a halt's reason failed: its failed verdicts, or the

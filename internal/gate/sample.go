@@ -5,6 +5,7 @@ import (
 	"math"
 	"slices"
 	"strconv"
+	"strings"
 
 	dto "github.com/prometheus/client_model/go"
 )
@@ -321,6 +322,36 @@ func (cfg Config) JudgeRouters(wave, base Sample) []Verdict {
 		Events("crash restarts", wave.Health.Restarts, base.Health.Restarts),
 		Events("readiness lost", wave.Health.Flaps, base.Health.Flaps),
 	}
+}
+
+// Alerts fails a wave for which a Prometheus alert fires that fires for
+// no process of the baseline (by alert name): an alert of every cell is
+// the world's doing (an agency down), one of the wave's alone is the
+// release's. wave and base are the alerts' names firing for each;
+// unread says the alerts could not be read (Wait, with why: it halts
+// once the bake's wait is over, fail closed).
+func Alerts(wave, base []string, unread string) Verdict {
+	if unread != "" {
+		return Verdict{Decision: Wait, P: 1, Text: "alerts: " + unread}
+	}
+	var own []string
+	for _, a := range wave {
+		if !slices.Contains(base, a) && !slices.Contains(own, a) {
+			own = append(own, a)
+		}
+	}
+	text := fmt.Sprintf("alerts: firing for the wave %s, for the baseline %s", names(wave), names(base))
+	if len(own) > 0 {
+		return Verdict{Decision: Fail, P: 0, Text: text}
+	}
+	return Verdict{Decision: Pass, P: 1, Text: text}
+}
+
+func names(s []string) string {
+	if len(s) == 0 {
+		return "none"
+	}
+	return strings.Join(slices.Compact(slices.Sorted(slices.Values(s))), ",")
 }
 
 // Events compares events too rare for a test of rates (a crash, a

@@ -162,3 +162,23 @@ func TestReadyOf(t *testing.T) {
 		}
 	}
 }
+
+// TestAlerts: an alert firing for the wave alone fails it; one firing for
+// the baseline too does not; alerts that cannot be read wait.
+func TestAlerts(t *testing.T) {
+	for _, c := range []struct {
+		wave, base []string
+		unread     string
+		want       Decision
+	}{
+		{nil, nil, "", Pass},
+		{[]string{"CellkitShedRateHigh"}, nil, "", Fail},
+		{[]string{"CellkitAgencyBreakerOpen"}, []string{"CellkitAgencyBreakerOpen"}, "", Pass},
+		{[]string{"CellkitAgencyBreakerOpen", "CellkitInquiryPanics"}, []string{"CellkitAgencyBreakerOpen"}, "", Fail},
+		{nil, nil, "prometheus unreachable", Wait},
+	} {
+		if got := Alerts(c.wave, c.base, c.unread); got.Decision != c.want {
+			t.Errorf("Alerts(%v, %v, %q) = %v (%s), want %v", c.wave, c.base, c.unread, got.Decision, got.Text, c.want)
+		}
+	}
+}

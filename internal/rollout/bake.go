@@ -2,6 +2,7 @@ package rollout
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -25,7 +26,10 @@ type panel struct {
 
 // panel is the wave in progress's panel: for cells, every instance of the
 // wave's cells and of the cells not yet reached; for routers, the wave's
-// and the stack's routers not yet reached.
+// and the stack's routers not yet reached — or, for the last ones, the
+// routers already baked on the new release, which passed their own bake
+// against the old one in the same window (a comparison over one window,
+// however noisy the traffic, is worth more than one over two).
 func (r *Runner) panel(ctx context.Context, ro *control.Rollout) (panel, error) {
 	w := ro.Waves[ro.Wave]
 	if len(w.Routers) > 0 {
@@ -34,20 +38,26 @@ func (r *Runner) panel(ctx context.Context, ro *control.Rollout) (panel, error) 
 		if err != nil {
 			return pn, err
 		}
+		var baked []proc
 		for _, p := range ps {
-			inWave := slices.Contains(w.Routers, p.Name)
-			if !devstack.IsRouter(p.Name) || (!inWave && ro.Routers[p.Name].Phase.Reached()) {
+			if !devstack.IsRouter(p.Name) {
 				continue
 			}
 			rp, err := routerProc(p)
 			if err != nil {
 				return pn, err
 			}
-			if inWave {
+			switch phase := ro.Routers[p.Name].Phase; {
+			case slices.Contains(w.Routers, p.Name):
 				pn.wave = append(pn.wave, rp)
-			} else {
+			case !phase.Reached():
 				pn.base = append(pn.base, rp)
+			case phase == control.PhaseDone:
+				baked = append(baked, rp)
 			}
+		}
+		if len(pn.base) == 0 {
+			pn.base = baked
 		}
 		return pn, nil
 	}
@@ -195,8 +205,8 @@ func (r *Runner) judge(pn panel, waveW, baseW gate.Sample) []gate.Verdict {
 }
 
 // windows are the wave's and the baseline's figures since before (a wave
-// of routers with no router on the old release: the reference measured
-// before they were replaced).
+// of routers with no other router: the reference measured before they
+// were replaced).
 func (r *Runner) windows(wave int, pn panel, before, now look, t tracker) (waveW, baseW gate.Sample) {
 	waveW, baseW = window(pn.wave, before, now, t), window(pn.base, before, now, t)
 	if pn.router {
@@ -210,10 +220,10 @@ func (r *Runner) windows(wave int, pn panel, before, now look, t tracker) (waveW
 	return waveW, baseW
 }
 
-// measureReference, for a wave of routers that no router on the old
-// release can be compared with (a single router, or the last ones), reads
-// the wave's routers for the wave's bake before they are replaced: their
-// own figures are the baseline. Not on a resume past their replacement.
+// measureReference, for a wave of routers that no other router can be
+// compared with (a single router), reads the wave's routers for the
+// wave's bake before they are replaced: their own figures are the
+// baseline. Not on a resume past their replacement.
 func (r *Runner) measureReference(ctx context.Context, ro *control.Rollout) error {
 	w := ro.Waves[ro.Wave]
 	if _, ok := r.reference[ro.Wave]; ok {
@@ -228,7 +238,7 @@ func (r *Runner) measureReference(ctx context.Context, ro *control.Rollout) erro
 	if err != nil || len(pn.base) > 0 {
 		return err
 	}
-	r.say("no router on the old release to compare %s with: reading its figures for %v before it is replaced", strings.Join(w.Routers, ", "), w.Bake)
+	r.say("no other router to compare %s with: reading its figures for %v before it is replaced", strings.Join(w.Routers, ", "), w.Bake)
 	t := tracker{}
 	before := r.look(ctx, pn)
 	t.observe(before)
@@ -244,60 +254,117 @@ func (r *Runner) measureReference(ctx context.Context, ro *control.Rollout) erro
 	return nil
 }
 
+// step is one judgement of a bake: how long it has run, the gates'
+// verdicts and their decision.
+type step struct {
+	elapsed  time.Duration
+	verdicts []gate.Verdict
+	decision gate.Decision
+}
+
+// watch judges pn's wave against its baseline every Scrape, over the
+// window since its first look, until the judgement is final: a gate
+// failed, the gates passed once bake is over, or bake and WaitLimit are
+// over (too few samples). Each step goes to each first (nil: none); an
+// error from each ends the watch.
+func (r *Runner) watch(ctx context.Context, wave int, pn panel, bake time.Duration, each func(step) error) (step, error) {
+	start := r.opts.Now()
+	t := tracker{}
+	before := r.look(ctx, pn)
+	t.observe(before)
+	for {
+		if !sleep(ctx, r.cfg.Scrape) {
+			return step{}, ctx.Err()
+		}
+		now := r.look(ctx, pn)
+		t.observe(now)
+		waveW, baseW := r.windows(wave, pn, before, now, t)
+		vs := r.judge(pn, waveW, baseW)
+		if r.cfg.Prometheus != "" {
+			vs = append(vs, r.alertVerdict(ctx, pn))
+		}
+		s := step{elapsed: r.opts.Now().Sub(start), verdicts: vs, decision: gate.Overall(vs)}
+		if each != nil {
+			if err := each(s); err != nil {
+				return s, err
+			}
+		}
+		if s.decision == gate.Fail || (s.elapsed >= bake && s.decision == gate.Pass) || s.elapsed >= bake+r.cfg.WaitLimit {
+			return s, nil
+		}
+	}
+}
+
+// errStopped ends a bake whose rollout was paused or aborted meanwhile.
+var errStopped = errors.New("the rollout is no longer running")
+
 // bake watches the wave against the baseline for the wave's bake time,
-// scraping every Scrape: a gate that fails halts at once; at the end the
-// gates must pass, waiting for samples up to WaitLimit more.
+// recording each judgement in the record: a gate that fails halts at
+// once; at the end the gates must pass, waiting for samples up to
+// WaitLimit more.
 func (r *Runner) bake(ctx context.Context, ro *control.Rollout) (*control.Rollout, error) {
 	w := ro.Waves[ro.Wave]
 	pn, err := r.panel(ctx, ro)
 	if err != nil {
 		return ro, err
 	}
-	start := r.opts.Now()
-	t := tracker{}
-	before := r.look(ctx, pn)
-	t.observe(before)
-	limit := w.Bake + r.cfg.WaitLimit
-	for {
-		if !sleep(ctx, r.cfg.Scrape) {
-			return ro, ctx.Err()
-		}
-		now := r.look(ctx, pn)
-		t.observe(now)
-		waveW, baseW := r.windows(ro.Wave, pn, before, now, t)
-		vs := r.judge(pn, waveW, baseW)
-		d, elapsed := gate.Overall(vs), r.opts.Now().Sub(start)
-		figures := verdictText(vs)
-		if cur, err := r.opts.Control.Rollout(ctx); err == nil && cur.State != control.RolloutRunning {
-			return cur, nil // paused or aborted meanwhile
-		}
+	started := r.opts.Now()
+	s, err := r.watch(ctx, ro.Wave, pn, w.Bake, func(s step) error {
+		_, err := r.opts.Control.UpdateRollout(ctx, r.id, func(cur *control.Rollout) error {
+			if cur.State != control.RolloutRunning {
+				return errStopped
+			}
+			if err := r.stillHeld(cur); err != nil {
+				return err
+			}
+			cur.Bake = &control.BakeStatus{Wave: ro.Wave, Started: started, Bake: w.Bake, Judged: r.opts.Now(),
+				Decision: s.decision.String(), Gates: verdictLines(s.verdicts)}
+			return nil
+		})
 		switch {
-		case d == gate.Fail:
-			why := fmt.Sprintf("wave %d failed its gates after %v: %s", ro.Wave+1, elapsed.Round(time.Second), figures)
-			return r.update(ctx, "halted: "+why, func(ro *control.Rollout) { ro.State, ro.Reason = control.RolloutHalted, why })
-		case elapsed >= w.Bake && d == gate.Pass:
-			return r.update(ctx, fmt.Sprintf("wave %d baked %v: %s", ro.Wave+1, elapsed.Round(time.Second), figures), func(ro *control.Rollout) {
-				router := len(w.Routers) > 0
-				for _, u := range w.Units() {
-					cr := ro.Progress(router)[u]
-					cr.Phase = control.PhaseDone
-					ro.SetProgress(router, u, cr)
-				}
-				ro.Wave++
-				ro.Reason = ""
-			})
-		case elapsed >= limit:
-			why := fmt.Sprintf("wave %d had too few samples after %v: %s", ro.Wave+1, elapsed.Round(time.Second), figures)
-			return r.update(ctx, "halted: "+why, func(ro *control.Rollout) { ro.State, ro.Reason = control.RolloutHalted, why })
+		case errors.Is(err, errStopped), errors.Is(err, errTakenOver):
+			return err
+		case err != nil:
+			r.say("wave %d: the record not updated: %v", ro.Wave+1, err)
+		default:
+			r.held = true
 		}
-		r.say("wave %d baking %v of %v: %s", ro.Wave+1, elapsed.Round(time.Second), w.Bake, figures)
+		r.say("wave %d baking %v of %v: %s", ro.Wave+1, s.elapsed.Round(time.Second), w.Bake, verdictText(s.verdicts))
+		return nil
+	})
+	switch {
+	case errors.Is(err, errStopped):
+		return r.opts.Control.Rollout(ctx) // paused or aborted meanwhile
+	case err != nil:
+		return ro, err
 	}
+	figures, elapsed := verdictText(s.verdicts), s.elapsed.Round(time.Second)
+	switch s.decision {
+	case gate.Fail:
+		why := fmt.Sprintf("wave %d failed its gates after %v: %s", ro.Wave+1, elapsed, figures)
+		return r.update(ctx, "halted: "+why, func(ro *control.Rollout) { ro.State, ro.Reason = control.RolloutHalted, why })
+	case gate.Pass:
+		return r.update(ctx, fmt.Sprintf("wave %d baked %v: %s", ro.Wave+1, elapsed, figures), func(ro *control.Rollout) {
+			router := len(w.Routers) > 0
+			for _, u := range w.Units() {
+				cr := ro.Progress(router)[u]
+				cr.Phase = control.PhaseDone
+				ro.SetProgress(router, u, cr)
+			}
+			ro.Wave++
+			ro.Reason = ""
+		})
+	}
+	why := fmt.Sprintf("wave %d had too few samples after %v: %s", ro.Wave+1, elapsed, figures)
+	return r.update(ctx, "halted: "+why, func(ro *control.Rollout) { ro.State, ro.Reason = control.RolloutHalted, why })
 }
 
-func verdictText(vs []gate.Verdict) string {
-	var parts []string
-	for _, v := range vs {
-		parts = append(parts, v.Decision.String()+" "+v.Text)
+func verdictLines(vs []gate.Verdict) []string {
+	out := make([]string, len(vs))
+	for i, v := range vs {
+		out[i] = v.Decision.String() + " " + v.Text
 	}
-	return strings.Join(parts, "; ")
+	return out
 }
+
+func verdictText(vs []gate.Verdict) string { return strings.Join(verdictLines(vs), "; ") }

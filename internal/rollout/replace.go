@@ -138,6 +138,9 @@ func (r *Runner) replaceUnit(ctx context.Context, ro *control.Rollout, unit stri
 			// its record holds what ran before; only the wait is left.
 			next, err = r.finishProc(ctx, p, ro.Replaced(router))
 		default:
+			if err = r.keepQuorum(ctx, p, ps); err != nil {
+				return ro, err
+			}
 			next, err = r.replaceProc(ctx, p)
 		}
 		if next != nil {
@@ -152,6 +155,42 @@ func (r *Runner) replaceUnit(ctx context.Context, ro *control.Rollout, unit stri
 		cr.Phase = control.PhaseBaking
 		ro.SetProgress(router, unit, cr)
 	})
+}
+
+// keepQuorum, before an instance of several is taken out, waits until
+// enough of its cell's other instances are ready that a majority of them
+// all still serves without it: the quorum of the cell's JetStream
+// cluster, whose nodes go with the instances (a pod's sidecar, an
+// embedded server). Not within ReadyWithin halts the rollout. A cell of
+// one process has no quorum to keep.
+func (r *Runner) keepQuorum(ctx context.Context, p proc, all []proc) error {
+	if !p.rotate {
+		return nil
+	}
+	need := len(all)/2 + 1
+	deadline := r.opts.Now().Add(r.cfg.ReadyWithin)
+	for {
+		var down []string
+		for _, o := range all {
+			if o.instance == p.instance {
+				continue
+			}
+			if _, ready, why := r.release(ctx, o); !ready {
+				down = append(down, o.name()+" ("+why+")")
+			}
+		}
+		ready := len(all) - 1 - len(down)
+		if ready >= need {
+			return nil
+		}
+		if !r.opts.Now().Before(deadline) {
+			return haltError{fmt.Sprintf("taking %s out would leave %d of %d instances of %s ready, under their quorum of %d; not ready: %s",
+				p.name(), ready, len(all), p.unit, need, strings.Join(down, ", "))}
+		}
+		if !sleep(ctx, 250*time.Millisecond) {
+			return ctx.Err()
+		}
+	}
 }
 
 // replaceProc takes one process out of rotation (an instance of several),
@@ -299,6 +338,9 @@ func (r *Runner) restore(ctx context.Context, unit string, router bool, key stri
 		return fmt.Errorf("roll back %s: no longer in the map", before.Name)
 	}
 	p := ps[i]
+	if err := r.keepQuorum(ctx, p, ps); err != nil {
+		return fmt.Errorf("roll back %s: %w", before.Name, err)
+	}
 	if p.rotate {
 		if err := r.rotation(ctx, p.unit, p.instance, true); err != nil {
 			return err

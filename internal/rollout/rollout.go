@@ -37,6 +37,10 @@ type Config struct {
 	Spec   devstack.Spec
 	Router devstack.Spec
 	Gate   gate.Config
+	// Prometheus, if set, is a Prometheus's base URL whose firing alerts
+	// are a gate too: one firing for the wave's cells (or routers) and not
+	// for the baseline's halts.
+	Prometheus string
 	// Scrape is how often a bake reads the cells' metrics.
 	Scrape time.Duration
 	// WaitLimit is how long past its bake a wave may wait for the gates'
@@ -74,6 +78,9 @@ type Runner struct {
 	cfg  Config
 	opts Options
 	id   string
+	// held says this driver has written the record: from then on, a
+	// record held by another (a resume elsewhere) stops it.
+	held bool
 	// reference is a router wave's baseline when no other router runs
 	// the old release: its routers' own figures before they were
 	// replaced, by wave.
@@ -98,6 +105,18 @@ func New(id string, cfg Config, opts Options) *Runner {
 	return &Runner{cfg: cfg, opts: opts, id: id, reference: map[int]gate.Sample{}}
 }
 
+// errTakenOver stops a driver whose rollout another cellctl drives now.
+var errTakenOver = errors.New("taken over")
+
+// stillHeld refuses a record another driver took over since this one
+// last wrote it.
+func (r *Runner) stillHeld(ro *control.Rollout) error {
+	if r.held && ro.Holder != r.opts.Control.Holder() {
+		return fmt.Errorf("rollout %s is driven by %s now: this driver stops (%w)", ro.ID, ro.Holder, errTakenOver)
+	}
+	return nil
+}
+
 func (r *Runner) say(format string, args ...any) {
 	if r.opts.Progress != nil {
 		r.opts.Progress(fmt.Sprintf(format, args...))
@@ -107,14 +126,20 @@ func (r *Runner) say(format string, args ...any) {
 // update changes the record and says what happened in it and on Progress.
 func (r *Runner) update(ctx context.Context, event string, change func(*control.Rollout)) (*control.Rollout, error) {
 	ro, err := r.opts.Control.UpdateRollout(ctx, r.id, func(ro *control.Rollout) error {
+		if err := r.stillHeld(ro); err != nil {
+			return err
+		}
 		change(ro)
 		if event != "" {
 			ro.Events = append(ro.Events, control.RolloutEvent{At: r.opts.Now(), Text: event})
 		}
 		return nil
 	})
-	if err == nil && event != "" {
-		r.say("%s", event)
+	if err == nil {
+		r.held = true
+		if event != "" {
+			r.say("%s", event)
+		}
 	}
 	return ro, err
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"maps"
 	"net/http"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -25,10 +26,15 @@ import (
 func TestMain(m *testing.M) { testkit.VerifyTestMain(m) }
 
 // TestRolloutOnTheLocalStack, on a real local stack of three cells under
-// load (30/s; make test runs it alone, after the other packages): a release (a flag changed) goes out in two waves and every cell
-// runs it; then a release that cannot start (a flag the cell refuses) is
-// halted in the canary wave, the canary is put back as it ran, and the
-// other cells are never touched.
+// load (30/s; make test runs it alone, after the other packages): a
+// release (a flag changed) goes out in two waves and every cell runs it,
+// each bake's judgement in the record; a cellctl that dies mid-bake is
+// resumed by another; a release that cannot start (a flag the cell
+// refuses) is halted in the canary wave, the canary put back as it ran,
+// the other cells never touched; the stack's router is rolled and a
+// router release that cannot start rolled back; a real Prometheus whose
+// alert fires for the canary alone halts a release; and the gates run
+// beside another deployer pass a good release and fail a failing build.
 func TestRolloutOnTheLocalStack(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the local stack")
@@ -37,7 +43,7 @@ func TestRolloutOnTheLocalStack(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx := testkit.Context(t, 5*time.Minute)
+	ctx := testkit.Context(t, 7*time.Minute)
 	st, err := drill.StartStack(ctx, filepath.Join(root, "bin"), "--cells", "3")
 	if err != nil {
 		t.Fatal(err)
@@ -53,7 +59,7 @@ func TestRolloutOnTheLocalStack(t *testing.T) {
 
 	// Load through the router the whole time, bounded.
 	load, err := loadtest.NewRunner(loadtest.Config{Target: st.Router, Key: st.APIKey,
-		Steps: []loadtest.Step{{Rate: 30, For: 3 * time.Minute}}, Users: 300}, loadtest.Options{})
+		Steps: []loadtest.Step{{Rate: 30, For: 5 * time.Minute}}, Users: 300}, loadtest.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -124,6 +130,9 @@ func TestRolloutOnTheLocalStack(t *testing.T) {
 	ro := run("good", devstack.Spec{Set: []string{"record-ttl=2h"}})
 	if ro.State != control.RolloutDone || ro.Wave != 2 {
 		t.Fatalf("a good release: %s at wave %d: %s", ro.State, ro.Wave, ro.Reason)
+	}
+	if b := ro.Bake; b == nil || b.Wave != 1 || b.Decision != "pass" || len(b.Gates) != 8 || b.Left() != 0 {
+		t.Errorf("the record's last bake: %+v, want wave 2's, passed, with its 8 gates, nothing left", b)
 	}
 	good := releases()
 	for cell, rel := range good {
@@ -217,5 +226,76 @@ func TestRolloutOnTheLocalStack(t *testing.T) {
 	}
 	if after := releases(); !maps.Equal(after, cells) {
 		t.Errorf("the cells after the routers' rollouts: %v, want %v", after, cells)
+	}
+
+	// A Prometheus's firing alerts are a gate: one firing for the canary
+	// alone halts a release the other gates pass. An unreachable one is
+	// refused before anything starts.
+	bin := filepath.Join(root, "bin")
+	if _, err := os.Stat(filepath.Join(bin, "prometheus")); err != nil {
+		t.Fatalf("no prometheus in %s: make tools builds it", bin)
+	}
+	rules := filepath.Join(t.TempDir(), "rules.yml")
+	if err := os.WriteFile(rules, []byte(`groups:
+  - name: rollout-test
+    rules:
+      - alert: CanaryWatched
+        expr: cellkit_cell_ready{cell="c1"} == 1
+        labels:
+          severity: ticket
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	prom, err := drill.StartPrometheus(ctx, filepath.Join(bin, "prometheus"), rules, st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(prom.Stop)
+	c = cfg
+	c.Prometheus = "http://127.0.0.1:1"
+	opts := rollout.Options{Control: ctl, Admin: admin, Deployer: deployer, Routers: routers}
+	if err := rollout.Preflight(ctx, c, opts); err == nil || !strings.Contains(err.Error(), "prometheus http://127.0.0.1:1") {
+		t.Errorf("an unreachable Prometheus: %v", err)
+	}
+	c.Prometheus = prom.URL()
+	if err := rollout.Preflight(ctx, c, opts); err != nil {
+		t.Fatalf("preflight: %v", err)
+	}
+	cells = releases()
+	c.Spec = devstack.Spec{Set: []string{"record-ttl=4h"}}
+	ro = runWaves("alerted", c, waves)
+	if ro.State != control.RolloutRolledBack || ro.Wave != 0 || !strings.Contains(ro.Reason, "fail alerts: firing for the wave CanaryWatched, for the baseline none") {
+		t.Fatalf("a release whose canary has an alert of its own: %s at wave %d: %s", ro.State, ro.Wave+1, ro.Reason)
+	}
+	if after := releases(); !maps.Equal(after, cells) {
+		t.Errorf("the cells after the alerted rollout: %v, want %v", after, cells)
+	}
+
+	// The gates beside another deployer (kubectl apply): c1 put on a
+	// release by hand is judged against c2 and c3; a good one passes, a
+	// build that fails a fifth of its inquiries does not.
+	gateOn := func(spec devstack.Spec) gate.Decision {
+		t.Helper()
+		_, child, err := deployer.Replace(ctx, "c1", spec.Apply)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := devstack.WaitReady(ctx, &http.Client{Timeout: time.Second}, 30*time.Second, child); err != nil {
+			t.Fatal(err)
+		}
+		c := cfg
+		c.WaitLimit = 20 * time.Second
+		d, vs, err := rollout.Gate(ctx, []string{"c1"}, 5*time.Second, c, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("gate on %+v: %v %+v", spec, d, vs)
+		return d
+	}
+	if d := gateOn(devstack.Spec{Set: []string{"record-ttl=5h"}}); d != gate.Pass {
+		t.Errorf("the gates of a good release put on by hand: %v", d)
+	}
+	if d := gateOn(devstack.Spec{Bin: filepath.Join(bin, "faults", "cell-failing")}); d != gate.Fail {
+		t.Errorf("the gates of a failing build put on by hand: %v", d)
 	}
 }

@@ -1,0 +1,138 @@
+package rollout
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/cellkit/cellkit/internal/control"
+	"github.com/cellkit/cellkit/internal/devstack"
+	"github.com/cellkit/cellkit/internal/gate"
+	"github.com/cellkit/cellkit/internal/slotmap"
+)
+
+// Preflight reads every metrics source a rollout of cfg would judge by —
+// each active cell's processes, the routers of opts.Routers, the stack's
+// routers when the release changes them, Prometheus when cfg names one —
+// and refuses, naming it, one that does not answer: a rollout that could
+// not see its gates is not started.
+func Preflight(ctx context.Context, cfg Config, opts Options) error {
+	r := New("", cfg, opts)
+	m, err := opts.Control.Load(ctx)
+	if err != nil {
+		return err
+	}
+	var targets []proc
+	for _, c := range m.Cells() {
+		if c.State != slotmap.Active {
+			continue
+		}
+		ps, err := r.procs(ctx, c.ID, false)
+		if err != nil {
+			return err
+		}
+		targets = append(targets, ps...)
+	}
+	if !cfg.Router.Empty() {
+		ps, err := opts.Deployer.Processes()
+		if err != nil {
+			return err
+		}
+		for _, p := range ps {
+			if devstack.IsRouter(p.Name) {
+				rp, err := routerProc(p)
+				if err != nil {
+					return err
+				}
+				targets = append(targets, rp)
+			}
+		}
+	}
+	if opts.Routers != nil {
+		urls, err := opts.Routers(ctx)
+		if err != nil {
+			return err
+		}
+		for _, u := range urls {
+			targets = append(targets, proc{unit: "router at " + u, router: true, admin: u})
+		}
+	}
+	for _, p := range targets {
+		if _, err := opts.Admin.Metrics(ctx, p.admin); err != nil {
+			return fmt.Errorf("the metrics of %s: %v (the gates could not read them)", p.name(), err)
+		}
+	}
+	if cfg.Prometheus != "" {
+		if _, err := r.firingAlerts(ctx); err != nil {
+			return fmt.Errorf("prometheus %s: %v (the gates could not read its alerts)", cfg.Prometheus, err)
+		}
+	}
+	return nil
+}
+
+// Gate runs a bake's gates over cells already on a new release, put there
+// by other means (kubectl apply of a wave), against the active cells that
+// run another release, for bake (and up to cfg.WaitLimit more while the
+// gates wait for samples): the last judgement's decision and verdicts.
+// The wave's processes must all run one release; no cell left on
+// another is a baseline of none (the gates say so).
+func Gate(ctx context.Context, cells []string, bake time.Duration, cfg Config, opts Options) (gate.Decision, []gate.Verdict, error) {
+	r := New("", cfg, opts)
+	m, err := opts.Control.Load(ctx)
+	if err != nil {
+		return gate.Fail, nil, err
+	}
+	ro := &control.Rollout{Waves: []control.Wave{{Cells: cells, Bake: bake}}}
+	release := ""
+	for _, id := range cells {
+		if c, ok := m.Cell(id); !ok || c.State != slotmap.Active {
+			return gate.Fail, nil, fmt.Errorf("%s is not an active cell of the map", id)
+		}
+		ps, err := r.procs(ctx, id, false)
+		if err != nil {
+			return gate.Fail, nil, err
+		}
+		for _, p := range ps {
+			rel, _, why := r.release(ctx, p)
+			switch {
+			case rel == "":
+				return gate.Fail, nil, fmt.Errorf("%s reports no release: %s", p.name(), why)
+			case release != "" && rel != release:
+				return gate.Fail, nil, fmt.Errorf("the wave runs more than one release: %s runs %s, another %s", p.name(), rel, release)
+			}
+			release = rel
+		}
+	}
+	// A cell outside the wave already on its release is no baseline.
+	for _, c := range m.Cells() {
+		if c.State != slotmap.Active || slices.Contains(cells, c.ID) {
+			continue
+		}
+		ps, err := r.procs(ctx, c.ID, false)
+		if err != nil {
+			return gate.Fail, nil, err
+		}
+		if slices.ContainsFunc(ps, func(p proc) bool { rel, _, _ := r.release(ctx, p); return rel == release }) {
+			ro.SetProgress(false, c.ID, control.CellRollout{Phase: control.PhaseDone})
+		}
+	}
+	pn, err := r.panel(ctx, ro)
+	if err != nil {
+		return gate.Fail, nil, err
+	}
+	r.say("gating %s (%s) against %s for %v", strings.Join(cells, ","), release, orNone(pn.baseCells), bake)
+	s, err := r.watch(ctx, 0, pn, bake, func(s step) error {
+		r.say("%v of %v: %s", s.elapsed.Round(time.Second), bake, verdictText(s.verdicts))
+		return nil
+	})
+	return s.decision, s.verdicts, err
+}
+
+func orNone(cells []string) string {
+	if len(cells) == 0 {
+		return "no cell on another release"
+	}
+	return strings.Join(cells, ",")
+}
