@@ -122,7 +122,7 @@ func Gate(ctx context.Context, cells []string, bake time.Duration, cfg Config, o
 	if err != nil {
 		return gate.Fail, nil, err
 	}
-	r.say("gating %s (%s) against %s for %v", strings.Join(cells, ","), release, orNone(pn.baseCells), bake)
+	r.say("gating %s (%s) against %s for %v", strings.Join(cells, ","), release, cellsOrNone(pn.baseCells), bake)
 	s, err := r.watch(ctx, 0, pn, bake, func(s step) error {
 		r.say("%v of %v: %s", s.elapsed.Round(time.Second), bake, verdictText(s.verdicts))
 		return nil
@@ -130,7 +130,7 @@ func Gate(ctx context.Context, cells []string, bake time.Duration, cfg Config, o
 	return s.decision, s.verdicts, err
 }
 
-func orNone(cells []string) string {
+func cellsOrNone(cells []string) string {
 	if len(cells) == 0 {
 		return "no cell on another release"
 	}
