@@ -86,6 +86,9 @@ func (s *Server) serve(sess *session) {
 		if err != nil {
 			switch {
 			case errors.Is(err, os.ErrDeadlineExceeded):
+				// Counted once cut: a client told of the cut finds the
+				// session closed, not a FIN still on its way.
+				sess.conn.Close()
 				s.idleCuts.Add(1)
 				s.log.Debug("idle session cut", "remote", sess.conn.RemoteAddr().String())
 			case errors.Is(err, wire.ErrMalformedFrame):
@@ -136,6 +139,7 @@ func (s *Server) end(sess *session) {
 }
 
 func (s *Server) malformedFrame(sess *session, err error) {
+	sess.conn.Close() // closed before it is counted, as an idle cut is
 	s.malformed.Add(1)
 	s.log.Warn("malformed frame from client; closing the session",
 		"remote", sess.conn.RemoteAddr().String(), "err", err)
