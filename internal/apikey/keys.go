@@ -39,7 +39,7 @@ type Client struct {
 
 	lanes     Lanes
 	index     int    // position in Keys.clients, which indexes the limiters
-	limitText []byte // X-RateLimit-Limit value
+	limitText []byte // X-RateLimit-Limit value: Burst
 	idBytes   []byte // ID, for the Cellkit-Client header
 }
 
@@ -49,7 +49,8 @@ func (c *Client) Index() int { return c.index }
 // Lanes is the client's lane policy.
 func (c *Client) Lanes() *Lanes { return &c.lanes }
 
-// LimitText is the client's rate as the X-RateLimit-Limit value.
+// LimitText is the X-RateLimit-Limit value: the client's burst, the
+// capacity of its bucket (what Verdict's Remaining counts down from).
 func (c *Client) LimitText() []byte { return c.limitText }
 
 // IDBytes is the client's ID as bytes (read only).
@@ -126,7 +127,7 @@ func parse(data []byte) (*Keys, error) {
 		switch {
 		case !seen:
 			c = &Client{ID: e.Client, Rate: e.Rate, Burst: e.Burst, lanes: lanes, index: len(k.clients),
-				limitText: strconv.AppendFloat(nil, e.Rate, 'f', -1, 64), idBytes: []byte(e.Client)}
+				limitText: strconv.AppendInt(nil, int64(e.Burst), 10), idBytes: []byte(e.Client)}
 			byID[e.Client] = c
 			k.clients = append(k.clients, c)
 		case c.Rate != e.Rate || c.Burst != e.Burst:

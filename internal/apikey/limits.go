@@ -1,6 +1,7 @@
 package apikey
 
 import (
+	"math"
 	"time"
 
 	"golang.org/x/time/rate"
@@ -51,11 +52,19 @@ func (l *Limits) For(keys *Keys, now func() time.Time) *Limits {
 	return n
 }
 
-// Verdict is the outcome of Take.
+// Verdict is the outcome of Take, and what the answer's rate-limit fields
+// say of the client's bucket, whose capacity (its Burst) is the limit.
 type Verdict struct {
-	OK         bool
-	Remaining  int           // whole tokens left after this request
-	RetryAfter time.Duration // when refused: until the next token
+	OK bool
+	// Remaining is the whole tokens left after this request: 0 to Burst.
+	Remaining int
+	// Reset is how long until the bucket is full again; when no whole
+	// token remains, until the next one (when refused, RetryAfter): the
+	// moment a client that waits for it gets a request through, which is
+	// not all of its burst back.
+	Reset time.Duration
+	// RetryAfter is, when refused, how long until the next token.
+	RetryAfter time.Duration
 }
 
 // Take spends one of c's tokens if it has one. c is a client of the keys
@@ -63,10 +72,24 @@ type Verdict struct {
 func (l *Limits) Take(c *Client) Verdict {
 	b := l.buckets[c.index]
 	now := l.now()
-	if b.AllowN(now, 1) {
-		return Verdict{OK: true, Remaining: max(int(b.TokensAt(now)), 0)}
+	ok := b.AllowN(now, 1)
+	tokens := min(b.TokensAt(now), float64(c.Burst))
+	if !ok || tokens < 1 {
+		wait := max(c.wait(1-tokens), time.Millisecond)
+		v := Verdict{OK: ok, Reset: wait}
+		if !ok {
+			v.RetryAfter = wait
+		}
+		return v
 	}
-	missing := 1 - b.TokensAt(now)
-	wait := time.Duration(missing / c.Rate * float64(time.Second))
-	return Verdict{RetryAfter: max(wait, time.Millisecond)}
+	return Verdict{OK: true, Remaining: int(tokens), Reset: c.wait(float64(c.Burst) - tokens)}
+}
+
+// wait is how long c's bucket takes to gain n tokens.
+func (c *Client) wait(n float64) time.Duration {
+	ns := n / c.Rate * float64(time.Second)
+	if ns >= math.MaxInt64 {
+		return math.MaxInt64
+	}
+	return time.Duration(ns)
 }

@@ -2,6 +2,7 @@ package apikey
 
 import (
 	"fmt"
+	"strconv"
 	"testing"
 	"time"
 
@@ -23,23 +24,26 @@ func TestTokenBucket(t *testing.T) {
 		ok        bool
 		remaining int
 		retry     time.Duration // when refused, within 1 ms
+		reset     time.Duration // within 1 ms: until full, or with no token left until the next
 	}
 	for i, s := range []step{
-		{0, a, true, 2, 0},
-		{0, a, true, 1, 0},
-		{0, a, true, 0, 0},
-		{0, a, false, 0, 500 * time.Millisecond}, // 2 tokens/s: one in 500 ms
-		{0, b, true, 0, 0},                       // clients do not share buckets
-		{0, b, false, 0, 4 * time.Second},
-		{250 * time.Millisecond, a, false, 0, 250 * time.Millisecond},
-		{250 * time.Millisecond, a, true, 0, 0},
-		{2 * time.Second, a, true, 2, 0}, // refilled to the burst, never above
-		{time.Hour, b, true, 0, 0},
+		{0, a, true, 2, 0, 500 * time.Millisecond},
+		{0, a, true, 1, 0, time.Second},
+		{0, a, true, 0, 0, 500 * time.Millisecond},
+		{0, a, false, 0, 500 * time.Millisecond, 500 * time.Millisecond}, // 2 tokens/s: one in 500 ms
+		{0, b, true, 0, 0, 4 * time.Second},                              // clients do not share buckets
+		{0, b, false, 0, 4 * time.Second, 4 * time.Second},
+		{250 * time.Millisecond, a, false, 0, 250 * time.Millisecond, 250 * time.Millisecond},
+		{250 * time.Millisecond, a, true, 0, 0, 500 * time.Millisecond},
+		{2 * time.Second, a, true, 2, 0, 500 * time.Millisecond}, // refilled to the burst, never above
+		{time.Hour, b, true, 0, 0, 4 * time.Second},
 	} {
 		clk.Advance(s.advance)
 		v := l.Take(s.client)
-		if v.OK != s.ok || (v.OK && v.Remaining != s.remaining) || (!v.OK && (v.RetryAfter < s.retry-time.Millisecond || v.RetryAfter > s.retry+time.Millisecond)) {
-			t.Errorf("step %d: take(%s) = %+v, want ok %v remaining %d retry %v", i, s.client.ID, v, s.ok, s.remaining, s.retry)
+		near := func(d, want time.Duration) bool { return d >= want-time.Millisecond && d <= want+time.Millisecond }
+		if v.OK != s.ok || v.Remaining != s.remaining || (!v.OK && !near(v.RetryAfter, s.retry)) || !near(v.Reset, s.reset) ||
+			v.Remaining > s.client.Burst || string(s.client.LimitText()) != strconv.Itoa(s.client.Burst) {
+			t.Errorf("step %d: take(%s) = %+v (limit %s), want ok %v remaining %d retry %v reset %v", i, s.client.ID, v, s.client.LimitText(), s.ok, s.remaining, s.retry, s.reset)
 		}
 	}
 }

@@ -135,8 +135,7 @@ func (lp *loop) problemAnswer(b []byte, cl *client, p *prob, retry time.Duration
 		b = appendHeader(b, hdrOverloaded, valTrue)
 	}
 	if retry > 0 {
-		secs := int64((retry + time.Second - 1) / time.Second)
-		b = appendHeaderInt(b, hdrRetryAfter, max(secs, 1))
+		b = appendHeaderInt(b, hdrRetryAfter, wholeSeconds(retry))
 	}
 	if allow != nil {
 		b = appendHeader(b, hdrAllow, allow)
@@ -146,6 +145,12 @@ func (lp *loop) problemAnswer(b []byte, cl *client, p *prob, retry time.Duration
 		b = append(b, p.body...)
 	}
 	return b
+}
+
+// wholeSeconds is d as the delay-seconds of Retry-After and
+// X-RateLimit-Reset: rounded up, at least 1.
+func wholeSeconds(d time.Duration) int64 {
+	return max(int64((d+time.Second-1)/time.Second), 1)
 }
 
 // proxyAnswer is a cell's answer to cl's request: its status and header
@@ -182,18 +187,28 @@ func (lp *loop) proxyAnswer(b []byte, cl *client, resp *h1.Response, body []byte
 var skippedInAnswer = []string{
 	"connection", "keep-alive", "proxy-connection", "proxy-authenticate", "proxy-authorization",
 	"te", "trailer", "upgrade", "transfer-encoding", "content-length",
-	"x-request-id", "cellkit-cell", "x-ratelimit-limit", "x-ratelimit-remaining",
+	"x-request-id", "cellkit-cell", "x-ratelimit-limit", "x-ratelimit-remaining", "x-ratelimit-reset",
 }
+
+var hdrRLReset = []byte("X-RateLimit-Reset")
 
 // common appends the fields every answer carries and ends the head:
 // X-Request-Id, the client's rate limit, the cell, the length (n < 0:
 // none), Date, and Connection when it differs from the default.
+//
+// The rate-limit fields describe one quota, the client's token bucket:
+// X-RateLimit-Limit its capacity (the burst: the most requests at once),
+// X-RateLimit-Remaining the whole tokens left after this request (0 to
+// the limit), X-RateLimit-Reset the seconds until the bucket is full
+// again, or, with none left, until the next token, the same moment as a
+// 429's Retry-After (apikey.Verdict).
 func (lp *loop) common(b []byte, cl *client, n int64, date bool) []byte {
 	ex := &cl.ex
 	b = appendHeader(b, hdrRequestID, ex.rid)
 	if ex.client != nil {
 		b = appendHeader(b, hdrRLLimit, ex.client.LimitText())
 		b = appendHeaderInt(b, hdrRLRemain, int64(ex.v.Remaining))
+		b = appendHeaderInt(b, hdrRLReset, wholeSeconds(ex.v.Reset))
 	}
 	if ex.cell != "" {
 		b = append(b, hdrCell...)

@@ -104,8 +104,8 @@ func TestSetKeysKeepsRateLimits(t *testing.T) {
 	if err := w.router.SetKeys(keysFile(t, "platform-a", w.key, 5, 10, "fresh", "ck_fresh", 1, 3)); err != nil {
 		t.Fatal(err)
 	}
-	if a := w.create("u1"); a.status != 429 || a.header.Get("X-RateLimit-Limit") != "5" {
-		t.Errorf("new limits, no time passed: %v %v, want 429 with limit 5", a, a.header)
+	if a := w.create("u1"); a.status != 429 || a.header.Get("X-RateLimit-Limit") != "10" {
+		t.Errorf("new limits, no time passed: %v %v, want 429 with limit 10 (the new burst)", a, a.header)
 	}
 	clk.Advance(time.Second)
 	for i := range 5 {

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"syscall"
 	"time"
+	"unsafe"
 
 	"github.com/panjf2000/gnet/v2"
 	"golang.org/x/sys/unix"
@@ -55,13 +56,16 @@ func (lp *loop) outstanding(ep *endpoint) int {
 	return p.open - len(p.idle) + len(p.waiters)
 }
 
-// take returns an idle connection, or nil.
+// take returns an idle connection with nothing to read on it, or nil.
+// One the cell wrote to while it idled is closed, even when the loop has
+// not read those bytes yet: they would be taken for the next call's
+// answer.
 func (p *pool) take() *upconn {
 	for len(p.idle) > 0 {
 		uc := p.idle[len(p.idle)-1]
 		p.idle = p.idle[:len(p.idle)-1]
 		uc.t.stop()
-		if uc.dead {
+		if uc.dead || !uc.quiet("idle") {
 			continue
 		}
 		return uc
@@ -79,13 +83,19 @@ func (p *pool) unwait(cl *client) {
 	}
 }
 
-// release puts a connection that finished a call back to work.
+// release puts a connection that finished a call back to work: to the
+// first waiter, if it has nothing to read, or to the idle ones. Closing it
+// instead leaves no waiter without a connection: each has one being
+// dialled.
 func (p *pool) release(uc *upconn) {
 	if uc.dead {
 		return
 	}
 	if p.u.retired.Load() {
 		uc.shut()
+		return
+	}
+	if len(p.waiters) > 0 && !uc.quiet("after an answer") {
 		return
 	}
 	for len(p.waiters) > 0 {
@@ -264,10 +274,16 @@ func (uc *upconn) opened(c gnet.Conn) {
 	}
 	uc.p.open++
 	uc.head.Fields = uc.hdrs[:0]
-	if uc.d != nil {
-		uc.d.finish()
-		uc.d = nil
+	d := uc.d
+	uc.d = nil
+	if !uc.quiet("before any request") {
+		// A cell that speaks first is no cell to send a request to: as
+		// for a dial that failed, the first waiter goes elsewhere or fails
+		// (dialling again would only meet the same).
+		d.failed()
+		return
 	}
+	d.finish()
 	uc.p.release(uc)
 }
 
@@ -293,8 +309,14 @@ func (uc *upconn) traffic() {
 		if len(buf) == 0 && (uc.tls == nil || uc.tls.err == nil) {
 			return // TLS's own messages (a session ticket): nothing of HTTP
 		}
-		_, _ = uc.io.Discard(-1) // nothing was asked
-		uc.shut()
+		// Nothing was asked: a stray answer, or a late one to a call the
+		// router gave up on, is never read as the next call's answer.
+		_, _ = uc.io.Discard(-1)
+		if len(buf) > 0 {
+			uc.unasked("idle", len(buf))
+			return
+		}
+		uc.shut() // the TLS stream ended
 		return
 	}
 	uc.got = true
@@ -353,13 +375,16 @@ func (uc *upconn) traffic() {
 			}
 			return
 		}
-		uc.finish(body, used, len(buf) > used || h.Close)
+		uc.finish(body, used, h.Close)
 		return
 	}
 }
 
-// finish ends the call with a whole answer; the connection is reused
-// unless the cell closes it or sent more than was asked.
+// finish ends the call with a whole answer of used bytes; the connection
+// is reused unless the cell closes it (closeAfter), sent more than the
+// answer with it, or the call's client left (an answer nobody waited for:
+// the clients that leave are mostly those a slow cell made give up, and a
+// cell's late bytes come on such connections; a dial costs less).
 func (uc *upconn) finish(body []byte, used int, closeAfter bool) {
 	cl, orphan := uc.cl, uc.orphan
 	uc.cl, uc.orphan = nil, false
@@ -375,11 +400,84 @@ func (uc *upconn) finish(body []byte, used int, closeAfter bool) {
 	if cap(uc.body) > keptAnswer {
 		uc.body = nil // a large chunked answer's buffer is not kept
 	}
-	if closeAfter {
+	if n := uc.buffered(); n > 0 {
+		uc.unasked("beyond an answer", n) // not the start of the next one
+		return
+	}
+	if closeAfter || orphan {
 		uc.shut()
 		return
 	}
 	uc.p.release(uc)
+}
+
+// buffered is how many bytes of the cell's the loop holds unread: on an
+// https cell, the plaintext they decrypt to (a partial record or TLS's
+// own messages are no bytes of an answer).
+func (uc *upconn) buffered() int {
+	if uc.tls == nil {
+		return uc.c.InboundBuffered()
+	}
+	uc.tls.fill()
+	return len(uc.tls.plain) - uc.tls.off
+}
+
+// quiet says whether nothing waits to be read on the connection, neither
+// in the loop's buffer nor in the kernel's (bytes the loop has not been
+// told of yet), and the cell has not closed it; if not, it closes it. A
+// connection given a request must be quiet: whatever waits on it would
+// be read as the request's answer. On an https cell the kernel's bytes
+// are not looked at: they may be TLS's own messages (a session ticket),
+// which carry no answer.
+func (uc *upconn) quiet(when string) bool {
+	if n := uc.buffered(); n > 0 {
+		uc.unasked(when, n)
+		return false
+	}
+	if uc.tls != nil {
+		if uc.tls.err != nil {
+			uc.shut()
+			return false
+		}
+		return true
+	}
+	switch n, err := peek(uc.c.Fd()); {
+	case err == unix.EAGAIN:
+		return true
+	case n > 0:
+		uc.unasked(when, n)
+	default:
+		// The cell closed the connection (n == 0), or it failed: the loop
+		// would learn of it next.
+		uc.shut()
+	}
+	return false
+}
+
+// peek is recv(fd, 1 byte, MSG_PEEK|MSG_DONTWAIT): 1 if a byte waits, 0
+// at the end of the stream, EAGAIN if nothing waits. unix.Recvfrom would
+// allocate the sender's address on every call; this does not.
+func peek(fd int) (int, error) {
+	var b [1]byte
+	for {
+		n, _, e := unix.RawSyscall6(unix.SYS_RECVFROM, uintptr(fd), uintptr(unsafe.Pointer(&b[0])), 1,
+			unix.MSG_PEEK|unix.MSG_DONTWAIT, 0, 0)
+		switch e {
+		case 0:
+			return int(n), nil
+		case unix.EINTR:
+			continue
+		}
+		return 0, e
+	}
+}
+
+// unasked closes the connection: the cell sent n bytes on it that no
+// call of its asked for (at least n, when counted in the kernel).
+func (uc *upconn) unasked(when string, n int) {
+	uc.p.lp.e.r.log.Debug("closing a connection to a cell that sent bytes nobody asked for",
+		"cell", uc.p.u.cell, "instance", uc.p.ep.intake, "when", when, "bytes", n)
+	uc.shut()
 }
 
 // broken: the cell's answer cannot be read; the call fails.

@@ -181,12 +181,15 @@ func TestIdleConnectionsAreClosedAfterIdleTimeout(t *testing.T) {
 }
 
 // fakeCell is a cell that speaks HTTP/1.1 by hand, so that it can frame
-// its answers any legal way and close connections when told.
+// its answers any legal way, close connections when told, and speak when
+// not asked.
 type fakeCell struct {
 	ln      net.Listener
 	answer  func(n int, req *http.Request, body []byte) string // the bytes of the n-th answer (from 1) on all connections; "" closes without one
+	unasked func(n int) string                                 // if set: run on a goroutine of its own after the n-th answer, what it returns is written on the same connection
 	count   atomic.Int64
 	written atomic.Int64 // answers written whole
+	strays  atomic.Int64 // unasked bytes written (each time)
 	conns   atomic.Int64
 	wg      sync.WaitGroup
 	mu      sync.Mutex
@@ -194,13 +197,17 @@ type fakeCell struct {
 	headers []http.Header
 }
 
-func newFakeCell(t *testing.T, answer func(n int, req *http.Request, body []byte) string) *fakeCell {
+// newFakeCell starts a fake cell; unasked, if given, is its unasked field.
+func newFakeCell(t *testing.T, answer func(n int, req *http.Request, body []byte) string, unasked ...func(n int) string) *fakeCell {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	f := &fakeCell{ln: ln, answer: answer}
+	if len(unasked) > 0 {
+		f.unasked = unasked[0]
+	}
 	var open sync.Map
 	f.wg.Go(func() {
 		for {
@@ -230,7 +237,8 @@ func newFakeCell(t *testing.T, answer func(n int, req *http.Request, body []byte
 					f.bodies = append(f.bodies, string(body))
 					f.headers = append(f.headers, req.Header)
 					f.mu.Unlock()
-					a := f.answer(int(f.count.Add(1)), req, body)
+					n := int(f.count.Add(1))
+					a := f.answer(n, req, body)
 					if a == "" {
 						return
 					}
@@ -238,6 +246,15 @@ func newFakeCell(t *testing.T, answer func(n int, req *http.Request, body []byte
 						return
 					}
 					f.written.Add(1)
+					if f.unasked != nil {
+						f.wg.Go(func() {
+							if s := f.unasked(n); s != "" {
+								if _, err := c.Write([]byte(s)); err == nil {
+									f.strays.Add(1)
+								}
+							}
+						})
+					}
 				}
 			})
 		}

@@ -3,14 +3,19 @@ package router
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/panjf2000/gnet/v2"
 
 	"github.com/cellkit/cellkit/internal/api"
 	"github.com/cellkit/cellkit/internal/apikey"
@@ -202,4 +207,202 @@ func TestTableIsBuiltOffTheLoops(t *testing.T) {
 		tb := w.router.tbl.Load()
 		return tb != nil && tb.m.Version() == next.Version()
 	})
+}
+
+// TestCellBytesOutsideACallAnswerNobody: bytes a cell sends on a
+// kept-alive connection that no call on it asked for (a second answer to
+// one request, the late answer to a call the router answered 504, more
+// than an answer's framing holds, the answer to a client that left) end
+// that connection: they never become the answer to another client's
+// request. The cell names each request's X-Request-Id in its answer, and
+// every client must get its own.
+func TestCellBytesOutsideACallAnswerNobody(t *testing.T) {
+	answer := func(what, id string) string {
+		body := what + " " + id
+		return "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: " + strconv.Itoa(len(body)) + "\r\n\r\n" + body
+	}
+	own := func(_ int, req *http.Request, _ []byte) string {
+		return answer("answer to", req.Header.Get("X-Request-Id"))
+	}
+	// No health checks: the cell's connections are the calls'.
+	cfg := Config{Cell: CellLimits{ProbeInterval: -1}}
+	start := func(t *testing.T, f *fakeCell, cfg Config) *world {
+		return newWorld(t, worldOptions{cells: []string{"c1"}, intake: map[string]string{"c1": f.url()}, cfg: cfg})
+	}
+	wantOwn := func(t *testing.T, w *world, ids ...string) {
+		t.Helper()
+		for _, id := range ids {
+			if a := w.do("GET", "/v1/inquiries/c1-abc", "", "X-Request-Id", id); a.status != 200 || string(a.body) != "answer to "+id {
+				t.Errorf("request %s got %v, want its own answer", id, a)
+			}
+		}
+	}
+	rawGet := func(w *world, id string) string {
+		return "GET /v1/inquiries/c1-abc HTTP/1.1\r\nHost: x\r\nX-API-Key: " + w.key + "\r\nX-Request-Id: " + id + "\r\n\r\n"
+	}
+	wantOwnRaw := func(t *testing.T, rc *rawConn, id string) {
+		t.Helper()
+		if resp, body := rc.read("GET"); resp.StatusCode != 200 || body != "answer to "+id {
+			t.Errorf("request %s got %d %q, want its own answer", id, resp.StatusCode, body)
+		}
+	}
+
+	t.Run("a second answer 300 ms after the first", func(t *testing.T) {
+		f := newFakeCell(t, own, func(n int) string {
+			if n != 1 {
+				return ""
+			}
+			time.Sleep(300 * time.Millisecond) // the cell's own pace
+			return answer("stray after", "r0")
+		})
+		w := start(t, f, cfg)
+		wantOwn(t, w, "r0")
+		testkit.WaitFor(t, 5*time.Second, "the stray answer written", func() bool { return f.strays.Load() == 1 })
+		wantOwn(t, w, "r1", "r2", "r3")
+		if n := f.conns.Load(); n != 2 {
+			t.Errorf("the cell saw %d connections, want 2: the one that spoke unasked closed, one more", n)
+		}
+	})
+
+	t.Run("a second answer the loop has not read yet", func(t *testing.T) {
+		strayNow := make(chan struct{})
+		f := newFakeCell(t, own, func(n int) string {
+			if n != 1 {
+				return ""
+			}
+			select {
+			case <-strayNow:
+				return answer("stray after", "r0")
+			case <-time.After(5 * time.Second):
+				return ""
+			}
+		})
+		w := start(t, f, cfg)
+		rc := w.dial()
+		rc.send(rawGet(w, "r0"))
+		wantOwnRaw(t, rc, "r0")
+		// The loops stop; the next request arrives on the same client
+		// connection (its loop holds r0's connection to the cell), then the
+		// stray answer on that connection. When the loop runs again it
+		// reads the request first, before it has heard of the stray bytes.
+		unblock := make(chan struct{})
+		var once sync.Once
+		resume := func() { once.Do(func() { close(unblock) }) }
+		defer resume()
+		var stopped sync.WaitGroup
+		for _, lp := range w.router.eng.loopList() {
+			stopped.Add(1)
+			lp.el.Execute(context.Background(), gnet.RunnableFunc(func(context.Context) error {
+				stopped.Done()
+				<-unblock
+				return nil
+			}))
+		}
+		stopped.Wait()
+		rc.send(rawGet(w, "r1"))
+		close(strayNow)
+		testkit.WaitFor(t, 5*time.Second, "the stray answer written", func() bool { return f.strays.Load() == 1 })
+		resume()
+		wantOwnRaw(t, rc, "r1")
+		wantOwn(t, w, "r2")
+	})
+
+	t.Run("a late answer after the router's 504", func(t *testing.T) {
+		timedOut, next := make(chan struct{}), make(chan struct{})
+		var once sync.Once
+		f := newFakeCell(t, func(n int, req *http.Request, body []byte) string {
+			if n > 1 {
+				once.Do(func() { close(next) })
+				return own(n, req, body)
+			}
+			// Once the router has given up on it, and the next request is
+			// on its way: on this connection, were it reused, it would be
+			// waiting for its answer.
+			select {
+			case <-timedOut:
+			case <-time.After(5 * time.Second):
+			}
+			select {
+			case <-next:
+			case <-time.After(150 * time.Millisecond):
+			}
+			return answer("late answer to", req.Header.Get("X-Request-Id"))
+		})
+		w := start(t, f, Config{Cell: CellLimits{ProbeInterval: -1, Timeout: 500 * time.Millisecond}})
+		if a := w.do("GET", "/v1/inquiries/c1-abc", "", "X-Request-Id", "r0"); a.status != 504 {
+			t.Fatalf("r0: %v, want 504", a)
+		}
+		close(timedOut)
+		wantOwn(t, w, "r1", "r2")
+	})
+
+	for _, tc := range []struct{ name, framing string }{
+		{"more than a Content-Length answer holds", ""},
+		{"more than a chunked answer holds", "chunked"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFakeCell(t, func(n int, req *http.Request, body []byte) string {
+				a := own(n, req, body)
+				if tc.framing == "chunked" {
+					id := req.Header.Get("X-Request-Id")
+					a = fmt.Sprintf("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n%x\r\nanswer to %s\r\n0\r\n\r\n", len("answer to "+id), id)
+				}
+				if n == 1 {
+					a += answer("stray after", "r0") // in the same write
+				}
+				return a
+			})
+			w := start(t, f, cfg)
+			wantOwn(t, w, "r0", "r1", "r2")
+			if n := f.conns.Load(); n != 2 {
+				t.Errorf("the cell saw %d connections, want 2: the one that sent too much closed, one more", n)
+			}
+		})
+	}
+
+	t.Run("the answer to a client that left", func(t *testing.T) {
+		answerNow := make(chan struct{})
+		f := newFakeCell(t, func(n int, req *http.Request, body []byte) string {
+			if n == 1 {
+				select {
+				case <-answerNow:
+				case <-time.After(5 * time.Second):
+				}
+			}
+			return own(n, req, body)
+		})
+		w := start(t, f, cfg)
+		rc := w.dial()
+		rc.send(rawGet(w, "r0"))
+		testkit.WaitFor(t, 5*time.Second, "r0 at the cell", func() bool { return f.count.Load() == 1 })
+		// Gone at once (a reset): a client that only ends its side still
+		// gets its answer.
+		if err := rc.c.(*net.TCPConn).SetLinger(0); err != nil {
+			t.Fatal(err)
+		}
+		rc.c.Close()
+		testkit.WaitFor(t, 5*time.Second, "the router to see its client leave", func() bool { return w.router.eng.conns.Load() == 0 })
+		close(answerNow)
+		// The answer is read and dropped, and the connection closed, not
+		// kept for another client.
+		testkit.WaitFor(t, 5*time.Second, "no connection to the cell left", func() bool { return cellConns(w) == 0 })
+		wantOwn(t, w, "r1", "r2")
+	})
+}
+
+// cellConns counts the connections to cells the router's loops hold.
+func cellConns(w *world) int {
+	n := 0
+	for _, lp := range w.router.eng.loopList() {
+		done := make(chan struct{})
+		lp.el.Execute(context.Background(), gnet.RunnableFunc(func(context.Context) error {
+			defer close(done)
+			for _, p := range lp.pools {
+				n += p.open
+			}
+			return nil
+		}))
+		<-done
+	}
+	return n
 }
