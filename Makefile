@@ -23,7 +23,7 @@ help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[1m%-8s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 .PHONY: build
-build: ## compile every package and command into ./bin (the Terraform provider as bin/terraform-provider-cellkit; nats-server, the version cells embed, for the network lab; bin/faults/cell, a cell with fault hooks, for the poison drill, and bin/faults/cell-{failing,slow,crashing,unstable}, bad releases for the rollout drill)
+build: ## compile every package and command into ./bin (the Terraform provider as bin/terraform-provider-cellkit; nats-server, the version cells embed, for the network lab; bin/faults/cell, a cell with fault hooks, for the poison drill, bin/faults/cell-{failing,slow,crashing,unstable}, bad releases for the rollout drill, and bin/next/router, another build of the router for the handoff drill's upgrade)
 	go build ./...
 	@cmds=$$(go list -f '{{if eq .Name "main"}}{{.ImportPath}}{{end}}' ./... | grep -v '/terraform$$'); \
 	if [ -n "$$cmds" ]; then GOBIN=$(BIN) go install $$cmds; fi
@@ -32,6 +32,7 @@ build: ## compile every package and command into ./bin (the Terraform provider a
 	@for r in failing slow crashing unstable; do \
 	  go build -tags faults -ldflags "-X github.com/cellkit/cellkit/internal/pipeline.release=$$r" -o $(BIN)/faults/cell-$$r ./cell || exit 1; \
 	done
+	go build -ldflags "-X github.com/cellkit/cellkit/internal/buildinfo.version=next" -o $(BIN)/next/router ./router
 	go build -o $(BIN)/nats-server github.com/nats-io/nats-server/v2
 
 .PHONY: run
@@ -147,7 +148,7 @@ fuzz: ## run every fuzz target for FUZZTIME each (default 50000x executions; a d
 	done
 
 .PHONY: drill
-drill: tools build ## as root: the chaos drills (kill, freeze: a cell SIGSTOPped for 20 s, disk-full: a cell's store on a 640 MiB tmpfs, 2m30s near full with Prometheus checking the alert, then filled for 15 s, drain, agency-slow at DRILL_RATE/s, default 100; agency-slow again at 250/s with a 5 s age budget, where the cells must shed; kill again with a real Prometheus checking the alerts; priority: high and normal lanes under overload, lane-aware cells beside lane-blind ones; poison: inquiries whose processing panics, contained to themselves, and one with Prometheus, whose alert must fire; release: a good rollout through every cell, then a failing, a slow, a crashing and an unstable build halted in the canary wave and rolled back) on a fresh local stack each; reports in var/drill/
+drill: tools build ## as root: the chaos drills (kill, freeze: a cell SIGSTOPped for 20 s, disk-full: a cell's store on a 640 MiB tmpfs, 2m30s near full with Prometheus checking the alert, then filled for 15 s, drain, agency-slow at DRILL_RATE/s, default 100; agency-slow again at 250/s with a 5 s age budget, where the cells must shed; kill again with a real Prometheus checking the alerts; priority: high and normal lanes under overload, lane-aware cells beside lane-blind ones; poison: inquiries whose processing panics, contained to themselves, and one with Prometheus, whose alert must fire; release: a good rollout through every cell, then a failing, a slow, a crashing and an unstable build halted in the canary wave and rolled back; handoff, plain and TLS: the router restarted and upgraded under 1,000 req/s with no connection refused) on a fresh local stack each; reports in var/drill/
 	@mkdir -p var/drill; rc=0; \
 	for d in kill freeze drain agency-slow; do \
 	  echo "== loadtest drill $$d"; \
@@ -175,6 +176,12 @@ drill: tools build ## as root: the chaos drills (kill, freeze: a cell SIGSTOPped
 	echo "== loadtest drill release: five rollouts (c2 the canary, then the rest; bakes of 20 s): a good one, then a failing, a slow, a crashing and an unstable build, each halted in the canary and rolled back"; \
 	$(BIN)/loadtest drill release --bin $(BIN) --rate $(DRILL_RATE) --baseline 10s --after 5s \
 	  --json var/drill/release.json --svg var/drill/release.svg || rc=1; \
+	echo "== loadtest drill handoff: 1,000 req/s (90 % status reads, half on kept-alive connections); the router restarted three times, upgraded to bin/next/router, then given a successor that cannot start"; \
+	$(BIN)/loadtest drill handoff --bin $(BIN) --rate 1000 --baseline 10s --after 5s \
+	  --json var/drill/handoff.json --svg var/drill/handoff.svg || rc=1; \
+	echo "== loadtest drill handoff on TLS: the same over HTTPS, session tickets carried over"; \
+	$(BIN)/loadtest drill handoff --tls --bin $(BIN) --rate 1000 --baseline 10s --after 5s \
+	  --json var/drill/handoff-tls.json --svg var/drill/handoff-tls.svg || rc=1; \
 	exit $$rc
 
 .PHONY: fmt

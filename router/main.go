@@ -39,6 +39,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -52,6 +53,7 @@ import (
 	"github.com/cellkit/cellkit/internal/api"
 	"github.com/cellkit/cellkit/internal/apikey"
 	"github.com/cellkit/cellkit/internal/flagenv"
+	"github.com/cellkit/cellkit/internal/handoff"
 	"github.com/cellkit/cellkit/internal/pki"
 	"github.com/cellkit/cellkit/internal/program"
 	"github.com/cellkit/cellkit/internal/registry"
@@ -84,6 +86,8 @@ type options struct {
 	server              router.ServerLimits
 	cell                router.CellLimits
 	adminTokenFile      string
+	handoffSocket       string
+	handoffWait         time.Duration
 	publicTLS, adminTLS tlsconf.ServerFiles
 	cellTLS             tlsconf.ClientFiles
 }
@@ -107,6 +111,8 @@ func parseFlags(args []string, getenv func(string) string, output io.Writer) (o 
 	fs.DurationVar(&o.reloadInterval, "reload-interval", time.Second, "how often the keys, admin token and certificate files are checked for changes (SIGHUP: at once)")
 	fs.TextVar(&o.logLevel, "log-level", slog.LevelInfo, "log level: debug, info, warn or error")
 	fs.BoolVar(&o.pprof, "pprof", false, "serve /debug/pprof/ on the admin listener")
+	fs.StringVar(&o.handoffSocket, "handoff-socket", "", "Unix socket where the router hands its listening sockets to a successor on this host, and where it takes them from a predecessor at its start: a restart or an upgrade with no connection refused (empty: none; see docs/router.md)")
+	fs.DurationVar(&o.handoffWait, "handoff-wait", time.Minute, "how long a successor that took the sockets has to become ready; after that this router refuses it and serves on")
 	fs.StringVar(&o.adminTokenFile, "admin-token-file", "", "admin listener: file of bearer tokens, one per line ('#' comments); every admin path but /healthz and /readyz then needs Authorization: Bearer TOKEN (reloaded when it changes or on SIGHUP)")
 	o.publicTLS.RegisterFlags(fs.FlagSet, "", "public listener", "")
 	o.adminTLS.RegisterFlags(fs.FlagSet, "admin-", "admin listener", pki.RoleOperator)
@@ -135,7 +141,7 @@ func parseFlags(args []string, getenv func(string) string, output io.Writer) (o 
 	fs.DurationVar(&o.cell.ProbeTimeout, "cell-probe-timeout", d.Cell.ProbeTimeout, "time one health check may take before it is a miss")
 
 	// Where the router runs and who it is, not what it does: not its release.
-	fs.Placement("listen", "admin-listen", "registry", "keys", "map-cache", "id", "admin-advertise", "admin-token-file",
+	fs.Placement("listen", "admin-listen", "registry", "keys", "map-cache", "id", "admin-advertise", "admin-token-file", "handoff-socket",
 		"tls-cert", "tls-key", "tls-client-ca", "admin-tls-cert", "admin-tls-key", "admin-tls-client-ca",
 		"cell-tls-ca", "cell-tls-cert", "cell-tls-key")
 	if err := fs.Parse(args, getenv); err != nil {
@@ -162,6 +168,9 @@ func parseFlags(args []string, getenv func(string) string, output io.Writer) (o 
 	}
 	if o.reloadInterval <= 0 {
 		return o, errors.New("--reload-interval must be > 0")
+	}
+	if o.handoffWait <= 0 {
+		return o, errors.New("--handoff-wait must be > 0")
 	}
 	if o.shutdownDelay < 0 || o.shutdownTimeout <= 0 {
 		return o, errors.New("--shutdown-delay must be ≥ 0 and --shutdown-timeout > 0")
@@ -213,6 +222,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, ready fun
 	}
 	log, metrics := program.Start(stderr, o.logLevel)
 	program.BuildInfo(metrics, "router", o.release)
+	succ, err := takeOver(ctx, o, log)
+	if err != nil {
+		return err
+	}
+	if succ != nil {
+		defer succ.Close() // a start that fails leaves the predecessor serving
+	}
+	hm := newHandoffMetrics(metrics, succ)
 	// The keys' watcher records the file before it is read, so that a
 	// change made meanwhile is seen; it runs once the router exists.
 	var rt *router.Router
@@ -240,12 +257,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, ready fun
 		return tlsconf.Options{What: what, Interval: o.reloadInterval, Logger: log, Registerer: metrics}
 	}
 	var publicTLS *tls.Config
+	var publicTLSServer *tlsconf.Server
 	if o.publicTLS.Enabled() {
 		srv, err := tlsconf.NewServer(o.publicTLS, tlsOpts("public_tls"))
 		if err != nil {
 			return fmt.Errorf("public listener: %w", err)
 		}
-		publicTLS = srv.Config()
+		if err := carryTicketKeys(succ, srv); err != nil {
+			return err
+		}
+		publicTLS, publicTLSServer = srv.Config(), srv
 		watch(srv.Watcher())
 	}
 	var adminTLS *tlsconf.Server
@@ -294,17 +315,25 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, ready fun
 		Registerer: metrics,
 		TLS:        publicTLS,
 		Release:    o.release,
+		Generation: hm.generation,
 	})
 	if err != nil {
 		return err
 	}
 	defer rt.Close()
 
-	adminLn, err := net.Listen("tcp", o.adminListen)
+	adminRaw, err := takeOrListen(succ, "admin", o.adminListen, log, func(a string) (net.Listener, error) { return net.Listen("tcp", a) })
 	if err != nil {
 		return fmt.Errorf("admin: listen: %w", err)
 	}
+	adminLn := adminRaw
 	adminAddr := adminLn.Addr()
+	// The public socket a predecessor handed over is held from now on;
+	// a fresh one is opened only once there is a map (below).
+	publicLn, err := takeOrListen(succ, "public", o.listen, log, nil)
+	if err != nil {
+		return err
+	}
 	if adminTLS != nil {
 		adminLn = tls.NewListener(adminLn, adminTLS.Config())
 	}
@@ -326,6 +355,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, ready fun
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
 
+	listening := make(chan struct{}) // closed once the public listener accepts
+	var handedOver atomic.Bool       // a successor serves these sockets
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return follower.Run(gctx) })
 	if rw := registry.NewRolloutWatch(reg, registry.RolloutWatchEvery, prometheus.WrapRegistererWithPrefix("cellkit_router_", metrics), log); rw != nil {
@@ -336,7 +367,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, ready fun
 			log.Warn("the router is not announced in the registry: cellctl finds it only with --routers", "why", err)
 		} else {
 			g.Go(func() error {
-				registry.AnnounceLoop(gctx, ann, a, func(err error) { log.Warn("cannot announce the router in the registry", "err", err) })
+				registry.AnnounceLoop(gctx, ann, a, func() bool { return !handedOver.Load() }, func(err error) { log.Warn("cannot announce the router in the registry", "err", err) })
 				return nil
 			})
 			log.Info("announcing the router in the registry", "id", a.ID, "admin", a.Admin)
@@ -365,18 +396,44 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, ready fun
 			}
 			return err
 		}
+		if publicLn == nil {
+			if publicLn, err = router.Listen(o.listen); err != nil {
+				return err
+			}
+		}
 		close(serving)
-		return rt.ListenAndServe(o.listen, func(a net.Addr) {
+		return rt.Serve(publicLn, func(a net.Addr) {
 			log.Info("router ready", "listen", a.String(), "admin", adminAddr.String(),
 				"map_version", follower.Map().Version(), "clients", len(rt.Keys().Clients()),
-				"tls", publicTLS != nil, "admin_tls", adminTLS != nil, "admin_auth", guard.Enabled())
+				"tls", publicTLS != nil, "admin_tls", adminTLS != nil, "admin_auth", guard.Enabled(),
+				"generation", hm.generation)
+			close(listening)
 			if ready != nil {
 				ready(addrs{Public: a, Admin: adminAddr})
 			}
 		})
 	})
+	handedTo := make(chan handoff.Hello, 1)
+	if o.handoffSocket != "" {
+		g.Go(func() error { return upgradeOnSignal(gctx, log, listening) })
+		g.Go(func() error {
+			select {
+			case <-listening:
+			case <-gctx.Done():
+				return nil
+			}
+			return offerSockets(gctx, o, log, hm, succ, handedTo, func() (handoff.Offer, error) {
+				return offer(hm.generation, o.release.ID, publicLn, adminRaw, publicTLSServer) // set before listening closed
+			})
+		})
+	}
 	g.Go(func() error {
-		<-gctx.Done()
+		select {
+		case <-gctx.Done():
+		case to := <-handedTo:
+			handedOver.Store(true)
+			return handOver(rt, admin, o, log, hm, to)
+		}
 		select {
 		case <-serving:
 			if o.shutdownDelay > 0 {

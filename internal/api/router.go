@@ -17,6 +17,11 @@ type RouterReadiness struct {
 	RefreshedAfter421 bool    `json:"refreshed_after_421,omitempty"` // routing with a map read after a 421
 	Failure           string  `json:"failure,omitempty"`             // why the router cannot go on serving (the process is ending)
 	Release           Release `json:"release"`                       // what the process runs
+	// PID is the process that answered; Generation counts the routers
+	// that served its listening sockets in a row on this host (1: it
+	// listened afresh; see --handoff-socket).
+	PID        int `json:"pid"`
+	Generation int `json:"generation"`
 }
 
 // HotUser is one heavy user of the last minute.

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"net/url"
 	"os"
-	"path/filepath"
 	"strings"
 	"time"
 
@@ -299,13 +298,11 @@ cellctl rollout plan --waves-file waves.txt --kustomize deploy/kubernetes/overla
 
 // deployer is the stack's deployer: DIR/dev.json, else DIR/net.json.
 func (f *rolloutFlags) deployer() (devstack.Deployer, error) {
-	for _, name := range []string{devstack.StateFile, "net.json"} {
-		path := filepath.Join(f.stack, name)
-		if _, err := os.Stat(path); err == nil {
-			return devstack.Deployer{Path: path, Grace: devstack.StopGrace}, nil
-		}
+	d, err := stackDeployer(f.stack)
+	if err != nil {
+		return d, fmt.Errorf("%w: pass --stack DIR", err)
 	}
-	return devstack.Deployer{}, fmt.Errorf("no stack in %s (no %s or net.json): pass --stack DIR", f.stack, devstack.StateFile)
+	return d, nil
 }
 
 // rolloutOptions are a rollout's collaborators from cellctl: the admin

@@ -56,7 +56,7 @@ func commands() []*command {
 		rolloutPlanCommand(), rolloutStartCommand(), rolloutStatusCommand(), rolloutPauseCommand(),
 		rolloutResumeCommand(), rolloutAbortCommand(), rolloutRollbackCommand(), rolloutGateCommand(),
 
-		devUpCommand(), devDownCommand(), devStatusCommand(), devCertsCommand(), devSuperviseCommand(),
+		devUpCommand(), devDownCommand(), devStatusCommand(), devReplaceCommand(), devCertsCommand(), devSuperviseCommand(),
 	}
 }
 

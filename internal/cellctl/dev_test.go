@@ -12,7 +12,9 @@ import (
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -145,6 +147,33 @@ func TestDevStack(t *testing.T) {
 	devInquiry(t, st, "u-43")
 	programs["c1"] = devstack.Program(*c1)
 
+	// The router is restarted, upgraded (another flag: another release)
+	// and given a successor that fails to start, under load on new and
+	// kept-alive connections: no connection refused, no request failed.
+	load := devLoad(st)
+	time.Sleep(200 * time.Millisecond)
+	for _, args := range [][]string{{"router"}, {"router", "--set", "cell-timeout=4s"}} {
+		if out := run(append([]string{"dev", "replace"}, args...)...); !strings.Contains(out, "router handed over its sockets: pid") {
+			t.Fatalf("dev replace %v:\n%s", args, out)
+		}
+	}
+	failed, err := cellctl("dev", "replace", "router", "--set", "keys=/nonexistent").CombinedOutput()
+	if err == nil || !strings.Contains(string(failed), "the new process did not take over") || !strings.Contains(string(failed), "the old one serves on") {
+		t.Fatalf("a successor that cannot start: %v\n%s", err, failed)
+	}
+	time.Sleep(200 * time.Millisecond)
+	if sent, bad := load.stop(); len(bad) > 0 || sent < 50 {
+		t.Fatalf("across the router's replacements: %d sent, %d failed: %q", sent, len(bad), bad[:min(len(bad), 5)])
+	}
+	if st, err = readDevStack(filepath.Join(root, "var")); err != nil {
+		t.Fatal(err)
+	}
+	router, _ := st.Process("router")
+	if !slices.Contains(router.Args, "--cell-timeout=4s") || !strings.HasSuffix(router.Supervisor.State, "router.json") {
+		t.Fatalf("the router's record after two handoffs: %+v", router)
+	}
+	programs["router"] = devstack.Program(*router)
+
 	out = run("dev", "status")
 	if !strings.Contains(out, "1 (last: signal: killed") {
 		t.Errorf("dev status does not show c1's restart:\n%s", out)
@@ -234,6 +263,62 @@ func TestDevStack(t *testing.T) {
 	if _, err := os.Stat(devstack.StatePath(filepath.Join(root, "var"))); !os.IsNotExist(err) {
 		t.Errorf("dev.json left after the foreground stack stopped: %v", err)
 	}
+}
+
+// devLoaded is load on the stack's router: inquiries from four workers,
+// two on kept-alive connections, two on a new connection each.
+type devLoaded struct {
+	halt chan struct{}
+	wg   sync.WaitGroup
+	mu   sync.Mutex
+	sent int
+	bad  []string
+}
+
+func devLoad(st *DevStack) *devLoaded {
+	l := &devLoaded{halt: make(chan struct{})}
+	for i := range 4 {
+		hc := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: i%2 == 1}}
+		l.wg.Go(func() {
+			for n := 0; n < 20000; n++ {
+				select {
+				case <-l.halt:
+					return
+				case <-time.After(10 * time.Millisecond):
+				}
+				body := fmt.Sprintf(`{"user_id":"u-%d","product":"credit_loan","amount":5000000}`, n%50)
+				req, _ := http.NewRequest(http.MethodPost, st.Router+"/v1/inquiries", strings.NewReader(body))
+				req.Header.Set("X-API-Key", st.APIKey)
+				req.Header.Set("Idempotency-Key", fmt.Sprintf("load-%d-%d", i, n))
+				req.Header.Set("Content-Type", "application/json")
+				resp, err := hc.Do(req)
+				var why string
+				if err != nil {
+					why = err.Error()
+				} else {
+					io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+					if resp.StatusCode != http.StatusAccepted {
+						why = resp.Status
+					}
+				}
+				l.mu.Lock()
+				l.sent++
+				if why != "" {
+					l.bad = append(l.bad, why)
+				}
+				l.mu.Unlock()
+			}
+		})
+	}
+	return l
+}
+
+// stop ends the load; it returns how many were sent and the failures.
+func (l *devLoaded) stop() (int, []string) {
+	close(l.halt)
+	l.wg.Wait()
+	return l.sent, l.bad
 }
 
 // devInquiry posts an inquiry through the router and polls its status_url

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"slices"
@@ -96,6 +98,9 @@ type Deployer struct {
 	Path string
 	// Grace is how long a process replaced has to stop on SIGTERM.
 	Grace time.Duration
+	// Handover bounds the replacement of a process that hands its
+	// sockets over (HandsOver) [DefaultHandover].
+	Handover time.Duration
 }
 
 // Replace stops the process name and starts it as run says (a Spec's
@@ -112,15 +117,118 @@ func (d Deployer) Replace(ctx context.Context, name string, run func(Process) Pr
 		return Process{}, nil, fmt.Errorf("no process %q in %s", name, d.Path)
 	}
 	before = procs[i]
-	if _, err := Stop(ctx, before, d.Grace); err != nil && !errors.Is(err, ErrNotRunning) {
-		return before, nil, err
-	}
-	c, err = Start(run(before))
-	if err != nil {
-		return before, nil, err
+	if HandsOver(before) && Alive(before.PID) {
+		if c, err = d.handOver(ctx, before, run(before)); err != nil {
+			return before, nil, err
+		}
+	} else {
+		if _, err := Stop(ctx, before, d.Grace); err != nil && !errors.Is(err, ErrNotRunning) {
+			return before, nil, err
+		}
+		if c, err = Start(run(before)); err != nil {
+			return before, nil, err
+		}
 	}
 	procs[i] = c.Process
 	return before, c, d.write(rec, procs)
+}
+
+// HandsOver says whether p hands its listening sockets to a successor
+// (a router with --handoff-socket): it is replaced by starting the new
+// process first, not by stopping it.
+func HandsOver(p Process) bool {
+	return slices.ContainsFunc(p.Args, func(a string) bool {
+		name, _, _ := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		return strings.HasPrefix(a, "-") && name == "handoff-socket"
+	})
+}
+
+// DefaultHandover bounds a handoff: the successor's start (its map, its
+// takeover) and the old process's drain (a router's --shutdown-timeout).
+const DefaultHandover = time.Minute
+
+// handOver starts next beside old, which hands its sockets to it, drains
+// and ends: the port never refuses a connection. The successor's
+// supervisor keeps a record of its own. It has taken over once its
+// readiness answers with its own pid, or once old has ended; old then
+// has Grace to end by itself (its drain is bounded by its own flag)
+// before it is killed. A successor that ends, or that has not taken over
+// within d.Handover, is stopped, and old (which serves on, the handoff
+// having failed) stays.
+func (d Deployer) handOver(ctx context.Context, old, next Process) (*Child, error) {
+	if next.Supervisor != nil {
+		s := *next.Supervisor
+		s.State = otherState(s.State)
+		next.Supervisor = &s
+	}
+	c, err := Start(next)
+	if err != nil {
+		return nil, err
+	}
+	within := d.Handover
+	if within <= 0 {
+		within = DefaultHandover
+	}
+	hc := &http.Client{Timeout: time.Second}
+	t0 := time.Now()
+	for Alive(old.PID) && !answersAs(ctx, hc, c) {
+		why, ended := c.Ended()
+		switch {
+		case ended:
+		case ctx.Err() != nil:
+			why = ctx.Err().Error()
+		case time.Since(t0) > within:
+			why = fmt.Sprintf("not serving after %s", within)
+		default:
+			time.Sleep(stopPoll)
+			continue
+		}
+		if _, err := Stop(context.WithoutCancel(ctx), c.Process, d.Grace); err != nil && !errors.Is(err, ErrNotRunning) {
+			why += "; stopping it: " + err.Error()
+		}
+		return nil, fmt.Errorf("%s: the new process did not take over (%s; last lines of %s: %s); the old one serves on", old.Name, why, c.Log, LogTail(c.Log, 5))
+	}
+	for t1 := time.Now(); Alive(old.PID) && time.Since(t1) < d.Grace; {
+		time.Sleep(stopPoll)
+	}
+	if _, err := Stop(context.WithoutCancel(ctx), old, 0); err != nil && !errors.Is(err, ErrNotRunning) {
+		return c, fmt.Errorf("%s: the old process, which handed over, outlived its drain and could not be killed: %w", old.Name, err)
+	}
+	return c, nil
+}
+
+// answersAs says whether c's readiness URL answers ready from c's own
+// program (its "pid"), not from the process it takes over from.
+func answersAs(ctx context.Context, hc *http.Client, c *Child) bool {
+	if c.Ready == "" {
+		return false
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.Ready, nil)
+	if err != nil {
+		return false
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return false
+	}
+	defer resp.Body.Close()
+	var rd struct {
+		PID int `json:"pid"`
+	}
+	if resp.StatusCode != http.StatusOK || json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&rd) != nil || rd.PID == 0 {
+		return false
+	}
+	return rd.PID == Program(c.Process)
+}
+
+// otherState is the supervisor record beside state: NAME.json and
+// NAME.next.json take turns, so that a successor's supervisor and the old
+// one's, both running for a moment, keep records of their own.
+func otherState(state string) string {
+	if base, ok := strings.CutSuffix(state, ".next.json"); ok {
+		return base + ".json"
+	}
+	return strings.TrimSuffix(state, ".json") + ".next.json"
 }
 
 // Processes are the stack's processes as its record has them.

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/cellkit/cellkit/internal/atomicfile"
+	"github.com/cellkit/cellkit/internal/program"
 )
 
 // Supervisor says how Start runs a process under supervision: as the child
@@ -186,6 +187,12 @@ func Supervise(ctx context.Context, cfg SuperviseConfig, bin string, args []stri
 		if stopping {
 			log.Info("supervisor: program stopped", "pid", cmd.Process.Pid, "status", ExitText(err))
 			return code
+		}
+		if code == program.ExitHandedOver {
+			// A successor under its own supervisor took the program's
+			// sockets: starting it again would take them back.
+			log.Info("supervisor: program handed over to a successor; not restarted", "pid", cmd.Process.Pid)
+			return 0
 		}
 		if ran >= cfg.Steady {
 			backoff = cfg.Backoff

@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/cellkit/cellkit/internal/program"
 )
 
 // superviseEnv makes the test binary a supervisor (its TestMain runs
@@ -133,6 +135,23 @@ func TestWaitReadyFailsAStartThatEndsUnderItsSupervisor(t *testing.T) {
 	}
 	if d := time.Since(t0); d > 10*time.Second {
 		t.Errorf("WaitReady failed after %v, want at once", d)
+	}
+}
+
+// A program that handed its sockets to a successor ends for good: its
+// supervisor ends with it, status 0, and does not start it again.
+func TestSuperviseDoesNotRestartAProgramThatHandedOver(t *testing.T) {
+	dir := t.TempDir()
+	cfg := testSuperviseConfig()
+	cfg.State = filepath.Join(dir, "state.json")
+	_, done := supervise(t, cfg, `echo x >> `+dir+`/starts; exit `+strconv.Itoa(program.ExitHandedOver))
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the supervisor goes on after its program handed over")
+	}
+	if b, _ := os.ReadFile(filepath.Join(dir, "starts")); strings.Count(string(b), "x") != 1 {
+		t.Fatalf("started %d times, want once", strings.Count(string(b), "x"))
 	}
 }
 

@@ -21,7 +21,7 @@ import (
 // Command is `loadtest drill NAME`: args are the name and its flags.
 func Command(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" {
-		fmt.Fprintln(stdout, "loadtest drill kill|freeze|disk-full|drain|agency-slow|priority|poison [flags]; 'loadtest drill kill -h' lists the flags")
+		fmt.Fprintln(stdout, "loadtest drill kill|freeze|disk-full|drain|agency-slow|priority|poison|release|handoff [flags]; 'loadtest drill kill -h' lists the flags")
 		fmt.Fprintln(stdout, "loadtest drill "+strings.Join(slices.Sorted(maps.Keys(NetDrills)), "|")+" [flags]: on a network lab, as root; 'loadtest drill host-loss -h' lists the flags")
 		return nil
 	}
@@ -31,11 +31,11 @@ func Command(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	drills := map[string]func(context.Context, Config) (*loadtest.Result, error){
 		"kill": Kill, "freeze": Freeze, "disk-full": DiskFull, "drain": Drain, "agency-slow": AgencySlow, "priority": Priority, "poison": Poison,
-		"release": Release,
+		"release": Release, "handoff": Handoff,
 	}
 	run, ok := drills[name]
 	if !ok {
-		return fmt.Errorf("unknown drill %q: kill, freeze, disk-full, drain, agency-slow, priority, poison, release, or on a network lab %s", name, strings.Join(slices.Sorted(maps.Keys(NetDrills)), ", "))
+		return fmt.Errorf("unknown drill %q: kill, freeze, disk-full, drain, agency-slow, priority, poison, release, handoff, or on a network lab %s", name, strings.Join(slices.Sorted(maps.Keys(NetDrills)), ", "))
 	}
 	fs := flag.NewFlagSet("loadtest drill "+name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -63,6 +63,9 @@ func Command(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	fs.StringVar(&c.Prometheus, "prometheus", "", "kill, poison, disk-full: run this prometheus `BIN` against the stack and check the alerts (kill: CellkitCellDown, needs --fault 45s or more; poison: CellkitInquiryPanics; disk-full: CellkitStoreNearFull, with a phase of 2m30s at 88.5% full first)")
 	fs.StringVar(&c.Rules, "rules", d.Rules, "the alert rules `FILE` for --prometheus")
 	fs.BoolVar(&quiet, "quiet", false, "no progress lines")
+	fs.Float64Var(&c.ReadShare, "read-share", 0, "share of requests that read an inquiry's status instead of asking a new one (0: none; handoff: 0.9)")
+	var tlsStack bool
+	fs.BoolVar(&tlsStack, "tls", false, "start the stack on TLS (cellctl dev up --tls): the router's public listener on HTTPS")
 	fs.Float64Var(&c.HighShare, "high-share", 0, "share of requests asking for the high lane (0: 0.2 in priority, else 0.25)")
 	var laneBlind string
 	fs.StringVar(&laneBlind, "lane-blind", "c2,c4", "priority: the `CELLS` of a stack the drill starts that shed lane-blind, for comparison")
@@ -94,6 +97,9 @@ func Command(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		}
 		if name == "priority" && laneBlind != "" {
 			extra = append(extra, "--lane-blind", laneBlind)
+		}
+		if tlsStack {
+			extra = append(extra, "--tls")
 		}
 		if name == "poison" {
 			// The cells' build with the fault hooks (make build).

@@ -75,6 +75,9 @@ type Config struct {
 	Prometheus string
 	// Rules is the alert rules file [deploy/observability/prometheus/rules.yml].
 	Rules string
+	// ReadShare is the share of requests that read an inquiry's status
+	// (loadtest.Config.ReadShare) [0; handoff: HandoffReadShare].
+	ReadShare float64
 	// Progress gets the progress lines (nil: none).
 	Progress io.Writer
 }
@@ -169,7 +172,7 @@ func sinceText(at, from time.Duration) string {
 func countAccepted(samples []loadtest.Sample) int {
 	n := 0
 	for _, s := range samples {
-		if s.ID != "" {
+		if s.ID != "" && !s.Read {
 			n++
 		}
 	}

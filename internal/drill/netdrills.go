@@ -584,14 +584,14 @@ type outcome struct {
 func (n *netRun) outcomes(ctx context.Context, res *loadtest.Result, users func(int) bool) []outcome {
 	var ids []string
 	for _, s := range res.Samples {
-		if s.ID != "" && users(s.User) {
+		if s.ID != "" && !s.Read && users(s.User) {
 			ids = append(ids, s.ID)
 		}
 	}
 	final := settled(ctx, n.hc, n.st.Router, n.st.APIKey, ids, n.c.VerifyWithin)
 	var out []outcome
 	for _, s := range res.Samples {
-		if s.ID != "" && users(s.User) {
+		if s.ID != "" && !s.Read && users(s.User) {
 			out = append(out, outcome{at: s.At, status: string(final[s.ID].Status)})
 		}
 	}

@@ -33,6 +33,36 @@ func highOf(seq int, share float64) bool {
 	return float64((uint64(seq)*0x9E3779B97F4A7C15)>>11)/(1<<53) < share
 }
 
+// readOf says whether request seq is a status read, for a share of them:
+// a fixed spread over the sequence, apart from highOf's.
+func readOf(seq int, share float64) bool {
+	return share > 0 && highOf(seq*7919+1, share)
+}
+
+// read gets the status of s.ID and fills in s's outcome but the latency.
+func (r *Runner) read(ctx context.Context, s *Sample) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, r.cfg.Target+"/v1/inquiries/"+s.ID, nil)
+	if err != nil {
+		s.Err = err.Error()
+		return
+	}
+	req.Header.Set("X-API-Key", r.cfg.Key)
+	resp, err := r.opts.Client.Do(req)
+	if err != nil {
+		s.Err = errKind(err)
+		return
+	}
+	_, err = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20))
+	resp.Body.Close()
+	if err != nil {
+		s.Err = errKind(err)
+		return
+	}
+	s.Status = resp.StatusCode
+	s.Cell = resp.Header.Get(api.HeaderCell)
+	s.RetryAfter = resp.Header.Get("Retry-After") != ""
+}
+
 // send posts s's inquiry and fills in its outcome but the latency, which
 // the Generator measures. ctx bounds the request.
 func (r *Runner) send(ctx context.Context, s *Sample) {

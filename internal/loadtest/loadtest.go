@@ -55,6 +55,11 @@ type Config struct {
 	// KeepSamples keeps every request's outcome in Result.Samples (the
 	// drills need them).
 	KeepSamples bool
+	// ReadShare is the share of requests that read the status of an
+	// inquiry accepted earlier in the run (GET /v1/inquiries/{id}, a
+	// client polling its status_url) instead of asking a new one; a read
+	// planned before any inquiry was accepted asks one. 0: none.
+	ReadShare float64
 }
 
 // DefaultConfig returns the defaults.
@@ -84,6 +89,16 @@ type Sample struct {
 	ID         string        `json:"id,omitempty"`   // the 202's inquiry id
 	RetryAfter bool          `json:"retry_after,omitempty"`
 	High       bool          `json:"high,omitempty"` // it asked for the high lane
+	Read       bool          `json:"read,omitempty"` // a status read (ID is the inquiry read), not a new inquiry
+}
+
+// OK says whether s was answered as asked: 202 for a new inquiry, 200
+// for a status read.
+func (s Sample) OK() bool {
+	if s.Read {
+		return s.Status == http.StatusOK
+	}
+	return s.Status == http.StatusAccepted
 }
 
 // Event is something that happened during a run, marked on the chart.
@@ -103,6 +118,40 @@ type Runner struct {
 
 	mu     sync.Mutex
 	events []Event
+	// accepted are ids accepted in the run, the latest readIDs, for the
+	// status reads.
+	accepted acceptedIDs
+}
+
+// readIDs is how many accepted ids the status reads draw from.
+const readIDs = 4096
+
+// acceptedIDs is a ring of the latest accepted inquiry ids.
+type acceptedIDs struct {
+	mu   sync.Mutex
+	ids  []string
+	next int
+}
+
+func (a *acceptedIDs) add(id string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if len(a.ids) < readIDs {
+		a.ids = append(a.ids, id)
+		return
+	}
+	a.ids[a.next] = id
+	a.next = (a.next + 1) % readIDs
+}
+
+// pick is the id at position n (mod the ring), "" when none.
+func (a *acceptedIDs) pick(n int) string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if len(a.ids) == 0 {
+		return ""
+	}
+	return a.ids[n%len(a.ids)]
 }
 
 // NewRunner checks cfg and fixes the start of the run at now.
@@ -131,6 +180,9 @@ func NewRunner(cfg Config, opts Options) (*Runner, error) {
 		cfg.HighShare = d.HighShare
 	case cfg.HighShare > 1:
 		return nil, fmt.Errorf("high share %g: want at most 1", cfg.HighShare)
+	}
+	if cfg.ReadShare < 0 || cfg.ReadShare >= 1 {
+		return nil, fmt.Errorf("read share %g: want at least 0 and below 1", cfg.ReadShare)
 	}
 	if opts.Client == nil {
 		opts.Client = &http.Client{Transport: &http.Transport{
@@ -177,7 +229,17 @@ func (r *Runner) Run(ctx context.Context) (*Result, error) {
 			inflight.Add(1)
 			defer inflight.Add(-1)
 			s := Sample{Seq: q.Seq, At: sched[q.Seq], User: user[q.Seq], Key: "lt-" + r.runID + "-" + strconv.Itoa(q.Seq), High: highOf(q.Seq, r.cfg.HighShare)}
+			if readOf(q.Seq, r.cfg.ReadShare) {
+				if id := r.accepted.pick(user[q.Seq] + q.Seq); id != "" {
+					s.Read, s.ID, s.Key, s.High = true, id, "", false
+					r.read(ctx, &s)
+					return s
+				}
+			}
 			r.send(ctx, &s)
+			if s.ID != "" && r.cfg.ReadShare > 0 {
+				r.accepted.add(s.ID)
+			}
 			return s
 		},
 		Done: func(q Request, s Sample) {

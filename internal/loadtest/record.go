@@ -76,7 +76,7 @@ func (r *recorder) record(s Sample) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.n++
-	if s.Status == 202 {
+	if s.OK() {
 		r.ok++
 	}
 	r.all.RecordValue(v)
@@ -102,7 +102,7 @@ func (r *recorder) record(s Sample) {
 	}
 	sr.h.RecordValue(v)
 	sr.n++
-	if s.Status != 202 {
+	if !s.OK() {
 		sr.err++
 	}
 	if r.keep {

@@ -41,7 +41,7 @@ func (w Window) Stats(samples []Sample) Stats {
 		st.Status[StatusKey(s)]++
 		lat = append(lat, s.Latency)
 		switch {
-		case s.Status == http.StatusAccepted:
+		case s.OK():
 			st.OK++
 		case s.Err == "timeout":
 			st.Timeouts++

@@ -46,7 +46,7 @@ func (r *Runner) Verify(ctx context.Context, samples []Sample, within time.Durat
 	hc, target, key, progress := r.opts.Client, r.cfg.Target, r.cfg.Key, r.opts.Progress
 	var acc []Sample
 	for _, s := range samples {
-		if s.ID != "" {
+		if s.ID != "" && !s.Read {
 			acc = append(acc, s)
 		}
 	}

@@ -5,6 +5,7 @@ package program
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -29,11 +30,24 @@ func Main(name string, run func(ctx context.Context) error) {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := run(ctx)
 	stop()
+	if errors.Is(err, ErrHandedOver) {
+		os.Exit(ExitHandedOver)
+	}
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "%s: %v\n", name, err)
 		os.Exit(1)
 	}
 }
+
+// ErrHandedOver is what a program's run returns when it stopped because
+// a successor took its sockets over (internal/handoff): Main then exits
+// with ExitHandedOver, which a supervisor does not restart.
+var ErrHandedOver = errors.New("handed over to a successor")
+
+// ExitHandedOver is the exit status of a program that handed its sockets
+// to a successor and drained: its end is not a failure, and restarting it
+// would take the sockets back from the successor.
+const ExitHandedOver = 98
 
 // Start is the first thing a program does once its flags are read: its
 // log, JSON lines at level on w, and its own registry (never the global

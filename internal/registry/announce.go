@@ -190,8 +190,11 @@ func (c *Consul) Routers(ctx context.Context) ([]Announcement, error) {
 }
 
 // AnnounceLoop announces a until ctx ends, every AnnounceEvery (a failure is
-// passed to onErr and tried again at the next tick), then withdraws it.
-func AnnounceLoop(ctx context.Context, reg Announcer, a Announcement, onErr func(error)) {
+// passed to onErr and tried again at the next tick), then withdraws it
+// unless withdraw (nil: always) says not to: a router that handed its
+// sockets to a successor leaves the announcement, which is the
+// successor's too (the same id and admin address).
+func AnnounceLoop(ctx context.Context, reg Announcer, a Announcement, withdraw func() bool, onErr func(error)) {
 	t := time.NewTicker(AnnounceEvery)
 	defer t.Stop()
 	for {
@@ -202,6 +205,9 @@ func AnnounceLoop(ctx context.Context, reg Announcer, a Announcement, onErr func
 		cancel()
 		select {
 		case <-ctx.Done():
+			if withdraw != nil && !withdraw() {
+				return
+			}
 			wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 			if err := reg.Withdraw(wctx, a.ID); err != nil && onErr != nil {
 				onErr(err)

@@ -90,7 +90,7 @@ func TestAnnounceLoopWithdrawsAtTheEnd(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		AnnounceLoop(ctx, f, Announcement{ID: "r1", Admin: "http://127.0.0.1:9080"}, func(err error) { t.Error(err) })
+		AnnounceLoop(ctx, f, Announcement{ID: "r1", Admin: "http://127.0.0.1:9080"}, nil, func(err error) { t.Error(err) })
 	}()
 	testkit.WaitFor(t, 5*time.Second, "the announcement", func() bool {
 		as, _ := f.Routers(context.Background())

@@ -144,7 +144,7 @@ func (e *engine) acceptLoop(ln net.Listener) {
 func (e *engine) admitConn(c net.Conn) {
 	key := addrKey(addrOf(c.RemoteAddr()))
 	switch {
-	case e.draining.Load():
+	case e.draining.Load() && !e.handing.Load():
 		e.r.metrics.connRefuse.WithLabelValues("draining").Inc()
 		c.Close()
 		return

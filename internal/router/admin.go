@@ -2,6 +2,7 @@ package router
 
 import (
 	"net/http"
+	"os"
 	"strconv"
 	"time"
 
@@ -43,7 +44,7 @@ func (r *Router) Readiness() api.RouterReadiness {
 	st := r.maps.Status()
 	rd := api.RouterReadiness{FollowerMap: st.Version, Stale: st.Stale, MapAgeSeconds: st.Age.Seconds(),
 		Registry: st.Registry, LastError: st.LastError, FromCache: st.FromCache, RegistryOlder: st.RegistryOlder,
-		Release: r.release}
+		Release: r.release, PID: os.Getpid(), Generation: r.gen}
 	m := r.currentMap()
 	switch {
 	case m == nil:

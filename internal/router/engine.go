@@ -42,9 +42,13 @@ type engine struct {
 	addrs    addrCounts   // client connections open per address
 	busy     atomic.Int64 // requests being answered
 	draining atomic.Bool
-	done     chan struct{}
-	date     atomic.Pointer[[]byte] // the Date header's value
-	dateSec  atomic.Int64           // the second it is for
+	// handing: the router handed its listener over (handOver); it serves
+	// the connections it accepted, each to its next answer.
+	handing    atomic.Bool
+	idleClosed atomic.Int64 // kept-alive connections closed idle while handing over
+	done       chan struct{}
+	date       atomic.Pointer[[]byte] // the Date header's value
+	dateSec    atomic.Int64           // the second it is for
 }
 
 func newEngine(r *Router) *engine {
@@ -116,7 +120,7 @@ func (e *engine) OnOpen(c gnet.Conn) ([]byte, gnet.Action) {
 		ac = x
 	}
 	e.loopOf(c).open(c, ac)
-	if e.draining.Load() {
+	if e.draining.Load() && !e.handing.Load() {
 		return nil, gnet.Close // shutting down: no new connections (OnClose counts it out)
 	}
 	return nil, gnet.None
@@ -223,20 +227,16 @@ func (e *engine) setDate(now time.Time) {
 // until shutdown, or until a failure it cannot recover from (a loop that
 // stopped or hangs), which it returns after readiness has failed for
 // fatalGrace.
-func (e *engine) serve(addr string, ready func(net.Addr)) error {
+func (e *engine) serve(ln net.Listener, ready func(net.Addr)) error {
 	if !e.started.CompareAndSwap(false, true) {
+		ln.Close()
 		return errors.New("router: already serving")
 	}
 	defer close(e.stopped)
+	defer ln.Close()
 	if err := checkFileLimit(e.r.cfg.Server.MaxConns); err != nil {
 		return err
 	}
-	lc := net.ListenConfig{KeepAlive: 3 * time.Minute}
-	ln, err := lc.Listen(context.Background(), "tcp", addr)
-	if err != nil {
-		return fmt.Errorf("router: %w", err)
-	}
-	defer ln.Close()
 	cli, err := gnet.NewClient(e,
 		gnet.WithMulticore(true),
 		gnet.WithNumEventLoop(runtime.GOMAXPROCS(0)),
@@ -341,6 +341,66 @@ func (e *engine) shutdown(ctx context.Context) error {
 	}
 	return err
 }
+
+// handOver is shutdown for a router whose successor accepts from the same
+// listening socket: it stops accepting (the socket stays open in the
+// successor), serves the connections it has — each request answered with
+// Connection: close, a connection accepted just before served all the
+// same, a kept-alive connection idle for handOverIdle closed — and stops
+// when none is left or ctx ends, cutting what is left then.
+func (e *engine) handOver(ctx context.Context) (Drained, error) {
+	var d Drained
+	if !e.started.Load() {
+		return d, nil
+	}
+	e.handing.Store(true)
+	if e.draining.Swap(true) {
+		return d, errors.New("router: already stopping")
+	}
+	d.Conns = e.conns.Load()
+	e.mu.Lock()
+	if e.ln != nil {
+		e.ln.Close() // this process's descriptor: the successor's stays open
+	}
+	e.mu.Unlock()
+	t := time.NewTicker(tick)
+	defer t.Stop()
+	var err error
+wait:
+	for e.conns.Load() > 0 { // handshakes under way included
+		select {
+		case <-ctx.Done():
+			err = ctx.Err()
+			break wait
+		case <-e.stopped:
+			return d, e.failure()
+		case <-t.C:
+		}
+	}
+	d.Cut, d.RequestsCut = e.conns.Load(), e.busy.Load()
+	d.Idle = e.idleClosed.Load()
+	close(e.quit)
+	select {
+	case <-e.stopped:
+	case <-time.After(5 * time.Second):
+		err = errors.Join(err, errors.New("router: the event loops did not stop within 5s"))
+	}
+	return d, err
+}
+
+// Drained is what a router that handed over did with its connections.
+type Drained struct {
+	Conns       int64 // client connections open when it handed over
+	Idle        int64 // of those, kept-alive ones closed while idle
+	Cut         int64 // connections still open at the bound, closed
+	RequestsCut int64 // requests in flight on them, cut
+}
+
+// handOverIdle is how long a kept-alive connection of a router that
+// handed over may stay idle before it is closed: long enough for a
+// client in use to send its next request and be told Connection: close
+// with its answer, rather than find its connection closed as it sends.
+const handOverIdle = time.Second
 
 // gnetLogger sends gnet's own messages to the router's log.
 type gnetLogger struct{ log *slog.Logger }

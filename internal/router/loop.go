@@ -66,7 +66,23 @@ func (lp *loop) sweep() {
 }
 
 // drainIdle closes the loop's idle client connections (shutting down).
+// A router that handed over closes only kept-alive connections idle for
+// handOverIdle: a connection accepted and not yet read from is waiting for
+// its first request, which it will be answered.
 func (lp *loop) drainIdle() {
+	if lp.e.handing.Load() {
+		now := lp.e.now()
+		for t := lp.idles.head.next; t != &lp.idles.head; {
+			next := t.next
+			if since := t.at - lp.idles.d; now-since >= int64(handOverIdle) {
+				t.stop()
+				lp.e.idleClosed.Add(1)
+				lp.closeClient(t.owner.(*client))
+			}
+			t = next
+		}
+		return
+	}
 	for _, l := range []*tlist{&lp.idles, &lp.heads} {
 		for t := l.head.next; t != &l.head; {
 			next := t.next

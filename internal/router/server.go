@@ -111,6 +111,9 @@ type Options struct {
 	Maps MapSource
 	// Release is the release the process runs, reported on /readyz.
 	Release api.Release
+	// Generation is the process's place in the line of routers that
+	// served its listening sockets (see Readiness) [1].
+	Generation int
 	// Refresh reads the newest map straight from the registry; the router
 	// calls it when a cell answers 421. Nil: a 421 waits for the follower.
 	Refresh func(context.Context) (*slotmap.Map, error)
@@ -276,6 +279,7 @@ type Router struct {
 	downGen  atomic.Uint64 // counts instances found down by the health checks: the loops cut their calls
 	maps     MapSource
 	release  api.Release
+	gen      int
 	refresh  func(context.Context) (*slotmap.Map, error)
 	keyring  atomic.Pointer[keyring] // the API keys and rate limits (SetKeys)
 	keysMu   sync.Mutex              // serialises SetKeys
@@ -326,6 +330,7 @@ func New(cfg Config, opts Options) (*Router, error) {
 		cfg:       cfg,
 		maps:      opts.Maps,
 		release:   opts.Release,
+		gen:       max(opts.Generation, 1),
 		refresh:   opts.Refresh,
 		now:       now,
 		hot:       hotkeys.New(cfg.HotKeys, hotkeys.Options{Now: now}),
@@ -356,6 +361,26 @@ func New(cfg Config, opts Options) (*Router, error) {
 // from one event loop per GOMAXPROCS. Once it listens it calls ready, if
 // not nil, with the address it listens on.
 func (r *Router) ListenAndServe(addr string, ready func(net.Addr)) error {
+	ln, err := Listen(addr)
+	if err != nil {
+		return err
+	}
+	return r.Serve(ln, ready)
+}
+
+// Listen opens the router's public listening socket at addr.
+func Listen(addr string) (net.Listener, error) {
+	lc := net.ListenConfig{KeepAlive: 3 * time.Minute}
+	ln, err := lc.Listen(context.Background(), "tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("router: %w", err)
+	}
+	return ln, nil
+}
+
+// Serve is ListenAndServe on a listening socket of the caller's (one a
+// predecessor handed over); Serve closes it when it returns.
+func (r *Router) Serve(ln net.Listener, ready func(net.Addr)) error {
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	if src, ok := r.maps.(changeNotifier); ok {
@@ -364,7 +389,7 @@ func (r *Router) ListenAndServe(addr string, ready func(net.Addr)) error {
 	wg.Go(func() { r.checks(stop) })
 	defer wg.Wait()
 	defer close(stop)
-	return r.eng.serve(addr, ready)
+	return r.eng.serve(ln, ready)
 }
 
 // changeNotifier is a MapSource that says when it has a newer map
@@ -392,6 +417,16 @@ func (r *Router) prebuild(src changeNotifier, stop <-chan struct{}) {
 // Shutdown stops taking connections, closes idle ones and waits for the
 // requests in flight until ctx ends; then it closes every connection.
 func (r *Router) Shutdown(ctx context.Context) error { return r.eng.shutdown(ctx) }
+
+// HandOver stops the router once a successor accepts from its listening
+// socket: no more accepts here, the connections it has are served to
+// their next answer (Connection: close), kept-alive ones idle for a
+// second are closed, and it stops when none is left or ctx ends (what is
+// left then is cut, and counted in the report).
+func (r *Router) HandOver(ctx context.Context) (Drained, error) {
+	r.stopping.Store(true)
+	return r.eng.handOver(ctx)
+}
 
 // Close marks every cell's connections for closing; ListenAndServe's end
 // closes them all in any case.

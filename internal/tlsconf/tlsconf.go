@@ -135,6 +135,7 @@ type Server struct {
 	expiry  prometheus.Gauge
 	watcher *reload.Watcher
 	base    *tls.Config
+	tickets tickets
 }
 
 // NewServer loads files; its error names the file at fault.
@@ -146,14 +147,18 @@ func NewServer(files ServerFiles, opts Options) (*Server, error) {
 		return nil, errors.New("tls: a client role needs a client CA file")
 	}
 	s := &Server{files: files, opts: opts, expiry: expiryGauge(opts)}
-	if err := s.load(); err != nil {
-		return nil, err
-	}
 	s.base = &tls.Config{
 		MinVersion: MinVersion,
 		GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) {
+			s.rotateTickets()
 			return s.cur.Load(), nil
 		},
+	}
+	if _, err := s.tickets.rotate(opts.now()); err != nil {
+		return nil, err
+	}
+	if err := s.load(); err != nil {
+		return nil, err
 	}
 	paths := []string{files.Cert, files.Key}
 	if files.ClientCA != "" {
@@ -189,6 +194,7 @@ func (s *Server) load() error {
 			}
 		}
 	}
+	s.applyTickets(cfg)
 	s.cur.Store(cfg)
 	s.expiry.Set(float64(pair.Leaf.NotAfter.Unix()))
 	return nil
