@@ -111,7 +111,7 @@ func parseFlags(args []string, getenv func(string) string, output io.Writer) (o 
 	fs.DurationVar(&o.reloadInterval, "reload-interval", time.Second, "how often the keys, admin token and certificate files are checked for changes (SIGHUP: at once)")
 	fs.TextVar(&o.logLevel, "log-level", slog.LevelInfo, "log level: debug, info, warn or error")
 	fs.BoolVar(&o.pprof, "pprof", false, "serve /debug/pprof/ on the admin listener")
-	fs.StringVar(&o.handoffSocket, "handoff-socket", "", "Unix socket where the router hands its listening sockets to a successor on this host, and where it takes them from a predecessor at its start: a restart or an upgrade with no connection refused (empty: none; see docs/router.md)")
+	fs.StringVar(&o.handoffSocket, "handoff-socket", "", "Unix socket where the router hands its listening sockets to a successor on this host, and where it takes them from a predecessor at its start: a restart or an upgrade with no connection refused; SIGUSR2 starts this program's path again as the successor (empty: none; see docs/router.md)")
 	fs.DurationVar(&o.handoffWait, "handoff-wait", time.Minute, "how long a successor that took the sockets has to become ready; after that this router refuses it and serves on")
 	fs.StringVar(&o.adminTokenFile, "admin-token-file", "", "admin listener: file of bearer tokens, one per line ('#' comments); every admin path but /healthz and /readyz then needs Authorization: Bearer TOKEN (reloaded when it changes or on SIGHUP)")
 	o.publicTLS.RegisterFlags(fs.FlagSet, "", "public listener", "")

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -135,6 +136,8 @@ type cellOpts struct {
 	// handler's to judge); requests are sent with the router's
 	// certificate and the handler asks other cells with the cell's.
 	tls *celltest.Certs
+	// logs, if set, takes the handler's log (else testkit.Logger).
+	logs *testkit.Buffer
 }
 
 // testCell is one cell's intake wired as internal/cell wires it: its own
@@ -180,7 +183,11 @@ func (e *env) cell(o cellOpts) *testCell {
 	}
 	sh := shed.New(o.shed, shed.Options{Now: o.now})
 	o.intake.Cell = o.id
-	opts := Options{Queue: q, Shedder: sh, Map: o.cmap, Logger: testkit.Logger(), Now: o.now}
+	logger := testkit.Logger()
+	if o.logs != nil {
+		logger = o.logs.Logger(slog.LevelDebug)
+	}
+	opts := Options{Queue: q, Shedder: sh, Map: o.cmap, Logger: logger, Now: o.now}
 	if o.tls != nil {
 		opts.PeerTLS = clientTLS(t, *o.tls, pki.RoleCell)
 	}

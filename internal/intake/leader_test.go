@@ -31,7 +31,8 @@ func TestNewInquiriesWaitOutAnElection(t *testing.T) {
 	}
 	e := newClusterEnv(t)
 	e.maps.Set(testMapOf(t, nil, "c1"))
-	c := e.cell(cellOpts{queue: queue.Config{Replicas: 3}, now: time.Now,
+	logs := &testkit.Buffer{}
+	c := e.cell(cellOpts{queue: queue.Config{Replicas: 3}, now: time.Now, logs: logs,
 		intake: Config{LeaderWait: 30 * time.Second, TryTimeout: 750 * time.Millisecond}})
 	// 40 POSTs a second for 6 s; at 1 s nodes 1 and 2 go, at 4 s node 1
 	// comes back.
@@ -86,7 +87,7 @@ func TestNewInquiriesWaitOutAnElection(t *testing.T) {
 	}
 	wg.Wait()
 	if statuses[http.StatusAccepted] != posts {
-		t.Fatalf("answers %v; want all %d accepted through the election", statuses, posts)
+		t.Fatalf("answers %v; want all %d accepted through the election; the cell's warnings:\n%s", statuses, posts, warnings(logs.String()))
 	}
 	testkit.WaitFor(t, 10*time.Second, "the health check ok again", func() bool {
 		r, err := testkit.Send(c.client, "GET", c.url+"/v1/health", nil, nil)
@@ -143,4 +144,15 @@ func TestNewInquiriesWaitOutAnElection(t *testing.T) {
 	if len(missing) > 0 {
 		t.Fatalf("%d of %d accepted inquiries lack their record or message:\n%s", len(missing), len(accepted), strings.Join(missing, "\n"))
 	}
+}
+
+// warnings are a log's lines at WARN and ERROR.
+func warnings(log string) string {
+	var b strings.Builder
+	for _, line := range strings.Split(log, "\n") {
+		if strings.Contains(line, " level=WARN ") || strings.Contains(line, " level=ERROR ") {
+			b.WriteString(line + "\n")
+		}
+	}
+	return b.String()
 }
