@@ -177,10 +177,10 @@ drill: tools build ## as root: the chaos drills (kill, freeze: a cell SIGSTOPped
 	$(BIN)/loadtest drill release --bin $(BIN) --rate $(DRILL_RATE) --baseline 10s --after 5s \
 	  --json var/drill/release.json --svg var/drill/release.svg || rc=1; \
 	echo "== loadtest drill handoff: 1,000 req/s (90 % status reads, half on kept-alive connections); the router restarted three times, upgraded to bin/next/router, then given a successor that cannot start"; \
-	$(BIN)/loadtest drill handoff --bin $(BIN) --rate 1000 --baseline 10s --after 5s \
+	$(BIN)/loadtest drill handoff --bin $(BIN) --rate 1000 --baseline 15s --after 5s \
 	  --json var/drill/handoff.json --svg var/drill/handoff.svg || rc=1; \
 	echo "== loadtest drill handoff on TLS: the same over HTTPS, session tickets carried over"; \
-	$(BIN)/loadtest drill handoff --tls --bin $(BIN) --rate 1000 --baseline 10s --after 5s \
+	$(BIN)/loadtest drill handoff --tls --bin $(BIN) --rate 1000 --baseline 15s --after 5s \
 	  --json var/drill/handoff-tls.json --svg var/drill/handoff-tls.svg || rc=1; \
 	exit $$rc
 

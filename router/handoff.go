@@ -34,6 +34,10 @@ type handoffData struct {
 	// TicketKeys are the public listener's session ticket keys: sessions
 	// resume across the handoff.
 	TicketKeys []tlsconf.TicketKey `json:"ticket_keys,omitempty"`
+	// Pools are the connections the old router holds to each cell
+	// instance (host:port): the successor opens as many before it takes
+	// the load over (router.Router.Warm).
+	Pools map[string]int `json:"pools,omitempty"`
 }
 
 // takeWithin bounds how long a starting router waits for its predecessor
@@ -107,28 +111,34 @@ func sameAddr(a net.Addr, addr string) bool {
 	return want.IP.Equal(ta.IP)
 }
 
+// predecessorData is what the old router handed over besides its sockets.
+func predecessorData(succ *handoff.Succession) (handoffData, error) {
+	var d handoffData
+	if succ == nil || len(succ.State.Data) == 0 {
+		return d, nil
+	}
+	if err := json.Unmarshal(succ.State.Data, &d); err != nil {
+		return d, fmt.Errorf("handoff: the old router's data: %w", err)
+	}
+	return d, nil
+}
+
 // carryTicketKeys gives srv the predecessor's session ticket keys.
 func carryTicketKeys(succ *handoff.Succession, srv *tlsconf.Server) error {
-	if succ == nil || len(succ.State.Data) == 0 {
-		return nil
-	}
-	var d handoffData
-	if err := json.Unmarshal(succ.State.Data, &d); err != nil {
-		return fmt.Errorf("handoff: the old router's data: %w", err)
-	}
-	if len(d.TicketKeys) == 0 {
-		return nil // it served without TLS
+	d, err := predecessorData(succ)
+	if err != nil || len(d.TicketKeys) == 0 {
+		return err // nil: it served without TLS
 	}
 	return srv.SetTicketKeys(d.TicketKeys)
 }
 
 // offer is what this router hands to a successor.
-func offer(generation int, release string, public, admin net.Listener, tlsSrv *tlsconf.Server) (handoff.Offer, error) {
+func offer(generation int, release string, public, admin net.Listener, tlsSrv *tlsconf.Server, rt *router.Router) (handoff.Offer, error) {
 	files, err := handoff.Files(public, admin)
 	if err != nil {
 		return handoff.Offer{}, err
 	}
-	var d handoffData
+	d := handoffData{Pools: rt.Pools()}
 	if tlsSrv != nil {
 		d.TicketKeys = tlsSrv.TicketKeys()
 	}
@@ -145,8 +155,9 @@ func offer(generation int, release string, public, admin net.Listener, tlsSrv *t
 // at --handoff-socket until a successor is ready (sent on to) or ctx
 // ends.
 func offerSockets(ctx context.Context, o options, log *slog.Logger, hm *handoffMetrics, succ *handoff.Succession,
-	to chan<- handoff.Hello, mkOffer func() (handoff.Offer, error)) error {
+	rt *router.Router, to chan<- handoff.Hello, mkOffer func() (handoff.Offer, error)) error {
 	if succ != nil {
+		warm(ctx, log, succ, rt)
 		rctx, cancel := context.WithTimeout(ctx, takeWithin)
 		err := succ.Ready(rctx)
 		cancel()
@@ -183,6 +194,29 @@ func offerSockets(ctx context.Context, o options, log *slog.Logger, hm *handoffM
 	hm.handoffs.WithLabelValues("handed_over").Inc()
 	to <- hello
 	return nil
+}
+
+// warmWithin bounds the time a successor spends opening its
+// predecessor's connections to the cells before it takes over.
+const warmWithin = 5 * time.Second
+
+// warm opens, before the load is taken over, as many connections to each
+// cell instance as the old router holds.
+func warm(ctx context.Context, log *slog.Logger, succ *handoff.Succession, rt *router.Router) {
+	d, err := predecessorData(succ)
+	if err != nil || len(d.Pools) == 0 {
+		return
+	}
+	want := 0
+	for _, n := range d.Pools {
+		want += n
+	}
+	start := time.Now()
+	wctx, cancel := context.WithTimeout(ctx, warmWithin)
+	defer cancel()
+	opened := rt.Warm(wctx, d.Pools)
+	log.Info("opened the old router's connections to the cells before taking over", "wanted", want, "opened", opened,
+		"took", time.Since(start).Round(time.Millisecond))
 }
 
 // handOver stops a router whose successor serves: the admin listener is

@@ -3,9 +3,11 @@ package main
 import (
 	"context"
 	"crypto/tls"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -369,4 +371,55 @@ func TestTLSSessionsResumeAcrossAHandoff(t *testing.T) {
 	}
 	time.Sleep(300 * time.Millisecond)
 	l.check(t, "a handoff over TLS")
+}
+
+// TestASuccessorOpensTheCellConnectionsFirst: before it takes the load
+// over, the successor opens as many connections to the cell as the old
+// router holds, so that the load it takes does not open them all at once.
+func TestASuccessorOpensTheCellConnectionsFirst(t *testing.T) {
+	var accepted atomic.Int64
+	cell := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		time.Sleep(5 * time.Millisecond) // calls overlap: the old router's pool grows
+		w.WriteHeader(http.StatusAccepted)
+		io.WriteString(w, `{"id":"c1-1"}`)
+	}))
+	cell.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			accepted.Add(1)
+		}
+	}
+	cell.Start()
+	t.Cleanup(cell.Close)
+	s := newHandoffSetup(t, cell.URL)
+	old, err := launch(t, s.at("127.0.0.1:0", "127.0.0.1:0")...)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, old.logs)
+	}
+	public, admin := old.addrs.Public.String(), old.addrs.Admin.String()
+	l := startLoad(t, "http://"+public, s.key, 8, nil)
+	time.Sleep(300 * time.Millisecond)
+	l.check(t, "the load before the handoff")
+	before := accepted.Load()
+	next, err := launch(t, s.at(public, admin)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var line struct{ Wanted, Opened int }
+	testkit.WaitFor(t, 10*time.Second, "the successor to open the connections", func() bool {
+		for _, l := range strings.Split(next.logs.String(), "\n") {
+			if strings.Contains(l, "opened the old router's connections to the cells") {
+				return json.Unmarshal([]byte(l), &line) == nil
+			}
+		}
+		return false
+	})
+	if line.Wanted < 2 || line.Opened != line.Wanted {
+		t.Fatalf("the successor opened %d of the %d connections the old router held", line.Opened, line.Wanted)
+	}
+	if n := accepted.Load() - before; n < int64(line.Opened) {
+		t.Fatalf("the cell accepted %d connections after the handoff began; the successor says it opened %d", n, line.Opened)
+	}
+	if err := old.ended(t, 10*time.Second); !errors.Is(err, program.ErrHandedOver) {
+		t.Fatalf("ended with %v", err)
+	}
 }

@@ -422,8 +422,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, ready fun
 			case <-gctx.Done():
 				return nil
 			}
-			return offerSockets(gctx, o, log, hm, succ, handedTo, func() (handoff.Offer, error) {
-				return offer(hm.generation, o.release.ID, publicLn, adminRaw, publicTLSServer) // set before listening closed
+			return offerSockets(gctx, o, log, hm, succ, rt, handedTo, func() (handoff.Offer, error) {
+				return offer(hm.generation, o.release.ID, publicLn, adminRaw, publicTLSServer, rt) // set before listening closed
 			})
 		})
 	}

@@ -1,6 +1,9 @@
 package buildinfo
 
 import (
+	"os"
+	"os/exec"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"testing"
@@ -24,5 +27,33 @@ func TestGet(t *testing.T) {
 	}
 	if i.Go != runtime.Version() || !strings.Contains(i.Platform, "/") {
 		t.Errorf("Get() = %+v", i)
+	}
+}
+
+// TestBuildIDIsTheToolchains: the build ID the release digest is taken
+// from is the one `go tool buildid` reads from this test's binary, and a
+// file without one has none (its whole content is hashed instead).
+func TestBuildIDIsTheToolchains(t *testing.T) {
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command("go", "tool", "buildid", exe).Output()
+	if err != nil {
+		t.Fatalf("go tool buildid: %v", err)
+	}
+	want := strings.TrimSpace(string(out))
+	if got := goBuildID(exe); got != want || got == "" {
+		t.Fatalf("goBuildID = %q, go tool buildid says %q", got, want)
+	}
+	other := filepath.Join(t.TempDir(), "script")
+	if err := os.WriteFile(other, []byte("#!/bin/sh\necho hi\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if got := goBuildID(other); got != "" {
+		t.Fatalf("a shell script has build ID %q", got)
+	}
+	if sum, err := executableSum(); err != nil || len(sum) != 64 {
+		t.Fatalf("executableSum = %q, %v", sum, err)
 	}
 }

@@ -64,6 +64,7 @@ func Command(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	fs.StringVar(&c.Rules, "rules", d.Rules, "the alert rules `FILE` for --prometheus")
 	fs.BoolVar(&quiet, "quiet", false, "no progress lines")
 	fs.Float64Var(&c.ReadShare, "read-share", 0, "share of requests that read an inquiry's status instead of asking a new one (0: none; handoff: 0.9)")
+	fs.Float64Var(&c.NewConnShare, "new-conn-share", 0, "handoff: share of requests sent each on a new connection, the rest on kept-alive ones (0: 0.5)")
 	var tlsStack bool
 	fs.BoolVar(&tlsStack, "tls", false, "start the stack on TLS (cellctl dev up --tls): the router's public listener on HTTPS")
 	fs.Float64Var(&c.HighShare, "high-share", 0, "share of requests asking for the high lane (0: 0.2 in priority, else 0.25)")

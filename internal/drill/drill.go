@@ -78,6 +78,9 @@ type Config struct {
 	// ReadShare is the share of requests that read an inquiry's status
 	// (loadtest.Config.ReadShare) [0; handoff: HandoffReadShare].
 	ReadShare float64
+	// NewConnShare is the share of the handoff drill's requests sent each
+	// on a new connection, the rest on kept-alive ones [0: 0.5].
+	NewConnShare float64
 	// Progress gets the progress lines (nil: none).
 	Progress io.Writer
 }

@@ -213,9 +213,7 @@ func (lp *loop) dispatchAvoiding(cl *client, avoid *endpoint) {
 	}
 	p.waiters = append(p.waiters, cl)
 	lp.waits.arm(&cl.wt, lp.e.now()-int64(time.Since(cl.ex.sentAt)))
-	if p.dialing < len(p.waiters) {
-		p.dial()
-	}
+	p.topUp()
 }
 
 // waitExpired: no connection to the cell within the call's timeout.

@@ -116,6 +116,11 @@ func (e *engine) OnOpen(c gnet.Conn) ([]byte, gnet.Action) {
 	case *upconn:
 		x.opened(c)
 		return nil, gnet.None
+	case warmConn:
+		x.uc.p = e.loopOf(c).pool(x.ep)
+		c.SetContext(x.uc)
+		x.uc.opened(c)
+		return nil, gnet.None
 	case acceptedConn:
 		ac = x
 	}

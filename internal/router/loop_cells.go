@@ -35,6 +35,9 @@ type pool struct {
 	waiters []*client
 	dialing int
 	open    int // connections open
+	// warmDials counts the dials Warm started (it gives up at twice the
+	// connections it wants).
+	warmDials int
 }
 
 func (lp *loop) pool(ep *endpoint) *pool {
@@ -83,10 +86,26 @@ func (p *pool) unwait(cl *client) {
 	}
 }
 
+// maxDialing bounds the dials under way from one loop to one instance:
+// requests beyond it wait for a connection that comes free or a dial that
+// ends, rather than each open its own. A router that starts (or takes
+// over) under load would otherwise open as many connections at once as it
+// has requests — on an https cell as many TLS handshakes, which the cell
+// pays for in the latency of everything it serves — where a few,
+// reused, carry them.
+const maxDialing = 8
+
+// topUp dials for the waiters that no dial under way will serve, up to
+// maxDialing at once.
+func (p *pool) topUp() {
+	for p.dialing < len(p.waiters) && p.dialing < maxDialing {
+		p.dial()
+	}
+}
+
 // release puts a connection that finished a call back to work: to the
 // first waiter, if it has nothing to read, or to the idle ones. Closing it
-// instead leaves no waiter without a connection: each has one being
-// dialled.
+// instead leaves the waiters to the dials under way (topUp).
 func (p *pool) release(uc *upconn) {
 	if uc.dead {
 		return
@@ -96,6 +115,7 @@ func (p *pool) release(uc *upconn) {
 		return
 	}
 	if len(p.waiters) > 0 && !uc.quiet("after an answer") {
+		p.topUp() // closed: its waiter needs another
 		return
 	}
 	for len(p.waiters) > 0 {
@@ -129,22 +149,10 @@ func (p *pool) dial() {
 	lp.dials = append(lp.dials, d)
 	uc := &upconn{p: p, d: d}
 	uc.t.owner = uc
-	addr, stopped, tlsCfg, unacked := p.ep.addr, lp.e.stopped, p.ep.tls, lp.e.r.cfg.Cell.UnackedTimeout
-	room := lp.e.r.cfg.Cell.MaxResponseBytes + maxAnswerHead + tlsPlainRoom
+	stopped := lp.e.stopped
 	go func() {
-		dl := net.Dialer{Timeout: timeout, KeepAlive: 30 * time.Second, Control: unackedTimeout(unacked)}
-		c, err := dl.Dial("tcp", addr)
-		if err == nil && tlsCfg != nil {
-			tr := &tlsTransport{Conn: c}
-			tc := tls.Client(tr, tlsCfg)
-			c.SetDeadline(time.Now().Add(timeout))
-			if err = tc.Handshake(); err != nil {
-				c.Close()
-			} else {
-				c.SetDeadline(time.Time{})
-				uc.tls = &tlsConn{tc: tc, tr: tr, room: room}
-			}
-		}
+		c, tc, err := lp.e.r.dialCell(p.ep)
+		uc.tls = tc
 		if err == nil {
 			var ch <-chan gnet.RegisteredResult
 			if ch, err = lp.el.Enroll(gnet.NewContext(context.Background(), uc), c); err == nil {
@@ -167,6 +175,26 @@ func (p *pool) dial() {
 			}))
 		}
 	}()
+}
+
+// dialCell connects to a cell instance (for an https one, its TLS
+// handshake done within another DialTimeout), off the loops.
+func (r *Router) dialCell(ep *endpoint) (net.Conn, *tlsConn, error) {
+	timeout := r.cfg.Cell.DialTimeout
+	dl := net.Dialer{Timeout: timeout, KeepAlive: 30 * time.Second, Control: unackedTimeout(r.cfg.Cell.UnackedTimeout)}
+	c, err := dl.Dial("tcp", ep.addr)
+	if err != nil || ep.tls == nil {
+		return c, nil, err
+	}
+	tr := &tlsTransport{Conn: c}
+	tc := tls.Client(tr, ep.tls)
+	c.SetDeadline(time.Now().Add(timeout))
+	if err := tc.Handshake(); err != nil {
+		c.Close()
+		return nil, nil, err
+	}
+	c.SetDeadline(time.Time{})
+	return c, &tlsConn{tc: tc, tr: tr, room: r.cfg.Cell.MaxResponseBytes + maxAnswerHead + tlsPlainRoom}, nil
 }
 
 // unackedTimeout sets TCP_USER_TIMEOUT on a connection to a cell: the
@@ -209,9 +237,10 @@ func (d *dialing) failed() {
 		cl.wt.stop()
 		if cl.state == stBusy {
 			p.lp.undelivered(cl)
-			return
+			break
 		}
 	}
+	p.topUp()
 }
 
 // sweepPools closes the idle connections to cells that left the map (or
@@ -280,11 +309,16 @@ func (uc *upconn) opened(c gnet.Conn) {
 		// A cell that speaks first is no cell to send a request to: as
 		// for a dial that failed, the first waiter goes elsewhere or fails
 		// (dialling again would only meet the same).
-		d.failed()
+		if d != nil {
+			d.failed()
+		}
 		return
 	}
-	d.finish()
+	if d != nil { // nil: opened by Warm, for no one waiting
+		d.finish()
+	}
 	uc.p.release(uc)
+	uc.p.topUp()
 }
 
 // send writes cl's request to the cell.
