@@ -35,9 +35,6 @@ type pool struct {
 	waiters []*client
 	dialing int
 	open    int // connections open
-	// warmDials counts the dials Warm started (it gives up at twice the
-	// connections it wants).
-	warmDials int
 }
 
 func (lp *loop) pool(ep *endpoint) *pool {
