@@ -180,7 +180,7 @@ drill: tools build ## as root: the chaos drills (kill, freeze: a cell SIGSTOPped
 	$(BIN)/loadtest drill handoff --bin $(BIN) --rate 1000 --baseline 15s --after 5s \
 	  --json var/drill/handoff.json --svg var/drill/handoff.svg || rc=1; \
 	echo "== loadtest drill handoff on TLS: the same over HTTPS, session tickets carried over"; \
-	$(BIN)/loadtest drill handoff --tls --bin $(BIN) --rate 1000 --baseline 15s --after 5s \
+	$(BIN)/loadtest drill handoff --tls --new-conn-share 0.1 --bin $(BIN) --rate 1000 --baseline 15s --after 5s \
 	  --json var/drill/handoff-tls.json --svg var/drill/handoff-tls.svg || rc=1; \
 	exit $$rc
 
