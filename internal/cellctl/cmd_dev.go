@@ -282,6 +282,12 @@ and a drill's SIGKILL to the group ends both, so nothing restarts it.
 
 With --state, the program's pid, its restarts and its last exit are written
 to FILE (JSON) at each start and end; 'dev status' shows the restarts.
+SIGWINCH to the supervisor starts the program's successor beside it, as
+FILE.successor says (JSON: bin, args): a handoff ('dev replace' of a router
+with --handoff-socket). When the program ends, the successor is the program
+(restarted with its own arguments); one that ends first is recorded and
+the program serves on. A program that ends with status 98 (handed over)
+with no successor here is not restarted: the supervisor ends.
 The exit status is the program's last (128+N for signal N), or 0 when it is
 stopped while the program waits to restart.`,
 		examples: `cellctl dev supervise --state /tmp/c1.json -- bin/cell --cell c1 --store /tmp/c1

@@ -10,7 +10,9 @@ import (
 	"os"
 	"os/exec"
 	"slices"
+	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/cellkit/cellkit/internal/atomicfile"
@@ -147,63 +149,170 @@ func HandsOver(p Process) bool {
 // takeover) and the old process's drain (a router's --shutdown-timeout).
 const DefaultHandover = time.Minute
 
-// handOver starts next beside old, which hands its sockets to it, drains
-// and ends: the port never refuses a connection. The successor's
-// supervisor keeps a record of its own. It has taken over once its
-// readiness answers with its own pid, or once old has ended; old then
-// has Grace to end by itself (its drain is bounded by its own flag)
-// before it is killed. A successor that ends, or that has not taken over
-// within d.Handover, is stopped, and old (which serves on, the handoff
-// having failed) stays.
+// handOver replaces old, which hands its sockets to its successor, drains
+// and ends, by next: the port never refuses a connection. A supervised old
+// has its supervisor start next beside it (handOverSupervised); otherwise
+// next starts as a process of its own. Next has taken over once its
+// readiness answers with its own pid, or once old has ended; old then has
+// Grace to end by itself (its drain is bounded by its own flag) before it
+// is killed. A successor that ends, or that has not taken over within
+// d.Handover, is stopped, and old (which serves on, the handoff having
+// failed) stays.
 func (d Deployer) handOver(ctx context.Context, old, next Process) (*Child, error) {
-	if next.Supervisor != nil {
-		s := *next.Supervisor
-		s.State = otherState(s.State)
-		next.Supervisor = &s
+	if old.Supervisor != nil {
+		return d.handOverSupervised(ctx, old, next)
 	}
 	c, err := Start(next)
 	if err != nil {
 		return nil, err
 	}
-	within := d.Handover
-	if within <= 0 {
-		within = DefaultHandover
-	}
 	hc := &http.Client{Timeout: time.Second}
 	t0 := time.Now()
-	for Alive(old.PID) && !answersAs(ctx, hc, c) {
+	for Alive(old.PID) && !answersAs(ctx, hc, c.Ready, c.PID) {
 		why, ended := c.Ended()
-		switch {
-		case ended:
-		case ctx.Err() != nil:
-			why = ctx.Err().Error()
-		case time.Since(t0) > within:
-			why = fmt.Sprintf("not serving after %s", within)
-		default:
-			time.Sleep(stopPoll)
-			continue
+		if !ended {
+			if why = d.overdue(ctx, t0); why == "" {
+				time.Sleep(stopPoll)
+				continue
+			}
 		}
 		if _, err := Stop(context.WithoutCancel(ctx), c.Process, d.Grace); err != nil && !errors.Is(err, ErrNotRunning) {
 			why += "; stopping it: " + err.Error()
 		}
-		return nil, fmt.Errorf("%s: the new process did not take over (%s; last lines of %s: %s); the old one serves on", old.Name, why, c.Log, LogTail(c.Log, 5))
+		return nil, notTakenOver(old, why, c.Log)
 	}
-	for t1 := time.Now(); Alive(old.PID) && time.Since(t1) < d.Grace; {
-		time.Sleep(stopPoll)
-	}
-	if _, err := Stop(context.WithoutCancel(ctx), old, 0); err != nil && !errors.Is(err, ErrNotRunning) {
-		return c, fmt.Errorf("%s: the old process, which handed over, outlived its drain and could not be killed: %w", old.Name, err)
-	}
-	return c, nil
+	return c, d.retire(ctx, old.Name, old.PID, func() error {
+		_, err := Stop(context.WithoutCancel(ctx), old, 0)
+		return err
+	})
 }
 
-// answersAs says whether c's readiness URL answers ready from c's own
-// program (its "pid"), not from the process it takes over from.
-func answersAs(ctx context.Context, hc *http.Client, c *Child) bool {
-	if c.Ready == "" {
+// handOverSupervised asks old's supervisor to start next's program beside
+// old's (SuccessorRequest, SIGWINCH): one process more, not a supervisor
+// and its program, and the supervisor carries on with the successor once
+// old's program has ended. The process keeps its supervisor, its pid (the
+// supervisor's) and its record.
+func (d Deployer) handOverSupervised(ctx context.Context, old, next Process) (*Child, error) {
+	state := old.Supervisor.State
+	before, err := ReadSupervision(state)
+	if err != nil || before.PID == 0 {
+		return nil, fmt.Errorf("%s: no program running under its supervisor to hand over (%v)", old.Name, err)
+	}
+	id := strconv.FormatInt(time.Now().UnixNano(), 36)
+	b, err := json.Marshal(SuccessorRequest{ID: id, Bin: next.Bin, Args: next.Args})
+	if err != nil {
+		return nil, err
+	}
+	if err := atomicfile.WriteFile(SuccessorFile(state), b, 0o644); err != nil {
+		return nil, err
+	}
+	if err := syscall.Kill(old.PID, successorSignal); err != nil {
+		return nil, fmt.Errorf("%s: asking its supervisor for a successor: %w", old.Name, err)
+	}
+	next.PID, next.Supervisor, next.Log = old.PID, old.Supervisor, old.Log
+	hc := &http.Client{Timeout: time.Second}
+	t0 := time.Now()
+	succ := 0
+	for {
+		rec, err := ReadSupervision(state)
+		why := ""
+		switch {
+		case err != nil:
+			why = err.Error()
+		case rec.SuccessorID != id:
+			if time.Since(t0) > superviseAnswer {
+				why = fmt.Sprintf("its supervisor started no successor within %s (a supervisor older than successors?)", superviseAnswer)
+			}
+		case rec.PID != before.PID && rec.PID != 0:
+			succ = rec.PID // the old program ended: the successor is the program
+			if answersAs(ctx, hc, next.Ready, succ) || !Alive(before.PID) {
+				return Attach(next), d.settle(ctx, old, state, before.PID, succ)
+			}
+		case rec.Successor == 0:
+			why = "it ended: " + rec.SuccessorExit
+		default:
+			succ = rec.Successor
+			if answersAs(ctx, hc, next.Ready, succ) {
+				return Attach(next), d.settle(ctx, old, state, before.PID, succ)
+			}
+		}
+		if why == "" {
+			why = d.overdue(ctx, t0)
+		}
+		if why == "" {
+			time.Sleep(stopPoll)
+			continue
+		}
+		if succ != 0 && Alive(succ) {
+			if _, err := Stop(context.WithoutCancel(ctx), Process{Name: old.Name, PID: succ, Bin: next.Bin}, d.Grace); err != nil && !errors.Is(err, ErrNotRunning) {
+				why += "; stopping it: " + err.Error()
+			}
+		}
+		return nil, notTakenOver(old, why, old.Log)
+	}
+}
+
+// settle ends a supervised handoff that succeeded: the old program has
+// Grace to end (then it is killed), and the supervisor's record names the
+// successor as its program before the caller reads it.
+func (d Deployer) settle(ctx context.Context, old Process, state string, oldPID, succ int) error {
+	if err := d.retire(ctx, old.Name, oldPID, func() error { return syscall.Kill(oldPID, syscall.SIGKILL) }); err != nil {
+		return err
+	}
+	for t0 := time.Now(); time.Since(t0) < superviseAnswer; time.Sleep(stopPoll) {
+		if rec, err := ReadSupervision(state); err == nil && rec.PID == succ {
+			return nil
+		}
+	}
+	return fmt.Errorf("%s: its supervisor does not record the successor %d as its program", old.Name, succ)
+}
+
+// superviseAnswer bounds the wait for a supervisor to start a successor.
+const superviseAnswer = 5 * time.Second
+
+// overdue says why a handoff under way since t0 is given up: ctx ended, or
+// d.Handover passed; "" while it may go on.
+func (d Deployer) overdue(ctx context.Context, t0 time.Time) string {
+	within := d.Handover
+	if within <= 0 {
+		within = DefaultHandover
+	}
+	switch {
+	case ctx.Err() != nil:
+		return ctx.Err().Error()
+	case time.Since(t0) > within:
+		return fmt.Sprintf("not serving after %s", within)
+	}
+	return ""
+}
+
+// notTakenOver is the error of a handoff that failed.
+func notTakenOver(old Process, why, log string) error {
+	return fmt.Errorf("%s: the new process did not take over (%s; last lines of %s: %s); the old one serves on", old.Name, why, log, LogTail(log, 5))
+}
+
+// retire gives the program pid, which handed over, Grace to end by itself
+// after its drain, then kills it.
+func (d Deployer) retire(ctx context.Context, name string, pid int, kill func() error) error {
+	for t1 := time.Now(); Alive(pid) && time.Since(t1) < d.Grace && ctx.Err() == nil; {
+		time.Sleep(stopPoll)
+	}
+	if !Alive(pid) {
+		return nil
+	}
+	if err := kill(); err != nil && !errors.Is(err, ErrNotRunning) && Alive(pid) {
+		return fmt.Errorf("%s: the old process, which handed over, outlived its drain and could not be killed: %w", name, err)
+	}
+	return nil
+}
+
+// answersAs says whether the readiness URL ready answers ready from the
+// program pid, not from the process it takes over from.
+func answersAs(ctx context.Context, hc *http.Client, ready string, pid int) bool {
+	if ready == "" || pid == 0 {
 		return false
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.Ready, nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, ready, nil)
 	if err != nil {
 		return false
 	}
@@ -218,17 +327,7 @@ func answersAs(ctx context.Context, hc *http.Client, c *Child) bool {
 	if resp.StatusCode != http.StatusOK || json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&rd) != nil || rd.PID == 0 {
 		return false
 	}
-	return rd.PID == Program(c.Process)
-}
-
-// otherState is the supervisor record beside state: NAME.json and
-// NAME.next.json take turns, so that a successor's supervisor and the old
-// one's, both running for a moment, keep records of their own.
-func otherState(state string) string {
-	if base, ok := strings.CutSuffix(state, ".next.json"); ok {
-		return base + ".json"
-	}
-	return strings.TrimSuffix(state, ".json") + ".next.json"
+	return rd.PID == pid
 }
 
 // Processes are the stack's processes as its record has them.

@@ -11,6 +11,9 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	if len(os.Args) > 1 && os.Args[1] == handoffProgramArg {
+		os.Exit(handoffProgram(os.Args[2:]))
+	}
 	if os.Getenv(superviseEnv) == "1" {
 		os.Exit(superviseMain(os.Args[1:]))
 	}

@@ -228,9 +228,11 @@ func signalGroup(pid int, sig syscall.Signal) error {
 }
 
 // sameProgram guards against a recycled pid: where /proc tells, the process
-// must run p's binary, or be a supervisor running it (COMMAND... -- BIN),
-// or, in a network namespace, still be the `ip netns exec NETNS ...` that
-// is about to become either.
+// must run p's binary, or be a supervisor running it (COMMAND... -- BIN)
+// or keeping p's record (--state FILE: since a handoff its command line
+// names the binary it started with, not its successor's), or, in a network
+// namespace, still be the `ip netns exec NETNS ...` that is about to
+// become either.
 func sameProgram(p Process) bool {
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(p.PID) + "/cmdline")
 	if err != nil || len(b) == 0 {
@@ -247,6 +249,11 @@ func sameProgram(p Process) bool {
 	}
 	if argv[0] == p.Bin {
 		return true
+	}
+	if p.Supervisor != nil {
+		if i := slices.Index(argv, "--state"); i >= 0 && i+1 < len(argv) && argv[i+1] == p.Supervisor.State {
+			return true
+		}
 	}
 	i := slices.Index(argv, "--")
 	return i >= 0 && i+1 < len(argv) && argv[i+1] == p.Bin

@@ -52,7 +52,34 @@ type Supervision struct {
 	LastExitAt time.Time `json:"last_exit_at,omitzero"`
 	// NextStart is when the program starts again, while it waits.
 	NextStart time.Time `json:"next_start,omitzero"`
+	// Successor is the pid of the successor started at a handoff
+	// (SuccessorRequest) while the program still runs; SuccessorExit says
+	// how the last one ended if it ended before the program did.
+	Successor     int    `json:"successor,omitempty"`
+	SuccessorExit string `json:"successor_exit,omitempty"`
+	// SuccessorID is the ID of the request the successor fields answer.
+	SuccessorID string `json:"successor_id,omitempty"`
 }
+
+// SuccessorRequest is what a supervisor starts beside its program at
+// SIGWINCH, read from the file SuccessorFile(state): the program's
+// successor at a handoff, which takes its sockets over. When the program
+// ends (status 98, handed over), the successor is the program, and the
+// one started again if it ends on its own. One supervisor, one more
+// process: a handoff under supervision starts the successor alone, as a
+// service manager does.
+type SuccessorRequest struct {
+	ID   string   `json:"id"` // echoed in the record's SuccessorID
+	Bin  string   `json:"bin"`
+	Args []string `json:"args"`
+}
+
+// SuccessorFile is where a supervisor whose record is state reads its
+// SuccessorRequest.
+func SuccessorFile(state string) string { return state + ".successor" }
+
+// successorSignal asks a supervisor to start its program's successor.
+const successorSignal = syscall.SIGWINCH
 
 // ReadSupervision reads a supervisor's record.
 func ReadSupervision(path string) (Supervision, error) {
@@ -139,6 +166,9 @@ func Supervise(ctx context.Context, cfg SuperviseConfig, bin string, args []stri
 	sigs := make(chan os.Signal, 8)
 	signal.Notify(sigs, forwarded...)
 	defer signal.Stop(sigs)
+	winch := make(chan os.Signal, 1)
+	signal.Notify(winch, successorSignal)
+	defer signal.Stop(winch)
 	var rec Supervision
 	record := func() {
 		if cfg.State == "" {
@@ -149,48 +179,108 @@ func Supervise(ctx context.Context, cfg SuperviseConfig, bin string, args []stri
 			log.Warn("supervisor: cannot record the program's state", "err", err)
 		}
 	}
+	start := func(bin string, args []string) (*exec.Cmd, <-chan error, error) {
+		cmd := exec.Command(bin, args...)
+		cmd.Stdin, cmd.Stdout, cmd.Stderr = nil, os.Stdout, os.Stderr
+		if err := cmd.Start(); err != nil {
+			return nil, nil, err
+		}
+		done := make(chan error, 1)
+		go func() { done <- cmd.Wait() }()
+		return cmd, done, nil
+	}
 	stopping := false
 	backoff := cfg.Backoff
 	for {
-		cmd := exec.Command(bin, args...)
-		cmd.Stdin, cmd.Stdout, cmd.Stderr = nil, os.Stdout, os.Stderr
 		started := time.Now()
-		if err := cmd.Start(); err != nil {
+		cmd, done, err := start(bin, args)
+		if err != nil {
 			log.Error("supervisor: cannot start the program", "bin", bin, "err", err)
 			return 127
 		}
 		rec.PID, rec.NextStart = cmd.Process.Pid, time.Time{}
 		record()
 		log.Info("supervisor: program started", "bin", bin, "pid", rec.PID, "restarts", rec.Restarts)
-		done := make(chan error, 1)
-		go func() { done <- cmd.Wait() }()
-		var err error
+		var (
+			next     *exec.Cmd // the successor, while the program runs
+			nextDone <-chan error
+			nextBin  string
+			nextArgs []string
+		)
 	wait:
 		for {
 			select {
 			case err = <-done:
-				break wait
+				if next == nil || stopping {
+					break wait
+				}
+				// The program ended with its successor running: handed
+				// over (98), or gone on its own meanwhile; either way the
+				// successor is the program now.
+				log.Info("supervisor: program ended; its successor is the program now", "pid", cmd.Process.Pid,
+					"status", ExitText(err), "successor_pid", next.Process.Pid)
+				cmd, done, bin, args, started = next, nextDone, nextBin, nextArgs, time.Now()
+				next, nextDone = nil, nil
+				rec.PID, rec.Successor, rec.LastExit, rec.LastExitAt = cmd.Process.Pid, 0, "", time.Time{}
+				record()
+			case nerr := <-nextDone:
+				log.Warn("supervisor: the successor ended before the program did; the program serves on",
+					"successor_pid", next.Process.Pid, "status", ExitText(nerr))
+				next, nextDone = nil, nil
+				rec.Successor, rec.SuccessorExit = 0, ExitText(nerr)
+				record()
+			case <-winch:
+				if next != nil || stopping || cfg.State == "" {
+					log.Warn("supervisor: successor asked for while one runs or while stopping; ignored")
+					continue
+				}
+				req, rerr := readSuccessor(SuccessorFile(cfg.State))
+				if rerr == nil {
+					next, nextDone, rerr = start(req.Bin, req.Args)
+				}
+				rec.SuccessorID = req.ID
+				if rerr != nil {
+					log.Error("supervisor: cannot start the successor", "err", rerr)
+					rec.SuccessorExit = "not started: " + rerr.Error()
+					record()
+					continue
+				}
+				nextBin, nextArgs = req.Bin, req.Args
+				rec.Successor, rec.SuccessorExit = next.Process.Pid, ""
+				record()
+				log.Info("supervisor: successor started", "bin", req.Bin, "pid", next.Process.Pid)
 			case sig := <-sigs:
 				stopping = stopping || sig == syscall.SIGTERM || sig == syscall.SIGINT
 				_ = cmd.Process.Signal(sig) // fails only once the child has exited: done reports it
+				if next != nil {
+					_ = next.Process.Signal(sig) // as above
+				}
 			case <-ctx.Done():
 				if !stopping {
 					stopping = true
 					_ = cmd.Process.Signal(syscall.SIGTERM) // as above
+					if next != nil {
+						_ = next.Process.Signal(syscall.SIGTERM)
+					}
 				}
 			}
 		}
+		if next != nil { // stopping: the successor goes too
+			_ = next.Process.Signal(syscall.SIGTERM) // as above
+			<-nextDone
+		}
 		ran := time.Since(started)
 		code := exitCode(err)
-		rec.PID, rec.LastExit, rec.LastExitAt = 0, ExitText(err), time.Now().UTC()
+		rec.PID, rec.Successor, rec.LastExit, rec.LastExitAt = 0, 0, ExitText(err), time.Now().UTC()
 		record()
 		if stopping {
 			log.Info("supervisor: program stopped", "pid", cmd.Process.Pid, "status", ExitText(err))
 			return code
 		}
 		if code == program.ExitHandedOver {
-			// A successor under its own supervisor took the program's
-			// sockets: starting it again would take them back.
+			// A successor elsewhere (another supervisor, or none) took
+			// the program's sockets: starting it again would take them
+			// back.
 			log.Info("supervisor: program handed over to a successor; not restarted", "pid", cmd.Process.Pid)
 			return 0
 		}
@@ -222,6 +312,22 @@ func Supervise(ctx context.Context, cfg SuperviseConfig, bin string, args []stri
 			}
 		}
 	}
+}
+
+// readSuccessor reads a SuccessorRequest.
+func readSuccessor(path string) (SuccessorRequest, error) {
+	var r SuccessorRequest
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return r, err
+	}
+	if err := json.Unmarshal(b, &r); err != nil {
+		return r, fmt.Errorf("read %s: %w", path, err)
+	}
+	if r.Bin == "" {
+		return r, fmt.Errorf("read %s: no binary", path)
+	}
+	return r, nil
 }
 
 // exitCode is the status a shell gives for a Wait error: the program's
