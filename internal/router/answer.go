@@ -225,7 +225,8 @@ func (lp *loop) common(b []byte, cl *client, n int64, date bool) []byte {
 		}
 	}
 	switch {
-	case cl.close || lp.e.draining.Load():
+	case cl.close || lp.drainCloses(cl):
+		cl.close = true // done closes it after this answer
 		b = appendHeader(b, hdrConnection, valClose)
 	case cl.head.KeepAlive10:
 		b = appendHeader(b, hdrConnection, valKeepAlive)

@@ -398,7 +398,7 @@ func (lp *loop) done(cl *client, status int) {
 	if cl.c.OutboundBuffered() > 0 {
 		lp.writes.arm(&cl.w, lp.e.now())
 	}
-	if cl.close || lp.e.draining.Load() {
+	if cl.close || lp.e.draining.Load() && !lp.e.handing.Load() {
 		// Bytes the client sent that were not read (a body refused from
 		// its head, pipelined requests) are read away before closing.
 		if !cl.ended() && (cl.unread != 0 || len(cl.in) > cl.used || cl.c.InboundBuffered() > 0) {

@@ -44,11 +44,12 @@ type engine struct {
 	draining atomic.Bool
 	// handing: the router handed its listener over (handOver); it serves
 	// the connections it accepted, each to its next answer.
-	handing    atomic.Bool
-	idleClosed atomic.Int64 // kept-alive connections closed idle while handing over
-	done       chan struct{}
-	date       atomic.Pointer[[]byte] // the Date header's value
-	dateSec    atomic.Int64           // the second it is for
+	handing      atomic.Bool
+	handingSince atomic.Int64 // e.now() when it handed over
+	idleClosed   atomic.Int64 // kept-alive connections closed idle while handing over
+	done         chan struct{}
+	date         atomic.Pointer[[]byte] // the Date header's value
+	dateSec      atomic.Int64           // the second it is for
 }
 
 func newEngine(r *Router) *engine {
@@ -358,6 +359,7 @@ func (e *engine) handOver(ctx context.Context) (Drained, error) {
 	if !e.started.Load() {
 		return d, nil
 	}
+	e.handingSince.Store(e.now())
 	e.handing.Store(true)
 	if e.draining.Swap(true) {
 		return d, errors.New("router: already stopping")
@@ -406,6 +408,34 @@ type Drained struct {
 // client in use to send its next request and be told Connection: close
 // with its answer, rather than find its connection closed as it sends.
 const handOverIdle = time.Second
+
+// handOverSpread is how long a router that handed over takes to tell its
+// kept-alive clients Connection: close: each answer closes its connection
+// with a chance growing from 0 to 1 over it, so that the clients come to
+// the successor spread over that time, not all at the next answer (on TLS
+// each comes with a handshake), as Envoy's gradual drain does.
+const handOverSpread = time.Second
+
+// drainCloses says whether the answer to cl's request closes its
+// connection because the router is stopping: always at shutdown; after a
+// handoff, for a request that was in flight when it handed over, and for
+// later ones by the growing chance of handOverSpread.
+func (lp *loop) drainCloses(cl *client) bool {
+	e := lp.e
+	if !e.draining.Load() {
+		return false
+	}
+	if !e.handing.Load() {
+		return true
+	}
+	since := e.handingSince.Load()
+	elapsed := e.now() - since
+	if elapsed >= int64(handOverSpread) || cl.ex.start.Before(e.base.Add(time.Duration(since))) {
+		return true
+	}
+	const scale = 1 << 20
+	return lp.random(scale) < int(elapsed*scale/int64(handOverSpread))
+}
 
 // gnetLogger sends gnet's own messages to the router's log.
 type gnetLogger struct{ log *slog.Logger }

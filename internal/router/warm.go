@@ -23,8 +23,11 @@ const warmParallel = 8
 // needs.
 const warmRecent = 10 * time.Second
 
-// warmMax bounds the connections Pools reports for one instance.
-const warmMax = 256
+// warmMax bounds the connections Pools reports for one instance: what a
+// successor opens before it serves; the paced dials open the rest as the
+// load asks (a stall before the handoff can leave hundreds in use, which
+// on https would be as many handshakes at the cells at once).
+const warmMax = 32
 
 // Pools is how many connections the router uses to each cell instance
 // (its intake's host:port), over all its event loops: those lent out to

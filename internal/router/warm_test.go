@@ -12,6 +12,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/cellkit/cellkit/internal/testkit"
 )
 
 // TestWarmOpensTheConnectionsAsked: Warm opens the connections asked to
@@ -91,4 +93,80 @@ func TestDialsToACellArePaced(t *testing.T) {
 		t.Fatalf("%d TLS handshakes with the cell at once for a burst of %d requests; want at most %d (%d per loop)", m, burst, bound, maxDialing)
 	}
 	t.Logf("a burst of %d requests: at most %d handshakes with the cell at once", burst, most.Load())
+}
+
+// TestHandOverClosesKeptAliveConnectionsGradually: a router that handed
+// over tells its kept-alive clients Connection: close spread over
+// handOverSpread — few of the answers right after the handoff, every one
+// once it has passed — rather than all at their next answer, and its
+// drain cuts nothing.
+func TestHandOverClosesKeptAliveConnectionsGradually(t *testing.T) {
+	w := newWorld(t, worldOptions{cells: []string{"c1"}})
+	const conns = 40
+	rcs := make([]*rawConn, conns)
+	get := "GET /v1/inquiries/c1-abc HTTP/1.1\r\nHost: router.test\r\nX-API-Key: " + w.key + "\r\n\r\n"
+	for i := range rcs {
+		rcs[i] = w.dial()
+		rcs[i].send(get)
+		if resp, _ := rcs[i].read("GET"); resp.StatusCode != 200 || resp.Close {
+			t.Fatalf("before the handoff: %d, close %v", resp.StatusCode, resp.Close)
+		}
+	}
+	drained := make(chan Drained, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		d, err := w.router.HandOver(ctx)
+		if err != nil {
+			t.Errorf("HandOver: %v", err)
+		}
+		drained <- d
+	}()
+	testkit.WaitFor(t, 2*time.Second, "the handoff", func() bool { return w.router.eng.handing.Load() })
+	closed, open := 0, []*rawConn{}
+	for _, rc := range rcs {
+		rc.send(get)
+		resp, _ := rc.read("GET")
+		if resp.StatusCode != 200 {
+			t.Fatalf("right after the handoff: %d", resp.StatusCode)
+		}
+		if resp.Close {
+			closed++
+		} else {
+			open = append(open, rc)
+		}
+	}
+	if closed > conns/2 {
+		t.Fatalf("%d of %d answers right after the handoff closed their connection; want them spread over %s", closed, conns, handOverSpread)
+	}
+	// Clients in use (a request every 100 ms) are all told within the
+	// spread, each with an answer.
+	start := time.Now()
+	for len(open) > 0 {
+		time.Sleep(100 * time.Millisecond)
+		still := open[:0]
+		for _, rc := range open {
+			rc.send(get)
+			resp, _ := rc.read("GET")
+			if resp.StatusCode != 200 {
+				t.Fatalf("during the drain: %d", resp.StatusCode)
+			}
+			if !resp.Close {
+				still = append(still, rc)
+			}
+		}
+		open = still
+		if time.Since(start) > handOverSpread+300*time.Millisecond {
+			t.Fatalf("%d connections not told to close %v after the handoff", len(open), time.Since(start))
+		}
+	}
+	select {
+	case d := <-drained:
+		if d.Cut != 0 || d.RequestsCut != 0 {
+			t.Fatalf("drained %+v", d)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("HandOver did not return once every connection closed")
+	}
+	t.Logf("right after the handoff %d of %d answers closed their connection", closed, conns)
 }
