@@ -267,7 +267,8 @@ func Supervise(ctx context.Context, cfg SuperviseConfig, bin string, args []stri
 		}
 		if next != nil { // stopping: the successor goes too
 			_ = next.Process.Signal(syscall.SIGTERM) // as above
-			<-nextDone
+			nerr := <-nextDone
+			log.Info("supervisor: successor stopped", "pid", next.Process.Pid, "status", ExitText(nerr))
 		}
 		ran := time.Since(started)
 		code := exitCode(err)
