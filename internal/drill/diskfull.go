@@ -119,12 +119,9 @@ func DiskFull(ctx context.Context, c Config) (_ *loadtest.Result, err error) {
 		c.logf("%s's disk freed at %.1fs", c.Cell, freedAt.Seconds())
 		return err
 	}()
-	res, err := wait()
+	res, err := loadEnded("disk-full", wait, actErr)
 	if err != nil {
-		return nil, err
-	}
-	if actErr != nil {
-		return res, fmt.Errorf("drill disk-full: %w", actErr)
+		return res, err
 	}
 	d := &loadtest.Verdict{Name: "disk-full"}
 	cells := loadtest.UserCells(res.Samples, 0, fullAt)

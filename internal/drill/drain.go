@@ -51,12 +51,9 @@ func Drain(ctx context.Context, c Config) (*loadtest.Result, error) {
 		actErr = sleepUntil(ctx, r, drainedAt+c.After)
 	}()
 	cancel() // stop sending; what was sent completes
-	res, err := wait()
+	res, err := loadEnded("drain", wait, actErr)
 	if err != nil {
-		return nil, err
-	}
-	if actErr != nil {
-		return res, fmt.Errorf("drill drain: %w", actErr)
+		return res, err
 	}
 	end := r.Elapsed()
 	d := &loadtest.Verdict{Name: "drain"}

@@ -155,6 +155,20 @@ func startLoad(ctx context.Context, r *loadtest.Runner) func() (*loadtest.Result
 	return func() (*loadtest.Result, error) { <-done; return res, err }
 }
 
+// loadEnded waits for the load startLoad started and joins the drill's
+// own error to it: the load's failure alone (no result), else the result
+// with the drill's failure, if any.
+func loadEnded(name string, wait func() (*loadtest.Result, error), actErr error) (*loadtest.Result, error) {
+	res, err := wait()
+	if err != nil {
+		return nil, err
+	}
+	if actErr != nil {
+		return res, fmt.Errorf("drill %s: %w", name, actErr)
+	}
+	return res, nil
+}
+
 // sleepUntil waits until the run's clock reaches at.
 func sleepUntil(ctx context.Context, r *loadtest.Runner, at time.Duration) error {
 	select {

@@ -41,12 +41,9 @@ func Freeze(ctx context.Context, c Config) (*loadtest.Result, error) {
 	}
 	wait := startLoad(ctx, r)
 	freezeAt, thawAt, actErr := freezeDuring(ctx, r, c.logf, *p, c.Baseline, c.Fault)
-	res, err := wait()
+	res, err := loadEnded("freeze", wait, actErr)
 	if err != nil {
-		return nil, err
-	}
-	if actErr != nil {
-		return res, fmt.Errorf("drill freeze: %w", actErr)
+		return res, err
 	}
 	d := &loadtest.Verdict{Name: "freeze"}
 	cells := loadtest.UserCells(res.Samples, 0, freezeAt)

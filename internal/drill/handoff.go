@@ -153,12 +153,9 @@ func Handoff(ctx context.Context, c Config) (*loadtest.Result, error) {
 		return sleepUntil(ctx, r, r.Elapsed()+c.After)
 	}()
 	stopLoad()
-	res, err := wait()
+	res, err := loadEnded("handoff", wait, actErr)
 	if err != nil {
-		return nil, err
-	}
-	if actErr != nil {
-		return res, fmt.Errorf("drill handoff: %w", actErr)
+		return res, err
 	}
 	v := &loadtest.Verdict{Name: "handoff"}
 	// The baseline leaves out the stack's first seconds under the load

@@ -56,12 +56,9 @@ func Kill(ctx context.Context, c Config) (*loadtest.Result, error) {
 		r.Mark(c.Cell + " ready")
 		c.logf("%s ready at %.1fs", c.Cell, readyAt.Seconds())
 	}()
-	res, err := wait()
+	res, err := loadEnded("kill", wait, actErr)
 	if err != nil {
-		return nil, err
-	}
-	if actErr != nil {
-		return res, fmt.Errorf("drill kill: %w", actErr)
+		return res, err
 	}
 	d := &loadtest.Verdict{Name: "kill"}
 	cells := loadtest.UserCells(res.Samples, 0, killAt)

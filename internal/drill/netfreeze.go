@@ -37,12 +37,9 @@ func FreezeInstance(ctx context.Context, c NetConfig) (*loadtest.Result, error) 
 	}
 	wait := startLoad(ctx, n.r)
 	freezeAt, thawAt, actErr := freezeDuring(ctx, n.r, c.logf, *p, c.Baseline, c.Fault)
-	res, err := wait()
+	res, err := loadEnded("freeze-instance", wait, actErr)
 	if err != nil {
-		return nil, err
-	}
-	if actErr != nil {
-		return res, fmt.Errorf("drill freeze-instance: %w", actErr)
+		return res, err
 	}
 	d := &loadtest.Verdict{Name: "freeze-instance"}
 	cells := usersOf(res, freezeAt)

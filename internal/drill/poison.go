@@ -71,12 +71,9 @@ func Poison(ctx context.Context, c Config) (*loadtest.Result, error) {
 		}
 		return nil
 	}()
-	res, err := wait()
+	res, err := loadEnded("poison", wait, actErr)
 	if err != nil {
-		return nil, err
-	}
-	if actErr != nil {
-		return res, fmt.Errorf("drill poison: %w", actErr)
+		return res, err
 	}
 	d := &loadtest.Verdict{Name: "poison"}
 	d.Check("poison inquiries accepted", len(ids) == len(users), fmt.Sprintf("%d of %d %v", len(ids), len(users), refused), "all")

@@ -146,12 +146,9 @@ func Release(ctx context.Context, c Config) (*loadtest.Result, error) {
 		return sleepUntil(ctx, r, r.Elapsed()+c.After)
 	}()
 	stopLoad()
-	res, err := wait()
+	res, err := loadEnded("release", wait, actErr)
 	if err != nil {
-		return nil, err
-	}
-	if actErr != nil {
-		return res, fmt.Errorf("drill release: %w", actErr)
+		return res, err
 	}
 	d := &loadtest.Verdict{Name: "release"}
 	owner := loadtest.UserCells(res.Samples, 0, c.Baseline)
