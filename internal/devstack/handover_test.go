@@ -56,12 +56,13 @@ func handoffProgram(args []string) int {
 	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		fmt.Fprintf(w, `{"ready":true,"pid":%s}`, pid)
 	})}
+	// Said before it answers: a test that sees it answer finds the line.
+	fmt.Println("handoff-program: serving", strings.Join(args[2:], " "))
 	go srv.Serve(ln)
 	marker := filepath.Join(dir, "serving")
 	if err := atomicfile.WriteFile(marker, []byte(pid), 0o644); err != nil {
 		return 1
 	}
-	fmt.Println("handoff-program: serving", strings.Join(args[2:], " "))
 	for {
 		time.Sleep(10 * time.Millisecond)
 		if b, err := os.ReadFile(marker); err == nil && string(b) != pid {
