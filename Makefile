@@ -14,7 +14,7 @@ FUZZTIME   ?= 50000x
 BENCHTIME  ?= 1s
 BENCHCOUNT ?= 1
 PKGS       ?= ./...
-STACK_PKG  := internal/rollout
+STACK_PKGS := internal/rollout internal/console
 DRILL_RATE ?= 100
 export CELLKIT_CONSUL := $(CONSUL)
 
@@ -54,9 +54,10 @@ net-down: ## stop the stack of make net-up and remove its namespaces, veths and 
 	$(BIN)/loadtest net down --dir var/net
 
 .PHONY: tools
-tools: ## install the programs the tests need into ./bin (a real Consul agent, promtool and Prometheus, each built once)
+tools: ## install the programs the tests need into ./bin (a real Consul agent, promtool and Prometheus, each built once; Debian's Chromium and playwright-core for the console's browser test)
 	./scripts/install-consul.sh $(CONSUL)
 	./scripts/install-prometheus.sh $(BIN)/promtool
+	./scripts/install-browser.sh $(BIN)/browser
 
 # The images: the version the binaries print and the images are tagged with,
 # the repository they are named in, the GOARCH they are built for.
@@ -76,10 +77,10 @@ images: ## OCI images of the programs (no Docker): static binaries in ./bin/stat
 
 .PHONY: test
 test: tools build images ## run the whole test suite with -race (runs `make tools`, `make build` and `make images`: some tests run the programs in ./bin, deploy/release's tests read the images)
-	go test -race -timeout 20m -count 1 $$(go list $(PKGS) | grep -v '$(STACK_PKG)$$')
-	@# A whole local stack under load, alone after the rest: beside them its
-	@# load failed the router's timing tests.
-	go test -race -timeout 10m -count 1 ./$(STACK_PKG)
+	go test -race -timeout 20m -count 1 $$(go list $(PKGS) | grep -v $(foreach p,$(STACK_PKGS),-e '/$(p)$$'))
+	@# Whole local stacks under load (and a browser), one package at a time
+	@# after the rest: beside them their load failed the router's timing tests.
+	go test -race -timeout 10m -count 1 -p 1 $(addprefix ./,$(STACK_PKGS))
 	cd deploy/release && go test -race -timeout 10m -count 1 ./...
 
 .PHONY: lint

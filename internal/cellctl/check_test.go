@@ -51,6 +51,19 @@ func TestCheck(t *testing.T) {
 		t.Errorf("unused %q, want %q", rep.Unused, w)
 	}
 
+	// Global flags before the command count as much as after it (the TLS
+	// ones too).
+	r = e.run("--tls-ca", "/etc/top-ca.pem", "--tls-cert", "/etc/op.pem", "--tls-key", "/etc/op-key.pem", "status", "--check")
+	rep = flagenv.Report{}
+	if err := json.Unmarshal([]byte(r.stdout), &rep); err != nil {
+		t.Fatalf("%v: %v", r, err)
+	}
+	for name, v := range map[string]string{"tls-ca": "/etc/top-ca.pem", "tls-cert": "/etc/op.pem", "tls-key": "/etc/op-key.pem"} {
+		if w := (flagenv.Setting{Value: v, From: "command line"}); rep.Flags[name] != w {
+			t.Errorf("%s before the command = %+v, want %+v", name, rep.Flags[name], w)
+		}
+	}
+
 	// A refusal of the flags is the report's error and exit status 2.
 	r = e.run("provision", "--check")
 	if r.code != ExitUsage || !strings.Contains(r.stdout, `"ok": false`) || !strings.Contains(r.stdout, "want CELL, got 0 arguments") {

@@ -41,22 +41,23 @@ type DevProcess = devstack.Process
 
 // devOptions are dev up's flags.
 type devOptions struct {
-	dir        string
-	cells      int
-	foreground bool
-	routerPort int           // public; admin is +1
-	portBase   int           // cell N: intake base+N, admin base+100+N
-	agencyPort int           // simulator admin; NICE +1, KCB +2
-	ageBudget  time.Duration // the cells' oldest-pending budget; 0: the cell's default
-	laneBlind  string        // cells (comma-separated) that shed lane-blind, for comparison
-	binDir     string
-	cellBin    string // the cells' binary instead of binDir's cell (bin/faults/cell: the poison drill)
-	readyWait  time.Duration
-	tls        bool // cells' listeners on mutual TLS, the router's public one on TLS
+	dir         string
+	cells       int
+	foreground  bool
+	routerPort  int           // public; admin is +1
+	portBase    int           // cell N: intake base+N, admin base+100+N
+	agencyPort  int           // simulator admin; NICE +1, KCB +2
+	consolePort int           // the web console; -1: routerPort+2
+	ageBudget   time.Duration // the cells' oldest-pending budget; 0: the cell's default
+	laneBlind   string        // cells (comma-separated) that shed lane-blind, for comparison
+	binDir      string
+	cellBin     string // the cells' binary instead of binDir's cell (bin/faults/cell: the poison drill)
+	readyWait   time.Duration
+	tls         bool // cells' listeners on mutual TLS, the router's public one on TLS
 }
 
 func devUpCommand() *command {
-	o := devOptions{dir: "var", cells: 4, routerPort: 8080, portBase: 9100, agencyPort: 7000, readyWait: 60 * time.Second}
+	o := devOptions{dir: "var", cells: 4, routerPort: 8080, portBase: 9100, agencyPort: 7000, consolePort: -1, readyWait: 60 * time.Second}
 	c := &command{
 		name:    "dev up",
 		section: secDev,
@@ -84,9 +85,13 @@ DIR/prometheus/targets.json, a file_sd file rewritten by every dev up: job
 cellkit-agencysim, cellkit-cell (with cell="c1"...) and cellkit-router;
 deploy/observability/prometheus/prometheus.yml reads var's.
 
-Ports: the router on --router-port (admin on the next port), cell N's intake
-on --port-base+N and its admin on --port-base+100+N, the simulator's admin on
---agency-port (NICE +1, KCB +2). 0 picks free ports.
+The web console ('cellctl console') runs beside them on --console-port; its
+token is kept in DIR/console/token and the URL printed carries it.
+
+Ports: the router on --router-port (admin on the next port, the console on
+the one after), cell N's intake on --port-base+N and its admin on
+--port-base+100+N, the simulator's admin on --agency-port (NICE +1, KCB +2).
+0 picks free ports.
 
 With --tls the stack runs on TLS with the certificates of DIR/certs (made as
 'cellctl dev certs' does unless they are there): each cell's intake takes
@@ -112,6 +117,7 @@ cellctl dev up --cells 3 --dir /tmp/stack --router-port 0 --port-base 0 --agency
 			fs.IntVar(&o.routerPort, "router-port", o.routerPort, "router's public `PORT` (admin: PORT+1; 0: free ports)")
 			fs.IntVar(&o.portBase, "port-base", o.portBase, "cell N listens on `BASE`+N (intake) and BASE+100+N (admin); 0: free ports")
 			fs.IntVar(&o.agencyPort, "agency-port", o.agencyPort, "simulator admin `PORT` (NICE +1, KCB +2; 0: free ports)")
+			fs.IntVar(&o.consolePort, "console-port", o.consolePort, "the web console's `PORT` ('cellctl console'; default: --router-port+2; 0: a free port)")
 			fs.StringVar(&o.binDir, "bin", "", "`DIR` holding agencysim, cell, router and cellctl, their supervisor (default: next to cellctl, else ./bin)")
 			fs.DurationVar(&o.ageBudget, "age-budget", 0, "the cells' shedding budget for the oldest pending inquiry (`D`; 0: the cell's default)")
 			fs.StringVar(&o.laneBlind, "lane-blind", "", "`CELLS` (comma-separated) that shed both lanes alike, as cells did before lanes, to compare with the others")

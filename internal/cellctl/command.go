@@ -49,7 +49,7 @@ func commands() []*command {
 
 		mapShowCommand(), mapLookupCommand(), mapDiffCommand(), mapHistoryCommand(),
 		overrideListCommand(), quotaShowCommand("quota", false), quotaShowCommand("quota show", true),
-		verifyCommand(), versionCommand(),
+		verifyCommand(), versionCommand(), consoleCommand(),
 
 		statusCommand(), failedListCommand(), failedRetryCommand(), circuitCommand(), hotkeysCommand(),
 

@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cellkit/cellkit/internal/console"
 	"github.com/cellkit/cellkit/internal/devstack"
 	"github.com/cellkit/cellkit/internal/testkit"
 )
@@ -73,9 +74,10 @@ func TestDevStack(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(st.Processes) != 6 {
-		t.Fatalf("dev.json lists %d processes, want 6 (agencysim, c1..c4, router)", len(st.Processes))
+	if len(st.Processes) != 7 {
+		t.Fatalf("dev.json lists %d processes, want 7 (agencysim, c1..c4, router, console)", len(st.Processes))
 	}
+	assertDevConsole(t, st, out, 4)
 	for _, want := range []string{st.APIKey, "curl -s -H 'X-API-Key: " + st.APIKey + "'", st.Router + "/v1/inquiries", st.RouterAdmin + "/metrics", "status",
 		"var/prometheus/targets.json"} {
 		if !strings.Contains(out, want) {
@@ -187,7 +189,7 @@ func TestDevStack(t *testing.T) {
 		t.Errorf("dev status shows a process down:\n%s", out)
 	}
 	out = run("dev", "down")
-	if !strings.Contains(out, "Stopped 6 processes") {
+	if !strings.Contains(out, "Stopped 7 processes") {
 		t.Errorf("dev down output:\n%s", out)
 	}
 	assertGone(t, st.Processes)
@@ -432,5 +434,60 @@ func TestDevSupervise(t *testing.T) {
 	r := e.runCtx(ctx, "dev", "supervise", "--", "sleep", "30")
 	if r.code != 128+int(syscall.SIGTERM) || !strings.Contains(r.stderr, "supervisor: program stopped") {
 		t.Errorf("stopped: %v; want exit %d", r, 128+int(syscall.SIGTERM))
+	}
+}
+
+// assertDevConsole: dev up printed the console's URL with its token, and
+// the console shows the stack to that token only.
+func assertDevConsole(t *testing.T, st *DevStack, out string, cells int) {
+	t.Helper()
+	b, err := os.ReadFile(st.ConsoleToken)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok := strings.TrimSpace(string(b))
+	if info, err := os.Stat(st.ConsoleToken); err != nil || info.Mode().Perm() != 0o600 || len(tok) < 32 {
+		t.Errorf("the console's token file %s: %v, %v", st.ConsoleToken, info, err)
+	}
+	if want := "console     " + st.Console + "?token=" + tok; !strings.Contains(out, want) {
+		t.Errorf("dev up output lacks %q:\n%s", want, out)
+	}
+	get := func(auth string) (int, string) {
+		req, err := http.NewRequest(http.MethodGet, st.Console+"api/view", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if auth != "" {
+			req.Header.Set("Authorization", "Bearer "+auth)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(body)
+	}
+	// Every cell's card green: the console reads their admin APIs as an
+	// operator (with the operator's certificate on a stack on TLS).
+	var last string
+	if !testkit.Poll(15*time.Second, func() bool {
+		code, body := get(tok)
+		last = fmt.Sprintf("%d %.600s", code, body)
+		var v console.View
+		if code != http.StatusOK || json.Unmarshal([]byte(body), &v) != nil || len(v.Cells) != cells {
+			return false
+		}
+		for _, c := range v.Cells {
+			if c.Health != console.HealthOK {
+				return false
+			}
+		}
+		return true
+	}) {
+		t.Errorf("the console's cells are not all green after 15 s: %s", last)
+	}
+	if code, body := get(""); code != http.StatusUnauthorized || strings.Contains(body, `"c1"`) {
+		t.Errorf("the console without its token: %d %.300s", code, body)
 	}
 }

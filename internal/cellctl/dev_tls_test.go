@@ -193,6 +193,7 @@ func TestDevStackTLS(t *testing.T) {
 	if out, err := cellctl(nil, "--registry", st.Registry, "failed", "list", "c1"); err == nil {
 		t.Errorf("cellctl failed list without a certificate succeeded:\n%s", out)
 	}
+	assertDevConsole(t, st, out, 2)
 	out = run(nil, "dev", "status")
 	if strings.Contains(out, " no ") {
 		t.Errorf("dev status:\n%s", out)

@@ -2,6 +2,8 @@ package cellctl
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -85,10 +87,16 @@ func (x *inv) devUp(ctx context.Context, o devOptions) error {
 		Addrs: map[string]string{"admin": ports.agencyAdmin, "nice": ports.nice, "kcb": ports.kcb},
 	}}
 	procs = append(procs, devCellsAndRouter(o, dir, regURL, bins, ports, certs)...)
+	tokenFile, err := devConsoleToken(dir)
+	if err != nil {
+		return err
+	}
+	procs = append(procs, devConsole(regURL, bins["cellctl"], ports.console, tokenFile, certs))
 
 	st := &DevStack{
 		Dir: dir, Registry: regURL, Router: scheme + "://" + ports.router, RouterAdmin: "http://" + ports.routerAdmin,
 		AgencyAdmin: "http://" + ports.agencyAdmin, APIKey: key, Foreground: o.foreground,
+		Console: "http://" + ports.console + "/", ConsoleToken: tokenFile,
 		StartedAt: x.cli.now(), TLS: certs,
 	}
 	var children []*devstack.Child
@@ -205,12 +213,53 @@ func devCellsAndRouter(o devOptions, dir, regURL string, bins map[string]string,
 	})
 }
 
+// devConsole is the stack's web console: cellctl console on the stack's
+// registry, calling the cells' admin APIs with the operator's certificate
+// on a stack on TLS.
+func devConsole(regURL, cellctl, listen, tokenFile string, certs *devstack.TLS) DevProcess {
+	args := []string{"--registry", regURL}
+	if certs != nil {
+		args = append(args, "--tls-ca", certs.CA,
+			"--tls-cert", filepath.Join(certs.Dir, pki.DevOperator+".pem"), "--tls-key", filepath.Join(certs.Dir, pki.DevOperator+"-key.pem"))
+	}
+	args = append(args, "console", "--listen", listen, "--token-file", tokenFile)
+	return DevProcess{Name: devstack.ConsoleName, Bin: cellctl, Args: args,
+		Ready: "http://" + listen + "/readyz", Addrs: map[string]string{"listen": listen}}
+}
+
+// devConsoleToken makes the console's token once, in DIR/console/token
+// (only its owner may read it), and returns the file.
+func devConsoleToken(dir string) (string, error) {
+	path := filepath.Join(dir, "console", "token")
+	if b, err := os.ReadFile(path); err == nil && len(strings.TrimSpace(string(b))) >= 32 {
+		return path, nil
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return "", err
+	}
+	tok := make([]byte, 16)
+	if _, err := rand.Read(tok); err != nil {
+		return "", err
+	}
+	return path, atomicfile.WriteFile(path, []byte(hex.EncodeToString(tok)+"\n"), 0o600)
+}
+
+// consoleURL is the stack's console URL with its token, for the banner.
+func consoleURL(st *DevStack) string {
+	b, err := os.ReadFile(st.ConsoleToken)
+	if err != nil {
+		return st.Console + " (token: " + err.Error() + ")"
+	}
+	return st.Console + "?token=" + strings.TrimSpace(string(b))
+}
+
 func cellName(i int) string { return "c" + strconv.Itoa(i) }
 
 // devPorts are the stack's listen addresses.
 type devPorts struct {
 	router, routerAdmin    string
 	agencyAdmin, nice, kcb string
+	console                string
 	intake, admin          []string // per cell, c1 first
 }
 
@@ -232,6 +281,11 @@ func allocPorts(o devOptions) (devPorts, error) {
 	}
 	p.router, p.routerAdmin = addr(o.routerPort, 0), addr(o.routerPort, 1)
 	p.agencyAdmin, p.nice, p.kcb = addr(o.agencyPort, 0), addr(o.agencyPort, 1), addr(o.agencyPort, 2)
+	if o.consolePort < 0 {
+		p.console = addr(o.routerPort, 2)
+	} else {
+		p.console = addr(o.consolePort, 0)
+	}
 	for i := 1; i <= o.cells; i++ {
 		p.intake = append(p.intake, addr(o.portBase, i))
 		p.admin = append(p.admin, addr(o.portBase, 100+i))
@@ -327,6 +381,7 @@ TLS:      certificates in %s; the cells take only the router's certificate
 cellkit local stack is ready: agency simulator, %d cells, router.
 
   router      %s   (admin %s)
+  console     %s
   cells       %s
   registry    %s
   dev API key %s   (kept in %s)
@@ -339,7 +394,7 @@ Metrics:  %s/metrics (router), %s/metrics per cell (see 'cellctl dev status --di
 Scrape:   %s (Prometheus file_sd targets: see deploy/observability/README.md)
 Status:   ./bin/cellctl --registry %s status
 Traffic:  ./bin/cellctl --registry %s rebalance --by traffic --dry-run   (the router announces itself in the registry)
-%s`, len(cells), st.Router, st.RouterAdmin, strings.Join(cells, ", "), st.Registry,
+%s`, len(cells), st.Router, st.RouterAdmin, consoleURL(st), strings.Join(cells, ", "), st.Registry,
 		st.APIKey, filepath.Join(rel, "router", "dev-key"),
 		curl, st.APIKey, st.Router, curl, st.APIKey, st.Router,
 		st.RouterAdmin, cellAdmin, rel, st.AgencyAdmin, filepath.Join(rel, scrapeTargetsFile), relRegistry(st.Registry),
@@ -393,6 +448,8 @@ func scrapeTargets(st *DevStack) []scrapeGroup {
 	for _, p := range st.Processes {
 		labels := map[string]string{}
 		switch p.Name {
+		case devstack.ConsoleName:
+			continue // its /metrics needs its token
 		case "agencysim":
 			labels["job"] = jobAgencySim
 		case "router":

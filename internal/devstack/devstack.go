@@ -32,6 +32,10 @@ type Stack struct {
 	Router      string    `json:"router"`       // public base URL
 	RouterAdmin string    `json:"router_admin"` // admin base URL (metrics, readyz)
 	AgencyAdmin string    `json:"agency_admin"` // the simulator's admin API
+	// Console is the web console's base URL (`cellctl console`), its
+	// token in ConsoleToken's file; empty for a stack without one.
+	Console      string `json:"console,omitempty"`
+	ConsoleToken string `json:"console_token,omitempty"`
 	APIKey      string    `json:"api_key"`
 	Foreground  bool      `json:"foreground"`
 	StartedAt   time.Time `json:"started_at"`
@@ -77,6 +81,9 @@ func InstanceName(cell, instance string) string {
 	return cell + "-" + instance
 }
 
+// ConsoleName is the process name of a stack's web console.
+const ConsoleName = "console"
+
 // IsRouter says whether a stack's process is a router: "router" (the
 // local stack's), or "router" and a number (the lab's router1, router2).
 func IsRouter(name string) bool {
@@ -97,12 +104,12 @@ func (st *Stack) Process(name string) (*Process, bool) {
 	return nil, false
 }
 
-// Cells are the cell processes (all but the agency simulator and the
-// router), c1 first.
+// Cells are the cell processes (all but the agency simulator, the
+// routers and the console), c1 first.
 func (st *Stack) Cells() []Process {
 	var cells []Process
 	for _, p := range st.Processes {
-		if p.Name != "agencysim" && !IsRouter(p.Name) {
+		if p.Name != "agencysim" && p.Name != ConsoleName && !IsRouter(p.Name) {
 			cells = append(cells, p)
 		}
 	}

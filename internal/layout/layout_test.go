@@ -29,6 +29,7 @@ var planes = map[string]string{
 	"router": "edge", "apikey": "edge", "route": "edge", "guard": "edge", "h1": "edge", "hotkeys": "edge", "slotrate": "edge",
 	// control: changing the map and operating cells.
 	"control": "control", "gate": "control", "rollout": "control", "cellctl": "control", "tfprovider": "control", "adminclient": "control",
+	"console": "control",
 	// lab: load, drills, network labs.
 	"loadtest": "lab", "drill": "lab", "netlab": "lab", "netlab/netstack": "lab", "smallfs": "lab",
 	// test: what tests share.

@@ -1,0 +1,243 @@
+package console_test
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/cellkit/cellkit/internal/adminclient"
+	"github.com/cellkit/cellkit/internal/control"
+	"github.com/cellkit/cellkit/internal/drill"
+	"github.com/cellkit/cellkit/internal/loadtest"
+	"github.com/cellkit/cellkit/internal/registry"
+	"github.com/cellkit/cellkit/internal/testkit"
+)
+
+var updateScreenshots = flag.Bool("update-screenshots", false, "copy the browser test's screenshots into docs/console")
+
+// Budgets of the console's first view on the local stack.
+const (
+	firstViewBudget = time.Second
+	assetsBudget    = 300 << 10
+)
+
+// browser finds what the browser test drives: Debian's Chromium and the
+// playwright-core that make tools installs into bin/browser, and node. It
+// skips the test, saying why, where they are not.
+func browser(t *testing.T, root string) (node, chromium, playwright string) {
+	t.Helper()
+	dir := filepath.Join(root, "bin", "browser")
+	if why, err := os.ReadFile(filepath.Join(dir, "unavailable")); err == nil {
+		t.Skipf("the browser is not installed here: %s", strings.TrimSpace(string(why)))
+	}
+	chromium = cmpOr(os.Getenv("CELLKIT_CHROMIUM"), "/usr/bin/chromium")
+	if _, err := os.Stat(chromium); err != nil {
+		t.Skipf("no Chromium at %s (make tools installs Debian's): %v", chromium, err)
+	}
+	playwright = filepath.Join(dir, "node_modules", "playwright-core")
+	if _, err := os.Stat(filepath.Join(playwright, "package.json")); err != nil {
+		t.Skipf("no playwright-core in %s (make tools installs it): %v", dir, err)
+	}
+	node, err := exec.LookPath("node")
+	if err != nil {
+		t.Skipf("no node to run Playwright: %v", err)
+	}
+	return node, chromium, playwright
+}
+
+func cmpOr(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}
+
+// TestConsoleInABrowser opens the console of a real local stack (`cellctl
+// dev up` starts it) in headless Chromium under load: without the token
+// it is a 401 with no data; with it the cells render with their real
+// releases and rates, the legend has the map's slot counts, a lookup says
+// where u-42 goes and why; a drain moves slots on the page and in its
+// history; a killed cell's card turns red within seconds, keeping its last
+// figures; a registry that cannot be read is said so, the last map kept.
+// The first view must render within 1 s and the page's assets weigh under
+// 300 KiB. Screenshots are kept in var/artifacts/console (and copied into
+// docs/console with -update-screenshots).
+func TestConsoleInABrowser(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the local stack and a browser")
+	}
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	node, chromium, playwright := browser(t, root)
+	ctx := testkit.Context(t, 4*time.Minute)
+	st, err := drill.StartStack(ctx, filepath.Join(root, "bin"), "--cells", "4")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Stop(context.Background()) })
+	if st.Console == "" {
+		t.Fatal("dev up started no console")
+	}
+	tok, err := os.ReadFile(st.ConsoleToken)
+	if err != nil {
+		t.Fatal(err)
+	}
+	token := strings.TrimSpace(string(tok))
+
+	// Without the token, from Go too: 401 and no data.
+	resp, err := http.Get(st.Console + "api/view")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUnauthorized || strings.Contains(string(body), `"c1"`) {
+		t.Fatalf("GET /api/view without the token: %d %s, want 401 and no data", resp.StatusCode, body)
+	}
+
+	load, err := loadtest.NewRunner(loadtest.Config{Target: st.Router, Key: st.APIKey,
+		Steps: []loadtest.Step{{Rate: 20, For: 3 * time.Minute}}, Users: 200}, loadtest.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lctx, stopLoad := context.WithCancel(ctx)
+	var loading sync.WaitGroup
+	loading.Go(func() { _, _ = load.Run(lctx) })
+	t.Cleanup(func() { stopLoad(); loading.Wait() })
+
+	reg, err := registry.Open(registry.Config{URL: st.Registry}, registry.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { reg.Close() })
+	m, err := reg.Load(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin := adminclient.Client{HTTP: &http.Client{}}
+	expect := map[string]any{
+		"base": st.Console, "token": token, "chromium": chromium, "playwright": playwright,
+		"cells": st.Cells(), "routers": 1, "agencies": []string{"nice", "kcb"},
+	}
+	release, slots := map[string]string{}, map[string]int{}
+	for _, c := range m.Cells() {
+		s, err := admin.Status(ctx, c.Admin)
+		if err != nil {
+			t.Fatal(err)
+		}
+		release[c.ID] = s.Release.ID
+	}
+	for id, n := range m.SlotCounts() {
+		slots[id] = n
+	}
+	route := m.Lookup("u-42")
+	expect["release"], expect["slots"] = release, slots
+	expect["lookup"] = map[string]any{"user": "u-42", "cell": route.Cell, "slot": route.Slot}
+
+	// The steps that change the stack, asked for by the script.
+	mapFile := strings.TrimPrefix(st.Registry, "file:")
+	ctl := control.New(reg, control.Config{Holder: "console browser test"}, control.Options{})
+	mux := http.NewServeMux()
+	hook := func(path string, f func() (map[string]any, error)) {
+		mux.HandleFunc(path, func(w http.ResponseWriter, _ *http.Request) {
+			out, err := f()
+			if err != nil {
+				t.Errorf("%s: %v", path, err)
+				http.Error(w, err.Error(), http.StatusInternalServerError)
+				return
+			}
+			_ = json.NewEncoder(w).Encode(out)
+		})
+	}
+	hook("/drain", func() (map[string]any, error) {
+		out := map[string]any{"cell": "c2"}
+		_, err := ctl.Drain(ctx, admin, control.DrainRequest{Cell: "c2", Done: func(r *control.Result) {
+			if r.Applied {
+				out["version"], out["moved"] = r.Version, r.Plan.MovedSlots
+			}
+		}})
+		return out, err
+	})
+	hook("/kill", func() (map[string]any, error) {
+		start := time.Now()
+		err := st.Kill(ctx, "c3")
+		return map[string]any{"cell": "c3", "ms": time.Since(start).Milliseconds()}, err
+	})
+	hook("/break-registry", func() (map[string]any, error) {
+		return map[string]any{}, os.Rename(mapFile, mapFile+".away")
+	})
+	hook("/mend-registry", func() (map[string]any, error) {
+		return map[string]any{}, os.Rename(mapFile+".away", mapFile)
+	})
+	hooks := testkit.Listen(t)
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = srv.Serve(hooks) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	expect["hooks"] = "http://" + hooks.Addr().String()
+
+	out := filepath.Join(root, "var", "artifacts", "console")
+	if err := os.MkdirAll(out, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	expect["out"] = out
+	spec, err := json.Marshal(expect)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.CommandContext(ctx, node, filepath.Join("testdata", "browser.mjs"))
+	cmd.Env = append(os.Environ(), "CONSOLE_TEST="+string(spec))
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	res, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("the browser: %v\n%s\n%s", err, res, stderr.String())
+	}
+	var figures struct {
+		FirstViewMS  float64 `json:"first_view_ms"`
+		AssetsBytes  int     `json:"assets_bytes"`
+		ViewBytes    int     `json:"view_bytes"`
+		MapBytes     int     `json:"map_bytes"`
+		DrainShownMS int     `json:"drain_shown_ms"`
+		RedMS        int     `json:"red_after_kill_ms"`
+	}
+	if err := json.Unmarshal(res, &figures); err != nil {
+		t.Fatalf("the browser's figures %q: %v", res, err)
+	}
+	t.Logf("first view %.0f ms, assets %d bytes (view %d, map %d), drain shown after %d ms, red card %d ms after the kill; screenshots in %s",
+		figures.FirstViewMS, figures.AssetsBytes, figures.ViewBytes, figures.MapBytes, figures.DrainShownMS, figures.RedMS, out)
+	if time.Duration(figures.FirstViewMS*float64(time.Millisecond)) > firstViewBudget {
+		t.Errorf("first view after %.0f ms, budget %s", figures.FirstViewMS, firstViewBudget)
+	}
+	if figures.AssetsBytes == 0 || figures.AssetsBytes > assetsBudget {
+		t.Errorf("the page's assets weigh %d bytes, budget %d", figures.AssetsBytes, assetsBudget)
+	}
+	if figures.RedMS > 5000 {
+		t.Errorf("the killed cell's card turned red after %d ms, want within 5 s", figures.RedMS)
+	}
+	if *updateScreenshots {
+		docs := filepath.Join(root, "docs", "console")
+		if err := os.MkdirAll(docs, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		for _, name := range []string{"console.png", "console-map.png", "console-drain.png", "console-down.png", "console-registry-down.png", "console-signin.png"} {
+			b, err := os.ReadFile(filepath.Join(out, name))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(docs, name), b, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+}

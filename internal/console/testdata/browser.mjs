@@ -1,0 +1,137 @@
+// The console in a real browser (Debian's Chromium driven by
+// playwright-core), against a real local stack: run by
+// TestConsoleInABrowser, which passes what to expect in CONSOLE_TEST (JSON)
+// and serves the steps that change the stack (drain a cell, kill one).
+// Prints one JSON line of figures; any failed check throws (exit 1).
+import { createRequire } from "node:module";
+
+const t = JSON.parse(process.env.CONSOLE_TEST);
+const require = createRequire(t.playwright + "/");
+const { chromium } = require("playwright-core");
+
+function check(ok, what) {
+  if (!ok) throw new Error("check failed: " + what);
+}
+
+const figures = {};
+const browser = await chromium.launch({
+  executablePath: t.chromium,
+  args: ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
+    "--disable-component-update", "--disable-sync"],
+});
+try {
+  const context = await browser.newContext({ viewport: { width: 1400, height: 1000 } });
+  const page = await context.newPage();
+  const errors = [];
+  page.on("pageerror", (e) => errors.push(String(e)));
+  page.on("console", (m) => { if (m.type() === "error") errors.push(m.text()); });
+
+  // Without the token: 401, the sign-in page, no data.
+  const denied = await page.goto(t.base);
+  check(denied.status() === 401, `GET / without the token: ${denied.status()}, want 401`);
+  const deniedText = await page.content();
+  check(deniedText.includes("needs its token"), "the sign-in page says the console needs its token");
+  for (const id of t.cells) check(!deniedText.includes(`>${id}<`) && !deniedText.includes(`"${id}"`), `no cell (${id}) on the sign-in page`);
+  check((await page.locator("[data-cell]").count()) === 0, "no cell card on the sign-in page");
+  const api = await page.request.get(t.base + "api/view");
+  check(api.status() === 401, `GET /api/view without the token: ${api.status()}, want 401`);
+  await page.screenshot({ path: t.out + "/console-signin.png" });
+  errors.length = 0; // the 401s above are the browser's console errors
+
+  // With it: the first view, its time and weight.
+  const bytes = {};
+  page.on("response", async (r) => {
+    const u = new URL(r.url());
+    if (u.origin !== new URL(t.base).origin) return;
+    try { bytes[u.pathname] = (await r.body()).length; } catch { /* a stream */ }
+  });
+  await page.goto(t.base + "?token=" + t.token);
+  await page.waitForSelector("body[data-ready='1']", { timeout: 10000 });
+  check(new URL(page.url()).search === "", "the token is gone from the address bar: " + page.url());
+  figures.first_view_ms = await page.evaluate(() => performance.getEntriesByName("console-first-view")[0].startTime);
+  await page.waitForLoadState("networkidle").catch(() => {});
+
+  // The cells, with the stack's real values.
+  await page.waitForFunction((n) => document.querySelectorAll("#cells [data-cell]").length === n, t.cells.length, { timeout: 10000 });
+  for (const id of t.cells) {
+    const card = page.locator(`#cells [data-cell='${id}']`);
+    await page.waitForFunction((id) => document.querySelector(`#cells [data-cell='${id}']`).dataset.health === "ok", id, { timeout: 15000 })
+      .catch(async () => { throw new Error(`${id}'s card is ${await card.getAttribute("data-health")}: ${await card.innerText()}`); });
+    const text = await card.innerText();
+    check(text.includes(t.release[id]), `${id}'s card names its release ${t.release[id]}: ${text}`);
+    check(/req\/s\s+\d/.test(text), `${id}'s card shows a request rate: ${text}`);
+    for (const ag of t.agencies) check(text.includes(ag), `${id}'s card shows agency ${ag}`);
+  }
+  // Rates need two reads: wait until some traffic shows.
+  await page.waitForFunction(() => [...document.querySelectorAll("#cells [data-cell]")].some((c) => /req\/s\s+[1-9]/.test(c.innerText)), null, { timeout: 10000 });
+  const routerCards = await page.locator("#routers [data-router]").count();
+  check(routerCards === t.routers, `${routerCards} router cards, want ${t.routers}`);
+
+  // The map: the legend's slot counts are the map's, the grid is drawn.
+  for (const [id, n] of Object.entries(t.slots)) {
+    const got = await page.getAttribute(`#legend [data-cell='${id}']`, "data-slots");
+    check(Number(got) === n, `${id} has ${got} slots in the legend, the map says ${n}`);
+  }
+  const painted = await page.evaluate(() => {
+    const c = document.getElementById("grid");
+    const d = c.getContext("2d").getImageData(0, 0, c.width, c.height).data;
+    let n = 0;
+    for (let i = 3; i < d.length; i += 4) if (d[i] > 0) n++;
+    return n / (c.width * c.height);
+  });
+  check(painted > 0.95, `the grid is drawn (${(painted * 100).toFixed(1)} % of its pixels)`);
+  await page.screenshot({ path: t.out + "/console.png", fullPage: true });
+
+  // A lookup: where the user goes, and why.
+  await page.fill("#q", t.lookup.user);
+  await page.click("#lookup button");
+  await page.waitForSelector("#lookup-result[data-cell]", { timeout: 5000 });
+  const found = await page.$eval("#lookup-result", (e) => ({ cell: e.dataset.cell, slot: Number(e.dataset.slot), text: e.innerText }));
+  check(found.cell === t.lookup.cell && found.slot === t.lookup.slot,
+    `lookup ${t.lookup.user}: ${found.cell} slot ${found.slot}, the map says ${t.lookup.cell} slot ${t.lookup.slot}`);
+  check(found.text.includes("hashes to slot " + t.lookup.slot), "the lookup says why: " + found.text);
+  await page.locator("#map-section").screenshot({ path: t.out + "/console-map.png" });
+
+  // A drain moves slots on the page.
+  const drain = await (await fetch(t.hooks + "/drain")).json();
+  const drainStart = Date.now();
+  await page.waitForSelector(`#legend [data-cell='${drain.cell}'][data-slots='0']`, { timeout: 10000 });
+  await page.waitForSelector(`#moving[data-version='${drain.version}']`, { timeout: 10000 });
+  const moved = Number(await page.getAttribute("#moving", "data-moved"));
+  check(moved === drain.moved, `the page shows ${moved} slots moved, the drain moved ${drain.moved}`);
+  check(await page.locator(`#drains [data-drain='${drain.cell}']`).count() === 1, `the drains panel lists ${drain.cell}`);
+  figures.drain_shown_ms = Date.now() - drainStart;
+  await page.waitForSelector(`#history [data-version='${drain.version}']`, { timeout: 10000 });
+  await page.click(`#history [data-version='${drain.version}']`);
+  await page.waitForFunction((n) => document.querySelector("#diff").innerText.includes(n.toLocaleString("en-US") + " slots moved"), drain.moved, { timeout: 5000 });
+  await page.locator("#map-section").screenshot({ path: t.out + "/console-drain.png" });
+
+  // A killed cell turns red within seconds.
+  const kill = await (await fetch(t.hooks + "/kill")).json();
+  const killStart = Date.now();
+  await page.waitForSelector(`#cells [data-cell='${kill.cell}'][data-health='down']`, { timeout: 10000 });
+  figures.red_after_kill_ms = Date.now() - killStart + kill.ms;
+  const red = await page.locator(`#cells [data-cell='${kill.cell}']`).innerText();
+  check(/refused|unreachable|no answer/.test(red), `the red card says why: ${red}`);
+  check(red.includes("last good figures"), `the red card keeps its last good figures with their age: ${red}`);
+  await page.locator("#cells-section").screenshot({ path: t.out + "/console-down.png" });
+
+  // A registry that cannot be read: said so, the last map kept.
+  await fetch(t.hooks + "/break-registry");
+  await page.waitForSelector("#banner.down:not([hidden])", { timeout: 10000 });
+  const banner = await page.innerText("#banner");
+  check(banner.includes("cannot be read") && banner.includes("Showing the map read"), "the banner: " + banner);
+  check((await page.locator("#legend [data-cell]").count()) === t.cells.length, "the last map stays on the page");
+  await page.screenshot({ path: t.out + "/console-registry-down.png" });
+  await fetch(t.hooks + "/mend-registry");
+  await page.waitForSelector("#banner.down", { state: "detached", timeout: 10000 }).catch(() => {});
+  await page.waitForFunction(() => document.getElementById("banner").hidden, null, { timeout: 10000 });
+
+  figures.assets_bytes = Object.entries(bytes).filter(([p]) => p === "/" || p.startsWith("/assets/")).reduce((a, [, n]) => a + n, 0);
+  figures.view_bytes = bytes["/api/view"] || 0;
+  figures.map_bytes = bytes["/api/map"] || 0;
+  check(errors.length === 0, "no errors in the page: " + errors.join("; "));
+  console.log(JSON.stringify(figures));
+} finally {
+  await browser.close();
+}
