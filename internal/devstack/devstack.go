@@ -27,19 +27,19 @@ const StateFile = "dev.json"
 // Stack is DIR/dev.json: what dev up started, for dev status, dev down and
 // the drills.
 type Stack struct {
-	Dir         string    `json:"dir"`
-	Registry    string    `json:"registry"`
-	Router      string    `json:"router"`       // public base URL
-	RouterAdmin string    `json:"router_admin"` // admin base URL (metrics, readyz)
-	AgencyAdmin string    `json:"agency_admin"` // the simulator's admin API
+	Dir         string `json:"dir"`
+	Registry    string `json:"registry"`
+	Router      string `json:"router"`       // public base URL
+	RouterAdmin string `json:"router_admin"` // admin base URL (metrics, readyz)
+	AgencyAdmin string `json:"agency_admin"` // the simulator's admin API
 	// Console is the web console's base URL (`cellctl console`), its
 	// token in ConsoleToken's file; empty for a stack without one.
-	Console      string `json:"console,omitempty"`
-	ConsoleToken string `json:"console_token,omitempty"`
-	APIKey      string    `json:"api_key"`
-	Foreground  bool      `json:"foreground"`
-	StartedAt   time.Time `json:"started_at"`
-	Processes   []Process `json:"processes"` // in order of start
+	Console      string    `json:"console,omitempty"`
+	ConsoleToken string    `json:"console_token,omitempty"`
+	APIKey       string    `json:"api_key"`
+	Foreground   bool      `json:"foreground"`
+	StartedAt    time.Time `json:"started_at"`
+	Processes    []Process `json:"processes"` // in order of start
 	// TLS, if set, says the stack runs on TLS (dev up --tls) and names its
 	// certificate files: readiness URLs and the cells' admin APIs are https
 	// and need them (TLS.Client).
