@@ -66,7 +66,8 @@ func cmpOr(a, b string) string {
 // it is a 401 with no data; with it the cells render with their real
 // releases and rates, the legend has the map's slot counts, a lookup says
 // where u-42 goes and why; a drain moves slots on the page and in its
-// history; a killed cell's card turns red within seconds, keeping its last
+// history; a rollout's record shows wave by wave with its gates and the
+// time left in the bake; a killed cell's card turns red within seconds, keeping its last
 // figures; a registry that cannot be read is said so, the last map kept.
 // The first view must render within 1 s and the page's assets weigh under
 // 300 KiB. Screenshots are kept in var/artifacts/console (and copied into
@@ -169,6 +170,22 @@ func TestConsoleInABrowser(t *testing.T) {
 		}})
 		return out, err
 	})
+	hook("/rollout", func() (map[string]any, error) {
+		// A rollout's record as its driver writes it while the canary
+		// bakes (the console reads only the record).
+		waves := []control.Wave{{Cells: []string{"c1"}, Bake: 30 * time.Second}, {Cells: []string{"c3", "c4"}, Bake: 30 * time.Second}}
+		if _, err := ctl.StartRollout(ctx, control.Rollout{ID: "r-console", Release: "devel@0123456789ab", From: release["c1"], Waves: waves}); err != nil {
+			return nil, err
+		}
+		_, err := ctl.UpdateRollout(ctx, "r-console", func(r *control.Rollout) error {
+			now := time.Now()
+			r.SetProgress(false, "c1", control.CellRollout{Phase: control.PhaseBaking})
+			r.Bake = &control.BakeStatus{Wave: 0, Started: now.Add(-10 * time.Second), Bake: 30 * time.Second, Judged: now, Decision: "wait",
+				Gates: []string{"pass intake 5xx: wave 0 of 120 (0.00%), baseline 0 of 400 (0.00%), Fisher p=1", "wait time to done: 120 of 200 samples"}}
+			return nil
+		})
+		return map[string]any{"id": "r-console"}, err
+	})
 	hook("/kill", func() (map[string]any, error) {
 		start := time.Now()
 		err := st.Kill(ctx, "c3")
@@ -230,7 +247,7 @@ func TestConsoleInABrowser(t *testing.T) {
 		if err := os.MkdirAll(docs, 0o755); err != nil {
 			t.Fatal(err)
 		}
-		for _, name := range []string{"console.png", "console-map.png", "console-drain.png", "console-down.png", "console-registry-down.png", "console-signin.png"} {
+		for _, name := range []string{"console.png", "console-map.png", "console-drain.png", "console-down.png", "console-registry-down.png", "console-signin.png", "console-rollout.png"} {
 			b, err := os.ReadFile(filepath.Join(out, name))
 			if err != nil {
 				t.Fatal(err)

@@ -106,6 +106,17 @@ try {
   await page.waitForFunction((n) => document.querySelector("#diff").innerText.includes(n.toLocaleString("en-US") + " slots moved"), drain.moved, { timeout: 5000 });
   await page.locator("#map-section").screenshot({ path: t.out + "/console-drain.png" });
 
+  // A rollout in progress: wave by wave, the gates, the time left.
+  const ro = await (await fetch(t.hooks + "/rollout")).json();
+  await page.waitForFunction((id) => document.getElementById("rollout").innerText.includes("Rollout " + id), ro.id, { timeout: 10000 });
+  const rollout = await page.innerText("#rollout");
+  for (const want of ["running", "wave 1", "wave 2", "baking", "not reached", "left of 30 s", "wait time to done: 120 of 200 samples", "pass intake 5xx"]) {
+    check(rollout.includes(want), `the rollout panel shows "${want}": ${rollout}`);
+  }
+  const left = Number((rollout.match(/(\d+(?:\.\d+)?) s left of 30 s/) || [])[1]);
+  check(left > 10 && left <= 20, `the bake's time left ${left} s, about 20 s`);
+  await page.locator("#rollout-section").screenshot({ path: t.out + "/console-rollout.png" });
+
   // A killed cell turns red within seconds.
   const kill = await (await fetch(t.hooks + "/kill")).json();
   const killStart = Date.now();
