@@ -94,11 +94,15 @@ func (c *collector) run(ctx context.Context) {
 // collectOnce makes one view and publishes it.
 func (c *collector) collectOnce(ctx context.Context) *View {
 	start := c.now()
-	cctx, cancel := context.WithTimeout(ctx, c.cfg.CallTimeout)
-	defer cancel()
 	v := &View{At: start, Registry: RegistryView{Describe: c.reg.Describe()}, Cells: []CellCard{}, Routers: []RouterCard{}, Drains: []DrainView{}}
 
-	m, err := c.reg.Load(cctx)
+	// The registry first, on its own deadline: a slow registry must not
+	// eat the cells' time (they would all look down).
+	rctx, cancel := context.WithTimeout(ctx, c.cfg.CallTimeout)
+	m, err := c.reg.Load(rctx)
+	cancel()
+	cctx, cancel := context.WithTimeout(ctx, c.cfg.CallTimeout)
+	defer cancel()
 	c.mu.Lock()
 	if err == nil {
 		c.m = m

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -227,16 +228,9 @@ func TestLookupSaysWhereAndWhy(t *testing.T) {
 }
 
 func TestAnUnreachableCellAndAnUnreadableRegistry(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds and runs the cell binary")
-	}
-	sim := agencysim.Config{Latency: agencysim.FixedLatency(time.Millisecond)}
-	nice, kcb := celltest.StartSim(t, telegram.NICE(), sim), celltest.StartSim(t, telegram.KCB(), sim)
-	intake, admin := testkit.FreeAddr(t), testkit.FreeAddr(t)
-	reg := celltest.NewRegistry(t, map[string]int{"nice": 80, "kcb": 40},
-		slotmap.Cell{ID: "c1", Weight: 1, Intake: "http://" + intake, Admin: "http://" + admin}, celltest.TestCell("c2"))
-	celltest.StartCell(t, celltest.CellProcess{ID: "c1", Registry: reg.URL(), Intake: intake, Admin: admin,
-		Nice: nice.Addr().String(), KCB: kcb.Addr().String()})
+	reg := celltest.NewRegistry(t, map[string]int{"nice": 80, "kcb": 40})
+	realCell(t, reg, "c1")
+	reg.Change(func(m *slotmap.Map) (*slotmap.Plan, error) { return m.AddCell(celltest.TestCell("c2")) })
 	con, _ := newConsole(t, reg, console.Config{})
 	ctx := testkit.Context(t, 30*time.Second)
 	v := con.Collect(ctx)
@@ -276,6 +270,24 @@ func TestAnUnreachableCellAndAnUnreadableRegistry(t *testing.T) {
 	if !changed(after, "map", "drain c1") || !changed(after, "registry", "answers again") {
 		t.Errorf("change log %+v", after.Changes)
 	}
+}
+
+// realCell runs a cell process (skipped with -short) and adds it to reg's
+// map; it returns the cell's admin base URL.
+func realCell(t *testing.T, reg *celltest.Registry, id string) string {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("builds and runs the cell binary")
+	}
+	sim := agencysim.Config{Latency: agencysim.FixedLatency(time.Millisecond)}
+	nice, kcb := celltest.StartSim(t, telegram.NICE(), sim), celltest.StartSim(t, telegram.KCB(), sim)
+	intake, admin := testkit.FreeAddr(t), testkit.FreeAddr(t)
+	reg.Change(func(m *slotmap.Map) (*slotmap.Plan, error) {
+		return m.AddCell(slotmap.Cell{ID: id, Weight: 1, Intake: "http://" + intake, Admin: "http://" + admin})
+	})
+	celltest.StartCell(t, celltest.CellProcess{ID: id, Registry: reg.URL(), Intake: intake, Admin: admin,
+		Nice: nice.Addr().String(), KCB: kcb.Addr().String()})
+	return "http://" + admin
 }
 
 func changed(v *console.View, what, text string) bool {
@@ -348,5 +360,54 @@ func TestEventsStreamViewsAndAreBounded(t *testing.T) {
 	}
 	if r, body := get(t, srv, "/api/events", "Authorization", "Bearer "+token); r.StatusCode != http.StatusServiceUnavailable || r.Header.Get("Retry-After") == "" {
 		t.Errorf("a second stream beyond the bound: %d %s", r.StatusCode, body)
+	}
+}
+
+// TestAHungCellHoldsNothingUp: a cell whose admin API accepts and never
+// answers (a frozen process) is red after CallTimeout, with why; a cell of
+// two instances, one of them hung, is amber with the other's figures; the
+// collection takes about one CallTimeout, not one per hung process.
+func TestAHungCellHoldsNothingUp(t *testing.T) {
+	hung := testkit.Listen(t)
+	go func() {
+		var held []net.Conn
+		defer func() {
+			for _, c := range held {
+				c.Close()
+			}
+		}()
+		for {
+			c, err := hung.Accept()
+			if err != nil {
+				return
+			}
+			held = append(held, c) // read nothing, answer nothing
+		}
+	}()
+	hungURL := "http://" + hung.Addr().String()
+	reg := celltest.NewRegistry(t, map[string]int{"nice": 80, "kcb": 40})
+	alive := realCell(t, reg, "c0")
+	// c2's first instance is a real cell process's admin API (c0's), its
+	// second hangs.
+	reg.Change(func(m *slotmap.Map) (*slotmap.Plan, error) {
+		return m.AddCell(slotmap.Cell{ID: "c1", Weight: 1, Intake: "http://127.0.0.1:1", Admin: hungURL})
+	})
+	reg.Change(func(m *slotmap.Map) (*slotmap.Plan, error) {
+		return m.AddCell(slotmap.Cell{ID: "c2", Weight: 1, Intake: "http://127.0.0.1:1", Admin: alive, Instances: []slotmap.Instance{
+			{ID: "i1", Intake: "http://127.0.0.1:1", Admin: alive}, {ID: "i2", Intake: "http://127.0.0.1:1", Admin: hungURL}}})
+	})
+	con, _ := newConsole(t, reg, console.Config{CallTimeout: 300 * time.Millisecond})
+	start := time.Now()
+	v := con.Collect(testkit.Context(t, 10*time.Second))
+	if took := time.Since(start); took > 2*time.Second {
+		t.Errorf("a collection with three hung calls took %s", took)
+	}
+	c1, c2 := v.Cells[1], v.Cells[2]
+	if c1.Health != console.HealthDown || !strings.Contains(c1.Error, "no answer within 300ms") {
+		t.Errorf("the hung cell: %s %q", c1.Health, c1.Error)
+	}
+	if c2.Health != console.HealthWarn || !strings.Contains(c2.Why, "i2 unreachable") || c2.Status == nil || c2.Release == "" ||
+		len(c2.Instances) != 2 || !c2.Instances[0].Ready || c2.Instances[1].Reachable {
+		t.Errorf("the cell with a hung instance: %+v", c2)
 	}
 }
