@@ -68,7 +68,8 @@ func cmpOr(a, b string) string {
 // where u-42 goes and why; a drain moves slots on the page and in its
 // history; a rollout's record shows wave by wave with its gates and the
 // time left in the bake; a killed cell's card turns red within seconds, keeping its last
-// figures; a registry that cannot be read is said so, the last map kept.
+// figures; a registry that cannot be read is said so, the last map kept;
+// a console that stops leaves its last view on the page, with its age.
 // The first view must render within 1 s and the page's assets weigh under
 // 300 KiB. Screenshots are kept in var/artifacts/console (and copied into
 // docs/console with -update-screenshots).
@@ -143,7 +144,7 @@ func TestConsoleInABrowser(t *testing.T) {
 		slots[id] = n
 	}
 	route := m.Lookup("u-42")
-	expect["release"], expect["slots"] = release, slots
+	expect["release"], expect["slots"], expect["version"] = release, slots, m.Version()
 	expect["lookup"] = map[string]any{"user": "u-42", "cell": route.Cell, "slot": route.Slot}
 
 	// The steps that change the stack, asked for by the script.
@@ -190,6 +191,9 @@ func TestConsoleInABrowser(t *testing.T) {
 		start := time.Now()
 		err := st.Kill(ctx, "c3")
 		return map[string]any{"cell": "c3", "ms": time.Since(start).Milliseconds()}, err
+	})
+	hook("/stop-console", func() (map[string]any, error) {
+		return map[string]any{}, st.Kill(ctx, "console")
 	})
 	hook("/break-registry", func() (map[string]any, error) {
 		return map[string]any{}, os.Rename(mapFile, mapFile+".away")

@@ -66,6 +66,10 @@ try {
   await page.waitForFunction(() => [...document.querySelectorAll("#cells [data-cell]")].some((c) => /req\/s\s+[1-9]/.test(c.innerText)), null, { timeout: 10000 });
   const routerCards = await page.locator("#routers [data-router]").count();
   check(routerCards === t.routers, `${routerCards} router cards, want ${t.routers}`);
+  await page.waitForFunction(() => /hot user/.test(document.getElementById("routers").innerText), null, { timeout: 10000 });
+  const router = await page.innerText("#routers [data-router]");
+  check(new RegExp("map version\\s+" + t.version + "\\b").test(router) && /map\s+current/.test(router) && /req\/s\s+[1-9]/.test(router),
+    `the router's card shows its map version ${t.version}, current, and its rate: ${router}`);
 
   // The map: the legend's slot counts are the map's, the grid is drawn.
   for (const [id, n] of Object.entries(t.slots)) {
@@ -138,10 +142,18 @@ try {
   await page.waitForSelector("#banner.down", { state: "detached", timeout: 10000 }).catch(() => {});
   await page.waitForFunction(() => document.getElementById("banner").hidden, null, { timeout: 10000 });
 
+  check(errors.length === 0, "no errors in the page: " + errors.join("; "));
+
+  // The console itself stops: the page keeps its last view and says how
+  // old it is (the browser logs the stream's end as an error: expected).
+  await fetch(t.hooks + "/stop-console");
+  await page.waitForFunction(() => /has not sent a new view/.test(document.getElementById("banner").innerText), null, { timeout: 15000 });
+  check((await page.locator("#cells [data-cell]").count()) === t.cells.length, "the cards stay when the console is gone");
+  await page.screenshot({ path: t.out + "/console-gone.png" });
+
   figures.assets_bytes = Object.entries(bytes).filter(([p]) => p === "/" || p.startsWith("/assets/")).reduce((a, [, n]) => a + n, 0);
   figures.view_bytes = bytes["/api/view"] || 0;
   figures.map_bytes = bytes["/api/map"] || 0;
-  check(errors.length === 0, "no errors in the page: " + errors.join("; "));
   console.log(JSON.stringify(figures));
 } finally {
   await browser.close();
