@@ -2,6 +2,8 @@ package console_test
 
 import (
 	"context"
+	"encoding/base64"
+	"encoding/binary"
 	"encoding/json"
 	"io"
 	"net"
@@ -212,6 +214,29 @@ func TestLookupSaysWhereAndWhy(t *testing.T) {
 	if code, l, body := lookup("u-idle"); code != 200 || l.Override || l.Cell == "c3" || !strings.Contains(l.Why, "not in effect") {
 		t.Errorf("u-idle (pinned to a draining cell): %d %s", code, body)
 	}
+	// The slot table: each slot's owner as the map has it, the overrides
+	// with their slots.
+	resp, body := get(t, srv, "/api/map", "Authorization", "Bearer "+token)
+	var table console.SlotTable
+	if err := json.Unmarshal([]byte(body), &table); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("/api/map: %d %.200s", resp.StatusCode, body)
+	}
+	owners, err := base64.StdEncoding.DecodeString(table.Owners)
+	if err != nil || len(owners) != 2*m.Slots() || table.Version != m.Version() || table.OverridesTotal != 2 || len(table.Overrides) != 2 {
+		t.Fatalf("/api/map: version %d, %d bytes of owners, overrides %+v (%d)", table.Version, len(owners), table.Overrides, table.OverridesTotal)
+	}
+	for s := range m.Slots() {
+		o := int(binary.LittleEndian.Uint16(owners[2*s:]))
+		if got := table.Cells[o]; got != m.Owner(s) {
+			t.Fatalf("slot %d: the table says %s, the map %s", s, got, m.Owner(s))
+		}
+	}
+	for _, o := range table.Overrides {
+		if o.Slot != m.SlotOf(o.User) || m.Overrides()[o.User] != o.Cell {
+			t.Errorf("override %+v: the map pins %s to %s in slot %d", o, o.User, m.Overrides()[o.User], m.SlotOf(o.User))
+		}
+	}
+
 	for _, q := range []string{"7", "slot:7"} {
 		if code, l, body := lookup(q); code != 200 || l.Kind != "slot" || l.Slot != 7 || l.Cell != m.Owner(7) {
 			t.Errorf("%s: %d %s", q, code, body)
