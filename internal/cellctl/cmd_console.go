@@ -83,6 +83,9 @@ func (x *inv) runConsole(ctx context.Context, o consoleOptions) error {
 	if o.interval < 100*time.Millisecond {
 		return usagef("--interval %s: at least 100ms", o.interval)
 	}
+	if _, port, err := net.SplitHostPort(o.listen); err != nil || port == "" {
+		return usagef("--listen %q: want HOST:PORT", o.listen)
+	}
 	if !o.tls.Enabled() && !adminauth.Loopback(o.listen) {
 		return usagef("--listen %s is not a loopback address: serve the console over TLS (--console-tls-cert, --console-tls-key)", o.listen)
 	}

@@ -67,6 +67,7 @@ func TestRefusals(t *testing.T) {
 			{"unknown subcommand", []string{"override", "pin", "u1"}, ExitUsage, "want one of: set, clear, list"},
 			{"wait and force", []string{"drain", "c1", "--wait", "--force"}, ExitUsage, "--wait and --force exclude each other"},
 			{"console open to the network", []string{"console", "--listen", "0.0.0.0:7480"}, ExitUsage, "--listen 0.0.0.0:7480 is not a loopback address: serve the console over TLS"},
+			{"console listen", []string{"console", "--listen", "localhost"}, ExitUsage, `--listen "localhost": want HOST:PORT`},
 			{"console interval", []string{"console", "--interval", "1ms"}, ExitUsage, "--interval 1ms: at least 100ms"},
 			{"console token file missing", []string{"console", "--token-file", "/nonexistent/token"}, ExitUsage, "--token-file: open /nonexistent/token"},
 		} {
