@@ -121,7 +121,7 @@ bench: ## run the benchmarks with -benchmem (BENCHTIME, BENCHCOUNT, PKGS to narr
 	go test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) -count $(BENCHCOUNT) $(PKGS)
 
 .PHONY: bench-router
-bench-router: ## the router side by side with direct calls, NGINX and httputil (installs nginx-light, wrk; ROUNDS, DURATION, RATE)
+bench-router: ## the router side by side with direct calls, NGINX, HAProxy and httputil, and each proxy's system calls per request (installs nginx-light, haproxy, wrk, perf; ROUNDS, DURATION, RATE, PAIR_ROUNDS, SYSCALLS)
 	./scripts/bench-router.sh
 
 .PHONY: bench-mapswap

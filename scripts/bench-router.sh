@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# bench-router.sh — the edge router side by side with direct calls, NGINX
-# and a minimal httputil proxy, in one run on this machine:
+# bench-router.sh — the edge router side by side with direct calls, NGINX,
+# HAProxy and a minimal httputil proxy, in one run on this machine:
 #
 #   (a) direct          wrk → the backends
 #   (b) nginx           wrk → NGINX from Debian (2 workers, upstream keep-alive) → backends
@@ -20,9 +20,13 @@
 #                       requiring the router's client certificate)
 #   (j) nginx, mTLS     (b) likewise (proxy_ssl_certificate, upstream keep-alive,
 #                       session reuse); (i) and (j) also have pair rounds
+#   (k) haproxy         wrk → HAProxy from Debian (2 threads, keep-alive to the
+#                       backends with http-reuse always) → backends
+#   (l) haproxy, TLS    (k) with TLS on its listener, the same certificate
 #
 # Pair rounds: PAIR_ROUNDS (8) more rounds load the router and NGINX at the
-# same time (wrk -t1 -c32 each), with TLS (h) and (g) too, and with BASE_REF the router and (f): both
+# same time (wrk -t1 -c32 each), then the router and HAProxy, with TLS (h)
+# and (g), (h) and (l) too, and with BASE_REF the router and (f): both
 # see the same machine noise, so the ratios of their throughput and CPU per
 # request are steadier than across rounds in turn.
 #
@@ -37,7 +41,15 @@
 # Latency: an open-loop generator at RATE req/s (latency from each request's
 # intended send time), LAT_DURATION s per target after a 2 s warm-up.
 #
-# Installs what it needs (nginx-light, wrk) with apt-get when missing.
+# System calls: SYSCALL_REQUESTS (100000) requests at saturation (a closed
+# loop over CONNS connections) and RATE × SYSCALL_SECONDS (10) at the
+# open-loop rate, to each proxy (plain), with perf counting the system calls
+# its processes (every thread) enter (raw_syscalls:sys_enter, and the
+# common calls one by one) while they are served: a count over a fixed
+# number of requests, divided by the requests served. SYSCALLS=0 leaves it
+# out.
+#
+# Installs what it needs (nginx-light, haproxy, wrk, perf) with apt-get when missing.
 # Environment: ROUNDS (3), DURATION (10), RATE (2000), LAT_DURATION (10),
 # CONNS (64), LAT_ROUNDS (2), BASE_REF (none). The machine should be otherwise idle: the
 # report prints the load average before and after.
@@ -53,6 +65,8 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 WORK=$(mktemp -d /tmp/bench-router.XXXXXX)
 PORTS=(19101 19102 19103 19104)
 NGINX_PORT=19300
+HAPROXY_PORT=19320
+HAPROXY_TLS_PORT=19321
 MINPROXY_PORT=19201
 ROUTER_PORT=19080
 ROUTER_ADMIN=19081
@@ -69,9 +83,9 @@ TLS_PORTS=(19111 19112 19113 19114)
 NGINX_MTLS_PORT=19302
 ROUTER_MTLS_PORT=19084
 ROUTER_MTLS_ADMIN=19085
-TARGETS="a b c d e"
+TARGETS="a b c d e k"
 [ -n "$BASE_REF" ] && TARGETS="$TARGETS f"
-[ "$TLS" = 1 ] && TARGETS="$TARGETS g h i j"
+[ "$TLS" = 1 ] && TARGETS="$TARGETS g h i j l"
 PIDS=()
 
 log() { printf '%s\n' "$*" >&2; }
@@ -90,6 +104,8 @@ install_missing() {
   local missing=()
   command -v nginx >/dev/null || [ -x /usr/sbin/nginx ] || missing+=(nginx-light)
   command -v wrk >/dev/null || missing+=(wrk)
+  command -v haproxy >/dev/null || [ -x /usr/sbin/haproxy ] || missing+=(haproxy)
+  [ "${SYSCALLS:-1}" = 0 ] || command -v perf >/dev/null || missing+=(linux-perf)
   if [ ${#missing[@]} -gt 0 ]; then
     log "installing ${missing[*]} with apt-get"
     local sudo=""
@@ -100,6 +116,7 @@ install_missing() {
 }
 install_missing
 NGINX=$(command -v nginx || echo /usr/sbin/nginx)
+HAPROXY=$(command -v haproxy || echo /usr/sbin/haproxy)
 CLK_TCK=$(getconf CLK_TCK)
 
 log "building the router and the bench helper"
@@ -115,7 +132,7 @@ fi
 
 # Every port must be free: a stale process on one would answer in place of
 # the target (and its CPU would not be counted).
-ports_free "${PORTS[@]}" $NGINX_PORT $MINPROXY_PORT $ROUTER_PORT $ROUTER_ADMIN $ROUTER1_PORT $ROUTER1_ADMIN $BASE_PORT $BASE_ADMIN $NGINX_TLS_PORT $ROUTER_TLS_PORT $ROUTER_TLS_ADMIN "${TLS_PORTS[@]}" $NGINX_MTLS_PORT $ROUTER_MTLS_PORT $ROUTER_MTLS_ADMIN
+ports_free "${PORTS[@]}" $NGINX_PORT $HAPROXY_PORT $HAPROXY_TLS_PORT $MINPROXY_PORT $ROUTER_PORT $ROUTER_ADMIN $ROUTER1_PORT $ROUTER1_ADMIN $BASE_PORT $BASE_ADMIN $NGINX_TLS_PORT $ROUTER_TLS_PORT $ROUTER_TLS_ADMIN "${TLS_PORTS[@]}" $NGINX_MTLS_PORT $ROUTER_MTLS_PORT $ROUTER_MTLS_ADMIN
 
 # --- the targets ------------------------------------------------------------
 "$WORK/bench-router" backends -ports "$(IFS=,; echo "${PORTS[*]}")" &
@@ -220,10 +237,47 @@ mkdir -p "$WORK/nginx"
 "$NGINX" -c "$WORK/nginx/nginx.conf" -p "$WORK/nginx" -e "$WORK/nginx/error.log" -g 'daemon off;' &
 NGINX_PID=$!; PIDS+=("$NGINX_PID")
 
+# HAProxy: two threads as NGINX has two workers, keep-alive to the backends
+# with their connections shared between requests (http-reuse always), the
+# same X-Forwarded-For; logs off, as NGINX's.
+mkdir -p "$WORK/haproxy"
+{
+  echo "global"
+  echo "  nbthread 2"
+  echo "  maxconn 8000"
+  echo "  tune.ssl.default-dh-param 2048"
+  echo "defaults"
+  echo "  mode http"
+  echo "  timeout connect 5s"
+  echo "  timeout client 30s"
+  echo "  timeout server 30s"
+  echo "  timeout http-keep-alive 30s"
+  echo "  option http-keep-alive"
+  echo "  http-reuse always"
+  echo "frontend plain"
+  echo "  bind 127.0.0.1:$HAPROXY_PORT backlog 4096"
+  echo "  option forwardfor"
+  echo "  default_backend cells"
+  if [ "$TLS" = 1 ]; then
+    cat "$WORK/certs/router.pem" "$WORK/certs/router-key.pem" >"$WORK/haproxy/router.pem"
+    echo "frontend tls"
+    echo "  bind 127.0.0.1:$HAPROXY_TLS_PORT ssl crt $WORK/haproxy/router.pem ssl-min-ver TLSv1.2 backlog 4096"
+    echo "  option forwardfor"
+    echo "  default_backend cells"
+  fi
+  echo "backend cells"
+  echo "  balance roundrobin"
+  for p in "${PORTS[@]}"; do echo "  server c$p 127.0.0.1:$p maxconn 1024"; done
+} >"$WORK/haproxy/haproxy.cfg"
+"$HAPROXY" -db -f "$WORK/haproxy/haproxy.cfg" 2>"$WORK/haproxy/haproxy.log" &
+HAPROXY_PID=$!; PIDS+=("$HAPROXY_PID")
+
 wait_port "127.0.0.1:$ROUTER_PORT"
 wait_port "127.0.0.1:$ROUTER1_PORT"
 wait_port "127.0.0.1:$MINPROXY_PORT"
 wait_port "127.0.0.1:$NGINX_PORT"
+wait_port "127.0.0.1:$HAPROXY_PORT"
+[ "$TLS" != 1 ] || wait_port "127.0.0.1:$HAPROXY_TLS_PORT"
 [ -z "$BASE_REF" ] || wait_port "127.0.0.1:$BASE_PORT"
 [ "$TLS" != 1 ] || { wait_port "127.0.0.1:$ROUTER_TLS_PORT"; wait_port "127.0.0.1:$ROUTER_MTLS_PORT"; wait_port "127.0.0.1:$NGINX_MTLS_PORT"; }
 
@@ -262,12 +316,14 @@ URL[b]="http://127.0.0.1:$NGINX_PORT";  PROCS[b]="$NGINX_PID"
 URL[c]="http://127.0.0.1:$MINPROXY_PORT"; PROCS[c]="$MINPROXY_PID"
 URL[d]="http://127.0.0.1:$ROUTER_PORT"; PROCS[d]="$ROUTER_PID"
 URL[e]="http://127.0.0.1:$ROUTER1_PORT"; PROCS[e]="$ROUTER1_PID"
-declare -A NAME=([a]="direct" [b]="nginx" [c]="httputil" [d]="router" [e]="router-1P" [f]="router@$BASE_REF" [g]="nginx-tls" [h]="router-tls" [i]="router-mtls-cells" [j]="nginx-mtls-cells")
+URL[k]="http://127.0.0.1:$HAPROXY_PORT"; PROCS[k]="$HAPROXY_PID"
+declare -A NAME=([a]="direct" [b]="nginx" [c]="httputil" [d]="router" [e]="router-1P" [f]="router@$BASE_REF" [g]="nginx-tls" [h]="router-tls" [i]="router-mtls-cells" [j]="nginx-mtls-cells" [k]="haproxy" [l]="haproxy-tls")
 if [ "$TLS" = 1 ]; then
   URL[g]="https://127.0.0.1:$NGINX_TLS_PORT"; PROCS[g]="$NGINX_PID"
   URL[h]="https://127.0.0.1:$ROUTER_TLS_PORT"; PROCS[h]="$ROUTER_TLS_PID"
   URL[i]="http://127.0.0.1:$ROUTER_MTLS_PORT"; PROCS[i]="$ROUTER_MTLS_PID"
   URL[j]="http://127.0.0.1:$NGINX_MTLS_PORT"; PROCS[j]="$NGINX_PID"
+  URL[l]="https://127.0.0.1:$HAPROXY_TLS_PORT"; PROCS[l]="$HAPROXY_PID"
 fi
 if [ -n "$BASE_REF" ]; then URL[f]="http://127.0.0.1:$BASE_PORT"; PROCS[f]="$BASE_PID"; fi
 
@@ -296,10 +352,10 @@ LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
 log "warming up (load average $LOAD_BEFORE)"
 for t in $TARGETS; do BENCH_KEY=$KEY wrk -t2 -c"$CONNS" -d2s -s "$WORK/req.lua" "${URL[$t]}/v1/inquiries" >/dev/null; done
 
-ORDERS=("a b c d e" "e d c b a" "b d a e c" "c e a d b")
-[ -z "$BASE_REF" ] || ORDERS=("a b c d e f" "f e d c b a" "b f d a e c" "c e a f d b")
+ORDERS=("a b c d e k" "k e d c b a" "b d k a e c" "c e a k d b")
+[ -z "$BASE_REF" ] || ORDERS=("a b c d e f k" "k f e d c b a" "b f d k a e c" "c e a k f d b")
 if [ "$TLS" = 1 ]; then
-  ORDERS=("${ORDERS[0]} g h i j" "j i h g ${ORDERS[1]}" "${ORDERS[2]} h j g i" "g i ${ORDERS[3]} j h")
+  ORDERS=("${ORDERS[0]} g h i j l" "l j i h g ${ORDERS[1]}" "${ORDERS[2]} h l j g i" "g i ${ORDERS[3]} j l h")
 fi
 for round in $(seq 1 "$ROUNDS"); do
   for t in ${ORDERS[$(((round - 1) % 4))]}; do throughput "$t" "$round"; done
@@ -326,18 +382,21 @@ pair_round() {
 }
 for pr in $(seq 1 "${PAIR_ROUNDS:-8}"); do
   if [ $((pr % 2)) = 1 ]; then pair_round d b; else pair_round b d; fi
+  if [ $((pr % 2)) = 1 ]; then pair_round k d; else pair_round d k; fi
   # In turns of order, as the pair with NGINX: a run of one build against
   # itself, always in the same order, gave 0.926× (6 rounds), a bias
   # the comparison must not carry.
   if [ -n "$BASE_REF" ]; then if [ $((pr % 2)) = 1 ]; then pair_round d f; else pair_round f d; fi; fi
   if [ "$TLS" = 1 ]; then
     if [ $((pr % 2)) = 1 ]; then pair_round h g; else pair_round g h; fi
+    if [ $((pr % 2)) = 1 ]; then pair_round l h; else pair_round h l; fi
     if [ $((pr % 2)) = 1 ]; then pair_round i j; else pair_round j i; fi
   fi
 done
 if [ "$TLS" = 1 ]; then
   for pr in $(seq 1 "${TLS_NEWCONN_ROUNDS:-3}"); do
     if [ $((pr % 2)) = 1 ]; then pair_round h g "$WORK/req-close.lua" newconn; else pair_round g h "$WORK/req-close.lua" newconn; fi
+    if [ $((pr % 2)) = 1 ]; then pair_round l h "$WORK/req-close.lua" newconn; else pair_round h l "$WORK/req-close.lua" newconn; fi
   done
 fi
 
@@ -353,6 +412,48 @@ for lr in $(seq 1 "$LAT_ROUNDS"); do
   done
 done
 
+# --- system calls per request ------------------------------------------------
+# syscalls TARGET MODE — perf counts the system calls of the proxy's
+# processes (every thread) over a fixed number of requests: MODE sat
+# (SYSCALL_REQUESTS in a closed loop over CONNS connections, each sent when
+# the last is answered: bench-router load -requests) or open (RATE ×
+# SYSCALL_SECONDS requests at RATE req/s); appends "TARGET MODE requests
+# total per-call-counts..." to $SYSC.
+SYSC="$WORK/syscalls.txt"
+: >"$SYSC"
+declare -A SC_RATE
+SC_CALLS="read write readv writev recvfrom sendto recvmsg sendmsg epoll_wait epoll_pwait epoll_ctl accept4 close futex nanosleep io_uring_enter"
+SC_EVENTS=raw_syscalls:sys_enter
+for c in $SC_CALLS; do SC_EVENTS="$SC_EVENTS,syscalls:sys_enter_$c"; done
+syscalls() {
+  local t=$1 mode=$2 pids perf_pid n out
+  # shellcheck disable=SC2086
+  pids=$(for p in ${PROCS[$t]}; do echo "$p"; pgrep -P "$p" || true; done | sort -u | paste -sd, -)
+  perf stat -x, -e "$SC_EVENTS" -p "$pids" -o "$WORK/perf-$t-$mode.csv" &
+  perf_pid=$!
+  sleep 0.5 # attached
+  if [ "$mode" = sat ]; then
+    out=$("$WORK/bench-router" load -name "$t" -targets "${URL[$t]}" -key "$KEY" -requests "$SYSCALL_REQUESTS" -conns "$CONNS")
+  else
+    out=$("$WORK/bench-router" load -name "$t" -targets "${URL[$t]}" -key "$KEY" -rate "$RATE" -warmup 0s -duration "${SYSCALL_SECONDS}s" -conns "$CONNS")
+  fi
+  n=$(sed -n 's/.*"sent":\([0-9]*\).*/\1/p' <<<"$out")
+  SC_RATE[$t$mode]=$(sed -n 's/.*"rate":\([0-9.]*\).*/\1/p' <<<"$out")
+  kill -INT "$perf_pid"; wait "$perf_pid" || true
+  awk -F, -v t="$t" -v m="$mode" -v n="$n" -v calls="$SC_CALLS" '
+    /raw_syscalls:sys_enter/ { total = $1 }
+    /syscalls:sys_enter_/ { c = $3; sub(/.*sys_enter_/, "", c); count[c] = $1 }
+    END { k = split(calls, cs, " "); printf "%s %s %d %d", t, m, n, total; for (i = 1; i <= k; i++) printf " %d", count[cs[i]]; printf "\n" }' \
+    "$WORK/perf-$t-$mode.csv" >>"$SYSC"
+  log "system calls, ${NAME[$t]} ($mode): $(tail -1 "$SYSC")"
+}
+SYSCALL_REQUESTS=${SYSCALL_REQUESTS:-100000}
+SYSCALL_SECONDS=${SYSCALL_SECONDS:-10}
+if [ "${SYSCALLS:-1}" != 0 ]; then
+  for t in d b k; do syscalls "$t" sat; done
+  for t in d b k; do syscalls "$t" open; done
+fi
+
 # --- the report -------------------------------------------------------------
 echo
 echo "bench-router: load average before/after: $LOAD_BEFORE / $(cut -d' ' -f1-3 /proc/loadavg)"
@@ -366,7 +467,7 @@ awk -v targets="$TARGETS" -v ref="$BASE_REF" '
   { rps[$1, $2] = $3; cpu[$1, $2] = $4; bcpu[$1, $2] = $5; bad[$1] += $6; if ($2 > rounds) rounds = $2 }
   END {
     nt = split(targets, ts, " ")
-    name["a"] = "(a) direct"; name["b"] = "(b) nginx"; name["c"] = "(c) httputil"; name["d"] = "(d) router"; name["e"] = "(e) router, GOMAXPROCS=1"; name["f"] = "(f) router at " ref; name["g"] = "(g) nginx, TLS"; name["h"] = "(h) router, TLS"; name["i"] = "(i) router, mutual TLS to the cells"; name["j"] = "(j) nginx, mutual TLS to the cells"
+    name["a"] = "(a) direct"; name["b"] = "(b) nginx"; name["c"] = "(c) httputil"; name["d"] = "(d) router"; name["e"] = "(e) router, GOMAXPROCS=1"; name["f"] = "(f) router at " ref; name["g"] = "(g) nginx, TLS"; name["h"] = "(h) router, TLS"; name["i"] = "(i) router, mutual TLS to the cells"; name["j"] = "(j) nginx, mutual TLS to the cells"; name["k"] = "(k) haproxy"; name["l"] = "(l) haproxy, TLS"
     printf "| target | req/s (median) | / direct | proxy CPU µs/req | backend CPU µs/req | non-2xx |\n|---|---:|---:|---:|---:|---:|\n"
     for (k = 1; k <= nt; k++) {
       t = ts[k]
@@ -379,12 +480,16 @@ awk -v targets="$TARGETS" -v ref="$BASE_REF" '
     for (r = 1; r <= rounds; r++) printf " %.2f", rps["d", r] / rps["b", r]
     printf ")\n(d)/(c) router vs httputil: %.2f×\n", median(dc, rounds)
     printf "router CPU per request / nginx CPU per request: %.2f×\n", median(cb, rounds)
+    for (r = 1; r <= rounds; r++) { dk[r] = rps["d", r] / rps["k", r]; ck[r] = cpu["d", r] / cpu["k", r] }
+    printf "(d)/(k) router vs haproxy: throughput %.2f×, CPU per request %.2f×\n", median(dk, rounds), median(ck, rounds)
     for (r = 1; r <= rounds; r++) { eb[r] = rps["e", r] / rps["b", r] }
     printf "(e)/(b) router with GOMAXPROCS=1 vs nginx: %.2f×\n", median(eb, rounds)
     if (index(targets, "h")) {
       for (r = 1; r <= rounds; r++) { hg[r] = rps["h", r] / rps["g", r]; chg[r] = cpu["h", r] / cpu["g", r]; hd[r] = rps["h", r] / rps["d", r]; chd[r] = cpu["h", r] / cpu["d", r] }
       printf "(h)/(g) router vs nginx, both on TLS: throughput %.2f×, CPU per request %.2f×\n", median(hg, rounds), median(chg, rounds)
       printf "(h)/(d) the router on TLS vs plain: throughput %.2f×, CPU per request %.2f×\n", median(hd, rounds), median(chd, rounds)
+      for (r = 1; r <= rounds; r++) { hl[r] = rps["h", r] / rps["l", r]; chl[r] = cpu["h", r] / cpu["l", r] }
+      printf "(h)/(l) router vs haproxy, both on TLS: throughput %.2f×, CPU per request %.2f×\n", median(hl, rounds), median(chl, rounds)
       for (r = 1; r <= rounds; r++) { ij[r] = rps["i", r] / rps["j", r]; cij[r] = cpu["i", r] / cpu["j", r]; id[r] = rps["i", r] / rps["d", r]; cid[r] = cpu["i", r] / cpu["d", r] }
       printf "(i)/(j) router vs nginx, both on mutual TLS to the cells: throughput %.2f×, CPU per request %.2f×\n", median(ij, rounds), median(cij, rounds)
       printf "(i)/(d) the router with mutual TLS to the cells vs plain: throughput %.2f×, CPU per request %.2f×\n", median(id, rounds), median(cid, rounds)
@@ -409,7 +514,7 @@ if [ -s "$PAIRS" ]; then
       n[k]++; tt[k, n[k]] = t; cc[k, n[k]] = c; line[k] = line[k] sprintf(" %.3f/%.3f", t, c)
     }
     END {
-      label["b"] = "nginx"; label["f"] = "router at " ref; label["g"] = "nginx, both on TLS (kept-alive connections)"; label["gnewconn"] = "nginx, both on TLS, a new connection (a handshake) per request"; label["j"] = "nginx, both on mutual TLS to the cells"
+      label["b"] = "nginx"; label["k"] = "haproxy"; label["l"] = "haproxy, both on TLS (kept-alive connections)"; label["lnewconn"] = "haproxy, both on TLS, a new connection (a handshake) per request"; label["f"] = "router at " ref; label["g"] = "nginx, both on TLS (kept-alive connections)"; label["gnewconn"] = "nginx, both on TLS, a new connection (a handshake) per request"; label["j"] = "nginx, both on mutual TLS to the cells"
       for (k in n) {
         for (r = 1; r <= n[k]; r++) { a[r] = tt[k, r]; z[r] = cc[k, r] }
         printf "router and %s loaded at once, %d rounds: router throughput %.3f×, CPU per request %.3f× (per round:%s)\n", label[k], n[k], median(a, n[k]), median(z, n[k]), line[k]
@@ -424,13 +529,13 @@ awk -v targets="$TARGETS" -v ref="$BASE_REF" '
     return (n % 2) ? arr[(n + 1) / 2] : (arr[n / 2] + arr[n / 2 + 1]) / 2
   }
   {
-    match($0, /"name":"[a-j]"/); t = substr($0, RSTART + 8, 1)
+    match($0, /"name":"[a-l]"/); t = substr($0, RSTART + 8, 1)
     n[t]++; p50[t, n[t]] = num("p50_us"); p99[t, n[t]] = num("p99_us"); p999[t, n[t]] = num("p999_us")
     errs[t] += num("errors") + num("non_2xx") + num("late")
   }
   END {
     nt = split(targets, ts, " ")
-    name["a"] = "(a) direct"; name["b"] = "(b) nginx"; name["c"] = "(c) httputil"; name["d"] = "(d) router"; name["e"] = "(e) router, GOMAXPROCS=1"; name["f"] = "(f) router at " ref; name["g"] = "(g) nginx, TLS"; name["h"] = "(h) router, TLS"; name["i"] = "(i) router, mutual TLS to the cells"; name["j"] = "(j) nginx, mutual TLS to the cells"
+    name["a"] = "(a) direct"; name["b"] = "(b) nginx"; name["c"] = "(c) httputil"; name["d"] = "(d) router"; name["e"] = "(e) router, GOMAXPROCS=1"; name["f"] = "(f) router at " ref; name["g"] = "(g) nginx, TLS"; name["h"] = "(h) router, TLS"; name["i"] = "(i) router, mutual TLS to the cells"; name["j"] = "(j) nginx, mutual TLS to the cells"; name["k"] = "(k) haproxy"; name["l"] = "(l) haproxy, TLS"
     for (k = 1; k <= nt; k++) { t = ts[k]
       for (r = 1; r <= n[t]; r++) { x[r] = p50[t, r]; y[r] = p99[t, r]; z[r] = p999[t, r] }
       m50[t] = median(x, n[t]); m99[t] = median(y, n[t]); m999[t] = median(z, n[t]) }
@@ -441,6 +546,9 @@ awk -v targets="$TARGETS" -v ref="$BASE_REF" '
     w99 = 0; w999 = 0
     for (r = 1; r <= n["d"]; r++) { if (p99["d", r] <= p99["b", r]) w99++; if (p999["d", r] <= p999["b", r]) w999++ }
     printf "\nper round, router vs nginx: p99 at or below in %d of %d rounds, p99.9 in %d of %d\n", w99, n["d"], w999, n["d"]
+    w99 = 0; w999 = 0
+    for (r = 1; r <= n["d"]; r++) { if (p99["d", r] <= p99["k", r]) w99++; if (p999["d", r] <= p999["k", r]) w999++ }
+    printf "per round, router vs haproxy: p99 at or below in %d of %d rounds, p99.9 in %d of %d\n", w99, n["d"], w999, n["d"]
     printf "p99 µs per round, router / nginx:"
     for (r = 1; r <= n["d"]; r++) printf " %.0f/%.0f", p99["d", r], p99["b", r]
     printf "\n"
@@ -450,5 +558,24 @@ awk -v targets="$TARGETS" -v ref="$BASE_REF" '
       printf "per round, router vs nginx on TLS: p99 at or below in %d of %d rounds, p99.9 in %d of %d\n", w99, n["h"], w999, n["h"]
     }
   }' "$LAT"
+if [ -s "$SYSC" ]; then
+  echo
+  awk -v calls="$SC_CALLS" '
+    BEGIN { name["d"] = "router"; name["b"] = "nginx"; name["k"] = "haproxy"; mode["sat"] = "saturation"; mode["open"] = "open loop" }
+    { rows[++nr] = $0 }
+    END {
+      k = split(calls, cs, " ")
+      printf "| proxy | load | requests | system calls / request |"
+      for (i = 1; i <= k; i++) printf " %s |", cs[i]
+      printf "\n|---|---|---:|---:|"; for (i = 1; i <= k; i++) printf "---:|"; printf "\n"
+      for (r = 1; r <= nr; r++) {
+        split(rows[r], f, " ")
+        if (f[3] == 0) continue
+        printf "| %s | %s | %d | %.2f |", name[f[1]], mode[f[2]], f[3], f[4] / f[3]
+        for (i = 1; i <= k; i++) { v = f[4 + i] / f[3]; printf " %s |", (v == 0 ? "–" : sprintf("%.2f", v)) }
+        printf "\n"
+      }
+    }' "$SYSC"
+fi
 echo
-echo "targets: (d) ≥ 1.10× nginx throughput, ≤ 0.9× its CPU per request; p99 and p99.9 ≤ nginx's at the open-loop rate"
+echo "targets: (d) ≥ 1.10× the better of nginx and haproxy in throughput, ≤ 0.9× its CPU per request; p99 and p99.9 ≤ both at the open-loop rate; fewer system calls per request than both"

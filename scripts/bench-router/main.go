@@ -36,6 +36,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -134,6 +135,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		fs.DurationVar(&o.warmup, "warmup", 2*time.Second, "unmeasured time first")
 		fs.IntVar(&o.conns, "conns", 64, "keep-alive connections")
 		fs.IntVar(&o.users, "users", 1000, "distinct user ids")
+		fs.IntVar(&o.requests, "requests", 0, "closed loop: send this many requests, each connection its share back to back, as fast as answered (no rate, no latency figures)")
 		ca := fs.String("ca", "", "CA file (PEM) verifying https targets")
 		if err := fs.Parse(args[1:]); err != nil {
 			return err
@@ -146,6 +148,13 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 			o.tls = &tls.Config{RootCAs: pool, ServerName: "localhost", ClientSessionCache: tls.NewLRUClientSessionCache(1024)}
 		}
 		o.targets = strings.Split(*targets, ",")
+		if o.requests > 0 {
+			res, err := burst(ctx, o)
+			if err != nil {
+				return err
+			}
+			return json.NewEncoder(stdout).Encode(res)
+		}
 		res, err := load(ctx, o)
 		if err != nil {
 			return err
@@ -296,6 +305,7 @@ type loadOptions struct {
 	warmup   time.Duration
 	conns    int
 	users    int
+	requests int         // closed loop: this many requests in all (see burst)
 	tls      *tls.Config // for https targets
 }
 
@@ -402,6 +412,57 @@ func load(ctx context.Context, o loadOptions) (Result, error) {
 	}
 	res.Measured = len(ms)
 	res.P50, res.P90, res.P99, res.P999, res.Max = pct(0.50), pct(0.90), pct(0.99), pct(0.999), pct(1)
+	return res, nil
+}
+
+// burst sends o.requests requests in a closed loop: each of o.conns
+// connections sends its share back to back, the next as soon as the last
+// is answered — the proxy at saturation, over a fixed number of requests
+// (for counting what it does per request). Rate is what was reached.
+func burst(ctx context.Context, o loadOptions) (Result, error) {
+	reqs := make([][]byte, o.users)
+	for i := range reqs {
+		body := fmt.Sprintf(`{"user_id":"user-%06d","product":"credit-line","amount":5000000,"priority":"normal"}`, i)
+		reqs[i] = fmt.Appendf(nil, "POST /v1/inquiries HTTP/1.1\r\nHost: bench\r\nContent-Type: application/json\r\nX-API-Key: %s\r\nContent-Length: %d\r\n\r\n%s", o.key, len(body), body)
+	}
+	var sent, failed, non2xx atomic.Int64
+	var wg sync.WaitGroup
+	start := time.Now()
+	for c := range o.conns {
+		share := o.requests / o.conns
+		if c < o.requests%o.conns {
+			share++
+		}
+		target := o.targets[c%len(o.targets)]
+		bc := &benchConn{host: strings.TrimPrefix(strings.TrimPrefix(target, "http://"), "https://")}
+		if strings.HasPrefix(target, "https://") {
+			bc.tls = o.tls
+		}
+		wg.Go(func() {
+			defer bc.close()
+			for i := range share {
+				rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+				code, err := bc.roundTrip(rctx, reqs[(c+i*o.conns)%len(reqs)])
+				cancel()
+				sent.Add(1)
+				switch {
+				case err != nil:
+					failed.Add(1)
+				case code < 200 || code > 299:
+					non2xx.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	res := Result{Name: o.name, Sent: int(sent.Load()), Errors: int(failed.Load()), Non2xx: int(non2xx.Load())}
+	res.Measured = res.Sent - res.Errors
+	if d := time.Since(start).Seconds(); d > 0 {
+		res.Rate = float64(res.Sent) / d
+	}
+	if res.Measured == 0 && res.Sent > 0 {
+		return res, errors.New("no request was answered")
+	}
 	return res, nil
 }
 

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -26,6 +27,22 @@ func TestLoadMeasuresAnOpenLoop(t *testing.T) {
 	}
 	if res.Sent != 250 || res.Measured != 200 || res.Errors != 0 || res.Non2xx != 0 || res.P50 <= 0 || res.P99 < res.P50 || res.Max < res.P99 {
 		t.Fatalf("load = %+v", res)
+	}
+}
+
+func TestBurstSendsAFixedNumber(t *testing.T) {
+	var served atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		served.Add(1)
+		w.Write([]byte(`{}`))
+	}))
+	defer srv.Close()
+	res, err := burst(context.Background(), loadOptions{targets: []string{srv.URL}, key: "k", requests: 1003, conns: 8, users: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Sent != 1003 || res.Measured != 1003 || res.Errors != 0 || served.Load() != 1003 || res.Rate <= 0 {
+		t.Fatalf("burst = %+v, served %d; want 1003 sent and served", res, served.Load())
 	}
 }
 
