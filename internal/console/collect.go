@@ -253,8 +253,9 @@ func (c *collector) process(ctx context.Context, admin string, at time.Time) Ins
 	}
 	s, err := c.admin.Status(ctx, admin)
 	if err != nil {
+		// Not read: unreachable, too slow, or an error answer (a token
+		// the cell refuses, a 500). Each is a red card saying which.
 		ic.Error = err.Error()
-		ic.Reachable = !adminclient.Unreachable(err) && ctx.Err() == nil
 		if ctx.Err() != nil {
 			ic.Error = fmt.Sprintf("no answer within %s: %v", c.cfg.CallTimeout, err)
 		}

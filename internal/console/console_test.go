@@ -11,6 +11,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -299,7 +300,7 @@ func TestAnUnreachableCellAndAnUnreadableRegistry(t *testing.T) {
 
 // realCell runs a cell process (skipped with -short) and adds it to reg's
 // map; it returns the cell's admin base URL.
-func realCell(t *testing.T, reg *celltest.Registry, id string) string {
+func realCell(t *testing.T, reg *celltest.Registry, id string, extra ...string) string {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("builds and runs the cell binary")
@@ -311,7 +312,7 @@ func realCell(t *testing.T, reg *celltest.Registry, id string) string {
 		return m.AddCell(slotmap.Cell{ID: id, Weight: 1, Intake: "http://" + intake, Admin: "http://" + admin})
 	})
 	celltest.StartCell(t, celltest.CellProcess{ID: id, Registry: reg.URL(), Intake: intake, Admin: admin,
-		Nice: nice.Addr().String(), KCB: kcb.Addr().String()})
+		Nice: nice.Addr().String(), KCB: kcb.Addr().String(), Extra: extra})
 	return "http://" + admin
 }
 
@@ -434,5 +435,22 @@ func TestAHungCellHoldsNothingUp(t *testing.T) {
 	if c2.Health != console.HealthWarn || !strings.Contains(c2.Why, "i2 unreachable") || c2.Status == nil || c2.Release == "" ||
 		len(c2.Instances) != 2 || !c2.Instances[0].Ready || c2.Instances[1].Reachable {
 		t.Errorf("the cell with a hung instance: %+v", c2)
+	}
+}
+
+// TestACellThatRefusesTheConsoleIsRed: a cell whose admin API wants a token
+// the console does not have answers 401; that is no status, and the card
+// says so in red rather than showing green with nothing.
+func TestACellThatRefusesTheConsoleIsRed(t *testing.T) {
+	tokens := filepath.Join(t.TempDir(), "admin-tokens")
+	if err := os.WriteFile(tokens, []byte("the-cells-own-admin-token-0123456789\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	reg := celltest.NewRegistry(t, map[string]int{"nice": 80, "kcb": 40})
+	realCell(t, reg, "c1", "--admin-token-file", tokens)
+	con, _ := newConsole(t, reg, console.Config{})
+	v := con.Collect(testkit.Context(t, 10*time.Second))
+	if c := v.Cells[0]; c.Health != console.HealthDown || c.Reachable || !strings.Contains(c.Error, "401") {
+		t.Errorf("a cell that answers 401: health %s, reachable %v, error %q", c.Health, c.Reachable, c.Error)
 	}
 }

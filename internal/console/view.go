@@ -79,7 +79,9 @@ type CellCard struct {
 	State  string `json:"state"` // the map's: active, draining, drained
 	Health Health `json:"health"`
 	// Why says what made the card amber or red.
-	Why       string `json:"why,omitempty"`
+	Why string `json:"why,omitempty"`
+	// Reachable says its status was read at this collection (an error
+	// answer, a 401 or a 500, is not a status: Error says what came).
 	Reachable bool   `json:"reachable"`
 	Error     string `json:"error,omitempty"`
 	// AsOf is when Status was read: at this collection, or earlier when
