@@ -25,6 +25,8 @@ try {
   const errors = [];
   page.on("pageerror", (e) => errors.push(String(e)));
   page.on("console", (m) => { if (m.type() === "error") errors.push(m.text()); });
+  const foreign = []; // every byte comes from the console itself
+  page.on("request", (r) => { const u = new URL(r.url()); if (/^https?:$/.test(u.protocol) && u.origin !== new URL(t.base).origin) foreign.push(r.url()); });
 
   // Without the token: 401, the sign-in page, no data.
   const denied = await page.goto(t.base);
@@ -143,6 +145,7 @@ try {
   await page.waitForFunction(() => document.getElementById("banner").hidden, null, { timeout: 10000 });
 
   check(errors.length === 0, "no errors in the page: " + errors.join("; "));
+  check(foreign.length === 0, "no request beyond the console: " + foreign.join(", "));
 
   // The console itself stops: the page keeps its last view and says how
   // old it is (the browser logs the stream's end as an error: expected).
