@@ -139,13 +139,10 @@ func (g *globals) register(fs *flag.FlagSet) {
 	fs.StringVar(&g.adminTokenFile, "admin-token-file", g.adminTokenFile, "")
 	fs.StringVar(&g.routers, "routers", g.routers, "")
 	fs.BoolVar(&g.check, "check", g.check, "")
-	// The TLS flags' names are tlsconf's, as in every program. Registering
-	// them sets their defaults: keep the values an earlier FlagSet parsed
-	// (the global flags before the command), which Run then copies over
-	// (Visit and Set) as it does the others'.
-	parsed := g.tls
+	// The TLS flags' names are tlsconf's, as in every program; their
+	// values, like the others', are kept from an earlier FlagSet by
+	// Run (Visit and Set).
 	g.tls.RegisterFlags(fs, "", "the cells' admin APIs")
-	g.tls = parsed
 }
 
 const globalFlagsHelp = `Global flags (before or after the command):

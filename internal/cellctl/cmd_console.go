@@ -106,7 +106,7 @@ func (x *inv) runConsole(ctx context.Context, o consoleOptions) error {
 	promReg := prometheus.NewRegistry()
 	promReg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	cfg := console.DefaultConfig()
-	cfg.Interval, cfg.Token, cfg.Secure = o.interval, token, o.tls.Enabled()
+	cfg.Interval, cfg.Token = o.interval, token
 	cfg.ClientCerts, cfg.ClientRole = o.tls.ClientCA != "", o.tls.ClientRole
 	con, err := console.New(cfg, console.Options{Registry: reg, Admin: x.admin(), Routers: routers,
 		Logger: log, Registerer: promReg, Gatherer: promReg})
@@ -181,19 +181,5 @@ func (x *inv) consoleRouters(ctx context.Context, reg registry.Registry) (func(c
 		}
 		return func(context.Context) ([]console.RouterRef, error) { return refs, nil }, nil
 	}
-	ann, ok := reg.(registry.Announcer)
-	if !ok {
-		return nil, nil
-	}
-	return func(ctx context.Context) ([]console.RouterRef, error) {
-		as, err := ann.Routers(ctx)
-		if err != nil {
-			return nil, err
-		}
-		refs := make([]console.RouterRef, len(as))
-		for i, a := range as {
-			refs[i] = console.RouterRef{ID: a.ID, Admin: strings.TrimSuffix(a.Admin, "/")}
-		}
-		return refs, nil
-	}, nil
+	return console.AnnouncedRouters(reg), nil
 }

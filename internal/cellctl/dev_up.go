@@ -440,16 +440,14 @@ type scrapeGroup struct {
 	Labels  map[string]string `json:"labels"`
 }
 
-// scrapeTargets lists every process's admin listener, where it serves
+// scrapeTargets lists every scraped process's admin listener, where it serves
 // /metrics, in the stack's order: job cellkit-agencysim, cellkit-cell with
 // cell="<id>", cellkit-router.
 func scrapeTargets(st *DevStack) []scrapeGroup {
 	var groups []scrapeGroup
-	for _, p := range st.Processes {
+	for _, p := range st.Scraped() {
 		labels := map[string]string{}
 		switch p.Name {
-		case devstack.ConsoleName:
-			continue // its /metrics needs its token
 		case "agencysim":
 			labels["job"] = jobAgencySim
 		case "router":

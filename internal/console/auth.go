@@ -62,7 +62,7 @@ func (c *Console) guard(api bool, next http.HandlerFunc) http.HandlerFunc {
 				c.refuse(w, r, api, true)
 				return
 			}
-			c.setSession(w)
+			c.setSession(w, r)
 			q := r.URL.Query()
 			q.Del("token")
 			u := url.URL{Path: r.URL.Path, RawQuery: q.Encode()}
@@ -78,9 +78,11 @@ func (c *Console) guard(api bool, next http.HandlerFunc) http.HandlerFunc {
 	}
 }
 
-func (c *Console) setSession(w http.ResponseWriter) {
+// setSession gives the session cookie, for https only when r came over
+// TLS.
+func (c *Console) setSession(w http.ResponseWriter, r *http.Request) {
 	http.SetCookie(w, &http.Cookie{Name: cookieName, Value: c.session, Path: "/", HttpOnly: true,
-		Secure: c.cfg.Secure, SameSite: http.SameSiteStrictMode})
+		Secure: r.TLS != nil, SameSite: http.SameSiteStrictMode})
 }
 
 // refuse answers 401.
@@ -118,6 +120,6 @@ func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 		c.page(w, http.StatusUnauthorized, "signin.html")
 		return
 	}
-	c.setSession(w)
+	c.setSession(w, r)
 	http.Redirect(w, r, "/", http.StatusSeeOther)
 }

@@ -10,11 +10,11 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/cellkit/cellkit/internal/adminclient"
+	"github.com/cellkit/cellkit/internal/celltest"
 	"github.com/cellkit/cellkit/internal/control"
 	"github.com/cellkit/cellkit/internal/drill"
 	"github.com/cellkit/cellkit/internal/loadtest"
@@ -108,15 +108,8 @@ func TestConsoleInABrowser(t *testing.T) {
 		t.Fatalf("GET /api/view without the token: %d %s, want 401 and no data", resp.StatusCode, body)
 	}
 
-	load, err := loadtest.NewRunner(loadtest.Config{Target: st.Router, Key: st.APIKey,
-		Steps: []loadtest.Step{{Rate: 20, For: 3 * time.Minute}}, Users: 200}, loadtest.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	lctx, stopLoad := context.WithCancel(ctx)
-	var loading sync.WaitGroup
-	loading.Go(func() { _, _ = load.Run(lctx) })
-	t.Cleanup(func() { stopLoad(); loading.Wait() })
+	celltest.Load(t, ctx, loadtest.Config{Target: st.Router, Key: st.APIKey,
+		Steps: []loadtest.Step{{Rate: 20, For: 3 * time.Minute}}, Users: 200})
 
 	reg, err := registry.Open(registry.Config{URL: st.Registry}, registry.Options{})
 	if err != nil {

@@ -23,6 +23,26 @@ type RouterRef struct {
 	Admin string
 }
 
+// AnnouncedRouters lists the routers announced in reg (nil: reg keeps no
+// announcements), read at each collection.
+func AnnouncedRouters(reg registry.Registry) func(context.Context) ([]RouterRef, error) {
+	ann, ok := reg.(registry.Announcer)
+	if !ok {
+		return nil
+	}
+	return func(ctx context.Context) ([]RouterRef, error) {
+		as, err := ann.Routers(ctx)
+		if err != nil {
+			return nil, err
+		}
+		refs := make([]RouterRef, len(as))
+		for i, a := range as {
+			refs[i] = RouterRef{ID: a.ID, Admin: strings.TrimSuffix(a.Admin, "/")}
+		}
+		return refs, nil
+	}
+}
+
 // collector reads the registry and every process's admin API once per
 // interval and keeps the newest View, the last good map and each
 // process's last good figures.

@@ -57,9 +57,6 @@ type Config struct {
 	// let in without the token.
 	ClientCerts bool
 	ClientRole  string
-	// Secure marks the session cookie for https only (the console is
-	// served over TLS).
-	Secure bool
 }
 
 // DefaultConfig is the console's configuration when nothing is set.
@@ -147,7 +144,7 @@ func New(cfg Config, opts Options) (*Console, error) {
 		counters: map[string]counters{}, cells: map[string]goodCell{}, rtrs: map[string]goodRouter{},
 		next: make(chan struct{}),
 	}
-	c.history = newHistoryCache(control.HistoryFor(opts.Registry))
+	c.history = newHistoryCache(c.col.ctl.History())
 	return c, nil
 }
 

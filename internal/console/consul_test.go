@@ -1,7 +1,6 @@
 package console_test
 
 import (
-	"context"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -49,16 +48,8 @@ func TestOnConsul(t *testing.T) {
 	if err := reg.(registry.Announcer).Announce(ctx, registry.Announcement{ID: "router-a", Admin: "http://127.0.0.1:1"}); err != nil {
 		t.Fatal(err)
 	}
-	routers := func(ctx context.Context) ([]console.RouterRef, error) {
-		as, err := reg.(registry.Announcer).Routers(ctx)
-		refs := make([]console.RouterRef, len(as))
-		for i, a := range as {
-			refs[i] = console.RouterRef{ID: a.ID, Admin: a.Admin}
-		}
-		return refs, err
-	}
 	con, err := console.New(console.Config{Token: token, CallTimeout: time.Second},
-		console.Options{Registry: reg, Admin: adminclient.Client{HTTP: &http.Client{}}, Routers: routers})
+		console.Options{Registry: reg, Admin: adminclient.Client{HTTP: &http.Client{}}, Routers: console.AnnouncedRouters(reg)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,6 +5,8 @@ import (
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
+
+	"github.com/cellkit/cellkit/internal/gate"
 )
 
 // counters are a process's running totals that the cards show as rates.
@@ -16,19 +18,30 @@ type counters struct {
 
 // The metrics the rates are read from (docs/metrics.md).
 const (
-	metricCellIntake  = "cellkit_cell_intake_requests_total"
-	metricCellShed    = "cellkit_cell_intake_shed_total"
-	metricRouterReqs  = "cellkit_router_requests_total"
-	metricRouterShed  = "cellkit_router_shed_total"
-	metricStartedTime = "process_start_time_seconds"
+	metricCellIntake = "cellkit_cell_intake_requests_total"
+	metricCellShed   = "cellkit_cell_intake_shed_total"
+	metricRouterReqs = "cellkit_router_requests_total"
+	metricRouterShed = "cellkit_router_shed_total"
 )
 
 // cellCounters reads a cell process's intake counters: requests but the
 // routers' probes, those answered 5xx but 503, and those shed.
 func cellCounters(mfs map[string]*dto.MetricFamily, at time.Time) counters {
-	c := counters{at: at, started: gaugeOf(mfs, metricStartedTime)}
-	for _, m := range family(mfs, metricCellIntake) {
-		if labelOf(m, "route") == "health" {
+	return countersOf(mfs, at, metricCellIntake, metricCellShed, func(m *dto.Metric) bool { return labelOf(m, "route") != "health" })
+}
+
+// routerCounters reads a router's: every answer, those 5xx but a cell's
+// 503, and those its guards answered 503 at once.
+func routerCounters(mfs map[string]*dto.MetricFamily, at time.Time) counters {
+	return countersOf(mfs, at, metricRouterReqs, metricRouterShed, func(*dto.Metric) bool { return true })
+}
+
+// countersOf sums the counter family requests (the series counted, 5xx
+// but 503 as errors) and the family shed.
+func countersOf(mfs map[string]*dto.MetricFamily, at time.Time, requests, shed string, counted func(*dto.Metric) bool) counters {
+	c := counters{at: at, started: gate.StartedOf(mfs)}
+	for _, m := range family(mfs, requests) {
+		if !counted(m) {
 			continue
 		}
 		v := m.GetCounter().GetValue()
@@ -37,24 +50,7 @@ func cellCounters(mfs map[string]*dto.MetricFamily, at time.Time) counters {
 			c.errors += v
 		}
 	}
-	for _, m := range family(mfs, metricCellShed) {
-		c.shed += m.GetCounter().GetValue()
-	}
-	return c
-}
-
-// routerCounters reads a router's: every answer, those 5xx but a cell's
-// 503, and those its guards answered 503 at once.
-func routerCounters(mfs map[string]*dto.MetricFamily, at time.Time) counters {
-	c := counters{at: at, started: gaugeOf(mfs, metricStartedTime)}
-	for _, m := range family(mfs, metricRouterReqs) {
-		v := m.GetCounter().GetValue()
-		c.requests += v
-		if code, _ := strconv.Atoi(labelOf(m, "code")); code >= 500 && code != 503 {
-			c.errors += v
-		}
-	}
-	for _, m := range family(mfs, metricRouterShed) {
+	for _, m := range family(mfs, shed) {
 		c.shed += m.GetCounter().GetValue()
 	}
 	return c
@@ -90,13 +86,6 @@ func family(mfs map[string]*dto.MetricFamily, name string) []*dto.Metric {
 		return mf.GetMetric()
 	}
 	return nil
-}
-
-func gaugeOf(mfs map[string]*dto.MetricFamily, name string) float64 {
-	for _, m := range family(mfs, name) {
-		return m.GetGauge().GetValue()
-	}
-	return 0
 }
 
 func labelOf(m *dto.Metric, name string) string {

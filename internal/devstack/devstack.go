@@ -116,6 +116,18 @@ func (st *Stack) Cells() []Process {
 	return cells
 }
 
+// Scraped are the processes Prometheus scrapes: all but the console,
+// whose /metrics needs its token.
+func (st *Stack) Scraped() []Process {
+	var out []Process
+	for _, p := range st.Processes {
+		if p.Name != ConsoleName {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
 // Read reads a stack record (dev.json).
 func Read(path string) (*Stack, error) {
 	b, err := os.ReadFile(path)

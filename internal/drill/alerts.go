@@ -232,12 +232,7 @@ scrape_configs:
 		return nil, err
 	}
 	// Every target scraped and up once: the rules see a whole stack.
-	want := 0
-	for _, p := range st.Processes {
-		if p.Name != devstack.ConsoleName { // not a scrape target: its metrics need its token
-			want++
-		}
-	}
+	want := len(st.Scraped())
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		up, err := p.targetsUp(ctx)

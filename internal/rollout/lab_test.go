@@ -7,11 +7,11 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/cellkit/cellkit/internal/adminclient"
+	"github.com/cellkit/cellkit/internal/celltest"
 	"github.com/cellkit/cellkit/internal/control"
 	"github.com/cellkit/cellkit/internal/devstack"
 	"github.com/cellkit/cellkit/internal/gate"
@@ -69,16 +69,9 @@ func TestRolloutOnTheLab(t *testing.T) {
 	deployer := devstack.Deployer{Path: netstack.StatePath(dir), Grace: 20 * time.Second}
 
 	// Load through each router, bounded.
-	lctx, stopLoad := context.WithCancel(ctx)
-	var loading sync.WaitGroup
-	t.Cleanup(func() { stopLoad(); loading.Wait() })
 	for _, target := range st.Routers {
-		load, err := loadtest.NewRunner(loadtest.Config{Target: target, Key: st.APIKey,
-			Steps: []loadtest.Step{{Rate: 15, For: 3 * time.Minute}}, Users: 200}, loadtest.Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		loading.Go(func() { _, _ = load.Run(lctx) })
+		celltest.Load(t, ctx, loadtest.Config{Target: target, Key: st.APIKey,
+			Steps: []loadtest.Step{{Rate: 15, For: 3 * time.Minute}}, Users: 200})
 	}
 
 	procs, err := deployer.Processes()

@@ -8,11 +8,11 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/cellkit/cellkit/internal/adminclient"
+	"github.com/cellkit/cellkit/internal/celltest"
 	"github.com/cellkit/cellkit/internal/control"
 	"github.com/cellkit/cellkit/internal/devstack"
 	"github.com/cellkit/cellkit/internal/drill"
@@ -58,15 +58,8 @@ func TestRolloutOnTheLocalStack(t *testing.T) {
 	admin := adminclient.Client{HTTP: &http.Client{}}
 
 	// Load through the router the whole time, bounded.
-	load, err := loadtest.NewRunner(loadtest.Config{Target: st.Router, Key: st.APIKey,
-		Steps: []loadtest.Step{{Rate: 30, For: 5 * time.Minute}}, Users: 300}, loadtest.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	lctx, stopLoad := context.WithCancel(ctx)
-	var loading sync.WaitGroup
-	loading.Go(func() { _, _ = load.Run(lctx) })
-	t.Cleanup(func() { stopLoad(); loading.Wait() })
+	celltest.Load(t, ctx, loadtest.Config{Target: st.Router, Key: st.APIKey,
+		Steps: []loadtest.Step{{Rate: 30, For: 5 * time.Minute}}, Users: 300})
 
 	releases := func() map[string]string {
 		t.Helper()

@@ -24,8 +24,11 @@ func (f ServerFiles) Enabled() bool { return f.Cert != "" || f.Key != "" }
 
 // RegisterFlags adds --PREFIXtls-ca, --PREFIXtls-cert and --PREFIXtls-key
 // to fs; what names the servers in their usage.
+// The values f holds are kept as the defaults: registering the flags again
+// on another FlagSet (a command's, after the global ones were parsed)
+// keeps what was set.
 func (f *ClientFiles) RegisterFlags(fs *flag.FlagSet, prefix, what string) {
-	fs.StringVar(&f.CA, prefix+"tls-ca", "", "CA file (PEM) that "+what+"'s certificates must be signed by, for https (default: the system's roots)")
-	fs.StringVar(&f.Cert, prefix+"tls-cert", "", "client certificate file (PEM) presented to "+what+" (mutual TLS; reloaded when the file changes or on SIGHUP)")
-	fs.StringVar(&f.Key, prefix+"tls-key", "", "client private key file (PEM) for --"+prefix+"tls-cert")
+	fs.StringVar(&f.CA, prefix+"tls-ca", f.CA, "CA file (PEM) that "+what+"'s certificates must be signed by, for https (default: the system's roots)")
+	fs.StringVar(&f.Cert, prefix+"tls-cert", f.Cert, "client certificate file (PEM) presented to "+what+" (mutual TLS; reloaded when the file changes or on SIGHUP)")
+	fs.StringVar(&f.Key, prefix+"tls-key", f.Key, "client private key file (PEM) for --"+prefix+"tls-cert")
 }
