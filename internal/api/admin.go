@@ -101,6 +101,7 @@ type PoolStats struct {
 	Open       int    `json:"open"`        // sessions that exist: idle, in use, being checked or closed
 	Idle       int    `json:"idle"`        // ready to lend
 	InUse      int    `json:"in_use"`      // lent out
+	Checking   int    `json:"checking"`    // idle, out for a heartbeat
 	Dialing    int    `json:"dialing"`     // being established
 	Waiters    int    `json:"waiters"`     // borrowers waiting
 	Created    uint64 `json:"created"`     // sessions established
@@ -112,6 +113,12 @@ type PoolStats struct {
 	DialErrors uint64 `json:"dial_errors"` // failed dials
 	Retired    uint64 `json:"retired"`     // sessions closed for age or shrinking
 }
+
+// Up is the number of sessions established and not known broken: idle, lent
+// out, or out for a heartbeat. A quiet pool heartbeats all its sessions at
+// once, so counting only the idle and lent ones would read it as down for
+// the length of a heartbeat.
+func (s PoolStats) Up() int { return s.Idle + s.InUse + s.Checking }
 
 // StoreStatus is the store's filesystem and its watermarks.
 type StoreStatus struct {

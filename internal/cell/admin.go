@@ -107,7 +107,7 @@ func (c *Cell) readiness() (bool, map[string]api.Check) {
 	}
 	for _, name := range c.names {
 		st := c.clients[name].Status().Pool
-		have := st.Idle + st.InUse
+		have := st.Up()
 		set("agency_"+name, have > 0, strconv.Itoa(have)+" of "+strconv.Itoa(st.Size)+" sessions up")
 	}
 	set("intake", c.intake.IsOpen(), map[bool]string{true: "open", false: "closed"}[c.intake.IsOpen()])

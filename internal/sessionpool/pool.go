@@ -422,6 +422,7 @@ func (p *Pool[C]) Stats() Stats {
 	st.Size = p.size
 	st.Idle = len(p.idle)
 	st.InUse = p.inUse
+	st.Checking = p.checking
 	st.Dialing = p.pending
 	st.Waiters = len(p.waiters)
 	st.Open = len(p.idle) + p.inUse + p.checking + p.retiring + p.closing

@@ -422,3 +422,51 @@ func BenchmarkPoolBorrow(b *testing.B) {
 		}
 	})
 }
+
+// heldConn is a real agency session whose heartbeats wait for hold first:
+// the test decides how long a heartbeat is out.
+type heldConn struct {
+	*agency.Conn
+	hold <-chan struct{}
+}
+
+func (c *heldConn) Heartbeat(ctx context.Context) error {
+	select {
+	case <-c.hold:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return c.Conn.Heartbeat(ctx)
+}
+
+// A quiet pool heartbeats all its sessions in the same round; while they
+// are out they are still up, or a cell's readiness (which counts them)
+// would drop for the length of a heartbeat.
+func TestSessionsOutForAHeartbeatAreUp(t *testing.T) {
+	sim := celltest.StartSim(t, telegram.NICE(), agencysim.Config{MaxSessions: 10})
+	c := testkit.NewClock(time.Unix(1_000_000, 0))
+	hold := make(chan struct{})
+	p, err := sessionpool.New(sessionpool.Config{Size: 3, HeartbeatIdle: time.Minute, CheckInterval: time.Hour},
+		sessionpool.Options[*heldConn]{Now: c.Now, Dial: func(ctx context.Context) (*heldConn, error) {
+			conn, err := agency.Dial(ctx, sim.Addr().String(), telegram.NICE())
+			if err != nil {
+				return nil, err
+			}
+			return &heldConn{Conn: conn, hold: hold}, nil
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	testkit.WaitFor(t, 5*time.Second, "3 sessions", func() bool { st := p.Stats(); return st.Idle == 3 && st.Open == 3 })
+	c.Advance(2 * time.Minute)
+	p.Check()
+	if st := p.Stats(); st.Idle != 0 || st.Checking != 3 || st.Up() != 3 || st.Heartbeats != 3 {
+		t.Fatalf("all 3 out for a heartbeat: %+v (up %d), want 3 checking and 3 up", st, st.Up())
+	}
+	close(hold)
+	testkit.WaitFor(t, 5*time.Second, "the heartbeats answered", func() bool { st := p.Stats(); return st.Idle == 3 && st.Checking == 0 })
+	if st := p.Stats(); st.Created != 3 || st.Broken != 0 {
+		t.Fatalf("after the heartbeats: %+v, want the same 3 sessions", st)
+	}
+}
