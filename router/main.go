@@ -133,6 +133,7 @@ func parseFlags(args []string, getenv func(string) string, output io.Writer) (o 
 	fs.DurationVar(&o.cell.DialTimeout, "cell-dial-timeout", d.Cell.DialTimeout, "time to connect to a cell")
 	fs.DurationVar(&o.cell.UnackedTimeout, "cell-unacked-timeout", d.Cell.UnackedTimeout, "close a connection to a cell whose sent bytes stay unacknowledged this long (TCP_USER_TIMEOUT): a cell cut off by the network fails requests after this, not after --cell-timeout")
 	fs.DurationVar(&o.cell.IdleConnTimeout, "cell-idle-conn-timeout", d.Cell.IdleConnTimeout, "close connections to a cell idle this long")
+	fs.BoolVar(&o.cell.AlwaysPeek, "cell-always-peek", d.Cell.AlwaysPeek, "ask the kernel before every call on a kept-alive connection to a cell whether the cell wrote unasked bytes to it, even on one whose cell echoes each call's number (Cellkit-Call): the I/O path before the echo, a system call per request")
 	fs.IntVar(&o.cell.Breaker.Window, "breaker-window", d.Cell.Breaker.Window, "circuit breaker: outcomes remembered per cell")
 	fs.IntVar(&o.cell.Breaker.MinCalls, "breaker-min-calls", d.Cell.Breaker.MinCalls, "circuit breaker: outcomes needed before it can open")
 	fs.Float64Var(&o.cell.Breaker.FailureRate, "breaker-failure-rate", d.Cell.Breaker.FailureRate, "circuit breaker: open at this share of failures (5xx, errors, timeouts)")

@@ -450,8 +450,8 @@ syscalls() {
 SYSCALL_REQUESTS=${SYSCALL_REQUESTS:-100000}
 SYSCALL_SECONDS=${SYSCALL_SECONDS:-10}
 if [ "${SYSCALLS:-1}" != 0 ]; then
-  for t in d b k; do syscalls "$t" sat; done
-  for t in d b k; do syscalls "$t" open; done
+  for t in d b k ${BASE_REF:+f}; do syscalls "$t" sat; done
+  for t in d b k ${BASE_REF:+f}; do syscalls "$t" open; done
 fi
 
 # --- the report -------------------------------------------------------------
@@ -560,8 +560,8 @@ awk -v targets="$TARGETS" -v ref="$BASE_REF" '
   }' "$LAT"
 if [ -s "$SYSC" ]; then
   echo
-  awk -v calls="$SC_CALLS" '
-    BEGIN { name["d"] = "router"; name["b"] = "nginx"; name["k"] = "haproxy"; mode["sat"] = "saturation"; mode["open"] = "open loop" }
+  awk -v calls="$SC_CALLS" -v ref="$BASE_REF" '
+    BEGIN { name["d"] = "router"; name["b"] = "nginx"; name["k"] = "haproxy"; name["f"] = "router at " ref; mode["sat"] = "saturation"; mode["open"] = "open loop" }
     { rows[++nr] = $0 }
     END {
       k = split(calls, cs, " ")

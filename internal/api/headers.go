@@ -26,4 +26,11 @@ const (
 	// HeaderFingerprint carries a request's fingerprint when a cell asks
 	// the slot's previous owner for the inquiry of an Idempotency-Key.
 	HeaderFingerprint = "Cellkit-Fingerprint"
+	// HeaderCall is the router's number for one call on one connection to
+	// a cell (a decimal, growing along the connection). A cell echoes it
+	// in its answer: an answer naming another call — a late or stray
+	// answer the cell wrote to that connection — is then never taken for
+	// the call's, and the router need not ask the kernel before each call
+	// whether unasked bytes wait on the connection.
+	HeaderCall = "Cellkit-Call"
 )

@@ -34,9 +34,13 @@ func TestHappyPathEndToEnd(t *testing.T) {
 		{UserID: "a-long-user-id-that-does-not-fit-the-telegram_01", Product: "mortgage", Amount: 1, Priority: inquiry.High},
 		{UserID: "U_2", Product: "p", Amount: inquiry.MaxAmount, CallbackURL: "http://127.0.0.1:1/cb"},
 	} {
-		resp := h.post(req, nil)
+		call := strconv.Itoa(i + 1) // the router's number for the call
+		resp := h.post(req, map[string]string{"Cellkit-Call": call})
 		if resp.Status != http.StatusAccepted {
 			t.Fatalf("%d: POST = %d %s", i, resp.Status, resp.Body)
+		}
+		if got := resp.Header.Get("Cellkit-Call"); got != call {
+			t.Errorf("%d: Cellkit-Call %q in the answer, want the call's %q echoed", i, got, call)
 		}
 		var a struct {
 			ID        string `json:"id"`

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"golang.org/x/sync/errgroup"
+
+	"github.com/cellkit/cellkit/internal/httpx"
 )
 
 // Run serves until ctx ends, then shuts down gracefully (see the package
@@ -17,7 +19,7 @@ func (c *Cell) Run(ctx context.Context) error {
 	// net/http's own errors (a failed TLS handshake, mostly) go to the
 	// cell's log.
 	errLog := slog.NewLogLogger(c.log.Handler(), slog.LevelWarn)
-	intakeSrv := &http.Server{Handler: c.contained("intake", c.intake), ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second, IdleTimeout: time.Minute, ErrorLog: errLog}
+	intakeSrv := &http.Server{Handler: httpx.EchoCall(c.contained("intake", c.intake)), ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second, IdleTimeout: time.Minute, ErrorLog: errLog}
 	adminSrv := &http.Server{Handler: c.contained("admin", c.adminHandler()), ReadHeaderTimeout: 5 * time.Second, ErrorLog: errLog}
 	g.Go(func() error { return c.follower.Run(gctx) })
 	g.Go(func() error { c.moves.Follow(gctx, c.follower.Map, c.follower.Changed, time.Now); return nil })

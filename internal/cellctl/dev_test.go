@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cellkit/cellkit/internal/adminclient"
 	"github.com/cellkit/cellkit/internal/console"
 	"github.com/cellkit/cellkit/internal/devstack"
 	"github.com/cellkit/cellkit/internal/testkit"
@@ -86,6 +87,7 @@ func TestDevStack(t *testing.T) {
 	}
 	assertScrapeTargets(t, st)
 	id := devInquiry(t, st, "u-42")
+	assertCellsEcho(t, st, id)
 	// The router counted it: a plan made with --routers projects it onto
 	// the cell that took it.
 	if !strings.Contains(out, "rebalance --by traffic --dry-run") {
@@ -325,6 +327,34 @@ func (l *devLoaded) stop() (int, []string) {
 
 // devInquiry posts an inquiry through the router and polls its status_url
 // until it is done; it returns the id.
+// assertCellsEcho: the stack's cells echo the router's call numbers, so
+// the router asks the kernel for unasked bytes once per connection to a
+// cell, not once per call (cellkit_router_cell_peeks_total).
+func assertCellsEcho(t *testing.T, st *DevStack, id string) {
+	t.Helper()
+	for range 20 {
+		if v := devGet(t, st, "/v1/inquiries/"+id); v["id"] != id {
+			t.Fatalf("GET inquiry %s through the router: %v", id, v)
+		}
+	}
+	mfs, err := (adminclient.Client{HTTP: http.DefaultClient}).Metrics(context.Background(), st.RouterAdmin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := func(name string) float64 {
+		var v float64
+		if mf := mfs[name]; mf != nil {
+			for _, m := range mf.GetMetric() {
+				v += m.GetCounter().GetValue()
+			}
+		}
+		return v
+	}
+	if peeks, calls := sum("cellkit_router_cell_peeks_total"), sum("cellkit_router_requests_total"); calls < 20 || peeks > calls/2 {
+		t.Errorf("the router peeked %v times for %v requests: the cells do not echo the calls' numbers", peeks, calls)
+	}
+}
+
 func devInquiry(t *testing.T, st *DevStack, user string) string {
 	t.Helper()
 	body := fmt.Sprintf(`{"user_id":%q,"product":"credit_loan","amount":5000000,"priority":"high"}`, user)

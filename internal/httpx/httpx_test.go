@@ -114,3 +114,38 @@ func TestContain(t *testing.T) {
 		t.Fatalf("told %v, want /before /after", told)
 	}
 }
+
+// TestEchoCall: the router's call number comes back on every answer, the
+// handler's own and a recovered panic's; anything but a short decimal
+// does not.
+func TestEchoCall(t *testing.T) {
+	h := EchoCall(Contain(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/panic" {
+			panic("a bug")
+		}
+		w.WriteHeader(http.StatusAccepted)
+	}), func(any, *http.Request) {}))
+	for _, tc := range []struct {
+		path string
+		sent []string
+		want string
+	}{
+		{"/", []string{"42"}, "42"},
+		{"/", []string{"18446744073709551615"}, "18446744073709551615"},
+		{"/panic", []string{"7"}, "7"},
+		{"/", nil, ""},
+		{"/", []string{"123456789012345678901"}, ""},
+		{"/", []string{"4 2"}, ""},
+		{"/", []string{"-1"}, ""},
+		{"/", []string{""}, ""},
+		{"/", []string{"1", "2"}, ""},
+	} {
+		req := httptest.NewRequest("GET", tc.path, nil)
+		req.Header["Cellkit-Call"] = tc.sent
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		if got := rec.Result().Header.Values("Cellkit-Call"); strings.Join(got, ",") != tc.want || len(got) > 1 {
+			t.Errorf("%s with %q: echoed %q, want %q", tc.path, tc.sent, got, tc.want)
+		}
+	}
+}

@@ -187,7 +187,7 @@ func (lp *loop) proxyAnswer(b []byte, cl *client, resp *h1.Response, body []byte
 var skippedInAnswer = []string{
 	"connection", "keep-alive", "proxy-connection", "proxy-authenticate", "proxy-authorization",
 	"te", "trailer", "upgrade", "transfer-encoding", "content-length",
-	"x-request-id", "cellkit-cell", "x-ratelimit-limit", "x-ratelimit-remaining", "x-ratelimit-reset",
+	"x-request-id", "cellkit-cell", "cellkit-call", "x-ratelimit-limit", "x-ratelimit-remaining", "x-ratelimit-reset",
 }
 
 var hdrRLReset = []byte("X-RateLimit-Reset")

@@ -1,7 +1,9 @@
 package router
 
 import (
+	"bytes"
 	"slices"
+	"strconv"
 	"time"
 	"unsafe"
 
@@ -125,21 +127,24 @@ func (lp *loop) sweepPools() {
 
 // upconn is one keep-alive connection to a cell, owned by a loop.
 type upconn struct {
-	c      gnet.Conn
-	p      *pool
-	d      *dialing
-	t      timer // the call's deadline, or the idle one
-	cl     *client
-	orphan bool // the client went away; drop the answer
-	dead   bool
-	got    bool     // bytes of the answer arrived
-	tls    *tlsConn // an https cell's: what the loop reads and writes goes through it
-	io     conn     // the connection as the calls see it: c, or tls
-	head   h1.Response
-	hdrs   [h1.MaxFields]h1.Field
-	body   []byte          // a chunked answer's data, decoded as it arrives
-	dec    h1.ChunkDecoder // where the chunked answer's decoding is
-	raw    int             // bytes of the chunked answer after its head already decoded
+	c       gnet.Conn
+	p       *pool
+	d       *dialing
+	t       timer // the call's deadline, or the idle one
+	cl      *client
+	orphan  bool // the client went away; drop the answer
+	dead    bool
+	got     bool     // bytes of the answer arrived
+	tls     *tlsConn // an https cell's: what the loop reads and writes goes through it
+	io      conn     // the connection as the calls see it: c, or tls
+	head    h1.Response
+	hdrs    [h1.MaxFields]h1.Field
+	body    []byte          // a chunked answer's data, decoded as it arrives
+	dec     h1.ChunkDecoder // where the chunked answer's decoding is
+	raw     int             // bytes of the chunked answer after its head already decoded
+	seq     uint64          // calls sent on the connection: the last one's number (Cellkit-Call)
+	echoes  bool            // the cell echoed a call's number: every answer must name its call
+	strayed bool            // a late answer to an earlier call came on it: closed after the call
 }
 
 func (uc *upconn) opened(c gnet.Conn) {
@@ -172,6 +177,7 @@ func (uc *upconn) opened(c gnet.Conn) {
 func (uc *upconn) send(cl *client) {
 	lp := uc.p.lp
 	uc.cl, uc.orphan, uc.got = cl, false, false
+	uc.seq++
 	uc.dec, uc.raw, uc.body = h1.ChunkDecoder{}, 0, uc.body[:0]
 	cl.ex.uc = uc
 	cl.ex.attempts++
@@ -220,6 +226,30 @@ func (uc *upconn) traffic() {
 			_, _ = uc.io.Discard(n)
 			buf = buf[n:]
 			continue
+		}
+		switch uc.echoed(h) {
+		case echoEarlier:
+			// A late answer to an earlier call, written before this call's:
+			// skipped whole, and the connection closed after the call.
+			skip := n
+			switch {
+			case h.Status == 204 || h.Status == 304:
+			case !h.Chunked && h.ContentLength >= 0 && h.ContentLength <= int64(max):
+				if int64(len(buf)-n) < h.ContentLength {
+					return
+				}
+				skip += int(h.ContentLength)
+			default:
+				uc.broken() // its end cannot be found without reading it as an answer
+				return
+			}
+			uc.strayed = true
+			_, _ = uc.io.Discard(skip)
+			buf = buf[skip:]
+			continue
+		case echoWrong:
+			uc.broken()
+			return
 		}
 		var body []byte
 		used := n
@@ -285,7 +315,7 @@ func (uc *upconn) finish(body []byte, used int, closeAfter bool) {
 		uc.unasked("beyond an answer", n) // not the start of the next one
 		return
 	}
-	if closeAfter || orphan {
+	if closeAfter || orphan || uc.strayed {
 		uc.shut()
 		return
 	}
@@ -307,9 +337,13 @@ func (uc *upconn) buffered() int {
 // in the loop's buffer nor in the kernel's (bytes the loop has not been
 // told of yet), and the cell has not closed it; if not, it closes it. A
 // connection given a request must be quiet: whatever waits on it would
-// be read as the request's answer. On an https cell the kernel's bytes
-// are not looked at: they may be TLS's own messages (a session ticket),
-// which carry no answer.
+// be read as the request's answer. The kernel is asked (a system call)
+// only until the cell has echoed a call's number on the connection: from
+// then on every answer names its call (echoed), so unasked bytes cannot
+// pass for an answer — they fail the one call they meet instead of being
+// found before it (Cell.AlwaysPeek asks before every call all the same).
+// On an https cell the kernel's bytes are not looked at: they may be
+// TLS's own messages (a session ticket), which carry no answer.
 func (uc *upconn) quiet(when string) bool {
 	if n := uc.buffered(); n > 0 {
 		uc.unasked(when, n)
@@ -322,6 +356,10 @@ func (uc *upconn) quiet(when string) bool {
 		}
 		return true
 	}
+	if uc.echoes && !uc.p.lp.e.r.cfg.Cell.AlwaysPeek {
+		return true
+	}
+	uc.p.lp.e.r.metrics.peeks.Inc()
 	switch n, err := peek(uc.c.Fd()); {
 	case err == unix.EAGAIN:
 		return true
@@ -351,6 +389,42 @@ func peek(fd int) (int, error) {
 		}
 		return 0, e
 	}
+}
+
+// What an answer's Cellkit-Call says of it.
+const (
+	echoOK      = iota // the call's number, or none from a cell that never echoed on the connection
+	echoEarlier        // an earlier call's number on the connection: a late answer
+	echoWrong          // none from a cell that echoes, a later or unreadable number
+)
+
+// echoed reads h's Cellkit-Call, an answer's head, against the current
+// call's number. An answer that is not the call's is never taken for it:
+// an earlier call's is skipped (traffic), anything else fails the call
+// and closes the connection.
+func (uc *upconn) echoed(h *h1.Response) int {
+	v := h.Get(hdrCall)
+	if v == nil {
+		if uc.echoes {
+			uc.p.lp.e.r.log.Warn("a cell that echoes each call's number answered without one; failing the call",
+				"cell", uc.p.u.cell, "instance", uc.p.ep.intake, "call", uc.seq)
+			return echoWrong
+		}
+		return echoOK
+	}
+	var num [20]byte
+	if bytes.Equal(v, strconv.AppendUint(num[:0], uc.seq, 10)) {
+		uc.echoes = true
+		return echoOK
+	}
+	if n, err := strconv.ParseUint(string(v), 10, 64); err == nil && n < uc.seq {
+		uc.p.lp.e.r.log.Warn("skipping a cell's late answer to an earlier call on the connection",
+			"cell", uc.p.u.cell, "instance", uc.p.ep.intake, "call", uc.seq, "answer_names", n)
+		return echoEarlier
+	}
+	uc.p.lp.e.r.log.Warn("a cell answered with a call number never sent on the connection; failing the call",
+		"cell", uc.p.u.cell, "instance", uc.p.ep.intake, "call", uc.seq, "answer_names", string(v[:min(len(v), 24)]))
+	return echoWrong
 }
 
 // unasked closes the connection: the cell sent n bytes on it that no
@@ -432,7 +506,7 @@ func (uc *upconn) closed() {
 		buf, _ := uc.io.Peek(-1)
 		n, err := h1.ParseResponse(buf, h, maxAnswerHead)
 		if err == nil && n > 0 && h.Status >= 200 && h.ContentLength < 0 && !h.Chunked &&
-			len(buf)-n <= uc.p.lp.e.r.cfg.Cell.MaxResponseBytes {
+			len(buf)-n <= uc.p.lp.e.r.cfg.Cell.MaxResponseBytes && uc.echoed(h) == echoOK {
 			uc.p.lp.answered(cl, h, buf[n:])
 			return
 		}

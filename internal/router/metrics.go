@@ -31,6 +31,7 @@ type metrics struct {
 	acceptErrs prometheus.Counter
 	connRefuse *prometheus.CounterVec
 	evicted    prometheus.Counter
+	peeks      prometheus.Counter
 
 	ejections           *prometheus.CounterVec
 	probes              *prometheus.CounterVec
@@ -107,6 +108,10 @@ func newMetrics(reg prometheus.Registerer, gauges prometheus.Collector) *metrics
 			Name: "cellkit_router_connections_refused_total",
 			Help: "Client connections closed as soon as accepted: reason max_conns (no room, none idle to evict), per_addr (the address's cap) or draining.",
 		}, []string{"reason"}),
+		peeks: auto.NewCounter(prometheus.CounterOpts{
+			Name: "cellkit_router_cell_peeks_total",
+			Help: "System calls asking the kernel whether a cell wrote unasked bytes to a kept-alive connection before a call: once per connection to a cell that echoes Cellkit-Call, once per call to one that does not (or with -cell-always-peek).",
+		}),
 		evicted: auto.NewCounter(prometheus.CounterOpts{
 			Name: "cellkit_router_connections_evicted_total",
 			Help: "Idle client connections closed to make room for a new one at the connection limit.",

@@ -260,6 +260,7 @@ var (
 	hdrSlot       = []byte(api.HeaderSlot)
 	hdrClient     = []byte(api.HeaderClient)
 	hdrPriority   = []byte(api.HeaderPriority)
+	hdrCall       = []byte(api.HeaderCall)
 	hdrRequestID  = []byte("X-Request-Id")
 	hdrForwarded  = []byte("Forwarded")
 	hdrXFF        = []byte("X-Forwarded-For")
@@ -365,6 +366,7 @@ func (r *Router) forward(b []byte, cl *client) []byte {
 	}
 	b = appendHeader(b, hdrRequestID, ex.rid)
 	b = appendHeaderInt(b, hdrMapVersion, ex.version)
+	b = appendHeaderInt(b, hdrCall, int64(ex.uc.seq))
 	if ex.slot >= 0 {
 		b = appendHeaderInt(b, hdrSlot, int64(ex.slot))
 	}

@@ -11,11 +11,13 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/panjf2000/gnet/v2"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/cellkit/cellkit/internal/api"
 	"github.com/cellkit/cellkit/internal/apikey"
@@ -217,12 +219,27 @@ func TestTableIsBuiltOffTheLoops(t *testing.T) {
 // request. The cell names each request's X-Request-Id in its answer, and
 // every client must get its own.
 func TestCellBytesOutsideACallAnswerNobody(t *testing.T) {
-	answer := func(what, id string) string {
+	for _, echo := range []bool{false, true} {
+		t.Run(map[bool]string{false: "a cell that does not echo the call", true: "a cell that echoes the call"}[echo], func(t *testing.T) {
+			cellBytesOutsideACall(t, echo)
+		})
+	}
+}
+
+// cellBytesOutsideACall runs the cases of TestCellBytesOutsideACallAnswerNobody
+// with a cell that echoes each call's number, or one that does not.
+func cellBytesOutsideACall(t *testing.T, echo bool) {
+	// answer names the call (Cellkit-Call) when the cell echoes.
+	answer := func(what, id, call string) string {
 		body := what + " " + id
-		return "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: " + strconv.Itoa(len(body)) + "\r\n\r\n" + body
+		head := "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n"
+		if echo {
+			head += "Cellkit-Call: " + call + "\r\n"
+		}
+		return head + "Content-Length: " + strconv.Itoa(len(body)) + "\r\n\r\n" + body
 	}
 	own := func(_ int, req *http.Request, _ []byte) string {
-		return answer("answer to", req.Header.Get("X-Request-Id"))
+		return answer("answer to", req.Header.Get("X-Request-Id"), req.Header.Get("Cellkit-Call"))
 	}
 	// No health checks: the cell's connections are the calls'.
 	cfg := Config{Cell: CellLimits{ProbeInterval: -1}}
@@ -253,7 +270,7 @@ func TestCellBytesOutsideACallAnswerNobody(t *testing.T) {
 				return ""
 			}
 			time.Sleep(300 * time.Millisecond) // the cell's own pace
-			return answer("stray after", "r0")
+			return answer("stray after", "r0", "1")
 		})
 		w := start(t, f, cfg)
 		wantOwn(t, w, "r0")
@@ -272,7 +289,7 @@ func TestCellBytesOutsideACallAnswerNobody(t *testing.T) {
 			}
 			select {
 			case <-strayNow:
-				return answer("stray after", "r0")
+				return answer("stray after", "r0", "1")
 			case <-time.After(5 * time.Second):
 				return ""
 			}
@@ -326,7 +343,7 @@ func TestCellBytesOutsideACallAnswerNobody(t *testing.T) {
 			case <-next:
 			case <-time.After(150 * time.Millisecond):
 			}
-			return answer("late answer to", req.Header.Get("X-Request-Id"))
+			return answer("late answer to", req.Header.Get("X-Request-Id"), req.Header.Get("Cellkit-Call"))
 		})
 		w := start(t, f, Config{Cell: CellLimits{ProbeInterval: -1, Timeout: 500 * time.Millisecond}})
 		if a := w.do("GET", "/v1/inquiries/c1-abc", "", "X-Request-Id", "r0"); a.status != 504 {
@@ -348,7 +365,7 @@ func TestCellBytesOutsideACallAnswerNobody(t *testing.T) {
 					a = fmt.Sprintf("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n%x\r\nanswer to %s\r\n0\r\n\r\n", len("answer to "+id), id)
 				}
 				if n == 1 {
-					a += answer("stray after", "r0") // in the same write
+					a += answer("stray after", "r0", "1") // in the same write
 				}
 				return a
 			})
@@ -405,4 +422,71 @@ func cellConns(w *world) int {
 		<-done
 	}
 	return n
+}
+
+// TestACellThatEchoesIsNotAskedBeforeEachCall: a connection whose cell
+// echoes each call's number (Cellkit-Call) is looked at in the kernel for
+// unasked bytes once, not before every call (-cell-always-peek: before
+// every call all the same); one that does not echo, before every call.
+// An answer naming another call, or none once the cell has echoed, fails
+// its call: it is never passed off as the call's answer.
+func TestACellThatEchoesIsNotAskedBeforeEachCall(t *testing.T) {
+	const calls = 20
+	reply := func(echo bool, call, id string) string {
+		body := "answer to " + id
+		head := "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n"
+		if echo {
+			head += "Cellkit-Call: " + call + "\r\n"
+		}
+		return head + "Content-Length: " + strconv.Itoa(len(body)) + "\r\n\r\n" + body
+	}
+	run := func(t *testing.T, echo, always bool) (peeks float64, conns int64) {
+		f := newFakeCell(t, func(_ int, req *http.Request, _ []byte) string {
+			return reply(echo, req.Header.Get("Cellkit-Call"), req.Header.Get("X-Request-Id"))
+		})
+		w := newWorld(t, worldOptions{cells: []string{"c1"}, intake: map[string]string{"c1": f.url()},
+			cfg: Config{Cell: CellLimits{ProbeInterval: -1, AlwaysPeek: always}}})
+		for i := range calls {
+			id := "r" + strconv.Itoa(i)
+			if a := w.do("GET", "/v1/inquiries/c1-abc", "", "X-Request-Id", id); a.status != 200 || string(a.body) != "answer to "+id {
+				t.Fatalf("%s: %v", id, a)
+			}
+		}
+		return testutil.ToFloat64(w.router.metrics.peeks), f.conns.Load()
+	}
+	if peeks, conns := run(t, true, false); peeks > float64(2*conns) || conns > 2 {
+		t.Errorf("a cell that echoes: %v peeks on %d connections for %d calls, want at most 2 per connection", peeks, conns, calls)
+	}
+	if peeks, _ := run(t, false, false); peeks < calls {
+		t.Errorf("a cell that does not echo: %v peeks for %d calls, want one per call at least", peeks, calls)
+	}
+	if peeks, _ := run(t, true, true); peeks < calls {
+		t.Errorf("-cell-always-peek: %v peeks for %d calls, want one per call at least", peeks, calls)
+	}
+
+	// The 3rd answer names a call never sent; the 5th names none, from a
+	// cell that echoed before: both calls fail, the others get their own.
+	f := newFakeCell(t, func(n int, req *http.Request, _ []byte) string {
+		switch n {
+		case 3:
+			return reply(true, "99", req.Header.Get("X-Request-Id"))
+		case 5:
+			return reply(false, "", req.Header.Get("X-Request-Id"))
+		}
+		return reply(true, req.Header.Get("Cellkit-Call"), req.Header.Get("X-Request-Id"))
+	})
+	w := newWorld(t, worldOptions{cells: []string{"c1"}, intake: map[string]string{"c1": f.url()},
+		cfg: Config{Cell: CellLimits{ProbeInterval: -1}}})
+	for i := 1; i <= 6; i++ {
+		id := "r" + strconv.Itoa(i)
+		a := w.do("POST", "/v1/inquiries", `{"user_id":"u1"}`, "X-Request-Id", id)
+		switch {
+		case i == 3 || i == 5:
+			if a.status < 500 || strings.Contains(string(a.body), "answer to") {
+				t.Errorf("call %d, whose answer is not its own: %v, want a failure", i, a)
+			}
+		case a.status != 200 || string(a.body) != "answer to "+id:
+			t.Errorf("call %d: %v, want its own answer", i, a)
+		}
+	}
 }

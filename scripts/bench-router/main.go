@@ -41,6 +41,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/cellkit/cellkit/internal/httpx"
 	"github.com/cellkit/cellkit/internal/loadtest"
 	"github.com/cellkit/cellkit/internal/pki"
 	"github.com/cellkit/cellkit/internal/registry"
@@ -165,7 +166,9 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 }
 
 // backends serves the trivial cells: each answers any request at once with
-// a small JSON naming itself (202 to POST, 200 otherwise).
+// a small JSON naming itself (202 to POST, 200 otherwise), and echoes the
+// router's call number as a cell does (httpx.EchoCall; a proxy other than
+// the router sends none).
 func backends(ctx context.Context, ports []string, tc *tls.Config) error {
 	var servers []*http.Server
 	errc := make(chan error, len(ports))
@@ -186,7 +189,7 @@ func backends(ctx context.Context, ports []string, tc *tls.Config) error {
 		if tc != nil {
 			ln = tls.NewListener(ln, tc)
 		}
-		srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second, IdleTimeout: 120 * time.Second,
+		srv := &http.Server{Handler: httpx.EchoCall(h), ReadHeaderTimeout: 5 * time.Second, IdleTimeout: 120 * time.Second,
 			ErrorLog: log.New(io.Discard, "", 0)} // the script's port probes end TLS handshakes early
 		servers = append(servers, srv)
 		go func() { errc <- srv.Serve(ln) }()
