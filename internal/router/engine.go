@@ -154,12 +154,18 @@ func (e *engine) OnTraffic(c gnet.Conn) (action gnet.Action) {
 	}()
 	switch x := c.Context().(type) {
 	case *client:
+		if x.lp.sweepIfDue() && x.state == stClosed {
+			break // a deadline of its own had passed
+		}
 		if _, ok := x.c.(*tlsConn); ok {
 			x.lp.tlsTraffic(x)
 			break
 		}
 		x.lp.traffic(x)
 	case *upconn:
+		if x.p.lp.sweepIfDue() && x.dead {
+			break
+		}
 		x.traffic()
 	default:
 		c.Discard(-1)
@@ -190,7 +196,10 @@ func addrOf(a net.Addr) netip.Addr {
 }
 
 // run ticks the loops until done: each sweeps its deadlines on its own
-// goroutine, and the Date header is refreshed. It is also the loops'
+// goroutine, and the Date header is refreshed. A loop that swept within
+// the last tick (one with traffic sweeps as it serves: sweepIfDue) is
+// not woken: a wake-up from here is an eventfd write and an epoll return
+// on the loop, system calls a busy loop need not make. It is also the loops'
 // watchdog: a loop that has not swept for StallTimeout is dead or stuck
 // (its connections are not served), which the router cannot recover from.
 func (e *engine) run() {
@@ -211,6 +220,9 @@ func (e *engine) run() {
 		for _, lp := range lps {
 			if swept := lp.swept.Load(); now-swept > stall && !e.draining.Load() {
 				e.fail(fmt.Errorf("router: an event loop has not run for %v", time.Duration(now-swept).Round(time.Millisecond)))
+			}
+			if now-lp.swept.Load() < int64(tick) {
+				continue
 			}
 			if err := lp.el.Execute(ctx, lp); err != nil && !e.draining.Load() {
 				e.fail(fmt.Errorf("router: the event loops stopped: %w", err))

@@ -30,14 +30,29 @@ type loop struct {
 	out      []byte       // an answer or request being built
 	swept    atomic.Int64 // when it last swept its deadlines (engine clock), for the watchdog
 	downSeen uint64       // the router's downGen when the loop last cut calls to instances found down
+	woken    int64        // sweeps the tick woke the loop for (Run); the others were in callbacks (sweepIfDue)
+	inline   int64
 }
 
 // Run is the loop's tick, run on the loop (a gnet.Runnable): it sweeps
 // the deadlines.
 func (lp *loop) Run(context.Context) error {
 	defer func() { lp.e.panicked("sweep", recover()) }()
+	lp.woken++
 	lp.sweep()
 	return nil
+}
+
+// sweepIfDue sweeps the deadlines when the last sweep is a tick old, and
+// says whether it did; the loop's callbacks call it first, so a loop with
+// traffic sweeps as it serves and the tick need not wake it (engine.run).
+func (lp *loop) sweepIfDue() bool {
+	if lp.e.now()-lp.swept.Load() < int64(tick) {
+		return false
+	}
+	lp.inline++
+	lp.sweep()
+	return true
 }
 
 // sweep acts on every expired deadline of the loop.

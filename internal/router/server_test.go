@@ -3,6 +3,7 @@ package router
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"io"
 	"net"
@@ -12,6 +13,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/panjf2000/gnet/v2"
 
 	"github.com/cellkit/cellkit/internal/api"
 	"github.com/cellkit/cellkit/internal/problem"
@@ -355,5 +358,48 @@ func TestAdminEndpoints(t *testing.T) {
 		if !strings.Contains(string(text), want) {
 			t.Errorf("metrics lack %q", want)
 		}
+	}
+}
+
+// TestABusyLoopSweepsWithoutBeingWoken: a loop serving traffic sweeps its
+// deadlines in its own callbacks, and the tick wakes only loops quiet for
+// a tick (a wake-up from outside is an eventfd write and an epoll return
+// on the loop).
+func TestABusyLoopSweepsWithoutBeingWoken(t *testing.T) {
+	w := newWorld(t, worldOptions{cells: []string{"c1"}, cfg: Config{Cell: CellLimits{ProbeInterval: -1}}})
+	type sweeps struct{ woken, inline int64 }
+	read := func() map[*loop]sweeps {
+		got := map[*loop]sweeps{}
+		for _, lp := range w.router.eng.loopList() {
+			done := make(chan struct{})
+			lp.el.Execute(context.Background(), gnet.RunnableFunc(func(context.Context) error {
+				defer close(done)
+				got[lp] = sweeps{lp.woken, lp.inline}
+				return nil
+			}))
+			<-done
+		}
+		return got
+	}
+	if a := w.create("u1"); a.status != 202 {
+		t.Fatalf("first request: %v", a)
+	}
+	before := read()
+	for end := time.Now().Add(400 * time.Millisecond); time.Now().Before(end); {
+		if a := w.create("u1"); a.status != 202 {
+			t.Fatalf("%v", a)
+		}
+	}
+	var busy sweeps
+	for lp, s := range read() {
+		if d := (sweeps{s.woken - before[lp].woken, s.inline - before[lp].inline}); d.inline > busy.inline {
+			busy = d
+		}
+	}
+	// 400 ms is 80 ticks: the busy loop sweeps in its callbacks about as
+	// often, and is woken for few.
+	t.Logf("the busy loop: %d sweeps in its callbacks, %d woken by the tick", busy.inline, busy.woken)
+	if busy.inline < 20 || busy.woken > busy.inline/4 {
+		t.Errorf("the busy loop swept %d times in its callbacks and was woken %d times, want ≥ 20 and at most a quarter as many", busy.inline, busy.woken)
 	}
 }
