@@ -93,3 +93,5 @@ require (
 	google.golang.org/protobuf v1.36.12 // indirect
 	gopkg.in/natefinch/lumberjack.v2 v2.2.1 // indirect
 )
+
+replace github.com/panjf2000/gnet/v2 => ./third_party/gnet

@@ -88,6 +88,18 @@ func (e *engine) failure() error {
 
 func (e *engine) now() int64 { return int64(time.Since(e.base)) }
 
+// waits is the number of epoll_wait calls the loops have made (gnet as
+// patched in third_party/gnet counts them).
+func (e *engine) waits() uint64 {
+	var n uint64
+	for _, lp := range e.loopList() {
+		if w, ok := lp.el.(interface{ Waits() uint64 }); ok {
+			n += w.Waits()
+		}
+	}
+	return n
+}
+
 // loopOf returns the state of c's loop, making it on first sight.
 func (e *engine) loopOf(c gnet.Conn) *loop {
 	el := c.EventLoop()

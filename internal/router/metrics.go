@@ -32,6 +32,7 @@ type metrics struct {
 	connRefuse *prometheus.CounterVec
 	evicted    prometheus.Counter
 	peeks      prometheus.Counter
+	loopWaits  prometheus.CounterFunc
 
 	ejections           *prometheus.CounterVec
 	probes              *prometheus.CounterVec
@@ -60,8 +61,12 @@ type cellMetrics struct {
 
 type codeCounter struct{ prometheus.Counter }
 
-func newMetrics(reg prometheus.Registerer, gauges prometheus.Collector) *metrics {
+func newMetrics(reg prometheus.Registerer, gauges prometheus.Collector, loopWaits func() float64) *metrics {
 	auto := promauto.With(reg)
+	waits := auto.NewCounterFunc(prometheus.CounterOpts{
+		Name: "cellkit_router_loop_waits_total",
+		Help: "epoll_wait calls of the event loops, each a system call: a loop makes one per wake-up (with -loop-probe, two when its events come one at a time).",
+	}, loopWaits)
 	m := &metrics{
 		requests: auto.NewCounterVec(prometheus.CounterOpts{
 			Name: "cellkit_router_requests_total",
@@ -137,7 +142,8 @@ func newMetrics(reg prometheus.Registerer, gauges prometheus.Collector) *metrics
 			Help:    "Time from a TLS client's connection accepted to its handshake done.",
 			Buckets: []float64{.0005, .001, .002, .005, .01, .025, .05, .1, .25, .5, 1, 5},
 		}),
-		byCell: map[string]*cellMetrics{},
+		byCell:    map[string]*cellMetrics{},
+		loopWaits: waits,
 	}
 	if reg != nil {
 		reg.MustRegister(gauges)

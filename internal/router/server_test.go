@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/panjf2000/gnet/v2"
+	"github.com/panjf2000/gnet/v2/pkg/netpoll"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/cellkit/cellkit/internal/api"
 	"github.com/cellkit/cellkit/internal/problem"
@@ -401,5 +403,39 @@ func TestABusyLoopSweepsWithoutBeingWoken(t *testing.T) {
 	t.Logf("the busy loop: %d sweeps in its callbacks, %d woken by the tick", busy.inline, busy.woken)
 	if busy.inline < 20 || busy.woken > busy.inline/4 {
 		t.Errorf("the busy loop swept %d times in its callbacks and was woken %d times, want ≥ 20 and at most a quarter as many", busy.inline, busy.woken)
+	}
+}
+
+// TestALoopWaitsOncePerWakeUp: requests one at a time, each after a
+// pause, wake the loop twice (the request, the cell's answer); it makes
+// one epoll_wait per wake-up, and two with gnet's probe before the wait
+// (-loop-probe), counted by cellkit_router_loop_waits_total.
+func TestALoopWaitsOncePerWakeUp(t *testing.T) {
+	perRequest := func(probe bool) float64 {
+		netpoll.ProbeBeforeWait.Store(probe)
+		defer netpoll.ProbeBeforeWait.Store(false)
+		w := newWorld(t, worldOptions{cells: []string{"c1"}, cfg: Config{Cell: CellLimits{ProbeInterval: -1}}})
+		if a := w.create("u1"); a.status != 202 {
+			t.Fatalf("first request: %v", a)
+		}
+		const n = 40
+		before := testutil.ToFloat64(w.router.metrics.loopWaits)
+		for range n {
+			time.Sleep(2 * time.Millisecond) // the loops wait, as at a low rate
+			if a := w.create("u1"); a.status != 202 {
+				t.Fatalf("%v", a)
+			}
+		}
+		got := (testutil.ToFloat64(w.router.metrics.loopWaits) - before) / n
+		t.Logf("probe %v: %.2f epoll_wait calls per request", probe, got)
+		return got
+	}
+	// Besides the two wake-ups per request: the tick's for the other loop
+	// (2 ms of pause and a request is about half a tick).
+	if got := perRequest(false); got > 3.0 {
+		t.Errorf("%.2f epoll_wait calls per request, want about 2 (one per wake-up) and a few for the ticks", got)
+	}
+	if got := perRequest(true); got < 3.3 {
+		t.Errorf("-loop-probe: %.2f epoll_wait calls per request, want about 4 (two per wake-up)", got)
 	}
 }
