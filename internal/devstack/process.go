@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -54,8 +55,10 @@ func ChildEnv() []string {
 // own process group), with its output appended to p.Log and the environment
 // of ChildEnv plus p.Env. With p.Netns it runs in that network namespace:
 // `ip netns exec` enters it and then executes p.Bin in its own place, so the
-// pid is p.Bin's. The returned child carries the new pid; its end is reaped
-// and reported by Exited.
+// pid is p.Bin's, and Start returns once the process is in the namespace
+// (or has ended): whoever looks for the namespace's processes right after
+// finds it. The returned child carries the new pid; its end is reaped and
+// reported by Exited.
 func Start(p Process) (*Child, error) {
 	logf, err := os.OpenFile(p.Log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
@@ -92,7 +95,41 @@ func Start(p Process) (*Child, error) {
 		c.err = cmd.Wait()
 		close(c.exited)
 	}()
+	if p.Netns != "" {
+		if err := c.enter(p.Netns); err != nil {
+			_ = syscall.Kill(-p.PID, syscall.SIGKILL)
+			<-c.exited
+			return nil, fmt.Errorf("start %s: %w", p.Name, err)
+		}
+	}
 	return c, nil
+}
+
+// enterWait bounds the wait for a process to enter its network namespace.
+const enterWait = 5 * time.Second
+
+// enter waits until the child runs in network namespace ns (`ip netns
+// exec` has entered it), or has ended.
+func (c *Child) enter(ns string) error {
+	var st syscall.Stat_t
+	if err := syscall.Stat(filepath.Join("/run/netns", ns), &st); err != nil {
+		return fmt.Errorf("network namespace %s: %w", ns, err)
+	}
+	want := fmt.Sprintf("net:[%d]", st.Ino)
+	link := fmt.Sprintf("/proc/%d/ns/net", c.PID)
+	for deadline := time.Now().Add(enterWait); ; {
+		if got, err := os.Readlink(link); err == nil && got == want {
+			return nil
+		}
+		select {
+		case <-c.exited:
+			return nil // its end is the caller's to see
+		case <-time.After(time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("not in network namespace %s after %v", ns, enterWait)
+		}
+	}
 }
 
 // Attach watches a process that another program started (one recorded in
