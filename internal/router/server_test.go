@@ -398,44 +398,74 @@ func TestABusyLoopSweepsWithoutBeingWoken(t *testing.T) {
 			busy = d
 		}
 	}
-	// 400 ms is 80 ticks: the busy loop sweeps in its callbacks about as
-	// often, and is woken for few.
+	// 400 ms is 80 ticks. The busy loop sweeps in its callbacks about
+	// as often and is woken for few (~5 of 80 here, a third on a machine
+	// whose cores are taken, where the loop idles between requests); a
+	// tick that woke every loop would leave the callbacks few sweeps
+	// (~22 of 100).
 	t.Logf("the busy loop: %d sweeps in its callbacks, %d woken by the tick", busy.inline, busy.woken)
-	if busy.inline < 20 || busy.woken > busy.inline/4 {
-		t.Errorf("the busy loop swept %d times in its callbacks and was woken %d times, want ≥ 20 and at most a quarter as many", busy.inline, busy.woken)
+	if busy.inline < 10 || float64(busy.woken) > 0.5*float64(busy.woken+busy.inline) {
+		t.Errorf("the busy loop swept %d times in its callbacks and was woken %d times, want ≥ 10 and most of its sweeps in its callbacks", busy.inline, busy.woken)
 	}
 }
 
 // TestALoopWaitsOncePerWakeUp: requests one at a time, each after a
-// pause, wake the loop twice (the request, the cell's answer); it makes
-// one epoll_wait per wake-up, and two with gnet's probe before the wait
-// (-loop-probe), counted by cellkit_router_loop_waits_total.
+// pause, wake the loop that serves them twice (the request, the cell's
+// answer), besides the tick's wake-ups; it makes one epoll_wait per
+// wake-up, and two with gnet's probe before the wait (-loop-probe). The
+// loop's waits are what cellkit_router_loop_waits_total sums.
 func TestALoopWaitsOncePerWakeUp(t *testing.T) {
-	perRequest := func(probe bool) float64 {
+	perWakeUp := func(probe bool) float64 {
 		netpoll.ProbeBeforeWait.Store(probe)
 		defer netpoll.ProbeBeforeWait.Store(false)
 		w := newWorld(t, worldOptions{cells: []string{"c1"}, cfg: Config{Cell: CellLimits{ProbeInterval: -1}}})
 		if a := w.create("u1"); a.status != 202 {
 			t.Fatalf("first request: %v", a)
 		}
+		type count struct{ waits, woken int64 }
+		read := func() map[*loop]count {
+			got := map[*loop]count{}
+			for _, lp := range w.router.eng.loopList() {
+				done := make(chan struct{})
+				lp.el.Execute(context.Background(), gnet.RunnableFunc(func(context.Context) error {
+					defer close(done)
+					got[lp] = count{int64(lp.el.(interface{ Waits() uint64 }).Waits()), lp.woken}
+					return nil
+				}))
+				<-done
+			}
+			return got
+		}
 		const n = 40
-		before := testutil.ToFloat64(w.router.metrics.loopWaits)
+		total := testutil.ToFloat64(w.router.metrics.loopWaits)
+		before := read()
 		for range n {
 			time.Sleep(2 * time.Millisecond) // the loops wait, as at a low rate
 			if a := w.create("u1"); a.status != 202 {
 				t.Fatalf("%v", a)
 			}
 		}
-		got := (testutil.ToFloat64(w.router.metrics.loopWaits) - before) / n
-		t.Logf("probe %v: %.2f epoll_wait calls per request", probe, got)
-		return got
+		var served count // the loop with the most waits serves the requests
+		var sum int64
+		for lp, c := range read() {
+			d := count{c.waits - before[lp].waits, c.woken - before[lp].woken}
+			sum += d.waits
+			if d.waits > served.waits {
+				served = d
+			}
+		}
+		// The reads' own Execute wake-ups are in the waits too: one per loop.
+		if got := testutil.ToFloat64(w.router.metrics.loopWaits) - total; got < float64(sum) {
+			t.Errorf("cellkit_router_loop_waits_total grew by %v, the loops counted %d", got, sum)
+		}
+		wakeUps := float64(2*n + served.woken + 1)
+		t.Logf("probe %v: the serving loop waited %d times for %d requests and %d tick wake-ups: %.2f per wake-up", probe, served.waits, n, served.woken, float64(served.waits)/wakeUps)
+		return float64(served.waits) / wakeUps
 	}
-	// Besides the two wake-ups per request: the tick's for the other loop
-	// (2 ms of pause and a request is about half a tick).
-	if got := perRequest(false); got > 3.0 {
-		t.Errorf("%.2f epoll_wait calls per request, want about 2 (one per wake-up) and a few for the ticks", got)
+	if got := perWakeUp(false); got > 1.3 {
+		t.Errorf("%.2f epoll_wait calls per wake-up, want one", got)
 	}
-	if got := perRequest(true); got < 3.3 {
-		t.Errorf("-loop-probe: %.2f epoll_wait calls per request, want about 4 (two per wake-up)", got)
+	if got := perWakeUp(true); got < 1.5 {
+		t.Errorf("-loop-probe: %.2f epoll_wait calls per wake-up, want two", got)
 	}
 }
