@@ -103,25 +103,18 @@ func Contain(h http.Handler, recovered func(v any, r *http.Request)) http.Handle
 // EchoCall serves h with the request's Cellkit-Call (api.HeaderCall), the
 // router's number for the call on its connection, echoed in the answer:
 // the router then knows the answer for the call's, whatever else the
-// connection carried. A value that is not a decimal of at most 20 digits
-// is not echoed.
+// connection carried. A value that is not a decimal number the router
+// could have sent (a uint64) is not echoed.
 func EchoCall(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if v := r.Header[api.HeaderCall]; len(v) == 1 && callNumber(v[0]) {
+		if v := r.Header[api.HeaderCall]; len(v) == 1 && decimal(v[0]) {
 			w.Header()[api.HeaderCall] = v
 		}
 		h.ServeHTTP(w, r)
 	})
 }
 
-func callNumber(s string) bool {
-	if s == "" || len(s) > 20 {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		if s[i] < '0' || s[i] > '9' {
-			return false
-		}
-	}
-	return true
+func decimal(s string) bool {
+	_, err := strconv.ParseUint(s, 10, 64)
+	return err == nil
 }

@@ -88,12 +88,15 @@ func (e *engine) failure() error {
 
 func (e *engine) now() int64 { return int64(time.Since(e.base)) }
 
-// waits is the number of epoll_wait calls the loops have made (gnet as
-// patched in third_party/gnet counts them).
+// waitCounter is a gnet event loop as patched in third_party/gnet: it
+// counts its epoll_wait calls.
+type waitCounter interface{ Waits() uint64 }
+
+// waits is the number of epoll_wait calls the loops have made.
 func (e *engine) waits() uint64 {
 	var n uint64
 	for _, lp := range e.loopList() {
-		if w, ok := lp.el.(interface{ Waits() uint64 }); ok {
+		if w, ok := lp.el.(waitCounter); ok {
 			n += w.Waits()
 		}
 	}
@@ -230,10 +233,11 @@ func (e *engine) run() {
 		now := e.now()
 		lps = e.loopList(lps...)
 		for _, lp := range lps {
-			if swept := lp.swept.Load(); now-swept > stall && !e.draining.Load() {
+			swept := lp.swept.Load()
+			if now-swept > stall && !e.draining.Load() {
 				e.fail(fmt.Errorf("router: an event loop has not run for %v", time.Duration(now-swept).Round(time.Millisecond)))
 			}
-			if now-lp.swept.Load() < int64(tick) {
+			if now-swept < int64(tick) {
 				continue
 			}
 			if err := lp.el.Execute(ctx, lp); err != nil && !e.draining.Load() {

@@ -20,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/panjf2000/gnet/v2"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
@@ -428,4 +429,18 @@ func exposition(mfs []*dto.MetricFamily) []string {
 		expfmt.MetricFamilyToText(&b, mf)
 	}
 	return strings.Split(b.String(), "\n")
+}
+
+// onLoops runs f on each of the router's event loops, on the loop's own
+// goroutine (where its state may be read), one after the other.
+func (w *world) onLoops(f func(lp *loop)) {
+	for _, lp := range w.router.eng.loopList() {
+		done := make(chan struct{})
+		lp.el.Execute(context.Background(), gnet.RunnableFunc(func(context.Context) error {
+			defer close(done)
+			f(lp)
+			return nil
+		}))
+		<-done
+	}
 }

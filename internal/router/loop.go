@@ -39,7 +39,7 @@ type loop struct {
 func (lp *loop) Run(context.Context) error {
 	defer func() { lp.e.panicked("sweep", recover()) }()
 	lp.woken++
-	lp.sweep()
+	lp.sweep(lp.e.now())
 	return nil
 }
 
@@ -47,17 +47,17 @@ func (lp *loop) Run(context.Context) error {
 // says whether it did; the loop's callbacks call it first, so a loop with
 // traffic sweeps as it serves and the tick need not wake it (engine.run).
 func (lp *loop) sweepIfDue() bool {
-	if lp.e.now()-lp.swept.Load() < int64(tick) {
+	now := lp.e.now()
+	if now-lp.swept.Load() < int64(tick) {
 		return false
 	}
 	lp.inline++
-	lp.sweep()
+	lp.sweep(now)
 	return true
 }
 
-// sweep acts on every expired deadline of the loop.
-func (lp *loop) sweep() {
-	now := lp.e.now()
+// sweep acts on every deadline of the loop expired at now.
+func (lp *loop) sweep(now int64) {
 	lp.swept.Store(now)
 	lp.deadlines(now)
 	for t := lp.waits.expired(now); t != nil; t = lp.waits.expired(now) {

@@ -231,16 +231,12 @@ func (uc *upconn) traffic() {
 		case echoEarlier:
 			// A late answer to an earlier call, written before this call's:
 			// skipped whole, and the connection closed after the call.
-			skip := n
+			skip, known := lateAnswerLen(h, n, max)
 			switch {
-			case h.Status == 204 || h.Status == 304:
-			case !h.Chunked && h.ContentLength >= 0 && h.ContentLength <= int64(max):
-				if int64(len(buf)-n) < h.ContentLength {
-					return
-				}
-				skip += int(h.ContentLength)
-			default:
+			case !known:
 				uc.broken() // its end cannot be found without reading it as an answer
+				return
+			case skip > len(buf):
 				return
 			}
 			uc.strayed = true
@@ -425,6 +421,18 @@ func (uc *upconn) echoed(h *h1.Response) int {
 	uc.p.lp.e.r.log.Warn("a cell answered with a call number never sent on the connection; failing the call",
 		"cell", uc.p.u.cell, "instance", uc.p.ep.intake, "call", uc.seq, "answer_names", string(v[:min(len(v), 24)]))
 	return echoWrong
+}
+
+// lateAnswerLen is the length of a late answer whose head, h, is n bytes:
+// known when it has no body or a Content-Length of at most max.
+func lateAnswerLen(h *h1.Response, n, max int) (int, bool) {
+	switch {
+	case h.Status == 204 || h.Status == 304:
+		return n, true
+	case !h.Chunked && h.ContentLength >= 0 && h.ContentLength <= int64(max):
+		return n + int(h.ContentLength), true
+	}
+	return 0, false
 }
 
 // unasked closes the connection: the cell sent n bytes on it that no

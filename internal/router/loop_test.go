@@ -17,8 +17,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/panjf2000/gnet/v2"
-
 	"github.com/cellkit/cellkit/internal/slotmap"
 	"github.com/cellkit/cellkit/internal/testkit"
 )
@@ -620,18 +618,12 @@ func TestWriteTimeoutCutsAClientThatStopsReading(t *testing.T) {
 	// loop has it waiting for its header, with the small buffer set.
 	testkit.WaitFor(t, 5*time.Second, "the connection on a loop, its send buffer small", func() bool {
 		set := 0
-		for _, lp := range w.router.eng.loopList() {
-			done := make(chan struct{})
-			lp.el.Execute(context.Background(), gnet.RunnableFunc(func(context.Context) error {
-				defer close(done)
-				for tm := lp.heads.head.next; tm != &lp.heads.head; tm = tm.next {
-					tm.owner.(*client).gc.SetWriteBuffer(4096)
-					set++
-				}
-				return nil
-			}))
-			<-done
-		}
+		w.onLoops(func(lp *loop) {
+			for tm := lp.heads.head.next; tm != &lp.heads.head; tm = tm.next {
+				tm.owner.(*client).gc.SetWriteBuffer(4096)
+				set++
+			}
+		})
 		return set == 1
 	})
 	if _, err := c.Write([]byte(get)); err != nil {
@@ -646,17 +638,11 @@ func TestWriteTimeoutCutsAClientThatStopsReading(t *testing.T) {
 	testkit.WaitFor(t, 10*time.Second, "the cell's second answer written", func() bool { return f.written.Load() == 2 })
 	testkit.WaitFor(t, 10*time.Second, "the answer waiting to be written, its write timer armed", func() bool {
 		armed := 0
-		for _, lp := range w.router.eng.loopList() {
-			done := make(chan struct{})
-			lp.el.Execute(context.Background(), gnet.RunnableFunc(func(context.Context) error {
-				defer close(done)
-				for tm := lp.writes.head.next; tm != &lp.writes.head; tm = tm.next {
-					armed++
-				}
-				return nil
-			}))
-			<-done
-		}
+		w.onLoops(func(lp *loop) {
+			for tm := lp.writes.head.next; tm != &lp.writes.head; tm = tm.next {
+				armed++
+			}
+		})
 		return armed == 1 || w.router.eng.conns.Load() == 0 // armed, or expired and cut already
 	})
 	time.Sleep(time.Second) // reading nothing, past the write timeout

@@ -231,12 +231,10 @@ func TestCellBytesOutsideACallAnswerNobody(t *testing.T) {
 func cellBytesOutsideACall(t *testing.T, echo bool) {
 	// answer names the call (Cellkit-Call) when the cell echoes.
 	answer := func(what, id, call string) string {
-		body := what + " " + id
-		head := "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n"
-		if echo {
-			head += "Cellkit-Call: " + call + "\r\n"
+		if !echo {
+			call = ""
 		}
-		return head + "Content-Length: " + strconv.Itoa(len(body)) + "\r\n\r\n" + body
+		return textAnswer(what+" "+id, call)
 	}
 	own := func(_ int, req *http.Request, _ []byte) string {
 		return answer("answer to", req.Header.Get("X-Request-Id"), req.Header.Get("Cellkit-Call"))
@@ -410,17 +408,11 @@ func cellBytesOutsideACall(t *testing.T, echo bool) {
 // cellConns counts the connections to cells the router's loops hold.
 func cellConns(w *world) int {
 	n := 0
-	for _, lp := range w.router.eng.loopList() {
-		done := make(chan struct{})
-		lp.el.Execute(context.Background(), gnet.RunnableFunc(func(context.Context) error {
-			defer close(done)
-			for _, p := range lp.pools {
-				n += p.open
-			}
-			return nil
-		}))
-		<-done
-	}
+	w.onLoops(func(lp *loop) {
+		for _, p := range lp.pools {
+			n += p.open
+		}
+	})
 	return n
 }
 
@@ -433,12 +425,10 @@ func cellConns(w *world) int {
 func TestACellThatEchoesIsNotAskedBeforeEachCall(t *testing.T) {
 	const calls = 20
 	reply := func(echo bool, call, id string) string {
-		body := "answer to " + id
-		head := "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n"
-		if echo {
-			head += "Cellkit-Call: " + call + "\r\n"
+		if !echo {
+			call = ""
 		}
-		return head + "Content-Length: " + strconv.Itoa(len(body)) + "\r\n\r\n" + body
+		return textAnswer("answer to "+id, call)
 	}
 	run := func(t *testing.T, echo, always bool) (peeks float64, conns int64) {
 		f := newFakeCell(t, func(_ int, req *http.Request, _ []byte) string {
@@ -489,4 +479,14 @@ func TestACellThatEchoesIsNotAskedBeforeEachCall(t *testing.T) {
 			t.Errorf("call %d: %v, want its own answer", i, a)
 		}
 	}
+}
+
+// textAnswer is a cell's 200 with a text body, naming call in Cellkit-Call
+// unless call is empty (a cell that does not echo).
+func textAnswer(body, call string) string {
+	head := "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n"
+	if call != "" {
+		head += "Cellkit-Call: " + call + "\r\n"
+	}
+	return head + "Content-Length: " + strconv.Itoa(len(body)) + "\r\n\r\n" + body
 }

@@ -3,7 +3,6 @@ package router
 import (
 	"bufio"
 	"bytes"
-	"context"
 	"encoding/json"
 	"io"
 	"net"
@@ -14,7 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/panjf2000/gnet/v2"
 	"github.com/panjf2000/gnet/v2/pkg/netpoll"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
@@ -372,15 +370,7 @@ func TestABusyLoopSweepsWithoutBeingWoken(t *testing.T) {
 	type sweeps struct{ woken, inline int64 }
 	read := func() map[*loop]sweeps {
 		got := map[*loop]sweeps{}
-		for _, lp := range w.router.eng.loopList() {
-			done := make(chan struct{})
-			lp.el.Execute(context.Background(), gnet.RunnableFunc(func(context.Context) error {
-				defer close(done)
-				got[lp] = sweeps{lp.woken, lp.inline}
-				return nil
-			}))
-			<-done
-		}
+		w.onLoops(func(lp *loop) { got[lp] = sweeps{lp.woken, lp.inline} })
 		return got
 	}
 	if a := w.create("u1"); a.status != 202 {
@@ -425,15 +415,7 @@ func TestALoopWaitsOncePerWakeUp(t *testing.T) {
 		type count struct{ waits, woken int64 }
 		read := func() map[*loop]count {
 			got := map[*loop]count{}
-			for _, lp := range w.router.eng.loopList() {
-				done := make(chan struct{})
-				lp.el.Execute(context.Background(), gnet.RunnableFunc(func(context.Context) error {
-					defer close(done)
-					got[lp] = count{int64(lp.el.(interface{ Waits() uint64 }).Waits()), lp.woken}
-					return nil
-				}))
-				<-done
-			}
+			w.onLoops(func(lp *loop) { got[lp] = count{int64(lp.el.(waitCounter).Waits()), lp.woken} })
 			return got
 		}
 		const n = 40
