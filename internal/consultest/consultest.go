@@ -248,7 +248,18 @@ func (a *Agent) ready(ctx context.Context, hc *http.Client) error {
 	if node == nil {
 		return errors.New("node not registered yet")
 	}
-	return nil
+	// A session (the registry's writer lock) needs the node's serfHealth
+	// check, which the agent registers after the node itself.
+	var checks []struct{ CheckID, Status string }
+	if err := a.getJSON(ctx, hc, "/v1/health/node/"+a.node, &checks); err != nil {
+		return err
+	}
+	for _, c := range checks {
+		if c.CheckID == "serfHealth" && c.Status == "passing" {
+			return nil
+		}
+	}
+	return errors.New("the node's serfHealth check not passing yet")
 }
 
 func (a *Agent) getJSON(ctx context.Context, hc *http.Client, path string, v any) error {
