@@ -4,9 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/cellkit/cellkit/internal/celltest"
@@ -214,5 +217,46 @@ func TestListingWithoutAFailedRecordIsHiddenThenWithdrawn(t *testing.T) {
 	}
 	if _, d, _ := q.FailedCounts(ctx); d != 0 {
 		t.Fatalf("after Unlist %d dead letters are left", d)
+	}
+}
+
+// NotReady tells what JetStream answers while a stream has no leader from
+// a failure, through the wrapping of the store and the queue: the errors
+// as the server makes them, decoded by the library.
+func TestNotReadyWhileAStreamHasNoLeader(t *testing.T) {
+	decoded := func(e *server.ApiError) error {
+		t.Helper()
+		data, err := json.Marshal(e)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var apiErr jetstream.APIError
+		if err := json.Unmarshal(data, &apiErr); err != nil {
+			t.Fatal(err)
+		}
+		return fmt.Errorf("read record c1-x: %w", &apiErr)
+	}
+	for _, c := range []struct {
+		err  error
+		want bool
+	}{
+		{decoded(server.NewJSClusterNotAvailError()), true},
+		{decoded(server.NewJSClusterNotLeaderError()), true},
+		{decoded(server.NewJSClusterNoPeersError(errors.New("1 of 3"))), true},
+		{decoded(server.NewJSInsufficientResourcesError()), true},
+		{decoded(server.NewJSNotEnabledForAccountError()), true},
+		{fmt.Errorf("create record c1-x: %w", context.DeadlineExceeded), true},
+		{fmt.Errorf("read record c1-x: %w", nats.ErrNoResponders), true},
+		{decoded(server.NewJSStreamNotFoundError()), false},
+		{decoded(server.NewJSNoMessageFoundError()), false},
+		{store.ErrConflict, false},
+		// The same words without the type: a wrapper that loses it
+		// (%v, or an error of its own) turns a wait into a failure.
+		{errors.New("read record c1-x: JetStream system temporarily unavailable (10008)"), false},
+		{nil, false},
+	} {
+		if got := queue.NotReady(c.err); got != c.want {
+			t.Errorf("NotReady(%v) = %v, want %v", c.err, got, c.want)
+		}
 	}
 }

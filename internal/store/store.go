@@ -137,26 +137,32 @@ func (s *Store) leaderGet(ctx context.Context, key string) ([]byte, uint64, erro
 	if err != nil {
 		return nil, 0, err
 	}
+	return leaderAnswer(msg.Data)
+}
+
+// leaderAnswer decodes the leader's answer to a STREAM.MSG.GET: the
+// message's data and sequence, or the API's error as the library's
+// *jetstream.APIError.
+func leaderAnswer(data []byte) ([]byte, uint64, error) {
 	var resp struct {
 		Message *struct {
 			Seq  uint64 `json:"seq"`
 			Hdrs []byte `json:"hdrs"`
 			Data []byte `json:"data"`
 		} `json:"message"`
-		Error *struct {
-			Code        int    `json:"code"`
-			ErrCode     int    `json:"err_code"`
-			Description string `json:"description"`
-		} `json:"error"`
+		// The library's own type, so that callers see the API's codes
+		// (errors.As): "temporarily unavailable" in an election is a
+		// reason to wait for the leader, not a failure.
+		Error *jetstream.APIError `json:"error"`
 	}
-	if err := json.Unmarshal(msg.Data, &resp); err != nil {
+	if err := json.Unmarshal(data, &resp); err != nil {
 		return nil, 0, fmt.Errorf("decode the leader's answer: %w", err)
 	}
 	switch {
-	case resp.Error != nil && resp.Error.ErrCode == int(jetstream.JSErrCodeMessageNotFound):
+	case resp.Error != nil && resp.Error.ErrorCode == jetstream.JSErrCodeMessageNotFound:
 		return nil, 0, jetstream.ErrKeyNotFound
 	case resp.Error != nil:
-		return nil, 0, fmt.Errorf("%s (%d)", resp.Error.Description, resp.Error.ErrCode)
+		return nil, 0, resp.Error
 	case resp.Message == nil:
 		return nil, 0, errors.New("empty answer from the leader")
 	}
