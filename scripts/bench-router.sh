@@ -298,12 +298,15 @@ EOF
 sed 's/\["X-API-Key"\] = key}/["X-API-Key"] = key, ["Connection"] = "close"}/' "$WORK/req.lua" >"$WORK/req-close.lua"
 
 # cpu_ticks PID... — user+system clock ticks of the processes and their children
-cpu_ticks() {
+cpu_ticks() { CPU_FIELDS='$14 + $15' cpu_sum "$@"; }
+# user_ticks PID... — the user clock ticks alone (the rest is the kernel's)
+user_ticks() { CPU_FIELDS='$14' cpu_sum "$@"; }
+cpu_sum() {
   local total=0 pid child
   for pid in "$@"; do
     for child in "$pid" $(pgrep -P "$pid" || true); do
       if [ -r "/proc/$child/stat" ]; then
-        total=$((total + $(awk '{print $14 + $15}' "/proc/$child/stat")))
+        total=$((total + $(awk "{print $CPU_FIELDS}" "/proc/$child/stat")))
       fi
     done
   done
@@ -331,19 +334,20 @@ if [ -n "$BASE_REF" ]; then URL[f]="http://127.0.0.1:$BASE_PORT"; PROCS[f]="$BAS
 RESULTS="$WORK/results.txt"
 : >"$RESULTS"
 throughput() {
-  local t=$1 round=$2 out t0 t1 b0 b1 rps reqs non2xx
+  local t=$1 round=$2 out t0 t1 u0 u1 b0 b1 rps reqs non2xx
   # shellcheck disable=SC2086
   local bp=$BACKENDS_PID; [[ $t != [ij] ]] || bp=$TLS_BACKENDS_PID
-  t0=$(cpu_ticks ${PROCS[$t]}); b0=$(cpu_ticks "$bp")
+  # shellcheck disable=SC2086
+  t0=$(cpu_ticks ${PROCS[$t]}); u0=$(user_ticks ${PROCS[$t]}); b0=$(cpu_ticks "$bp")
   out=$(BENCH_KEY=$KEY wrk -t2 -c"$CONNS" -d"${DURATION}s" -s "$WORK/req.lua" "${URL[$t]}/v1/inquiries")
   # shellcheck disable=SC2086
-  t1=$(cpu_ticks ${PROCS[$t]}); b1=$(cpu_ticks "$bp")
+  t1=$(cpu_ticks ${PROCS[$t]}); u1=$(user_ticks ${PROCS[$t]}); b1=$(cpu_ticks "$bp")
   rps=$(awk '/^Requests\/sec:/ {print $2}' <<<"$out")
   reqs=$(awk '/requests in/ {print $1}' <<<"$out")
   non2xx=$(awk '/Non-2xx/ {print $NF}' <<<"$out"); non2xx=${non2xx:-0}
   if [ "$non2xx" != 0 ] || grep -q "Socket errors" <<<"$out"; then log "$out"; fi
-  awk -v t="$t" -v r="$round" -v rps="$rps" -v n="$reqs" -v p="$((t1 - t0))" -v b="$((b1 - b0))" -v hz="$CLK_TCK" -v bad="$non2xx" \
-    'BEGIN { printf "%s %s %.0f %.2f %.2f %s\n", t, r, rps, (t=="a" ? 0 : p/hz*1e6/n), b/hz*1e6/n, bad }' >>"$RESULTS"
+  awk -v t="$t" -v r="$round" -v rps="$rps" -v n="$reqs" -v p="$((t1 - t0))" -v u="$((u1 - u0))" -v b="$((b1 - b0))" -v hz="$CLK_TCK" -v bad="$non2xx" \
+    'BEGIN { printf "%s %s %.0f %.2f %.2f %s %.2f\n", t, r, rps, (t=="a" ? 0 : p/hz*1e6/n), b/hz*1e6/n, bad, (t=="a" ? 0 : u/hz*1e6/n) }' >>"$RESULTS"
   log "round $round ${NAME[$t]}: $rps req/s ($non2xx non-2xx)"
 }
 
@@ -464,16 +468,16 @@ awk -v targets="$TARGETS" -v ref="$BASE_REF" '
     for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (arr[j] < arr[i]) { tmp = arr[i]; arr[i] = arr[j]; arr[j] = tmp }
     return (n % 2) ? arr[(n + 1) / 2] : (arr[n / 2] + arr[n / 2 + 1]) / 2
   }
-  { rps[$1, $2] = $3; cpu[$1, $2] = $4; bcpu[$1, $2] = $5; bad[$1] += $6; if ($2 > rounds) rounds = $2 }
+  { rps[$1, $2] = $3; cpu[$1, $2] = $4; bcpu[$1, $2] = $5; bad[$1] += $6; ucpu[$1, $2] = $7; if ($2 > rounds) rounds = $2 }
   END {
     nt = split(targets, ts, " ")
     name["a"] = "(a) direct"; name["b"] = "(b) nginx"; name["c"] = "(c) httputil"; name["d"] = "(d) router"; name["e"] = "(e) router, GOMAXPROCS=1"; name["f"] = "(f) router at " ref; name["g"] = "(g) nginx, TLS"; name["h"] = "(h) router, TLS"; name["i"] = "(i) router, mutual TLS to the cells"; name["j"] = "(j) nginx, mutual TLS to the cells"; name["k"] = "(k) haproxy"; name["l"] = "(l) haproxy, TLS"
-    printf "| target | req/s (median) | / direct | proxy CPU µs/req | backend CPU µs/req | non-2xx |\n|---|---:|---:|---:|---:|---:|\n"
+    printf "| target | req/s (median) | / direct | proxy CPU µs/req | of it user / kernel | backend CPU µs/req | non-2xx |\n|---|---:|---:|---:|---:|---:|---:|\n"
     for (k = 1; k <= nt; k++) {
       t = ts[k]
-      for (r = 1; r <= rounds; r++) { x[r] = rps[t, r]; y[r] = rps[t, r] / rps["a", r]; c[r] = cpu[t, r]; bc[r] = bcpu[t, r] }
-      m = median(x, rounds); q = median(y, rounds); cc = median(c, rounds); bb = median(bc, rounds)
-      printf "| %s | %.0f | %.2f× | %s | %.1f | %d |\n", name[t], m, q, (t == "a" ? "–" : sprintf("%.1f", cc)), bb, bad[t]
+      for (r = 1; r <= rounds; r++) { x[r] = rps[t, r]; y[r] = rps[t, r] / rps["a", r]; c[r] = cpu[t, r]; bc[r] = bcpu[t, r]; uc[r] = ucpu[t, r]; kc[r] = cpu[t, r] - ucpu[t, r] }
+      m = median(x, rounds); q = median(y, rounds); cc = median(c, rounds); bb = median(bc, rounds); uu = median(uc, rounds); kk = median(kc, rounds)
+      printf "| %s | %.0f | %.2f× | %s | %s | %.1f | %d |\n", name[t], m, q, (t == "a" ? "–" : sprintf("%.1f", cc)), (t == "a" ? "–" : sprintf("%.1f / %.1f", uu, kk)), bb, bad[t]
     }
     for (r = 1; r <= rounds; r++) { db[r] = rps["d", r] / rps["b", r]; dc[r] = rps["d", r] / rps["c", r]; cb[r] = cpu["d", r] / cpu["b", r] }
     printf "\n(d)/(b) router vs nginx: %.2f× (rounds:", median(db, rounds)
