@@ -85,6 +85,7 @@ type options struct {
 	logLevel            slog.Level
 	pprof               bool
 	loopProbe           bool
+	loopSyscalls        bool
 	server              router.ServerLimits
 	cell                router.CellLimits
 	adminTokenFile      string
@@ -113,6 +114,7 @@ func parseFlags(args []string, getenv func(string) string, output io.Writer) (o 
 	fs.DurationVar(&o.reloadInterval, "reload-interval", time.Second, "how often the keys, admin token and certificate files are checked for changes (SIGHUP: at once)")
 	fs.TextVar(&o.logLevel, "log-level", slog.LevelInfo, "log level: debug, info, warn or error")
 	fs.BoolVar(&o.pprof, "pprof", false, "serve /debug/pprof/ on the admin listener")
+	fs.BoolVar(&o.loopSyscalls, "loop-syscalls", false, "event loops read and write each socket with a system call of its own (the way before; without it, a round's reads go to the kernel in one io_uring call and its writes in another, where the kernel allows io_uring)")
 	fs.BoolVar(&o.loopProbe, "loop-probe", false, "event loops ask epoll once more without blocking after each round of events before they wait (gnet's own way: two system calls per wake-up when events come one at a time; without it, one)")
 	fs.StringVar(&o.handoffSocket, "handoff-socket", "", "Unix socket where the router hands its listening sockets to a successor on this host, and where it takes them from a predecessor at its start: a restart or an upgrade with no connection refused; SIGUSR2 starts this program's path again as the successor (empty: none; see docs/router.md)")
 	fs.DurationVar(&o.handoffWait, "handoff-wait", time.Minute, "how long a successor that took the sockets has to become ready; after that this router refuses it and serves on")
@@ -312,6 +314,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, ready fun
 		return err
 	}
 	netpoll.ProbeBeforeWait.Store(o.loopProbe) // process-wide: read by each loop as it starts
+	netpoll.SyscallPerSocketIO.Store(o.loopSyscalls)
 	rt, err = router.New(router.Config{Server: o.server, Cell: cellLimits, SlotRateWindow: o.slotRateWindow}, router.Options{
 		Maps:       follower,
 		Refresh:    reg.Load,

@@ -37,7 +37,8 @@
 # Throughput: wrk, 2 threads, 64 connections, DURATION s per target, ROUNDS
 # rounds in rotating order; the ratios are per round, the median is shown.
 # CPU: user+system seconds of the proxy's processes over the wrk run divided
-# by the requests served.
+# by the requests served, and of it the user seconds (the rest, the kernel's:
+# the system calls, and on loopback the receiver's TCP input they run).
 # Latency: an open-loop generator at RATE req/s (latency from each request's
 # intended send time), LAT_DURATION s per target after a 2 s warm-up.
 #

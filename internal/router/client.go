@@ -395,9 +395,11 @@ func (lp *loop) done(cl *client, status int) {
 	lp.e.busy.Add(-1)
 	ex := &cl.ex
 	ex.cm.answered(status, time.Since(ex.start).Seconds())
-	if cl.c.OutboundBuffered() > 0 {
-		lp.writes.arm(&cl.w, lp.e.now())
-	}
+	// The write timer runs from every answer: the loop may write it after
+	// this (its writes of a round go out together), and the timer, when
+	// it fires, cuts the client only if bytes of an answer are still
+	// waiting for it then — all written before the last answer's time.
+	lp.writes.arm(&cl.w, lp.e.now())
 	if cl.close || lp.e.draining.Load() && !lp.e.handing.Load() {
 		// Bytes the client sent that were not read (a body refused from
 		// its head, pipelined requests) are read away before closing.

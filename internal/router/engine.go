@@ -92,12 +92,22 @@ func (e *engine) now() int64 { return int64(time.Since(e.base)) }
 // counts its epoll_wait calls.
 type waitCounter interface{ Waits() uint64 }
 
-// waits is the number of epoll_wait calls the loops have made.
-func (e *engine) waits() uint64 {
-	var n uint64
+// batchCounter is a gnet event loop as patched in third_party/gnet: it
+// counts its batched reads and writes (io_uring calls).
+type batchCounter interface{ Batched() *gnet.Batched }
+
+// loopCounts sums the loops' system-call counters.
+func (e *engine) loopCounts() loopCounts {
+	var n loopCounts
 	for _, lp := range e.loopList() {
 		if w, ok := lp.el.(waitCounter); ok {
-			n += w.Waits()
+			n.waits += w.Waits()
+		}
+		if b, ok := lp.el.(batchCounter); ok {
+			s := b.Batched()
+			n.batches += s.Calls.Load()
+			n.batchedReads += s.Reads.Load()
+			n.batchedWrites += s.Writes.Load()
 		}
 	}
 	return n

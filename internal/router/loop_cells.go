@@ -356,6 +356,18 @@ func (uc *upconn) quiet(when string) bool {
 		return true
 	}
 	uc.p.lp.e.r.metrics.peeks.Inc()
+	if ra, ok := uc.c.(readAheader); ok {
+		// Read by the loop's batch this round, not yet handed over: the
+		// kernel no longer has it to show.
+		if res, pending := ra.ReadAhead(); pending {
+			if res > 0 {
+				uc.unasked(when, res)
+			} else {
+				uc.shut()
+			}
+			return false
+		}
+	}
 	switch n, err := peek(uc.c.Fd()); {
 	case err == unix.EAGAIN:
 		return true
@@ -367,6 +379,12 @@ func (uc *upconn) quiet(when string) bool {
 		uc.shut()
 	}
 	return false
+}
+
+// readAheader is a gnet connection as patched in third_party/gnet: a
+// loop reads a round's sockets before it hands them over.
+type readAheader interface {
+	ReadAhead() (res int, pending bool)
 }
 
 // peek is recv(fd, 1 byte, MSG_PEEK|MSG_DONTWAIT): 1 if a byte waits, 0

@@ -61,12 +61,29 @@ type cellMetrics struct {
 
 type codeCounter struct{ prometheus.Counter }
 
-func newMetrics(reg prometheus.Registerer, gauges prometheus.Collector, loopWaits func() float64) *metrics {
+// loopCounts are the event loops' system-call counters, summed.
+type loopCounts struct{ waits, batches, batchedReads, batchedWrites uint64 }
+
+func newMetrics(reg prometheus.Registerer, gauges prometheus.Collector, loops func() loopCounts) *metrics {
 	auto := promauto.With(reg)
 	waits := auto.NewCounterFunc(prometheus.CounterOpts{
 		Name: "cellkit_router_loop_waits_total",
 		Help: "epoll_wait calls of the event loops, each a system call: a loop makes one per wake-up (with -loop-probe, two when its events come one at a time).",
-	}, loopWaits)
+	}, func() float64 { return float64(loops().waits) })
+	auto.NewCounterFunc(prometheus.CounterOpts{
+		Name: "cellkit_router_loop_batches_total",
+		Help: "io_uring calls of the event loops, each a system call carrying a round's reads or its writes (two or more; one is a read or write call of its own). None with -loop-syscalls or where the kernel refuses io_uring.",
+	}, func() float64 { return float64(loops().batches) })
+	for _, op := range []struct {
+		name string
+		n    func(loopCounts) uint64
+	}{{"read", func(c loopCounts) uint64 { return c.batchedReads }}, {"write", func(c loopCounts) uint64 { return c.batchedWrites }}} {
+		auto.NewCounterFunc(prometheus.CounterOpts{
+			Name:        "cellkit_router_loop_batched_ops_total",
+			Help:        "Socket reads and writes the event loops made in batches (cellkit_router_loop_batches_total), by op.",
+			ConstLabels: prometheus.Labels{"op": op.name},
+		}, func() float64 { return float64(op.n(loops())) })
+	}
 	m := &metrics{
 		requests: auto.NewCounterVec(prometheus.CounterOpts{
 			Name: "cellkit_router_requests_total",

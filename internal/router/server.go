@@ -351,7 +351,7 @@ func New(cfg Config, opts Options) (*Router, error) {
 	}
 	hex.Encode(r.ridPrefix[:16], seed[:])
 	r.ridPrefix[16] = '-'
-	m := newMetrics(opts.Registerer, newGuardGauges(r.allGuards), func() float64 { return float64(r.eng.waits()) })
+	m := newMetrics(opts.Registerer, newGuardGauges(r.allGuards), func() loopCounts { return r.eng.loopCounts() })
 	r.metrics = m
 	r.noCell = m.cell(noCell)
 	m.addClients(opts.Keys)

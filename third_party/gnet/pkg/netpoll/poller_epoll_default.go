@@ -41,7 +41,13 @@ type Poller struct {
 	urgentAsyncTaskQueue        queue.AsyncTaskQueue // queue with high priority
 	highPriorityEventsThreshold int32                // threshold of high-priority events
 	waits                       atomic.Uint64        // epoll_wait calls (cellkit)
+	batcher                     Batcher              // the loop's batched reads and writes, if any (cellkit)
 }
+
+// SetBatcher sets (or, nil, removes) the poller's batcher, only from the
+// polling goroutine or before it polls, and reports whether it is used
+// (cellkit).
+func (p *Poller) SetBatcher(b Batcher) bool { p.batcher = b; return true }
 
 // Waits is the number of epoll_wait calls the poller has made (cellkit).
 func (p *Poller) Waits() uint64 { return p.waits.Load() }
@@ -136,6 +142,9 @@ func (p *Poller) Polling(callback PollEventHandler) error {
 		if probe {
 			msec = 0
 		}
+		if p.batcher != nil {
+			p.batcher.Prepare(el.events[:n])
+		}
 
 		for i := 0; i < n; i++ {
 			ev := &el.events[i]
@@ -183,6 +192,10 @@ func (p *Poller) Polling(callback PollEventHandler) error {
 					break
 				}
 			}
+		}
+
+		if p.batcher != nil {
+			p.batcher.Flush()
 		}
 
 		if n == el.size {

@@ -42,6 +42,10 @@ type Poller struct {
 	waits                       atomic.Uint64        // epoll_wait calls (cellkit)
 }
 
+// SetBatcher reports that this poller does not batch: only the default
+// poller does (cellkit).
+func (p *Poller) SetBatcher(b Batcher) bool { return b == nil }
+
 // Waits is the number of epoll_wait calls the poller has made (cellkit).
 func (p *Poller) Waits() uint64 { return p.waits.Load() }
 

@@ -14,7 +14,11 @@
 
 package netpoll
 
-import "sync/atomic"
+import (
+	"sync/atomic"
+
+	"golang.org/x/sys/unix"
+)
 
 // ProbeBeforeWait, when true as a poller starts polling, keeps gnet's own
 // way of waiting: after a round of events, epoll_wait again with a zero
@@ -24,3 +28,19 @@ import "sync/atomic"
 // call when they come faster than a round takes (the blocking wait then
 // returns at once).
 var ProbeBeforeWait atomic.Bool
+
+// SyscallPerSocketIO, when true as a loop starts, keeps gnet's own way: a
+// read or write system call per socket. False (the cellkit patch), a
+// loop reads the sockets a round of events found readable in one
+// io_uring call and writes what the round wrote in another, where the
+// kernel allows io_uring (a loop that cannot set up a ring says so in its
+// log and makes a system call per read and write).
+var SyscallPerSocketIO atomic.Bool
+
+// Batcher is told of each round of events before they are dispatched
+// (Prepare) and flushed once the round and its tasks are done, before the
+// poller waits again (Flush).
+type Batcher interface {
+	Prepare(events []unix.EpollEvent)
+	Flush()
+}
