@@ -14,7 +14,20 @@ import (
 	"time"
 
 	"github.com/panjf2000/gnet/v2/pkg/netpoll"
+	"github.com/panjf2000/gnet/v2/pkg/uring"
 )
+
+// uringAvailable says whether this kernel (and its seccomp profile) lets
+// a process set up an io_uring, as the loops do.
+func uringAvailable(t *testing.T) bool {
+	r, err := uring.New(8)
+	if err != nil {
+		t.Logf("no io_uring: %v", err)
+		return false
+	}
+	r.Close()
+	return true
+}
 
 // Many clients at once, each asking for answers larger than the kernel
 // buffers for it and reading them late: the loops read a round's sockets
@@ -86,6 +99,8 @@ func TestBatchedReadsAndWritesKeepEveryAnswerWhole(t *testing.T) {
 			switch {
 			case syscalls && n.batches != 0:
 				t.Errorf("%d batches with a system call per read and write", n.batches)
+			case !syscalls && !uringAvailable(t):
+				t.Log("io_uring refused here: the loops made a call per read and write")
 			case !syscalls && (n.batchedReads == 0 || n.batchedWrites == 0):
 				t.Errorf("%d batched reads and %d batched writes for %d clients at once, want some of each", n.batchedReads, n.batchedWrites, clients)
 			}
