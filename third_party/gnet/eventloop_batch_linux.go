@@ -216,13 +216,11 @@ func (b *batch) flush(q []*conn) {
 		if len(iov) > batchIovecs {
 			iov = iov[:batchIovecs]
 		}
+		c.sendRes, c.sendDone = 0, false
 		_ = b.ring.Send(c.fd, iov, b.iovs[i], uint64(i))
 	}
 	b.stats.Calls.Add(1)
 	b.stats.Writes.Add(uint64(len(b.writes)))
-	for _, c := range b.writes {
-		c.sendRes, c.sendDone = 0, false
-	}
 	err := b.ring.Submit(b.sent)
 	for _, c := range b.writes {
 		c.queued, c.unflushed = false, 0

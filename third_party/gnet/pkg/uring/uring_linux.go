@@ -242,7 +242,13 @@ func (r *Ring) Submit(done func(tag uint64, res int32)) error {
 			// Entries left in the queue would run at a later
 			// submission, over buffers reused by then: the ring
 			// cannot be used any more.
-			return fmt.Errorf("io_uring_enter: %d of %d entries taken: %v", consumed, n, errno)
+			if errno != 0 {
+				return fmt.Errorf("io_uring_enter: %w", errno)
+			}
+			// Those taken ran: their results are reported, so that
+			// the caller redoes only the others.
+			r.reap(done)
+			return fmt.Errorf("io_uring_enter: %d of %d entries taken", consumed, n)
 		}
 		break
 	}
