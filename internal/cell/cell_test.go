@@ -523,6 +523,20 @@ func TestQuotaFollowsTheMap(t *testing.T) {
 	if got := limits(); got != want {
 		t.Fatalf("/metrics agency limits after the change:\n%s\nwant\n%s", got, want)
 	}
+	// A smaller quota (a cell joined the map) closes only the sessions
+	// beyond it: the cell keeps the others and stays ready.
+	created := h.cell.clients["nice"].Status().Pool.Created
+	h.reg.Change(func(m *slotmap.Map) (*slotmap.Plan, error) { return m.SetAgency("nice", 2) })
+	testkit.WaitFor(t, 5*time.Second, "the nice pool to shrink to 2", func() bool {
+		st := h.cell.clients["nice"].Status().Pool
+		return st.Size == 2 && st.Open == 2
+	})
+	if st := h.cell.clients["nice"].Status().Pool; st.Created != created || st.Idle != 2 {
+		t.Fatalf("after the shrink: %+v, want the same sessions (%d created), 2 idle", st, created)
+	}
+	if code := h.adminDo("GET", "/readyz", nil).Status; code != http.StatusOK {
+		t.Fatalf("readyz %d after the shrink", code)
+	}
 }
 
 func TestAdminAPI(t *testing.T) {

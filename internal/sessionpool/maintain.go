@@ -7,9 +7,19 @@ import (
 	"github.com/cellkit/cellkit/internal/backoff"
 )
 
-// openLocked counts every session that exists or is being dialled.
+// openLocked counts every session that exists or is being dialled: what
+// the agency may see, so what a dial is weighed against.
 func (p *Pool[C]) openLocked() int {
 	return len(p.idle) + p.inUse + p.pending + p.checking + p.retiring + p.closing
+}
+
+// liveLocked counts the sessions the pool keeps: idle, lent out or out for
+// a heartbeat. Whether to keep a session is weighed against these, not
+// against the ones on their way out (closing, retiring): those are going
+// whatever happens, and after a shrink, counting them closed sessions the
+// pool needed.
+func (p *Pool[C]) liveLocked() int {
+	return len(p.idle) + p.inUse + p.checking
 }
 
 // fillLocked dials as many sessions as are missing, unless backing off.
@@ -74,7 +84,7 @@ func (p *Pool[C]) dialOne() {
 	p.nextID++
 	s := &Session[C]{conn: conn, id: p.nextID, created: now, lastUsed: now}
 	p.stats.Created++
-	if p.closed || p.openLocked() >= p.size {
+	if p.closed || p.liveLocked() >= p.size {
 		p.stats.Retired++
 		p.closeLocked(s, "")
 		return
@@ -168,7 +178,7 @@ func (p *Pool[C]) heartbeat(s *Session[C]) {
 		p.stats.Broken++
 		p.log.Info("heartbeat failed; replacing session", "session", s.id, "err", err)
 		p.closeLocked(s, "")
-	case p.closed || p.openLocked() >= p.size:
+	case p.closed || p.liveLocked() >= p.size:
 		p.stats.Retired++
 		p.closeLocked(s, "")
 	default:

@@ -332,7 +332,7 @@ func (p *Pool[C]) Return(s *Session[C], ok bool) {
 	case !ok || !p.alive(s):
 		p.stats.Broken++
 		p.closeLocked(s, "broken")
-	case p.closed || p.openLocked() >= p.size:
+	case p.closed || p.liveLocked() >= p.size:
 		p.stats.Retired++
 		p.closeLocked(s, "")
 	case p.cfg.MaxLifetime > 0 && p.now().Sub(s.created) >= p.cfg.MaxLifetime && p.retiring == 0:
@@ -405,7 +405,10 @@ func (p *Pool[C]) Resize(n int) {
 	}
 	p.log.Info("resizing session pool", "from", p.size, "to", n)
 	p.size = n
-	for len(p.idle) > 0 && p.openLocked() > p.size {
+	// The excess is of the sessions kept: one closed here stays counted as
+	// closing until its Close returns (no dial replaces it before), and
+	// taking those for sessions still to close closed every idle one.
+	for p.liveLocked() > p.size && len(p.idle) > 0 {
 		s := p.idle[len(p.idle)-1] // the most recently used: others are older and warmer
 		p.idle = p.idle[:len(p.idle)-1]
 		p.stats.Retired++

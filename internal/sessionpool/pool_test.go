@@ -470,3 +470,59 @@ func TestSessionsOutForAHeartbeatAreUp(t *testing.T) {
 		t.Fatalf("after the heartbeats: %+v, want the same 3 sessions", st)
 	}
 }
+
+// slowClose is a real agency session whose Close waits for hold first: the
+// test decides how long a closing session stays counted.
+type slowClose struct {
+	*agency.Conn
+	hold <-chan struct{}
+}
+
+func (c *slowClose) Close() error {
+	<-c.hold
+	return c.Conn.Close()
+}
+
+// Shrinking closes only the sessions beyond the new size. The ones it
+// closes count against the size until their Close returns (an agency that
+// counts sessions must not see more), and must not be taken for sessions
+// still to close: a pool that did so closed every idle session, and a cell
+// whose quota shrank (a cell added to the map) was not ready until it had
+// dialled them all again.
+func TestShrinkingKeepsTheSessionsItNeeds(t *testing.T) {
+	sim := celltest.StartSim(t, telegram.NICE(), agencysim.Config{MaxSessions: 10})
+	hold := make(chan struct{})
+	released := sync.OnceFunc(func() { close(hold) })
+	p, err := sessionpool.New(sessionpool.Config{Size: 6},
+		sessionpool.Options[*slowClose]{Dial: func(ctx context.Context) (*slowClose, error) {
+			conn, err := agency.Dial(ctx, sim.Addr().String(), telegram.NICE())
+			if err != nil {
+				return nil, err
+			}
+			return &slowClose{Conn: conn, hold: hold}, nil
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	t.Cleanup(released) // runs first: the pool's Close waits for the closes
+	testkit.WaitFor(t, 5*time.Second, "6 sessions", func() bool { st := p.Stats(); return st.Idle == 6 && st.Open == 6 })
+	p.Resize(4)
+	if st := p.Stats(); st.Idle != 4 || st.Up() != 4 || st.Open != 6 || st.Retired != 2 {
+		t.Fatalf("shrunk from 6 to 4 with the closes held: %+v (up %d), want 4 idle, 6 open (2 closing), 2 retired", st, st.Up())
+	}
+	// Shrinking again while the first closes are still out: the two closing
+	// ones already count, so only two more go.
+	p.Resize(2)
+	if st := p.Stats(); st.Idle != 2 || st.Open != 6 || st.Retired != 4 {
+		t.Fatalf("shrunk from 4 to 2 with 2 closes out: %+v, want 2 idle, 6 open, 4 retired", st)
+	}
+	released()
+	testkit.WaitFor(t, 5*time.Second, "2 sessions left at the simulator", func() bool {
+		st := p.Stats()
+		return st.Open == 2 && st.Idle == 2 && sim.Stats().ActiveSessions == 2
+	})
+	if st := p.Stats(); st.Created != 6 || st.Dialing != 0 {
+		t.Fatalf("after the closes: %+v, want the 6 first sessions and no dial", st)
+	}
+}
