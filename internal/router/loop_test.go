@@ -526,7 +526,17 @@ func TestClientThatReadsNothingIsCut(t *testing.T) {
 	if _, err := c.Write([]byte(strings.Repeat(get, asked))); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(time.Second) // reading nothing
+	// Reading nothing until the router stops asking the cell for this
+	// client's requests (it cut the client or, wrongly, answered them all):
+	// a fixed pause raced a loaded machine, where the router had not yet
+	// buffered enough to cut when the client began to read.
+	last, since := int64(-1), time.Now()
+	testkit.WaitFor(t, 30*time.Second, "the router to stop forwarding the unread requests", func() bool {
+		if n := f.count.Load(); n != last {
+			last, since = n, time.Now()
+		}
+		return last > 0 && time.Since(since) > time.Second
+	})
 	if a := w.do("GET", "/v1/inquiries/c1-abc", ""); a.status != 200 {
 		t.Fatalf("another client meanwhile: %v", a)
 	}
