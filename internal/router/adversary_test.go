@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"strconv"
 	"strings"
@@ -358,6 +359,76 @@ func TestAConnectionAcceptedAtTheFileLimitWaits(t *testing.T) {
 	})
 	fl.restore()
 	w.servedOn(t, c, "the connection accepted at the limit")
+}
+
+// TestTheRoutersOwnShortageIsNotTheCells: at the open-file limit the
+// router can open no socket to a cell, for a call or a health check. That
+// shortage is the router's own: the call gets 503 with Retry-After and
+// without Cellkit-Overloaded (another router may serve it), the checks are
+// skipped, not missed, and nothing is held against the cell — no instance
+// out of rotation, no breaker failure — so it is served at once when files
+// are free again.
+func TestTheRoutersOwnShortageIsNotTheCells(t *testing.T) {
+	// A cell that closes every connection after its answer: each call and
+	// each check needs a socket of its own.
+	cell := httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, _ *http.Request) {
+		rw.Header().Set("Connection", "close")
+		rw.Header().Set("Content-Type", "application/json")
+		_, _ = rw.Write([]byte("{}"))
+	}))
+	t.Cleanup(cell.Close)
+	w := newWorld(t, worldOptions{cells: []string{"c1"}, intake: map[string]string{"c1": cell.URL}})
+	c, err := net.Dial("tcp", strings.TrimPrefix(w.url, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(20 * time.Second))
+	br := bufio.NewReader(c)
+	ask := func(what string) (*http.Response, []byte) {
+		t.Helper()
+		fmt.Fprintf(c, "GET /v1/inquiries/c1-abc HTTP/1.1\r\nHost: a\r\nX-API-Key: %s\r\n\r\n", w.key)
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		body, err := io.ReadAll(resp.Body)
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		return resp, body
+	}
+	if resp, body := ask("before"); resp.StatusCode != 200 {
+		t.Fatalf("before: %d %s", resp.StatusCode, body)
+	}
+	m := w.router.metrics.cell("c1")
+	skippedBefore, missedBefore := testutil.ToFloat64(m.probes[skipped]), testutil.ToFloat64(m.probes[missed])
+
+	fl := atFileLimit(t)
+	resp, body := ask("at the file limit")
+	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" ||
+		resp.Header.Get("Cellkit-Overloaded") != "" || !strings.Contains(string(body), "short of files") {
+		t.Errorf("at the file limit: %d %v %s, want 503 with Retry-After, without Cellkit-Overloaded, saying the router is short", resp.StatusCode, resp.Header, body)
+	}
+	testkit.WaitFor(t, 5*time.Second, "health checks skipped at the file limit", func() bool {
+		return testutil.ToFloat64(m.probes[skipped]) >= skippedBefore+probeFall+1
+	})
+	fl.restore()
+	if got := testutil.ToFloat64(m.probes[missed]); got != missedBefore {
+		t.Errorf("%v checks missed at the file limit, want none (skipped)", got-missedBefore)
+	}
+	st := w.router.Cells()[0]
+	if st.Breaker != "closed" {
+		t.Errorf("breaker %s after the router's shortage, want closed", st.Breaker)
+	}
+	for _, in := range st.Instances {
+		if in.Ejected {
+			t.Errorf("instance %s out of rotation after the router's shortage", in.Intake)
+		}
+	}
+	if resp, body := ask("once files are free"); resp.StatusCode != 200 {
+		t.Errorf("once files are free: %d %s, want 200 at once", resp.StatusCode, body)
+	}
 }
 
 // TestStalledLoopEndsServing: an event loop that stops running is a

@@ -50,7 +50,7 @@ var (
 // cellProbs are the answers about one cell, marshalled when the cell is
 // first seen.
 type cellProbs struct {
-	bulkhead, breaker, unavailable, down, timeout, misdirected prob
+	bulkhead, breaker, unavailable, short, down, timeout, misdirected prob
 }
 
 func newCellProbs(cell string) cellProbs {
@@ -61,6 +61,8 @@ func newCellProbs(cell string) cellProbs {
 			"cell "+cell+" is failing and its circuit is open; retry after Retry-After seconds, not elsewhere: the user's data lives in that cell")).withOverloaded(),
 		unavailable: newProb(problem.New(http.StatusServiceUnavailable, problem.CellUnavailable,
 			"cell "+cell+" cannot be reached; retry after Retry-After seconds, not elsewhere: the user's data lives in that cell")).withOverloaded(),
+		short: newProb(problem.New(http.StatusServiceUnavailable, problem.CellUnavailable,
+			"the router is short of files or memory to reach cell "+cell+"; retry after Retry-After seconds")),
 		down: newProb(problem.New(http.StatusServiceUnavailable, problem.CellUnavailable,
 			"cell "+cell+" does not answer the router's health checks; retry after Retry-After seconds, not elsewhere: the user's data lives in that cell")).withOverloaded(),
 		timeout: newProb(problem.New(http.StatusGatewayTimeout, problem.CellTimeout,

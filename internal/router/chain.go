@@ -239,6 +239,19 @@ func (lp *loop) undelivered(cl *client) {
 	lp.dispatchAvoiding(cl, ex.ep)
 }
 
+// shortOfResources ends a call the router could not open a connection for,
+// short of files or memory itself: 503 with Retry-After, and, unlike
+// failed, nothing held against the cell (no breaker failure, no ejection)
+// and no Cellkit-Overloaded (another router may serve it).
+func (lp *loop) shortOfResources(cl *client) {
+	ex := &cl.ex
+	u := ex.u
+	ex.uc = nil
+	lp.leave(cl, false)
+	u.m.connErr.Inc()
+	lp.answer(cl, &u.probs.short, time.Second, nil)
+}
+
 // failed ends a call that got no answer: a timeout (504) or a connection
 // that failed (503); both count against the cell.
 func (lp *loop) failed(cl *client, timeout bool) {

@@ -3,6 +3,7 @@ package router
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"net"
 	"syscall"
 	"time"
@@ -69,8 +70,9 @@ func (p *pool) dial() {
 			}
 		}
 		if err != nil {
+			short := shortOfResources(err)
 			lp.el.Execute(context.Background(), gnet.RunnableFunc(func(context.Context) error {
-				d.failed()
+				d.failed(short)
 				return nil
 			}))
 		}
@@ -115,6 +117,19 @@ func unackedTimeout(d time.Duration) func(network, address string, rc syscall.Ra
 	}
 }
 
+// shortOfResources says whether err is the router's own shortage, not the
+// far side's answer: no socket (the open-file limit, the system's file
+// table), no memory or buffers, no local port. A check or a call that
+// fails for it says nothing of the cell, and is not held against it.
+func shortOfResources(err error) bool {
+	for _, e := range []error{unix.EMFILE, unix.ENFILE, unix.ENOMEM, unix.ENOBUFS, unix.EADDRNOTAVAIL} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
+}
+
 // finish marks d finished, once.
 func (d *dialing) finish() bool {
 	if d.end {
@@ -126,7 +141,7 @@ func (d *dialing) finish() bool {
 }
 
 // failed: the connection could not be opened; the first waiter gets 503.
-func (d *dialing) failed() {
+func (d *dialing) failed(short bool) {
 	if !d.finish() {
 		return
 	}
@@ -135,10 +150,15 @@ func (d *dialing) failed() {
 		cl := p.waiters[0]
 		p.waiters = p.waiters[1:]
 		cl.wt.stop()
-		if cl.state == stBusy {
-			p.lp.undelivered(cl)
-			break
+		if cl.state != stBusy {
+			continue
 		}
+		if short {
+			p.lp.shortOfResources(cl)
+		} else {
+			p.lp.undelivered(cl)
+		}
+		break
 	}
 	p.topUp()
 }
@@ -151,7 +171,7 @@ func (lp *loop) sweepDials(now int64) {
 			continue
 		}
 		if d.at <= now {
-			d.failed()
+			d.failed(false)
 			continue
 		}
 		keep = append(keep, d)

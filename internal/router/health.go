@@ -31,6 +31,11 @@ import (
 //     call a refused dial (microseconds, then failover or the breaker), so
 //     it needs no check, and counting it would keep a cell that starts
 //     just after the router out until the next check.
+//   - A check the router cannot make — no socket for it: the process at
+//     its open-file limit, short of memory or of local ports — is
+//     skipped, not missed: the router's own shortage says nothing of the
+//     cell, and counting it took every cell's instances down and tripped
+//     their breakers, to answer 503 after the files were back.
 //   - probeFall misses in a row take the instance out of rotation (it is
 //     down) until a healthy check; a miss is checked again at once, not
 //     after the interval, so a hang is found within ProbeInterval +
@@ -64,6 +69,7 @@ const (
 	missed                // no answer in time
 	refused               // no process listens: a miss only for an instance already down
 	unhealthy             // a 5xx answer, a refused TLS handshake: alive, and cannot take work now
+	skipped               // the router could not open a socket (shortOfResources): says nothing of the instance
 )
 
 // checks runs the health checks of the endpoints of the routing table's
@@ -161,6 +167,8 @@ func (r *Router) probe(ctx context.Context, client *http.Client, url, host strin
 	req.Host = host
 	resp, err := client.Do(req)
 	switch {
+	case shortOfResources(err):
+		return skipped
 	case errors.Is(err, syscall.ECONNREFUSED):
 		return refused
 	case spokeTLS(err):
@@ -195,7 +203,7 @@ func (r *Router) probed(ep *endpoint, v checkResult) {
 	u := ep.u
 	u.m.probed(v)
 	switch {
-	case v == refused && !ep.down.Load():
+	case v == skipped, v == refused && !ep.down.Load():
 		return
 	case v == healthy:
 		ep.misses.Store(0)

@@ -162,7 +162,7 @@ func (uc *upconn) opened(c gnet.Conn) {
 		// for a dial that failed, the first waiter goes elsewhere or fails
 		// (dialling again would only meet the same).
 		if d != nil {
-			d.failed()
+			d.failed(false)
 		}
 		return
 	}

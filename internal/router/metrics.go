@@ -55,7 +55,7 @@ type cellMetrics struct {
 	connErr     prometheus.Counter
 	misdir      prometheus.Counter
 	ejections   prometheus.Counter
-	probes      [4]prometheus.Counter // by checkResult
+	probes      [5]prometheus.Counter // by checkResult
 	shedRetried prometheus.Counter
 }
 
@@ -144,7 +144,7 @@ func newMetrics(reg prometheus.Registerer, gauges prometheus.Collector, loops fu
 		}, []string{"cell"}),
 		probes: auto.NewCounterVec(prometheus.CounterOpts{
 			Name: "cellkit_router_probes_total",
-			Help: "Health checks of a cell's instances (GET /v1/health on a connection of their own), by result: ok, missed (no answer within the probe timeout), refused (no process listens) or unhealthy (a 5xx: alive, cannot take work).",
+			Help: "Health checks of a cell's instances (GET /v1/health on a connection of their own), by result: ok, missed (no answer within the probe timeout), refused (no process listens), unhealthy (a 5xx: alive, cannot take work) or skipped (the router could not open a socket: its own open-file limit or memory; not held against the cell).",
 		}, []string{"cell", "result"}),
 		shedRetried: auto.NewCounterVec(prometheus.CounterOpts{
 			Name: "cellkit_router_instance_shed_retries_total",
@@ -218,8 +218,8 @@ func (m *metrics) cell(id string) *cellMetrics {
 		connErr:   m.upstream.WithLabelValues(id, "connection"),
 		misdir:    m.misdirects.WithLabelValues(id),
 		ejections: m.ejections.WithLabelValues(id), shedRetried: m.shedRetried.WithLabelValues(id),
-		probes: [4]prometheus.Counter{m.probes.WithLabelValues(id, "ok"), m.probes.WithLabelValues(id, "missed"),
-			m.probes.WithLabelValues(id, "refused"), m.probes.WithLabelValues(id, "unhealthy")},
+		probes: [5]prometheus.Counter{m.probes.WithLabelValues(id, "ok"), m.probes.WithLabelValues(id, "missed"),
+			m.probes.WithLabelValues(id, "refused"), m.probes.WithLabelValues(id, "unhealthy"), m.probes.WithLabelValues(id, "skipped")},
 	}
 	for r := range guard.Reasons {
 		cm.shed[r] = m.shed.WithLabelValues(id, r.String())
