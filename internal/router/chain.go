@@ -239,11 +239,11 @@ func (lp *loop) undelivered(cl *client) {
 	lp.dispatchAvoiding(cl, ex.ep)
 }
 
-// shortOfResources ends a call the router could not open a connection for,
-// short of files or memory itself: 503 with Retry-After, and, unlike
+// ownShortage ends a call the router could not open a connection for,
+// short of files or memory itself (shortOfResources): 503 with Retry-After, and, unlike
 // failed, nothing held against the cell (no breaker failure, no ejection)
 // and no Cellkit-Overloaded (another router may serve it).
-func (lp *loop) shortOfResources(cl *client) {
+func (lp *loop) ownShortage(cl *client) {
 	ex := &cl.ex
 	u := ex.u
 	ex.uc = nil

@@ -154,7 +154,7 @@ func (d *dialing) failed(short bool) {
 			continue
 		}
 		if short {
-			p.lp.shortOfResources(cl)
+			p.lp.ownShortage(cl)
 		} else {
 			p.lp.undelivered(cl)
 		}

@@ -423,20 +423,41 @@ func BenchmarkPoolBorrow(b *testing.B) {
 	})
 }
 
-// heldConn is a real agency session whose heartbeats wait for hold first:
-// the test decides how long a heartbeat is out.
+// heldConn is a real agency session whose heartbeats and Close wait first
+// for their channel, if it is not nil: the test decides how long a
+// heartbeat is out, or a closing session stays counted.
 type heldConn struct {
 	*agency.Conn
-	hold <-chan struct{}
+	heartbeat, close <-chan struct{}
 }
 
 func (c *heldConn) Heartbeat(ctx context.Context) error {
-	select {
-	case <-c.hold:
-	case <-ctx.Done():
-		return ctx.Err()
+	if c.heartbeat != nil {
+		select {
+		case <-c.heartbeat:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
 	}
 	return c.Conn.Heartbeat(ctx)
+}
+
+func (c *heldConn) Close() error {
+	if c.close != nil {
+		<-c.close
+	}
+	return c.Conn.Close()
+}
+
+// dialHeld dials heldConns to the agency at addr.
+func dialHeld(addr string, heartbeat, closing <-chan struct{}) func(context.Context) (*heldConn, error) {
+	return func(ctx context.Context) (*heldConn, error) {
+		conn, err := agency.Dial(ctx, addr, telegram.NICE())
+		if err != nil {
+			return nil, err
+		}
+		return &heldConn{Conn: conn, heartbeat: heartbeat, close: closing}, nil
+	}
 }
 
 // A quiet pool heartbeats all its sessions in the same round; while they
@@ -447,13 +468,7 @@ func TestSessionsOutForAHeartbeatAreUp(t *testing.T) {
 	c := testkit.NewClock(time.Unix(1_000_000, 0))
 	hold := make(chan struct{})
 	p, err := sessionpool.New(sessionpool.Config{Size: 3, HeartbeatIdle: time.Minute, CheckInterval: time.Hour},
-		sessionpool.Options[*heldConn]{Now: c.Now, Dial: func(ctx context.Context) (*heldConn, error) {
-			conn, err := agency.Dial(ctx, sim.Addr().String(), telegram.NICE())
-			if err != nil {
-				return nil, err
-			}
-			return &heldConn{Conn: conn, hold: hold}, nil
-		}})
+		sessionpool.Options[*heldConn]{Now: c.Now, Dial: dialHeld(sim.Addr().String(), hold, nil)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -471,18 +486,6 @@ func TestSessionsOutForAHeartbeatAreUp(t *testing.T) {
 	}
 }
 
-// slowClose is a real agency session whose Close waits for hold first: the
-// test decides how long a closing session stays counted.
-type slowClose struct {
-	*agency.Conn
-	hold <-chan struct{}
-}
-
-func (c *slowClose) Close() error {
-	<-c.hold
-	return c.Conn.Close()
-}
-
 // Shrinking closes only the sessions beyond the new size. The ones it
 // closes count against the size until their Close returns (an agency that
 // counts sessions must not see more), and must not be taken for sessions
@@ -494,13 +497,7 @@ func TestShrinkingKeepsTheSessionsItNeeds(t *testing.T) {
 	hold := make(chan struct{})
 	released := sync.OnceFunc(func() { close(hold) })
 	p, err := sessionpool.New(sessionpool.Config{Size: 6},
-		sessionpool.Options[*slowClose]{Dial: func(ctx context.Context) (*slowClose, error) {
-			conn, err := agency.Dial(ctx, sim.Addr().String(), telegram.NICE())
-			if err != nil {
-				return nil, err
-			}
-			return &slowClose{Conn: conn, hold: hold}, nil
-		}})
+		sessionpool.Options[*heldConn]{Dial: dialHeld(sim.Addr().String(), nil, hold)})
 	if err != nil {
 		t.Fatal(err)
 	}
