@@ -138,6 +138,11 @@ type cellOpts struct {
 	tls *celltest.Certs
 	// logs, if set, takes the handler's log (else testkit.Logger).
 	logs *testkit.Buffer
+	// cut, if set, is the dialer of the cell's NATS connection (over TCP),
+	// for the test to cut it at a write.
+	cut *natsCut
+	// storage, if set, is the store's guard the intake watches.
+	storage Storage
 }
 
 // testCell is one cell's intake wired as internal/cell wires it: its own
@@ -171,7 +176,21 @@ func (e *env) cell(o cellOpts) *testCell {
 	if o.now == nil {
 		o.now = e.clk.Now
 	}
-	nc, js := celltest.Connect(t, e.srv, nats.MaxReconnects(-1), nats.ReconnectWait(250*time.Millisecond))
+	var nc *nats.Conn
+	var js jetstream.JetStream
+	if o.cut != nil {
+		var err error
+		if nc, err = nats.Connect(e.srv.ClientURL(), nats.SetCustomDialer(o.cut), nats.MaxReconnects(-1), nats.ReconnectWait(250*time.Millisecond)); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(nc.Close)
+		if js, err = jetstream.New(nc); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(o.cut.heal) // before the connection closes
+	} else {
+		nc, js = celltest.Connect(t, e.srv, nats.MaxReconnects(-1), nats.ReconnectWait(250*time.Millisecond))
+	}
 	st, err := store.OpenReplicated(ctx, js, o.id, 0, o.queue.Replicas)
 	if err != nil {
 		t.Fatal(err)
@@ -187,7 +206,7 @@ func (e *env) cell(o cellOpts) *testCell {
 	if o.logs != nil {
 		logger = o.logs.Logger(slog.LevelDebug)
 	}
-	opts := Options{Queue: q, Shedder: sh, Map: o.cmap, Logger: logger, Now: o.now}
+	opts := Options{Queue: q, Shedder: sh, Map: o.cmap, Logger: logger, Now: o.now, Storage: o.storage}
 	if o.tls != nil {
 		opts.PeerTLS = clientTLS(t, *o.tls, pki.RoleCell)
 	}
@@ -198,6 +217,10 @@ func (e *env) cell(o cellOpts) *testCell {
 	if o.moves != nil {
 		h.TrackMoves(o.moves)
 	}
+	settling, stopSettling := context.WithCancel(context.Background())
+	settled := make(chan struct{})
+	go func() { defer close(settled); h.Settle(settling) }()
+	t.Cleanup(func() { stopSettling(); <-settled })
 	if !o.closed {
 		h.Open()
 	}

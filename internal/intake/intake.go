@@ -3,7 +3,11 @@
 //
 // Guarantees:
 //   - 202 is answered only after the record is stored and the work message
-//     acknowledged by JetStream (synced to disk); every other answer
+//     acknowledged by JetStream (synced to disk). When the cell cannot
+//     tell whether an inquiry was accepted (a write whose answer never
+//     came, a rollback that failed, a slot's previous owner that cannot be
+//     asked about a key) the answer is 503 outcome-unknown naming the
+//     inquiry, and the instance settles it (Settle); every other answer
 //     accepted nothing (see package queue for the half-write rules).
 //   - The same Idempotency-Key (per user) always names the same inquiry: a
 //     retry gets the same id and enqueues nothing new; the key reused with
@@ -152,6 +156,8 @@ type Handler struct {
 	// of it; negative: the leader did not answer) and whether one runs.
 	pinged  atomic.Int64
 	pinging atomic.Bool
+
+	doubts doubts // the inquiries of unknown outcome to settle (see Settle)
 }
 
 // TrackMoves makes keyed requests for users whose slot moved here within
@@ -199,6 +205,7 @@ func New(cfg Config, opts Options) (*Handler, error) {
 	h := &Handler{
 		cfg: cfg, q: opts.Queue, st: opts.Queue.Store(), shed: opts.Shedder, disk: opts.Storage, cmap: opts.Map,
 		log: opts.Logger, now: opts.Now, m: newMetrics(opts.Registerer), peerTLS: opts.PeerTLS,
+		doubts: doubts{since: map[string]time.Time{}},
 	}
 	if h.log == nil {
 		h.log = slog.New(slog.DiscardHandler)

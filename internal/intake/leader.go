@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -27,14 +28,23 @@ const (
 	pingTimeout      = 150 * time.Millisecond
 )
 
+// attempt is one request's taking of a new inquiry: until when it waits
+// for the streams' leader, whether it did (counted once per request), and
+// the jobs its tries wrote under (see replay).
+type attempt struct {
+	deadline time.Time
+	waited   bool
+	jobs     []string
+}
+
 // untilLeader runs f, a write or read of the cell's streams, again while
-// they have no leader (queue.NotReady), until deadline: a new inquiry
+// they have no leader (queue.NotReady), until a's deadline: a new inquiry
 // waits out an election instead of failing. Each try is bounded by
 // TryTimeout. Trying again is safe: a record that a try wrote before its
 // answer was lost is found by the next (store.ErrExists: replayed), and a
 // message stored by a try whose PubAck was lost is the same job,
 // deduplicated by its Nats-Msg-Id.
-func (h *Handler) untilLeader(ctx context.Context, deadline time.Time, f func(context.Context) error) error {
+func (h *Handler) untilLeader(ctx context.Context, a *attempt, f func(context.Context) error) error {
 	for n := 1; ; n++ {
 		tctx, cancel := context.WithTimeout(ctx, h.cfg.TryTimeout)
 		err := f(tctx)
@@ -48,10 +58,8 @@ func (h *Handler) untilLeader(ctx context.Context, deadline time.Time, f func(co
 			// leader again (a record found to exist is a read).
 			h.leaderless.Store(0)
 		}
-		if !notReady || ctx.Err() != nil || !h.now().Before(deadline) || (h.disk != nil && h.disk.Refusing()) {
-			if n > 1 {
-				h.m.leaderWaits.Inc()
-			}
+		a.waited = a.waited || n > 1
+		if !notReady || ctx.Err() != nil || !h.now().Before(a.deadline) || (h.disk != nil && h.disk.Refusing()) {
 			return err
 		}
 		select {
@@ -62,47 +70,56 @@ func (h *Handler) untilLeader(ctx context.Context, deadline time.Time, f func(co
 	}
 }
 
-// enqueue is Enqueue, waiting for the streams' leader until deadline.
-// Each try after the first is a new job: a try whose record was rolled
-// back may have stored its message anyway, which a worker then dropped as
-// stale (its record gone); the same job's Nats-Msg-Id again would be a
-// duplicate within the stream's window and store nothing, leaving the
-// record without a message. A new job's message is stored, and the old
-// one, if still queued, is stale (its job is not the record's).
-func (h *Handler) enqueue(ctx context.Context, deadline time.Time, rec *inquiry.Record) (inquiry.Record, error) {
+// enqueue is Enqueue, waiting for the streams' leader; a.jobs gets the
+// jobs its tries wrote under (see replay). Each try after
+// the first is a new job: a message of an earlier try's job that the
+// server refused is not the next try's, and a record of that job rolled
+// back leaves nothing of it behind. A try whose outcome is unknown (its
+// record and message kept) is found by the next (store.ErrExists:
+// replayed), and once one try's outcome is unknown, so is the whole
+// enqueue's unless a later one settles it.
+func (h *Handler) enqueue(ctx context.Context, a *attempt, rec *inquiry.Record) (inquiry.Record, error) {
 	var got inquiry.Record
-	tries := 0
-	err := h.untilLeader(ctx, deadline, func(tctx context.Context) (err error) {
+	doubt, tries := false, 0
+	err := h.untilLeader(ctx, a, func(tctx context.Context) (err error) {
 		if tries++; tries > 1 {
 			rec.Job = inquiry.NewJob()
 		}
+		a.jobs = append(a.jobs, rec.Job)
 		got, err = h.q.Enqueue(tctx, rec)
+		doubt = doubt || errors.Is(err, queue.ErrUncertain)
 		return err
 	})
+	if doubt && err != nil && !errors.Is(err, queue.ErrUncertain) && !errors.Is(err, store.ErrExists) {
+		err = fmt.Errorf("%w: an earlier try's outcome is unknown, the last failed: %w", queue.ErrUncertain, err)
+	}
 	return got, err
 }
 
-// replay answers a request whose Idempotency-Key names an existing
-// inquiry (or a try whose answer was lost wrote), waiting for the
-// streams' leader until deadline.
-func (h *Handler) replay(ctx context.Context, deadline time.Time, w http.ResponseWriter, want inquiry.Record) {
+// replay answers a request whose inquiry's record exists: the inquiry
+// an earlier request with the same Idempotency-Key made, or the one an
+// earlier try of this request wrote (its job is one of a.jobs: the answer
+// is then a new inquiry's, not a replay's), waiting for the streams'
+// leader. The record exists, so a failure from here on leaves the
+// inquiry's outcome unknown.
+func (h *Handler) replay(ctx context.Context, a *attempt, w http.ResponseWriter, want inquiry.Record) {
 	// A conflict is a concurrent write (another instance, a replay, the
 	// rollback of a try whose answer was lost): read again, three times,
 	// and while the leader deadline lasts (an election makes tries that
 	// time out, and their rollbacks, conflict more).
-	for n := 0; n < 3 || (h.now().Before(deadline) && ctx.Err() == nil); n++ {
+	for n := 0; n < 3 || (h.now().Before(a.deadline) && ctx.Err() == nil); n++ {
 		if n >= 3 {
 			time.Sleep(backoff.Jittered(50*time.Millisecond, 200*time.Millisecond, n-2))
 		}
 		var cur inquiry.Record
 		var rev uint64
-		err := h.untilLeader(ctx, deadline, func(tctx context.Context) (err error) {
+		err := h.untilLeader(ctx, a, func(tctx context.Context) (err error) {
 			cur, rev, err = h.st.Get(tctx, want.ID)
 			return err
 		})
 		if errors.Is(err, store.ErrNotFound) {
 			// Rolled back meanwhile: take it as new.
-			got, err := h.enqueue(ctx, deadline, &want)
+			got, err := h.enqueue(ctx, a, &want)
 			if errors.Is(err, store.ErrExists) {
 				continue
 			}
@@ -115,7 +132,7 @@ func (h *Handler) replay(ctx context.Context, deadline time.Time, w http.Respons
 			return
 		}
 		if err != nil {
-			h.enqueueFailed(w, want.ID, err)
+			h.enqueueFailed(w, want.ID, fmt.Errorf("%w: its record exists and cannot be read: %w", queue.ErrUncertain, err))
 			return
 		}
 		if cur.Fingerprint != want.Fingerprint {
@@ -125,19 +142,24 @@ func (h *Handler) replay(ctx context.Context, deadline time.Time, w http.Respons
 		if cur.Status == inquiry.Pending {
 			// Make sure it has its message (the first attempt may have
 			// died between record and message).
-			err := h.untilLeader(ctx, deadline, func(tctx context.Context) error { return h.q.Replay(tctx, cur, rev) })
+			err := h.untilLeader(ctx, a, func(tctx context.Context) error { return h.q.Replay(tctx, cur, rev) })
 			if errors.Is(err, store.ErrConflict) {
 				continue
 			}
 			if err != nil {
-				h.enqueueFailed(w, want.ID, err)
+				h.enqueueFailed(w, want.ID, fmt.Errorf("%w: its record is pending and its message not confirmed: %w", queue.ErrUncertain, err))
 				return
 			}
+		}
+		if slices.Contains(a.jobs, cur.Job) {
+			h.taken(cur.Priority)
+			h.accepted(w, cur, false)
+			return
 		}
 		h.accepted(w, cur, true)
 		return
 	}
-	h.enqueueFailed(w, want.ID, queue.ErrUncertain)
+	h.enqueueFailed(w, want.ID, fmt.Errorf("%w: its record kept changing", queue.ErrUncertain))
 }
 
 // health answers a router's probe, at once: the routers take an instance

@@ -87,8 +87,10 @@ func (h *Handler) post(w http.ResponseWriter, r *http.Request) {
 		if prev, ok := h.moves.Previous(req.UserID, h.cmap().SlotOf(req.UserID), h.now()); ok {
 			// The user's slot came from another cell lately: a retry of a
 			// request that cell accepted must get that inquiry back, not a
-			// second one. If that cell cannot be asked, availability wins
-			// and the request is taken here (logged).
+			// second one. If that cell cannot be asked, whether it
+			// accepted the key's inquiry is unknown: taking the request
+			// here could make a second one, so nothing is taken until it
+			// answers (or leaves the map, or MoveWindow passes).
 			rec, found, err := h.askPrevious(ctx, prev, client, req.UserID, idemKey, inquiry.Fingerprint(req))
 			switch {
 			case errors.Is(err, errKeyReused):
@@ -100,7 +102,10 @@ func (h *Handler) post(w http.ResponseWriter, r *http.Request) {
 				httpx.JSON(w, http.StatusAccepted, rec)
 				return
 			case err != nil:
-				h.log.Warn("cannot ask the slot's previous cell about an idempotency key; accepting here", "previous", prev, "err", err)
+				id := inquiry.KeyID(prev, client, req.UserID, idemKey)
+				h.unknownOutcome(w, id, false, err, fmt.Sprintf("cell %s cannot ask cell %s, which owned the user until lately, whether it accepted this Idempotency-Key's inquiry %s; "+
+					"nothing was taken here: retry with the same Idempotency-Key", h.cfg.Cell, prev, id))
+				return
 			}
 		}
 	}
@@ -110,10 +115,15 @@ func (h *Handler) post(w http.ResponseWriter, r *http.Request) {
 	}
 	rec := inquiry.NewRecord(id, h.cfg.Cell, req, h.now())
 	rec.Client = client
-	deadline := h.now().Add(h.cfg.LeaderWait)
-	got, err := h.enqueue(ctx, deadline, &rec)
+	a := &attempt{deadline: h.now().Add(h.cfg.LeaderWait)}
+	defer func() {
+		if a.waited {
+			h.m.leaderWaits.Inc()
+		}
+	}()
+	got, err := h.enqueue(ctx, a, &rec)
 	if errors.Is(err, store.ErrExists) {
-		h.replay(ctx, deadline, w, rec)
+		h.replay(ctx, a, w, rec)
 		return
 	}
 	if err != nil {
@@ -124,7 +134,15 @@ func (h *Handler) post(w http.ResponseWriter, r *http.Request) {
 	h.accepted(w, got, false)
 }
 
+// enqueueFailed answers a new inquiry the queue did not take: 503
+// outcome-unknown when it may have been (queue.ErrUncertain), whatever
+// else is wrong; else the reason nothing was accepted.
 func (h *Handler) enqueueFailed(w http.ResponseWriter, id string, err error) {
+	if errors.Is(err, queue.ErrUncertain) {
+		h.unknownOutcome(w, id, true, err, "cell "+h.cfg.Cell+" cannot tell whether inquiry "+id+" was accepted: a write to its queue got no answer. "+
+			"Retry with the same Idempotency-Key; without one, do not send it again: GET the inquiry, which the cell settles once its queue answers")
+		return
+	}
 	if h.disk != nil && h.disk.Refusing() {
 		h.log.Warn("inquiry not accepted: the store refuses new work", "id", id, "err", err)
 		h.shedNow(w, shedStorage, "cell "+h.cfg.Cell+" could not store the inquiry: its store is near full or failed a write; nothing was accepted", h.cfg.StorageRetryAfter)

@@ -67,6 +67,7 @@ const (
 	MapMoving        = TypeBase + "map-moving"        // the user's slot is moving; the router has no newer map yet
 	CellUnavailable  = TypeBase + "cell-unavailable"  // the router cannot reach the cell
 	CellTimeout      = TypeBase + "cell-timeout"      // 504: the cell did not answer in time
+	OutcomeUnknown   = TypeBase + "outcome-unknown"   // 503: the cell cannot tell whether the inquiry was accepted
 	Internal         = TypeBase + "internal"          // 500
 )
 
@@ -77,6 +78,9 @@ type Details struct {
 	Status int    `json:"status"`          // the HTTP status code
 	Detail string `json:"detail"`          // what went wrong this time
 	Field  string `json:"field,omitempty"` // the request field at fault, for validation errors
+	// Inquiry, an extension member, names the inquiry the problem is
+	// about: for OutcomeUnknown, the one that may have been accepted.
+	Inquiry string `json:"inquiry_id,omitempty"`
 }
 
 // New returns a problem of type typ (one of the constants above) whose
@@ -88,6 +92,12 @@ func New(status int, typ, detail string) Details {
 // WithField names the request field at fault.
 func (d Details) WithField(field string) Details {
 	d.Field = field
+	return d
+}
+
+// WithInquiry names the inquiry the problem is about.
+func (d Details) WithInquiry(id string) Details {
+	d.Inquiry = id
 	return d
 }
 

@@ -6,11 +6,19 @@
 // Guarantees:
 //   - Enqueue answers nil only after the record is stored and the message's
 //     PubAck came back (file store, synced writes): an accepted inquiry
-//     survives a crash. On any error the record is rolled back, and a
-//     message that reached the stream anyway is stale (its record is gone
-//     or names another job) and is dropped by the workers unprocessed. So a
-//     caller told "no" never sees the inquiry processed, and a caller told
-//     "yes" always does.
+//     survives a crash. Its errors say which of two things happened.
+//     Nothing was accepted (ErrFull, ErrNotQueued): the server refused the
+//     record, or refused the message and the record was rolled back. Or the
+//     outcome is unknown (ErrUncertain): an answer never came (a timeout, a
+//     lost connection), so the server may have stored the write and its
+//     message may be at a worker already; or a rollback failed. An unknown
+//     outcome is not rolled back: a record deleted under a message a
+//     worker runs would leave the agencies called and the result dropped,
+//     and a retry would call them again. Replay completes it instead: it
+//     gives a pending record its message unless the stream holds it. So a
+//     caller told "no" never sees the inquiry processed, a caller told
+//     "yes" always does, and one told "unknown" sees it processed at most
+//     once, whoever replays it.
 //   - Messages carry Nats-Msg-Id = "<id>.<job>": a job published twice within
 //     the duplicate window (2 minutes) is stored once.
 //   - The work stream has WorkQueue retention and DiscardNew limits: when it
@@ -38,13 +46,15 @@ import (
 var (
 	// ErrFull means the work stream is at its size limit (DiscardNew).
 	ErrFull = errors.New("work queue full")
-	// ErrNotQueued means the message could not be stored; the record was
-	// rolled back and nothing was accepted.
+	// ErrNotQueued means the server refused the record, or refused the
+	// message and the record was rolled back: nothing was accepted.
 	ErrNotQueued = errors.New("inquiry not queued")
-	// ErrUncertain means the message could not be confirmed and another
-	// writer holds the record: the caller must answer as if nothing was
-	// accepted (a retry with the same Idempotency-Key finds the inquiry).
-	ErrUncertain = errors.New("inquiry enqueue not confirmed")
+	// ErrUncertain means the outcome is unknown: the record, its message
+	// or both may be stored (a write whose answer never came, a rollback
+	// that failed, a record another writer holds). The caller must not
+	// answer that nothing was accepted: a retry with the same
+	// Idempotency-Key finds the record, and Replay completes it.
+	ErrUncertain = errors.New("inquiry enqueue outcome unknown")
 	// ErrNotFailed means a retry was asked for an inquiry that is not failed.
 	ErrNotFailed = errors.New("inquiry is not failed")
 )
@@ -252,7 +262,7 @@ func (q *Queue) publish(ctx context.Context, rec *inquiry.Record) error {
 	_, err = q.js.PublishMsg(ctx, msg, jetstream.WithMsgID(rec.MsgID()), jetstream.WithRetryAttempts(0))
 	if err != nil {
 		if isFull(err) {
-			return fmt.Errorf("%w: %v", ErrFull, err)
+			return fmt.Errorf("%w: %w", ErrFull, err) // the server's answer kept: store.Refused
 		}
 		return err
 	}
@@ -268,6 +278,9 @@ func (q *Queue) publish(ctx context.Context, rec *inquiry.Record) error {
 // written by a try whose answer was lost is found by the next
 // (store.ErrExists).
 func NotReady(err error) bool {
+	if errors.Is(err, ErrFull) {
+		return false // the stream answered, and is full
+	}
 	var apiErr *jetstream.APIError
 	if errors.As(err, &apiErr) {
 		switch apiErr.ErrorCode {
@@ -300,28 +313,33 @@ func isFull(err error) bool {
 
 // Enqueue stores a new pending record and its work message. It returns
 // store.ErrExists when the id is taken (see Replay), ErrFull or
-// ErrNotQueued when nothing was accepted, and ErrUncertain when the outcome
-// is unknown; on any error but store.ErrExists the caller must answer that
-// nothing was accepted.
+// ErrNotQueued when nothing was accepted, and ErrUncertain when the
+// outcome is unknown (see the package doc).
 func (q *Queue) Enqueue(ctx context.Context, rec *inquiry.Record) (inquiry.Record, error) {
 	rev, err := q.store.Create(ctx, rec)
 	if errors.Is(err, store.ErrExists) {
 		return inquiry.Record{}, err
 	}
 	if err != nil {
-		return inquiry.Record{}, fmt.Errorf("%w: %w", ErrNotQueued, err)
+		if store.Refused(err) {
+			return inquiry.Record{}, fmt.Errorf("%w: %w", ErrNotQueued, err)
+		}
+		return inquiry.Record{}, fmt.Errorf("%w: the record's write got no answer: %w", ErrUncertain, err)
 	}
 	perr := q.publish(ctx, rec)
 	if perr == nil {
 		return *rec, nil
 	}
+	if !store.Refused(perr) {
+		return inquiry.Record{}, fmt.Errorf("%w: the message's write got no answer: %w", ErrUncertain, perr)
+	}
 	return q.rollback(rec.ID, rev, perr)
 }
 
-// rollback deletes the record written at rev after its message failed, so
-// that a message stored despite the error is stale. If someone else wrote
-// the record meanwhile, a worker took the message (done or failed: it was
-// accepted after all) or a replay holds it (unknown: ErrUncertain).
+// rollback deletes the record written at rev after the server refused its
+// message. If someone else wrote the record meanwhile, a worker took a
+// message of it (done or failed: it was accepted after all) or a replay
+// holds it (unknown: ErrUncertain).
 func (q *Queue) rollback(id string, rev uint64, cause error) (inquiry.Record, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), q.cfg.PublishTimeout)
 	defer cancel()
@@ -331,7 +349,7 @@ func (q *Queue) rollback(id string, rev uint64, cause error) (inquiry.Record, er
 		if gerr == nil && cur.Status != inquiry.Pending {
 			return cur, nil
 		}
-		return inquiry.Record{}, fmt.Errorf("%w: %w", ErrUncertain, cause)
+		return inquiry.Record{}, fmt.Errorf("%w: %w (and a replay holds the record)", ErrUncertain, cause)
 	}
 	if err != nil {
 		return inquiry.Record{}, fmt.Errorf("%w: %w (and the record could not be rolled back: %v)", ErrUncertain, cause, err)
@@ -347,6 +365,9 @@ func (q *Queue) rollback(id string, rev uint64, cause error) (inquiry.Record, er
 // fails instead of deleting it), then publishes its job again unless the
 // stream still holds the job's message. The duplicate window alone would
 // let a retry that comes after it add a second message for the same job.
+// An error but store.ErrConflict (read the record again) leaves the
+// inquiry's outcome unknown: its record is pending and its message may
+// or may not be queued.
 func (q *Queue) Replay(ctx context.Context, rec inquiry.Record, rev uint64) error {
 	rec.Updated = q.now().UTC()
 	if _, err := q.store.Update(ctx, &rec, rev); err != nil {

@@ -37,6 +37,20 @@ var (
 	ErrConflict = errors.New("inquiry record changed concurrently")
 )
 
+// Refused reports whether err, the failure of a write to JetStream (a
+// record's or a stream message's), says that the write was surely not
+// made: the server answered and refused it (an API error, a
+// compare-and-swap that failed), or no server received it (no
+// responders). Any other failure leaves the write's outcome unknown: an
+// answer that never came (a timeout, a connection lost or a wait cut
+// short after the request went out) may follow a write the server made,
+// or will still make.
+func Refused(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) || errors.Is(err, ErrExists) || errors.Is(err, ErrConflict) ||
+		errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders)
+}
+
 // DefaultTTL is how long records are kept after their last write.
 const DefaultTTL = 7 * 24 * time.Hour
 

@@ -1,10 +1,13 @@
 package store_test
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/cellkit/cellkit/internal/celltest"
@@ -79,5 +82,58 @@ func testCompareAndSwap(t *testing.T, js jetstream.JetStream, replicas int) {
 	}
 	if _, _, err := st.Get(ctx, rec.ID); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("Get after Delete = %v", err)
+	}
+}
+
+// TestRefusedTellsARefusalFromAnAnswerThatNeverCame: a write the server
+// answered with a refusal, or that no server received, was surely not
+// made; one whose answer never came may have been.
+func TestRefusedTellsARefusalFromAnAnswerThatNeverCame(t *testing.T) {
+	_, js := celltest.NATS(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	st, err := store.Open(ctx, js, "c1", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := inquiry.NewRecord(inquiry.NewID("c1"), "c1", inquiry.Request{UserID: "u", Product: "p", Amount: 1}, time.Now())
+	rev, err := st.Create(ctx, &rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "one", Subjects: []string{"one"}, MaxMsgs: 1, Discard: jetstream.DiscardNew}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.Publish(ctx, "one", nil); err != nil {
+		t.Fatal(err)
+	}
+	expired, cancelExpired := context.WithTimeout(ctx, time.Nanosecond)
+	defer cancelExpired()
+	<-expired.Done()
+	for _, tc := range []struct {
+		name    string
+		err     error
+		refused bool
+	}{
+		{"a record that exists", func() error { _, err := st.Create(ctx, &rec); return err }(), true},
+		{"a record at another revision", func() error { _, err := st.Update(ctx, &rec, rev+1); return err }(), true},
+		{"a full stream", func() error { _, err := js.Publish(ctx, "one", nil); return err }(), true},
+		{"no stream", func() error { _, err := js.Publish(ctx, "none", nil); return err }(), true},
+		{"no answer in time", func() error { _, err := js.Publish(expired, "one", nil); return err }(), false},
+		{"a record's write without an answer in time", func() error {
+			other := inquiry.NewRecord(inquiry.NewID("c1"), "c1", inquiry.Request{UserID: "u", Product: "p", Amount: 1}, time.Now())
+			_, err := st.Create(expired, &other)
+			return err
+		}(), false},
+		{"a lost connection", fmt.Errorf("publish: %w", nats.ErrConnectionClosed), false},
+		{"a wait cut short", fmt.Errorf("publish: %w", context.Canceled), false},
+	} {
+		if tc.err == nil {
+			t.Errorf("%s: no error", tc.name)
+			continue
+		}
+		if got := store.Refused(tc.err); got != tc.refused {
+			t.Errorf("%s (%v): Refused = %v, want %v", tc.name, tc.err, got, tc.refused)
+		}
 	}
 }

@@ -1,0 +1,274 @@
+package intake
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net/http"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/cellkit/cellkit/internal/api"
+	"github.com/cellkit/cellkit/internal/inquiry"
+	"github.com/cellkit/cellkit/internal/problem"
+	"github.com/cellkit/cellkit/internal/queue"
+	"github.com/cellkit/cellkit/internal/storage"
+	"github.com/cellkit/cellkit/internal/testkit"
+)
+
+// The subjects a cell's NATS connection writes an inquiry's record and its
+// work message to (prefixes of).
+const (
+	recordWrites  = "$KV.cellkit-c1-inquiries."
+	messageWrites = "cellkit.c1.work."
+)
+
+// cutCell is a cell whose NATS connection the test cuts; its tries are
+// short, so that the intake gives up within a second or so, and its clock
+// is real (the leader wait is timed by it), unless o.now says otherwise.
+func (e *env) cutCell(o cellOpts) (*testCell, *natsCut) {
+	e.t.Helper()
+	o.cut = newNATSCut()
+	if o.now == nil {
+		o.now = time.Now
+	}
+	if o.intake.LeaderWait == 0 {
+		o.intake.LeaderWait, o.intake.TryTimeout = time.Second, 250*time.Millisecond
+	}
+	return e.cell(o), o.cut
+}
+
+// wantUnknown checks a 503 outcome-unknown to the letter: the problem
+// naming inquiry id (or any id of the cell when id is ""), Location its
+// status URL, Retry-After, and Cellkit-Overloaded only when nothing was
+// written by this instance (overloaded). It returns the inquiry's id.
+func (c *testCell) wantUnknown(t testing.TB, r response, id string, overloaded bool) string {
+	t.Helper()
+	if r.status != http.StatusServiceUnavailable || r.header.Get("Content-Type") != "application/problem+json" {
+		t.Fatalf("answer %s, want 503 outcome-unknown", r)
+	}
+	var p problem.Details
+	dec := json.NewDecoder(bytes.NewReader(r.body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&p); err != nil {
+		t.Fatalf("problem body %s: %v", r.body, err)
+	}
+	if p.Type != problem.OutcomeUnknown || p.Status != http.StatusServiceUnavailable || p.Title != "Service Unavailable" || p.Detail == "" || p.Field != "" {
+		t.Fatalf("problem %+v, want outcome-unknown", p)
+	}
+	if id == "" {
+		if cell, ok := inquiry.CellOf(p.Inquiry); !ok || cell != c.id {
+			t.Fatalf("inquiry_id %q is not an id of cell %s", p.Inquiry, c.id)
+		}
+	} else if p.Inquiry != id {
+		t.Fatalf("inquiry_id %q, want %q", p.Inquiry, id)
+	}
+	if loc := r.header.Get("Location"); loc != "/v1/inquiries/"+p.Inquiry {
+		t.Errorf("Location %q, want the inquiry's status URL", loc)
+	}
+	if r.header.Get("Retry-After") == "" {
+		t.Error("no Retry-After")
+	}
+	if got, want := r.header.Get(api.HeaderOverloaded), map[bool]string{true: "true"}[overloaded]; got != want {
+		t.Errorf("%s %q, want %q", api.HeaderOverloaded, got, want)
+	}
+	return p.Inquiry
+}
+
+// wantProcessedOnce checks that inquiry id has its record, pending, and
+// exactly one work message, of the record's job: what a worker takes, and
+// processes, once.
+func (c *testCell) wantProcessedOnce(t testing.TB, id string) {
+	t.Helper()
+	c.wantStored(t, 1, 1, 0)
+	rec, _, found := c.record(t, id)
+	if !found || rec.Status != inquiry.Pending {
+		t.Fatalf("record of %s: %+v (found %v), want pending", id, rec, found)
+	}
+	m, msg, ok := c.fetch(t, inquiry.High)
+	if !ok || msg != (queue.Message{ID: id, Job: rec.Job}) {
+		t.Fatalf("work message %+v, want %s's job %s", msg, id, rec.Job)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := m.DoubleAck(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, msg, ok := c.fetch(t, inquiry.High); ok {
+		t.Fatalf("a second work message %+v", msg)
+	}
+}
+
+// A write whose answer never comes may have been made: the client is told
+// that the outcome is unknown (never that nothing was accepted), with the
+// inquiry's id, and a retry with the same Idempotency-Key gets that
+// inquiry, which is processed once. Each case cuts the cell's NATS
+// connection at another write of the intake.
+func TestAWriteWithoutAnAnswerIsAnUnknownOutcome(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		subject string // the write cut
+		forward bool   // it reached the server
+	}{
+		{"the record made, its answer lost", recordWrites, true},
+		{"the record's write lost", recordWrites, false},
+		{"the message stored, its answer lost", messageWrites, true},
+		{"the message's write lost", messageWrites, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t)
+			e.maps.Set(testMapOf(t, nil, "c1"))
+			c, cut := e.cutCell(cellOpts{})
+			key := map[string]string{api.HeaderIdemKey: "order-7"}
+			id := inquiry.KeyID("c1", "", "u-1", "order-7")
+
+			cut.arm(tc.subject, tc.forward)
+			c.wantUnknown(t, c.post(t, request("u-1"), key), id, false)
+			cut.heal()
+			// The retry finds what the first request wrote and completes
+			// it, or takes it anew: the same id either way.
+			r := c.post(t, request("u-1"), key)
+			if r.status != http.StatusAccepted {
+				t.Fatalf("retry with the same key: %s", r)
+			}
+			if a := c.wantAccepted(t, r, inquiry.Pending, r.header.Get("Idempotent-Replayed") == "true"); a.ID != id {
+				t.Fatalf("retry answered inquiry %s, want %s", a.ID, id)
+			}
+			c.wantProcessedOnce(t, id)
+		})
+	}
+}
+
+// A keyed retry of an inquiry whose record is there without its message
+// replays it; a replay whose message's write gets no answer leaves the
+// outcome unknown (the record is there), and the next retry completes it.
+func TestAReplayWithoutAnAnswerIsAnUnknownOutcome(t *testing.T) {
+	e := newEnv(t)
+	e.maps.Set(testMapOf(t, nil, "c1"))
+	c, cut := e.cutCell(cellOpts{})
+	key := map[string]string{api.HeaderIdemKey: "k"}
+	r := inquiry.Request{UserID: "u-1", Product: "credit_loan", Amount: 5_000_000, Priority: inquiry.High}
+	rec := inquiry.NewRecord(inquiry.KeyID("c1", "", "u-1", "k"), "c1", r, e.clk.Now())
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := c.st.Create(ctx, &rec); err != nil {
+		t.Fatal(err)
+	}
+
+	cut.arm(messageWrites, false)
+	c.wantUnknown(t, c.post(t, request("u-1"), key), rec.ID, false)
+	cut.heal()
+	if a := c.wantAccepted(t, c.post(t, request("u-1"), key), inquiry.Pending, true); a.ID != rec.ID {
+		t.Fatalf("retry answered %s, want %s", a.ID, rec.ID)
+	}
+	c.wantProcessedOnce(t, rec.ID)
+}
+
+// A request without a key whose outcome is unknown is settled by the
+// instance once its queue answers: a record written without its message
+// gets it (the inquiry is accepted, once, and its GET says so); one never
+// written stays unknown to GET (404), and is let go settleLate later.
+func TestAnUnknownOutcomeIsSettled(t *testing.T) {
+	t.Run("record written", func(t *testing.T) {
+		e := newEnv(t)
+		e.maps.Set(testMapOf(t, nil, "c1"))
+		c, cut := e.cutCell(cellOpts{})
+		observer := e.cell(cellOpts{closed: true}) // another connection to the same streams
+		cut.arm(messageWrites, false)
+		id := c.wantUnknown(t, c.post(t, request("u-1"), nil), "", false)
+		if rec, _, found := observer.record(t, id); !found || rec.Status != inquiry.Pending {
+			t.Fatalf("record of %s: %+v (found %v), want it kept, pending", id, rec, found)
+		}
+		if s := observer.stats(t); s.Total != 0 {
+			t.Fatalf("work stream %+v before the cut heals, want empty", s)
+		}
+		cut.heal()
+		testkit.WaitFor(t, 5*time.Second, "the settled inquiry's message", func() bool { return c.stats(t).Total == 1 })
+		if v := c.view(t, id); v.Status != inquiry.Pending {
+			t.Fatalf("GET %s after it settled: %+v", id, v)
+		}
+		c.wantProcessedOnce(t, id)
+		testkit.WaitFor(t, 5*time.Second, "the inquiry let go", func() bool { return c.h.doubtsHeld() == 0 })
+	})
+	t.Run("record never written", func(t *testing.T) {
+		e := newEnv(t)
+		e.maps.Set(testMapOf(t, nil, "c1"))
+		var skew atomic.Int64 // the cell's clock runs this far ahead of time
+		c, cut := e.cutCell(cellOpts{now: func() time.Time { return time.Now().Add(time.Duration(skew.Load())) }})
+		cut.arm(recordWrites, false)
+		id := c.wantUnknown(t, c.post(t, request("u-1"), nil), "", false)
+		cut.heal()
+		c.wantProblem(t, c.get(t, id), http.StatusNotFound, "unknown-inquiry", "")
+		if n := c.h.doubtsHeld(); n != 1 {
+			t.Fatalf("%d inquiries held to settle, want 1 until settleLate", n)
+		}
+		skew.Store(int64(settleLate))
+		testkit.WaitFor(t, 5*time.Second, "the inquiry let go", func() bool { return c.h.doubtsHeld() == 0 })
+		c.wantStored(t, 0, 0, 0)
+	})
+}
+
+// A store that fails a write cuts the intake's wait for its message's
+// answer; the message may have been stored all the same, so the answer is
+// outcome-unknown, not storage-full (which says nothing was accepted, and
+// is marked overloaded: a router would send the request to another
+// instance).
+func TestAStoreThatFailsAWriteLeavesTheOutcomeUnknown(t *testing.T) {
+	e := newEnv(t)
+	e.maps.Set(testMapOf(t, nil, "c1"))
+	// Watermarks no test machine's disk reaches: only a failed write
+	// makes the guard refuse.
+	guard, err := storage.New(storage.Config{Dir: t.TempDir(), High: 1, Low: 0.999}, storage.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Tries long enough that only the store's failure ends the wait.
+	c, cut := e.cutCell(cellOpts{storage: guard, intake: Config{Timeout: 10 * time.Second, LeaderWait: 5 * time.Second, TryTimeout: 5 * time.Second}})
+	key := map[string]string{api.HeaderIdemKey: "k"}
+	id := inquiry.KeyID("c1", "", "u-1", "k")
+
+	cutNow := cut.arm(messageWrites, true)
+	failed := make(chan struct{})
+	go func() {
+		defer close(failed)
+		<-cutNow
+		guard.Failed(true, "write error: no space left on device")
+	}()
+	began := time.Now()
+	c.wantUnknown(t, c.post(t, request("u-1"), key), id, false)
+	<-failed
+	if took := time.Since(began); took > 3*time.Second {
+		t.Errorf("answered after %v: the store's failure did not cut the wait", took)
+	}
+	guard.Failed(false, "")
+	cut.heal()
+	if a := c.wantAccepted(t, c.post(t, request("u-1"), key), inquiry.Pending, true); a.ID != id {
+		t.Fatalf("retry answered %s, want %s", a.ID, id)
+	}
+	c.wantProcessedOnce(t, id)
+}
+
+// Refused writes accepted nothing, and say so: a full work stream refuses
+// the message and the record is rolled back (see TestQueueFull); the
+// classification is store.Refused's.
+func TestRefusedWritesAreNotUnknown(t *testing.T) {
+	e := newEnv(t)
+	e.maps.Set(testMapOf(t, nil, "c1"))
+	c := e.cell(cellOpts{queue: queue.Config{MaxMsgs: 1}})
+	c.accept(t, request("u-1"), nil)
+	c.wantShed(t, c.post(t, request("u-2"), map[string]string{api.HeaderIdemKey: "k"}), "queue-full", "60")
+	if _, _, found := c.record(t, inquiry.KeyID("c1", "", "u-2", "k")); found {
+		t.Fatal("the record of a refused inquiry was kept")
+	}
+	if n := c.h.doubtsHeld(); n != 0 {
+		t.Fatalf("%d inquiries held to settle after a refusal", n)
+	}
+}
+
+// doubtsHeld is the number of inquiries the handler holds to settle.
+func (h *Handler) doubtsHeld() int {
+	h.doubts.mu.Lock()
+	defer h.doubts.mu.Unlock()
+	return len(h.doubts.since)
+}
