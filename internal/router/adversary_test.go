@@ -13,10 +13,12 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/panjf2000/gnet/v2"
+	"github.com/panjf2000/gnet/v2/pkg/netpoll"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"golang.org/x/sys/unix"
 
@@ -123,6 +125,96 @@ func TestChunkExtensionAmplification(t *testing.T) {
 			t.Errorf("the cell was called %d times", n)
 		}
 	})
+}
+
+// TestARefusalStopsTheReading: a client refused with Connection: close
+// that goes on sending — a body it declared, chunks whose extensions
+// outweigh their data, endless trailers, an endless chunk-size line or
+// header fold — has read from it no more than a small bound, however
+// large the body limit (1 MiB here), and its connection ends; on the
+// batched loop and with a system call per read alike. The client's
+// send buffer is held small, so the bytes its writes got accepted are
+// those the router took (read, or held in its socket's buffer).
+func TestARefusalStopsTheReading(t *testing.T) {
+	const bound = 512 << 10
+	extChunk := "1;" + strings.Repeat("e", 4000) + "\r\nx\r\n"
+	for _, syscalls := range []bool{false, true} {
+		t.Run(fmt.Sprintf("syscalls=%v", syscalls), func(t *testing.T) {
+			netpoll.SyscallPerSocketIO.Store(syscalls)
+			defer netpoll.SyscallPerSocketIO.Store(false)
+			w := newWorld(t, worldOptions{cells: []string{"c1"}, cfg: Config{Server: ServerLimits{MaxBodyBytes: 1 << 20}}})
+			noKey := "POST /v1/inquiries HTTP/1.1\r\nHost: a\r\n"
+			for _, tc := range []struct {
+				name, head, filler string
+				status             int
+			}{
+				{"no key, chunks of kilobyte extensions", noKey + "Transfer-Encoding: chunked\r\n\r\n", extChunk, 401},
+				{"no key, a body of 3 MB declared", noKey + "Content-Length: 3000000\r\n\r\n", strings.Repeat("x", 4096), 401},
+				{"a body over the limit by its length", postHead(w.key, "Content-Length: 3000000\r\n\r\n"), strings.Repeat("x", 4096), 413},
+				{"chunks of kilobyte extensions", postHead(w.key, "Transfer-Encoding: chunked\r\n\r\n"), extChunk, 400},
+				{"endless trailers", postHead(w.key, "Transfer-Encoding: chunked\r\n\r\n0\r\n"), "X-T: " + strings.Repeat("t", 1000) + "\r\n", 400},
+				{"an endless chunk-size line", postHead(w.key, "Transfer-Encoding: chunked\r\n\r\n"), strings.Repeat("0", 4096), 400},
+				{"an endless header fold", noKey + "X-A: 1\r\n", " " + strings.Repeat("f", 1000) + "\r\n", 0},
+			} {
+				t.Run(tc.name, func(t *testing.T) {
+					status, took, ended := sendRefused(t, w, tc.head, tc.filler)
+					switch {
+					case tc.status != 0 && status != tc.status:
+						t.Errorf("status %d, want %d", status, tc.status)
+					case status < 400 || status > 499:
+						t.Errorf("status %d, want a refusal", status)
+					}
+					if !ended {
+						t.Errorf("the connection did not end; %d bytes taken", took)
+					}
+					if took > bound {
+						t.Errorf("the router took %d bytes after refusing, want at most %d", took, bound)
+					}
+					t.Logf("%d: %d bytes taken", status, took)
+				})
+			}
+		})
+	}
+}
+
+// sendRefused sends head and then filler again and again, from a client
+// whose send buffer is small, until the router ends the connection (or 5 s
+// pass): it returns the answer's status, the bytes its writes got
+// accepted, and whether the connection ended.
+func sendRefused(t *testing.T, w *world, head, filler string) (status, took int, ended bool) {
+	t.Helper()
+	d := net.Dialer{Control: func(_, _ string, rc syscall.RawConn) error {
+		return rc.Control(func(fd uintptr) { _ = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_SNDBUF, 4096) })
+	}}
+	c, err := d.Dial("tcp", strings.TrimPrefix(w.url, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+	answer := make(chan int, 1)
+	go func() {
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			answer <- 0
+			return
+		}
+		_ = resp.Body.Close()
+		answer <- resp.StatusCode
+	}()
+	buf := []byte(head + strings.Repeat(filler, max(1, 16384/len(filler))))
+	for {
+		n, err := c.Write(buf)
+		took += n
+		if err != nil {
+			var ne net.Error
+			ended = !errors.As(err, &ne) || !ne.Timeout()
+			break
+		}
+		buf = buf[len(head):] // the filler, from now on
+		head = ""
+	}
+	return <-answer, took, ended
 }
 
 // TestHostIsRequired: HTTP/1.1 needs one valid Host (RFC 9112 §3.2).

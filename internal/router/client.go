@@ -94,11 +94,14 @@ const (
 	maxUnsent = 4 << 20
 	// lingerFor bounds reading away what a client still sends after an
 	// answer that ends the connection; lingerSilence ends it earlier once
-	// the client has been silent this long; lingerFactor × the body limit
-	// bounds the bytes read away when their number is not known.
+	// the client has been silent this long; lingerMax bounds the bytes
+	// read away, whatever the body limit and whatever they are (a body's
+	// data, chunk framing, pipelined requests): enough for the rest of a
+	// modest body to arrive, so that its client reads the answer rather
+	// than a reset; a client that sends more is cut there.
 	lingerFor     = time.Second
 	lingerSilence = 50 * time.Millisecond
-	lingerFactor  = 4
+	lingerMax     = 64 << 10
 )
 
 // client is one client connection on a loop.
@@ -443,9 +446,9 @@ func (lp *loop) refuse(cl *client, p *prob) {
 	lp.closeClient(cl)
 }
 
-// tooLarge answers 413 and reads away up to 4× the body limit of what the
-// client still sends, for at most a second, so that it sees the answer
-// rather than a reset; then the connection is closed.
+// tooLarge answers 413 and reads away a bounded part of what the client
+// still sends (linger), so that it sees the answer rather than a reset;
+// then the connection is closed.
 func (lp *loop) tooLarge(cl *client, left int64) {
 	if cl.state == stClosed {
 		return
@@ -456,14 +459,15 @@ func (lp *loop) tooLarge(cl *client, left int64) {
 }
 
 // linger reads away what the client still sends after an answer that ends
-// the connection (up to left bytes, or 4× the body limit when left < 0;
-// for at most a second; until it has been silent for 50 ms), then closes
-// it: closing a socket with unread bytes resets it, and the client might
-// lose the answer.
+// the connection (up to left bytes when left >= 0, and never more than
+// lingerMax; for at most a second; until it has been silent for 50 ms),
+// then closes it: closing a socket with unread bytes resets it, and the
+// client might lose the answer. Past lingerMax it is closed all the same:
+// a refusal is not an invitation to send megabytes.
 func (lp *loop) linger(cl *client, left int64) {
 	cl.to(stDrain)
 	cl.drained = 0
-	cl.drainMax = lingerFactor * int64(lp.e.r.cfg.Server.MaxBodyBytes)
+	cl.drainMax = lingerMax
 	if left >= 0 && left < cl.drainMax {
 		cl.drainMax = left
 	}
