@@ -295,7 +295,7 @@ func (lp *loop) abandon(cl *client) {
 	}
 	if uc := ex.uc; uc != nil {
 		// The cell has the request: its answer will be read and dropped,
-		// and the connection reused.
+		// and the connection closed (finish).
 		uc.orphan = true
 		ex.uc = nil
 		return

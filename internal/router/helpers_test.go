@@ -27,6 +27,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/cellkit/cellkit/internal/apikey"
+	"github.com/cellkit/cellkit/internal/httpx"
 	"github.com/cellkit/cellkit/internal/registry"
 	"github.com/cellkit/cellkit/internal/slotmap"
 	"github.com/cellkit/cellkit/internal/testkit"
@@ -85,7 +86,7 @@ const (
 func newBackend(t *testing.T, cell string) *backend {
 	t.Helper()
 	b := &backend{cell: cell, release: make(chan struct{})}
-	b.srv = httptest.NewServer(http.HandlerFunc(b.serve))
+	b.srv = httptest.NewServer(b.handler())
 	t.Cleanup(func() {
 		close(b.release)
 		b.srv.CloseClientConnections()
@@ -93,6 +94,11 @@ func newBackend(t *testing.T, cell string) *backend {
 	})
 	return b
 }
+
+// handler serves the cell API as a cell does: each answer echoes the
+// router's call number (httpx.EchoCall), so the router keeps the
+// connections alive between calls.
+func (b *backend) handler() http.Handler { return httpx.EchoCall(http.HandlerFunc(b.serve)) }
 
 func (b *backend) serve(w http.ResponseWriter, r *http.Request) {
 	if r.URL.Path == "/v1/health" {

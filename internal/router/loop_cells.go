@@ -291,7 +291,13 @@ func (uc *upconn) traffic() {
 // is reused unless the cell closes it (closeAfter), sent more than the
 // answer with it, or the call's client left (an answer nobody waited for:
 // the clients that leave are mostly those a slow cell made give up, and a
-// cell's late bytes come on such connections; a dial costs less).
+// cell's late bytes come on such connections; a dial costs less), or the
+// cell has not echoed the call's number on it. An answer that names no
+// call cannot be told from a late one to an earlier call: a cell that does
+// not echo (an older release, any other HTTP/1.1 server, or a proxy in
+// front of a cell that answered for it and then sends the cell's own
+// answer) could hand the next call on the connection bytes it sent for
+// this one, so each of its connections carries one call.
 func (uc *upconn) finish(body []byte, used int, closeAfter bool) {
 	cl, orphan := uc.cl, uc.orphan
 	uc.cl, uc.orphan = nil, false
@@ -311,7 +317,7 @@ func (uc *upconn) finish(body []byte, used int, closeAfter bool) {
 		uc.unasked("beyond an answer", n) // not the start of the next one
 		return
 	}
-	if closeAfter || orphan || uc.strayed {
+	if closeAfter || orphan || uc.strayed || !uc.echoes {
 		uc.shut()
 		return
 	}
@@ -334,10 +340,12 @@ func (uc *upconn) buffered() int {
 // told of yet), and the cell has not closed it; if not, it closes it. A
 // connection given a request must be quiet: whatever waits on it would
 // be read as the request's answer. The kernel is asked (a system call)
-// only until the cell has echoed a call's number on the connection: from
-// then on every answer names its call (echoed), so unasked bytes cannot
-// pass for an answer — they fail the one call they meet instead of being
-// found before it (Cell.AlwaysPeek asks before every call all the same).
+// before a connection's first call, and before later ones only with
+// Cell.AlwaysPeek: a connection carries a second call only once its cell
+// has echoed a call's number on it (finish), and from then on every
+// answer names its call (echoed), so unasked bytes cannot pass for an
+// answer — they fail the one call they meet instead of being found
+// before it.
 // On an https cell the kernel's bytes are not looked at: they may be
 // TLS's own messages (a session ticket), which carry no answer.
 func (uc *upconn) quiet(when string) bool {

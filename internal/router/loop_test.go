@@ -189,6 +189,7 @@ type fakeCell struct {
 	written atomic.Int64 // answers written whole
 	strays  atomic.Int64 // unasked bytes written (each time)
 	conns   atomic.Int64
+	ended   atomic.Int64 // connections that ended (the cell closes its side once the router closed its own)
 	wg      sync.WaitGroup
 	mu      sync.Mutex
 	bodies  []string
@@ -216,6 +217,7 @@ func newFakeCell(t *testing.T, answer func(n int, req *http.Request, body []byte
 			f.conns.Add(1)
 			open.Store(c, true)
 			f.wg.Go(func() {
+				defer f.ended.Add(1)
 				defer c.Close()
 				br := bufio.NewReader(c)
 				for {
@@ -405,7 +407,7 @@ func TestShutdownWaitsForRequestsInFlight(t *testing.T) {
 // the timeout as 504.
 func TestHTTPSCell(t *testing.T) {
 	b := &backend{cell: "c1", release: make(chan struct{})}
-	b.srv = httptest.NewTLSServer(http.HandlerFunc(b.serve))
+	b.srv = httptest.NewTLSServer(b.handler())
 	t.Cleanup(func() { close(b.release); b.srv.CloseClientConnections(); b.srv.Close() })
 	roots := b.srv.Client().Transport.(*http.Transport).TLSClientConfig
 	w := newWorld(t, worldOptions{cells: []string{"c1"}, intake: map[string]string{"c1": b.srv.URL},

@@ -1,6 +1,7 @@
 package router
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -217,7 +218,9 @@ func TestTableIsBuiltOffTheLoops(t *testing.T) {
 // than an answer's framing holds, the answer to a client that left) end
 // that connection: they never become the answer to another client's
 // request. The cell names each request's X-Request-Id in its answer, and
-// every client must get its own.
+// every client must get its own. A cell that does not echo the call's
+// number has each call on a connection of its own, so its late bytes
+// find the connection closed.
 func TestCellBytesOutsideACallAnswerNobody(t *testing.T) {
 	for _, echo := range []bool{false, true} {
 		t.Run(map[bool]string{false: "a cell that does not echo the call", true: "a cell that echoes the call"}[echo], func(t *testing.T) {
@@ -255,6 +258,24 @@ func cellBytesOutsideACall(t *testing.T, echo bool) {
 	rawGet := func(w *world, id string) string {
 		return "GET /v1/inquiries/c1-abc HTTP/1.1\r\nHost: x\r\nX-API-Key: " + w.key + "\r\nX-Request-Id: " + id + "\r\n\r\n"
 	}
+	// strayDone waits until the cell has written its stray bytes, or, when
+	// it does not echo, until it has seen the router close the connection
+	// they were for (the bytes then go nowhere).
+	strayDone := func(t *testing.T, f *fakeCell) {
+		t.Helper()
+		testkit.WaitFor(t, 5*time.Second, "the stray answer written, or its connection closed", func() bool {
+			return f.strays.Load() == 1 || !echo && f.ended.Load() >= 1
+		})
+	}
+	// conns is how many connections the cell sees for calls calls, one of
+	// which sent bytes nobody asked for (closed), when it echoes: one more
+	// for the others; when it does not, one for each.
+	conns := func(calls int64) int64 {
+		if echo {
+			return 2
+		}
+		return calls
+	}
 	wantOwnRaw := func(t *testing.T, rc *rawConn, id string) {
 		t.Helper()
 		if resp, body := rc.read("GET"); resp.StatusCode != 200 || body != "answer to "+id {
@@ -272,10 +293,10 @@ func cellBytesOutsideACall(t *testing.T, echo bool) {
 		})
 		w := start(t, f, cfg)
 		wantOwn(t, w, "r0")
-		testkit.WaitFor(t, 5*time.Second, "the stray answer written", func() bool { return f.strays.Load() == 1 })
+		strayDone(t, f)
 		wantOwn(t, w, "r1", "r2", "r3")
-		if n := f.conns.Load(); n != 2 {
-			t.Errorf("the cell saw %d connections, want 2: the one that spoke unasked closed, one more", n)
+		if n := f.conns.Load(); n != conns(4) {
+			t.Errorf("the cell saw %d connections, want %d", n, conns(4))
 		}
 	})
 
@@ -316,7 +337,7 @@ func cellBytesOutsideACall(t *testing.T, echo bool) {
 		stopped.Wait()
 		rc.send(rawGet(w, "r1"))
 		close(strayNow)
-		testkit.WaitFor(t, 5*time.Second, "the stray answer written", func() bool { return f.strays.Load() == 1 })
+		strayDone(t, f)
 		resume()
 		wantOwnRaw(t, rc, "r1")
 		wantOwn(t, w, "r2")
@@ -360,7 +381,11 @@ func cellBytesOutsideACall(t *testing.T, echo bool) {
 				a := own(n, req, body)
 				if tc.framing == "chunked" {
 					id := req.Header.Get("X-Request-Id")
-					a = fmt.Sprintf("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n%x\r\nanswer to %s\r\n0\r\n\r\n", len("answer to "+id), id)
+					call := ""
+					if echo {
+						call = "Cellkit-Call: " + req.Header.Get("Cellkit-Call") + "\r\n"
+					}
+					a = fmt.Sprintf("HTTP/1.1 200 OK\r\n%sTransfer-Encoding: chunked\r\n\r\n%x\r\nanswer to %s\r\n0\r\n\r\n", call, len("answer to "+id), id)
 				}
 				if n == 1 {
 					a += answer("stray after", "r0", "1") // in the same write
@@ -369,8 +394,8 @@ func cellBytesOutsideACall(t *testing.T, echo bool) {
 			})
 			w := start(t, f, cfg)
 			wantOwn(t, w, "r0", "r1", "r2")
-			if n := f.conns.Load(); n != 2 {
-				t.Errorf("the cell saw %d connections, want 2: the one that sent too much closed, one more", n)
+			if n := f.conns.Load(); n != conns(3) {
+				t.Errorf("the cell saw %d connections, want %d", n, conns(3))
 			}
 		})
 	}
@@ -403,6 +428,79 @@ func cellBytesOutsideACall(t *testing.T, echo bool) {
 		testkit.WaitFor(t, 5*time.Second, "no connection to the cell left", func() bool { return cellConns(w) == 0 })
 		wantOwn(t, w, "r1", "r2")
 	})
+}
+
+// TestALateAnswerGoesToNoOtherRequest: behind the router, an HTTP/1.1
+// server that does not echo the call's number (here a proxy in front of
+// a cell, written raw) answers one request twice: at once for itself
+// (504: the cell was slow), and later with the cell's own answer, when
+// its next request on the connection arrives. Each request must get its
+// own answer: the late one goes to nobody, and no request gets bytes sent
+// for another.
+func TestALateAnswerGoesToNoOtherRequest(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	t.Cleanup(func() { ln.Close(); wg.Wait() })
+	plain := func(status, body string) string {
+		return "HTTP/1.1 " + status + "\r\nContent-Type: text/plain\r\nContent-Length: " + strconv.Itoa(len(body)) + "\r\n\r\n" + body
+	}
+	wg.Go(func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			wg.Go(func() {
+				defer c.Close()
+				_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+				br := bufio.NewReader(c)
+				var late string // the cell's answer to an earlier request, not yet written
+				for {
+					req, err := http.ReadRequest(br)
+					if err != nil {
+						return
+					}
+					_, _ = io.Copy(io.Discard, req.Body)
+					id := req.Header.Get("X-Request-Id")
+					if id == "r0" {
+						late = plain("200 OK", "answer to r0")
+						if _, err := io.WriteString(c, plain("504 Gateway Timeout", "the cell was slow")); err != nil {
+							return
+						}
+						continue
+					}
+					if late != "" {
+						if _, err := io.WriteString(c, late); err != nil {
+							return
+						}
+						late = ""
+						time.Sleep(50 * time.Millisecond) // its own answer in a read of its own
+					}
+					if _, err := io.WriteString(c, plain("200 OK", "answer to "+id)); err != nil {
+						return
+					}
+				}
+			})
+		}
+	})
+	w := newWorld(t, worldOptions{cells: []string{"c1"}, intake: map[string]string{"c1": "http://" + ln.Addr().String()},
+		cfg: Config{Cell: CellLimits{ProbeInterval: -1}}})
+	// One client connection: its requests are served by one loop, which
+	// has one pool of connections to the cell.
+	rc := w.dial()
+	for i, id := range []string{"r0", "r1", "r2", "r3"} {
+		rc.send("GET /v1/inquiries/c1-abc HTTP/1.1\r\nHost: x\r\nX-API-Key: " + w.key + "\r\nX-Request-Id: " + id + "\r\n\r\n")
+		resp, body := rc.read("GET")
+		switch {
+		case i == 0 && (resp.StatusCode != 504 || body != "the cell was slow"):
+			t.Errorf("%s got %d %q, want the 504 answered for it", id, resp.StatusCode, body)
+		case i > 0 && (resp.StatusCode != 200 || body != "answer to "+id):
+			t.Errorf("%s got %d %q, want its own answer", id, resp.StatusCode, body)
+		}
+	}
 }
 
 // cellConns counts the connections to cells the router's loops hold.

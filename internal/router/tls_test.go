@@ -20,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/cellkit/cellkit/internal/celltest"
+	"github.com/cellkit/cellkit/internal/httpx"
 	"github.com/cellkit/cellkit/internal/pki"
 	"github.com/cellkit/cellkit/internal/testkit"
 	"github.com/cellkit/cellkit/internal/tlsconf"
@@ -333,7 +334,7 @@ func TestMutualTLSToCells(t *testing.T) {
 	}
 	b := &backend{cell: "c1", release: make(chan struct{})}
 	var conns, fromRouter, chunked, probesFromRouter atomic.Int64
-	b.srv = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	b.srv = httptest.NewUnstartedServer(httpx.EchoCall(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		router := r.TLS != nil && len(r.TLS.VerifiedChains) > 0 && tlsconf.PeerHasRole(r.TLS, pki.RoleRouter)
 		if r.URL.Path == "/v1/health" {
 			if router {
@@ -355,7 +356,7 @@ func TestMutualTLSToCells(t *testing.T) {
 			return
 		}
 		b.serve(w, r)
-	}))
+	})))
 	b.srv.TLS = srvTLS.Config()
 	b.srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
 		if s == http.StateNew {

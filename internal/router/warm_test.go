@@ -60,7 +60,7 @@ func TestWarmOpensTheConnectionsAsked(t *testing.T) {
 func TestDialsToACellArePaced(t *testing.T) {
 	var handshaking, most atomic.Int64
 	b := &backend{cell: "c1", release: make(chan struct{})}
-	b.srv = httptest.NewUnstartedServer(http.HandlerFunc(b.serve))
+	b.srv = httptest.NewUnstartedServer(b.handler())
 	b.srv.StartTLS()
 	base := b.srv.TLS.Clone()
 	b.srv.TLS.GetConfigForClient = func(*tls.ClientHelloInfo) (*tls.Config, error) {
