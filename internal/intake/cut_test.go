@@ -22,6 +22,7 @@ import (
 type natsCut struct {
 	mu      sync.Mutex
 	armed   string // the subject prefix of the write that cuts; "" none
+	skip    int    // writes to armed to let through before the one that cuts
 	forward bool   // the armed write reaches the server
 	cut     bool
 	healed  chan struct{} // closed when the cut heals
@@ -45,9 +46,14 @@ func (c *natsCut) Dial(network, address string) (net.Conn, error) {
 // prefix, after sending it to the server if forward; the channel is
 // closed when that happens.
 func (c *natsCut) arm(prefix string, forward bool) <-chan struct{} {
+	return c.armAfter(prefix, 0, forward)
+}
+
+// armAfter is arm at the write to prefix after the next skip ones.
+func (c *natsCut) armAfter(prefix string, skip int, forward bool) <-chan struct{} {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.armed, c.forward, c.cutNow = prefix, forward, make(chan struct{})
+	c.armed, c.skip, c.forward, c.cutNow = prefix, skip, forward, make(chan struct{})
 	return c.cutNow
 }
 
@@ -72,6 +78,8 @@ func (c *natsCut) pass(subject string) bool {
 	switch {
 	case c.cut:
 		return false
+	case c.armed != "" && strings.HasPrefix(subject, c.armed) && c.skip > 0:
+		c.skip--
 	case c.armed != "" && strings.HasPrefix(subject, c.armed):
 		c.cut, c.armed = true, ""
 		close(c.cutNow)

@@ -77,11 +77,11 @@ func (c *testCell) wantUnknown(t testing.TB, r response, id string, overloaded b
 }
 
 // wantProcessedOnce checks that inquiry id has its record, pending, and
-// exactly one work message, of the record's job: what a worker takes, and
-// processes, once.
-func (c *testCell) wantProcessedOnce(t testing.TB, id string) {
+// the work stream exactly one message, of the record's job: what a worker
+// takes, and processes, once. The cell holds records records in all.
+func (c *testCell) wantProcessedOnce(t testing.TB, id string, records int) {
 	t.Helper()
-	c.wantStored(t, 1, 1, 0)
+	c.wantStored(t, records, 1, 0)
 	rec, _, found := c.record(t, id)
 	if !found || rec.Status != inquiry.Pending {
 		t.Fatalf("record of %s: %+v (found %v), want pending", id, rec, found)
@@ -135,7 +135,7 @@ func TestAWriteWithoutAnAnswerIsAnUnknownOutcome(t *testing.T) {
 			if a := c.wantAccepted(t, r, inquiry.Pending, r.header.Get("Idempotent-Replayed") == "true"); a.ID != id {
 				t.Fatalf("retry answered inquiry %s, want %s", a.ID, id)
 			}
-			c.wantProcessedOnce(t, id)
+			c.wantProcessedOnce(t, id, 1)
 		})
 	}
 }
@@ -162,7 +162,41 @@ func TestAReplayWithoutAnAnswerIsAnUnknownOutcome(t *testing.T) {
 	if a := c.wantAccepted(t, c.post(t, request("u-1"), key), inquiry.Pending, true); a.ID != rec.ID {
 		t.Fatalf("retry answered %s, want %s", a.ID, rec.ID)
 	}
-	c.wantProcessedOnce(t, rec.ID)
+	c.wantProcessedOnce(t, rec.ID, 1)
+}
+
+// The server refuses the message (the work stream is full) and the
+// rollback of the record gets no answer: the record may still be there,
+// so the outcome is unknown (not queue-full, which a router would send to
+// another instance). Once there is room, a keyed retry completes it.
+func TestAFailedRollbackIsAnUnknownOutcome(t *testing.T) {
+	e := newEnv(t)
+	e.maps.Set(testMapOf(t, nil, "c1"))
+	c, cut := e.cutCell(cellOpts{queue: queue.Config{MaxMsgs: 1, PublishTimeout: 250 * time.Millisecond}})
+	c.accept(t, request("u-1"), nil)
+	msg, _, ok := c.fetch(t, inquiry.High) // held, not acked: the stream stays full
+	if !ok {
+		t.Fatal("no message")
+	}
+	key := map[string]string{api.HeaderIdemKey: "k"}
+	id := inquiry.KeyID("c1", "", "u-2", "k")
+
+	cut.armAfter(recordWrites+id, 1, true) // the write after the record's: its rollback
+	c.wantUnknown(t, c.post(t, request("u-2"), key), id, false)
+	cut.heal()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := msg.DoubleAck(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r := c.post(t, request("u-2"), key)
+	if r.status != http.StatusAccepted {
+		t.Fatalf("retry once there is room: %s", r)
+	}
+	if a := c.wantAccepted(t, r, inquiry.Pending, r.header.Get("Idempotent-Replayed") == "true"); a.ID != id {
+		t.Fatalf("retry answered %s, want %s", a.ID, id)
+	}
+	c.wantProcessedOnce(t, id, 2)
 }
 
 // A request without a key whose outcome is unknown is settled by the
@@ -188,7 +222,7 @@ func TestAnUnknownOutcomeIsSettled(t *testing.T) {
 		if v := c.view(t, id); v.Status != inquiry.Pending {
 			t.Fatalf("GET %s after it settled: %+v", id, v)
 		}
-		c.wantProcessedOnce(t, id)
+		c.wantProcessedOnce(t, id, 1)
 		testkit.WaitFor(t, 5*time.Second, "the inquiry let go", func() bool { return c.h.doubtsHeld() == 0 })
 	})
 	t.Run("record never written", func(t *testing.T) {
@@ -246,7 +280,7 @@ func TestAStoreThatFailsAWriteLeavesTheOutcomeUnknown(t *testing.T) {
 	if a := c.wantAccepted(t, c.post(t, request("u-1"), key), inquiry.Pending, true); a.ID != id {
 		t.Fatalf("retry answered %s, want %s", a.ID, id)
 	}
-	c.wantProcessedOnce(t, id)
+	c.wantProcessedOnce(t, id, 1)
 }
 
 // Refused writes accepted nothing, and say so: a full work stream refuses
