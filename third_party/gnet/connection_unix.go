@@ -55,7 +55,7 @@ type conn struct {
 	// cellkit: batched socket I/O (eventloop_batch_linux.go)
 	pre       bool   // read in the round's batch: preRes and preBuf are its result
 	preRes    int32  // bytes read, or a negative errno
-	preBuf    []byte // what was read (in the batch's buffers, until the next round)
+	preBuf    []byte // what was read (in the batch's buffers: handed over, or dropped, by the end of the round)
 	queued    bool   // in the batch's flush queue
 	unflushed int    // bytes of the outbound buffer queued, not yet tried
 	sendRes   int32  // the batched write's result

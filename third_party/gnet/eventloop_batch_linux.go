@@ -15,12 +15,15 @@
 package gnet
 
 import (
+	"errors"
 	"os"
 	"sync/atomic"
 
 	"golang.org/x/sys/unix"
 
+	errorx "github.com/panjf2000/gnet/v2/pkg/errors"
 	"github.com/panjf2000/gnet/v2/pkg/netpoll"
+	"github.com/panjf2000/gnet/v2/pkg/queue"
 	"github.com/panjf2000/gnet/v2/pkg/uring"
 )
 
@@ -33,6 +36,15 @@ import (
 // results are those the loop's read and write system calls would have
 // given, and handled the same way: a write the socket could not take
 // whole waits for EPOLLOUT in the connection's outbound buffer.
+//
+// A batched operation belongs to the connection it was made for and to
+// its round, never to a descriptor: its tag carries the submission's
+// generation and the connection's place in it, and a result whose tag is
+// not the current submission's, or whose connection has closed, applies
+// to nothing; a read the round's dispatch did not take is handed over
+// when the round ends (settle), or dropped with a connection that closed.
+// So a later connection on the same descriptor never gets a byte read
+// for an earlier one, nor its write result.
 
 const (
 	batchEntries = 64       // operations per io_uring call
@@ -53,6 +65,7 @@ type batch struct {
 	writes []*conn // the flush's writes, by tag
 	flushq []*conn // connections with writes queued this round
 	iovs   [][]unix.Iovec
+	gen    uint32 // the last submission's generation: the high half of its operations' tags
 	stats  *Batched
 	done   func(tag uint64, res int32)
 	sent   func(tag uint64, res int32)
@@ -129,8 +142,9 @@ func (b *batch) Prepare(events []unix.EpollEvent) {
 	if len(b.reads) < 2 {
 		return // one read is one system call either way
 	}
+	b.gen++
 	for i, c := range b.reads {
-		_ = b.ring.Recv(c.fd, b.slab[i*batchChunk:(i+1)*batchChunk:(i+1)*batchChunk], uint64(i))
+		_ = b.ring.Recv(c.fd, b.slab[i*batchChunk:(i+1)*batchChunk:(i+1)*batchChunk], b.tag(i))
 	}
 	b.stats.Calls.Add(1)
 	b.stats.Reads.Add(uint64(len(b.reads)))
@@ -140,11 +154,47 @@ func (b *batch) Prepare(events []unix.EpollEvent) {
 }
 
 func (b *batch) readDone(tag uint64, res int32) {
-	c := b.reads[tag]
+	i, ok := b.slot(tag, len(b.reads))
+	if !ok || !b.reads[i].opened {
+		return // not this submission's, or its connection closed: nobody's
+	}
+	c := b.reads[i]
 	c.pre, c.preRes = true, res
 	if res > 0 {
-		c.preBuf = b.slab[int(tag)*batchChunk : int(tag)*batchChunk+int(res)]
+		c.preBuf = b.slab[i*batchChunk : i*batchChunk+int(res)]
 	}
+}
+
+// tag is the tag of the i-th operation of the current submission.
+func (b *batch) tag(i int) uint64 { return uint64(b.gen)<<32 | uint64(uint32(i)) }
+
+// slot is the place, among n, of the operation a result's tag names, and
+// whether the tag is the current submission's.
+func (b *batch) slot(tag uint64, n int) (int, bool) {
+	i := int(uint32(tag))
+	return i, uint32(tag>>32) == b.gen && i < n
+}
+
+// settle ends the round's reads: a read its dispatch did not take (the
+// connection's event stopped at its write step) is handed over now, while
+// its buffer still holds it; one whose connection closed is dropped. No
+// read outlives its round: the next round reads other connections into
+// the same buffers.
+func (b *batch) settle() {
+	for i, c := range b.reads {
+		b.reads[i] = nil
+		if !c.pre {
+			continue
+		}
+		if !c.opened || b.el.connections.getConn(c.fd) != c {
+			c.pre, c.preBuf = false, nil
+			continue
+		}
+		if err := b.el.read(c); errors.Is(err, errorx.ErrEngineShutdown) {
+			_ = b.el.poller.Trigger(queue.HighPriority, func(any) error { return errorx.ErrEngineShutdown }, nil)
+		}
+	}
+	b.reads = b.reads[:0]
 }
 
 // queue queues data for c's socket, to be written with the round's other
@@ -176,11 +226,12 @@ func (b *batch) queued(c *conn, n int) {
 	}
 }
 
-// Flush writes what the round queued: one connection's by a system call,
-// more in one io_uring call. Writes made while handling the results (a
-// connection closed, and what its closing wrote to others) are flushed
-// too before Flush returns.
+// Flush ends the round's reads (settle) and writes what the round queued:
+// one connection's by a system call, more in one io_uring call. Writes
+// made while handling the results (a connection closed, and what its
+// closing wrote to others) are flushed too before Flush returns.
 func (b *batch) Flush() {
+	b.settle()
 	for len(b.flushq) > 0 && b.el.batch == b {
 		q := b.flushq
 		b.flushq = nil
@@ -211,19 +262,24 @@ func (b *batch) flush(q []*conn) {
 	if len(b.writes) == 0 {
 		return
 	}
+	b.gen++
 	for i, c := range b.writes {
 		iov, _ := c.outboundBuffer.Peek(-1)
 		if len(iov) > batchIovecs {
 			iov = iov[:batchIovecs]
 		}
 		c.sendRes, c.sendDone = 0, false
-		_ = b.ring.Send(c.fd, iov, b.iovs[i], uint64(i))
+		_ = b.ring.Send(c.fd, iov, b.iovs[i], b.tag(i))
 	}
 	b.stats.Calls.Add(1)
 	b.stats.Writes.Add(uint64(len(b.writes)))
 	err := b.ring.Submit(b.sent)
-	for _, c := range b.writes {
+	for i, c := range b.writes {
+		b.writes[i] = nil
 		c.queued, c.unflushed = false, 0
+		if !c.opened {
+			continue // closed by an earlier result's handling: its result applies to nothing
+		}
 		switch {
 		case !c.sendDone:
 			if err != nil {
@@ -246,8 +302,9 @@ func (b *batch) flush(q []*conn) {
 }
 
 func (b *batch) writeDone(tag uint64, res int32) {
-	c := b.writes[tag]
-	c.sendRes, c.sendDone = res, true
+	if i, ok := b.slot(tag, len(b.writes)); ok {
+		b.writes[i].sendRes, b.writes[i].sendDone = res, true
+	}
 }
 
 // flushOne writes c's outbound buffer with a system call, and waits for
