@@ -43,7 +43,7 @@ func TestBatchedReadsAndWritesKeepEveryAnswerWhole(t *testing.T) {
 			body := func(id string) string { return strings.Repeat(id+";", 256<<10/(len(id)+1)) }
 			f := newFakeCell(t, func(_ int, r *http.Request, _ []byte) string {
 				b := body(r.URL.Path)
-				return "HTTP/1.1 200 OK\r\nContent-Length: " + strconv.Itoa(len(b)) + "\r\n\r\n" + b
+				return "HTTP/1.1 200 OK\r\nCellkit-Call: " + r.Header.Get("Cellkit-Call") + "\r\nContent-Length: " + strconv.Itoa(len(b)) + "\r\n\r\n" + b
 			})
 			w := newWorld(t, worldOptions{cells: []string{"c1"}, intake: map[string]string{"c1": f.url()}})
 			d := net.Dialer{Control: func(_, _ string, rc syscall.RawConn) error {

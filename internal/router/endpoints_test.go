@@ -123,7 +123,7 @@ func BenchmarkPick(b *testing.B) {
 		u.eps = append(u.eps, &endpoint{u: u})
 	}
 	u.eps[1].ejectedUntil.Store(time.Now().Add(time.Hour).UnixNano())
-	lp := &loop{pools: map[*endpoint]*pool{}, rnd: 1}
+	lp := &loop{e: &engine{r: &Router{cfg: Config{Cell: CellLimits{EjectAfter: 3}}}}, pools: map[*endpoint]*pool{}, rnd: 1}
 	b.ReportAllocs()
 	for b.Loop() {
 		if lp.pick(u, nil) == u.eps[1] {
