@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/cellkit/cellkit/internal/celltest"
+	"github.com/cellkit/cellkit/internal/httpx"
 	"github.com/cellkit/cellkit/internal/pki"
 	"github.com/cellkit/cellkit/internal/program"
 	"github.com/cellkit/cellkit/internal/testkit"
@@ -378,11 +379,11 @@ func TestTLSSessionsResumeAcrossAHandoff(t *testing.T) {
 // router holds, so that the load it takes does not open them all at once.
 func TestASuccessorOpensTheCellConnectionsFirst(t *testing.T) {
 	var accepted atomic.Int64
-	cell := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	cell := httptest.NewUnstartedServer(httpx.EchoCall(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		time.Sleep(5 * time.Millisecond) // calls overlap: the old router's pool grows
 		w.WriteHeader(http.StatusAccepted)
 		io.WriteString(w, `{"id":"c1-1"}`)
-	}))
+	})))
 	cell.Config.ConnState = func(_ net.Conn, s http.ConnState) {
 		if s == http.StateNew {
 			accepted.Add(1)
