@@ -503,6 +503,40 @@ func TestALateAnswerGoesToNoOtherRequest(t *testing.T) {
 	}
 }
 
+// TestALateAnswerFromNetHTTPGoesToNobody: a net/http server (no echo)
+// answers a request after the router gave up on it (504): its answer
+// reaches nobody, and the next requests get their own.
+func TestALateAnswerFromNetHTTPGoesToNobody(t *testing.T) {
+	gaveUp := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		id := r.Header.Get("X-Request-Id")
+		if id == "r0" {
+			select { // answered once the router has answered 504
+			case <-gaveUp:
+			case <-time.After(5 * time.Second):
+			}
+		}
+		_, _ = io.WriteString(w, "answer to "+id)
+	}))
+	t.Cleanup(srv.Close)
+	w := newWorld(t, worldOptions{cells: []string{"c1"}, intake: map[string]string{"c1": srv.URL},
+		cfg: Config{Cell: CellLimits{ProbeInterval: -1, Timeout: 300 * time.Millisecond}}})
+	rc := w.dial()
+	for i, id := range []string{"r0", "r1", "r2"} {
+		rc.send("GET /v1/inquiries/c1-abc HTTP/1.1\r\nHost: x\r\nX-API-Key: " + w.key + "\r\nX-Request-Id: " + id + "\r\n\r\n")
+		resp, body := rc.read("GET")
+		switch {
+		case i == 0 && resp.StatusCode != 504:
+			t.Errorf("%s got %d %q, want 504", id, resp.StatusCode, body)
+		case i > 0 && (resp.StatusCode != 200 || body != "answer to "+id):
+			t.Errorf("%s got %d %q, want its own answer", id, resp.StatusCode, body)
+		}
+		if i == 0 {
+			close(gaveUp)
+		}
+	}
+}
+
 // cellConns counts the connections to cells the router's loops hold.
 func cellConns(w *world) int {
 	n := 0
