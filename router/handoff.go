@@ -45,7 +45,9 @@ type handoffData struct {
 const takeWithin = 10 * time.Second
 
 // takeOver takes the sockets of the router at --handoff-socket; nil when
-// there is none (or no socket is configured).
+// there is none (or no socket is configured). Its data must be within
+// the bounds of handoffData.check: else the sockets are closed, the old
+// router serves on, and this one does not start.
 func takeOver(ctx context.Context, o options, log *slog.Logger) (*handoff.Succession, error) {
 	if o.handoffSocket == "" {
 		return nil, nil
@@ -58,6 +60,10 @@ func takeOver(ctx context.Context, o options, log *slog.Logger) (*handoff.Succes
 		log.Info("no router to take over from: listening afresh", "handoff_socket", o.handoffSocket)
 		return nil, nil
 	case err != nil:
+		return nil, fmt.Errorf("--handoff-socket: %w", err)
+	}
+	if _, err := predecessorData(succ, time.Now()); err != nil {
+		succ.Close()
 		return nil, fmt.Errorf("--handoff-socket %s: %w", o.handoffSocket, err)
 	}
 	log.Info("taking over from the router serving here", "pid", succ.State.PID, "its_generation", succ.State.Generation,
@@ -111,8 +117,24 @@ func sameAddr(a net.Addr, addr string) bool {
 	return want.IP.Equal(ta.IP)
 }
 
-// predecessorData is what the old router handed over besides its sockets.
-func predecessorData(succ *handoff.Succession) (handoffData, error) {
+// Bounds of a predecessor's data: what a router of this build hands
+// over is within them; more is refused with the handoff.
+const (
+	// maxPools bounds the cell instances a predecessor reports
+	// connections to (a hundred cells of three instances is 300); each
+	// count is at most router.WarmMax.
+	maxPools = 1024
+	// maxTicketKeys bounds the session ticket keys (the ring keeps 16).
+	maxTicketKeys = 16
+	// ticketKeyAhead is how far in the future a key may be born: the two
+	// processes read one clock. A key born later would outlive its week
+	// (the ring drops keys by age, and rotates after the newest's day).
+	ticketKeyAhead = time.Minute
+)
+
+// predecessorData is what the old router handed over besides its
+// sockets, within the bounds above at now.
+func predecessorData(succ *handoff.Succession, now time.Time) (handoffData, error) {
 	var d handoffData
 	if succ == nil || len(succ.State.Data) == 0 {
 		return d, nil
@@ -120,29 +142,61 @@ func predecessorData(succ *handoff.Succession) (handoffData, error) {
 	if err := json.Unmarshal(succ.State.Data, &d); err != nil {
 		return d, fmt.Errorf("handoff: the old router's data: %w", err)
 	}
+	if err := d.check(now); err != nil {
+		return handoffData{}, fmt.Errorf("handoff: the old router's data: %w", err)
+	}
 	return d, nil
+}
+
+// check says why d is not data a router hands over (nil: it is). Keys
+// older than their week are let through: the ring drops them.
+func (d handoffData) check(now time.Time) error {
+	if len(d.TicketKeys) > maxTicketKeys {
+		return fmt.Errorf("%d session ticket keys, over %d", len(d.TicketKeys), maxTicketKeys)
+	}
+	for i, k := range d.TicketKeys {
+		if k.Key == ([32]byte{}) {
+			return fmt.Errorf("session ticket key %d is zero", i)
+		}
+		if k.Born.After(now.Add(ticketKeyAhead)) {
+			return fmt.Errorf("session ticket key %d is born %s, in the future", i, k.Born.Format(time.RFC3339))
+		}
+	}
+	if len(d.Pools) > maxPools {
+		return fmt.Errorf("connections to %d cell instances, over %d", len(d.Pools), maxPools)
+	}
+	for addr, n := range d.Pools {
+		if _, _, err := net.SplitHostPort(addr); err != nil || len(addr) > 300 {
+			return fmt.Errorf("connections to %.80q, not a host:port", addr)
+		}
+		if n < 0 || n > router.WarmMax {
+			return fmt.Errorf("%d connections to %s, want 0 to %d", n, addr, router.WarmMax)
+		}
+	}
+	return nil
 }
 
 // carryTicketKeys gives srv the predecessor's session ticket keys.
 func carryTicketKeys(succ *handoff.Succession, srv *tlsconf.Server) error {
-	d, err := predecessorData(succ)
+	d, err := predecessorData(succ, time.Now())
 	if err != nil || len(d.TicketKeys) == 0 {
 		return err // nil: it served without TLS
 	}
 	return srv.SetTicketKeys(d.TicketKeys)
 }
 
-// offer is what this router hands to a successor.
+// offer is what this router hands to a successor: its data made first,
+// so that an error leaves no socket duplicated.
 func offer(generation int, release string, public, admin net.Listener, tlsSrv *tlsconf.Server, rt *router.Router) (handoff.Offer, error) {
-	files, err := handoff.Files(public, admin)
-	if err != nil {
-		return handoff.Offer{}, err
-	}
 	d := handoffData{Pools: rt.Pools()}
 	if tlsSrv != nil {
 		d.TicketKeys = tlsSrv.TicketKeys()
 	}
 	b, err := json.Marshal(d)
+	if err != nil {
+		return handoff.Offer{}, err
+	}
+	files, err := handoff.Files(public, admin)
 	if err != nil {
 		return handoff.Offer{}, err
 	}
@@ -203,7 +257,7 @@ const warmWithin = 5 * time.Second
 // warm opens, before the load is taken over, as many connections to each
 // cell instance as the old router holds.
 func warm(ctx context.Context, log *slog.Logger, succ *handoff.Succession, rt *router.Router) {
-	d, err := predecessorData(succ)
+	d, err := predecessorData(succ, time.Now())
 	if err != nil || len(d.Pools) == 0 {
 		return
 	}

@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -19,9 +20,11 @@ import (
 	"time"
 
 	"github.com/cellkit/cellkit/internal/celltest"
+	"github.com/cellkit/cellkit/internal/handoff"
 	"github.com/cellkit/cellkit/internal/httpx"
 	"github.com/cellkit/cellkit/internal/pki"
 	"github.com/cellkit/cellkit/internal/program"
+	"github.com/cellkit/cellkit/internal/router"
 	"github.com/cellkit/cellkit/internal/testkit"
 	"github.com/cellkit/cellkit/internal/tlsconf"
 )
@@ -90,7 +93,7 @@ func newHandoffSetup(t *testing.T, intake string, extra ...string) handoffSetup 
 	keys := filepath.Join(dir, "keys.json")
 	key := mustAddKey(t, keys, "platform-a", "--rate", "100000", "--burst", "100000")
 	args := append([]string{"-registry", "file:" + regPath, "-keys", keys, "-reload-interval", "1h",
-		"-shutdown-timeout", "5s", "-cell-probe-interval", "0", "-handoff-socket", filepath.Join(dir, "router.handoff")}, extra...)
+		"-shutdown-timeout", "5s", "-cell-probe-interval", "0", "-handoff-socket", filepath.Join(dir, "handoff", "router.sock")}, extra...)
 	return handoffSetup{key: key, args: args}
 }
 
@@ -161,6 +164,13 @@ func (l *load) halt() {
 
 func (l *load) check(t *testing.T, what string) {
 	t.Helper()
+	// The load has its say however slow the machine (a race build on
+	// shared cores answers fewer per second): 100 answers, or a failure.
+	testkit.Poll(10*time.Second, func() bool {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		return l.ok.Load() >= 100 || l.refused.Load() > 0 || len(l.failures) > 0
+	})
 	l.halt()
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -424,5 +434,107 @@ func TestASuccessorOpensTheCellConnectionsFirst(t *testing.T) {
 	})
 	if err := old.ended(t, 10*time.Second); !errors.Is(err, program.ErrHandedOver) {
 		t.Fatalf("ended with %v", err)
+	}
+}
+
+// openFDs counts this process's open descriptors.
+func openFDs(t *testing.T) int {
+	t.Helper()
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Skip("no /proc/self/fd:", err)
+	}
+	return len(ents)
+}
+
+// TestAPredecessorsDataBeyondTheBoundsIsRefused: a predecessor's data
+// that no router of this build hands over (a ticket key born in the
+// future or known to all, more keys or cell instances than a router
+// keeps, connection counts beyond what a successor opens) refuses the
+// handoff, its sockets closed; keys older than their week are let
+// through (the ring drops them).
+func TestAPredecessorsDataBeyondTheBoundsIsRefused(t *testing.T) {
+	now := time.Now()
+	key := func(i int, born time.Time) tlsconf.TicketKey {
+		return tlsconf.TicketKey{Key: [32]byte{byte(i + 1)}, Born: born}
+	}
+	keys := func(n int) []tlsconf.TicketKey {
+		var out []tlsconf.TicketKey
+		for i := range n {
+			out = append(out, key(i, now.Add(-time.Duration(i)*time.Hour)))
+		}
+		return out
+	}
+	pools := func(n int) map[string]int {
+		out := map[string]int{}
+		for i := range n {
+			out[fmt.Sprintf("10.0.%d.%d:8443", i/250, i%250)] = 1
+		}
+		return out
+	}
+	ln1, ln2 := testkit.Listen(t), testkit.Listen(t)
+	for _, tc := range []struct {
+		name, want string
+		d          handoffData
+		raw        string // the data as sent, when it is not a handoffData
+	}{
+		{"a ticket key born in the future", "in the future", handoffData{TicketKeys: []tlsconf.TicketKey{key(0, now.Add(24*time.Hour))}}, ""},
+		{"a zero ticket key", "is zero", handoffData{TicketKeys: []tlsconf.TicketKey{{Born: now}}}, ""},
+		{"more ticket keys than the ring keeps", "17 session ticket keys", handoffData{TicketKeys: keys(17)}, ""},
+		{"more connections than a successor opens", "33 connections", handoffData{Pools: map[string]int{"127.0.0.1:8443": router.WarmMax + 1}}, ""},
+		{"a count below zero", "-1 connections", handoffData{Pools: map[string]int{"127.0.0.1:8443": -1}}, ""},
+		{"more cell instances than the bound", "1025 cell instances", handoffData{Pools: pools(1025)}, ""},
+		{"an instance that is no address", "not a host:port", handoffData{Pools: map[string]int{"cell-1": 1}}, ""},
+		{"data that is not the router's", "the old router's data", handoffData{}, `{"pools":[1,2]}`},
+		{"a week-old key and a fresh one", "", handoffData{TicketKeys: []tlsconf.TicketKey{key(0, now), key(1, now.Add(-30*24*time.Hour))}, Pools: pools(3)}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			data, err := json.Marshal(tc.d)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.raw != "" {
+				data = []byte(tc.raw)
+			}
+			path := filepath.Join(t.TempDir(), "handoff", "router.sock")
+			h, err := handoff.Listen(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			failed := make(chan error, 1)
+			served := make(chan struct{})
+			go func() {
+				defer close(served)
+				_, _ = h.Serve(ctx, 5*time.Second, func() (handoff.Offer, error) {
+					files, err := handoff.Files(ln1, ln2)
+					return handoff.Offer{State: handoff.State{PID: os.Getpid(), Generation: 1, Names: []string{"public", "admin"}, Data: data}, Files: files}, err
+				}, func(_ handoff.Hello, err error) { failed <- err })
+			}()
+			t.Cleanup(func() { cancel(); <-served; _ = h.Remove() })
+			before := openFDs(t)
+			succ, err := takeOver(testkit.Context(t, 5*time.Second), options{handoffSocket: path}, testkit.Logger())
+			if tc.want == "" {
+				if err != nil || succ == nil {
+					t.Fatalf("take over: %v", err)
+				}
+				succ.Close()
+				<-failed
+				return
+			}
+			if err == nil {
+				succ.Close()
+				t.Fatalf("took over from data %s", data[:min(len(data), 200)])
+			}
+			if !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("take over: %v, want an error saying %q", err, tc.want)
+			}
+			if err := <-failed; !strings.Contains(err.Error(), "ended before it was ready") {
+				t.Fatalf("the old router's side: %v", err)
+			}
+			if after := openFDs(t); after != before {
+				t.Fatalf("%d descriptors open after the refusal, %d before", after, before)
+			}
+		})
 	}
 }

@@ -199,7 +199,7 @@ func devCellsAndRouter(o devOptions, dir, regURL string, bins map[string]string,
 	}
 	args := []string{"-listen", ports.router, "-admin-listen", ports.routerAdmin, "-registry", regURL,
 		"-keys", filepath.Join(dir, "router", "keys.json"), "-map-cache", filepath.Join(dir, "router", "map-cache.json"),
-		"-handoff-socket", filepath.Join(dir, "router", "handoff.sock")}
+		"-handoff-socket", filepath.Join(dir, "router", "handoff", "router.sock")} // a private directory, which the router makes
 	if certs != nil {
 		cert, key := file(pki.DevRouter+".pem"), file(pki.DevRouter+"-key.pem")
 		args = append(args, "-tls-cert", cert, "-tls-key", key,

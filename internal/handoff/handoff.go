@@ -12,7 +12,10 @@
 // once it serves it says ready, and the host closes its Unix socket,
 // answers released, and drains. A successor that ends or fails before it
 // is ready changes nothing: the host goes on serving and offers the
-// sockets to the next one. See docs/decisions/router-handoff.md.
+// sockets to the next one. Only a process of the same user takes part,
+// on either side: the socket's directory is private and each end checks
+// the other's credentials (private.go); what the host sends is bounded
+// before it is used. See docs/decisions/router-handoff.md.
 //
 //	successor                      host (the old process)
 //	   hello {pid, release}  ──▶
@@ -25,7 +28,6 @@
 package handoff
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -64,8 +66,20 @@ type message struct {
 	Refused  string `json:"refused,omitempty"`
 }
 
-// maxLine bounds one message: the state's data is small.
-const maxLine = 64 << 10
+// Bounds of what the other side may send: a state beyond them is
+// refused, its sockets closed.
+const (
+	// maxLine bounds one message: the state's data is small.
+	maxLine = 64 << 10
+	// maxSockets bounds the sockets of a state (the router passes two).
+	maxSockets = 8
+	// maxName bounds a socket's name, maxRelease a release.
+	maxName    = 64
+	maxRelease = 256
+	// maxGeneration bounds a host's generation: a successor's, one more,
+	// is still an int on any platform.
+	maxGeneration = 1 << 30
+)
 
 // ErrNone is Take's answer when no process offers its sockets at the path:
 // a first start.
@@ -75,128 +89,6 @@ var ErrNone = errors.New("handoff: no process offers its sockets")
 // the successor holds the sockets alone.
 var ErrGone = errors.New("handoff: the old process ended before it released the sockets")
 
-// conn is one end of a conversation.
-type conn struct {
-	uc *net.UnixConn
-	r  *bufio.Reader
-}
-
-func newConn(uc *net.UnixConn) *conn { return &conn{uc: uc, r: bufio.NewReaderSize(uc, 4096)} }
-
-func (c *conn) send(m message, files ...*os.File) error {
-	b, err := json.Marshal(m)
-	if err != nil {
-		return err
-	}
-	b = append(b, '\n')
-	var oob []byte
-	if len(files) > 0 {
-		fds := make([]int, len(files))
-		for i, f := range files {
-			fds[i] = int(f.Fd())
-		}
-		oob = syscall.UnixRights(fds...)
-	}
-	n, _, err := c.uc.WriteMsgUnix(b, oob, nil)
-	if err == nil && n < len(b) {
-		_, err = c.uc.Write(b[n:])
-	}
-	return err
-}
-
-// receive reads one message; files are the sockets that came with it
-// (only the state carries any, in its first bytes).
-func (c *conn) receive() (message, []*os.File, error) {
-	var files []*os.File
-	if c.r.Buffered() == 0 {
-		// Read the first bytes with their control message: the sockets
-		// travel with the state's first byte.
-		buf := make([]byte, 4096)
-		oob := make([]byte, syscall.CmsgSpace(16*4))
-		n, oobn, _, _, err := c.uc.ReadMsgUnix(buf, oob)
-		if oobn > 0 {
-			files = parseRights(oob[:oobn])
-		}
-		if err != nil {
-			closeAll(files)
-			return message{}, nil, err
-		}
-		if n == 0 {
-			closeAll(files)
-			return message{}, nil, errors.New("handoff: the other side closed")
-		}
-		c.r = bufio.NewReaderSize(&prefixed{head: buf[:n], rest: c.uc}, 4096)
-	}
-	line, err := readLine(c.r)
-	if err != nil {
-		closeAll(files)
-		return message{}, nil, err
-	}
-	var m message
-	if err := json.Unmarshal(line, &m); err != nil {
-		closeAll(files)
-		return message{}, nil, fmt.Errorf("handoff: a message that is not one: %w", err)
-	}
-	return m, files, nil
-}
-
-// prefixed reads head, then rest.
-type prefixed struct {
-	head []byte
-	rest *net.UnixConn
-}
-
-func (p *prefixed) Read(b []byte) (int, error) {
-	if len(p.head) > 0 {
-		n := copy(b, p.head)
-		p.head = p.head[n:]
-		return n, nil
-	}
-	return p.rest.Read(b)
-}
-
-func readLine(r *bufio.Reader) ([]byte, error) {
-	var line []byte
-	for {
-		part, more, err := r.ReadLine()
-		if err != nil {
-			return nil, err
-		}
-		line = append(line, part...)
-		if len(line) > maxLine {
-			return nil, errors.New("handoff: a message over 64 KiB")
-		}
-		if !more {
-			return line, nil
-		}
-	}
-}
-
-func parseRights(oob []byte) []*os.File {
-	msgs, err := syscall.ParseSocketControlMessage(oob)
-	if err != nil {
-		return nil
-	}
-	var files []*os.File
-	for _, m := range msgs {
-		fds, err := syscall.ParseUnixRights(&m)
-		if err != nil {
-			continue
-		}
-		for _, fd := range fds {
-			syscall.CloseOnExec(fd)
-			files = append(files, os.NewFile(uintptr(fd), "handed-over"))
-		}
-	}
-	return files
-}
-
-func closeAll(files []*os.File) {
-	for _, f := range files {
-		f.Close()
-	}
-}
-
 // Succession is a successor's side of a handoff under way.
 type Succession struct {
 	State State
@@ -205,50 +97,96 @@ type Succession struct {
 }
 
 // Take asks the process offering its sockets at path for them, within
-// ctx. ErrNone: no process listens there (none, or one that ended and
-// left its socket file).
+// ctx. ErrNone: no process listens there (no directory, no socket, or
+// one that a process that ended left). The directory must be private
+// (see Listen), the host a process of this process's user and the one
+// its state names; a state beyond the package's bounds is refused. On
+// every error, every socket that came is closed.
 func Take(ctx context.Context, path string, hello Hello) (*Succession, error) {
+	dir, name, err := splitSocket(path)
+	if err != nil {
+		return nil, err
+	}
+	dirfd, err := privateDir(dir, false)
+	if errors.Is(err, unix.ENOENT) {
+		return nil, ErrNone
+	}
+	if err != nil {
+		return nil, err
+	}
 	var d net.Dialer
-	nc, err := d.DialContext(ctx, "unix", path)
+	nc, err := d.DialContext(ctx, "unix", inDir(dirfd, name))
+	_ = unix.Close(dirfd) // an O_PATH descriptor, used only to dial through
 	if err != nil {
 		if errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.ECONNREFUSED) {
 			return nil, ErrNone
 		}
-		return nil, fmt.Errorf("handoff: %w", err)
+		return nil, fmt.Errorf("handoff: %s: %w", path, err)
 	}
 	uc := nc.(*net.UnixConn)
-	stop := context.AfterFunc(ctx, func() { uc.SetDeadline(time.Now()) })
+	stop := context.AfterFunc(ctx, func() { _ = uc.SetDeadline(time.Now()) })
 	defer stop()
-	c := newConn(uc)
 	fail := func(err error) (*Succession, error) {
-		uc.Close()
+		_ = uc.Close() // the conversation ends with the error
 		if ctx.Err() != nil {
 			err = fmt.Errorf("%w (%w)", ctx.Err(), err)
 		}
-		return nil, fmt.Errorf("handoff: %w", err)
+		return nil, fmt.Errorf("handoff: %s: %w", path, err)
 	}
+	cred, err := samePeer(uc)
+	if err != nil {
+		return fail(err)
+	}
+	c := newConn(uc)
 	if err := c.send(message{Hello: &hello}); err != nil {
 		return fail(err)
 	}
 	m, files, err := c.receive()
-	switch {
-	case err != nil:
+	if err != nil {
+		return fail(err) // receive closed what came
+	}
+	if err := m.offered(int(cred.Pid), files); err != nil {
+		closeAll(files)
 		return fail(err)
-	case m.Refused != "":
-		closeAll(files)
-		return fail(fmt.Errorf("the old process refused: %s", m.Refused))
-	case m.State == nil:
-		closeAll(files)
-		return fail(errors.New("no state from the old process"))
-	case len(files) != len(m.State.Names):
-		closeAll(files)
-		return fail(fmt.Errorf("%d sockets for %d names", len(files), len(m.State.Names)))
 	}
 	s := &Succession{State: *m.State, c: c, files: map[string]*os.File{}}
 	for i, name := range m.State.Names {
 		s.files[name] = files[i]
 	}
 	return s, nil
+}
+
+// offered says why m, with files, is not a state the host at pid may
+// hand over (nil: it is).
+func (m message) offered(pid int, files []*os.File) error {
+	st := m.State
+	switch {
+	case m.Refused != "":
+		return fmt.Errorf("the old process refused: %.200s", m.Refused)
+	case st == nil:
+		return errors.New("no state from the old process")
+	case st.PID != pid:
+		return fmt.Errorf("the state names pid %d, the process offering it is %d", st.PID, pid)
+	case st.Generation < 1 || st.Generation > maxGeneration:
+		return fmt.Errorf("generation %d, want 1 to %d", st.Generation, maxGeneration)
+	case len(st.Release) > maxRelease:
+		return fmt.Errorf("a release of %d bytes, over %d", len(st.Release), maxRelease)
+	case len(st.Names) > maxSockets:
+		return fmt.Errorf("%d sockets, over %d", len(st.Names), maxSockets)
+	case len(files) != len(st.Names):
+		return fmt.Errorf("%d sockets for %d names", len(files), len(st.Names))
+	}
+	seen := map[string]bool{}
+	for i, name := range st.Names {
+		if name == "" || len(name) > maxName || seen[name] {
+			return fmt.Errorf("socket %d: the name %.80q is empty, over %d bytes or given twice", i, name, maxName)
+		}
+		seen[name] = true
+		if err := listeningStream(files[i]); err != nil {
+			return fmt.Errorf("socket %s: %w", name, err)
+		}
+	}
+	return nil
 }
 
 // Listener is the handed-over listening socket called name, nil if none
@@ -305,165 +243,6 @@ func (s *Succession) Close() {
 		f.Close()
 		delete(s.files, name)
 	}
-}
-
-// Host offers a process's sockets at a path.
-type Host struct {
-	path string
-	ln   *net.UnixListener
-}
-
-// Listen takes path for the Unix socket: a socket file left there by a
-// process that ended is replaced; one a process still listens on is an
-// error (two hosts for one set of sockets).
-func Listen(path string) (*Host, error) {
-	if nc, err := net.DialTimeout("unix", path, time.Second); err == nil {
-		nc.Close()
-		return nil, fmt.Errorf("handoff: a process already offers its sockets at %s", path)
-	}
-	if fi, err := os.Lstat(path); err == nil {
-		if fi.Mode()&os.ModeSocket == 0 {
-			return nil, fmt.Errorf("handoff: %s exists and is not a socket", path)
-		}
-		if err := os.Remove(path); err != nil {
-			return nil, fmt.Errorf("handoff: %w", err)
-		}
-	}
-	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
-	if err != nil {
-		return nil, fmt.Errorf("handoff: %w", err)
-	}
-	// The successor takes the path once this socket closes: closing must
-	// not remove the successor's.
-	ln.SetUnlinkOnClose(false)
-	if err := os.Chmod(path, 0o600); err != nil {
-		ln.Close()
-		return nil, fmt.Errorf("handoff: %w", err)
-	}
-	return &Host{path: path, ln: ln}, nil
-}
-
-// Path is where the host listens.
-func (h *Host) Path() string { return h.path }
-
-// Offer is what a host hands over: its state and the sockets, named in
-// State.Names in the same order. The files are the offer's to close.
-type Offer struct {
-	State State
-	Files []*os.File
-}
-
-// Serve offers the sockets to successors, one at a time, until one is
-// ready: it returns that one's hello once the Unix socket is closed and
-// the successor told it is released. A successor that fails (ends,
-// refuses the sockets, or is not ready within wait) is reported to
-// failed and the next is served. offer is asked anew for each
-// successor. Serve returns ctx's error when ctx ends first.
-func (h *Host) Serve(ctx context.Context, wait time.Duration, offer func() (Offer, error), failed func(Hello, error)) (Hello, error) {
-	stop := context.AfterFunc(ctx, func() { h.ln.SetDeadline(time.Now()) })
-	defer stop()
-	for {
-		uc, err := h.ln.AcceptUnix()
-		if err != nil {
-			if ctx.Err() != nil {
-				return Hello{}, ctx.Err()
-			}
-			if errors.Is(err, net.ErrClosed) {
-				return Hello{}, err
-			}
-			time.Sleep(10 * time.Millisecond)
-			continue
-		}
-		hello, err := h.serveOne(ctx, uc, wait, offer)
-		if err == nil {
-			return hello, nil
-		}
-		failed(hello, err)
-	}
-}
-
-// serveOne holds one conversation; nil: the successor is ready and
-// released.
-func (h *Host) serveOne(ctx context.Context, uc *net.UnixConn, wait time.Duration, offer func() (Offer, error)) (Hello, error) {
-	defer uc.Close()
-	stop := context.AfterFunc(ctx, func() { uc.SetDeadline(time.Now()) })
-	defer stop()
-	c := newConn(uc)
-	uc.SetDeadline(time.Now().Add(5 * time.Second))
-	m, files, err := c.receive()
-	closeAll(files)
-	if err != nil || m.Hello == nil {
-		return Hello{}, fmt.Errorf("no hello from the successor: %v", err)
-	}
-	hello := *m.Hello
-	if cred, err := peerPID(uc); err == nil && cred != hello.PID {
-		hello.PID = cred // the kernel's word over the successor's
-	}
-	o, err := offer()
-	if err != nil {
-		_ = c.send(message{Refused: err.Error()})
-		return hello, fmt.Errorf("nothing to offer: %w", err)
-	}
-	err = c.send(message{State: &o.State}, o.Files...)
-	closeAll(o.Files)
-	if err != nil {
-		return hello, fmt.Errorf("sending the sockets: %w", err)
-	}
-	uc.SetDeadline(time.Now().Add(wait))
-	m, files, err = c.receive()
-	closeAll(files)
-	switch {
-	case err != nil && errors.Is(err, os.ErrDeadlineExceeded) && ctx.Err() == nil:
-		uc.SetDeadline(time.Now().Add(time.Second))
-		_ = c.send(message{Refused: fmt.Sprintf("not ready within %s", wait)})
-		return hello, fmt.Errorf("not ready within %s", wait)
-	case err != nil:
-		return hello, fmt.Errorf("ended before it was ready (%v)", err)
-	case !m.Ready:
-		return hello, errors.New("said something other than ready")
-	}
-	// The successor serves: free the path for it, then release.
-	h.ln.Close()
-	uc.SetDeadline(time.Now().Add(5 * time.Second))
-	if err := c.send(message{Released: true}); err != nil {
-		// It asked and went: its sockets are the same as ours, and it
-		// may serve on; nothing to undo here.
-		return hello, nil
-	}
-	return hello, nil
-}
-
-// Close stops offering; the socket file stays (a successor finds nothing
-// listening there and starts fresh). Remove removes it too.
-func (h *Host) Close() error { return h.ln.Close() }
-
-// Remove stops offering and removes the socket file: at a stop that
-// hands over to no one.
-func (h *Host) Remove() error {
-	h.ln.Close()
-	if err := os.Remove(h.path); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return err
-	}
-	return nil
-}
-
-// peerPID is the pid of the process at the other end of uc.
-func peerPID(uc *net.UnixConn) (int, error) {
-	rc, err := uc.SyscallConn()
-	if err != nil {
-		return 0, err
-	}
-	var cred *syscall.Ucred
-	var cerr error
-	if err := rc.Control(func(fd uintptr) {
-		cred, cerr = syscall.GetsockoptUcred(int(fd), syscall.SOL_SOCKET, syscall.SO_PEERCRED)
-	}); err != nil {
-		return 0, err
-	}
-	if cerr != nil {
-		return 0, cerr
-	}
-	return int(cred.Pid), nil
 }
 
 // Files are the files of listeners, to offer: duplicates the offer

@@ -20,13 +20,27 @@ import (
 	"github.com/cellkit/cellkit/internal/testkit"
 )
 
-func TestMain(m *testing.M) { testkit.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	if len(os.Args) > 2 && os.Args[1] == helperArg {
+		os.Exit(helper(os.Args[2], os.Args[3:]))
+	}
+	testkit.VerifyTestMain(m)
+}
+
+// sockPath is a socket's path in a directory that does not exist yet,
+// which Listen creates.
+func sockPath(t *testing.T) string {
+	return filepath.Join(t.TempDir(), "handoff", "h.sock")
+}
 
 // host offers ln at a fresh path until the test ends; it returns the path
 // and a channel of the successors that took over.
 func host(t *testing.T, ln net.Listener, wait time.Duration, failed func(handoff.Hello, error)) (string, <-chan handoff.Hello) {
 	t.Helper()
-	path := filepath.Join(t.TempDir(), "h.sock")
+	path := sockPath(t)
+	if err := os.Mkdir(filepath.Dir(path), 0o700); err != nil {
+		t.Fatal(err)
+	}
 	h, err := handoff.Listen(path)
 	if err != nil {
 		t.Fatal(err)
@@ -239,7 +253,7 @@ func TestASuccessorNotReadyWithinTheWaitIsRefused(t *testing.T) {
 
 func TestAHostThatEndedLeavesTheSocketsToTheSuccessor(t *testing.T) {
 	old := testkit.Listen(t)
-	path := filepath.Join(t.TempDir(), "h.sock")
+	path := sockPath(t)
 	h, err := handoff.Listen(path)
 	if err != nil {
 		t.Fatal(err)
@@ -250,7 +264,7 @@ func TestAHostThatEndedLeavesTheSocketsToTheSuccessor(t *testing.T) {
 		defer close(done)
 		h.Serve(ctx, time.Minute, func() (handoff.Offer, error) {
 			files, err := handoff.Files(old)
-			return handoff.Offer{State: handoff.State{Names: []string{"public"}}, Files: files}, err
+			return handoff.Offer{State: handoff.State{PID: os.Getpid(), Generation: 1, Names: []string{"public"}}, Files: files}, err
 		}, func(handoff.Hello, error) {})
 	}()
 	s, err := handoff.Take(testkit.Context(t, 5*time.Second), path, handoff.Hello{})
@@ -266,7 +280,13 @@ func TestAHostThatEndedLeavesTheSocketsToTheSuccessor(t *testing.T) {
 }
 
 func TestTakeWithNoHost(t *testing.T) {
-	dir := t.TempDir()
+	if _, err := handoff.Take(testkit.Context(t, time.Second), sockPath(t), handoff.Hello{}); !errors.Is(err, handoff.ErrNone) {
+		t.Fatalf("no directory: %v", err)
+	}
+	dir := filepath.Dir(sockPath(t))
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := handoff.Take(testkit.Context(t, time.Second), filepath.Join(dir, "none"), handoff.Hello{}); !errors.Is(err, handoff.ErrNone) {
 		t.Fatalf("no file: %v", err)
 	}

@@ -23,11 +23,12 @@ const warmParallel = 8
 // needs.
 const warmRecent = 10 * time.Second
 
-// warmMax bounds the connections Pools reports for one instance: what a
-// successor opens before it serves; the paced dials open the rest as the
-// load asks (a stall before the handoff can leave hundreds in use, which
-// on https would be as many handshakes at the cells at once).
-const warmMax = 32
+// WarmMax bounds the connections Pools reports for one instance, and
+// those Warm opens to one: what a successor opens before it serves; the
+// paced dials open the rest as the load asks (a stall before the handoff
+// can leave hundreds in use, which on https would be as many handshakes
+// at the cells at once).
+const WarmMax = 32
 
 // Pools is how many connections the router uses to each cell instance
 // (its intake's host:port), over all its event loops: those lent out to
@@ -55,7 +56,7 @@ func (r *Router) Pools() map[string]int {
 			return 0, true
 		}); ok {
 			for addr, n := range own {
-				out[addr] = min(out[addr]+n, warmMax)
+				out[addr] = min(out[addr]+n, WarmMax)
 			}
 		}
 	}
@@ -63,12 +64,13 @@ func (r *Router) Pools() map[string]int {
 }
 
 // Warm opens connections to the cell instances of the current map, up to
-// want (host:port → connections, as Pools reports them, less those the
-// router holds already), warmParallel at a time, each joining the pool of
-// the event loop it is enrolled on (the loops take turns); it returns how
-// many it opened, once every dial ended or ctx ended. Instances out of
-// rotation and addresses not in the map are skipped; a dial that fails is
-// not tried again (the load opens what is missing, as without warming).
+// want (host:port → connections, as Pools reports them, at most WarmMax,
+// less those the router holds already), warmParallel at a time, each
+// joining the pool of the event loop it is enrolled on (the loops take
+// turns); it returns how many it opened, once every dial ended or ctx
+// ended. Instances out of rotation and addresses not in the map are
+// skipped; a dial that fails is not tried again (the load opens what is
+// missing, as without warming).
 func (r *Router) Warm(ctx context.Context, want map[string]int) int {
 	t := r.table()
 	if t == nil || len(want) == 0 || !r.eng.started.Load() {
@@ -82,7 +84,7 @@ func (r *Router) Warm(ctx context.Context, want map[string]int) int {
 			if ep.ejected(now) {
 				continue
 			}
-			for range want[ep.addr] - held[ep.addr] {
+			for range min(want[ep.addr], WarmMax) - held[ep.addr] {
 				eps = append(eps, ep)
 			}
 		}

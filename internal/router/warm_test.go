@@ -53,6 +53,22 @@ func TestWarmOpensTheConnectionsAsked(t *testing.T) {
 	}
 }
 
+// TestWarmOpensAtMostWarmMaxToAnInstance: the counts come from the
+// predecessor; one beyond WarmMax opens WarmMax, not as many as it says.
+func TestWarmOpensAtMostWarmMaxToAnInstance(t *testing.T) {
+	b := newBackend(t, "c1")
+	w := newWorld(t, worldOptions{cells: []string{"c1"}, intake: map[string]string{"c1": b.srv.URL}})
+	addr := strings.TrimPrefix(b.srv.URL, "http://")
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if got := w.router.Warm(ctx, map[string]int{addr: 10000}); got < 1 || got > WarmMax {
+		t.Fatalf("Warm opened %d connections for a count of 10000, want 1 to %d", got, WarmMax)
+	}
+	if pools := w.router.Pools(); pools[addr] > WarmMax {
+		t.Fatalf("Pools() = %v", pools)
+	}
+}
+
 // TestDialsToACellArePaced: a burst of requests to a router with no
 // connection to an https cell yet opens its connections a few at a time
 // per loop (maxDialing), not one handshake per request at once; every
