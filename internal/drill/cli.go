@@ -46,7 +46,7 @@ func Command(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	var quiet bool
 	fs.StringVar(&devJSON, "dev-json", "", "use the running stack recorded in `FILE` (var/dev.json) instead of starting one")
 	fs.StringVar(&bin, "bin", "bin", "`DIR` holding cellctl, cell, router and agencysim")
-	fs.Float64Var(&c.Rate, "rate", d.Rate, "requests per second")
+	fs.Float64Var(&c.Rate, "rate", d.Rate, fmt.Sprintf("requests per second (handoff: %d when not given)", HandoffRate))
 	fs.IntVar(&c.Users, "users", d.Users, "K distinct users")
 	fs.Float64Var(&c.Zipf, "zipf", 0, "Zipf exponent over the users (0: uniform)")
 	fs.StringVar(&c.Cell, "cell", d.Cell, "the cell to kill, freeze, fill the disk of, drain or poison")
@@ -78,6 +78,11 @@ func Command(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	if err := flagenv.Fill(fs, "loadtest", nil); err != nil {
 		return err
+	}
+	rateSet := false
+	fs.Visit(func(f *flag.Flag) { rateSet = rateSet || f.Name == "rate" })
+	if name == "handoff" && !rateSet {
+		c.Rate = 0 // the drill's own: HandoffRate
 	}
 	if *diskMiB <= 0 {
 		return fmt.Errorf("--disk-mib %d: want a size above 0", *diskMiB)
