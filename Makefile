@@ -28,13 +28,13 @@ help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[1m%-8s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 .PHONY: build
-build: ## compile every package and command into ./bin (the Terraform provider as bin/terraform-provider-cellkit; nats-server, the version cells embed, for the network lab; bin/faults/cell, a cell with fault hooks, for the poison drill, bin/faults/cell-{failing,slow,crashing,unstable}, bad releases for the rollout drill, and bin/next/router, another build of the router for the handoff drill's upgrade)
+build: ## compile every package and command into ./bin (the Terraform provider as bin/terraform-provider-cellkit; nats-server, the version cells embed, for the network lab; bin/faults/cell, a cell with fault hooks, for the poison drill, bin/faults/cell-{failing,slow,crashing,unstable,tailslow}, bad releases for the rollout drill, and bin/next/router, another build of the router for the handoff drill's upgrade)
 	go build ./...
 	@cmds=$$(go list -f '{{if eq .Name "main"}}{{.ImportPath}}{{end}}' ./... | grep -v '/terraform$$'); \
 	if [ -n "$$cmds" ]; then GOBIN=$(BIN) go install $$cmds; fi
 	go build -o $(BIN)/terraform-provider-cellkit ./terraform
 	go build -tags faults -o $(BIN)/faults/cell ./cell
-	@for r in failing slow crashing unstable; do \
+	@for r in failing slow crashing unstable tailslow; do \
 	  go build -tags faults -ldflags "-X github.com/cellkit/cellkit/internal/pipeline.release=$$r" -o $(BIN)/faults/cell-$$r ./cell || exit 1; \
 	done
 	go build -ldflags "-X github.com/cellkit/cellkit/internal/buildinfo.version=next" -o $(BIN)/next/router ./router
@@ -154,7 +154,7 @@ fuzz: ## run every fuzz target for FUZZTIME each (default 50000x executions; a d
 	done
 
 .PHONY: drill
-drill: tools build ## as root: the chaos drills (kill, freeze: a cell SIGSTOPped for 20 s, disk-full: a cell's store on a 640 MiB tmpfs, 2m30s near full with Prometheus checking the alert, then filled for 15 s, drain, agency-slow at DRILL_RATE/s, default 100; agency-slow again at 250/s with a 5 s age budget, where the cells must shed; kill again with a real Prometheus checking the alerts; priority: high and normal lanes under overload, lane-aware cells beside lane-blind ones; poison: inquiries whose processing panics, contained to themselves, and one with Prometheus, whose alert must fire; release: a good rollout through every cell, then a failing, a slow, a crashing and an unstable build halted in the canary wave and rolled back; handoff, plain and TLS: the router restarted and upgraded under HANDOFF_RATE/s, default 400, with no connection refused, each handoff's p99 held to A/A controls in the same run) on a fresh local stack each; reports in var/drill/
+drill: tools build ## as root: the chaos drills (kill, freeze: a cell SIGSTOPped for 20 s, disk-full: a cell's store on a 640 MiB tmpfs, 2m30s near full with Prometheus checking the alert, then filled for 15 s, drain, agency-slow at DRILL_RATE/s, default 100; agency-slow again at 250/s with a 5 s age budget, where the cells must shed; kill again with a real Prometheus checking the alerts; priority: high and normal lanes under overload, lane-aware cells beside lane-blind ones; poison: inquiries whose processing panics, contained to themselves, and one with Prometheus, whose alert must fire; release: a good rollout through every cell, then a failing, a slow, a crashing, an unstable and a slow-tail build and a refusing setting halted in the canary wave and rolled back; handoff, plain and TLS: the router restarted and upgraded under HANDOFF_RATE/s, default 400, with no connection refused, each handoff's p99 held to A/A controls in the same run) on a fresh local stack each; reports in var/drill/
 	@mkdir -p var/drill; rc=0; \
 	for d in kill freeze drain agency-slow; do \
 	  echo "== loadtest drill $$d"; \
@@ -179,7 +179,7 @@ drill: tools build ## as root: the chaos drills (kill, freeze: a cell SIGSTOPped
 	echo "== loadtest drill poison: one inquiry that panics, with Prometheus: CellkitInquiryPanics fires on it"; \
 	$(BIN)/loadtest drill poison --bin $(BIN) --rate $(DRILL_RATE) --poison 1 --baseline 5s --fault 5s --after 10s \
 	  --prometheus $(BIN)/prometheus --json var/drill/poison-alert.json --svg var/drill/poison-alert.svg || rc=1; \
-	echo "== loadtest drill release: five rollouts (c2 the canary, then the rest; bakes of 20 s): a good one, then a failing, a slow, a crashing and an unstable build, each halted in the canary and rolled back"; \
+	echo "== loadtest drill release: seven rollouts (c2 the canary, then the rest; bakes of 20 s): a good one, then a failing, a slow, a crashing, an unstable and a slow-tail build and a refusing setting (depth-limit=1), each halted in the canary and rolled back"; \
 	$(BIN)/loadtest drill release --bin $(BIN) --rate $(DRILL_RATE) --baseline 10s --after 5s \
 	  --json var/drill/release.json --svg var/drill/release.svg || rc=1; \
 	echo "== loadtest drill handoff: $(HANDOFF_RATE) req/s (90 % status reads, half on kept-alive connections); the router restarted three times, upgraded to bin/next/router, then given a successor that cannot start; each judged against A/A windows with nothing replaced"; \

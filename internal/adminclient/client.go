@@ -168,7 +168,7 @@ func (c Client) Metrics(ctx context.Context, base string) (map[string]*dto.Metri
 }
 
 // fetch sends one request to base+path and returns a 2xx answer's body
-// (at most MaxBody) and its status, or an *Error.
+// and its status, or an *Error (also for a body over MaxBody).
 func (c Client) fetch(ctx context.Context, method, base, path string, body any, accept string) ([]byte, string, int, error) {
 	ctx, cancel := context.WithTimeout(ctx, CallTimeout)
 	defer cancel()
@@ -206,9 +206,14 @@ func (c Client) fetch(ctx context.Context, method, base, path string, body any, 
 		return nil, target, 0, &Error{URL: target, Err: tlsHint(err, c.CertAsked != nil && c.CertAsked.Load())}
 	}
 	defer resp.Body.Close()
-	data, err := io.ReadAll(io.LimitReader(resp.Body, MaxBody))
+	data, err := io.ReadAll(io.LimitReader(resp.Body, MaxBody+1))
 	if err != nil {
 		return nil, target, 0, &Error{URL: target, Err: fmt.Errorf("read answer: %w", err)}
+	}
+	if len(data) > MaxBody {
+		// Cut short, the end of a scrape would still parse: its last
+		// value read as another number, its last series missing.
+		return nil, target, resp.StatusCode, &Error{URL: target, Status: resp.StatusCode, Detail: fmt.Sprintf("the answer is over %d bytes: not read", MaxBody)}
 	}
 	if resp.StatusCode/100 != 2 {
 		return nil, target, 0, &Error{URL: target, Status: resp.StatusCode, Detail: problemDetail(data)}

@@ -145,6 +145,7 @@ func New(cfg Config, opts Options) (*Console, error) {
 		next: make(chan struct{}),
 	}
 	c.history = newHistoryCache(c.col.ctl.History())
+	registerRolloutMetrics(opts.Registerer, c.col.rolloutRecord)
 	return c, nil
 }
 

@@ -39,7 +39,8 @@ func routerCounters(mfs map[string]*dto.MetricFamily, at time.Time) counters {
 // countersOf sums the counter family requests (the series counted, 5xx
 // but 503 as errors) and the family shed.
 func countersOf(mfs map[string]*dto.MetricFamily, at time.Time, requests, shed string, counted func(*dto.Metric) bool) counters {
-	c := counters{at: at, started: gate.StartedOf(mfs)}
+	c := counters{at: at}
+	c.started, _ = gate.StartedOf(mfs) // a start time that is no number: unknown (0)
 	for _, m := range family(mfs, requests) {
 		if !counted(m) {
 			continue

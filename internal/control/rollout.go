@@ -156,7 +156,9 @@ type CellRollout struct {
 
 // BakeStatus is a wave's bake as its driver last judged it (every scrape):
 // when it began, how long it is, and the gates' verdicts with their
-// figures. A resumed rollout bakes its wave again from the start.
+// figures, as lines for people (Gates) and as figures for the console's
+// metrics (Verdicts). A resumed rollout bakes its wave again from the
+// start.
 type BakeStatus struct {
 	Wave     int           `json:"wave"`
 	Started  time.Time     `json:"started"`
@@ -164,6 +166,23 @@ type BakeStatus struct {
 	Judged   time.Time     `json:"judged"`
 	Decision string        `json:"decision"` // pass, wait or fail
 	Gates    []string      `json:"gates"`    // each gate's verdict and figures
+	Verdicts []GateVerdict `json:"verdicts,omitempty"`
+}
+
+// GateVerdict is one gate's verdict in figures: the gate
+// (internal/gate's names), its decision (pass, wait or fail), the
+// one-sided p-value of "the wave is worse" against the baseline that came
+// closest to failing it (1: no test made), the wave's samples, and that
+// baseline's name ("old release", "before", "baked"; "" when none was
+// compared) and samples. For the events gates (crash restarts, readiness
+// lost) the samples are the events of the worst process.
+type GateVerdict struct {
+	Gate            string  `json:"gate"`
+	Decision        string  `json:"decision"`
+	P               float64 `json:"p"`
+	WaveSamples     int64   `json:"wave_samples"`
+	Baseline        string  `json:"baseline,omitempty"`
+	BaselineSamples int64   `json:"baseline_samples"`
 }
 
 // Left is how much of the bake was left when it was last judged.

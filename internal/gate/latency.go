@@ -3,6 +3,7 @@ package gate
 import (
 	"fmt"
 	"math"
+	"slices"
 )
 
 // Histogram is a Prometheus histogram's counts over a window: the buckets'
@@ -59,31 +60,77 @@ func (h Histogram) Quantile(q float64) float64 {
 	return prevBound
 }
 
-// Latency compares the wave's latency with the baseline's: Fail when the
-// wave's is larger by a one-sided Mann-Whitney test on the buckets (ties
-// within a bucket, corrected) at Alpha and its p99 exceeds the
-// baseline's by LatencyFactor and LatencyMargin; Wait under MinSamples;
-// Pass without a baseline to compare with. Both histograms must have the
-// same buckets.
-func (cfg Config) Latency(what string, wave, base Histogram) Verdict {
-	n1, n2 := wave.Count(), base.Count()
+// Latency compares the wave's latency with each baseline's: Fail when
+// the wave's is larger than one's by a one-sided Mann-Whitney test on the
+// buckets (ties within a bucket, corrected) and its p99 exceeds that
+// baseline's by LatencyFactor and LatencyMargin; Wait under MinSamples,
+// and with no baseline to compare. Histograms of other buckets than the
+// wave's fail it: they cannot be compared.
+func (cfg Config) Latency(what string, wave Histogram, bases ...Of[Histogram]) Verdict {
+	n1 := wave.Count()
 	if n1 < cfg.MinSamples {
-		return Verdict{Decision: Wait, P: 1, Text: fmt.Sprintf("%s: %d of %d samples", what, n1, cfg.MinSamples)}
+		return cfg.waitFor(what, n1)
 	}
-	q1, q2 := wave.Quantile(0.99), base.Quantile(0.99)
-	text := fmt.Sprintf("%s: p99 wave %s of %d, baseline %s of %d", what, ms(q1), n1, ms(q2), n2)
-	if n2 == 0 {
-		return Verdict{Decision: Pass, P: 1, Text: text + ": no baseline"}
+	head := fmt.Sprintf("wave p99 %s of %d", ms(wave.Quantile(0.99)), n1)
+	return compareAll(cfg, what, head, wave, bases, Histogram.Count, func(w, b Histogram, alpha float64) (float64, bool, string) {
+		q1, q2 := w.Quantile(0.99), b.Quantile(0.99)
+		text := fmt.Sprintf("p99 %s of %d", ms(q2), b.Count())
+		if !slices.Equal(w.Bounds, b.Bounds) {
+			return 0, true, text + ": the histograms' buckets differ"
+		}
+		p := mannWhitneyGreater(w.counts(), b.counts())
+		return p, p < alpha && q1 > q2*cfg.LatencyFactor && q1-q2 > cfg.LatencyMargin, text + fmt.Sprintf(", Mann-Whitney p=%.2g", p)
+	})
+}
+
+// Tail compares the wave's slowest requests with each baseline's: the
+// share of the wave's samples slower than the baseline's p99 by the
+// latency margins (above the first bucket bound past its p99 ×
+// LatencyFactor and + LatencyMargin) against the baseline's own share
+// above it, by Fisher's exact test; Fail when significant and larger by
+// TailMargin. A regression of the slowest 1 or 2 % alone moves the
+// Mann-Whitney statistic too little to see, and the p99 margin alone is
+// no test; this is the test of the tail, of a slowing as large as the
+// latency gate's margins ask. Wait as Latency.
+func (cfg Config) Tail(what string, wave Histogram, bases ...Of[Histogram]) Verdict {
+	n1 := wave.Count()
+	if n1 < cfg.MinSamples {
+		return cfg.waitFor(what, n1)
 	}
-	if len(wave.Bounds) != len(base.Bounds) {
-		return Verdict{Decision: Fail, P: 0, Text: text + ": the histograms' buckets differ"}
+	head := fmt.Sprintf("wave of %d", n1)
+	return compareAll(cfg, what, head, wave, bases, Histogram.Count, func(w, b Histogram, alpha float64) (float64, bool, string) {
+		if !slices.Equal(w.Bounds, b.Bounds) {
+			return 0, true, "the histograms' buckets differ"
+		}
+		i := b.bucketAbove(cfg.slower(b.Quantile(0.99)))
+		bound := b.Bounds[i]
+		if math.IsInf(bound, 1) {
+			return 1, false, "p99 beyond the last bucket: no tail to compare"
+		}
+		above := Counts{Total: w.Count(), Failed: w.Count() - w.Cumulative[i]}
+		base := Counts{Total: b.Count(), Failed: b.Count() - b.Cumulative[i]}
+		p := fisherGreater(above.Failed, above.Total, base.Failed, base.Total)
+		return p, p < alpha && above.Rate()-base.Rate() > cfg.TailMargin,
+			fmt.Sprintf("above %s (its p99 %s and the margins): wave %d (%.2f%%), baseline %d of %d (%.2f%%), Fisher p=%.2g",
+				ms(bound), ms(b.Quantile(0.99)), above.Failed, 100*above.Rate(), base.Failed, base.Total, 100*base.Rate(), p)
+	})
+}
+
+// slower is the least latency worse than q by the latency margins: ×
+// LatencyFactor and + LatencyMargin.
+func (cfg Config) slower(q float64) float64 {
+	return max(q*cfg.LatencyFactor, q+cfg.LatencyMargin)
+}
+
+// bucketAbove is the index of the first bucket whose upper bound is at
+// least v (the last, +Inf, when none is).
+func (h Histogram) bucketAbove(v float64) int {
+	for i, b := range h.Bounds {
+		if b >= v {
+			return i
+		}
 	}
-	p := mannWhitneyGreater(wave.counts(), base.counts())
-	text += fmt.Sprintf(", Mann-Whitney p=%.2g", p)
-	if p < cfg.Alpha && q1 > q2*cfg.LatencyFactor && q1-q2 > cfg.LatencyMargin {
-		return Verdict{Decision: Fail, P: p, Text: text}
-	}
-	return Verdict{Decision: Pass, P: p, Text: text}
+	return len(h.Bounds) - 1
 }
 
 // mannWhitneyGreater is the one-sided p-value that the first sample is

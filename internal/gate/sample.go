@@ -5,18 +5,17 @@ import (
 	"math"
 	"slices"
 	"strconv"
-	"strings"
 
 	dto "github.com/prometheus/client_model/go"
 )
 
-// Sample is what the gates read of one cell process's metrics at one
-// moment: running totals, made into a window's counts by Since.
+// Sample is what the gates read of one process's metrics at one moment:
+// running totals, made into a window's counts by Since.
 type Sample struct {
 	// Intake are the POSTs, failed those answered 5xx but 503 (a 503 is a
 	// refusal: shed, storage full, intake closed; it says "retry", not
-	// "broken").
-	Intake Counts
+	// "broken"); Refusals the same POSTs, failed those answered 503.
+	Intake, Refusals Counts
 	// Inquiries are the inquiries settled (done, failed, dead), failed
 	// those that failed or were dead-lettered.
 	Inquiries Counts
@@ -27,14 +26,21 @@ type Sample struct {
 	// intake to a final status.
 	IntakeLatency, DoneLatency Histogram
 	// Edge is what the routers saw of the same cells: their requests,
-	// failed those answered 5xx but a cell's own 503, or 503 because the
-	// cell's breaker is open (a cell that hangs or resets connections
-	// counts none of its own failures); EdgeLatency their time to an
-	// answer. Routers is how many routers' figures are in it (none: the
-	// edge gates are not run).
-	Edge        Counts
-	EdgeLatency Histogram
-	Routers     int
+	// failed those answered 5xx but 503, or 503 because the cell's breaker
+	// is open (a cell that hangs or resets connections counts none of its
+	// own failures); EdgeRefusals the same requests, failed the other
+	// 503s (the cell's own refusals, a full bulkhead, a cell the router
+	// cannot reach); EdgeLatency their time to an answer. Routers is how
+	// many routers' figures are expected in it (none: the edge gates are
+	// not run).
+	Edge, EdgeRefusals Counts
+	EdgeLatency        Histogram
+	Routers            int
+	// Unread are the sources of the figures (the processes; for a
+	// wave of cells, the cells' processes) that could not be read at the
+	// window's end, each with why; EdgeUnread the same for the routers.
+	// Their gates wait: figures that are not there are no pass.
+	Unread, EdgeUnread []string
 	// Health is the window's crash restarts and readiness losses: per
 	// process for one process's window, the worst process's in a Sum.
 	Health Health
@@ -67,16 +73,35 @@ const (
 	metricEdge     = "cellkit_router_requests_total"
 	metricEdgeShed = "cellkit_router_shed_total"
 	metricEdgeTime = "cellkit_router_request_duration_seconds"
+	metricBreaker  = "cellkit_router_breaker_state"
 )
+
+// OpenBreakers are those of cells whose circuit breaker a router's
+// scrape says is open or half-open (cellkit_router_breaker_state 1 or 2):
+// the router does not send them all their users. A breaker forced by an
+// operator is not the release's doing and is left out.
+func OpenBreakers(mfs map[string]*dto.MetricFamily, cells []string) []string {
+	var out []string
+	for _, m := range metrics(mfs, metricBreaker) {
+		if v := m.GetGauge().GetValue(); (v == 1 || v == 2) && slices.Contains(cells, label(m, "cell")) {
+			out = append(out, label(m, "cell"))
+		}
+	}
+	return out
+}
 
 // StartedOf is a process's start time (process_start_time_seconds, Unix
 // seconds; 0 when it does not say): a change between two scrapes is a
-// restart.
-func StartedOf(mfs map[string]*dto.MetricFamily) float64 {
+// restart. A value that is not a finite positive number is an error.
+func StartedOf(mfs map[string]*dto.MetricFamily) (float64, error) {
 	for _, m := range metrics(mfs, metricStarted) {
-		return m.GetGauge().GetValue()
+		v := m.GetGauge().GetValue()
+		if math.IsNaN(v) || math.IsInf(v, 0) || v < 0 {
+			return 0, fmt.Errorf("%s is %v, not a time", metricStarted, v)
+		}
+		return v, nil
 	}
-	return 0
+	return 0, nil
 }
 
 // ReadyOf says whether a cell process's scrape says it is ready
@@ -92,79 +117,132 @@ func ReadyOf(mfs map[string]*dto.MetricFamily) bool {
 
 // Edge is one router's figures for one cell (running totals).
 type Edge struct {
-	Requests Counts
-	Latency  Histogram
+	Requests, Refusals Counts
+	Latency            Histogram
 }
 
 // EdgeOf reads a router's figures by cell from its metric families:
 // requests routed to the cell, failed those answered 5xx other than 503,
-// plus the 503s of its open breaker; the time to an answer.
-func EdgeOf(mfs map[string]*dto.MetricFamily) map[string]Edge {
+// plus the 503s of its open breaker; refused the other 503s; the time to
+// an answer. A value that is not a count (NaN, infinite, negative) or
+// histogram buckets out of order is an error, not a number.
+func EdgeOf(mfs map[string]*dto.MetricFamily) (map[string]Edge, error) {
+	out, err := edgeByCell(mfs)
+	delete(out, "none") // answered before routing: no cell's doing
+	return out, err
+}
+
+// refusal says whether a status turns the user away unserved: 503, 429
+// (the client's rate limit), 401 and 403 (the keys) — the last three
+// answered before routing, a router's own doing.
+func refusal(code int) bool { return code == 503 || code == 429 || code == 401 || code == 403 }
+
+// edgeByCell is EdgeOf with the answers given before routing, under
+// cell "none".
+func edgeByCell(mfs map[string]*dto.MetricFamily) (map[string]Edge, error) {
 	out := map[string]Edge{}
+	refused := map[string]int64{} // 503s, the breaker's among them
 	for _, m := range metrics(mfs, metricEdge) {
+		v, err := count(metricEdge, m)
+		if err != nil {
+			return nil, err
+		}
 		cell := label(m, "cell")
-		e, v := out[cell], int64(m.GetCounter().GetValue())
+		e := out[cell]
 		e.Requests.Total += v
-		if code, _ := strconv.Atoi(label(m, "code")); code >= 500 && code != 503 {
+		switch code, _ := strconv.Atoi(label(m, "code")); {
+		case refusal(code):
+			refused[cell] += v
+		case code >= 500:
 			e.Requests.Failed += v
 		}
 		out[cell] = e
 	}
 	for _, m := range metrics(mfs, metricEdgeShed) {
-		if label(m, "reason") == "breaker" {
-			cell := label(m, "cell")
-			e := out[cell]
-			e.Requests.Failed += int64(m.GetCounter().GetValue())
-			out[cell] = e
+		if label(m, "reason") != "breaker" {
+			continue
 		}
-	}
-	for _, m := range metrics(mfs, metricEdgeTime) {
+		v, err := count(metricEdgeShed, m)
+		if err != nil {
+			return nil, err
+		}
 		cell := label(m, "cell")
 		e := out[cell]
-		e.Latency = e.Latency.Add(histogramOf(m))
+		e.Requests.Failed += v
+		refused[cell] -= v
 		out[cell] = e
 	}
-	delete(out, "none") // answered before routing: no cell's doing
-	return out
+	for cell, e := range out {
+		e.Refusals = Counts{Total: e.Requests.Total, Failed: max(refused[cell], 0)}
+		out[cell] = e
+	}
+	for _, m := range metrics(mfs, metricEdgeTime) {
+		h, err := histogramOf(metricEdgeTime, m)
+		if err != nil {
+			return nil, err
+		}
+		cell := label(m, "cell")
+		e := out[cell]
+		e.Latency = e.Latency.Add(h)
+		out[cell] = e
+	}
+	return out, nil
 }
 
-// RouterSampleOf is a router's own figures (every cell's together) as a
-// Sample, for a wave of routers judged by JudgeRouters.
-func RouterSampleOf(mfs map[string]*dto.MetricFamily) Sample {
-	s := Sample{Routers: 1}
-	for _, e := range EdgeOf(mfs) {
-		s.Edge.Total += e.Requests.Total
-		s.Edge.Failed += e.Requests.Failed
-		s.EdgeLatency = s.EdgeLatency.Add(e.Latency)
+// RouterSampleOf is a router's own figures (every cell's together, and
+// its answers before routing: a router that turns users away with 401,
+// 403 or 429 refuses them) as a Sample, for a wave of routers judged by
+// JudgeRouters.
+func RouterSampleOf(mfs map[string]*dto.MetricFamily) (Sample, error) {
+	edges, err := edgeByCell(mfs)
+	if err != nil {
+		return Sample{}, err
 	}
-	return s
+	s := Sample{Routers: 1}
+	for _, e := range edges {
+		s.add(Sample{Edge: e.Requests, EdgeRefusals: e.Refusals, EdgeLatency: e.Latency})
+	}
+	return s, nil
 }
 
 // Since is the window's figures: e's totals less before's (a router that
 // restarted counts from zero).
 func (e Edge) Since(before Edge) Edge {
-	return Edge{Requests: e.Requests.since(before.Requests), Latency: e.Latency.since(before.Latency)}
+	return Edge{Requests: e.Requests.since(before.Requests), Refusals: e.Refusals.since(before.Refusals),
+		Latency: e.Latency.since(before.Latency)}
 }
 
 func (c Counts) since(before Counts) Counts {
 	return Counts{Total: counterSince(c.Total, before.Total), Failed: counterSince(c.Failed, before.Failed)}
 }
 
-// SampleOf reads a Sample from a cell process's metric families.
-func SampleOf(mfs map[string]*dto.MetricFamily) Sample {
+// SampleOf reads a Sample from a cell process's metric families. A value
+// that is not a count (NaN, infinite, negative) or histogram buckets out
+// of order is an error, not a number.
+func SampleOf(mfs map[string]*dto.MetricFamily) (Sample, error) {
 	var s Sample
 	for _, m := range metrics(mfs, metricIntake) {
+		v, err := count(metricIntake, m)
+		if err != nil {
+			return Sample{}, err
+		}
 		if label(m, "route") != "post" {
 			continue
 		}
-		v := int64(m.GetCounter().GetValue())
 		s.Intake.Total += v
-		if code, _ := strconv.Atoi(label(m, "code")); code >= 500 && code != 503 {
+		switch code, _ := strconv.Atoi(label(m, "code")); {
+		case code == 503:
+			s.Refusals.Failed += v
+		case code >= 500:
 			s.Intake.Failed += v
 		}
 	}
+	s.Refusals.Total = s.Intake.Total
 	for _, m := range metrics(mfs, metricDeliveries) {
-		v := int64(m.GetCounter().GetValue())
+		v, err := count(metricDeliveries, m)
+		if err != nil {
+			return Sample{}, err
+		}
 		switch label(m, "outcome") {
 		case "done":
 			s.Inquiries.Total += v
@@ -174,17 +252,48 @@ func SampleOf(mfs map[string]*dto.MetricFamily) Sample {
 		}
 	}
 	for _, m := range metrics(mfs, metricPanics) {
-		s.Panics += int64(m.GetCounter().GetValue())
+		v, err := count(metricPanics, m)
+		if err != nil {
+			return Sample{}, err
+		}
+		s.Panics += v
 	}
-	for _, m := range metrics(mfs, metricIntakeTime) {
-		if label(m, "route") == "post" {
-			s.IntakeLatency = s.IntakeLatency.Add(histogramOf(m))
+	for _, name := range []string{metricIntakeTime, metricInquiryTime} {
+		for _, m := range metrics(mfs, name) {
+			h, err := histogramOf(name, m)
+			switch {
+			case err != nil:
+				return Sample{}, err
+			case name == metricInquiryTime:
+				s.DoneLatency = s.DoneLatency.Add(h)
+			case label(m, "route") == "post":
+				s.IntakeLatency = s.IntakeLatency.Add(h)
+			}
 		}
 	}
-	for _, m := range metrics(mfs, metricInquiryTime) {
-		s.DoneLatency = s.DoneLatency.Add(histogramOf(m))
+	return s, nil
+}
+
+// count is a counter's value as a count: NaN, an infinity or a negative
+// value is an error (a broken exporter, a scrape cut short), never a
+// number the gates would judge by.
+func count(name string, m *dto.Metric) (int64, error) {
+	v := m.GetCounter().GetValue()
+	if math.IsNaN(v) || math.IsInf(v, 0) || v < 0 || v >= 1<<62 {
+		return 0, fmt.Errorf("%s%s is %v, not a count", name, labels(m), v)
 	}
-	return s
+	return int64(v), nil
+}
+
+func labels(m *dto.Metric) string {
+	out := "{"
+	for i, l := range m.GetLabel() {
+		if i > 0 {
+			out += ","
+		}
+		out += l.GetName() + "=" + strconv.Quote(l.GetValue())
+	}
+	return out + "}"
 }
 
 func metrics(mfs map[string]*dto.MetricFamily, name string) []*dto.Metric {
@@ -203,7 +312,9 @@ func label(m *dto.Metric, name string) string {
 	return ""
 }
 
-func histogramOf(m *dto.Metric) Histogram {
+// histogramOf is a histogram's buckets; bounds that are not numbers in
+// ascending order, or cumulative counts that go down, are an error.
+func histogramOf(name string, m *dto.Metric) (Histogram, error) {
 	h := m.GetHistogram()
 	var out Histogram
 	for _, b := range h.GetBucket() {
@@ -214,13 +325,21 @@ func histogramOf(m *dto.Metric) Histogram {
 		out.Bounds = append(out.Bounds, math.Inf(1))
 		out.Cumulative = append(out.Cumulative, int64(h.GetSampleCount()))
 	}
-	return out
+	for i, b := range out.Bounds {
+		if math.IsNaN(b) || out.Cumulative[i] < 0 || (i > 0 && (b <= out.Bounds[i-1] || out.Cumulative[i] < out.Cumulative[i-1])) {
+			return Histogram{}, fmt.Errorf("%s%s: bucket le=%v of %d out of order", name, labels(m), b, out.Cumulative[i])
+		}
+	}
+	return out, nil
 }
 
 // Add is h and o together (the same buckets, or h empty).
 func (h Histogram) Add(o Histogram) Histogram {
 	if len(h.Bounds) == 0 {
 		return Histogram{Bounds: slices.Clone(o.Bounds), Cumulative: slices.Clone(o.Cumulative)}
+	}
+	if len(o.Bounds) == 0 {
+		return h
 	}
 	if !slices.Equal(h.Bounds, o.Bounds) {
 		return h // a histogram of other buckets is not summed; Latency refuses a mismatch anyway
@@ -257,124 +376,53 @@ func counterSince(now, before int64) int64 {
 func (s Sample) Since(before Sample) Sample {
 	return Sample{
 		Intake:        s.Intake.since(before.Intake),
+		Refusals:      s.Refusals.since(before.Refusals),
 		Inquiries:     s.Inquiries.since(before.Inquiries),
 		Panics:        counterSince(s.Panics, before.Panics),
 		IntakeLatency: s.IntakeLatency.since(before.IntakeLatency),
 		DoneLatency:   s.DoneLatency.since(before.DoneLatency),
 		Edge:          s.Edge.since(before.Edge),
+		EdgeRefusals:  s.EdgeRefusals.since(before.EdgeRefusals),
 		EdgeLatency:   s.EdgeLatency.since(before.EdgeLatency),
 		Routers:       s.Routers,
+		Unread:        s.Unread,
+		EdgeUnread:    s.EdgeUnread,
 		Health:        s.Health,
 	}
 }
 
-// Sum is the windows of several processes together (a wave's, or the
+// add adds o's window to s's: counts added, Health the worse, Routers
+// the most either was seen by, the unread sources of both.
+func (s *Sample) add(o Sample) {
+	addCounts := func(a *Counts, b Counts) { a.Total += b.Total; a.Failed += b.Failed }
+	addCounts(&s.Intake, o.Intake)
+	addCounts(&s.Refusals, o.Refusals)
+	addCounts(&s.Inquiries, o.Inquiries)
+	addCounts(&s.Edge, o.Edge)
+	addCounts(&s.EdgeRefusals, o.EdgeRefusals)
+	s.Panics += o.Panics
+	s.IntakeLatency = s.IntakeLatency.Add(o.IntakeLatency)
+	s.DoneLatency = s.DoneLatency.Add(o.DoneLatency)
+	s.EdgeLatency = s.EdgeLatency.Add(o.EdgeLatency)
+	s.Routers = max(s.Routers, o.Routers)
+	s.Health = s.Health.worst(o.Health)
+	s.Unread = append(slices.Clip(s.Unread), o.Unread...)
+	s.EdgeUnread = append(slices.Clip(s.EdgeUnread), o.EdgeUnread...)
+}
+
+// AddEdge adds one router's window of a cell to s (a wave's, a
+// baseline's).
+func (s *Sample) AddEdge(e Edge) {
+	s.add(Sample{Edge: e.Requests, EdgeRefusals: e.Refusals, EdgeLatency: e.Latency})
+}
+
+// Sum is the windows of several processes together (a wave's, or a
 // baseline's): counts added, Health the worst process's, Routers the
-// most any of them was seen by.
+// most any of them was seen by, every unread source.
 func Sum(samples ...Sample) Sample {
 	var out Sample
 	for _, s := range samples {
-		out.Edge.Total += s.Edge.Total
-		out.Edge.Failed += s.Edge.Failed
-		out.EdgeLatency = out.EdgeLatency.Add(s.EdgeLatency)
-		out.Routers = max(out.Routers, s.Routers)
-		out.Health = out.Health.worst(s.Health)
-		out.Intake.Total += s.Intake.Total
-		out.Intake.Failed += s.Intake.Failed
-		out.Inquiries.Total += s.Inquiries.Total
-		out.Inquiries.Failed += s.Inquiries.Failed
-		out.Panics += s.Panics
-		out.IntakeLatency = out.IntakeLatency.Add(s.IntakeLatency)
-		out.DoneLatency = out.DoneLatency.Add(s.DoneLatency)
+		out.add(s)
 	}
 	return out
-}
-
-// Judge runs every gate on a window of the wave against the baseline's:
-// failures of the intake and of the inquiries (an inquiry whose
-// processing panicked is failed and dead-lettered: counted there, once),
-// the intake's latency and the time to done; with routers, the routers'
-// failures and latency for the same cells; crash restarts and readiness
-// losses.
-func (cfg Config) Judge(wave, base Sample) []Verdict {
-	vs := []Verdict{
-		cfg.Failures("intake 5xx", wave.Intake, base.Intake),
-		cfg.Failures("failed inquiries", wave.Inquiries, base.Inquiries),
-		cfg.Latency("intake latency", wave.IntakeLatency, base.IntakeLatency),
-		cfg.Latency("time to done", wave.DoneLatency, base.DoneLatency),
-	}
-	if wave.Routers > 0 {
-		vs = append(vs, cfg.Failures("edge 5xx", wave.Edge, base.Edge),
-			cfg.Latency("edge latency", wave.EdgeLatency, base.EdgeLatency))
-	}
-	return append(vs, Events("crash restarts", wave.Health.Restarts, base.Health.Restarts),
-		Events("readiness lost", wave.Health.Flaps, base.Health.Flaps))
-}
-
-// JudgeRouters runs the gates of a wave of routers against the routers
-// still on the old release (or the same routers before they were
-// replaced): their failures and latency over every cell, crash restarts
-// and readiness losses.
-func (cfg Config) JudgeRouters(wave, base Sample) []Verdict {
-	return []Verdict{
-		cfg.Failures("router 5xx", wave.Edge, base.Edge),
-		cfg.Latency("router latency", wave.EdgeLatency, base.EdgeLatency),
-		Events("crash restarts", wave.Health.Restarts, base.Health.Restarts),
-		Events("readiness lost", wave.Health.Flaps, base.Health.Flaps),
-	}
-}
-
-// Alerts fails a wave for which a Prometheus alert fires that fires for
-// no process of the baseline (by alert name): an alert of every cell is
-// the world's doing (an agency down), one of the wave's alone is the
-// release's. wave and base are the alerts' names firing for each;
-// unread says the alerts could not be read (Wait, with why: it halts
-// once the bake's wait is over, fail closed).
-func Alerts(wave, base []string, unread string) Verdict {
-	if unread != "" {
-		return Verdict{Decision: Wait, P: 1, Text: "alerts: " + unread}
-	}
-	var own []string
-	for _, a := range wave {
-		if !slices.Contains(base, a) && !slices.Contains(own, a) {
-			own = append(own, a)
-		}
-	}
-	text := fmt.Sprintf("alerts: firing for the wave %s, for the baseline %s", names(wave), names(base))
-	if len(own) > 0 {
-		return Verdict{Decision: Fail, P: 0, Text: text}
-	}
-	return Verdict{Decision: Pass, P: 1, Text: text}
-}
-
-func names(s []string) string {
-	if len(s) == 0 {
-		return "none"
-	}
-	return strings.Join(slices.Compact(slices.Sorted(slices.Values(s))), ",")
-}
-
-// Events compares events too rare for a test of rates (a crash, a
-// readiness lost), each process's over the same window: Fail when the
-// wave's worst process has more than the baseline's worst (none, with no
-// baseline). The baseline absorbs what is not the release's doing — a
-// host restarting everything, an agency outage that makes every cell
-// unready — and one crash of a new release is one too many. Never Wait:
-// no event is a pass however little traffic there was.
-func Events(what string, wave, base int64) Verdict {
-	text := fmt.Sprintf("%s: wave's worst process %d, baseline's %d", what, wave, base)
-	if wave > base {
-		return Verdict{Decision: Fail, P: 0, Text: text}
-	}
-	return Verdict{Decision: Pass, P: 1, Text: text}
-}
-
-// Overall is the verdicts' decision: Fail if one fails, else Wait if one
-// waits, else Pass.
-func Overall(vs []Verdict) Decision {
-	d := Pass
-	for _, v := range vs {
-		d = max(d, v.Decision)
-	}
-	return d
 }

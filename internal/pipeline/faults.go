@@ -7,6 +7,7 @@ import (
 	"hash/fnv"
 	"os"
 	"strings"
+	"sync/atomic"
 	"time"
 )
 
@@ -23,8 +24,14 @@ import (
 //   - "crashing": the process exits when its pipeline starts (after its
 //     flags are read: it still answers --version, as a release must);
 //   - "unstable": it gets ready, and one user in fifty crashes it (an
-//     unrecovered panic while the inquiry is in flight).
+//     unrecovered panic while the inquiry is in flight);
+//   - "tailslow": one inquiry in fifty (every fiftieth agency call)
+//     takes a second more, the rest as usual: a regression of the slowest
+//     2 % alone.
 var release string
+
+// tailCalls counts the agency calls of a "tailslow" release.
+var tailCalls atomic.Uint64
 
 // faultStart runs when the pipeline starts.
 func faultStart() {
@@ -53,6 +60,10 @@ func faultHook(user, agency string) {
 			}
 		case "slow":
 			time.Sleep(300 * time.Millisecond)
+		case "tailslow":
+			if tailCalls.Add(1)%50 == 0 {
+				time.Sleep(time.Second)
+			}
 		case "unstable":
 			h := fnv.New32a()
 			h.Write([]byte(user))

@@ -14,22 +14,24 @@ import (
 	"github.com/cellkit/cellkit/internal/slotmap"
 )
 
-// panel is what a bake watches: the wave's processes and the baseline's
-// (those still on the old release), and for a wave of cells the cells'
-// ids and the routers whose figures for them are read too.
+// panel is what a bake watches: the wave's processes and its baselines'
+// over the same window — those still on the old release, those of the
+// earlier waves baked on the new one — and for a wave of cells the
+// cells' ids and the routers whose figures for them are read too.
 type panel struct {
-	router               bool
-	wave, base           []proc
-	waveCells, baseCells []string
-	routers              []string
+	router                           bool
+	wave, base, baked                []proc
+	waveCells, baseCells, bakedCells []string
+	routers                          []string
+	// routersUnread says why the routers to read could not be listed:
+	// the edge gates wait ("" listed, or none asked for).
+	routersUnread string
 }
 
 // panel is the wave in progress's panel: for cells, every instance of the
-// wave's cells and of the cells not yet reached; for routers, the wave's
-// and the stack's routers not yet reached — or, for the last ones, the
-// routers already baked on the new release, which passed their own bake
-// against the old one in the same window (a comparison over one window,
-// however noisy the traffic, is worth more than one over two).
+// wave's cells, of the cells not yet reached and of the earlier waves'
+// cells; for routers, the wave's, the stack's routers not yet reached and
+// the routers already baked on the new release.
 func (r *Runner) panel(ctx context.Context, ro *control.Rollout) (panel, error) {
 	w := ro.Waves[ro.Wave]
 	if len(w.Routers) > 0 {
@@ -38,7 +40,6 @@ func (r *Runner) panel(ctx context.Context, ro *control.Rollout) (panel, error) 
 		if err != nil {
 			return pn, err
 		}
-		var baked []proc
 		for _, p := range ps {
 			if !devstack.IsRouter(p.Name) {
 				continue
@@ -53,11 +54,8 @@ func (r *Runner) panel(ctx context.Context, ro *control.Rollout) (panel, error) 
 			case !phase.Reached():
 				pn.base = append(pn.base, rp)
 			case phase == control.PhaseDone:
-				baked = append(baked, rp)
+				pn.baked = append(pn.baked, rp)
 			}
-		}
-		if len(pn.base) == 0 {
-			pn.base = baked
 		}
 		return pn, nil
 	}
@@ -70,37 +68,40 @@ func (r *Runner) panel(ctx context.Context, ro *control.Rollout) (panel, error) 
 		if c.State != slotmap.Active {
 			continue
 		}
-		inWave := slices.Contains(w.Cells, c.ID)
-		if !inWave && ro.Cells[c.ID].Phase.Reached() {
-			continue // an earlier wave's: on the new release already
+		procs, cells := &pn.base, &pn.baseCells
+		switch phase := ro.Cells[c.ID].Phase; {
+		case slices.Contains(w.Cells, c.ID):
+			procs, cells = &pn.wave, &pn.waveCells
+		case phase == control.PhaseDone:
+			procs, cells = &pn.baked, &pn.bakedCells // an earlier wave's, baked
+		case phase.Reached():
+			continue
 		}
 		ps, err := r.procs(ctx, c.ID, false)
 		if err != nil {
 			return pn, err
 		}
-		if inWave {
-			pn.wave, pn.waveCells = append(pn.wave, ps...), append(pn.waveCells, c.ID)
-		} else {
-			pn.base, pn.baseCells = append(pn.base, ps...), append(pn.baseCells, c.ID)
-		}
+		*procs, *cells = append(*procs, ps...), append(*cells, c.ID)
 	}
 	if r.opts.Routers != nil {
 		if pn.routers, err = r.opts.Routers(ctx); err != nil {
-			r.say("the routers' figures are left out of the gates: %v", err)
+			pn.routersUnread = "the routers: " + err.Error()
+			r.say("the routers' figures cannot be read: the edge gates wait (%v)", err)
 		}
 	}
 	return pn, nil
 }
 
 // seen is one process's scrape: its figures, start time and readiness (ok
-// false: it did not answer); a router read for a cell's wave, its
-// figures by cell.
+// false: its figures could not be read, err says why); a router read for
+// a cell's wave, its figures by cell.
 type seen struct {
 	sample  gate.Sample
 	edge    map[string]gate.Edge
 	started float64
 	ready   bool
 	ok      bool
+	err     string
 }
 
 // look is the panel's processes (and routers) at one moment, by admin URL.
@@ -108,26 +109,44 @@ type look struct{ procs, routers map[string]seen }
 
 func (r *Runner) look(ctx context.Context, pn panel) look {
 	l := look{procs: map[string]seen{}, routers: map[string]seen{}}
-	for _, p := range append(slices.Clone(pn.wave), pn.base...) {
-		var s seen
-		if mfs, err := r.opts.Admin.Metrics(ctx, p.admin); err == nil {
-			s.ok, s.started = true, gate.StartedOf(mfs)
-			if p.router {
-				// A router's readiness is only on its /readyz.
-				s.sample = gate.RouterSampleOf(mfs)
-				_, s.ready, _ = r.release(ctx, p)
-			} else {
-				s.sample, s.ready = gate.SampleOf(mfs), gate.ReadyOf(mfs)
-			}
-		}
-		l.procs[p.admin] = s
+	for _, p := range slices.Concat(pn.wave, pn.base, pn.baked) {
+		l.procs[p.admin] = r.scrape(ctx, p)
 	}
 	for _, u := range pn.routers {
-		if mfs, err := r.opts.Admin.Metrics(ctx, u); err == nil {
-			l.routers[u] = seen{ok: true, edge: gate.EdgeOf(mfs)}
+		var s seen
+		mfs, err := r.opts.Admin.Metrics(ctx, u)
+		if err == nil {
+			s.edge, err = gate.EdgeOf(mfs)
 		}
+		if s.ok = err == nil; err != nil {
+			s.err = err.Error()
+		}
+		l.routers[u] = s
 	}
 	return l
+}
+
+// scrape reads one process: its figures (a value that is no number
+// makes them unread), its start time and its readiness.
+func (r *Runner) scrape(ctx context.Context, p proc) seen {
+	var s seen
+	mfs, err := r.opts.Admin.Metrics(ctx, p.admin)
+	if err != nil {
+		return seen{err: err.Error()}
+	}
+	s.started, _ = gate.StartedOf(mfs) // a start time that is no number: unknown (0), no restart counted
+	if p.router {
+		// A router's readiness is only on its /readyz.
+		s.sample, err = gate.RouterSampleOf(mfs)
+		_, s.ready, _ = r.release(ctx, p)
+	} else {
+		s.sample, err = gate.SampleOf(mfs)
+		s.ready = gate.ReadyOf(mfs)
+	}
+	if s.ok = err == nil; err != nil {
+		s.err = err.Error()
+	}
+	return s
 }
 
 // tracker counts each process's crash restarts and readiness losses
@@ -147,111 +166,17 @@ func (t tracker) observe(l look) {
 			t[u] = &tracked{started: s.started, ready: s.ready}
 			continue
 		}
-		if s.ok && s.started != 0 && tr.started != 0 && s.started != tr.started {
+		if s.started != 0 && tr.started != 0 && s.started != tr.started {
 			tr.health.Restarts++
 		}
 		if tr.ready && !s.ready {
 			tr.health.Flaps++
 		}
-		if s.ok && s.started != 0 {
+		if s.started != 0 {
 			tr.started = s.started
 		}
 		tr.ready = s.ready
 	}
-}
-
-// window is the figures of procs since before, with their health.
-func window(procs []proc, before, now look, t tracker) gate.Sample {
-	var ws []gate.Sample
-	for _, p := range procs {
-		var w gate.Sample
-		if n, ok := now.procs[p.admin]; ok && n.ok {
-			w = n.sample
-			if b, ok := before.procs[p.admin]; ok && b.ok {
-				w = n.sample.Since(b.sample)
-			}
-		}
-		if tr := t[p.admin]; tr != nil {
-			w.Health = tr.health
-		}
-		ws = append(ws, w)
-	}
-	return gate.Sum(ws...)
-}
-
-// edge adds to s what the routers saw of cells since before.
-func edge(s *gate.Sample, cells []string, before, now look) {
-	for u, n := range now.routers {
-		b, ok := before.routers[u]
-		if !ok {
-			continue
-		}
-		s.Routers++
-		for _, c := range cells {
-			w := n.edge[c].Since(b.edge[c])
-			s.Edge.Total += w.Requests.Total
-			s.Edge.Failed += w.Requests.Failed
-			s.EdgeLatency = s.EdgeLatency.Add(w.Latency)
-		}
-	}
-}
-
-// judge is the gates' verdicts on the panel's window.
-func (r *Runner) judge(pn panel, waveW, baseW gate.Sample) []gate.Verdict {
-	if pn.router {
-		return r.cfg.Gate.JudgeRouters(waveW, baseW)
-	}
-	return r.cfg.Gate.Judge(waveW, baseW)
-}
-
-// windows are the wave's and the baseline's figures since before (a wave
-// of routers with no other router: the reference measured before they
-// were replaced).
-func (r *Runner) windows(wave int, pn panel, before, now look, t tracker) (waveW, baseW gate.Sample) {
-	waveW, baseW = window(pn.wave, before, now, t), window(pn.base, before, now, t)
-	if pn.router {
-		if ref, ok := r.reference[wave]; ok && len(pn.base) == 0 {
-			baseW = ref
-		}
-		return waveW, baseW
-	}
-	edge(&waveW, pn.waveCells, before, now)
-	edge(&baseW, pn.baseCells, before, now)
-	return waveW, baseW
-}
-
-// measureReference, for a wave of routers that no other router can be
-// compared with (a single router), reads the wave's routers for the
-// wave's bake before they are replaced: their own figures are the
-// baseline. Not on a resume past their replacement.
-func (r *Runner) measureReference(ctx context.Context, ro *control.Rollout) error {
-	w := ro.Waves[ro.Wave]
-	if _, ok := r.reference[ro.Wave]; ok {
-		return nil
-	}
-	for _, name := range w.Routers {
-		if ro.Routers[name].Phase.Reached() {
-			return nil
-		}
-	}
-	pn, err := r.panel(ctx, ro)
-	if err != nil || len(pn.base) > 0 {
-		return err
-	}
-	r.say("no other router to compare %s with: reading its figures for %v before it is replaced", strings.Join(w.Routers, ", "), w.Bake)
-	t := tracker{}
-	before := r.look(ctx, pn)
-	t.observe(before)
-	for start := r.opts.Now(); r.opts.Now().Sub(start) < w.Bake; {
-		if !sleep(ctx, min(r.cfg.Scrape, w.Bake)) {
-			return ctx.Err()
-		}
-		t.observe(r.look(ctx, pn))
-	}
-	now := r.look(ctx, pn)
-	t.observe(now)
-	r.reference[ro.Wave] = window(pn.wave, before, now, t)
-	return nil
 }
 
 // step is one judgement of a bake: how long it has run, the gates'
@@ -262,24 +187,29 @@ type step struct {
 	decision gate.Decision
 }
 
-// watch judges pn's wave against its baseline every Scrape, over the
-// window since its first look, until the judgement is final: a gate
-// failed, the gates passed once bake is over, or bake and WaitLimit are
-// over (too few samples). Each step goes to each first (nil: none); an
-// error from each ends the watch.
+// watch judges pn's wave against its baselines every Scrape, over the
+// window since each source's first good look (once the routers route to
+// the wave's cells again: settle), until the judgement is
+// final: a gate failed, the gates passed once bake is over, or bake and
+// WaitLimit are over (too few samples, or figures not read). Each step
+// goes to each first (nil: none); an error from each ends the watch. A
+// watch that passes is kept (lastBake): its window of the cells still on
+// the old release is the next wave's figures from before.
 func (r *Runner) watch(ctx context.Context, wave int, pn panel, bake time.Duration, each func(step) error) (step, error) {
+	r.settle(ctx, pn)
 	start := r.opts.Now()
-	t := tracker{}
-	before := r.look(ctx, pn)
-	t.observe(before)
+	t, first := tracker{}, firsts{}
+	now := r.look(ctx, pn)
+	t.observe(now)
+	first.note(now)
 	for {
 		if !sleep(ctx, r.cfg.Scrape) {
 			return step{}, ctx.Err()
 		}
-		now := r.look(ctx, pn)
+		now = r.look(ctx, pn)
 		t.observe(now)
-		waveW, baseW := r.windows(wave, pn, before, now, t)
-		vs := r.judge(pn, waveW, baseW)
+		first.note(now)
+		vs := r.judge(wave, pn, first, now, t)
 		if r.cfg.Prometheus != "" {
 			vs = append(vs, r.alertVerdict(ctx, pn))
 		}
@@ -288,6 +218,9 @@ func (r *Runner) watch(ctx context.Context, wave int, pn panel, bake time.Durati
 			if err := each(s); err != nil {
 				return s, err
 			}
+		}
+		if s.decision == gate.Pass && s.elapsed >= bake {
+			r.lastBake = &bakeEnd{wave: wave, elapsed: s.elapsed, pn: pn, first: first, now: now, t: t}
 		}
 		if s.decision == gate.Fail || (s.elapsed >= bake && s.decision == gate.Pass) || s.elapsed >= bake+r.cfg.WaitLimit {
 			return s, nil
@@ -308,7 +241,6 @@ func (r *Runner) bake(ctx context.Context, ro *control.Rollout) (*control.Rollou
 	if err != nil {
 		return ro, err
 	}
-	started := r.opts.Now()
 	s, err := r.watch(ctx, ro.Wave, pn, w.Bake, func(s step) error {
 		_, err := r.opts.Control.UpdateRollout(ctx, r.id, func(cur *control.Rollout) error {
 			if cur.State != control.RolloutRunning {
@@ -317,8 +249,9 @@ func (r *Runner) bake(ctx context.Context, ro *control.Rollout) (*control.Rollou
 			if err := r.stillHeld(cur); err != nil {
 				return err
 			}
-			cur.Bake = &control.BakeStatus{Wave: ro.Wave, Started: started, Bake: w.Bake, Judged: r.opts.Now(),
-				Decision: s.decision.String(), Gates: verdictLines(s.verdicts)}
+			now := r.opts.Now()
+			cur.Bake = &control.BakeStatus{Wave: ro.Wave, Started: now.Add(-s.elapsed), Bake: w.Bake, Judged: now,
+				Decision: s.decision.String(), Gates: verdictLines(s.verdicts), Verdicts: verdictFigures(s.verdicts)}
 			return nil
 		})
 		switch {
@@ -368,3 +301,13 @@ func verdictLines(vs []gate.Verdict) []string {
 }
 
 func verdictText(vs []gate.Verdict) string { return strings.Join(verdictLines(vs), "; ") }
+
+// verdictFigures are the verdicts as the record keeps their figures.
+func verdictFigures(vs []gate.Verdict) []control.GateVerdict {
+	out := make([]control.GateVerdict, len(vs))
+	for i, v := range vs {
+		out[i] = control.GateVerdict{Gate: v.Gate, Decision: v.Decision.String(), P: v.P,
+			WaveSamples: v.WaveSamples, Baseline: v.Baseline, BaselineSamples: v.BaselineSamples}
+	}
+	return out
+}

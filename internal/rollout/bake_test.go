@@ -29,7 +29,7 @@ func TestTrackerCountsRestartsAndReadinessLost(t *testing.T) {
 		}
 	}
 	procs := []proc{{admin: "a"}, {admin: "b"}}
-	w := window(procs, look{procs: looks[0]}, look{procs: looks[4]}, tr)
+	w := window(procs, firsts{procs: looks[0]}, look{procs: looks[4]}, tr)
 	if w.Health != (gate.Health{Restarts: 2, Flaps: 1}) {
 		t.Errorf("the window's health, the worst process's: %+v", w.Health)
 	}

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -151,7 +152,7 @@ func TestRolloutOnTheLab(t *testing.T) {
 	}
 	// router1 judged against router2, which still ran the old release.
 	baked := slices.IndexFunc(ro.Events, func(e control.RolloutEvent) bool { return strings.HasPrefix(e.Text, "wave 2 baked") })
-	if baked < 0 || strings.Contains(ro.Events[baked].Text, "baseline 0 of 0") {
+	if baked < 0 || !regexp.MustCompile(`router 5xx: wave \d+ of \d+ \([0-9.]+%\); old release \d+ of \d+ \([0-9.]+%\), Fisher`).MatchString(ro.Events[baked].Text) {
 		t.Errorf("router1's bake had no baseline router: %+v", ro.Events)
 	}
 	m, err := ctl.Load(ctx)

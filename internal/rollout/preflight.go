@@ -7,6 +7,8 @@ import (
 	"strings"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
+
 	"github.com/cellkit/cellkit/internal/control"
 	"github.com/cellkit/cellkit/internal/devstack"
 	"github.com/cellkit/cellkit/internal/gate"
@@ -16,8 +18,8 @@ import (
 // Preflight reads every metrics source a rollout of cfg would judge by —
 // each active cell's processes, the routers of opts.Routers, the stack's
 // routers when the release changes them, Prometheus when cfg names one —
-// and refuses, naming it, one that does not answer: a rollout that could
-// not see its gates is not started.
+// and refuses, naming it, one that does not answer or whose figures are
+// no numbers: a rollout that could not see its gates is not started.
 func Preflight(ctx context.Context, cfg Config, opts Options) error {
 	r := New("", cfg, opts)
 	m, err := opts.Control.Load(ctx)
@@ -50,17 +52,23 @@ func Preflight(ctx context.Context, cfg Config, opts Options) error {
 			}
 		}
 	}
+	edgeReaders := 0 // the last targets: routers read for the cells' figures
 	if opts.Routers != nil {
 		urls, err := opts.Routers(ctx)
 		if err != nil {
 			return err
 		}
+		edgeReaders = len(urls)
 		for _, u := range urls {
 			targets = append(targets, proc{unit: "router at " + u, router: true, admin: u})
 		}
 	}
-	for _, p := range targets {
-		if _, err := opts.Admin.Metrics(ctx, p.admin); err != nil {
+	for i, p := range targets {
+		mfs, err := opts.Admin.Metrics(ctx, p.admin)
+		if err == nil {
+			err = gateReadable(mfs, p, i >= len(targets)-edgeReaders)
+		}
+		if err != nil {
 			return fmt.Errorf("the metrics of %s: %v (the gates could not read them)", p.name(), err)
 		}
 	}
@@ -122,7 +130,8 @@ func Gate(ctx context.Context, cells []string, bake time.Duration, cfg Config, o
 	if err != nil {
 		return gate.Fail, nil, err
 	}
-	r.say("gating %s (%s) against %s for %v", strings.Join(cells, ","), release, cellsOrNone(pn.baseCells), bake)
+	r.say("gating %s (%s) against %s (on another release) and %s (on %s) for %v", strings.Join(cells, ","), release,
+		cellsOrNone(pn.baseCells), cellsOrNone(pn.bakedCells), release, bake)
 	s, err := r.watch(ctx, 0, pn, bake, func(s step) error {
 		r.say("%v of %v: %s", s.elapsed.Round(time.Second), bake, verdictText(s.verdicts))
 		return nil
@@ -132,7 +141,24 @@ func Gate(ctx context.Context, cells []string, bake time.Duration, cfg Config, o
 
 func cellsOrNone(cells []string) string {
 	if len(cells) == 0 {
-		return "no cell on another release"
+		return "no cell"
 	}
 	return strings.Join(cells, ",")
+}
+
+// gateReadable says whether a scrape of p holds figures the gates can
+// judge by: a value that is no number (NaN, an infinity, a negative
+// count) or histogram buckets out of order is refused, as a bake would
+// leave it unread.
+func gateReadable(mfs map[string]*dto.MetricFamily, p proc, edge bool) error {
+	var err error
+	switch {
+	case edge:
+		_, err = gate.EdgeOf(mfs)
+	case p.router:
+		_, err = gate.RouterSampleOf(mfs)
+	default:
+		_, err = gate.SampleOf(mfs)
+	}
+	return err
 }

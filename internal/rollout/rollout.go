@@ -81,10 +81,13 @@ type Runner struct {
 	// held says this driver has written the record: from then on, a
 	// record held by another (a resume elsewhere) stops it.
 	held bool
-	// reference is a router wave's baseline when no other router runs
-	// the old release: its routers' own figures before they were
-	// replaced, by wave.
-	reference map[int]gate.Sample
+	// reference is each wave's baseline "before": its own processes'
+	// figures over a bake's length before they were replaced, with the
+	// other cells' in the same window, by wave (reference.go); lastBake
+	// the last bake that passed, whose window of the cells still on the
+	// old release serves the next wave.
+	reference map[int]ownBefore
+	lastBake  *bakeEnd
 }
 
 // New is a runner of the registry's rollout id.
@@ -102,7 +105,7 @@ func New(id string, cfg Config, opts Options) *Runner {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	return &Runner{cfg: cfg, opts: opts, id: id, reference: map[int]gate.Sample{}}
+	return &Runner{cfg: cfg, opts: opts, id: id, reference: map[int]ownBefore{}}
 }
 
 // errTakenOver stops a driver whose rollout another cellctl drives now.
@@ -178,10 +181,8 @@ func (r *Runner) Run(ctx context.Context) (*control.Rollout, error) {
 func (r *Runner) wave(ctx context.Context, ro *control.Rollout) (*control.Rollout, error) {
 	w := ro.Waves[ro.Wave]
 	router := len(w.Routers) > 0
-	if router {
-		if err := r.measureReference(ctx, ro); err != nil {
-			return ro, err
-		}
+	if err := r.measureReference(ctx, ro); err != nil {
+		return ro, err
 	}
 	for _, unit := range w.Units() {
 		if p := ro.Progress(router)[unit].Phase; p == control.PhaseBaking || p == control.PhaseDone {

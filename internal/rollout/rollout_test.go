@@ -124,8 +124,12 @@ func TestRolloutOnTheLocalStack(t *testing.T) {
 	if ro.State != control.RolloutDone || ro.Wave != 2 {
 		t.Fatalf("a good release: %s at wave %d: %s", ro.State, ro.Wave, ro.Reason)
 	}
-	if b := ro.Bake; b == nil || b.Wave != 1 || b.Decision != "pass" || len(b.Gates) != 8 || b.Left() != 0 {
-		t.Errorf("the record's last bake: %+v, want wave 2's, passed, with its 8 gates, nothing left", b)
+	if b := ro.Bake; b == nil || b.Wave != 1 || b.Decision != "pass" || len(b.Gates) != 13 || len(b.Verdicts) != 13 || b.Left() != 0 {
+		t.Errorf("the record's last bake: %+v, want wave 2's, passed, with its 13 gates, nothing left", b)
+	} else if v := b.Verdicts[0]; v.Gate != gate.GateIntake5xx || v.WaveSamples < 20 || v.Baseline == "" || v.BaselineSamples < 20 {
+		// The last wave, no cell left on the old release: judged against
+		// its own cells' figures from before and the canary's.
+		t.Errorf("the last wave's intake 5xx: %+v", v)
 	}
 	good := releases()
 	for cell, rel := range good {

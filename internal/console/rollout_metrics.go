@@ -1,0 +1,105 @@
+package console
+
+import (
+	"math"
+	"strconv"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/cellkit/cellkit/internal/control"
+)
+
+// The rollout's gate figures as the console exports them (docs/metrics.md):
+// the bake of the wave in progress, or of the last wave baked, as the
+// rollout's record holds it (control.BakeStatus), read at every
+// collection. The rollout is driven by a cellctl that ends with it; the
+// console lasts, and so its /metrics is where a dashboard finds why a
+// bake passed or failed.
+const (
+	metricBakeDecision = "cellkit_console_rollout_bake_decision"
+	metricGateDecision = "cellkit_console_rollout_gate_decision"
+	metricGatePValue   = "cellkit_console_rollout_gate_p_value"
+	metricGateSamples  = "cellkit_console_rollout_gate_samples"
+)
+
+// decisionValue is a decision as a gauge's value: 0 pass, 1 wait, 2 fail
+// (internal/gate's order); -1 for one it does not know.
+func decisionValue(d string) float64 {
+	switch d {
+	case "pass":
+		return 0
+	case "wait":
+		return 1
+	case "fail":
+		return 2
+	}
+	return -1
+}
+
+// rolloutGates exports the record's last bake judgement: series for the
+// gates it names, labelled by the rollout's id and the wave (from 1), and
+// none without a record or a bake.
+type rolloutGates struct {
+	record                          func() *control.Rollout
+	bake, decision, pValue, samples *prometheus.Desc
+}
+
+// registerRolloutMetrics exports the gate figures of the record that
+// record returns (nil: none) on reg (nil: nowhere).
+func registerRolloutMetrics(reg prometheus.Registerer, record func() *control.Rollout) {
+	if reg == nil {
+		return
+	}
+	reg.MustRegister(&rolloutGates{
+		record: record,
+		bake: prometheus.NewDesc(metricBakeDecision,
+			"The decision of the rollout's last bake judgement: 0 pass, 1 wait, 2 fail.", []string{"rollout", "wave"}, nil),
+		decision: prometheus.NewDesc(metricGateDecision,
+			"Each gate's decision at the rollout's last bake judgement: 0 pass, 1 wait, 2 fail.", []string{"rollout", "wave", "gate"}, nil),
+		pValue: prometheus.NewDesc(metricGatePValue,
+			"Each gate's one-sided p-value of the wave being worse, against the baseline that came closest to failing it (1: no test made).",
+			[]string{"rollout", "wave", "gate", "baseline"}, nil),
+		samples: prometheus.NewDesc(metricGateSamples,
+			"Each gate's samples: of the wave (of=wave), of the baseline of its p-value (of=baseline); the events of the worst process for the events gates.",
+			[]string{"rollout", "wave", "gate", "of"}, nil),
+	})
+}
+
+// rolloutRecord is the rollout's record as last read (nil: none).
+func (c *collector) rolloutRecord() *control.Rollout {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.rollout
+}
+
+func (g *rolloutGates) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{g.bake, g.decision, g.pValue, g.samples} {
+		ch <- d
+	}
+}
+
+func (g *rolloutGates) Collect(ch chan<- prometheus.Metric) {
+	ro := g.record()
+	if ro == nil || ro.Bake == nil {
+		return
+	}
+	b := ro.Bake
+	wave := strconv.Itoa(b.Wave + 1)
+	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
+	}
+	gauge(g.bake, decisionValue(b.Decision), ro.ID, wave)
+	seen := map[string]bool{}
+	for _, v := range b.Verdicts {
+		if seen[v.Gate] {
+			continue // one series per gate: the first verdict of a name
+		}
+		seen[v.Gate] = true
+		gauge(g.decision, decisionValue(v.Decision), ro.ID, wave, v.Gate)
+		if !math.IsNaN(v.P) && !math.IsInf(v.P, 0) {
+			gauge(g.pValue, v.P, ro.ID, wave, v.Gate, v.Baseline)
+		}
+		gauge(g.samples, float64(v.WaveSamples), ro.ID, wave, v.Gate, "wave")
+		gauge(g.samples, float64(v.BaselineSamples), ro.ID, wave, v.Gate, "baseline")
+	}
+}
