@@ -102,7 +102,17 @@ func (x *inv) drive(ctx context.Context, ctl *control.Controller, id string, d d
 	if err != nil {
 		return err
 	}
+	// The release read back is checked as it was at start: the record
+	// is not trusted more than the command line.
+	if err := cfg.ValidateRelease(); err != nil {
+		return fmt.Errorf("rollout %s: its release in the record: %w", id, err)
+	}
 	ro, err = rollout.New(id, cfg, x.rolloutOptions(ctl, d)).Run(ctx)
+	var driven *rollout.DrivenError
+	if errors.As(err, &driven) && ro != nil && ro.State == control.RolloutHalted {
+		fmt.Fprintf(x.out, "Rollout %s halted: its driver, %s, rolls it back ('cellctl rollout status' follows it).\n", id, driven.Driver)
+		return nil
+	}
 	if err != nil {
 		return fmt.Errorf("rollout %s: %w (its record keeps where it stands: 'cellctl rollout resume')", id, err)
 	}
@@ -216,7 +226,13 @@ cellctl rollout status --json | jq .state`,
 		if x.g.json {
 			return writeJSON(x.out, ro)
 		}
-		fmt.Fprintf(x.out, "Rollout %s: %s, wave %d of %d, held by %s\n", ro.ID, ro.State, min(ro.Wave+1, len(ro.Waves)), len(ro.Waves), ro.Holder)
+		driver := "no driver"
+		if ro.Driver != "" && x.cli.now().Before(ro.LeaseUntil) {
+			driver = fmt.Sprintf("driven by %s (lease until %s)", ro.Driver, ro.LeaseUntil.UTC().Format("15:04:05"))
+		} else if ro.Driver != "" {
+			driver = "no driver (the last, " + ro.Driver + ", stopped)"
+		}
+		fmt.Fprintf(x.out, "Rollout %s: %s, wave %d of %d, held by %s, %s\n", ro.ID, ro.State, min(ro.Wave+1, len(ro.Waves)), len(ro.Waves), ro.Holder, driver)
 		fmt.Fprintf(x.out, "Release %s (from %s), started %s, updated %s\n", orNone(ro.Release), orNone(ro.From),
 			ro.Started.UTC().Format(time.RFC3339), ro.Updated.UTC().Format(time.RFC3339))
 		if ro.RouterRelease != "" || ro.RouterFrom != "" {

@@ -256,6 +256,15 @@ func TestDevStack(t *testing.T) {
 	}
 	assertScrapeTargets(t, st) // rewritten: the ports are new
 	devInquiry(t, st, "u-7")
+	// A process a deployer replaced (a rollout, dev replace) is the
+	// stack's: the foreground stack stops it too.
+	if out, err := cellctl("dev", "replace", "c1", "--set", "workers=5").CombinedOutput(); err != nil {
+		t.Fatalf("dev replace c1: %v\n%s", err, out)
+	}
+	replaced, err := readDevStack(filepath.Join(root, "var"))
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := fg.Process.Signal(syscall.SIGINT); err != nil {
 		t.Fatal(err)
 	}
@@ -264,6 +273,7 @@ func TestDevStack(t *testing.T) {
 		t.Fatalf("dev up --foreground after SIGINT: %v; stderr:\n%s", err, stderr.String())
 	}
 	assertGone(t, st.Processes)
+	assertGone(t, replaced.Processes)
 	if _, err := os.Stat(devstack.StatePath(filepath.Join(root, "var"))); !os.IsNotExist(err) {
 		t.Errorf("dev.json left after the foreground stack stopped: %v", err)
 	}

@@ -140,7 +140,11 @@ func (x *inv) devUp(ctx context.Context, o devOptions) error {
 	for _, c := range children {
 		go func() {
 			<-c.Exited()
-			ended <- fmt.Sprintf("%s (pid %d) exited: %v; see %s", c.Name, c.PID, devstack.ExitText(c.Err()), c.Log)
+			msg := fmt.Sprintf("%s (pid %d) exited: %v; see %s", c.Name, c.PID, devstack.ExitText(c.Err()), c.Log)
+			if now := replacedBy(dir, c.Process); now != 0 {
+				msg = fmt.Sprintf("%s (pid %d) was replaced by pid %d (a rollout or 'cellctl dev replace'): it is stopped with the stack", c.Name, c.PID, now)
+			}
+			ended <- msg
 		}()
 	}
 	for {
@@ -153,7 +157,7 @@ func (x *inv) devUp(ctx context.Context, o devOptions) error {
 		break
 	}
 	fmt.Fprintln(x.out, "\nStopping the stack...")
-	devstack.StopAll(context.WithoutCancel(ctx), st.Processes, devstack.StopGrace, x.reportStop)
+	devstack.StopAll(context.WithoutCancel(ctx), stackProcesses(dir, st.Processes), devstack.StopGrace, x.reportStop)
 	if err := os.Remove(devstack.StatePath(dir)); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return err
 	}
@@ -475,4 +479,49 @@ func writeScrapeTargets(dir string, st *DevStack) error {
 		return fmt.Errorf("write the scrape targets: %w", err)
 	}
 	return nil
+}
+
+// stackProcesses are the processes to stop with the stack: those its
+// record names now — a deployer (a rollout, 'cellctl dev replace')
+// replaces processes and records what it started, which is the stack's
+// too — and those dev up started, in the order of start (a replacement
+// beside the process it replaced), each pid once.
+func stackProcesses(dir string, started []DevProcess) []DevProcess {
+	rec, err := devstack.Read(devstack.StatePath(dir))
+	if err != nil {
+		return started
+	}
+	var out []DevProcess
+	add := func(p DevProcess) {
+		if !slices.ContainsFunc(out, func(q DevProcess) bool { return q.PID == p.PID }) {
+			out = append(out, p)
+		}
+	}
+	for _, p := range started {
+		add(p)
+		for _, q := range rec.Processes {
+			if q.Name == p.Name {
+				add(q)
+			}
+		}
+	}
+	for _, q := range rec.Processes {
+		add(q)
+	}
+	return out
+}
+
+// replacedBy is the pid the stack's record names for p now, when a
+// deployer replaced it (0: it did not).
+func replacedBy(dir string, p DevProcess) int {
+	rec, err := devstack.Read(devstack.StatePath(dir))
+	if err != nil {
+		return 0
+	}
+	for _, q := range rec.Processes {
+		if q.Name == p.Name && q.PID != p.PID && devstack.Alive(q.PID) {
+			return q.PID
+		}
+	}
+	return 0
 }

@@ -216,15 +216,19 @@ func writeWaves(x *inv, waves []control.Wave, ro *control.Rollout) {
 }
 
 // writeReached lists each reached cell's and router's processes with the
-// release each runs after the rollout reached it ("-": not yet ready).
+// step each stands at and the release it got ready on ("-": not yet).
 func writeReached(x *inv, ro *control.Rollout) {
 	var lines []string
 	for _, router := range []bool{false, true} {
 		progress := ro.Progress(router)
 		for _, unit := range sortedKeys(progress) {
 			var parts []string
-			for _, k := range sortedKeys(progress[unit].Instances) {
-				rel := orNone(progress[unit].Instances[k])
+			for _, k := range sortedKeys(progress[unit].Processes) {
+				pr := progress[unit].Processes[k]
+				rel := string(pr.Step) + " " + orNone(pr.Release)
+				if pr.Step == control.StepRestoring || pr.Step == control.StepRestored {
+					rel = string(pr.Step) + " " + orNone(pr.Before.Release)
+				}
 				if k != "-" { // an instance of several
 					rel = k + " " + rel
 				}

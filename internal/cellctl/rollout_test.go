@@ -120,7 +120,7 @@ func TestRolloutRefusedWhileAnotherIsActive(t *testing.T) {
 	ctx := context.Background()
 	waves := []control.Wave{{Cells: []string{"c1"}, Bake: time.Minute}, {Cells: []string{"c2"}, Bake: time.Minute}}
 	if _, err := ctl.StartRollout(ctx, control.Rollout{ID: "first", Waves: waves, Release: "devel@new",
-		Cells: map[string]control.CellRollout{"c1": {Phase: control.PhaseBaking, Instances: map[string]string{"-": "devel@new"}}}}); err != nil {
+		Cells: map[string]control.CellRollout{"c1": {Phase: control.PhaseBaking, Processes: map[string]control.ProcessRollout{"-": {Step: control.StepServing, Release: "devel@new"}}}}}); err != nil {
 		t.Fatal(err)
 	}
 	before, err := os.ReadFile(strings.TrimPrefix(e.url, "file:") + ".rollout")
@@ -139,7 +139,7 @@ func TestRolloutRefusedWhileAnotherIsActive(t *testing.T) {
 	if after, _ := os.ReadFile(strings.TrimPrefix(e.url, "file:") + ".rollout"); string(after) != string(before) {
 		t.Error("the refused rollout changed the record")
 	}
-	if r := e.ok("rollout", "status"); !strings.Contains(r.stdout, "c1 (baking): devel@new") {
+	if r := e.ok("rollout", "status"); !strings.Contains(r.stdout, "c1 (baking): serving devel@new") {
 		t.Errorf("status lacks the reached cell's release:\n%s", r.stdout)
 	}
 }

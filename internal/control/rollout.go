@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/cellkit/cellkit/internal/api"
@@ -67,10 +68,15 @@ type Rollout struct {
 	Waves         []Wave       `json:"waves"`
 	Wave          int          `json:"wave"` // the wave in progress (len(Waves) when all are out)
 	State         RolloutState `json:"state"`
-	// Holder is who drives it now ("cellctl rollout start by alice@host").
-	Holder  string    `json:"holder"`
-	Started time.Time `json:"started"`
-	Updated time.Time `json:"updated"`
+	// Holder is who drives it now ("cellctl rollout start by alice@host");
+	// Driver is that driver's identity, unique to one run of it, and
+	// LeaseUntil the end of its lease unless it renews it: another driver
+	// is refused until then (internal/rollout).
+	Holder     string    `json:"holder"`
+	Driver     string    `json:"driver,omitempty"`
+	LeaseUntil time.Time `json:"lease_until,omitempty"`
+	Started    time.Time `json:"started"`
+	Updated    time.Time `json:"updated"`
 	// Cells are each reached cell's progress, by id; Routers each
 	// reached router's, by process name.
 	Cells   map[string]CellRollout `json:"cells,omitempty"`
@@ -146,13 +152,59 @@ const (
 func (p Phase) Reached() bool { return p != "" }
 
 // CellRollout is one cell's (or router's) progress: its phase and each
-// instance's release before and after (a router's, and a cell's of one
+// of its processes' (by instance; a router's, and a cell's of one
 // process, under "-").
 type CellRollout struct {
-	Phase     Phase             `json:"phase"`
-	Instances map[string]string `json:"instances,omitempty"`
-	Previous  map[string]string `json:"previous,omitempty"`
+	Phase     Phase                     `json:"phase"`
+	Processes map[string]ProcessRollout `json:"processes,omitempty"`
 }
+
+// SetProcess records one of its processes' progress.
+func (c *CellRollout) SetProcess(key string, p ProcessRollout) {
+	if c.Processes == nil {
+		c.Processes = map[string]ProcessRollout{}
+	}
+	c.Processes[key] = p
+}
+
+// ProcessStep is where one process stands in a rollout.
+type ProcessStep string
+
+// The steps of a process. Each is recorded before what it names is
+// done, so that a driver that stops anywhere leaves a record from which
+// the next one finishes or reverts the step.
+const (
+	StepReplacing ProcessStep = "replacing" // what it ran is recorded: the deployer may have replaced it
+	StepReady     ProcessStep = "ready"     // ready on the new release; its rotation not yet as it was
+	StepServing   ProcessStep = "serving"   // on the new release, in rotation as it was before
+	StepRestoring ProcessStep = "restoring" // being put back on what it ran
+	StepRestored  ProcessStep = "restored"  // on what it ran again, ready, in rotation as it was
+)
+
+// ProcessRollout is one process's progress: its step, what it ran
+// before the rollout (written before the deployer first acts on it and
+// never overwritten: what a rollback puts back), the release it got
+// ready on, and whether it was out of the routers' rotation before the
+// rollout (drained by an operator: it stays out).
+type ProcessRollout struct {
+	Step      ProcessStep `json:"step"`
+	Before    Command     `json:"before"`
+	Release   string      `json:"release,omitempty"`
+	OutBefore bool        `json:"out_before,omitempty"`
+}
+
+// Command is what putting a process back needs: the release it
+// reported, its binary and its arguments. Never its environment: a
+// rollback keeps the environment the deployer gives the process.
+type Command struct {
+	Release string   `json:"release,omitempty"`
+	Bin     string   `json:"bin"`
+	Args    []string `json:"args,omitempty"`
+}
+
+// Same says whether c and o run the same binary with the same
+// arguments.
+func (c Command) Same(o Command) bool { return c.Bin == o.Bin && slices.Equal(c.Args, o.Args) }
 
 // BakeStatus is a wave's bake as its driver last judged it (every scrape):
 // when it began, how long it is, and the gates' verdicts with their
@@ -266,9 +318,9 @@ func (c *Controller) StartRollout(ctx context.Context, r Rollout) (*Rollout, err
 }
 
 // UpdateRollout changes the record of rollout id with change, under the
-// writer lock and over the revision read: the caller becomes its holder
-// (a rollout is resumed by whoever updates it). change's error leaves the
-// record as it was.
+// writer lock and over the revision read (a write another made meanwhile
+// fails it). change's error leaves the record as it was. Who drives the
+// rollout is the record's Driver, which only its driver changes.
 func (c *Controller) UpdateRollout(ctx context.Context, id string, change func(r *Rollout) error) (*Rollout, error) {
 	_, release, err := c.lock(ctx)
 	if err != nil {
@@ -284,10 +336,6 @@ func (c *Controller) UpdateRollout(ctx context.Context, id string, change func(r
 	}
 	if err := change(r); err != nil {
 		return nil, err
-	}
-	if r.Holder != c.cfg.Holder {
-		r.Events = append(r.Events, RolloutEvent{At: c.opts.Now(), Text: "taken over by " + c.cfg.Holder + " from " + r.Holder})
-		r.Holder = c.cfg.Holder
 	}
 	r.Updated = c.opts.Now()
 	return r, c.saveRollout(ctx, r, rev)

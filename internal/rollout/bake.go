@@ -228,9 +228,6 @@ func (r *Runner) watch(ctx context.Context, wave int, pn panel, bake time.Durati
 	}
 }
 
-// errStopped ends a bake whose rollout was paused or aborted meanwhile.
-var errStopped = errors.New("the rollout is no longer running")
-
 // bake watches the wave against the baseline for the wave's bake time,
 // recording each judgement in the record: a gate that fails halts at
 // once; at the end the gates must pass, waiting for samples up to
@@ -242,12 +239,9 @@ func (r *Runner) bake(ctx context.Context, ro *control.Rollout) (*control.Rollou
 		return ro, err
 	}
 	s, err := r.watch(ctx, ro.Wave, pn, w.Bake, func(s step) error {
-		_, err := r.opts.Control.UpdateRollout(ctx, r.id, func(cur *control.Rollout) error {
-			if cur.State != control.RolloutRunning {
+		_, err := r.update(ctx, "", func(cur *control.Rollout) error {
+			if err := expect(cur, control.RolloutRunning); err != nil || cur.Wave != ro.Wave {
 				return errStopped
-			}
-			if err := r.stillHeld(cur); err != nil {
-				return err
 			}
 			now := r.opts.Now()
 			cur.Bake = &control.BakeStatus{Wave: ro.Wave, Started: now.Add(-s.elapsed), Bake: w.Bake, Judged: now,
@@ -259,25 +253,25 @@ func (r *Runner) bake(ctx context.Context, ro *control.Rollout) (*control.Rollou
 			return err
 		case err != nil:
 			r.say("wave %d: the record not updated: %v", ro.Wave+1, err)
-		default:
-			r.held = true
 		}
 		r.say("wave %d baking %v of %v: %s", ro.Wave+1, s.elapsed.Round(time.Second), w.Bake, verdictText(s.verdicts))
 		return nil
 	})
-	switch {
-	case errors.Is(err, errStopped):
-		return r.opts.Control.Rollout(ctx) // paused or aborted meanwhile
-	case err != nil:
-		return ro, err
+	if err != nil {
+		return ro, err // errStopped: paused, aborted or halted meanwhile
 	}
 	figures, elapsed := verdictText(s.verdicts), s.elapsed.Round(time.Second)
 	switch s.decision {
 	case gate.Fail:
-		why := fmt.Sprintf("wave %d failed its gates after %v: %s", ro.Wave+1, elapsed, figures)
-		return r.update(ctx, "halted: "+why, func(ro *control.Rollout) { ro.State, ro.Reason = control.RolloutHalted, why })
+		return r.halt(ctx, ro.Wave, fmt.Sprintf("wave %d failed its gates after %v: %s", ro.Wave+1, elapsed, figures))
 	case gate.Pass:
-		return r.update(ctx, fmt.Sprintf("wave %d baked %v: %s", ro.Wave+1, elapsed, figures), func(ro *control.Rollout) {
+		wave := ro.Wave
+		return r.update(ctx, fmt.Sprintf("wave %d baked %v: %s", ro.Wave+1, elapsed, figures), func(ro *control.Rollout) error {
+			// The wave it closes, still running: a second driver's
+			// close of the same wave is refused.
+			if err := expect(ro, control.RolloutRunning); err != nil || ro.Wave != wave {
+				return errStopped
+			}
 			router := len(w.Routers) > 0
 			for _, u := range w.Units() {
 				cr := ro.Progress(router)[u]
@@ -286,10 +280,10 @@ func (r *Runner) bake(ctx context.Context, ro *control.Rollout) (*control.Rollou
 			}
 			ro.Wave++
 			ro.Reason = ""
+			return nil
 		})
 	}
-	why := fmt.Sprintf("wave %d had too few samples after %v: %s", ro.Wave+1, elapsed, figures)
-	return r.update(ctx, "halted: "+why, func(ro *control.Rollout) { ro.State, ro.Reason = control.RolloutHalted, why })
+	return r.halt(ctx, ro.Wave, fmt.Sprintf("wave %d had too few samples after %v: %s", ro.Wave+1, elapsed, figures))
 }
 
 func verdictLines(vs []gate.Verdict) []string {

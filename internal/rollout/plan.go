@@ -153,6 +153,11 @@ func (cfg Config) ValidateRelease() error {
 			return fmt.Errorf("the routers' release: %w", err)
 		}
 	}
+	for _, kv := range append(slices.Clone(cfg.Spec.Set), cfg.Router.Set...) {
+		if name, _, _ := strings.Cut(kv, "="); secretFlag(name) {
+			return fmt.Errorf("flag %q carries a secret, which the rollout's record would keep: set --%s-file instead", name, name)
+		}
+	}
 	return nil
 }
 

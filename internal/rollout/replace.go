@@ -2,7 +2,6 @@ package rollout
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -34,6 +33,14 @@ func (p proc) name() string {
 
 // key is its entry in its unit's progress.
 func (p proc) key() string { return instanceKey(p.instance) }
+
+// program is what its binary must say it is.
+func (p proc) program() string {
+	if p.router {
+		return "router"
+	}
+	return "cell"
+}
 
 func instanceKey(id string) string {
 	if id == "" {
@@ -113,56 +120,256 @@ func (r *Runner) release(ctx context.Context, p proc) (rel string, ready bool, w
 	return st.Release.ID, true, ""
 }
 
-// replaceUnit replaces a cell's instances, or a router, one at a time.
+// command is what the deployer runs as p now (its binary and arguments)
+// and the release p reports.
+func (r *Runner) command(ctx context.Context, p proc) (control.Command, error) {
+	ps, err := r.opts.Deployer.Processes()
+	if err != nil {
+		return control.Command{}, err
+	}
+	i := slices.IndexFunc(ps, func(q devstack.Process) bool { return q.Name == p.name() })
+	if i < 0 {
+		return control.Command{}, haltError{fmt.Sprintf("%s is no longer in the stack", p.name())}
+	}
+	rel, _, _ := r.release(ctx, p)
+	return control.Command{Release: rel, Bin: ps[i].Bin, Args: slices.Clone(ps[i].Args)}, nil
+}
+
+// runAs makes the deployer run c's binary and arguments in place of a
+// process's, keeping the rest of it (ports, data, log, environment).
+func runAs(c control.Command) func(devstack.Process) devstack.Process {
+	return func(q devstack.Process) devstack.Process {
+		q.PID, q.Bin, q.Args = 0, c.Bin, slices.Clone(c.Args)
+		return q
+	}
+}
+
+// target is what the release runs in place of before: its binary, its
+// flags on top of before's arguments (never on top of a process the
+// rollout replaced already).
+func (r *Runner) target(p proc, before control.Command) control.Command {
+	q := r.spec(p.router).Apply(devstack.Process{Bin: before.Bin, Args: before.Args})
+	return control.Command{Bin: q.Bin, Args: q.Args}
+}
+
+// replaceUnit replaces a cell's processes, or a router, one at a time,
+// each from where its record stands; it stops after the process in hand
+// once the rollout is no longer running (paused, halted, aborted).
 func (r *Runner) replaceUnit(ctx context.Context, ro *control.Rollout, unit string, router bool) (*control.Rollout, error) {
 	ps, err := r.procs(ctx, unit, router)
 	if err != nil {
 		return ro, err
 	}
-	ro, err = r.update(ctx, "replacing "+unit, func(ro *control.Rollout) {
-		cr := ro.Progress(router)[unit]
-		cr.Phase = control.PhaseReplacing
-		ro.SetProgress(router, unit, cr)
-	})
-	if err != nil {
-		return ro, err
-	}
-	for _, p := range ps {
-		rel, replaced := ro.Progress(router)[unit].Instances[p.key()]
-		var next *control.Rollout
-		switch {
-		case replaced && rel != "":
-			continue // replaced and ready before a resume
-		case replaced:
-			// Replaced, not yet seen ready, when the last cellctl stopped:
-			// its record holds what ran before; only the wait is left.
-			next, err = r.finishProc(ctx, p, ro.Replaced(router))
-		default:
-			if err = r.keepQuorum(ctx, p, ps); err != nil {
-				return ro, err
+	wave := ro.Wave
+	if ro.Progress(router)[unit].Phase != control.PhaseReplacing {
+		ro, err = r.update(ctx, "replacing "+unit, func(ro *control.Rollout) error {
+			if err := expect(ro, control.RolloutRunning); err != nil || ro.Wave != wave {
+				return errStopped
 			}
-			next, err = r.replaceProc(ctx, p)
-		}
-		if next != nil {
-			ro = next
-		}
+			cr := ro.Progress(router)[unit]
+			cr.Phase = control.PhaseReplacing
+			ro.SetProgress(router, unit, cr)
+			return nil
+		})
 		if err != nil {
 			return ro, err
 		}
 	}
-	return r.update(ctx, unit+" runs the new release: baking", func(ro *control.Rollout) {
+	for _, p := range ps {
+		if ro, err = r.replaceProc(ctx, ro, p, ps); err != nil {
+			return ro, err
+		}
+	}
+	return r.update(ctx, unit+" runs the new release: baking", func(ro *control.Rollout) error {
+		if err := expect(ro, control.RolloutRunning); err != nil || ro.Wave != wave {
+			return errStopped
+		}
 		cr := ro.Progress(router)[unit]
+		for _, p := range ps {
+			if cr.Processes[p.key()].Step != control.StepServing {
+				return fmt.Errorf("%s is %s, not serving the new release", p.name(), orDash(string(cr.Processes[p.key()].Step)))
+			}
+		}
 		cr.Phase = control.PhaseBaking
 		ro.SetProgress(router, unit, cr)
+		return nil
 	})
 }
 
+// replaceProc takes one process from where its record stands to serving
+// the new release: recorded (what it runs, whether it is in rotation),
+// out of rotation (an instance of several that was in it), replaced by
+// the target (unless it already runs it), ready on another release than
+// before, back in rotation as it was.
+func (r *Runner) replaceProc(ctx context.Context, ro *control.Rollout, p proc, all []proc) (*control.Rollout, error) {
+	pr, known := ro.Progress(p.router)[p.unit].Processes[p.key()]
+	var err error
+	if !known {
+		if ro, pr, err = r.begin(ctx, ro, p, all); err != nil {
+			return ro, err
+		}
+	}
+	switch pr.Step {
+	case control.StepServing:
+		return ro, nil
+	case control.StepReplacing:
+		if ro, pr, err = r.replaceOnce(ctx, ro, p, pr); err != nil {
+			return ro, err
+		}
+	case control.StepReady:
+	default:
+		return ro, fmt.Errorf("%s is %s: it is being rolled back, not out", p.name(), pr.Step)
+	}
+	if p.rotate && !pr.OutBefore {
+		if err := r.setRotation(ctx, p, false); err != nil {
+			return ro, err
+		}
+	}
+	return r.step(ctx, ro, p, control.StepReady, control.StepServing, fmt.Sprintf("%s serves %s", p.name(), pr.Release), nil)
+}
+
+// begin records a process about to be replaced — what it runs and
+// whether an operator had it out of rotation — before anything is done
+// to it; the write must succeed first. Only while the rollout runs, with
+// the process's cell keeping its quorum and its service without it.
+func (r *Runner) begin(ctx context.Context, ro *control.Rollout, p proc, all []proc) (*control.Rollout, control.ProcessRollout, error) {
+	if err := r.keepQuorum(ctx, p, all); err != nil {
+		return ro, control.ProcessRollout{}, err
+	}
+	before, err := r.command(ctx, p)
+	if err != nil {
+		return ro, control.ProcessRollout{}, err
+	}
+	if err := r.validate(p, before); err != nil {
+		return ro, control.ProcessRollout{}, haltError{err.Error()}
+	}
+	pr := control.ProcessRollout{Step: control.StepReplacing, Before: before}
+	if p.rotate {
+		if pr.OutBefore, err = r.outOfRotation(ctx, p); err != nil {
+			return ro, pr, err
+		}
+	}
+	wave := ro.Wave
+	ro, err = r.update(ctx, fmt.Sprintf("replacing %s (runs %s)", p.name(), orDash(before.Release)), func(ro *control.Rollout) error {
+		if err := expect(ro, control.RolloutRunning); err != nil || ro.Wave != wave {
+			return errStopped
+		}
+		cr := ro.Progress(p.router)[p.unit]
+		if _, ok := cr.Processes[p.key()]; ok {
+			return fmt.Errorf("%s: recorded meanwhile by another driver", p.name())
+		}
+		cr.SetProcess(p.key(), pr)
+		ro.SetProgress(p.router, p.unit, cr)
+		ro.SetReleases(p.router, before.Release, "")
+		return nil
+	})
+	return ro, pr, err
+}
+
+// replaceOnce does what StepReplacing records: out of rotation, the
+// target run (unless the deployer runs it already and it answers on
+// another release than before: a driver stopped after the replace),
+// ready on the new release.
+func (r *Runner) replaceOnce(ctx context.Context, ro *control.Rollout, p proc, pr control.ProcessRollout) (*control.Rollout, control.ProcessRollout, error) {
+	if p.rotate && !pr.OutBefore {
+		if err := r.setRotation(ctx, p, true); err != nil {
+			return ro, pr, err
+		}
+		sleep(ctx, r.cfg.Settle)
+	}
+	target := r.target(p, pr.Before)
+	cur, err := r.command(ctx, p)
+	if err != nil {
+		return ro, pr, err
+	}
+	if !cur.Same(target) || cur.Release == "" || cur.Release == pr.Before.Release {
+		if err := r.held(ctx); err != nil {
+			return ro, pr, err
+		}
+		if _, _, err := r.opts.Deployer.Replace(ctx, p.name(), runAs(target)); err != nil {
+			return ro, pr, haltError{fmt.Sprintf("replace %s: %v", p.name(), err)}
+		}
+	}
+	rel, err := r.waitReady(ctx, p, "on the new release", func(rel string) string {
+		if rel == "" || rel == pr.Before.Release {
+			return "ready on the old release " + orDash(rel)
+		}
+		return ""
+	})
+	if err != nil {
+		return ro, pr, haltError{fmt.Sprintf("%s: %v", p.name(), err)}
+	}
+	pr.Step, pr.Release = control.StepReady, rel
+	ro, err = r.step(ctx, ro, p, control.StepReplacing, control.StepReady, fmt.Sprintf("%s ready on %s", p.name(), rel), func(ro *control.Rollout, q *control.ProcessRollout) {
+		q.Release = rel
+		ro.SetReleases(p.router, "", rel)
+	})
+	return ro, pr, err
+}
+
+// step moves p's record from step from to step to (refused if it is no
+// longer at from), with more changes, and says event.
+func (r *Runner) step(ctx context.Context, ro *control.Rollout, p proc, from, to control.ProcessStep, event string, more func(*control.Rollout, *control.ProcessRollout)) (*control.Rollout, error) {
+	return r.update(ctx, event, func(ro *control.Rollout) error {
+		cr := ro.Progress(p.router)[p.unit]
+		q, ok := cr.Processes[p.key()]
+		if !ok || q.Step != from {
+			return fmt.Errorf("%s is %s, not %s: another driver moved it", p.name(), orDash(string(q.Step)), from)
+		}
+		q.Step = to
+		if more != nil {
+			more(ro, &q)
+		}
+		cr.SetProcess(p.key(), q)
+		ro.SetProgress(p.router, p.unit, cr)
+		return nil
+	})
+}
+
+// validate refuses a command that is not p's program with arguments,
+// as a release is refused at start: a record read back is checked like
+// a release given on the command line.
+func (r *Runner) validate(p proc, c control.Command) error {
+	if err := (devstack.Spec{Bin: c.Bin}).Validate(p.program()); err != nil {
+		return fmt.Errorf("%s runs %s: %w", p.name(), c.Bin, err)
+	}
+	for _, a := range c.Args {
+		if strings.ContainsRune(a, 0) || len(a) > maxArg {
+			return fmt.Errorf("%s: an argument of %d bytes, or with a NUL, is not one a deployer gave it", p.name(), len(a))
+		}
+		if name, _, ok := strings.Cut(strings.TrimLeft(a, "-"), "="); ok && strings.HasPrefix(a, "-") && secretFlag(name) {
+			return fmt.Errorf("%s: its flag --%s carries a secret, which the rollout's record would keep: give it as a file (--%s-file)", p.name(), name, name)
+		}
+	}
+	if len(c.Args) > maxArgs {
+		return fmt.Errorf("%s: %d arguments, more than %d", p.name(), len(c.Args), maxArgs)
+	}
+	return nil
+}
+
+// secretFlag says whether a flag's value is a secret itself (a token,
+// a password), not a file holding one.
+func secretFlag(name string) bool {
+	name = strings.ToLower(name)
+	return !strings.HasSuffix(name, "-file") &&
+		(strings.Contains(name, "token") || strings.Contains(name, "password") || strings.Contains(name, "secret"))
+}
+
+// Bounds on a recorded process's arguments.
+const (
+	maxArgs = 512
+	maxArg  = 4096
+)
+
 // keepQuorum, before an instance of several is taken out, waits until
 // enough of its cell's other instances are ready that a majority of them
-// all still serves without it: the quorum of the cell's JetStream
+// all still serves without it — the quorum of the cell's JetStream
 // cluster, whose nodes go with the instances (a pod's sidecar, an
-// embedded server). Not within ReadyWithin halts the rollout. A cell of
-// one process has no quorum to keep.
+// embedded server) — and, when it is in the routers' rotation, until
+// another instance in rotation is ready: a cell's last instance in
+// rotation is never replaced while it serves alone. Not within
+// ReadyWithin halts the rollout. A cell of one process has no quorum to
+// keep.
 func (r *Runner) keepQuorum(ctx context.Context, p proc, all []proc) error {
 	if !p.rotate {
 		return nil
@@ -170,20 +377,37 @@ func (r *Runner) keepQuorum(ctx context.Context, p proc, all []proc) error {
 	need := len(all)/2 + 1
 	deadline := r.opts.Now().Add(r.cfg.ReadyWithin)
 	for {
+		m, err := r.opts.Control.Load(ctx)
+		if err != nil {
+			return err
+		}
+		c, _ := m.Cell(p.unit)
+		inRotation := func(id string) bool {
+			i := slices.IndexFunc(c.Instances, func(in slotmap.Instance) bool { return in.ID == id })
+			return i >= 0 && !c.Instances[i].Drained
+		}
 		var down []string
+		serving := 0
 		for _, o := range all {
 			if o.instance == p.instance {
 				continue
 			}
 			if _, ready, why := r.release(ctx, o); !ready {
 				down = append(down, o.name()+" ("+why+")")
+			} else if inRotation(o.instance) {
+				serving++
 			}
 		}
 		ready := len(all) - 1 - len(down)
-		if ready >= need {
+		alone := inRotation(p.instance) && serving == 0
+		if ready >= need && !alone {
 			return nil
 		}
 		if !r.opts.Now().Before(deadline) {
+			if alone {
+				return haltError{fmt.Sprintf("%s is the last instance of %s in the routers' rotation that is ready: it is not replaced while it serves alone; not ready: %s",
+					p.name(), p.unit, orDash(strings.Join(down, ", ")))}
+			}
 			return haltError{fmt.Sprintf("taking %s out would leave %d of %d instances of %s ready, under their quorum of %d; not ready: %s",
 				p.name(), ready, len(all), p.unit, need, strings.Join(down, ", "))}
 		}
@@ -193,169 +417,57 @@ func (r *Runner) keepQuorum(ctx context.Context, p proc, all []proc) error {
 	}
 }
 
-// replaceProc takes one process out of rotation (an instance of several),
-// replaces it, waits until it is ready on another release, and puts it
-// back. What it ran before is recorded first, for a rollback.
-func (r *Runner) replaceProc(ctx context.Context, p proc) (*control.Rollout, error) {
-	oldRelease, _, _ := r.release(ctx, p)
-	if p.rotate {
-		if err := r.rotation(ctx, p.unit, p.instance, true); err != nil {
-			return nil, err
-		}
-		sleep(ctx, r.cfg.Settle)
-	}
-	before, _, rerr := r.opts.Deployer.Replace(ctx, p.name(), r.spec(p.router).Apply)
-	if before.Name == "" {
-		return nil, haltError{fmt.Sprintf("replace %s: %v", p.name(), rerr)}
-	}
-	// What ran before is recorded even when the new one did not start:
-	// the rollback puts it back.
-	prev, err := json.Marshal(before)
+// outOfRotation says whether the map has instance p out of the routers'
+// rotation.
+func (r *Runner) outOfRotation(ctx context.Context, p proc) (bool, error) {
+	m, err := r.opts.Control.Load(ctx)
 	if err != nil {
-		return nil, err
+		return false, err
 	}
-	ro, err := r.update(ctx, fmt.Sprintf("%s replaced (was %s)", p.name(), orDash(oldRelease)), func(ro *control.Rollout) {
-		cr := ro.Progress(p.router)[p.unit]
-		if cr.Instances == nil {
-			cr.Instances, cr.Previous = map[string]string{}, map[string]string{}
-		}
-		cr.Previous[p.key()] = string(prev)
-		cr.Instances[p.key()] = ""
-		ro.SetProgress(p.router, p.unit, cr)
-		ro.SetReleases(p.router, oldRelease, "")
-	})
+	in, err := control.KnownInstance(m, p.unit, p.instance)
 	if err != nil {
-		return ro, err
+		return false, haltError{err.Error()}
 	}
-	if rerr != nil {
-		return ro, haltError{fmt.Sprintf("replace %s: %v", p.name(), rerr)}
-	}
-	return r.finishProc(ctx, p, oldRelease)
+	return in.Drained, nil
 }
 
-// finishProc waits until a replaced process is ready on a release other
-// than old, records it and puts it back in rotation.
-func (r *Runner) finishProc(ctx context.Context, p proc, old string) (*control.Rollout, error) {
-	rel, err := r.waitReady(ctx, p, old)
-	if err != nil {
-		return nil, haltError{fmt.Sprintf("%s: %v", p.name(), err)}
-	}
-	ro, err := r.update(ctx, fmt.Sprintf("%s ready on %s", p.name(), rel), func(ro *control.Rollout) {
-		cr := ro.Progress(p.router)[p.unit]
-		cr.Instances[p.key()] = rel
-		ro.SetProgress(p.router, p.unit, cr)
-		ro.SetReleases(p.router, "", rel)
-	})
-	if err != nil {
-		return ro, err
-	}
-	if p.rotate {
-		return ro, r.rotation(ctx, p.unit, p.instance, false)
-	}
-	return ro, nil
-}
-
-func (r *Runner) rotation(ctx context.Context, cell, instance string, drain bool) error {
-	_, err := r.opts.Control.Apply(ctx, control.Change{Plan: control.SetInstanceRotation(cell, instance, drain)})
-	if err != nil && !errors.Is(err, slotmap.ErrInvalid) {
+// setRotation takes instance p out of the routers' rotation (out) or
+// puts it back; one already so is left as it is. A refusal (the cell's
+// last instance in rotation) halts the rollout.
+func (r *Runner) setRotation(ctx context.Context, p proc, out bool) error {
+	if is, err := r.outOfRotation(ctx, p); err != nil || is == out {
 		return err
 	}
-	return nil
+	if err := r.held(ctx); err != nil {
+		return err
+	}
+	_, err := r.opts.Control.Apply(ctx, control.Change{Plan: control.SetInstanceRotation(p.unit, p.instance, out)})
+	if errors.Is(err, slotmap.ErrInvalid) {
+		if is, lerr := r.outOfRotation(ctx, p); lerr == nil && is == out {
+			return nil // set so by another meanwhile
+		}
+		return haltError{err.Error()}
+	}
+	return err
 }
 
-// waitReady polls the process until it is ready on a release other than
-// old; one that is not within ReadyWithin halts the rollout.
-func (r *Runner) waitReady(ctx context.Context, p proc, old string) (string, error) {
+// waitReady polls the process until it is ready on a release wrong has
+// nothing against ("" from wrong), the release it should be ready on
+// said by on; one that is not within ReadyWithin halts the rollout.
+func (r *Runner) waitReady(ctx context.Context, p proc, on string, wrong func(rel string) string) (string, error) {
 	deadline := r.opts.Now().Add(r.cfg.ReadyWithin)
 	for {
 		rel, ready, why := r.release(ctx, p)
-		switch {
-		case !ready:
-		case rel == "" || rel == old:
-			why = "ready on the old release " + orDash(rel)
-		default:
-			return rel, nil
+		if ready {
+			if why = wrong(rel); why == "" {
+				return rel, nil
+			}
 		}
 		if !r.opts.Now().Before(deadline) {
-			return "", fmt.Errorf("not ready on the new release within %v (%s)", r.cfg.ReadyWithin, why)
+			return "", fmt.Errorf("not ready %s within %v (%s)", on, r.cfg.ReadyWithin, why)
 		}
 		if !sleep(ctx, 250*time.Millisecond) {
 			return "", ctx.Err()
 		}
 	}
-}
-
-// rollBack puts every process the rollout replaced in the wave in progress
-// back as it ran before, one at a time; units of earlier waves (done,
-// baked) and units not reached are left alone.
-func (r *Runner) rollBack(ctx context.Context, ro *control.Rollout) (*control.Rollout, error) {
-	if ro.Wave >= len(ro.Waves) {
-		return ro, nil
-	}
-	w := ro.Waves[ro.Wave]
-	router := len(w.Routers) > 0
-	for _, unit := range w.Units() {
-		cr := ro.Progress(router)[unit]
-		if !cr.Phase.Reached() || cr.Phase == control.PhaseRolledBack {
-			continue
-		}
-		keys := make([]string, 0, len(cr.Previous))
-		for k := range cr.Previous {
-			keys = append(keys, k)
-		}
-		slices.Sort(keys)
-		for _, k := range keys {
-			var before devstack.Process
-			if err := json.Unmarshal([]byte(cr.Previous[k]), &before); err != nil {
-				return ro, fmt.Errorf("the record of %s/%s: %w", unit, k, err)
-			}
-			if err := r.restore(ctx, unit, router, k, before, cr.Instances[k]); err != nil {
-				return ro, err
-			}
-		}
-		var err error
-		if ro, err = r.update(ctx, unit+" rolled back", func(ro *control.Rollout) {
-			c := ro.Progress(router)[unit]
-			c.Phase = control.PhaseRolledBack
-			ro.SetProgress(router, unit, c)
-		}); err != nil {
-			return ro, err
-		}
-	}
-	return r.update(ctx, "rolled back: "+ro.Reason, func(ro *control.Rollout) { ro.State = control.RolloutRolledBack })
-}
-
-// restore puts one process back as it ran before: out of rotation (an
-// instance of several), replaced, ready on a release other than the one
-// it was rolled to (when it got that far), back in rotation.
-func (r *Runner) restore(ctx context.Context, unit string, router bool, key string, before devstack.Process, rolledTo string) error {
-	ps, err := r.procs(ctx, unit, router)
-	if err != nil {
-		return fmt.Errorf("roll back %s: %w", before.Name, err)
-	}
-	i := slices.IndexFunc(ps, func(p proc) bool { return p.key() == key })
-	if i < 0 {
-		return fmt.Errorf("roll back %s: no longer in the map", before.Name)
-	}
-	p := ps[i]
-	if err := r.keepQuorum(ctx, p, ps); err != nil {
-		return fmt.Errorf("roll back %s: %w", before.Name, err)
-	}
-	if p.rotate {
-		if err := r.rotation(ctx, p.unit, p.instance, true); err != nil {
-			return err
-		}
-		sleep(ctx, r.cfg.Settle)
-	}
-	if _, _, err := r.opts.Deployer.Replace(ctx, before.Name, func(devstack.Process) devstack.Process { return before }); err != nil {
-		return fmt.Errorf("roll back %s: %w", before.Name, err)
-	}
-	if _, err := r.waitReady(ctx, p, rolledTo); err != nil {
-		return fmt.Errorf("roll back %s: %w", before.Name, err)
-	}
-	r.say("%s put back as it ran before", before.Name)
-	if p.rotate {
-		return r.rotation(ctx, p.unit, p.instance, false)
-	}
-	return nil
 }

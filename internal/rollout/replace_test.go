@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -12,6 +13,9 @@ import (
 
 	"github.com/cellkit/cellkit/internal/adminclient"
 	"github.com/cellkit/cellkit/internal/api"
+	"github.com/cellkit/cellkit/internal/control"
+	"github.com/cellkit/cellkit/internal/registry"
+	"github.com/cellkit/cellkit/internal/slotmap"
 )
 
 // instanceAdmin is an instance's admin API answering its status, ready
@@ -39,7 +43,8 @@ func TestKeepQuorum(t *testing.T) {
 		{unit: "c1", instance: "i2", admin: instanceAdmin(t, &ok2), rotate: true},
 		{unit: "c1", instance: "i3", admin: instanceAdmin(t, &ok3), rotate: true},
 	}
-	r := New("r1", Config{ReadyWithin: 300 * time.Millisecond}, Options{Admin: adminclient.Client{HTTP: &http.Client{Timeout: time.Second}}})
+	ctl := mapOf(t, all)
+	r := New("r1", Config{ReadyWithin: 300 * time.Millisecond}, Options{Control: ctl, Admin: adminclient.Client{HTTP: &http.Client{Timeout: time.Second}}})
 	ctx := context.Background()
 	if err := r.keepQuorum(ctx, all[2], all); err != nil {
 		t.Errorf("i3 out, i1 and i2 ready: %v", err)
@@ -54,10 +59,32 @@ func TestKeepQuorum(t *testing.T) {
 		t.Errorf("i1 out once i3 is ready: %v", err)
 	}
 	r.cfg.ReadyWithin = 300 * time.Millisecond
-	if err := r.keepQuorum(ctx, all[0], all[:2]); err == nil {
+	two := New("r1", Config{ReadyWithin: 300 * time.Millisecond}, Options{Control: mapOf(t, all[:2]), Admin: r.opts.Admin})
+	if err := two.keepQuorum(ctx, all[0], all[:2]); err == nil {
 		t.Error("a cell of two lost one of its instances")
 	}
 	if err := r.keepQuorum(ctx, proc{unit: "c2", admin: "http://127.0.0.1:1"}, nil); err != nil {
 		t.Errorf("a cell of one process: %v", err)
 	}
+}
+
+// mapOf is a controller over a file registry whose map holds cell c1 of
+// the instances ps.
+func mapOf(t *testing.T, ps []proc) *control.Controller {
+	t.Helper()
+	reg, err := registry.Open(registry.Config{URL: "file:" + filepath.Join(t.TempDir(), "map.json")}, registry.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { reg.Close() })
+	var ins []slotmap.Instance
+	for _, p := range ps {
+		ins = append(ins, slotmap.Instance{ID: p.instance, Intake: p.admin, Admin: p.admin})
+	}
+	ctl := control.New(reg, control.Config{Holder: "quorum test"}, control.Options{})
+	if err := ctl.Ensure(context.Background(), control.EnsureChange{Agencies: map[string]int{"nice": 80},
+		Cells: []control.StackCell{{ID: "c1", Intake: ins[0].Intake, Admin: ins[0].Admin, Instances: ins}}}); err != nil {
+		t.Fatal(err)
+	}
+	return ctl
 }

@@ -5,21 +5,30 @@
 // when the release has a router part, the routers one at a time, each
 // baked against the routers still on the old release. A failed gate, a
 // process that does not get ready or a bake without enough samples halts
-// it, and halting rolls the wave back. The state is the rollout's record
-// beside the map (control.Rollout), written at every step, so that
-// another cellctl resumes it.
+// it, and halting rolls the wave back.
+//
+// The state is the rollout's record beside the map (control.Rollout).
+// Each step is recorded before it is taken — what a process ran before
+// is written, and must be, before the deployer first acts on it, and is
+// never overwritten — so that a driver that stops anywhere (killed, cut
+// from the registry, out of time) leaves a record from which the next
+// one finishes the step or reverts it. One driver at a time holds the
+// rollout by a lease in the record (lease.go); every write checks it and
+// the state the step expects.
 package rollout
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/cellkit/cellkit/internal/adminclient"
 	"github.com/cellkit/cellkit/internal/control"
 	"github.com/cellkit/cellkit/internal/devstack"
 	"github.com/cellkit/cellkit/internal/gate"
+	"github.com/cellkit/cellkit/internal/slotmap"
 )
 
 // Deployer replaces a stack's process (by name) with what run makes of
@@ -29,6 +38,18 @@ type Deployer interface {
 	Replace(ctx context.Context, name string, run func(devstack.Process) devstack.Process) (before devstack.Process, c *devstack.Child, err error)
 	Processes() ([]devstack.Process, error)
 }
+
+// Control is what a rollout reads and writes of the map and of its own
+// record (control.Controller).
+type Control interface {
+	Holder() string
+	Load(ctx context.Context) (*slotmap.Map, error)
+	Apply(ctx context.Context, ch control.Change) (*control.Result, error)
+	Rollout(ctx context.Context) (*control.Rollout, error)
+	UpdateRollout(ctx context.Context, id string, change func(*control.Rollout) error) (*control.Rollout, error)
+}
+
+var _ Control = (*control.Controller)(nil)
 
 // Config is how a rollout runs.
 type Config struct {
@@ -51,18 +72,26 @@ type Config struct {
 	// Settle is how long an instance taken out of rotation is left before
 	// it is replaced, for the routers to follow the map.
 	Settle time.Duration
+	// Lease is how long a driver's hold on the rollout lasts unless it
+	// renews it (every third of it, and at every write): another driver
+	// is refused while it lasts [DefaultLease].
+	Lease time.Duration
 }
+
+// DefaultLease is how long a driver's lease lasts unrenewed: how long a
+// rollout whose driver died waits before another may drive it.
+const DefaultLease = 30 * time.Second
 
 // DefaultConfig: scrape every 5 s, no wait for samples past the bake
 // (cellctl gives one more bake), a minute to get ready, 3 s for the
-// routers.
+// routers, a lease of DefaultLease.
 func DefaultConfig() Config {
-	return Config{Gate: gate.DefaultConfig(), Scrape: 5 * time.Second, ReadyWithin: time.Minute, Settle: 3 * time.Second}
+	return Config{Gate: gate.DefaultConfig(), Scrape: 5 * time.Second, ReadyWithin: time.Minute, Settle: 3 * time.Second, Lease: DefaultLease}
 }
 
 // Options are the rollout's collaborators.
 type Options struct {
-	Control  *control.Controller
+	Control  Control
 	Admin    adminclient.Client
 	Deployer Deployer
 	// Routers are the admin URLs of the routers whose figures for each
@@ -78,9 +107,11 @@ type Runner struct {
 	cfg  Config
 	opts Options
 	id   string
-	// held says this driver has written the record: from then on, a
-	// record held by another (a resume elsewhere) stops it.
-	held bool
+	// driver is this driver's identity in the record (newDriver).
+	driver string
+	// writing serializes the driver's own writes (its steps and its
+	// lease's renewals), so that they never wait for each other's lock.
+	writing sync.Mutex
 	// reference is each wave's baseline "before": its own processes'
 	// figures over a bake's length before they were replaced, with the
 	// other cells' in the same window, by wave (reference.go); lastBake
@@ -99,25 +130,16 @@ func New(id string, cfg Config, opts Options) *Runner {
 	if cfg.ReadyWithin <= 0 {
 		cfg.ReadyWithin = d.ReadyWithin
 	}
+	if cfg.Lease <= 0 {
+		cfg.Lease = d.Lease
+	}
 	if cfg.Gate == (gate.Config{}) {
 		cfg.Gate = d.Gate
 	}
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	return &Runner{cfg: cfg, opts: opts, id: id, reference: map[int]ownBefore{}}
-}
-
-// errTakenOver stops a driver whose rollout another cellctl drives now.
-var errTakenOver = errors.New("taken over")
-
-// stillHeld refuses a record another driver took over since this one
-// last wrote it.
-func (r *Runner) stillHeld(ro *control.Rollout) error {
-	if r.held && ro.Holder != r.opts.Control.Holder() {
-		return fmt.Errorf("rollout %s is driven by %s now: this driver stops (%w)", ro.ID, ro.Holder, errTakenOver)
-	}
-	return nil
+	return &Runner{cfg: cfg, opts: opts, id: id, driver: newDriver(opts.Control.Holder()), reference: map[int]ownBefore{}}
 }
 
 func (r *Runner) say(format string, args ...any) {
@@ -126,38 +148,82 @@ func (r *Runner) say(format string, args ...any) {
 	}
 }
 
-// update changes the record and says what happened in it and on Progress.
-func (r *Runner) update(ctx context.Context, event string, change func(*control.Rollout)) (*control.Rollout, error) {
+// update changes the record, renewing this driver's lease, and says what
+// happened in it and on Progress. change may refuse a record that is not
+// in the state it expects (errStopped, or an error of its own): the
+// record is left as it was. A record another driver holds is refused
+// (errTakenOver).
+func (r *Runner) update(ctx context.Context, event string, change func(*control.Rollout) error) (*control.Rollout, error) {
+	r.writing.Lock()
+	defer r.writing.Unlock()
 	ro, err := r.opts.Control.UpdateRollout(ctx, r.id, func(ro *control.Rollout) error {
 		if err := r.stillHeld(ro); err != nil {
 			return err
 		}
-		change(ro)
+		if err := change(ro); err != nil {
+			return err
+		}
+		ro.LeaseUntil = r.opts.Now().Add(r.cfg.Lease)
 		if event != "" {
 			ro.Events = append(ro.Events, control.RolloutEvent{At: r.opts.Now(), Text: event})
 		}
 		return nil
 	})
-	if err == nil {
-		r.held = true
-		if event != "" {
-			r.say("%s", event)
-		}
+	if err == nil && event != "" {
+		r.say("%s", event)
 	}
 	return ro, err
 }
 
-// Run goes on with the rollout from where its record stands until it is
-// done, halted and rolled back, paused or aborted (by another cellctl,
-// seen between steps), or ctx ends.
-func (r *Runner) Run(ctx context.Context) (*control.Rollout, error) {
-	ro, err := r.opts.Control.Rollout(ctx)
-	if err != nil {
-		return nil, err
+// errStopped refuses a step whose rollout is no longer in the state the
+// step expects (paused, aborted or halted by another cellctl meanwhile).
+var errStopped = errors.New("stopped")
+
+// expect refuses a record not in state s (errStopped).
+func expect(ro *control.Rollout, s control.RolloutState) error {
+	if ro.State != s {
+		return errStopped
 	}
+	return nil
+}
+
+// Run drives the rollout from where its record stands until it is done,
+// halted and rolled back, paused or aborted (by another cellctl, seen
+// between steps), or ctx ends. It first takes the rollout's lease: while
+// another driver's lasts, Run is refused (a *DrivenError) before it acts.
+func (r *Runner) Run(ctx context.Context) (*control.Rollout, error) {
+	ro, err := r.acquire(ctx)
+	if err != nil || !ro.State.Active() {
+		return ro, err
+	}
+	ctx, release := r.keepLease(ctx)
+	defer release()
+	ro, err = r.drive(ctx, ro)
+	if errors.Is(err, errStopped) {
+		// Paused, aborted or halted by another cellctl meanwhile: the
+		// record says which, and the loop goes on from it.
+		ro, err = r.drive(ctx, nil)
+	}
+	if cause := context.Cause(ctx); err != nil && cause != nil && !errors.Is(cause, context.Canceled) {
+		err = fmt.Errorf("%w (%v)", err, cause)
+	}
+	return ro, err
+}
+
+// drive is Run's loop, the lease held; a nil ro is read first.
+func (r *Runner) drive(ctx context.Context, ro *control.Rollout) (*control.Rollout, error) {
+	var err error
 	for {
+		if ro == nil {
+			if ro, err = r.opts.Control.Rollout(ctx); err != nil {
+				return nil, err
+			}
+		}
 		if ro.ID != r.id {
 			return ro, fmt.Errorf("the registry's rollout is %s, not %s", ro.ID, r.id)
+		}
+		if err := r.stillHeld(ro); err != nil {
+			return ro, err
 		}
 		switch ro.State {
 		case control.RolloutHalted:
@@ -167,10 +233,23 @@ func (r *Runner) Run(ctx context.Context) (*control.Rollout, error) {
 			return ro, nil
 		}
 		if ro.Wave >= len(ro.Waves) {
-			return r.update(ctx, "every wave out and baked: done", func(ro *control.Rollout) { ro.State = control.RolloutDone })
+			wave := ro.Wave
+			return r.update(ctx, "every wave out and baked: done", func(ro *control.Rollout) error {
+				if err := expect(ro, control.RolloutRunning); err != nil || ro.Wave != wave {
+					return errStopped
+				}
+				ro.State = control.RolloutDone
+				return nil
+			})
 		}
-		if ro, err = r.wave(ctx, ro); err != nil {
-			return ro, err
+		next, err := r.wave(ctx, ro)
+		switch {
+		case errors.Is(err, errStopped):
+			ro = nil // read again: paused, aborted or halted meanwhile
+		case err != nil:
+			return next, err
+		default:
+			ro = next
 		}
 	}
 }
@@ -188,18 +267,29 @@ func (r *Runner) wave(ctx context.Context, ro *control.Rollout) (*control.Rollou
 		if p := ro.Progress(router)[unit].Phase; p == control.PhaseBaking || p == control.PhaseDone {
 			continue
 		}
-		var err error
-		if ro, err = r.replaceUnit(ctx, ro, unit, router); err != nil {
-			var halt haltError
-			if errors.As(err, &halt) {
-				return r.update(ctx, "halted: "+halt.Error(), func(ro *control.Rollout) {
-					ro.State, ro.Reason = control.RolloutHalted, halt.Error()
-				})
-			}
-			return ro, err
+		next, err := r.replaceUnit(ctx, ro, unit, router)
+		var halt haltError
+		switch {
+		case errors.As(err, &halt):
+			return r.halt(ctx, ro.Wave, halt.Error())
+		case err != nil:
+			return next, err
 		}
+		ro = next
 	}
 	return r.bake(ctx, ro)
+}
+
+// halt records that the rollout halts, for why, in wave: the rollback
+// follows.
+func (r *Runner) halt(ctx context.Context, wave int, why string) (*control.Rollout, error) {
+	return r.update(ctx, "halted: "+why, func(ro *control.Rollout) error {
+		if err := expect(ro, control.RolloutRunning); err != nil || ro.Wave != wave {
+			return errStopped
+		}
+		ro.State, ro.Reason = control.RolloutHalted, why
+		return nil
+	})
 }
 
 // haltError is a reason to halt the rollout (not a failure of cellctl).
