@@ -479,8 +479,10 @@ func TestDevSupervise(t *testing.T) {
 	}
 }
 
-// assertDevConsole: dev up printed the console's URL with its token, and
-// the console shows the stack to that token only.
+// assertDevConsole: dev up printed the console's URL and where its token
+// is, the token itself neither there nor in the console's log; the
+// console shows the stack to that token only, having asked every one of
+// the stack's admin APIs (trusted by the configuration dev up passes).
 func assertDevConsole(t *testing.T, st *DevStack, out string, cells int) {
 	t.Helper()
 	b, err := os.ReadFile(st.ConsoleToken)
@@ -491,8 +493,19 @@ func assertDevConsole(t *testing.T, st *DevStack, out string, cells int) {
 	if info, err := os.Stat(st.ConsoleToken); err != nil || info.Mode().Perm() != 0o600 || len(tok) < 32 {
 		t.Errorf("the console's token file %s: %v, %v", st.ConsoleToken, info, err)
 	}
-	if want := "console     " + st.Console + "?token=" + tok; !strings.Contains(out, want) {
-		t.Errorf("dev up output lacks %q:\n%s", want, out)
+	if want := "console     " + st.Console + "   (sign in with the token in "; !strings.Contains(out, want) ||
+		!strings.Contains(out, filepath.Join("console", "token")+")") {
+		t.Errorf("dev up output lacks %q and the token's file:\n%s", want, out)
+	}
+	if strings.Contains(out, tok) {
+		t.Errorf("dev up printed the console's token:\n%s", out)
+	}
+	testkit.WaitFor(t, 10*time.Second, "the console's start-up line in its log", func() bool {
+		log, _ := os.ReadFile(filepath.Join(st.Dir, "logs", devstack.ConsoleName+".log"))
+		return strings.Contains(string(log), "Console: "+st.Console)
+	})
+	if log, _ := os.ReadFile(filepath.Join(st.Dir, "logs", devstack.ConsoleName+".log")); strings.Contains(string(log), tok) {
+		t.Errorf("the console's log holds its token:\n%s", log)
 	}
 	get := func(auth string) (int, string) {
 		req, err := http.NewRequest(http.MethodGet, st.Console+"api/view", nil)
@@ -525,7 +538,7 @@ func assertDevConsole(t *testing.T, st *DevStack, out string, cells int) {
 				return false
 			}
 		}
-		return true
+		return len(v.Refused) == 0 && len(v.Routers) == 1 && v.Routers[0].Reachable && !v.Routers[0].Untrusted
 	}) {
 		t.Errorf("the console's cells are not all green after 15 s: %s", last)
 	}

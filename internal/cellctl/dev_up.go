@@ -91,7 +91,7 @@ func (x *inv) devUp(ctx context.Context, o devOptions) error {
 	if err != nil {
 		return err
 	}
-	procs = append(procs, devConsole(regURL, bins["cellctl"], ports.console, tokenFile, certs))
+	procs = append(procs, devConsole(regURL, bins["cellctl"], ports.console, tokenFile, certs, devAdminURLs(ports, scheme)))
 
 	st := &DevStack{
 		Dir: dir, Registry: regURL, Router: scheme + "://" + ports.router, RouterAdmin: "http://" + ports.routerAdmin,
@@ -219,14 +219,14 @@ func devCellsAndRouter(o devOptions, dir, regURL string, bins map[string]string,
 
 // devConsole is the stack's web console: cellctl console on the stack's
 // registry, calling the cells' admin APIs with the operator's certificate
-// on a stack on TLS.
-func devConsole(regURL, cellctl, listen, tokenFile string, certs *devstack.TLS) DevProcess {
+// on a stack on TLS, and only the stack's own admin APIs (trusted).
+func devConsole(regURL, cellctl, listen, tokenFile string, certs *devstack.TLS, trusted []string) DevProcess {
 	args := []string{"--registry", regURL}
 	if certs != nil {
 		args = append(args, "--tls-ca", certs.CA,
 			"--tls-cert", filepath.Join(certs.Dir, pki.DevOperator+".pem"), "--tls-key", filepath.Join(certs.Dir, pki.DevOperator+"-key.pem"))
 	}
-	args = append(args, "console", "--listen", listen, "--token-file", tokenFile)
+	args = append(args, "console", "--listen", listen, "--token-file", tokenFile, "--trust-admin", strings.Join(trusted, ","))
 	return DevProcess{Name: devstack.ConsoleName, Bin: cellctl, Args: args,
 		Ready: "http://" + listen + "/readyz", Addrs: map[string]string{"listen": listen}}
 }
@@ -248,13 +248,20 @@ func devConsoleToken(dir string) (string, error) {
 	return path, atomicfile.WriteFile(path, []byte(hex.EncodeToString(tok)+"\n"), 0o600)
 }
 
-// consoleURL is the stack's console URL with its token, for the banner.
-func consoleURL(st *DevStack) string {
-	b, err := os.ReadFile(st.ConsoleToken)
-	if err != nil {
-		return st.Console + " (token: " + err.Error() + ")"
+// devAdminURLs are the stack's admin APIs: every cell's and the
+// router's, those the console may call with its credentials.
+func devAdminURLs(ports devPorts, scheme string) []string {
+	out := make([]string, 0, len(ports.admin)+1)
+	for _, a := range ports.admin {
+		out = append(out, scheme+"://"+a)
 	}
-	return st.Console + "?token=" + strings.TrimSpace(string(b))
+	return append(out, "http://"+ports.routerAdmin)
+}
+
+// consoleURL is the stack's console URL for the banner, and where its
+// token is: the token itself is not printed (the output may be kept).
+func consoleURL(st *DevStack, rel string) string {
+	return st.Console + "   (sign in with the token in " + filepath.Join(rel, "console", filepath.Base(st.ConsoleToken)) + ")"
 }
 
 func cellName(i int) string { return "c" + strconv.Itoa(i) }
@@ -398,7 +405,7 @@ Metrics:  %s/metrics (router), %s/metrics per cell (see 'cellctl dev status --di
 Scrape:   %s (Prometheus file_sd targets: see deploy/observability/README.md)
 Status:   ./bin/cellctl --registry %s status
 Traffic:  ./bin/cellctl --registry %s rebalance --by traffic --dry-run   (the router announces itself in the registry)
-%s`, len(cells), st.Router, st.RouterAdmin, consoleURL(st), strings.Join(cells, ", "), st.Registry,
+%s`, len(cells), st.Router, st.RouterAdmin, consoleURL(st, rel), strings.Join(cells, ", "), st.Registry,
 		st.APIKey, filepath.Join(rel, "router", "dev-key"),
 		curl, st.APIKey, st.Router, curl, st.APIKey, st.Router,
 		st.RouterAdmin, cellAdmin, rel, st.AgencyAdmin, filepath.Join(rel, scrapeTargetsFile), relRegistry(st.Registry),

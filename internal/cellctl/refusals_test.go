@@ -70,6 +70,7 @@ func TestRefusals(t *testing.T) {
 			{"console listen", []string{"console", "--listen", "localhost"}, ExitUsage, `--listen "localhost": want HOST:PORT`},
 			{"console interval", []string{"console", "--interval", "1ms"}, ExitUsage, "--interval 1ms: at least 100ms"},
 			{"console token file missing", []string{"console", "--token-file", "/nonexistent/token"}, ExitUsage, "--token-file: open /nonexistent/token"},
+			{"console trust-admin", []string{"console", "--trust-admin", "ftp://127.0.0.1:1"}, ExitUsage, `--trust-admin: "ftp://127.0.0.1:1": want an admin API's base URL, http(s)://HOST:PORT`},
 		} {
 			t.Run(strings.ReplaceAll(tc.name, " ", "_"), func(t *testing.T) {
 				before := e.raw()

@@ -4,8 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"flag"
+	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,10 +17,12 @@ import (
 
 	"github.com/cellkit/cellkit/internal/adminclient"
 	"github.com/cellkit/cellkit/internal/celltest"
+	"github.com/cellkit/cellkit/internal/console"
 	"github.com/cellkit/cellkit/internal/control"
 	"github.com/cellkit/cellkit/internal/drill"
 	"github.com/cellkit/cellkit/internal/loadtest"
 	"github.com/cellkit/cellkit/internal/registry"
+	"github.com/cellkit/cellkit/internal/slotmap"
 	"github.com/cellkit/cellkit/internal/testkit"
 )
 
@@ -68,8 +72,12 @@ func cmpOr(a, b string) string {
 // where u-42 goes and why; a drain moves slots on the page and in its
 // history; a rollout's record shows wave by wave with its gates and the
 // time left in the bake; a killed cell's card turns red within seconds, keeping its last
-// figures; a registry that cannot be read is said so, the last map kept;
-// a console that stops leaves its last view on the page, with its age.
+// figures; a registry that cannot be read is said so, the last map kept; a
+// router announced at an admin URL the console does not trust is listed
+// as not asked, and is not called; Sign out ends a session (another
+// browser's goes on), and wrong tokens in the sign-in form are limited
+// (then even the right one is a 429); a console that stops leaves its
+// last view on the page, with its age.
 // The first view must render within 1 s and the page's assets weigh under
 // 300 KiB. Screenshots are kept in var/artifacts/console (and copied into
 // docs/console with -update-screenshots).
@@ -96,6 +104,11 @@ func TestConsoleInABrowser(t *testing.T) {
 		t.Fatal(err)
 	}
 	token := strings.TrimSpace(string(tok))
+	// The token is read from a file: its start-up line does not print it.
+	if log, err := os.ReadFile(filepath.Join(st.Dir, "logs", "console.log")); err != nil || !strings.Contains(string(log), "Console: ") ||
+		strings.Contains(string(log), token) {
+		t.Errorf("the console's log (%v) has no start-up line, or holds the token:\n%s", err, log)
+	}
 
 	// Without the token, from Go too: 401 and no data.
 	resp, err := http.Get(st.Console + "api/view")
@@ -185,6 +198,17 @@ func TestConsoleInABrowser(t *testing.T) {
 		err := st.Kill(ctx, "c3")
 		return map[string]any{"cell": "c3", "ms": time.Since(start).Milliseconds()}, err
 	})
+	// A router announced by whoever can write the registry, at an admin
+	// URL dev up did not configure: the console must not call it.
+	rogue := &harvester{}
+	rogueSrv := httptest.NewServer(rogue)
+	t.Cleanup(rogueSrv.Close)
+	hook("/rogue", func() (map[string]any, error) {
+		return map[string]any{"id": "rogue"}, reg.(registry.Announcer).Announce(ctx, registry.Announcement{ID: "rogue", Admin: rogueSrv.URL})
+	})
+	hook("/rogue-calls", func() (map[string]any, error) {
+		return map[string]any{"calls": len(rogue.got())}, nil
+	})
 	hook("/stop-console", func() (map[string]any, error) {
 		return map[string]any{}, st.Kill(ctx, "console")
 	})
@@ -244,7 +268,7 @@ func TestConsoleInABrowser(t *testing.T) {
 		if err := os.MkdirAll(docs, 0o755); err != nil {
 			t.Fatal(err)
 		}
-		for _, name := range []string{"console.png", "console-map.png", "console-drain.png", "console-down.png", "console-registry-down.png", "console-signin.png", "console-rollout.png"} {
+		for _, name := range []string{"console.png", "console-map.png", "console-drain.png", "console-down.png", "console-registry-down.png", "console-signin.png", "console-rollout.png", "console-refused.png"} {
 			b, err := os.ReadFile(filepath.Join(out, name))
 			if err != nil {
 				t.Fatal(err)
@@ -252,6 +276,67 @@ func TestConsoleInABrowser(t *testing.T) {
 			if err := os.WriteFile(filepath.Join(docs, name), b, 0o644); err != nil {
 				t.Fatal(err)
 			}
+		}
+	}
+}
+
+// TestBadValuesInABrowser: a console whose cells expose NaN and ±Inf
+// counters, in headless Chromium: the page renders (the view is
+// encodable), the bad cell's card is amber and names each value dropped,
+// its rates read "bad value", and a cell with nothing bad is green with
+// its rates. Screenshot console-bad-values.png.
+func TestBadValuesInABrowser(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a browser")
+	}
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	node, chromium, playwright := browser(t, root)
+	bad := scraped(t, cellStatus("c1"), func(n int64) string {
+		return intake("NaN", fmt.Sprintf("201=%d", 10*n), "200=NaN", "500=+Inf", "shed=-Inf")
+	})
+	good := scraped(t, cellStatus("c2"), func(n int64) string { return intake("1000", fmt.Sprintf("200=%d", 100*n), "shed=0") })
+	reg := celltest.NewRegistry(t, map[string]int{"nice": 80},
+		slotmap.Cell{ID: "c1", Weight: 1, Intake: "http://127.0.0.1:1", Admin: bad},
+		slotmap.Cell{ID: "c2", Weight: 1, Intake: "http://127.0.0.1:1", Admin: good})
+	con, err := console.New(console.Config{Token: token, Interval: 200 * time.Millisecond, TrustedAdmin: adminURLs(reg.Map())},
+		console.Options{Registry: reg.Reg, Admin: adminclient.Client{HTTP: &http.Client{}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(testkit.Context(t, 2*time.Minute))
+	defer cancel()
+	ln := testkit.Listen(t)
+	done := make(chan struct{})
+	go func() { defer close(done); con.Run(ctx) }()
+	go func() { _ = con.Serve(ctx, ln) }()
+	defer func() { cancel(); <-done }()
+
+	out := filepath.Join(root, "var", "artifacts", "console")
+	if err := os.MkdirAll(out, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	spec, err := json.Marshal(map[string]any{"base": "http://" + ln.Addr().String() + "/", "token": token,
+		"chromium": chromium, "playwright": playwright, "out": out})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.CommandContext(ctx, node, filepath.Join("testdata", "values.mjs"))
+	cmd.Env = append(os.Environ(), "CONSOLE_TEST="+string(spec))
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	if res, err := cmd.Output(); err != nil {
+		t.Fatalf("the browser: %v\n%s\n%s", err, res, stderr.String())
+	}
+	if *updateScreenshots {
+		b, err := os.ReadFile(filepath.Join(out, "console-bad-values.png"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(root, "docs", "console", "console-bad-values.png"), b, 0o644); err != nil {
+			t.Fatal(err)
 		}
 	}
 }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -51,6 +50,7 @@ type collector struct {
 	reg     registry.Registry
 	ctl     *control.Controller
 	admin   adminclient.Client
+	trust   *trust
 	routers func(ctx context.Context) ([]RouterRef, error)
 	log     *slog.Logger
 	now     func() time.Time
@@ -58,6 +58,7 @@ type collector struct {
 
 	mu      sync.Mutex
 	view    *View
+	encoded []byte        // view in JSON (nil: it could not be encoded)
 	next    chan struct{} // closed when a newer view is published
 	m       *slotmap.Map  // the last map read
 	rollout *control.Rollout
@@ -81,12 +82,12 @@ type goodRouter struct {
 	at    time.Time
 }
 
-// latest is the newest view and a channel closed when a newer one is
-// published (nil view before the first collection).
-func (c *collector) latest() (*View, <-chan struct{}) {
+// latest is the newest view, in JSON, and a channel closed when a newer
+// one is published (nil view before the first collection).
+func (c *collector) latest() (*View, []byte, <-chan struct{}) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.view, c.next
+	return c.view, c.encoded, c.next
 }
 
 // currentMap is the last map read, nil before one was.
@@ -114,7 +115,8 @@ func (c *collector) run(ctx context.Context) {
 // collectOnce makes one view and publishes it.
 func (c *collector) collectOnce(ctx context.Context) *View {
 	start := c.now()
-	v := &View{At: start, Registry: RegistryView{Describe: c.reg.Describe()}, Cells: []CellCard{}, Routers: []RouterCard{}, Drains: []DrainView{}}
+	v := &View{At: start, Registry: RegistryView{Describe: c.reg.Describe()}, Cells: []CellCard{}, Routers: []RouterCard{}, Drains: []DrainView{},
+		Refused: []RefusedAdmin{}}
 
 	// The registry first, on its own deadline: a slow registry must not
 	// eat the cells' time (they would all look down).
@@ -159,6 +161,7 @@ func (c *collector) collectOnce(ctx context.Context) *View {
 	}
 	ro, rerr := c.ctl.Rollout(cctx)
 	wg.Wait()
+	c.vet(v)
 
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -178,8 +181,11 @@ func (c *collector) collectOnce(ctx context.Context) *View {
 	v.Seq = c.seq
 	v.CollectSeconds = c.now().Sub(start).Seconds()
 	c.noteChanges(c.view, v)
-	v.Changes = slices.Clone(c.changes)
-	c.view = v
+	// [] when nothing changed yet: the page takes no null.
+	v.Changes = append([]Change{}, c.changes...)
+	// What is left outside the cards (vet dropped theirs).
+	v.Bad = dropNonFinite(v)
+	c.view, c.encoded = v, c.encode(v)
 	if c.next != nil {
 		close(c.next)
 	}
@@ -208,8 +214,11 @@ func (c *collector) cellCard(ctx context.Context, cell slotmap.Cell, at time.Tim
 	card := CellCard{ID: cell.ID, State: string(cell.State)}
 	if len(cell.Instances) == 0 {
 		one := c.process(ctx, cell.Admin, at)
-		card.Reachable, card.Error, card.Rates = one.Reachable, one.Error, one.Rates
-		card.Status, card.AsOf = c.lastCell(cell.Admin)
+		card.Admin, card.Reachable, card.Error, card.Rates = cell.Admin, one.Reachable, one.Error, one.Rates
+		card.Untrusted, card.Bad = one.Untrusted, one.Bad
+		if !one.Untrusted {
+			card.Status, card.AsOf = c.lastCell(cell.Admin)
+		}
 		card.Release = one.Release
 		card.Health, card.Why = cellHealth(&card, nil)
 		return card
@@ -228,11 +237,19 @@ func (c *collector) cellCard(ctx context.Context, cell slotmap.Cell, at time.Tim
 	var down []string
 	for _, ic := range card.Instances {
 		card.Rates = card.Rates.add(ic.Rates)
+		for _, b := range ic.Bad {
+			card.Bad = append(card.Bad, ic.ID+": "+b)
+		}
+		card.Untrusted = card.Untrusted || ic.Untrusted
 		if ic.Release != "" {
 			releases[ic.Release] = true
 		}
 		if !ic.Reachable {
-			down = append(down, ic.ID)
+			if ic.Untrusted {
+				down = append(down, ic.ID+" not asked (untrusted admin URL)")
+			} else {
+				down = append(down, ic.ID+" unreachable")
+			}
 			continue
 		}
 		card.Reachable = true
@@ -247,6 +264,9 @@ func (c *collector) cellCard(ctx context.Context, cell slotmap.Cell, at time.Tim
 		var errs []string
 		for _, ic := range card.Instances {
 			errs = append(errs, ic.ID+": "+ic.Error)
+			if ic.Untrusted {
+				continue
+			}
 			if s, asOf := c.lastCell(ic.Admin); s != nil && asOf.After(card.AsOf) {
 				card.Status, card.AsOf = s, asOf
 			}
@@ -264,11 +284,16 @@ func (c *collector) cellCard(ctx context.Context, cell slotmap.Cell, at time.Tim
 	return card
 }
 
-// process reads one cell process: its status, then its counters.
+// process reads one cell process: its status, then its counters. A
+// process whose admin URL the console does not trust is not asked.
 func (c *collector) process(ctx context.Context, admin string, at time.Time) InstanceCard {
 	ic := InstanceCard{Admin: admin}
 	if admin == "" {
 		ic.Error = "no admin address in the map"
+		return ic
+	}
+	if ok, why := c.trust.check(admin); !ok {
+		ic.Error, ic.Untrusted = why, true
 		return ic
 	}
 	s, err := c.admin.Status(ctx, admin)
@@ -288,21 +313,23 @@ func (c *collector) process(ctx context.Context, admin string, at time.Time) Ins
 	c.mu.Unlock()
 	ic.AsOf = at
 	if mfs, err := c.admin.Metrics(ctx, admin); err == nil {
-		ic.Rates = c.rate(admin, cellCounters(mfs, at))
+		ic.Rates, ic.Bad = c.rate(admin, cellCounters(mfs, at))
 	}
 	return ic
 }
 
-// rate turns a process's counters into rates against the ones read last.
-func (c *collector) rate(admin string, now counters) Rates {
+// rate turns a process's counters into rates against the ones read last,
+// and names the values read that were not finite.
+func (c *collector) rate(admin string, now counters) (Rates, []string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	before, ok := c.counters[admin]
 	c.counters[admin] = now
 	if !ok {
-		return Rates{}
+		return Rates{}, now.badValues()
 	}
-	return now.ratesSince(&before)
+	r, overflow := now.ratesSince(&before)
+	return r, append(now.badValues(), overflow...)
 }
 
 func (c *collector) lastCell(admin string) (*api.CellStatus, time.Time) {
@@ -322,7 +349,7 @@ func cellHealth(card *CellCard, down []string) (Health, string) {
 	}
 	var why []string
 	if len(down) > 0 {
-		why = append(why, strings.Join(down, ", ")+" unreachable")
+		why = append(why, strings.Join(down, ", "))
 	}
 	if card.Mixed {
 		why = append(why, "instances run different releases")
@@ -351,6 +378,9 @@ func cellHealth(card *CellCard, down []string) (Health, string) {
 	if card.Rates.Errors > 0 {
 		why = append(why, fmt.Sprintf("5xx %.1f/s", card.Rates.Errors))
 	}
+	if len(card.Bad) > 0 {
+		why = append(why, badWhy(card.Bad))
+	}
 	if len(why) > 0 {
 		return HealthWarn, strings.Join(why, "; ")
 	}
@@ -371,9 +401,14 @@ func onlyIntakeClosed(s *api.CellStatus) bool {
 	return true
 }
 
-// routerCard asks a router for its readiness, counters and hot users.
+// routerCard asks a router for its readiness, counters and hot users,
+// if the console trusts its admin URL.
 func (c *collector) routerCard(ctx context.Context, r RouterRef, at time.Time) RouterCard {
 	card := RouterCard{ID: r.ID, Admin: r.Admin}
+	if ok, why := c.trust.check(r.Admin); !ok {
+		card.Error, card.Untrusted, card.Health, card.Why = why, true, HealthDown, why
+		return card
+	}
 	ready, err := c.admin.RouterReadiness(ctx, r.Admin)
 	var ae *adminclient.Error
 	switch {
@@ -388,7 +423,7 @@ func (c *collector) routerCard(ctx context.Context, r RouterRef, at time.Time) R
 	var hot api.HotKeys
 	if card.Reachable {
 		if mfs, err := c.admin.Metrics(ctx, r.Admin); err == nil {
-			card.Rates = c.rate(r.Admin, routerCounters(mfs, at))
+			card.Rates, card.Bad = c.rate(r.Admin, routerCounters(mfs, at))
 		}
 		if err := c.admin.Call(ctx, "GET", r.Admin, "/v1/admin/hotkeys", nil, &hot); err == nil {
 			card.Hot = hot.Users[:min(len(hot.Users), 5)]
@@ -413,6 +448,8 @@ func (c *collector) routerCard(ctx context.Context, r RouterRef, at time.Time) R
 		card.Health, card.Why = HealthWarn, "map stale"
 	case card.Rates.Errors > 0:
 		card.Health, card.Why = HealthWarn, fmt.Sprintf("5xx %.1f/s", card.Rates.Errors)
+	case len(card.Bad) > 0:
+		card.Health, card.Why = HealthWarn, badWhy(card.Bad)
 	default:
 		card.Health = HealthOK
 	}

@@ -14,15 +14,21 @@
 // with its age — the static stability the routers have.
 //
 // Every page and document needs the console's token (a bearer token, or
-// once in the URL for a session cookie) or, over TLS, a verified client
-// certificate; /healthz, /readyz and the static assets (no data) are open.
-// The assets are embedded: the page loads nothing from elsewhere.
+// once in the URL or the sign-in form for a session cookie that expires
+// and can be ended) or, over TLS, a verified client certificate; wrong
+// tokens are rate-limited; /healthz, /readyz and the static assets (no
+// data) are open. The assets are embedded: the page loads nothing from
+// elsewhere.
+//
+// The console calls an admin API with its credentials only when it
+// trusts the endpoint (configured, or https verified against the
+// cluster's CA): the admin URLs it reads from the registry are anyone's
+// who can write there. A value read that is not a finite number is
+// dropped and named on its card: the view is always encodable.
 package console
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"log/slog"
 	"net"
@@ -57,11 +63,26 @@ type Config struct {
 	// let in without the token.
 	ClientCerts bool
 	ClientRole  string
+	// SessionTTL is how long a session cookie lets a browser in after
+	// it signed in [12h]; POST /logout ends it sooner.
+	SessionTTL time.Duration
+	// SignInBurst wrong tokens a client may try at once, one more every
+	// SignInEvery [10, 6s]; all clients together ten times as many.
+	SignInBurst int
+	SignInEvery time.Duration
+	// TrustedAdmin are the admin endpoints (URLs: scheme, host and port
+	// count) the console calls with its credentials besides, with
+	// TrustCA, any https one.
+	TrustedAdmin []string
+	// TrustCA says the admin client verifies https against the
+	// cluster's CA and no other: an https admin URL is trusted.
+	TrustCA bool
 }
 
 // DefaultConfig is the console's configuration when nothing is set.
 func DefaultConfig() Config {
-	return Config{Interval: time.Second, CallTimeout: 2 * time.Second, ChangesKept: 15 * time.Minute, MaxStreams: 16}
+	return Config{Interval: time.Second, CallTimeout: 2 * time.Second, ChangesKept: 15 * time.Minute, MaxStreams: 16,
+		SessionTTL: 12 * time.Hour, SignInBurst: 10, SignInEvery: 6 * time.Second}
 }
 
 func (c Config) withDefaults() Config {
@@ -78,6 +99,15 @@ func (c Config) withDefaults() Config {
 	if c.MaxStreams <= 0 {
 		c.MaxStreams = d.MaxStreams
 	}
+	if c.SessionTTL <= 0 {
+		c.SessionTTL = d.SessionTTL
+	}
+	if c.SignInBurst <= 0 {
+		c.SignInBurst = d.SignInBurst
+	}
+	if c.SignInEvery <= 0 {
+		c.SignInEvery = d.SignInEvery
+	}
 	return c
 }
 
@@ -87,7 +117,7 @@ type Options struct {
 	// (required).
 	Registry registry.Registry
 	// Admin calls the cells' and routers' admin APIs (its HTTP client
-	// required).
+	// required), those the console trusts only.
 	Admin adminclient.Client
 	// Routers lists the routers to show; nil: none.
 	Routers func(ctx context.Context) ([]RouterRef, error)
@@ -107,7 +137,9 @@ type Console struct {
 	history  *historyCache
 	log      *slog.Logger
 	gatherer prometheus.Gatherer
-	session  string // the session cookie's value, made at start
+	now      func() time.Time
+	sessions *sessions
+	signIns  *signIns
 	streams  atomic.Int64
 	metrics  *metrics
 }
@@ -132,14 +164,17 @@ func New(cfg Config, opts Options) (*Console, error) {
 	if now == nil {
 		now = time.Now
 	}
-	secret := make([]byte, 32)
-	if _, err := rand.Read(secret); err != nil {
+	tr, err := newTrust(cfg)
+	if err != nil {
 		return nil, err
 	}
+	admin := opts.Admin
+	admin.HTTP = tr.guardRedirects(admin.HTTP)
 	m := newMetrics(opts.Registerer)
-	c := &Console{cfg: cfg, log: log, gatherer: opts.Gatherer, session: hex.EncodeToString(secret), metrics: m}
+	c := &Console{cfg: cfg, log: log, gatherer: opts.Gatherer, now: now, metrics: m,
+		sessions: newSessions(cfg.SessionTTL), signIns: newSignIns(cfg.SignInEvery, cfg.SignInBurst)}
 	c.col = &collector{
-		cfg: cfg, reg: opts.Registry, admin: opts.Admin, routers: opts.Routers, log: log, now: now, metrics: m,
+		cfg: cfg, reg: opts.Registry, admin: admin, trust: tr, routers: opts.Routers, log: log, now: now, metrics: m,
 		ctl:      control.New(opts.Registry, control.Config{Holder: "cellctl console"}, control.Options{Now: now}),
 		counters: map[string]counters{}, cells: map[string]goodCell{}, rtrs: map[string]goodRouter{},
 		next: make(chan struct{}),

@@ -39,11 +39,15 @@ func TestMain(m *testing.M) {
 const token = "console-test-token-0123456789abcdef"
 
 // newConsole serves a console on reg's map (cells whose admin APIs do not
-// answer unless the test starts them), one view collected.
+// answer unless the test starts them), one view collected. Unless cfg
+// says otherwise, it trusts the admin URLs in the map as it is now.
 func newConsole(t *testing.T, reg *celltest.Registry, cfg console.Config) (*console.Console, *httptest.Server) {
 	t.Helper()
 	if cfg.Token == "" {
 		cfg.Token = token
+	}
+	if cfg.TrustedAdmin == nil {
+		cfg.TrustedAdmin = adminURLs(reg.Map())
 	}
 	con, err := console.New(cfg, console.Options{Registry: reg.Reg, Admin: adminclient.Client{HTTP: &http.Client{}}})
 	if err != nil {
@@ -53,6 +57,18 @@ func newConsole(t *testing.T, reg *celltest.Registry, cfg console.Config) (*cons
 	srv := httptest.NewServer(con.Handler())
 	t.Cleanup(srv.Close)
 	return con, srv
+}
+
+// adminURLs are the admin URLs of m's cells and instances.
+func adminURLs(m *slotmap.Map) []string {
+	out := []string{}
+	for _, c := range m.Cells() {
+		out = append(out, c.Admin)
+		for _, in := range c.Instances {
+			out = append(out, in.Admin)
+		}
+	}
+	return out
 }
 
 // get asks the console for path with the headers given as name, value.

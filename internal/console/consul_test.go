@@ -48,7 +48,7 @@ func TestOnConsul(t *testing.T) {
 	if err := reg.(registry.Announcer).Announce(ctx, registry.Announcement{ID: "router-a", Admin: "http://127.0.0.1:1"}); err != nil {
 		t.Fatal(err)
 	}
-	con, err := console.New(console.Config{Token: token, CallTimeout: time.Second},
+	con, err := console.New(console.Config{Token: token, CallTimeout: time.Second, TrustedAdmin: []string{"http://127.0.0.1:1"}},
 		console.Options{Registry: reg, Admin: adminclient.Client{HTTP: &http.Client{}}, Routers: console.AnnouncedRouters(reg)})
 	if err != nil {
 		t.Fatal(err)

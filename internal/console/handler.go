@@ -2,10 +2,10 @@ package console
 
 import (
 	"embed"
-	"encoding/json"
 	"fmt"
 	"io/fs"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -45,6 +45,7 @@ func (c *Console) Handler() http.Handler {
 		c.page(w, http.StatusOK, "index.html")
 	}))
 	mux.HandleFunc("POST /login", c.login)
+	mux.HandleFunc("POST /logout", c.logout)
 	mux.HandleFunc("GET /api/view", c.guard(true, c.serveView))
 	mux.HandleFunc("GET /api/events", c.guard(true, c.serveEvents))
 	mux.HandleFunc("GET /api/map", c.guard(true, c.serveMap))
@@ -120,7 +121,7 @@ func (c *Console) page(w http.ResponseWriter, status int, name string) {
 }
 
 func (c *Console) readyz(w http.ResponseWriter, _ *http.Request) {
-	v, _ := c.col.latest()
+	v, _, _ := c.col.latest()
 	if v == nil {
 		httpx.JSON(w, http.StatusServiceUnavailable, map[string]any{"ready": false, "detail": "no view collected yet"})
 		return
@@ -129,16 +130,23 @@ func (c *Console) readyz(w http.ResponseWriter, _ *http.Request) {
 }
 
 func (c *Console) serveView(w http.ResponseWriter, _ *http.Request) {
-	v, _ := c.col.latest()
-	if v == nil {
+	v, b, _ := c.col.latest()
+	switch {
+	case v == nil:
 		problem.WriteRetry(w, problem.New(http.StatusServiceUnavailable, problem.NotReady, "the console has not collected its first view yet"), time.Second)
-		return
+	case b == nil:
+		problem.Write(w, problem.New(http.StatusInternalServerError, problem.Internal, fmt.Sprintf("view %d cannot be encoded (the console's log says why)", v.Seq)))
+	default:
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Content-Length", strconv.Itoa(len(b)+1))
+		w.WriteHeader(http.StatusOK)
+		_, _ = w.Write(append(b[:len(b):len(b)], '\n')) // the client went away: nothing to do
 	}
-	httpx.JSON(w, http.StatusOK, v)
 }
 
 // serveEvents streams each new view as a server-sent event ("view"),
-// and a comment every 15 s so that proxies keep the stream open.
+// and a comment every 15 s so that proxies keep the stream open. A
+// stream opened with a session ends with it (logout, expiry).
 func (c *Console) serveEvents(w http.ResponseWriter, r *http.Request) {
 	if n := c.streams.Add(1); n > int64(c.cfg.MaxStreams) {
 		c.streams.Add(-1)
@@ -155,13 +163,17 @@ func (c *Console) serveEvents(w http.ResponseWriter, r *http.Request) {
 	var sent uint64
 	keepAlive := time.NewTicker(15 * time.Second)
 	defer keepAlive.Stop()
+	ss := sessionOf(r)
+	var ended <-chan struct{} // nil without a session: never
+	if ss != nil {
+		ended = ss.ended
+	}
 	for {
-		v, next := c.col.latest()
-		if v != nil && v.Seq != sent {
-			b, err := json.Marshal(v)
-			if err != nil {
-				return
-			}
+		if ss != nil && !c.sessions.live(ss, c.now()) {
+			return
+		}
+		v, b, next := c.col.latest()
+		if v != nil && b != nil && v.Seq != sent {
 			if err := writeEvent(rc, w, "event: view\nid: "+fmt.Sprint(v.Seq)+"\ndata: "+string(b)+"\n\n"); err != nil {
 				return
 			}
@@ -169,6 +181,8 @@ func (c *Console) serveEvents(w http.ResponseWriter, r *http.Request) {
 		}
 		select {
 		case <-r.Context().Done():
+			return
+		case <-ended:
 			return
 		case <-next:
 		case <-keepAlive.C:

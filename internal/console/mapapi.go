@@ -332,5 +332,7 @@ func (c *Console) serveDiff(w http.ResponseWriter, r *http.Request) {
 		problem.Write(w, problem.New(http.StatusConflict, problem.InvalidField, err.Error()))
 		return
 	}
-	httpx.JSON(w, http.StatusOK, Diff{From: v - 1, To: v, Plan: p})
+	d := Diff{From: v - 1, To: v, Plan: p}
+	dropNonFinite(&d) // a plan's projected rates, should one be NaN or ±Inf: not a 500
+	httpx.JSON(w, http.StatusOK, d)
 }

@@ -12,6 +12,8 @@ type metrics struct {
 	unreachable prometheus.Gauge
 	streams     prometheus.Gauge
 	refused     *prometheus.CounterVec
+	untrusted   prometheus.Gauge
+	bad         prometheus.Gauge
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -36,13 +38,21 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}),
 		refused: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "cellkit_console_auth_failures_total",
-			Help: "Console requests refused with 401: reason missing (no token, cookie or certificate) or wrong (a token that is not the console's).",
+			Help: "Console requests refused: reason missing (no token, cookie or certificate), wrong (a token that is not the console's), expired (a session cookie ended, expired or unknown), all 401; limited (429: a token while its client's, or everyone's, budget of wrong tokens is spent).",
 		}, []string{"reason"}),
+		untrusted: f.NewGauge(prometheus.GaugeOpts{
+			Name: "cellkit_console_admin_untrusted",
+			Help: "Admin endpoints in the map or the routers' announcements the console did not call at the last collection: not trusted with its credentials.",
+		}),
+		bad: f.NewGauge(prometheus.GaugeOpts{
+			Name: "cellkit_console_bad_values",
+			Help: "Values in the last view that were not finite numbers (NaN, ±Inf), dropped and named on their cards.",
+		}),
 	}
 	for _, r := range []string{"ok", "error"} {
 		m.collections.WithLabelValues(r)
 	}
-	for _, r := range []string{"missing", "wrong"} {
+	for _, r := range []string{refusedMissing, refusedWrong, refusedExpired, refusedLimited} {
 		m.refused.WithLabelValues(r)
 	}
 	return m
@@ -62,4 +72,13 @@ func (m *metrics) collected(v *View) {
 		}
 	}
 	m.unreachable.Set(float64(n))
+	m.untrusted.Set(float64(len(v.Refused)))
+	bad := len(v.Bad)
+	for _, c := range v.Cells {
+		bad += len(c.Bad)
+	}
+	for _, r := range v.Routers {
+		bad += len(r.Bad)
+	}
+	m.bad.Set(float64(bad))
 }

@@ -26,8 +26,23 @@ type View struct {
 	RolloutError string       `json:"rollout_error,omitempty"`
 	Drains       []DrainView  `json:"drains"`
 	Changes      []Change     `json:"changes"`
+	// Refused are the admin endpoints the console did not ask, each with
+	// why: an admin URL read from the map or an announcement that it does
+	// not trust with its credentials (see Config.TrustedAdmin).
+	Refused []RefusedAdmin `json:"refused"`
+	// Bad are values outside the cards that were not finite numbers
+	// (NaN, ±Inf), dropped (sent as 0) so that the view can be encoded.
+	Bad []string `json:"bad,omitempty"`
 	// CollectSeconds is how long the collection took.
 	CollectSeconds float64 `json:"collect_seconds"`
+}
+
+// RefusedAdmin is an admin endpoint the console refused to call with its
+// credentials.
+type RefusedAdmin struct {
+	What  string `json:"what"` // the cell, cell/instance or router it is for
+	Admin string `json:"admin"`
+	Why   string `json:"why"`
 }
 
 // RegistryView is the registry's state as the console last found it.
@@ -80,10 +95,18 @@ type CellCard struct {
 	Health Health `json:"health"`
 	// Why says what made the card amber or red.
 	Why string `json:"why,omitempty"`
+	// Admin is its admin URL in the map (a cell of one process).
+	Admin string `json:"admin,omitempty"`
 	// Reachable says its status was read at this collection (an error
 	// answer, a 401 or a 500, is not a status: Error says what came).
 	Reachable bool   `json:"reachable"`
 	Error     string `json:"error,omitempty"`
+	// Untrusted says the console did not ask it: its admin URL is not
+	// one it trusts with its credentials (Error says why).
+	Untrusted bool `json:"untrusted,omitempty"`
+	// Bad are the values read from it that were not finite numbers
+	// (NaN, ±Inf): dropped, each named with where it came from.
+	Bad []string `json:"bad,omitempty"`
 	// AsOf is when Status was read: at this collection, or earlier when
 	// the cell did not answer now (the last good figures, with their age).
 	AsOf      time.Time       `json:"as_of,omitzero"`
@@ -103,6 +126,8 @@ type InstanceCard struct {
 	Ready     bool      `json:"ready"`
 	Release   string    `json:"release,omitempty"`
 	Error     string    `json:"error,omitempty"`
+	Untrusted bool      `json:"untrusted,omitempty"`
+	Bad       []string  `json:"bad,omitempty"`
 	AsOf      time.Time `json:"as_of,omitzero"`
 	Rates     Rates     `json:"rates"`
 }
@@ -114,6 +139,10 @@ type Rates struct {
 	Requests float64 `json:"requests"` // requests answered (a cell: its intake, probes left out)
 	Errors   float64 `json:"errors"`   // answered 5xx but 503
 	Shed     float64 `json:"shed"`     // turned away with 503 (shed, breaker, bulkhead)
+	// Bad names the rates (requests, errors, shed) not known for a
+	// counter that was not a finite number, now or at the read before
+	// (the card's Bad says which); each is sent as 0.
+	Bad []string `json:"bad,omitempty"`
 }
 
 // RouterCard is one router: its readiness document, its rates and its
@@ -125,6 +154,8 @@ type RouterCard struct {
 	Why       string               `json:"why,omitempty"`
 	Reachable bool                 `json:"reachable"`
 	Error     string               `json:"error,omitempty"`
+	Untrusted bool                 `json:"untrusted,omitempty"`
+	Bad       []string             `json:"bad,omitempty"`
 	AsOf      time.Time            `json:"as_of,omitzero"`
 	Readiness *api.RouterReadiness `json:"readiness,omitempty"`
 	Rates     Rates                `json:"rates"`

@@ -44,7 +44,7 @@ function el(tag, attrs, ...children) {
 }
 
 const fmt = {
-  rate: (r, k) => (r && r.known ? r[k].toFixed(r[k] >= 100 ? 0 : 1) + "/s" : "–"),
+  rate: (r, k) => (r && r.bad && r.bad.includes(k) ? "bad value" : r && r.known ? r[k].toFixed(r[k] >= 100 ? 0 : 1) + "/s" : "–"),
   int: (n) => (n === undefined || n === null ? "–" : Number(n).toLocaleString("en-US")),
   pct: (x) => (x * 100).toFixed(1) + " %",
   secs: (s) => {
@@ -81,6 +81,13 @@ function replace(node, ...children) {
   node.replaceChildren(...children.flat(Infinity).filter((c) => c !== null && c !== undefined && c !== false));
 }
 
+// badList names the values dropped from a card: not finite numbers.
+function badList(bad) {
+  if (!bad || !bad.length) return null;
+  return el("div", { class: "bad" }, el("strong", {}, "Dropped, not a finite number:"),
+    el("ul", {}, bad.slice(0, 8).map((b) => el("li", {}, b)), bad.length > 8 ? el("li", {}, `and ${bad.length - 8} more`) : null));
+}
+
 // ---- cells
 
 function cellCard(c, colorIndex) {
@@ -90,6 +97,7 @@ function cellCard(c, colorIndex) {
   const parts = [title];
   if (c.why) parts.push(el("div", { class: "why" }, c.why));
   if (!c.reachable && c.error && c.why !== c.error) parts.push(el("div", { class: "why error" }, c.error));
+  parts.push(badList(c.bad));
   if (s) {
     const stale = !c.reachable || (c.as_of && viewNow() - Date.parse(c.as_of) > 3000);
     if (stale) parts.push(el("div", { class: "muted" }, "last good figures, " + fmt.ago(c.as_of)));
@@ -120,10 +128,23 @@ function cellCard(c, colorIndex) {
     parts.push(el("table", { class: "instances" },
       el("tr", {}, el("th", {}, "instance"), el("th", {}, "state"), el("th", {}, "req/s"), el("th", {}, "release")),
       c.instances.map((i) => el("tr", { dataset: { instance: i.id } }, el("td", {}, i.id),
-        el("td", {}, !i.reachable ? badge("unreachable", "down") : i.drained ? badge("drained", "off") : i.ready ? badge("ready", "ok") : badge("not ready", "warn")),
+        el("td", {}, i.untrusted ? badge("not asked", "down") : !i.reachable ? badge("unreachable", "down") : i.drained ? badge("drained", "off") : i.ready ? badge("ready", "ok") : badge("not ready", "warn")),
         el("td", {}, fmt.rate(i.rates, "requests")), el("td", { class: "muted" }, i.release || "")))));
   }
-  return el("article", { class: "card " + c.health, dataset: { cell: c.id, health: c.health }, title: c.error || "" }, parts);
+  return el("article", { class: "card " + c.health, dataset: { cell: c.id, health: c.health, untrusted: c.untrusted ? "1" : null }, title: c.error || "" }, parts);
+}
+
+// renderRefused lists the admin endpoints the console did not ask: their
+// URLs (from the map or an announcement) are not ones it trusts with its
+// credentials.
+function renderRefused(v) {
+  const box = $("refused");
+  const refused = v.refused || [];
+  box.hidden = !refused.length;
+  if (!refused.length) return replace(box);
+  replace(box, el("strong", {}, `Not asked: ${refused.length} admin endpoint${refused.length > 1 ? "s" : ""} the console does not trust with its credentials`),
+    el("table", {}, el("tr", {}, el("th", {}, "for"), el("th", {}, "admin URL"), el("th", {}, "why")),
+      refused.map((r) => el("tr", { dataset: { refused: r.what } }, el("td", {}, r.what), el("td", {}, el("code", {}, r.admin)), el("td", {}, r.why)))));
 }
 
 function renderCells(v) {
@@ -204,6 +225,7 @@ function renderRouters(v) {
     const parts = [el("h3", {}, r.id, badge(r.health === "ok" ? "ready" : r.health, r.health),
       rd && rd.release ? el("span", { class: "muted" }, rd.release.id) : null)];
     if (r.why) parts.push(el("div", { class: "why" }, r.why));
+    parts.push(badList(r.bad));
     if (rd) {
       if (!r.reachable) parts.push(el("div", { class: "muted" }, "last good figures, " + fmt.ago(r.as_of)));
       parts.push(kv([
@@ -230,7 +252,7 @@ function renderRouters(v) {
 // ---- changes, header, banner
 
 function renderChanges(v) {
-  const items = v.changes.slice().reverse().map((c) => el("li", {}, el("time", { datetime: c.at }, fmt.time(c.at)), el("strong", {}, c.what), " ", c.text));
+  const items = (v.changes || []).slice().reverse().map((c) => el("li", {}, el("time", { datetime: c.at }, fmt.time(c.at)), el("strong", {}, c.what), " ", c.text));
   replace($("changes"), items.length ? items : [el("li", { class: "muted" }, "Nothing changed while this console ran.")]);
 }
 
@@ -263,6 +285,10 @@ function renderHeader() {
     banner.hidden = false;
     banner.className = "banner";
     banner.textContent = `The console has not sent a new view for ${fmt.secs(age)}: what you see is from ${fmt.time(state.view.at)}.`;
+  } else if (v.bad && v.bad.length) {
+    banner.hidden = false;
+    banner.className = "banner";
+    banner.textContent = "Dropped from the view, not finite numbers: " + v.bad.slice(0, 5).join("; ");
   } else {
     banner.hidden = true;
   }
@@ -274,6 +300,7 @@ function render(v) {
   state.lost = false;
   renderHeader();
   renderCells(v);
+  renderRefused(v);
   renderRollout(v);
   renderDrains(v);
   renderRouters(v);

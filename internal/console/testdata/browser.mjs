@@ -144,6 +144,58 @@ try {
   await page.waitForSelector("#banner.down", { state: "detached", timeout: 10000 }).catch(() => {});
   await page.waitForFunction(() => document.getElementById("banner").hidden, null, { timeout: 10000 });
 
+  // A router announced at an admin URL the console does not trust: listed
+  // as not asked, its card red, and its URL never called.
+  await fetch(t.hooks + "/rogue");
+  await page.waitForSelector("#refused:not([hidden]) [data-refused='router rogue']", { timeout: 10000 });
+  const refused = await page.innerText("#refused");
+  check(/plain http and not a trusted admin endpoint/.test(refused), "the list of endpoints not asked says why: " + refused);
+  check(await page.locator("#routers [data-router='rogue'][data-health='down']").count() === 1, "the rogue router's card is red");
+  await page.locator("#cells-section").screenshot({ path: t.out + "/console-refused.png" });
+  const rogueCalls = (await (await fetch(t.hooks + "/rogue-calls")).json()).calls;
+  check(rogueCalls === 0, `the rogue router's admin URL was called ${rogueCalls} times`);
+
+  // Another browser signs in, then out: its session ends, the first one's
+  // goes on. Then wrong tokens in the sign-in form: 10 compared, then even
+  // the right one is refused with 429 and Retry-After.
+  const other = await browser.newContext({ viewport: { width: 1000, height: 700 } });
+  try {
+    const page2 = await other.newPage();
+    await page2.goto(t.base + "?token=" + t.token);
+    await page2.waitForSelector("body[data-ready='1']", { timeout: 10000 });
+    const signedOut = page2.waitForResponse((r) => new URL(r.url()).pathname === "/" && r.status() === 401);
+    await page2.click("#signout button");
+    await signedOut;
+    check((await page2.content()).includes("needs its token"), "Sign out leads to the sign-in page");
+    const after = await page2.request.get(t.base + "api/view");
+    check(after.status() === 401, `GET /api/view after Sign out: ${after.status()}, want 401`);
+    check((await other.cookies()).every((c) => c.name !== "cellkit_console"), "the session cookie is gone after Sign out");
+    const submit = async (token) => {
+      if ((await page2.locator("input[name=token]").count()) === 0) await page2.goto(t.base); // from a 429's problem back to the form
+      await page2.fill("input[name=token]", token);
+      const answer = page2.waitForResponse((r) => new URL(r.url()).pathname === "/login" && r.request().method() === "POST");
+      await page2.click("form[action='/login'] button");
+      return answer;
+    };
+    // Wrong ones until refused for a while (one comes back every 6 s: a
+    // slow run may see one or two more compared than the 10).
+    let compared = 0;
+    for (let i = 1; ; i++) {
+      check(i <= 30, `30 wrong tokens and no 429 with Retry-After of 3 s or more (${compared} compared)`);
+      const r = await submit("wrong-token-" + i);
+      if (r.status() === 401) compared++;
+      else if (r.status() === 429 && Number(r.headers()["retry-after"]) >= 3) break;
+      else check(r.status() === 429, `wrong token ${i}: ${r.status()}, want 401 or 429`);
+    }
+    check(compared >= 10, `${compared} wrong tokens compared before a 429, want 10`);
+    const limited = await submit(t.token);
+    check(limited.status() === 429 && Number(limited.headers()["retry-after"]) > 0,
+      `the right token after ${compared} wrong ones: ${limited.status()} (Retry-After ${limited.headers()["retry-after"]}), want 429`);
+  } finally {
+    await other.close();
+  }
+  check((await page.request.get(t.base + "api/view")).status() === 200, "the first browser's session goes on");
+
   check(errors.length === 0, "no errors in the page: " + errors.join("; "));
   check(foreign.length === 0, "no request beyond the console: " + foreign.join(", "));
 
