@@ -140,14 +140,20 @@ func TestRolloutOnTheLab(t *testing.T) {
 			t.Errorf("%s runs %s, want the new %s (before %s)", name, rel, ro.RouterRelease, before[name])
 		}
 	}
-	// One instance at a time: each ready before the next is replaced.
+	// One instance at a time: each ready and serving before the next is
+	// replaced.
 	var order []string
 	for _, e := range ro.Events {
-		if f := strings.Fields(e.Text); len(f) > 1 && strings.HasPrefix(f[0], "c1-") && (f[1] == "replaced" || f[1] == "ready") {
+		f := strings.Fields(e.Text)
+		switch {
+		case len(f) > 1 && f[0] == "replacing" && strings.HasPrefix(f[1], "c1-"):
+			order = append(order, f[1]+" replacing")
+		case len(f) > 1 && strings.HasPrefix(f[0], "c1-") && (f[1] == "ready" || f[1] == "serves"):
 			order = append(order, f[0]+" "+f[1])
 		}
 	}
-	if want := []string{"c1-i1 replaced", "c1-i1 ready", "c1-i2 replaced", "c1-i2 ready", "c1-i3 replaced", "c1-i3 ready"}; !slices.Equal(order, want) {
+	if want := []string{"c1-i1 replacing", "c1-i1 ready", "c1-i1 serves", "c1-i2 replacing", "c1-i2 ready", "c1-i2 serves",
+		"c1-i3 replacing", "c1-i3 ready", "c1-i3 serves"}; !slices.Equal(order, want) {
 		t.Errorf("c1's instances: %v, want %v", order, want)
 	}
 	// router1 judged against router2, which still ran the old release.
