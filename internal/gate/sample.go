@@ -94,14 +94,15 @@ func OpenBreakers(mfs map[string]*dto.MetricFamily, cells []string) []string {
 // seconds; 0 when it does not say): a change between two scrapes is a
 // restart. A value that is not a finite positive number is an error.
 func StartedOf(mfs map[string]*dto.MetricFamily) (float64, error) {
-	for _, m := range metrics(mfs, metricStarted) {
-		v := m.GetGauge().GetValue()
-		if math.IsNaN(v) || math.IsInf(v, 0) || v < 0 {
-			return 0, fmt.Errorf("%s is %v, not a time", metricStarted, v)
-		}
-		return v, nil
+	ms := metrics(mfs, metricStarted)
+	if len(ms) == 0 {
+		return 0, nil
 	}
-	return 0, nil
+	v := ms[0].GetGauge().GetValue()
+	if math.IsNaN(v) || math.IsInf(v, 0) || v < 0 {
+		return 0, fmt.Errorf("%s is %v, not a time", metricStarted, v)
+	}
+	return v, nil
 }
 
 // ReadyOf says whether a cell process's scrape says it is ready
