@@ -14,11 +14,15 @@ import (
 	_ "golang.org/x/crypto/x509roots/fallback"
 
 	"github.com/cellkit/cellkit/internal/cellctl"
+	"github.com/cellkit/cellkit/internal/devstack/devctl"
 )
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := cellctl.Run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	// The local stack's commands and deployer (dev up, rollout --stack
+	// DIR) come from the lab: the one hook by which cellctl runs them.
+	cli := &cellctl.CLI{Extensions: devctl.Extensions()}
+	code := cli.Run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
 	os.Exit(code)
 }

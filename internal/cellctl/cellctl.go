@@ -14,7 +14,9 @@
 //   - Exit status 0 is success, 1 a failure or refusal, 2 a usage error; a
 //     failure is one line on stderr.
 //
-// Run is the whole program; cellctl/main.go only wires it to the process.
+// Run is the whole program; cellctl/main.go wires it to the process and
+// adds the local stack's commands and deployer (CLI.Extensions), which
+// belong to the lab, not to this package.
 package cellctl
 
 import (
@@ -72,10 +74,13 @@ type CLI struct {
 	// lines overwrite themselves. Nil means: w is an *os.File on a character
 	// device.
 	Terminal func(w io.Writer) bool
+	// Extensions are the program's commands and deployer added to
+	// cellctl's own (the cellctl program's: the local stack's).
+	Extensions Extensions
 }
 
-// Run runs cellctl with args (without the program name) and returns the
-// exit status.
+// Run runs cellctl, with its own commands only, with args (without the
+// program name) and returns the exit status.
 func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	return (&CLI{}).Run(ctx, args, stdout, stderr)
 }
@@ -207,7 +212,7 @@ func (c *CLI) Run(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	version := top.Bool("version", false, "")
 	if err := top.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			writeOverview(stdout)
+			writeOverview(stdout, c.commands())
 			return ExitOK
 		}
 		return x.fail("cellctl", usagef("%v (see 'cellctl help')", err))
@@ -217,7 +222,7 @@ func (c *CLI) Run(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		rest = []string{"version"}
 	}
 	if len(rest) == 0 {
-		writeOverview(stderr)
+		writeOverview(stderr, c.commands())
 		return ExitUsage
 	}
 	top.Visit(func(f *flag.Flag) {
@@ -226,7 +231,7 @@ func (c *CLI) Run(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		}
 	})
 
-	cmds := commands()
+	cmds := c.commands()
 	if rest[0] == "help" {
 		return x.help(cmds, rest[1:])
 	}

@@ -9,14 +9,16 @@ import (
 	"time"
 
 	"github.com/cellkit/cellkit/internal/control"
-	"github.com/cellkit/cellkit/internal/devstack"
 	"github.com/cellkit/cellkit/internal/gate"
+	"github.com/cellkit/cellkit/internal/release"
 	"github.com/cellkit/cellkit/internal/rollout"
 )
 
 // Releases going out cell by cell: the rollout commands. The record lives
-// beside the map; the processes are replaced on a stack of this machine
-// (the local stack's DIR/dev.json, or the lab's DIR/net.json).
+// beside the map; the processes are replaced by the deployer of --stack
+// DIR, which the program gives (Extensions.Deployer: the cellctl
+// program's replaces those of a stack of this machine, the local stack's
+// DIR/dev.json or the lab's DIR/net.json).
 
 const secRollout = "Release cell by cell"
 
@@ -75,25 +77,26 @@ cellctl rollout plan --waves-file waves.txt --kustomize deploy/kubernetes/overla
 	return c
 }
 
-// deployer is the stack's deployer: DIR/dev.json, else DIR/net.json.
-func (f *rolloutFlags) deployer() (devstack.Deployer, error) {
-	d, err := stackDeployer(f.stack)
+// deployer is the deployer of --stack, the extensions' (the cellctl
+// program's: DIR/dev.json, else DIR/net.json).
+func (f *rolloutFlags) deployer(x *inv) (release.Deployer, error) {
+	d, err := x.cli.deployer(f.stack)
 	if err != nil {
-		return d, fmt.Errorf("%w: pass --stack DIR", err)
+		return nil, fmt.Errorf("%w: pass --stack DIR", err)
 	}
 	return d, nil
 }
 
 // rolloutOptions are a rollout's collaborators from cellctl: the admin
 // client, the routers announced (or --routers), progress on stdout.
-func (x *inv) rolloutOptions(ctl *control.Controller, d devstack.Deployer) rollout.Options {
+func (x *inv) rolloutOptions(ctl *control.Controller, d release.Deployer) rollout.Options {
 	return rollout.Options{Control: ctl, Admin: x.admin(), Deployer: d, Routers: x.routerURLs,
 		Progress: func(s string) { fmt.Fprintf(x.out, "%s  %s\n", x.cli.now().Format("15:04:05"), s) }}
 }
 
 // drive runs the registry's rollout id to its end and says how it ended:
 // an error (exit 1) unless it is done, paused or aborted.
-func (x *inv) drive(ctx context.Context, ctl *control.Controller, id string, d devstack.Deployer) error {
+func (x *inv) drive(ctx context.Context, ctl *control.Controller, id string, d release.Deployer) error {
 	ro, err := ctl.Rollout(ctx)
 	if err != nil {
 		return err
@@ -163,7 +166,7 @@ cellctl rollout start --bin ./bin/cell --router-bin ./bin/router --stack /tmp/st
 		if err := cfg.ValidateRelease(); err != nil {
 			return usagef("%v (give --bin PATH, --set NAME=VALUE, --router-bin or --router-set)", err)
 		}
-		d, err := f.deployer()
+		d, err := f.deployer(x)
 		if err != nil {
 			return err
 		}
@@ -278,10 +281,10 @@ func rolloutChangeCommand(name, summary, help string, to control.RolloutState) *
 		},
 	}
 	c.run = func(ctx context.Context, x *inv, _ []string) error {
-		var d devstack.Deployer
+		var d release.Deployer
 		if drive {
 			var err error
-			if d, err = f.deployer(); err != nil {
+			if d, err = f.deployer(x); err != nil {
 				return err
 			}
 		}
@@ -391,7 +394,7 @@ cellctl rollout gate --cells c2,c3 --bake 10m --prometheus http://prometheus:909
 			return err
 		}
 		defer reg.Close()
-		opts := x.rolloutOptions(x.controller(reg, nil), devstack.Deployer{})
+		opts := x.rolloutOptions(x.controller(reg, nil), nil) // the gates alone: another deploys
 		if err := rollout.Preflight(ctx, cfg, opts); err != nil {
 			return err
 		}

@@ -16,6 +16,7 @@ import (
 	"github.com/cellkit/cellkit/internal/api"
 	"github.com/cellkit/cellkit/internal/atomicfile"
 	"github.com/cellkit/cellkit/internal/control"
+	"github.com/cellkit/cellkit/internal/release"
 )
 
 // A release to Kubernetes (deploy/kubernetes): cellctl cannot replace the
@@ -184,7 +185,8 @@ func notOurs(dir, path string) error {
 // is: empty, with spaces or other bytes no reference has, without a tag or
 // digest (it would run whatever :latest is when a pod starts), or named as
 // in the base (cellkit/cell, cellkit/router), which the overlay's images:
-// entry rewrites, tag included, after the components are applied.
+// entry rewrites, tag included, after the components are applied; and
+// any that is no image reference (release.ValidImage).
 func checkImage(flag, ref, program string) error {
 	example := "registry.example.com/cellkit/" + program + ":1.5.0"
 	if ref == "" {
@@ -213,6 +215,9 @@ func checkImage(flag, ref, program string) error {
 		return fmt.Errorf("%s %q: no tag or digest, so each pod would run whatever :latest is when it starts (want one like %s)", flag, ref, example)
 	case name == "cellkit/cell" || name == "cellkit/router":
 		return fmt.Errorf("%s %q: the overlay's images: entry for %s rewrites this name and its tag; give the name the cluster pulls, like %s", flag, ref, name, example)
+	}
+	if err := release.ValidImage(ref); err != nil { // the whole grammar, as a rollout's image is checked
+		return fmt.Errorf("%s: %w", flag, err)
 	}
 	return nil
 }

@@ -36,7 +36,6 @@ const (
 	secMap     = "Change the map"
 	secInspect = "Inspect"
 	secCells   = "Operate cells"
-	secDev     = "Local stack"
 )
 
 func commands() []*command {
@@ -55,8 +54,6 @@ func commands() []*command {
 
 		rolloutPlanCommand(), rolloutStartCommand(), rolloutStatusCommand(), rolloutPauseCommand(),
 		rolloutResumeCommand(), rolloutAbortCommand(), rolloutRollbackCommand(), rolloutGateCommand(),
-
-		devUpCommand(), devDownCommand(), devStatusCommand(), devReplaceCommand(), devCertsCommand(), devSuperviseCommand(),
 	}
 }
 
@@ -91,7 +88,7 @@ func group(cmds []*command, word string) []string {
 
 func (x *inv) help(cmds []*command, args []string) int {
 	if len(args) == 0 {
-		writeOverview(x.out)
+		writeOverview(x.out, cmds)
 		return ExitOK
 	}
 	cmd, n := lookup(cmds, args)
@@ -118,15 +115,21 @@ func (x *inv) help(cmds []*command, args []string) int {
 	return ExitOK
 }
 
-// writeOverview prints the list of commands.
-func writeOverview(w io.Writer) {
+// writeOverview prints the list of commands: cellctl's own sections,
+// then the extensions', in the order their commands come.
+func writeOverview(w io.Writer, cmds []*command) {
 	fmt.Fprint(w, `cellctl operates cellkit cells: it changes the cell map in the registry
 (always showing the plan first) and talks to the cells' admin APIs.
 
 Usage: cellctl [global flags] COMMAND [ARGS] [flags]
 `)
-	cmds := commands()
-	for _, sec := range []string{secMap, secInspect, secCells, secRollout, secDev} {
+	sections := []string{secMap, secInspect, secCells, secRollout}
+	for _, c := range cmds {
+		if !slices.Contains(sections, c.section) {
+			sections = append(sections, c.section)
+		}
+	}
+	for _, sec := range sections {
 		fmt.Fprintf(w, "\n%s:\n", sec)
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 		for _, c := range cmds {

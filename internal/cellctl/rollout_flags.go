@@ -11,9 +11,9 @@ import (
 	"time"
 
 	"github.com/cellkit/cellkit/internal/control"
-	"github.com/cellkit/cellkit/internal/devstack"
 	"github.com/cellkit/cellkit/internal/gate"
 	"github.com/cellkit/cellkit/internal/registry"
+	"github.com/cellkit/cellkit/internal/release"
 	"github.com/cellkit/cellkit/internal/rollout"
 	"github.com/cellkit/cellkit/internal/slotmap"
 )
@@ -32,7 +32,7 @@ type rolloutFlags struct {
 	scrape                        time.Duration
 	minSamples                    int64
 	prometheus                    string
-	spec, router                  devstack.Spec
+	spec, router                  release.Spec
 }
 
 func (f *rolloutFlags) register(fs *flag.FlagSet, start bool) {
@@ -94,7 +94,7 @@ func (f *rolloutFlags) gateConfig() (rollout.Config, error) {
 // plan makes the waves over m's cells, when the release changes the
 // cells (or says nothing yet: plan), then over the stack's routers, one
 // each, when it changes them.
-func (f *rolloutFlags) plan(m *slotmap.Map) ([]control.Wave, error) {
+func (f *rolloutFlags) plan(ctx context.Context, x *inv, m *slotmap.Map) ([]control.Wave, error) {
 	var waves []control.Wave
 	if !f.spec.Empty() || f.router.Empty() {
 		var err error
@@ -107,17 +107,17 @@ func (f *rolloutFlags) plan(m *slotmap.Map) ([]control.Wave, error) {
 	if f.router.Empty() {
 		return waves, nil
 	}
-	d, err := f.deployer()
+	d, err := f.deployer(x)
 	if err != nil {
 		return nil, err
 	}
-	procs, err := d.Processes()
+	procs, err := d.Processes(ctx)
 	if err != nil {
 		return nil, err
 	}
 	rw := rollout.RouterWaves(procs, f.bake)
 	if len(rw) == 0 {
-		return nil, fmt.Errorf("the routers' release: no router in the stack %s", d.Path)
+		return nil, fmt.Errorf("the routers' release: no router in the stack %s", f.stack)
 	}
 	return append(waves, rw...), nil
 }
@@ -182,7 +182,7 @@ func (f *rolloutFlags) load(ctx context.Context, x *inv) (registry.Registry, []c
 	if err != nil {
 		return nil, nil, err
 	}
-	waves, err := f.plan(m)
+	waves, err := f.plan(ctx, x, m)
 	if err != nil {
 		reg.Close()
 		return nil, nil, usagef("%v", err)

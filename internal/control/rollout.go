@@ -36,7 +36,7 @@ func (s RolloutState) Active() bool {
 }
 
 // Wave is one step of a rollout: its cells, replaced instance by
-// instance, or its routers (by their process names in the stack), one
+// instance, or its routers (by their deployer's process names), one
 // at a time; then watched for Bake.
 type Wave struct {
 	Cells   []string      `json:"cells,omitempty"`
@@ -194,17 +194,21 @@ type ProcessRollout struct {
 }
 
 // Command is what putting a process back needs: the release it
-// reported, its binary and its arguments. Never its environment: a
-// rollback keeps the environment the deployer gives the process.
+// reported, its binary (a stack of processes on hosts) or its image
+// (Kubernetes), and its arguments. Never its environment: a rollback
+// keeps the environment the deployer gives the process.
 type Command struct {
 	Release string   `json:"release,omitempty"`
 	Bin     string   `json:"bin"`
+	Image   string   `json:"image,omitempty"`
 	Args    []string `json:"args,omitempty"`
 }
 
-// Same says whether c and o run the same binary with the same
+// Same says whether c and o run the same binary or image with the same
 // arguments.
-func (c Command) Same(o Command) bool { return c.Bin == o.Bin && slices.Equal(c.Args, o.Args) }
+func (c Command) Same(o Command) bool {
+	return c.Bin == o.Bin && c.Image == o.Image && slices.Equal(c.Args, o.Args)
+}
 
 // BakeStatus is a wave's bake as its driver last judged it (every scrape):
 // when it began, how long it is, and the gates' verdicts with their

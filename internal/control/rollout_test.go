@@ -86,3 +86,33 @@ func TestRolloutHeadContract(t *testing.T) {
 		t.Errorf("api.RolloutStates %v, the record's %v", api.RolloutStates, states)
 	}
 }
+
+// TestCommandSame: two commands are the same when they run the same
+// binary or image with the same arguments, whatever release they
+// reported; an image differing alone makes them differ. The record keeps
+// an image only when there is one.
+func TestCommandSame(t *testing.T) {
+	pod := Command{Release: "cell@1", Image: "registry.example.com/cellkit/cell:1.5.0", Args: []string{"--workers=4"}}
+	for _, tc := range []struct {
+		a, b Command
+		same bool
+	}{
+		{pod, Command{Image: pod.Image, Args: []string{"--workers=4"}}, true},
+		{pod, Command{Image: "registry.example.com/cellkit/cell:1.6.0", Args: pod.Args}, false},
+		{pod, Command{Image: pod.Image}, false},
+		{Command{Bin: "/bin/cell"}, Command{Bin: "/bin/cell", Release: "x"}, true},
+		{Command{Bin: "/bin/cell"}, Command{Bin: "/bin/cell", Image: "cell:1"}, false},
+	} {
+		if got := tc.a.Same(tc.b); got != tc.same || tc.b.Same(tc.a) != got {
+			t.Errorf("%+v same as %+v: %v, want %v", tc.a, tc.b, got, tc.same)
+		}
+	}
+	b, err := json.Marshal(Command{Bin: "/bin/cell", Args: []string{"--x=1"}})
+	if err != nil || string(b) != `{"bin":"/bin/cell","args":["--x=1"]}` {
+		t.Errorf("a binary's command in the record: %s, %v", b, err)
+	}
+	b, err = json.Marshal(pod)
+	if err != nil || string(b) != `{"release":"cell@1","bin":"","image":"registry.example.com/cellkit/cell:1.5.0","args":["--workers=4"]}` {
+		t.Errorf("an image's command in the record: %s, %v", b, err)
+	}
+}

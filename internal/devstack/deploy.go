@@ -8,7 +8,7 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"os/exec"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -16,85 +16,35 @@ import (
 	"time"
 
 	"github.com/cellkit/cellkit/internal/atomicfile"
+	"github.com/cellkit/cellkit/internal/control"
+	"github.com/cellkit/cellkit/internal/release"
 )
 
-// Spec is a release to run in place of a process's: another binary (empty:
-// the process's own) and flags set on top of its arguments.
-type Spec struct {
-	Bin string `json:"bin,omitempty"`
-	// Set are "name=value", given to the program as --name=value after
-	// its own arguments: for a flag given once the last one wins, so the
-	// value is replaced; a repeatable flag (--agency) gets one more.
-	Set []string `json:"set,omitempty"`
+// RunAs makes a process run c's binary and arguments in place of its
+// own, keeping the rest of it (name, ports, data, log, namespace,
+// environment, supervisor).
+func RunAs(c control.Command) func(Process) Process {
+	return func(p Process) Process {
+		p.PID, p.Bin, p.Args = 0, c.Bin, slices.Clone(c.Args)
+		return p
+	}
 }
 
-// Empty says whether the spec changes nothing.
-func (s Spec) Empty() bool { return s.Bin == "" && len(s.Set) == 0 }
-
-// Validate refuses a spec that changes nothing, names a missing binary or
-// one that is not program: its --version must answer "PROGRAM VERSION...".
-func (s Spec) Validate(program string) error {
-	if s.Empty() {
-		return errors.New("a release needs a binary or a flag to set")
-	}
-	if s.Bin != "" {
-		fi, err := os.Stat(s.Bin)
-		if err != nil {
-			return fmt.Errorf("binary: %w", err)
-		}
-		if !fi.Mode().IsRegular() || fi.Mode().Perm()&0o111 == 0 {
-			return fmt.Errorf("binary %s is not an executable file", s.Bin)
-		}
-		if err := reportsVersion(s.Bin, program); err != nil {
-			return err
-		}
-	}
-	for _, kv := range s.Set {
-		name, _, ok := strings.Cut(kv, "=")
-		if !ok || name == "" || strings.HasPrefix(name, "-") {
-			return fmt.Errorf("flag %q: want name=value", kv)
-		}
-	}
-	return nil
+// AsRelease makes a process run as release s: its binary (or the
+// process's own) with s's flags on top of its arguments.
+func AsRelease(s release.Spec) func(Process) Process {
+	return func(p Process) Process { return RunAs(s.Apply(CommandOf(p)))(p) }
 }
 
-// reportsVersion runs bin --version: it must end well within seconds and
-// name program and a version, as every cellkit program does.
-func reportsVersion(bin, program string) error {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	out, err := exec.CommandContext(ctx, bin, "--version").Output()
-	if err != nil {
-		return fmt.Errorf("binary %s does not report its version (%s --version: %v)", bin, bin, err)
-	}
-	f := strings.Fields(string(out))
-	switch {
-	case len(f) < 2:
-		return fmt.Errorf("binary %s does not report its version (%s --version said %q)", bin, bin, strings.TrimSpace(string(out)))
-	case f[0] != program:
-		return fmt.Errorf("binary %s is %s, not %s (its --version: %q)", bin, f[0], program, strings.TrimSpace(string(out)))
-	}
-	return nil
-}
-
-// Apply is p as spec runs it: the same name, ports, data, log, namespace
-// and supervisor, another binary or more flags.
-func (s Spec) Apply(p Process) Process {
-	q := p
-	q.PID = 0
-	if s.Bin != "" {
-		q.Bin = s.Bin
-	}
-	q.Args = slices.Clone(p.Args)
-	for _, kv := range s.Set {
-		q.Args = append(q.Args, "--"+kv)
-	}
-	return q
+// CommandOf is what p runs: its binary and arguments.
+func CommandOf(p Process) control.Command {
+	return control.Command{Bin: p.Bin, Args: slices.Clone(p.Args)}
 }
 
 // Deployer replaces the processes of a stack on this machine — the local
 // stack (dev.json) or the network lab (net.json, whose processes run in
-// their hosts' namespaces) — with another release, and back.
+// their hosts' namespaces) — with another release, and back. It is the
+// stacks' release.Deployer, which the rollout drives.
 type Deployer struct {
 	// Path is the stack's record.
 	Path string
@@ -105,11 +55,60 @@ type Deployer struct {
 	Handover time.Duration
 }
 
-// Replace stops the process name and starts it as run says (a Spec's
-// Apply, or the process as it was, to go back), with its ports, data, log
-// and supervisor, and records it. It returns the process as it ran before
-// and the new child; readiness is the caller's to wait for.
-func (d Deployer) Replace(ctx context.Context, name string, run func(Process) Process) (before Process, c *Child, err error) {
+var _ release.Deployer = Deployer{}
+
+// Processes are the stack's processes as a release's deployer lists
+// them, in the record's order (of start): each with its cell and
+// instance, whether it is a router, its readiness URL and what it runs.
+// A local stack's record written before processes named their cells
+// (dev up of an earlier cellctl) has every process but the agency
+// simulator, the console and the routers as the cell of its name, as
+// that dev up started them.
+func (d Deployer) Processes(ctx context.Context) ([]release.Process, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	_, procs, err := d.read()
+	if err != nil {
+		return nil, err
+	}
+	legacy := filepath.Base(d.Path) == StateFile && !slices.ContainsFunc(procs, func(p Process) bool { return p.Cell != "" })
+	out := make([]release.Process, 0, len(procs))
+	for _, p := range procs {
+		rp := release.Process{Name: p.Name, Router: IsRouter(p.Name), Cell: p.Cell, Instance: p.Instance, Ready: p.Ready, Run: CommandOf(p)}
+		if legacy && !rp.Router && p.Name != "agencysim" && p.Name != ConsoleName {
+			rp.Cell = p.Name
+		}
+		out = append(out, rp)
+	}
+	return out, nil
+}
+
+// Replace runs run's binary and arguments in place of the process name's,
+// keeping its ports, data, log, environment and supervisor (a router
+// that hands its sockets over hands them to the new process), and
+// returns what it ran before. The local stack runs binaries: a command
+// with an image, or without a binary, is refused before anything stops.
+func (d Deployer) Replace(ctx context.Context, name string, run control.Command) (control.Command, error) {
+	switch {
+	case run.Image != "":
+		return control.Command{}, fmt.Errorf("%s: the local stack runs binaries, not images (%s)", name, run.Image)
+	case run.Bin == "":
+		return control.Command{}, fmt.Errorf("%s: a command without a binary to run", name)
+	}
+	before, _, err := d.ReplaceProcess(ctx, name, RunAs(run))
+	if before.Name == "" {
+		return control.Command{}, err
+	}
+	return CommandOf(before), err
+}
+
+// ReplaceProcess stops the process name and starts it as run says
+// (AsRelease, RunAs, or the process as it was, to go back), with its
+// ports, data, log and supervisor, and records it. It returns the process
+// as it ran before and the new child; readiness is the caller's to wait
+// for.
+func (d Deployer) ReplaceProcess(ctx context.Context, name string, run func(Process) Process) (before Process, c *Child, err error) {
 	rec, procs, err := d.read()
 	if err != nil {
 		return Process{}, nil, err
@@ -330,8 +329,8 @@ func answersAs(ctx context.Context, hc *http.Client, ready string, pid int) bool
 	return rd.PID == pid
 }
 
-// Processes are the stack's processes as its record has them.
-func (d Deployer) Processes() ([]Process, error) {
+// Recorded are the stack's processes as its record has them.
+func (d Deployer) Recorded() ([]Process, error) {
 	_, procs, err := d.read()
 	return procs, err
 }

@@ -1,6 +1,8 @@
 // Package devstack is the local stack's process supervision and its record,
-// shared by `cellctl dev` and the drills so that both start, watch and stop
-// the stack's processes the same way.
+// shared by `cellctl dev` (devctl) and the drills so that both start, watch
+// and stop the stack's processes the same way. It is the lab's: the product
+// never imports it. Its Deployer is the stacks' release.Deployer, through
+// which the rollout replaces their processes.
 //
 // A process is started in its own session (a terminal's Ctrl-C reaches only
 // the supervisor, which stops the processes in order) with its output
@@ -48,12 +50,16 @@ type Stack struct {
 
 // Process is one process of the stack.
 type Process struct {
-	Name  string   `json:"name"` // agencysim, c1..cN, router
-	PID   int      `json:"pid"`
-	Bin   string   `json:"bin"`
-	Args  []string `json:"args"` // to restart it as it was (drills)
-	Log   string   `json:"log"`
-	Ready string   `json:"ready"` // URL answering 200 when ready
+	Name string `json:"name"` // agencysim, c1..cN, router
+	// Cell and Instance are a cell's process's cell id and instance id
+	// ("" for a cell of one process); both "" for a process of no cell.
+	Cell     string   `json:"cell,omitempty"`
+	Instance string   `json:"instance,omitempty"`
+	PID      int      `json:"pid"`
+	Bin      string   `json:"bin"`
+	Args     []string `json:"args"` // to restart it as it was (drills)
+	Log      string   `json:"log"`
+	Ready    string   `json:"ready"` // URL answering 200 when ready
 	// Addrs are its listen addresses by role (intake, admin, nice, kcb...).
 	Addrs map[string]string `json:"addrs"`
 	// Netns, if set, is the network namespace it runs in (a host of

@@ -19,6 +19,7 @@ import (
 
 	"github.com/cellkit/cellkit/internal/atomicfile"
 	"github.com/cellkit/cellkit/internal/program"
+	"github.com/cellkit/cellkit/internal/release"
 	"github.com/cellkit/cellkit/internal/testkit"
 )
 
@@ -103,7 +104,7 @@ func TestSupervisedHandoverStartsOnlyTheSuccessor(t *testing.T) {
 	d := Deployer{Path: record, Grace: 5 * time.Second, Handover: 20 * time.Second}
 	ctx := context.Background()
 
-	_, c2, err := d.Replace(ctx, "router", Spec{Set: []string{"gen=2"}}.Apply)
+	_, c2, err := d.ReplaceProcess(ctx, "router", AsRelease(release.Spec{Set: []string{"gen=2"}}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -120,7 +121,7 @@ func TestSupervisedHandoverStartsOnlyTheSuccessor(t *testing.T) {
 	waitLine(t, p.Log, "serving --handoff-socket=unused --gen=2")
 
 	// A successor that fails: the old program serves on.
-	_, _, err = d.Replace(ctx, "router", Spec{Set: []string{"fail=1"}}.Apply)
+	_, _, err = d.ReplaceProcess(ctx, "router", AsRelease(release.Spec{Set: []string{"fail=1"}}))
 	if err == nil || !strings.Contains(err.Error(), "did not take over") || !strings.Contains(err.Error(), "the old one serves on") {
 		t.Fatalf("a successor that fails: %v", err)
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/cellkit/cellkit/internal/api"
 	"github.com/cellkit/cellkit/internal/devstack"
 	"github.com/cellkit/cellkit/internal/loadtest"
+	"github.com/cellkit/cellkit/internal/release"
 	"github.com/cellkit/cellkit/internal/tlsconf"
 )
 
@@ -52,7 +53,7 @@ const saturated = 0.95
 // handoffStep is one replacement of the router.
 type handoffStep struct {
 	name  string
-	spec  devstack.Spec
+	spec  release.Spec
 	fails bool // a successor that cannot start: the old router must serve on
 }
 
@@ -127,14 +128,14 @@ func Handoff(ctx context.Context, c Config) (*loadtest.Result, error) {
 	if !devstack.HandsOver(*rp) {
 		return nil, errors.New("drill handoff: the stack's router has no --handoff-socket (a stack of an older cellctl dev up?)")
 	}
-	upgrade := devstack.Spec{Bin: filepath.Join(c.Bin, "next", "router")}
+	upgrade := release.Spec{Bin: filepath.Join(c.Bin, "next", "router")}
 	if err := upgrade.Validate("router"); err != nil {
 		return nil, fmt.Errorf("drill handoff: the upgrade: %w (make build makes bin/next/router)", err)
 	}
 	steps := []handoffStep{
 		{name: "restart 1"}, {name: "restart 2"}, {name: "restart 3"},
 		{name: "upgrade", spec: upgrade},
-		{name: "failed start", spec: devstack.Spec{Set: []string{"keys=" + filepath.Join(st.Dir, "no-such-keys.json")}}, fails: true},
+		{name: "failed start", spec: release.Spec{Set: []string{"keys=" + filepath.Join(st.Dir, "no-such-keys.json")}}, fails: true},
 	}
 	client, err := mixedClient(st.TLS, c.NewConnShare)
 	if err != nil {
@@ -241,7 +242,7 @@ func (c *Config) handoffSteps(ctx context.Context, r *loadtest.Runner, steps []h
 		r.Mark(k.name)
 		c.logf("%s at %.1fs", k.name, r.Elapsed().Seconds())
 		o.from = r.Elapsed()
-		_, child, err := d.Replace(ctx, "router", k.spec.Apply)
+		_, child, err := d.ReplaceProcess(ctx, "router", devstack.AsRelease(k.spec))
 		if err == nil {
 			err = devstack.WaitReady(ctx, admin, 30*time.Second, child)
 		}

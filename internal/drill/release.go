@@ -14,6 +14,7 @@ import (
 	"github.com/cellkit/cellkit/internal/devstack"
 	"github.com/cellkit/cellkit/internal/loadtest"
 	"github.com/cellkit/cellkit/internal/registry"
+	"github.com/cellkit/cellkit/internal/release"
 	"github.com/cellkit/cellkit/internal/rollout"
 )
 
@@ -28,7 +29,7 @@ const RefusingSetting = "depth-limit=1"
 // releaseCase is one rollout of the release drill.
 type releaseCase struct {
 	name string
-	spec devstack.Spec
+	spec release.Spec
 	good bool // it must go through every cell; else be halted in the canary wave
 	// why are what the halt's reason may say (a bad release's): the
 	// gates (or the readiness bound) that must catch it.
@@ -62,13 +63,13 @@ func Release(ctx context.Context, c Config) (*loadtest.Result, error) {
 	}
 	faults := func(name string) string { return filepath.Join(c.Bin, "faults", "cell-"+name) }
 	cases := []releaseCase{
-		{"good", devstack.Spec{Set: []string{"record-ttl=36h"}}, true, nil},
-		{"failing", devstack.Spec{Bin: faults("failing")}, false, []string{"fail failed inquiries"}},
-		{"slow", devstack.Spec{Bin: faults("slow")}, false, []string{"fail time to done", "fail edge latency"}},
-		{"crashing", devstack.Spec{Bin: faults("crashing")}, false, []string{"not ready on the new release"}},
-		{"unstable", devstack.Spec{Bin: faults("unstable")}, false, []string{"fail crash restarts", "fail readiness lost"}},
-		{"refusing", devstack.Spec{Set: []string{RefusingSetting}}, false, []string{"fail intake refusals", "fail edge refusals"}},
-		{"tailslow", devstack.Spec{Bin: faults("tailslow")}, false, []string{"fail time to done tail"}},
+		{"good", release.Spec{Set: []string{"record-ttl=36h"}}, true, nil},
+		{"failing", release.Spec{Bin: faults("failing")}, false, []string{"fail failed inquiries"}},
+		{"slow", release.Spec{Bin: faults("slow")}, false, []string{"fail time to done", "fail edge latency"}},
+		{"crashing", release.Spec{Bin: faults("crashing")}, false, []string{"not ready on the new release"}},
+		{"unstable", release.Spec{Bin: faults("unstable")}, false, []string{"fail crash restarts", "fail readiness lost"}},
+		{"refusing", release.Spec{Set: []string{RefusingSetting}}, false, []string{"fail intake refusals", "fail edge refusals"}},
+		{"tailslow", release.Spec{Bin: faults("tailslow")}, false, []string{"fail time to done tail"}},
 	}
 	for _, k := range cases {
 		if err := k.spec.Validate("cell"); err != nil {

@@ -3,6 +3,7 @@ package layout
 import (
 	"bufio"
 	"bytes"
+	"fmt"
 	"os/exec"
 	"slices"
 	"strings"
@@ -17,7 +18,7 @@ var planes = map[string]string{
 	"api": "platform", "problem": "platform", "httpx": "platform", "tlsconf": "platform", "pki": "platform",
 	"reload": "platform", "flagenv": "platform", "buildinfo": "platform", "atomicfile": "platform",
 	"backoff": "platform", "breaker": "platform", "adminauth": "platform", "freeport": "platform",
-	"storage": "platform", "devstack": "platform", "program": "platform", "handoff": "platform",
+	"storage": "platform", "program": "platform", "handoff": "platform",
 	// map: the cell map and the registries that hold it.
 	"slotmap": "map", "registry": "map",
 	// agency: the link to the agencies, and their simulator.
@@ -29,11 +30,14 @@ var planes = map[string]string{
 	"router": "edge", "apikey": "edge", "route": "edge", "guard": "edge", "h1": "edge", "hotkeys": "edge", "slotrate": "edge",
 	// control: changing the map and operating cells.
 	"control": "control", "gate": "control", "rollout": "control", "cellctl": "control", "tfprovider": "control", "adminclient": "control",
-	"console": "control",
-	// lab: load, drills, network labs.
+	"console": "control", "release": "control",
+	// lab: the local stack, load, drills, network labs — the test bench,
+	// which the product never imports: the product's deployer interface
+	// is internal/release, which devstack implements.
+	"devstack": "lab", "devstack/devctl": "lab",
 	"loadtest": "lab", "drill": "lab", "netlab": "lab", "netlab/netstack": "lab", "smallfs": "lab",
 	// test: what tests share.
-	"testkit": "test", "celltest": "test", "consultest": "test", "netlab/netlabtest": "test",
+	"testkit": "test", "celltest": "test", "consultest": "test", "netlab/netlabtest": "test", "kubetest": "test",
 	// this package.
 	"layout": "test",
 }
@@ -76,18 +80,14 @@ func TestPlanes(t *testing.T) {
 				continue
 			}
 			to, ok := planeOf(strings.TrimPrefix(imp, module))
-			if !ok || to == from {
+			if !ok {
 				continue
 			}
 			if !inInternal {
-				// A program may import any plane but test support.
-				if to == "test" {
-					t.Errorf("program %s imports test support %s", pkg, imp)
-				}
-				continue
+				from = "" // a program
 			}
-			if !slices.Contains(may[from], to) {
-				t.Errorf("%s (%s) imports %s (%s): the %s plane may import %v", pkg, from, strings.TrimPrefix(imp, module), to, from, may[from])
+			if why := refused(pkg, from, strings.TrimPrefix(imp, module), to); why != "" {
+				t.Error(why)
 			}
 		}
 	}
@@ -98,6 +98,59 @@ func TestPlanes(t *testing.T) {
 		if _, ok := may[p]; !ok {
 			t.Errorf("internal/%s is in plane %q, which has no rule", pkg, p)
 		}
+	}
+}
+
+// refused says why package pkg, of plane from ("": a program), may not
+// import imp, of plane to; "" if it may. A program may import any plane
+// but test support.
+func refused(pkg, from, imp, to string) string {
+	switch {
+	case to == from:
+		return ""
+	case from == "":
+		if to == "test" {
+			return fmt.Sprintf("program %s imports test support %s", pkg, imp)
+		}
+		return ""
+	case slices.Contains(may[from], to):
+		return ""
+	case to == "lab":
+		return fmt.Sprintf("%s (%s) imports %s (lab): the lab is the test bench, no part of the product (its deployer interface is internal/release); the %s plane may import %v",
+			pkg, from, imp, from, may[from])
+	}
+	return fmt.Sprintf("%s (%s) imports %s (%s): the %s plane may import %v", pkg, from, imp, to, from, may[from])
+}
+
+// TestRefused holds the rule itself: the product's planes never import
+// the lab (the control plane's rollout and cellctl neither), the lab may
+// import the product, programs anything but test support.
+func TestRefused(t *testing.T) {
+	for _, tc := range []struct {
+		from, to string
+		want     string // "" allowed
+	}{
+		{"control", "lab", "internal/rollout (control) imports internal/devstack (lab): the lab is the test bench, no part of the product"},
+		{"edge", "lab", "(lab): the lab is the test bench"},
+		{"cell", "lab", "(lab): the lab is the test bench"},
+		{"platform", "lab", "(lab): the lab is the test bench"},
+		{"control", "test", "the control plane may import [map platform]"},
+		{"edge", "cell", "the edge plane may import [map platform]"},
+		{"lab", "control", ""},
+		{"lab", "platform", ""},
+		{"test", "lab", ""},
+		{"control", "map", ""},
+		{"control", "control", ""},
+		{"", "lab", ""},
+		{"", "test", "program internal/rollout imports test support internal/devstack"},
+	} {
+		got := refused("internal/rollout", tc.from, "internal/devstack", tc.to)
+		if (tc.want == "") != (got == "") || !strings.Contains(got, tc.want) {
+			t.Errorf("%q importing %q: %q, want %q", tc.from, tc.to, got, tc.want)
+		}
+	}
+	if planes["devstack"] != "lab" || planes["release"] != "control" || slices.Contains(may["control"], "lab") {
+		t.Error("the local stack must be in the lab, the release in the product's control plane, and control must not import the lab")
 	}
 }
 

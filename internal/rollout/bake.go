@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/cellkit/cellkit/internal/control"
-	"github.com/cellkit/cellkit/internal/devstack"
 	"github.com/cellkit/cellkit/internal/gate"
 	"github.com/cellkit/cellkit/internal/slotmap"
 )
@@ -30,18 +29,18 @@ type panel struct {
 
 // panel is the wave in progress's panel: for cells, every instance of the
 // wave's cells, of the cells not yet reached and of the earlier waves'
-// cells; for routers, the wave's, the stack's routers not yet reached and
+// cells; for routers, the wave's, the deployer's routers not yet reached and
 // the routers already baked on the new release.
 func (r *Runner) panel(ctx context.Context, ro *control.Rollout) (panel, error) {
 	w := ro.Waves[ro.Wave]
 	if len(w.Routers) > 0 {
 		pn := panel{router: true}
-		ps, err := r.opts.Deployer.Processes()
+		ps, err := r.listed(ctx)
 		if err != nil {
 			return pn, err
 		}
 		for _, p := range ps {
-			if !devstack.IsRouter(p.Name) {
+			if !p.Router {
 				continue
 			}
 			rp, err := routerProc(p)
@@ -64,6 +63,10 @@ func (r *Runner) panel(ctx context.Context, ro *control.Rollout) (panel, error) 
 	if err != nil {
 		return pn, err
 	}
+	listed, err := r.listed(ctx)
+	if err != nil {
+		return pn, err
+	}
 	for _, c := range m.Cells() {
 		if c.State != slotmap.Active {
 			continue
@@ -77,11 +80,7 @@ func (r *Runner) panel(ctx context.Context, ro *control.Rollout) (panel, error) 
 		case phase.Reached():
 			continue
 		}
-		ps, err := r.procs(ctx, c.ID, false)
-		if err != nil {
-			return pn, err
-		}
-		*procs, *cells = append(*procs, ps...), append(*cells, c.ID)
+		*procs, *cells = append(*procs, cellProcs(c, listed)...), append(*cells, c.ID)
 	}
 	if r.opts.Routers != nil {
 		if pn.routers, err = r.opts.Routers(ctx); err != nil {

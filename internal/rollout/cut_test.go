@@ -1,6 +1,7 @@
 package rollout_test
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -19,9 +20,9 @@ import (
 
 	"github.com/cellkit/cellkit/internal/adminclient"
 	"github.com/cellkit/cellkit/internal/control"
-	"github.com/cellkit/cellkit/internal/devstack"
 	"github.com/cellkit/cellkit/internal/gate"
 	"github.com/cellkit/cellkit/internal/registry"
+	"github.com/cellkit/cellkit/internal/release"
 	"github.com/cellkit/cellkit/internal/rollout"
 	"github.com/cellkit/cellkit/internal/slotmap"
 )
@@ -63,49 +64,67 @@ func (c *cutter) done(what string) {
 	c.actions = append(c.actions, what)
 }
 
-// benchDeployer is the stack's processes in memory.
+// benchProc is one of the bench deployer's processes: its key (the
+// path of its admin API on the bench's server, "c1-i1") and, as the
+// deployer has it, its name (the key unless renamed), cell, instance and
+// command, and an environment of its own that no command carries.
+type benchProc struct {
+	key string
+	release.Process
+	env []string
+}
+
+// benchDeployer is the stack's processes in memory, in its order.
 type benchDeployer struct {
 	mu    sync.Mutex
-	procs []devstack.Process
+	procs []benchProc
 	cut   *cutter
-	// runs are every command a Replace started, by process.
+	// runs are every command a Replace started, by process key.
 	runs map[string][][]string
 }
 
-func (d *benchDeployer) Replace(_ context.Context, name string, run func(devstack.Process) devstack.Process) (devstack.Process, *devstack.Child, error) {
+var _ release.Deployer = (*benchDeployer)(nil)
+
+func (d *benchDeployer) Replace(_ context.Context, name string, run control.Command) (control.Command, error) {
 	if err := d.cut.act(); err != nil {
-		return devstack.Process{}, nil, err
+		return control.Command{}, err
 	}
 	d.mu.Lock()
-	i := slices.IndexFunc(d.procs, func(p devstack.Process) bool { return p.Name == name })
+	i := slices.IndexFunc(d.procs, func(p benchProc) bool { return p.Name == name })
 	if i < 0 {
 		d.mu.Unlock()
-		return devstack.Process{}, nil, fmt.Errorf("no process %s", name)
+		return control.Command{}, fmt.Errorf("no process %s", name)
 	}
-	before := d.procs[i]
-	next := run(before)
-	next.PID = before.PID + 1000
-	d.procs[i] = next
-	d.runs[name] = append(d.runs[name], slices.Clone(next.Args))
+	before := d.procs[i].Run
+	d.procs[i].Run = control.Command{Bin: run.Bin, Image: run.Image, Args: slices.Clone(run.Args)}
+	key := d.procs[i].key
+	d.runs[key] = append(d.runs[key], slices.Clone(run.Args))
 	d.mu.Unlock()
 	d.cut.done("replace " + name)
-	return before, nil, nil
+	return before, nil
 }
 
-func (d *benchDeployer) Processes() ([]devstack.Process, error) {
+func (d *benchDeployer) Processes(context.Context) ([]release.Process, error) {
 	if err := d.cut.act(); err != nil {
 		return nil, err
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return slices.Clone(d.procs), nil
+	out := make([]release.Process, 0, len(d.procs))
+	for _, p := range d.procs {
+		q := p.Process
+		q.Run.Args = slices.Clone(q.Run.Args)
+		out = append(out, q)
+	}
+	return out, nil
 }
 
-func (d *benchDeployer) command(name string) (string, []string) {
+// command is what the process of key runs.
+func (d *benchDeployer) command(key string) (string, []string) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	i := slices.IndexFunc(d.procs, func(p devstack.Process) bool { return p.Name == name })
-	return d.procs[i].Bin, slices.Clone(d.procs[i].Args)
+	i := slices.IndexFunc(d.procs, func(p benchProc) bool { return p.key == key })
+	return d.procs[i].Run.Bin, slices.Clone(d.procs[i].Run.Args)
 }
 
 // releaseOf is the release a command reports: a digest of its binary and
@@ -185,20 +204,21 @@ func newBench(t *testing.T, drained ...string) *bench {
 	}
 	b := &bench{t: t, cut: &cutter{}, bin: bin, dir: dir}
 	b.deployer = &benchDeployer{cut: b.cut, runs: map[string][][]string{}}
-	for i, name := range benchProcs {
-		b.deployer.procs = append(b.deployer.procs, devstack.Process{Name: name, Bin: bin, PID: 100 + i,
-			Args: []string{"--cell=" + strings.SplitN(name, "-", 2)[0], "--workers=4"}, Env: []string{"CELLKIT_SECRET=s3cret"}})
+	for _, key := range benchProcs {
+		cell, instance, _ := strings.Cut(key, "-")
+		b.deployer.procs = append(b.deployer.procs, benchProc{key: key, env: []string{"CELLKIT_SECRET=s3cret"},
+			Process: release.Process{Name: key, Cell: cell, Instance: instance, Run: control.Command{Bin: bin, Args: b.original(key)}}})
 	}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		name, rest, _ := strings.Cut(strings.TrimPrefix(r.URL.Path, "/"), "/")
+		key, rest, _ := strings.Cut(strings.TrimPrefix(r.URL.Path, "/"), "/")
 		if rest != "v1/admin/status" {
 			http.NotFound(w, r)
 			return
 		}
-		bin, args := b.deployer.command(name)
-		ready := b.broken == nil || !b.broken(name, args)
+		bin, args := b.deployer.command(key)
+		ready := b.broken == nil || !b.broken(key, args)
 		w.Header().Set("Content-Type", "application/json")
-		_, _ = fmt.Fprintf(w, `{"cell":%q,"ready":%v,"release":{"id":%q}}`, name, ready, releaseOf(bin, args))
+		_, _ = fmt.Fprintf(w, `{"cell":%q,"ready":%v,"release":{"id":%q}}`, key, ready, releaseOf(bin, args))
 	}))
 	t.Cleanup(srv.Close)
 	b.base = srv.URL
@@ -267,7 +287,7 @@ func (b *bench) runner(id string, at int, progress ...func(string)) *rollout.Run
 func (b *bench) start(id string) {
 	b.t.Helper()
 	ctl := control.New(b.reg, control.Config{Holder: "cellctl rollout start by bench@host"}, control.Options{})
-	cfg := rollout.Config{Spec: devstack.Spec{Set: []string{"workers=9"}},
+	cfg := rollout.Config{Spec: release.Spec{Set: []string{"workers=9"}},
 		Gate:   gate.Config{Alpha: 0.01, MinSamples: 20, FailureMargin: 0.005, LatencyFactor: 1.25, LatencyMargin: 0.050},
 		Scrape: 10 * time.Millisecond, ReadyWithin: 2 * time.Second, Lease: time.Minute}
 	waves := []control.Wave{{Cells: []string{"c1", "c2"}, Bake: 50 * time.Millisecond}}
@@ -276,9 +296,32 @@ func (b *bench) start(id string) {
 	}
 }
 
-// original is each process's command before any rollout.
-func (b *bench) original(name string) []string {
-	return []string{"--cell=" + strings.SplitN(name, "-", 2)[0], "--workers=4"}
+// original is each process's command before any rollout, by key.
+func (b *bench) original(key string) []string {
+	return []string{"--cell=" + strings.SplitN(key, "-", 2)[0], "--workers=4"}
+}
+
+// rename gives the deployer's processes names of its own (as a cluster
+// names pods), and lists them in order (by key): the rollout finds each
+// cell's processes by their cell and instance.
+func (b *bench) rename(name func(key string) string, order ...string) {
+	b.deployer.mu.Lock()
+	defer b.deployer.mu.Unlock()
+	for i := range b.deployer.procs {
+		b.deployer.procs[i].Name = name(b.deployer.procs[i].key)
+	}
+	slices.SortStableFunc(b.deployer.procs, func(p, q benchProc) int {
+		return cmp.Compare(slices.Index(order, p.key), slices.Index(order, q.key))
+	})
+}
+
+// keyOf is the key of a unit's process in the record (k: its instance,
+// "-" for a cell of one process).
+func keyOf(unit, k string) string {
+	if k == "-" {
+		return unit
+	}
+	return unit + "-" + k
 }
 
 // check says what is wrong with the stack and the record after a
@@ -304,7 +347,7 @@ func (b *bench) check(ro *control.Rollout) string {
 			bad = append(bad, fmt.Sprintf("%s is %s in the record", unit, cr.Phase))
 		}
 		for k, pr := range cr.Processes {
-			name := devstack.InstanceName(unit, strings.TrimPrefix(k, "-"))
+			name := keyOf(unit, k)
 			if pr.Step != control.StepRestored {
 				bad = append(bad, fmt.Sprintf("%s is %s in the record", name, pr.Step))
 			}
@@ -501,13 +544,13 @@ func TestOneDriverAtATime(t *testing.T) {
 // the record (shown by rollout status and the console) never holds it.
 func TestRecordsHoldNoSecrets(t *testing.T) {
 	for set, ok := range map[string]bool{"admin-token=abc": false, "consul-password=x": false, "admin-token-file=/etc/t": true, "workers=3": true} {
-		err := rollout.Config{Spec: devstack.Spec{Set: []string{set}}}.ValidateRelease()
+		err := rollout.Config{Spec: release.Spec{Set: []string{set}}}.ValidateRelease()
 		if (err == nil) != ok {
 			t.Errorf("--set %s: %v", set, err)
 		}
 	}
 	b := newBench(t, "i3")
-	b.deployer.procs[3].Args = append(b.deployer.procs[3].Args, "--consul-token=s3cret")
+	b.deployer.procs[3].Run.Args = append(b.deployer.procs[3].Run.Args, "--consul-token=s3cret")
 	b.start("secret")
 	ro, err := b.runner("secret", 0).Run(context.Background())
 	if err != nil {
@@ -546,4 +589,65 @@ func TestARollbackPutsTheBrokenProcessBackFirst(t *testing.T) {
 	if why := b.check(ro); why != "" {
 		t.Error(why)
 	}
+}
+
+// TestTheDeployersNamesAndOrder: a deployer that names its processes its
+// own way (as a cluster names pods) has each cell's processes found by
+// their cell and instance, and a cell's instances replaced in the order
+// it lists them (a cluster's highest ordinal first); an instance the
+// deployer does not list comes after those it does, and halts the
+// rollout before anything is done to it.
+func TestTheDeployersNamesAndOrder(t *testing.T) {
+	pods := map[string]string{"c1-i1": "cell-c1-0", "c1-i2": "cell-c1-1", "c1-i3": "cell-c1-2", "c2": "cell-c2-0"}
+	b := newBench(t, "i3")
+	b.rename(func(key string) string { return pods[key] }, "c2", "c1-i3", "c1-i2", "c1-i1")
+	b.start("pods")
+	ro, err := b.runner("pods", 0).Run(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var replaced []string
+	for _, a := range b.cut.actions {
+		if name, ok := strings.CutPrefix(a, "replace "); ok && len(replaced) < 4 {
+			replaced = append(replaced, name)
+		}
+	}
+	if want := []string{"cell-c1-2", "cell-c1-1", "cell-c1-0", "cell-c2-0"}; !slices.Equal(replaced, want) {
+		t.Errorf("replaced %v, want %v (the deployer's order within c1, then c2); halted for %q", replaced, want, ro.Reason)
+	}
+	if why := b.check(ro); why != "" {
+		t.Error(why)
+	}
+	if !strings.Contains(strings.Join(eventTexts(ro), "\n"), "replacing cell-c1-2 (runs devel@") {
+		t.Errorf("the events do not name the deployer's process: %v", eventTexts(ro))
+	}
+
+	// c1's i2 is not among the deployer's processes of c1.
+	b = newBench(t, "i3")
+	b.deployer.procs[1].Cell = ""
+	b.start("unlisted")
+	ro, err = b.runner("unlisted", 0).Run(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ro.State != control.RolloutRolledBack || !strings.Contains(ro.Reason, "c1/i2 is not among the deployer's processes") {
+		t.Fatalf("rollout %s: %s", ro.State, ro.Reason)
+	}
+	if runs := b.deployer.runs["c1-i2"]; len(runs) != 0 {
+		t.Errorf("the unlisted instance was replaced: %v", runs)
+	}
+	if runs := b.deployer.runs["c1-i3"]; len(runs) != 2 {
+		t.Errorf("c1-i3, listed, after i1 and before the unlisted i2: %d runs, want the release and its rollback", len(runs))
+	}
+	if why := b.check(ro); why != "" {
+		t.Error(why)
+	}
+}
+
+func eventTexts(ro *control.Rollout) []string {
+	var out []string
+	for _, e := range ro.Events {
+		out = append(out, e.Text)
+	}
+	return out
 }

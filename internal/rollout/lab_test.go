@@ -21,6 +21,7 @@ import (
 	"github.com/cellkit/cellkit/internal/netlab/netlabtest"
 	"github.com/cellkit/cellkit/internal/netlab/netstack"
 	"github.com/cellkit/cellkit/internal/registry"
+	"github.com/cellkit/cellkit/internal/release"
 	"github.com/cellkit/cellkit/internal/rollout"
 )
 
@@ -75,13 +76,13 @@ func TestRolloutOnTheLab(t *testing.T) {
 			Steps: []loadtest.Step{{Rate: 15, For: 3 * time.Minute}}, Users: 200})
 	}
 
-	procs, err := deployer.Processes()
+	procs, err := deployer.Processes(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var routerAdmins []string
 	for _, p := range procs {
-		if devstack.IsRouter(p.Name) {
+		if p.Router {
 			routerAdmins = append(routerAdmins, strings.TrimSuffix(p.Ready, "/readyz"))
 		}
 	}
@@ -107,8 +108,8 @@ func TestRolloutOnTheLab(t *testing.T) {
 	before := releases()
 
 	cfg := rollout.Config{
-		Spec:   devstack.Spec{Set: []string{"record-ttl=2h"}},
-		Router: devstack.Spec{Set: []string{"max-conns-per-addr=2048"}},
+		Spec:   release.Spec{Set: []string{"record-ttl=2h"}},
+		Router: release.Spec{Set: []string{"max-conns-per-addr=2048"}},
 		Gate:   gate.Config{Alpha: 0.01, MinSamples: 15, FailureMargin: 0.005, LatencyFactor: 1.25, LatencyMargin: 0.050},
 		Scrape: time.Second, WaitLimit: 30 * time.Second, ReadyWithin: 45 * time.Second, Settle: time.Second,
 	}

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/cellkit/cellkit/internal/control"
-	"github.com/cellkit/cellkit/internal/devstack"
+	"github.com/cellkit/cellkit/internal/release"
 	"github.com/cellkit/cellkit/internal/slotmap"
 )
 
@@ -91,12 +91,12 @@ func ParseWaves(m *slotmap.Map, spec string, bake time.Duration) ([]control.Wave
 	return waves, nil
 }
 
-// RouterWaves are the waves of the stack's routers: one router each, in
-// the stack's order, each baking for bake.
-func RouterWaves(procs []devstack.Process, bake time.Duration) []control.Wave {
+// RouterWaves are the waves of the deployer's routers: one router each,
+// in the deployer's order, each baking for bake.
+func RouterWaves(procs []release.Process, bake time.Duration) []control.Wave {
 	var out []control.Wave
 	for _, p := range procs {
-		if devstack.IsRouter(p.Name) {
+		if p.Router {
 			out = append(out, control.Wave{Routers: []string{p.Name}, Bake: bake})
 		}
 	}
@@ -117,7 +117,7 @@ func (cfg Config) Validate(waves []control.Wave) error {
 // bake that is not positive.
 func (cfg Config) ValidateWaves(waves []control.Wave) error {
 	if len(waves) == 0 {
-		return errors.New("no wave to roll out: no active cell, and no router in the stack")
+		return errors.New("no wave to roll out: no active cell, and no router among the deployer's processes")
 	}
 	for i, w := range waves {
 		switch {
@@ -162,9 +162,12 @@ func (cfg Config) ValidateRelease() error {
 }
 
 // describe says what a spec runs.
-func describe(s devstack.Spec) string {
+func describe(s release.Spec) string {
 	what := s.Bin
-	if what == "" {
+	switch {
+	case s.Image != "":
+		what = "image " + s.Image
+	case what == "":
 		what = "the processes' own binary"
 	}
 	if len(s.Set) > 0 {

@@ -6,20 +6,21 @@ import (
 	"time"
 
 	"github.com/cellkit/cellkit/internal/control"
-	"github.com/cellkit/cellkit/internal/devstack"
+	"github.com/cellkit/cellkit/internal/release"
 )
 
 // TestValidateWaves: a wave reaches only what the release changes, is
 // cells or routers and not both, and bakes; the routers' waves are the
 // stack's routers, one each, in the stack's order.
 func TestValidateWaves(t *testing.T) {
-	procs := []devstack.Process{{Name: "agencysim"}, {Name: "c1"}, {Name: "router1"}, {Name: "c2-i1"}, {Name: "router2"}, {Name: "routerx"}}
+	procs := []release.Process{{Name: "agencysim"}, {Name: "c1", Cell: "c1"}, {Name: "router1", Router: true}, {Name: "c2-i1", Cell: "c2", Instance: "i1"},
+		{Name: "router2", Router: true}, {Name: "routerx"}}
 	rw := RouterWaves(procs, time.Minute)
 	if len(rw) != 2 || rw[0].Routers[0] != "router1" || rw[1].Routers[0] != "router2" || rw[0].Bake != time.Minute {
 		t.Fatalf("router waves %+v", rw)
 	}
-	cells := Config{Spec: devstack.Spec{Set: []string{"workers=8"}}}
-	routers := Config{Router: devstack.Spec{Set: []string{"max-conns-per-addr=2048"}}}
+	cells := Config{Spec: release.Spec{Set: []string{"workers=8"}}}
+	routers := Config{Router: release.Spec{Set: []string{"max-conns-per-addr=2048"}}}
 	both := Config{Spec: cells.Spec, Router: routers.Router}
 	c1 := control.Wave{Cells: []string{"c1"}, Bake: time.Minute}
 	for _, tc := range []struct {

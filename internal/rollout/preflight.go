@@ -10,14 +10,13 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/cellkit/cellkit/internal/control"
-	"github.com/cellkit/cellkit/internal/devstack"
 	"github.com/cellkit/cellkit/internal/gate"
 	"github.com/cellkit/cellkit/internal/slotmap"
 )
 
 // Preflight reads every metrics source a rollout of cfg would judge by —
-// each active cell's processes, the routers of opts.Routers, the stack's
-// routers when the release changes them, Prometheus when cfg names one —
+// each active cell's processes, the routers of opts.Routers, the
+// deployer's routers when the release changes them, Prometheus when cfg names one —
 // and refuses, naming it, one that does not answer or whose figures are
 // no numbers: a rollout that could not see its gates is not started.
 func Preflight(ctx context.Context, cfg Config, opts Options) error {
@@ -26,24 +25,19 @@ func Preflight(ctx context.Context, cfg Config, opts Options) error {
 	if err != nil {
 		return err
 	}
+	listed, err := r.listed(ctx)
+	if err != nil {
+		return err
+	}
 	var targets []proc
 	for _, c := range m.Cells() {
-		if c.State != slotmap.Active {
-			continue
+		if c.State == slotmap.Active {
+			targets = append(targets, cellProcs(c, listed)...)
 		}
-		ps, err := r.procs(ctx, c.ID, false)
-		if err != nil {
-			return err
-		}
-		targets = append(targets, ps...)
 	}
 	if !cfg.Router.Empty() {
-		ps, err := opts.Deployer.Processes()
-		if err != nil {
-			return err
-		}
-		for _, p := range ps {
-			if devstack.IsRouter(p.Name) {
+		for _, p := range listed {
+			if p.Router {
 				rp, err := routerProc(p)
 				if err != nil {
 					return err
@@ -92,17 +86,18 @@ func Gate(ctx context.Context, cells []string, bake time.Duration, cfg Config, o
 	if err != nil {
 		return gate.Fail, nil, err
 	}
+	listed, err := r.listed(ctx)
+	if err != nil {
+		return gate.Fail, nil, err
+	}
 	ro := &control.Rollout{Waves: []control.Wave{{Cells: cells, Bake: bake}}}
 	release := ""
 	for _, id := range cells {
-		if c, ok := m.Cell(id); !ok || c.State != slotmap.Active {
+		c, ok := m.Cell(id)
+		if !ok || c.State != slotmap.Active {
 			return gate.Fail, nil, fmt.Errorf("%s is not an active cell of the map", id)
 		}
-		ps, err := r.procs(ctx, id, false)
-		if err != nil {
-			return gate.Fail, nil, err
-		}
-		for _, p := range ps {
+		for _, p := range cellProcs(c, listed) {
 			rel, _, why := r.release(ctx, p)
 			switch {
 			case rel == "":
@@ -118,11 +113,7 @@ func Gate(ctx context.Context, cells []string, bake time.Duration, cfg Config, o
 		if c.State != slotmap.Active || slices.Contains(cells, c.ID) {
 			continue
 		}
-		ps, err := r.procs(ctx, c.ID, false)
-		if err != nil {
-			return gate.Fail, nil, err
-		}
-		if slices.ContainsFunc(ps, func(p proc) bool { rel, _, _ := r.release(ctx, p); return rel == release }) {
+		if slices.ContainsFunc(cellProcs(c, listed), func(p proc) bool { rel, _, _ := r.release(ctx, p); return rel == release }) {
 			ro.SetProgress(false, c.ID, control.CellRollout{Phase: control.PhaseDone})
 		}
 	}

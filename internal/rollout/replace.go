@@ -1,6 +1,7 @@
 package rollout
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -9,7 +10,7 @@ import (
 	"time"
 
 	"github.com/cellkit/cellkit/internal/control"
-	"github.com/cellkit/cellkit/internal/devstack"
+	"github.com/cellkit/cellkit/internal/release"
 	"github.com/cellkit/cellkit/internal/slotmap"
 )
 
@@ -21,14 +22,20 @@ type proc struct {
 	instance string // the cell's instance ("": a cell of one process, a router)
 	admin    string // its admin base URL
 	rotate   bool   // an instance of several: out of the routers' rotation while replaced
+	// deployed is the deployer's name for it ("": the deployer lists no
+	// process of this cell and instance, or there is no deployer).
+	deployed string
 }
 
-// name is its process's name in the stack.
+// name is the deployer's name for it, else the cell and instance.
 func (p proc) name() string {
-	if p.router {
+	switch {
+	case p.deployed != "":
+		return p.deployed
+	case p.instance == "":
 		return p.unit
 	}
-	return devstack.InstanceName(p.unit, p.instance)
+	return p.unit + "/" + p.instance
 }
 
 // key is its entry in its unit's progress.
@@ -50,7 +57,7 @@ func instanceKey(id string) string {
 }
 
 // spec is the release for p's kind of process.
-func (r *Runner) spec(router bool) devstack.Spec {
+func (r *Runner) spec(router bool) release.Spec {
 	if router {
 		return r.cfg.Router
 	}
@@ -58,18 +65,18 @@ func (r *Runner) spec(router bool) devstack.Spec {
 }
 
 // procs are the processes of a cell (from the map: its instances, or
-// itself) or of a router (from the stack).
+// itself, as cellProcs orders them) or of a router (from the deployer).
 func (r *Runner) procs(ctx context.Context, unit string, router bool) ([]proc, error) {
+	listed, err := r.listed(ctx)
+	if err != nil {
+		return nil, err
+	}
 	if router {
-		ps, err := r.opts.Deployer.Processes()
-		if err != nil {
-			return nil, err
-		}
-		i := slices.IndexFunc(ps, func(p devstack.Process) bool { return p.Name == unit })
+		i := slices.IndexFunc(listed, func(p release.Process) bool { return p.Router && p.Name == unit })
 		if i < 0 {
-			return nil, haltError{fmt.Sprintf("router %s is no longer in the stack", unit)}
+			return nil, haltError{fmt.Sprintf("router %s is no longer among the deployer's processes", unit)}
 		}
-		p, err := routerProc(ps[i])
+		p, err := routerProc(listed[i])
 		return []proc{p}, err
 	}
 	m, err := r.opts.Control.Load(ctx)
@@ -80,24 +87,61 @@ func (r *Runner) procs(ctx context.Context, unit string, router bool) ([]proc, e
 	if !ok {
 		return nil, haltError{fmt.Sprintf("cell %s is no longer in the map", unit)}
 	}
-	if len(c.Instances) == 0 {
-		return []proc{{unit: unit, admin: c.Admin}}, nil
-	}
-	out := make([]proc, 0, len(c.Instances))
-	for _, in := range c.Instances {
-		out = append(out, proc{unit: unit, instance: in.ID, admin: in.Admin, rotate: len(c.Instances) > 1})
-	}
-	return out, nil
+	return cellProcs(c, listed), nil
 }
 
-// routerProc is the stack's router p as a process to replace: its admin
-// API is its readiness URL's.
-func routerProc(p devstack.Process) (proc, error) {
+// listed are the deployer's processes, in its order; none without a
+// deployer (the gates alone).
+func (r *Runner) listed(ctx context.Context) ([]release.Process, error) {
+	if r.opts.Deployer == nil {
+		return nil, nil
+	}
+	return r.opts.Deployer.Processes(ctx)
+}
+
+// cellProcs are cell c's processes — its instances, or itself — each
+// named as the deployer lists the process of its cell and instance, in
+// the order the deployer lists them (a cluster's deployer lists the
+// order it replaces them in); instances it does not list follow, in the
+// map's order.
+func cellProcs(c slotmap.Cell, listed []release.Process) []proc {
+	index := func(instance string) int {
+		return slices.IndexFunc(listed, func(p release.Process) bool {
+			return !p.Router && p.Cell == c.ID && p.Instance == instance
+		})
+	}
+	if len(c.Instances) == 0 {
+		p := proc{unit: c.ID, admin: c.Admin}
+		if i := index(""); i >= 0 {
+			p.deployed = listed[i].Name
+		}
+		return []proc{p}
+	}
+	out := make([]proc, 0, len(c.Instances))
+	at := map[string]int{}
+	for _, in := range c.Instances {
+		p := proc{unit: c.ID, instance: in.ID, admin: in.Admin, rotate: len(c.Instances) > 1}
+		i := index(in.ID)
+		if i >= 0 {
+			p.deployed = listed[i].Name
+		} else {
+			i = len(listed)
+		}
+		at[in.ID] = i
+		out = append(out, p)
+	}
+	slices.SortStableFunc(out, func(a, b proc) int { return cmp.Compare(at[a.instance], at[b.instance]) })
+	return out
+}
+
+// routerProc is the deployer's router p as a process to replace: its
+// admin API is its readiness URL's.
+func routerProc(p release.Process) (proc, error) {
 	base, ok := strings.CutSuffix(p.Ready, "/readyz")
 	if !ok {
 		return proc{}, fmt.Errorf("router %s: its readiness URL %q is not its admin API's /readyz", p.Name, p.Ready)
 	}
-	return proc{unit: p.Name, router: true, admin: base}, nil
+	return proc{unit: p.Name, router: true, admin: base, deployed: p.Name}, nil
 }
 
 // release is the release p runs and whether it is ready ("why" says why
@@ -120,36 +164,41 @@ func (r *Runner) release(ctx context.Context, p proc) (rel string, ready bool, w
 	return st.Release.ID, true, ""
 }
 
-// command is what the deployer runs as p now (its binary and arguments)
-// and the release p reports.
+// command is what the deployer runs as p now (its binary or image, and
+// arguments) and the release p reports.
 func (r *Runner) command(ctx context.Context, p proc) (control.Command, error) {
-	ps, err := r.opts.Deployer.Processes()
+	if p.deployed == "" {
+		return control.Command{}, haltError{fmt.Sprintf("%s is not among the deployer's processes", p.name())}
+	}
+	listed, err := r.listed(ctx)
 	if err != nil {
 		return control.Command{}, err
 	}
-	i := slices.IndexFunc(ps, func(q devstack.Process) bool { return q.Name == p.name() })
+	i := slices.IndexFunc(listed, func(q release.Process) bool { return q.Name == p.deployed })
 	if i < 0 {
-		return control.Command{}, haltError{fmt.Sprintf("%s is no longer in the stack", p.name())}
+		return control.Command{}, haltError{fmt.Sprintf("%s is no longer among the deployer's processes", p.name())}
 	}
 	rel, _, _ := r.release(ctx, p)
-	return control.Command{Release: rel, Bin: ps[i].Bin, Args: slices.Clone(ps[i].Args)}, nil
+	run := listed[i].Run
+	return control.Command{Release: rel, Bin: run.Bin, Image: run.Image, Args: slices.Clone(run.Args)}, nil
 }
 
-// runAs makes the deployer run c's binary and arguments in place of a
-// process's, keeping the rest of it (ports, data, log, environment).
-func runAs(c control.Command) func(devstack.Process) devstack.Process {
-	return func(q devstack.Process) devstack.Process {
-		q.PID, q.Bin, q.Args = 0, c.Bin, slices.Clone(c.Args)
-		return q
-	}
-}
-
-// target is what the release runs in place of before: its binary, its
-// flags on top of before's arguments (never on top of a process the
-// rollout replaced already).
+// target is what the release runs in place of before: its binary or
+// image, its flags on top of before's arguments (never on top of a
+// process the rollout replaced already).
 func (r *Runner) target(p proc, before control.Command) control.Command {
-	q := r.spec(p.router).Apply(devstack.Process{Bin: before.Bin, Args: before.Args})
-	return control.Command{Bin: q.Bin, Args: q.Args}
+	return r.spec(p.router).Apply(before)
+}
+
+// replace has the deployer run c as p (c's release is what p reported,
+// not the deployer's to know).
+func (r *Runner) replace(ctx context.Context, p proc, c control.Command) error {
+	if r.opts.Deployer == nil {
+		return fmt.Errorf("no deployer to replace %s", p.name())
+	}
+	c.Release = ""
+	_, err := r.opts.Deployer.Replace(ctx, p.deployed, c)
+	return err
 }
 
 // replaceUnit replaces a cell's processes, or a router, one at a time,
@@ -286,7 +335,7 @@ func (r *Runner) replaceOnce(ctx context.Context, ro *control.Rollout, p proc, p
 		if err := r.held(ctx); err != nil {
 			return ro, pr, err
 		}
-		if _, _, err := r.opts.Deployer.Replace(ctx, p.name(), runAs(target)); err != nil {
+		if err := r.replace(ctx, p, target); err != nil {
 			return ro, pr, haltError{fmt.Sprintf("replace %s: %v", p.name(), err)}
 		}
 	}
@@ -330,8 +379,8 @@ func (r *Runner) step(ctx context.Context, ro *control.Rollout, p proc, from, to
 // as a release is refused at start: a record read back is checked like
 // a release given on the command line.
 func (r *Runner) validate(p proc, c control.Command) error {
-	if err := (devstack.Spec{Bin: c.Bin}).Validate(p.program()); err != nil {
-		return fmt.Errorf("%s runs %s: %w", p.name(), c.Bin, err)
+	if err := (release.Spec{Bin: c.Bin, Image: c.Image}).Validate(p.program()); err != nil {
+		return fmt.Errorf("%s runs %s: %w", p.name(), orDash(c.Bin+c.Image), err)
 	}
 	for _, a := range c.Args {
 		if strings.ContainsRune(a, 0) || len(a) > maxArg {

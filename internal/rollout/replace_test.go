@@ -39,9 +39,9 @@ func TestKeepQuorum(t *testing.T) {
 	ok2.Store(true)
 	ok3.Store(false)
 	all := []proc{
-		{unit: "c1", instance: "i1", admin: instanceAdmin(t, &ok1), rotate: true},
-		{unit: "c1", instance: "i2", admin: instanceAdmin(t, &ok2), rotate: true},
-		{unit: "c1", instance: "i3", admin: instanceAdmin(t, &ok3), rotate: true},
+		{unit: "c1", instance: "i1", admin: instanceAdmin(t, &ok1), rotate: true, deployed: "c1-i1"},
+		{unit: "c1", instance: "i2", admin: instanceAdmin(t, &ok2), rotate: true, deployed: "c1-i2"},
+		{unit: "c1", instance: "i3", admin: instanceAdmin(t, &ok3), rotate: true, deployed: "c1-i3"},
 	}
 	ctl := mapOf(t, all)
 	r := New("r1", Config{ReadyWithin: 300 * time.Millisecond}, Options{Control: ctl, Admin: adminclient.Client{HTTP: &http.Client{Timeout: time.Second}}})

@@ -140,7 +140,7 @@ func (r *Runner) restore(ctx context.Context, ro *control.Rollout, p proc, all [
 		if err := r.held(ctx); err != nil {
 			return ro, err
 		}
-		if _, _, err := r.opts.Deployer.Replace(ctx, p.name(), runAs(before)); err != nil {
+		if err := r.replace(ctx, p, before); err != nil {
 			return ro, err
 		}
 		if _, err := r.waitReady(ctx, p, "on what it ran", func(rel string) string {

@@ -26,18 +26,10 @@ import (
 
 	"github.com/cellkit/cellkit/internal/adminclient"
 	"github.com/cellkit/cellkit/internal/control"
-	"github.com/cellkit/cellkit/internal/devstack"
 	"github.com/cellkit/cellkit/internal/gate"
+	"github.com/cellkit/cellkit/internal/release"
 	"github.com/cellkit/cellkit/internal/slotmap"
 )
-
-// Deployer replaces a stack's process (by name) with what run makes of
-// it, and returns it as it ran before; Processes are the stack's
-// processes (devstack.Deployer).
-type Deployer interface {
-	Replace(ctx context.Context, name string, run func(devstack.Process) devstack.Process) (before devstack.Process, c *devstack.Child, err error)
-	Processes() ([]devstack.Process, error)
-}
 
 // Control is what a rollout reads and writes of the map and of its own
 // record (control.Controller).
@@ -53,10 +45,11 @@ var _ Control = (*control.Controller)(nil)
 
 // Config is how a rollout runs.
 type Config struct {
-	// Spec is the cells' release: a binary and flags set (empty: the
-	// cells are not changed); Router the routers' (empty: they are not).
-	Spec   devstack.Spec
-	Router devstack.Spec
+	// Spec is the cells' release: a binary or an image, and flags set
+	// (empty: the cells are not changed); Router the routers' (empty:
+	// they are not).
+	Spec   release.Spec
+	Router release.Spec
 	Gate   gate.Config
 	// Prometheus, if set, is a Prometheus's base URL whose firing alerts
 	// are a gate too: one firing for the wave's cells (or routers) and not
@@ -91,9 +84,12 @@ func DefaultConfig() Config {
 
 // Options are the rollout's collaborators.
 type Options struct {
-	Control  Control
-	Admin    adminclient.Client
-	Deployer Deployer
+	Control Control
+	Admin   adminclient.Client
+	// Deployer replaces the processes: a stack's on hosts
+	// (internal/devstack) or a cluster's. Nil for the gates alone
+	// (Gate), beside a deployer of another's.
+	Deployer release.Deployer
 	// Routers are the admin URLs of the routers whose figures for each
 	// cell the gates of a cell's wave read too (nil: none).
 	Routers func(ctx context.Context) ([]string, error)

@@ -19,6 +19,7 @@ import (
 	"github.com/cellkit/cellkit/internal/gate"
 	"github.com/cellkit/cellkit/internal/loadtest"
 	"github.com/cellkit/cellkit/internal/registry"
+	"github.com/cellkit/cellkit/internal/release"
 	"github.com/cellkit/cellkit/internal/rollout"
 	"github.com/cellkit/cellkit/internal/testkit"
 )
@@ -113,14 +114,14 @@ func TestRolloutOnTheLocalStack(t *testing.T) {
 		}
 		return ro
 	}
-	run := func(id string, spec devstack.Spec) *control.Rollout {
+	run := func(id string, spec release.Spec) *control.Rollout {
 		t.Helper()
 		c := cfg
 		c.Spec = spec
 		return runWaves(id, c, waves)
 	}
 
-	ro := run("good", devstack.Spec{Set: []string{"record-ttl=2h"}})
+	ro := run("good", release.Spec{Set: []string{"record-ttl=2h"}})
 	if ro.State != control.RolloutDone || ro.Wave != 2 {
 		t.Fatalf("a good release: %s at wave %d: %s", ro.State, ro.Wave, ro.Reason)
 	}
@@ -141,7 +142,7 @@ func TestRolloutOnTheLocalStack(t *testing.T) {
 	// A cellctl that dies while the canary bakes: the record stays
 	// running, and another (another holder) resumes it to the end.
 	c := cfg
-	c.Spec = devstack.Spec{Set: []string{"record-ttl=3h"}}
+	c.Spec = release.Spec{Set: []string{"record-ttl=3h"}}
 	if _, err := rollout.Start(ctx, ctl, "interrupted", waves, c); err != nil {
 		t.Fatal(err)
 	}
@@ -170,7 +171,7 @@ func TestRolloutOnTheLocalStack(t *testing.T) {
 	}
 
 	cfg.ReadyWithin = 10 * time.Second
-	ro = run("crashing", devstack.Spec{Set: []string{"breaker-failure-rate=2"}})
+	ro = run("crashing", release.Spec{Set: []string{"breaker-failure-rate=2"}})
 	if ro.State != control.RolloutRolledBack || ro.Wave != 0 || !strings.Contains(ro.Reason, "c1: not ready on the new release") {
 		t.Fatalf("a release that cannot start: %s at wave %d: %s", ro.State, ro.Wave, ro.Reason)
 	}
@@ -194,7 +195,7 @@ func TestRolloutOnTheLocalStack(t *testing.T) {
 		return rd.Release.ID
 	}
 	routerBefore := routerRelease()
-	procs, err := deployer.Processes()
+	procs, err := deployer.Processes(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -204,7 +205,7 @@ func TestRolloutOnTheLocalStack(t *testing.T) {
 	}
 	cells := releases()
 	c = cfg
-	c.Router = devstack.Spec{Set: []string{"max-conns-per-addr=2048"}}
+	c.Router = release.Spec{Set: []string{"max-conns-per-addr=2048"}}
 	ro = runWaves("router", c, rwaves)
 	routerGood := routerRelease()
 	if ro.State != control.RolloutDone || routerGood == routerBefore || routerGood != ro.RouterRelease || ro.Release != "" {
@@ -213,7 +214,7 @@ func TestRolloutOnTheLocalStack(t *testing.T) {
 	if !slices.ContainsFunc(ro.Events, func(e control.RolloutEvent) bool { return strings.Contains(e.Text, "router 5xx") }) {
 		t.Errorf("the router's bake judged no router figures: %+v", ro.Events)
 	}
-	c.Router = devstack.Spec{Set: []string{"max-conns=100000000"}}
+	c.Router = release.Spec{Set: []string{"max-conns=100000000"}}
 	ro = runWaves("router-crashing", c, rwaves)
 	// The stack's router hands over (--handoff-socket): a successor that
 	// cannot start is refused and the old router serves on.
@@ -261,7 +262,7 @@ func TestRolloutOnTheLocalStack(t *testing.T) {
 		t.Fatalf("preflight: %v", err)
 	}
 	cells = releases()
-	c.Spec = devstack.Spec{Set: []string{"record-ttl=4h"}}
+	c.Spec = release.Spec{Set: []string{"record-ttl=4h"}}
 	ro = runWaves("alerted", c, waves)
 	if ro.State != control.RolloutRolledBack || ro.Wave != 0 || !strings.Contains(ro.Reason, "fail alerts: firing for the wave CanaryWatched, for the baseline none") {
 		t.Fatalf("a release whose canary has an alert of its own: %s at wave %d: %s", ro.State, ro.Wave+1, ro.Reason)
@@ -273,9 +274,9 @@ func TestRolloutOnTheLocalStack(t *testing.T) {
 	// The gates beside another deployer (kubectl apply): c1 put on a
 	// release by hand is judged against c2 and c3; a good one passes, a
 	// build that fails a fifth of its inquiries does not.
-	gateOn := func(spec devstack.Spec) gate.Decision {
+	gateOn := func(spec release.Spec) gate.Decision {
 		t.Helper()
-		_, child, err := deployer.Replace(ctx, "c1", spec.Apply)
+		_, child, err := deployer.ReplaceProcess(ctx, "c1", devstack.AsRelease(spec))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -291,10 +292,10 @@ func TestRolloutOnTheLocalStack(t *testing.T) {
 		t.Logf("gate on %+v: %v %+v", spec, d, vs)
 		return d
 	}
-	if d := gateOn(devstack.Spec{Set: []string{"record-ttl=5h"}}); d != gate.Pass {
+	if d := gateOn(release.Spec{Set: []string{"record-ttl=5h"}}); d != gate.Pass {
 		t.Errorf("the gates of a good release put on by hand: %v", d)
 	}
-	if d := gateOn(devstack.Spec{Bin: filepath.Join(bin, "faults", "cell-failing")}); d != gate.Fail {
+	if d := gateOn(release.Spec{Bin: filepath.Join(bin, "faults", "cell-failing")}); d != gate.Fail {
 		t.Errorf("the gates of a failing build put on by hand: %v", d)
 	}
 }

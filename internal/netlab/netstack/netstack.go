@@ -435,7 +435,7 @@ func Up(ctx context.Context, cfg Config, opts Options) (*Stack, error) {
 				urls = append(urls, "nats://"+hosts[other.Host].HostPort(natsClient))
 			}
 			procs = append(procs, hostProc{h, devstack.Process{
-				Name: in.Proc, Bin: bins["cell"], Env: env,
+				Name: in.Proc, Cell: c.ID, Instance: in.ID, Bin: bins["cell"], Env: env,
 				Args: []string{"--cell", c.ID, "--instance", in.ID, "--registry", st.Registry, "--store", filepath.Join(dir, "cells", in.Proc),
 					"--intake", h.HostPort(cellIntake), "--admin", h.HostPort(cellAdmin), "--admin-token-file", adminTokenFile,
 					"--nats-url", strings.Join(urls, ","), "--nats-token-file", natsTokenFile, "--replicas", replicas,

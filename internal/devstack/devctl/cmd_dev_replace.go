@@ -1,30 +1,31 @@
-package cellctl
+package devctl
 
 import (
 	"context"
 	"flag"
 	"fmt"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"time"
 
+	"github.com/cellkit/cellkit/internal/cellctl"
 	"github.com/cellkit/cellkit/internal/devstack"
+	"github.com/cellkit/cellkit/internal/release"
 )
 
 // devReplaceCommand replaces one process of a stack on this machine: a
 // restart, or an upgrade to another binary or other flags.
-func devReplaceCommand() *command {
+func devReplaceCommand() *cellctl.Command {
 	dir := "var"
-	var spec devstack.Spec
+	var spec release.Spec
 	readyWithin := time.Minute
-	c := &command{
-		name:      "dev replace",
-		argsUsage: "NAME",
-		section:   secDev,
-		summary:   "restart or upgrade one process of the local stack or the network lab",
-		help: `Replaces the process NAME of the stack in DIR (its dev.json, or a network
+	c := &cellctl.Command{
+		Name:      "dev replace",
+		ArgsUsage: "NAME",
+		Section:   secDev,
+		Summary:   "restart or upgrade one process of the local stack or the network lab",
+		Help: `Replaces the process NAME of the stack in DIR (its dev.json, or a network
 lab's net.json) with --bin and --set, or as it runs (a restart), keeping its
 ports, data, log and supervisor, and waits until it is ready.
 
@@ -35,13 +36,13 @@ answers what it has (Connection: close), and ends. A new router that does not
 take over (it fails to start, or is not ready) is stopped and the old one
 serves on: the command fails, saying why. Any other process is stopped
 (SIGTERM, then SIGKILL after 30 s) and started again.`,
-		examples: `cellctl dev replace router
+		Examples: `cellctl dev replace router
 cellctl dev replace router --bin ./bin/router
 cellctl dev replace router --set cell-timeout=3s
 cellctl dev replace --dir /tmp/lab router1`,
-		minArgs: 1,
-		maxArgs: 1,
-		flags: func(fs *flag.FlagSet) {
+		MinArgs: 1,
+		MaxArgs: 1,
+		Flags: func(fs *flag.FlagSet) {
 			fs.StringVar(&dir, "dir", dir, "`DIR` of the stack (its dev.json or net.json)")
 			fs.StringVar(&spec.Bin, "bin", "", "`PATH` of the new program (default: the process's own)")
 			fs.Func("set", "`NAME=VALUE`: a flag the new process sets on top of its arguments (repeat)", func(v string) error {
@@ -51,16 +52,16 @@ cellctl dev replace --dir /tmp/lab router1`,
 			fs.DurationVar(&readyWithin, "ready-within", readyWithin, "how long the new process has to get ready")
 		},
 	}
-	c.run = func(ctx context.Context, x *inv, args []string) error {
+	c.Run = func(ctx context.Context, in *cellctl.Invocation, args []string) error {
 		name := args[0]
 		if readyWithin <= 0 {
-			return usagef("--ready-within %v: want a positive duration", readyWithin)
+			return cellctl.Usagef("--ready-within %v: want a positive duration", readyWithin)
 		}
-		d, err := stackDeployer(dir)
+		d, err := StackDeployer(dir)
 		if err != nil {
 			return err
 		}
-		procs, err := d.Processes()
+		procs, err := d.Recorded()
 		if err != nil {
 			return err
 		}
@@ -70,21 +71,21 @@ cellctl dev replace --dir /tmp/lab router1`,
 			for j, p := range procs {
 				names[j] = p.Name
 			}
-			return usagef("no process %q in %s (it has %s)", name, d.Path, strings.Join(names, ", "))
+			return cellctl.Usagef("no process %q in %s (it has %s)", name, d.Path, strings.Join(names, ", "))
 		}
 		if !spec.Empty() {
 			if err := spec.Validate(programOf(procs[i])); err != nil {
-				return usagef("%s", err)
+				return cellctl.Usagef("%s", err)
 			}
 		}
-		hc := x.cli.httpClient()
+		hc := in.HTTP()
 		if st, err := devstack.Read(d.Path); err == nil && st.TLS != nil {
-			if hc, err = x.stackClient(st); err != nil {
+			if hc, err = stackClient(in, st); err != nil {
 				return err
 			}
 		}
 		t0 := time.Now()
-		before, child, err := d.Replace(ctx, name, spec.Apply)
+		before, child, err := d.ReplaceProcess(ctx, name, devstack.AsRelease(spec))
 		if err != nil {
 			return err
 		}
@@ -95,7 +96,7 @@ cellctl dev replace --dir /tmp/lab router1`,
 		if err := devstack.WaitReady(ctx, hc, readyWithin, child); err != nil {
 			return fmt.Errorf("%s %s, and the new process is not ready: %w", name, how, err)
 		}
-		fmt.Fprintf(x.out, "%s %s: pid %d → %d, ready in %s\n", name, how, before.PID, child.PID, time.Since(t0).Round(10*time.Millisecond))
+		fmt.Fprintf(in.Stdout(), "%s %s: pid %d → %d, ready in %s\n", name, how, before.PID, child.PID, time.Since(t0).Round(10*time.Millisecond))
 		return nil
 	}
 	return c
@@ -111,16 +112,4 @@ func programOf(p devstack.Process) string {
 		return "cell"
 	}
 	return filepath.Base(p.Bin)
-}
-
-// stackDeployer is the deployer of the stack in dir: its dev.json, else
-// its net.json.
-func stackDeployer(dir string) (devstack.Deployer, error) {
-	for _, name := range []string{devstack.StateFile, "net.json"} {
-		path := filepath.Join(dir, name)
-		if _, err := os.Stat(path); err == nil {
-			return devstack.Deployer{Path: path, Grace: devstack.StopGrace}, nil
-		}
-	}
-	return devstack.Deployer{}, fmt.Errorf("no stack in %s (no %s or net.json)", dir, devstack.StateFile)
 }

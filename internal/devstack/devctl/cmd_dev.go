@@ -1,4 +1,4 @@
-package cellctl
+package devctl
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cellkit/cellkit/internal/cellctl"
 	"github.com/cellkit/cellkit/internal/devstack"
 	"github.com/cellkit/cellkit/internal/pki"
 )
@@ -56,13 +57,13 @@ type devOptions struct {
 	tls         bool // cells' listeners on mutual TLS, the router's public one on TLS
 }
 
-func devUpCommand() *command {
+func devUpCommand() *cellctl.Command {
 	o := devOptions{dir: "var", cells: 4, routerPort: 8080, portBase: 9100, agencyPort: 7000, consolePort: -1, readyWait: 60 * time.Second}
-	c := &command{
-		name:    "dev up",
-		section: secDev,
-		summary: "start the local stack: agency simulator, cells, router (make run)",
-		help: `Starts the local stack on loopback: the agency simulator (NICE 80 sessions,
+	c := &cellctl.Command{
+		Name:    "dev up",
+		Section: secDev,
+		Summary: "start the local stack: agency simulator, cells, router (make run)",
+		Help: `Starts the local stack on loopback: the agency simulator (NICE 80 sessions,
 KCB 40, p50 50 ms), a file registry under --dir with a map of --cells cells
 (created with 'init' and 'provision' the first time), one 'cell' process per
 cell (own store dir and embedded NATS) and the router with a dev API key.
@@ -104,13 +105,13 @@ Without --foreground the processes keep running after dev up returns (stop
 them with 'cellctl dev down'). With --foreground it stays attached and
 Ctrl-C (SIGINT or SIGTERM) stops everything: SIGTERM to each process, SIGKILL
 after 30 s.`,
-		examples: `cellctl dev up                             # detached; stop with: cellctl dev down
+		Examples: `cellctl dev up                             # detached; stop with: cellctl dev down
 cellctl dev up --foreground                # what 'make run' does after building ./bin
 cellctl dev up --foreground --tls          # 'make run-tls': mutual TLS between the processes
 cellctl dev up --cells 3 --dir /tmp/stack --router-port 0 --port-base 0 --agency-port 0`,
-		maxArgs:   0,
-		unbounded: func() bool { return true },
-		flags: func(fs *flag.FlagSet) {
+		MaxArgs:   0,
+		Unbounded: true,
+		Flags: func(fs *flag.FlagSet) {
 			fs.StringVar(&o.dir, "dir", o.dir, "`DIR` keeping the registry, stores, keys, logs and dev.json")
 			fs.IntVar(&o.cells, "cells", o.cells, "`N` cells, c1..cN (1..99)")
 			fs.BoolVar(&o.foreground, "foreground", false, "stay attached; Ctrl-C stops the stack")
@@ -126,73 +127,73 @@ cellctl dev up --cells 3 --dir /tmp/stack --router-port 0 --port-base 0 --agency
 			fs.BoolVar(&o.tls, "tls", false, "run on TLS with the certificates of DIR/certs (made if missing): mutual TLS to the cells, https to the router")
 		},
 	}
-	c.run = func(ctx context.Context, x *inv, _ []string) error {
+	c.Run = func(ctx context.Context, in *cellctl.Invocation, _ []string) error {
 		if o.cells < 1 || o.cells > 99 {
-			return usagef("--cells %d must be in 1..99", o.cells)
+			return cellctl.Usagef("--cells %d must be in 1..99", o.cells)
 		}
 		if o.laneBlind != "" {
 			for _, id := range strings.Split(o.laneBlind, ",") {
 				if n, err := strconv.Atoi(strings.TrimPrefix(id, "c")); err != nil || cellName(n) != id || n < 1 || n > o.cells {
-					return usagef("--lane-blind %q: %q is not one of the stack's cells c1..c%d", o.laneBlind, id, o.cells)
+					return cellctl.Usagef("--lane-blind %q: %q is not one of the stack's cells c1..c%d", o.laneBlind, id, o.cells)
 				}
 			}
 		}
-		return x.devUp(ctx, o)
+		return devUp(ctx, in, o)
 	}
 	return c
 }
 
-func devDownCommand() *command {
+func devDownCommand() *cellctl.Command {
 	dir := "var"
-	c := &command{
-		name:    "dev down",
-		section: secDev,
-		summary: "stop the local stack started by dev up",
-		help: `Stops the processes recorded in DIR/dev.json: the router first, then the
+	c := &cellctl.Command{
+		Name:    "dev down",
+		Section: secDev,
+		Summary: "stop the local stack started by dev up",
+		Help: `Stops the processes recorded in DIR/dev.json: the router first, then the
 cells, then the agency simulator. Each gets SIGTERM (a cell drains its work in
 flight) and SIGKILL after 30 s. The data under DIR stays for the next 'dev up'
 ('make clean' removes it).`,
-		examples: `cellctl dev down
+		Examples: `cellctl dev down
 cellctl dev down --dir /tmp/stack`,
-		maxArgs:   0,
-		unbounded: func() bool { return true },
-		flags: func(fs *flag.FlagSet) {
+		MaxArgs:   0,
+		Unbounded: true,
+		Flags: func(fs *flag.FlagSet) {
 			fs.StringVar(&dir, "dir", dir, "`DIR` given to dev up")
 		},
 	}
-	c.run = func(ctx context.Context, x *inv, _ []string) error {
+	c.Run = func(ctx context.Context, in *cellctl.Invocation, _ []string) error {
 		st, err := readDevStack(dir)
 		if err != nil {
 			return err
 		}
-		stopped := devstack.StopAll(ctx, st.Processes, devstack.StopGrace, x.reportStop)
+		stopped := devstack.StopAll(ctx, st.Processes, devstack.StopGrace, reportStop(in))
 		if err := os.Remove(devstack.StatePath(dir)); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return err
 		}
-		fmt.Fprintf(x.out, "Stopped %d process%s; data kept in %s.\n", stopped, pluralEs(stopped), dir)
+		fmt.Fprintf(in.Stdout(), "Stopped %d process%s; data kept in %s.\n", stopped, pluralEs(stopped), dir)
 		return nil
 	}
 	return c
 }
 
-func devStatusCommand() *command {
+func devStatusCommand() *cellctl.Command {
 	dir := "var"
-	c := &command{
-		name:    "dev status",
-		section: secDev,
-		summary: "show whether each process of the local stack is alive and ready",
-		help: `Shows each process recorded in DIR/dev.json: PID (its supervisor's), alive,
+	c := &cellctl.Command{
+		Name:    "dev status",
+		Section: secDev,
+		Summary: "show whether each process of the local stack is alive and ready",
+		Help: `Shows each process recorded in DIR/dev.json: PID (its supervisor's), alive,
 ready (its /readyz answers 200), how often its supervisor restarted it (and
 how it last ended), its addresses and log. Exit 1 unless every process is alive and
 ready. For the cells' queues and sessions, use 'cellctl status'.`,
-		examples: `cellctl dev status
+		Examples: `cellctl dev status
 cellctl dev status --json | jq '.processes[] | select(.ready == false)'`,
-		maxArgs: 0,
-		flags: func(fs *flag.FlagSet) {
+		MaxArgs: 0,
+		Flags: func(fs *flag.FlagSet) {
 			fs.StringVar(&dir, "dir", dir, "`DIR` given to dev up")
 		},
 	}
-	c.run = func(ctx context.Context, x *inv, _ []string) error {
+	c.Run = func(ctx context.Context, in *cellctl.Invocation, _ []string) error {
 		st, err := readDevStack(dir)
 		if err != nil {
 			return err
@@ -207,7 +208,7 @@ cellctl dev status --json | jq '.processes[] | select(.ready == false)'`,
 		}
 		var rows []row
 		bad := 0
-		hc, err := x.stackClient(st)
+		hc, err := stackClient(in, st)
 		if err != nil {
 			return err
 		}
@@ -225,25 +226,25 @@ cellctl dev status --json | jq '.processes[] | select(.ready == false)'`,
 			}
 			rows = append(rows, r)
 		}
-		if x.g.json {
-			if err := writeJSON(x.out, map[string]any{"stack": st, "processes": rows}); err != nil {
+		if in.JSON() {
+			if err := cellctl.WriteJSON(in.Stdout(), map[string]any{"stack": st, "processes": rows}); err != nil {
 				return err
 			}
 		} else {
-			fmt.Fprintf(x.out, "Stack in %s, started %s; router %s, registry %s\n\n",
+			fmt.Fprintf(in.Stdout(), "Stack in %s, started %s; router %s, registry %s\n\n",
 				st.Dir, st.StartedAt.UTC().Format(time.RFC3339), st.Router, st.Registry)
-			t := newTable(x.out, "NAME", "PID", "ALIVE", "READY", "RESTARTS", "ADDRESSES", "LOG")
+			t := cellctl.NewTable(in.Stdout(), "NAME", "PID", "ALIVE", "READY", "RESTARTS", "ADDRESSES", "LOG")
 			for _, r := range rows {
 				restarts := "-"
 				if sv := r.Supervision; sv != nil {
-					restarts = itoa(sv.Restarts)
+					restarts = strconv.Itoa(sv.Restarts)
 					if sv.Restarts > 0 {
 						restarts += " (last: " + sv.LastExit + ", " + sv.LastExitAt.Format(time.TimeOnly) + ")"
 					}
 				}
-				t.row(r.Name, itoa(r.PID), yesNo(r.Alive), yesNo(r.Ready), restarts, addrList(r.Addrs), r.Log)
+				t.Row(r.Name, strconv.Itoa(r.PID), yesNo(r.Alive), yesNo(r.Ready), restarts, addrList(r.Addrs), r.Log)
 			}
-			t.flush()
+			t.Flush()
 		}
 		if bad > 0 {
 			return fmt.Errorf("%d of %d processes not ready (logs in %s)", bad, len(rows), filepath.Join(st.Dir, "logs"))
@@ -253,11 +254,11 @@ cellctl dev status --json | jq '.processes[] | select(.ready == false)'`,
 	return c
 }
 
-// stackClient is the client for the stack's readiness URLs: x's own
-// unless the stack runs on TLS.
-func (x *inv) stackClient(st *DevStack) (*http.Client, error) {
+// stackClient is the client for the stack's readiness URLs: cellctl's
+// own unless the stack runs on TLS.
+func stackClient(in *cellctl.Invocation, st *DevStack) (*http.Client, error) {
 	if st.TLS == nil {
-		return x.cli.httpClient(), nil
+		return in.HTTP(), nil
 	}
 	hc, err := st.TLS.Client(0)
 	if err != nil {
@@ -266,14 +267,14 @@ func (x *inv) stackClient(st *DevStack) (*http.Client, error) {
 	return hc, nil
 }
 
-func devSuperviseCommand() *command {
+func devSuperviseCommand() *cellctl.Command {
 	cfg := devstack.DefaultSuperviseConfig()
-	c := &command{
-		name:      "dev supervise",
-		argsUsage: "-- PROGRAM...",
-		section:   secDev,
-		summary:   "run a program, restarting it with backoff when it ends on its own",
-		help: `Runs PROGRAM with its arguments as a child, with this process's output and
+	c := &cellctl.Command{
+		Name:      "dev supervise",
+		ArgsUsage: "-- PROGRAM...",
+		Section:   secDev,
+		Summary:   "run a program, restarting it with backoff when it ends on its own",
+		Help: `Runs PROGRAM with its arguments as a child, with this process's output and
 environment, and starts it again whenever it ends while no SIGTERM or SIGINT
 came: after --backoff, doubled after each restart up to --max-backoff, and from
 --backoff again after a run of --steady. (dev up fails a start whose
@@ -296,33 +297,33 @@ the program serves on. A program that ends with status 98 (handed over)
 with no successor here is not restarted: the supervisor ends.
 The exit status is the program's last (128+N for signal N), or 0 when it is
 stopped while the program waits to restart.`,
-		examples: `cellctl dev supervise --state /tmp/c1.json -- bin/cell --cell c1 --store /tmp/c1
+		Examples: `cellctl dev supervise --state /tmp/c1.json -- bin/cell --cell c1 --store /tmp/c1
 cellctl dev supervise --backoff 100ms -- sh -c 'sleep 1; exit 1'`,
-		minArgs:   1,
-		maxArgs:   -1,
-		unbounded: func() bool { return true },
-		flags:     cfg.RegisterFlags,
+		MinArgs:   1,
+		MaxArgs:   -1,
+		Unbounded: true,
+		Flags:     cfg.RegisterFlags,
 	}
-	c.run = func(ctx context.Context, x *inv, args []string) error {
+	c.Run = func(ctx context.Context, in *cellctl.Invocation, args []string) error {
 		if err := cfg.Validate(); err != nil {
-			return usageError{msg: err.Error()}
+			return cellctl.Usagef("%s", err)
 		}
-		log := slog.New(slog.NewTextHandler(x.errw, nil))
+		log := slog.New(slog.NewTextHandler(in.Stderr(), nil))
 		if code := devstack.Supervise(ctx, cfg, args[0], args[1:], log); code != 0 {
-			return exitStatus{code: code, msg: fmt.Sprintf("%s ended with status %d", args[0], code)}
+			return cellctl.ExitCode(code, fmt.Sprintf("%s ended with status %d", args[0], code))
 		}
 		return nil
 	}
 	return c
 }
 
-func devCertsCommand() *command {
+func devCertsCommand() *cellctl.Command {
 	dir, hosts := "var", strings.Join(devstack.DevHosts, ",")
-	c := &command{
-		name:    "dev certs",
-		section: secDev,
-		summary: "make a local CA and certificates for the router, the cells and operators",
-		help: `Writes a local certificate authority and, signed by it, a certificate and key
+	c := &cellctl.Command{
+		Name:    "dev certs",
+		Section: secDev,
+		Summary: "make a local CA and certificates for the router, the cells and operators",
+		Help: `Writes a local certificate authority and, signed by it, a certificate and key
 per role into DIR/certs: router.pem (the router's public listener, and its
 client certificate to the cells), cell.pem (the cells' intake and admin
 listeners) and operator.pem (cellctl and Prometheus to the admin APIs). The
@@ -333,15 +334,15 @@ CA already in DIR/certs is kept, so that certificates issued by it before
 still verify; the role certificates are made again. 'dev up --tls' uses these
 files. Keys are written with mode 0600. This is a CA for a local stack and
 tests: production brings certificates from its own CA, with the same roles.`,
-		examples: `cellctl dev certs
+		Examples: `cellctl dev certs
 cellctl dev certs --dir /tmp/stack --hosts localhost,127.0.0.1,cell1.internal`,
-		maxArgs: 0,
-		flags: func(fs *flag.FlagSet) {
+		MaxArgs: 0,
+		Flags: func(fs *flag.FlagSet) {
 			fs.StringVar(&dir, "dir", dir, "`DIR` of the local stack; the files go to DIR/certs")
 			fs.StringVar(&hosts, "hosts", hosts, "`NAMES` and addresses the certificates are valid for, comma-separated")
 		},
 	}
-	c.run = func(ctx context.Context, x *inv, _ []string) error {
+	c.Run = func(ctx context.Context, in *cellctl.Invocation, _ []string) error {
 		var hs []string
 		for _, h := range strings.Split(hosts, ",") {
 			if h = strings.TrimSpace(h); h != "" {
@@ -349,25 +350,25 @@ cellctl dev certs --dir /tmp/stack --hosts localhost,127.0.0.1,cell1.internal`,
 			}
 		}
 		if len(hs) == 0 {
-			return usagef("--hosts names no host")
+			return cellctl.Usagef("--hosts names no host")
 		}
 		certs := filepath.Join(dir, "certs")
 		if err := pki.WriteDev(certs, hs); err != nil {
 			return err
 		}
 		files := devstack.DevFiles(certs)
-		if x.g.json {
-			return writeJSON(x.out, map[string]any{"dir": certs, "hosts": hs, "files": files})
+		if in.JSON() {
+			return cellctl.WriteJSON(in.Stdout(), map[string]any{"dir": certs, "hosts": hs, "files": files})
 		}
-		fmt.Fprintf(x.out, "Certificates for %s in %s:\n", strings.Join(hs, ", "), certs)
+		fmt.Fprintf(in.Stdout(), "Certificates for %s in %s:\n", strings.Join(hs, ", "), certs)
 		for _, f := range files {
-			fmt.Fprintf(x.out, "  %s\n", f)
+			fmt.Fprintf(in.Stdout(), "  %s\n", f)
 		}
 		abs, err := filepath.Abs(certs)
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(x.out, "\ncellctl to the cells' admin APIs (operator certificate):\n  %s\n", cellctlTLSEnv(devstack.DevTLS(abs)))
+		fmt.Fprintf(in.Stdout(), "\ncellctl to the cells' admin APIs (operator certificate):\n  %s\n", cellctlTLSEnv(devstack.DevTLS(abs)))
 		return nil
 	}
 	return c
@@ -407,8 +408,10 @@ func addrList(m map[string]string) string {
 
 // reportStop prints one line per process dev down or a foreground dev up
 // stops.
-func (x *inv) reportStop(p DevProcess, how string) {
-	fmt.Fprintf(x.out, "%-10s pid %-7d %s\n", p.Name, p.PID, how)
+func reportStop(in *cellctl.Invocation) func(p DevProcess, how string) {
+	return func(p DevProcess, how string) {
+		fmt.Fprintf(in.Stdout(), "%-10s pid %-7d %s\n", p.Name, p.PID, how)
+	}
 }
 
 func readDevStack(dir string) (*DevStack, error) {

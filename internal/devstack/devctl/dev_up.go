@@ -1,4 +1,4 @@
-package cellctl
+package devctl
 
 import (
 	"context"
@@ -15,6 +15,7 @@ import (
 	"strings"
 
 	"github.com/cellkit/cellkit/internal/atomicfile"
+	"github.com/cellkit/cellkit/internal/cellctl"
 	"github.com/cellkit/cellkit/internal/control"
 	"github.com/cellkit/cellkit/internal/devstack"
 	"github.com/cellkit/cellkit/internal/freeport"
@@ -24,7 +25,7 @@ import (
 )
 
 // devUp starts the stack; see devUpCommand.
-func (x *inv) devUp(ctx context.Context, o devOptions) error {
+func devUp(ctx context.Context, in *cellctl.Invocation, o devOptions) error {
 	dir, err := filepath.Abs(o.dir)
 	if err != nil {
 		return err
@@ -46,7 +47,7 @@ func (x *inv) devUp(ctx context.Context, o devOptions) error {
 			return err
 		}
 		if info, err := os.Stat(bins["cell"]); err != nil || info.IsDir() {
-			return usagef("--cell-bin %s: no such binary", o.cellBin)
+			return cellctl.Usagef("--cell-bin %s: no such binary", o.cellBin)
 		}
 	}
 	for _, sub := range []string{"registry", "cells", "router", "logs", "run"} {
@@ -68,10 +69,10 @@ func (x *inv) devUp(ctx context.Context, o devOptions) error {
 			return err
 		}
 		if made {
-			x.notef("Made the dev CA and certificates in %s.", certs.Dir)
+			in.Notef("Made the dev CA and certificates in %s.", certs.Dir)
 		}
 	}
-	if err := x.devMap(ctx, regURL, o.cells, ports, scheme); err != nil {
+	if err := devMap(ctx, in, regURL, o.cells, ports, scheme); err != nil {
 		return err
 	}
 	key, err := devstack.APIKey(ctx, bins["router"], dir, devKeyClient, true)
@@ -97,7 +98,7 @@ func (x *inv) devUp(ctx context.Context, o devOptions) error {
 		Dir: dir, Registry: regURL, Router: scheme + "://" + ports.router, RouterAdmin: "http://" + ports.routerAdmin,
 		AgencyAdmin: "http://" + ports.agencyAdmin, APIKey: key, Foreground: o.foreground,
 		Console: "http://" + ports.console + "/", ConsoleToken: tokenFile,
-		StartedAt: x.cli.now(), TLS: certs,
+		StartedAt: in.Now(), TLS: certs,
 	}
 	var children []*devstack.Child
 	fail := func(err error) error {
@@ -120,8 +121,8 @@ func (x *inv) devUp(ctx context.Context, o devOptions) error {
 	if err := writeScrapeTargets(dir, st); err != nil {
 		return fail(err)
 	}
-	x.notef("Started %d processes (logs in %s); waiting until they are ready...", len(procs), filepath.Join(dir, "logs"))
-	hc, err := x.stackClient(st)
+	in.Notef("Started %d processes (logs in %s); waiting until they are ready...", len(procs), filepath.Join(dir, "logs"))
+	hc, err := stackClient(in, st)
 	if err != nil {
 		return fail(err)
 	}
@@ -130,7 +131,7 @@ func (x *inv) devUp(ctx context.Context, o devOptions) error {
 	if err != nil {
 		return fail(err)
 	}
-	writeDevBanner(x, st, o)
+	writeDevBanner(in, st, o)
 	if !o.foreground {
 		return nil
 	}
@@ -150,18 +151,18 @@ func (x *inv) devUp(ctx context.Context, o devOptions) error {
 	for {
 		select {
 		case msg := <-ended:
-			x.warnf("%s", msg)
+			in.Warnf("%s", msg)
 			continue
 		case <-ctx.Done():
 		}
 		break
 	}
-	fmt.Fprintln(x.out, "\nStopping the stack...")
-	devstack.StopAll(context.WithoutCancel(ctx), stackProcesses(dir, st.Processes), devstack.StopGrace, x.reportStop)
+	fmt.Fprintln(in.Stdout(), "\nStopping the stack...")
+	devstack.StopAll(context.WithoutCancel(ctx), stackProcesses(dir, st.Processes), devstack.StopGrace, reportStop(in))
 	if err := os.Remove(devstack.StatePath(dir)); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return err
 	}
-	fmt.Fprintf(x.out, "Stopped; data kept in %s for the next run.\n", o.dir)
+	fmt.Fprintf(in.Stdout(), "Stopped; data kept in %s for the next run.\n", o.dir)
 	return nil
 }
 
@@ -195,7 +196,7 @@ func devCellsAndRouter(o devOptions, dir, regURL string, bins map[string]string,
 				"--admin-tls-cert", cert, "--admin-tls-key", key, "--admin-tls-client-ca", certs.CA)
 		}
 		procs = append(procs, DevProcess{
-			Name: id, Bin: bins["cell"],
+			Name: id, Cell: id, Bin: bins["cell"],
 			Args:  args,
 			Ready: scheme + "://" + ports.admin[i-1] + "/readyz",
 			Addrs: map[string]string{"intake": ports.intake[i-1], "admin": ports.admin[i-1]},
@@ -321,7 +322,7 @@ func binDirs(dir string) []string {
 // addresses, with scheme (https for a stack on TLS), through
 // control.Ensure (the operations of the init, provision and endpoints
 // commands). Their plans go to DIR/logs/setup.log.
-func (x *inv) devMap(ctx context.Context, regURL string, cells int, ports devPorts, scheme string) error {
+func devMap(ctx context.Context, in *cellctl.Invocation, regURL string, cells int, ports devPorts, scheme string) error {
 	dir := filepath.Dir(filepath.Dir(strings.TrimPrefix(regURL, "file:")))
 	logf, err := os.OpenFile(filepath.Join(dir, "logs", "setup.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
@@ -333,8 +334,8 @@ func (x *inv) devMap(ctx context.Context, regURL string, cells int, ports devPor
 		return err
 	}
 	defer reg.Close()
-	ctl := control.New(reg, control.Config{Holder: x.cli.holder(x.cmd.name), LockWait: x.g.lockWait},
-		control.Options{Now: x.cli.now, Note: func(n control.Note) { fmt.Fprintf(logf, "%s\n", n.Text) }})
+	ctl := control.New(reg, control.Config{Holder: in.Holder(), LockWait: in.LockWait()},
+		control.Options{Now: in.Now, Note: func(n control.Note) { fmt.Fprintf(logf, "%s\n", n.Text) }})
 	var want []control.StackCell
 	for i := 1; i <= cells; i++ {
 		want = append(want, control.StackCell{ID: cellName(i),
@@ -350,19 +351,19 @@ func (x *inv) devMap(ctx context.Context, regURL string, cells int, ports devPor
 				fmt.Fprintf(logf, "$ cellctl %s\n", what)
 				shown = what
 			}
-			writePlan(logf, p)
+			cellctl.WritePlan(logf, p)
 		},
 		Failed: func(_ string, err error) { fmt.Fprintf(logf, "%v\n", err) },
 		Step: func(s control.Step) {
 			switch s.Kind {
 			case control.StepInit:
 				fmt.Fprintf(logf, "$ cellctl init --agency nice=80 --agency kcb=40\n")
-				x.notef("Created the map in %s (plans in %s).", regURL, logf.Name())
+				in.Notef("Created the map in %s (plans in %s).", regURL, logf.Name())
 				return
 			case control.StepProvision:
-				x.notef("Provisioned cell %s (intake %s, admin %s).", s.Cell.ID, s.Cell.Intake, s.Cell.Admin)
+				in.Notef("Provisioned cell %s (intake %s, admin %s).", s.Cell.ID, s.Cell.Intake, s.Cell.Admin)
 			case control.StepEndpoints:
-				x.notef("Moved cell %s to intake %s, admin %s.", s.Cell.ID, s.Cell.Intake, s.Cell.Admin)
+				in.Notef("Moved cell %s to intake %s, admin %s.", s.Cell.ID, s.Cell.Intake, s.Cell.Admin)
 			}
 			if s.Result.Applied {
 				fmt.Fprintf(logf, "\nApplied: map version %d (%s).\n", s.Result.Version, s.Result.Plan.Op)
@@ -372,7 +373,7 @@ func (x *inv) devMap(ctx context.Context, regURL string, cells int, ports devPor
 }
 
 // writeDevBanner prints what to do with a ready stack.
-func writeDevBanner(x *inv, st *DevStack, o devOptions) {
+func writeDevBanner(in *cellctl.Invocation, st *DevStack, o devOptions) {
 	rel := o.dir
 	var cells []string
 	for _, p := range st.Cells() {
@@ -388,7 +389,7 @@ TLS:      certificates in %s; the cells take only the router's certificate
           %s
 `, filepath.Join(rel, "certs"), cellctlTLSEnv(st.TLS))
 	}
-	fmt.Fprintf(x.out, `
+	fmt.Fprintf(in.Stdout(), `
 cellkit local stack is ready: agency simulator, %d cells, router.
 
   router      %s   (admin %s)
@@ -411,9 +412,9 @@ Traffic:  ./bin/cellctl --registry %s rebalance --by traffic --dry-run   (the ro
 		st.RouterAdmin, cellAdmin, rel, st.AgencyAdmin, filepath.Join(rel, scrapeTargetsFile), relRegistry(st.Registry),
 		relRegistry(st.Registry), onTLS)
 	if o.foreground {
-		fmt.Fprintln(x.out, "\nCtrl-C stops everything.")
+		fmt.Fprintln(in.Stdout(), "\nCtrl-C stops everything.")
 	} else {
-		fmt.Fprintf(x.out, "\nStop it with: cellctl dev down --dir %s\n", rel)
+		fmt.Fprintf(in.Stdout(), "\nStop it with: cellctl dev down --dir %s\n", rel)
 	}
 }
 

@@ -1,4 +1,4 @@
-package cellctl
+package devctl
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cellkit/cellkit/internal/api"
 	"github.com/cellkit/cellkit/internal/devstack"
 	"github.com/cellkit/cellkit/internal/testkit"
 )
@@ -181,7 +182,12 @@ func TestDevStackTLS(t *testing.T) {
 
 	// cellctl with the operator certificate, as the banner says.
 	env := []string{"CELLKIT_CELLCTL_TLS_CA=" + st.TLS.CA, "CELLKIT_CELLCTL_TLS_CERT=" + st.TLS.Cert, "CELLKIT_CELLCTL_TLS_KEY=" + st.TLS.Key}
-	var status statusJSON
+	var status struct {
+		Cells []struct {
+			Reachable bool            `json:"reachable"`
+			Status    *api.CellStatus `json:"status"`
+		} `json:"cells"`
+	}
 	if err := json.Unmarshal([]byte(run(env, "--registry", st.Registry, "--json", "status")), &status); err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package cellctl
+package devctl
 
 import (
 	"bufio"
@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/cellkit/cellkit/internal/adminclient"
+	"github.com/cellkit/cellkit/internal/cellctl"
 	"github.com/cellkit/cellkit/internal/console"
 	"github.com/cellkit/cellkit/internal/devstack"
 	"github.com/cellkit/cellkit/internal/testkit"
@@ -464,16 +465,15 @@ func assertGone(t *testing.T, procs []DevProcess) {
 // stop passes it on) and refuses a command line without a program or with
 // a backoff it cannot follow.
 func TestDevSupervise(t *testing.T) {
-	e := newFileEnv(t)
-	if r := e.run("dev", "supervise"); r.code != ExitUsage {
+	if r := run("dev", "supervise"); r.code != cellctl.ExitUsage {
 		t.Errorf("no program: %v", r)
 	}
-	if r := e.run("dev", "supervise", "--backoff", "0s", "--", "true"); r.code != ExitUsage || !strings.Contains(r.stderr, "--backoff 0s must be positive") {
+	if r := run("dev", "supervise", "--backoff", "0s", "--", "true"); r.code != cellctl.ExitUsage || !strings.Contains(r.stderr, "--backoff 0s must be positive") {
 		t.Errorf("--backoff 0: %v", r)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	r := e.runCtx(ctx, "dev", "supervise", "--", "sleep", "30")
+	r := cellctlRun(ctx, "dev", "supervise", "--", "sleep", "30")
 	if r.code != 128+int(syscall.SIGTERM) || !strings.Contains(r.stderr, "supervisor: program stopped") {
 		t.Errorf("stopped: %v; want exit %d", r, 128+int(syscall.SIGTERM))
 	}
