@@ -59,10 +59,11 @@ net-down: ## stop the stack of make net-up and remove its namespaces, veths and 
 	$(BIN)/loadtest net down --dir var/net
 
 .PHONY: tools
-tools: ## install the programs the tests need into ./bin (a real Consul agent, promtool and Prometheus, each built once; Debian's Chromium and playwright-core for the console's browser test)
+tools: ## install the programs the tests need into ./bin (a real Consul agent, promtool and Prometheus, each built once; Debian's Chromium and playwright-core for the console's browser test; kube-apiserver and etcd in bin/kube, each built once, for the tests against a real Kubernetes API server)
 	./scripts/install-consul.sh $(CONSUL)
 	./scripts/install-prometheus.sh $(BIN)/promtool
 	./scripts/install-browser.sh $(BIN)/browser
+	./scripts/install-kube.sh $(BIN)/kube
 
 # The images: the version the binaries print and the images are tagged with,
 # the repository they are named in, the GOARCH they are built for.
