@@ -5,6 +5,7 @@ SHELL := /usr/bin/env bash
 BIN        := $(CURDIR)/bin
 CONSUL     := $(BIN)/consul
 STATICCHECK_VERSION := v0.8.2
+CONTROLLER_GEN_VERSION := v0.23.0
 ERRCHECK_VERSION    := v1.30.0
 MISSPELL_VERSION    := v0.8.0
 # A count of executions, not a duration: with a duration Go 1.26's fuzz
@@ -70,7 +71,7 @@ tools: ## install the programs the tests need into ./bin (a real Consul agent, p
 VERSION    ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
 IMAGE_REPO ?= cellkit
 IMAGE_ARCH ?= $(shell go env GOARCH)
-IMAGES     := router cell cellctl agencysim
+IMAGES     := router cell cellctl agencysim operator
 
 .PHONY: images
 images: ## OCI images of the programs (no Docker): static binaries in ./bin/static, one tar per program in ./bin/images, both an OCI layout and a docker-archive (IMAGE_REPO, VERSION, IMAGE_ARCH)
@@ -89,8 +90,20 @@ test: tools build images ## run the whole test suite with -race (runs `make tool
 	go test -race -timeout 10m -count 1 -p 1 $(addprefix ./,$(STACK_PKGS))
 	cd deploy/release && go test -race -timeout 10m -count 1 ./...
 
+# controller-gen writes the Cell CRD, its deep copies and the operator's
+# RBAC from internal/operator's types and markers; `make lint` fails when
+# what is committed is not what it writes.
+CONTROLLER_GEN := go run sigs.k8s.io/controller-tools/cmd/controller-gen@$(CONTROLLER_GEN_VERSION)
+GENERATED      := internal/operator/api deploy/kubernetes/operator/crd deploy/kubernetes/operator/rbac
+
+.PHONY: generate
+generate: ## the Cell CRD (deploy/kubernetes/operator/crd), its Go deep copies and the operator's RBAC (deploy/kubernetes/operator/rbac), from internal/operator's types and markers (controller-gen)
+	$(CONTROLLER_GEN) object paths=./internal/operator/api/...
+	$(CONTROLLER_GEN) crd:maxDescLen=400 rbac:roleName=cellkit-operator paths=./internal/operator/... \
+	  output:crd:artifacts:config=deploy/kubernetes/operator/crd output:rbac:artifacts:config=deploy/kubernetes/operator/rbac
+
 .PHONY: lint
-lint: ## go vet, staticcheck and errcheck (the main module and deploy/release; errcheck's reasoned exclusions in .errcheck-exclude), misspell over the Go files and the docs
+lint: ## go vet, staticcheck and errcheck (the main module and deploy/release; errcheck's reasoned exclusions in .errcheck-exclude), misspell over the Go files and the docs, and what `make generate` writes committed
 	go vet ./...
 	GOBIN=$(BIN) go install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
 	GOBIN=$(BIN) go install github.com/kisielk/errcheck@$(ERRCHECK_VERSION)
@@ -99,6 +112,8 @@ lint: ## go vet, staticcheck and errcheck (the main module and deploy/release; e
 	$(BIN)/errcheck -ignoretests -exclude .errcheck-exclude ./...
 	cd deploy/release && go vet ./... && $(BIN)/staticcheck ./... && $(BIN)/errcheck -ignoretests -exclude ../../.errcheck-exclude ./...
 	git ls-files '*.go' '*.md' | xargs $(BIN)/misspell -error
+	$(MAKE) generate
+	@git diff --exit-code -- $(GENERATED) || { echo "make generate changed the files above: commit what it writes" >&2; exit 1; }
 
 NET_DRILLS ?= host-loss freeze-instance cut-router cut-consul-router cut-consul-cell cut-nats cut-agency
 # The lab runs 25 processes (9 JetStream nodes, 9 cell instances) on the

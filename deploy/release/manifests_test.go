@@ -33,7 +33,7 @@ const (
 )
 
 func TestEveryKustomizationRenders(t *testing.T) {
-	for _, dir := range []string{"base", "cell", filepath.Join("overlays", "four-cells")} {
+	for _, dir := range []string{"base", "cell", filepath.Join("overlays", "four-cells"), filepath.Join("overlays", "operator-cells")} {
 		t.Run(dir, func(t *testing.T) {
 			var o *objects
 			if path := filepath.Join(kube, dir); path == fourCells {
@@ -50,98 +50,102 @@ func TestEveryKustomizationRenders(t *testing.T) {
 
 // TestPodsAreLockedDown: no container runs as root, escalates, keeps a
 // capability or writes its root filesystem, and no pod reaches the host
-// or the Kubernetes API.
+// or the Kubernetes API (but the operator).
 func TestPodsAreLockedDown(t *testing.T) {
-	o := renderFourCells(t)
-	for _, w := range o.workloads() {
-		spec := w.template.Spec
-		psc := spec.SecurityContext
-		if psc == nil || psc.SeccompProfile == nil || psc.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault {
-			t.Errorf("%s %s: pod without the RuntimeDefault seccomp profile", w.kind, w.name)
-		}
-		if spec.HostNetwork || spec.HostPID || spec.HostIPC {
-			t.Errorf("%s %s: shares a host namespace", w.kind, w.name)
-		}
-		if spec.AutomountServiceAccountToken == nil || *spec.AutomountServiceAccountToken {
-			t.Errorf("%s %s: mounts a service account token it has no use for", w.kind, w.name)
-		}
-		for _, v := range spec.Volumes {
-			if v.HostPath != nil {
-				t.Errorf("%s %s: hostPath volume %s", w.kind, w.name, v.Name)
+	forEachInstallation(t, func(t *testing.T, o *objects) {
+		for _, w := range o.workloads() {
+			spec := w.template.Spec
+			psc := spec.SecurityContext
+			if psc == nil || psc.SeccompProfile == nil || psc.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault {
+				t.Errorf("%s %s: pod without the RuntimeDefault seccomp profile", w.kind, w.name)
 			}
-		}
-		for _, c := range containers(w.template) {
-			where := fmt.Sprintf("%s %s, container %s", w.kind, w.name, c.Name)
-			sc := c.SecurityContext
-			if sc == nil {
-				t.Errorf("%s: no security context", where)
-				continue
+			if spec.HostNetwork || spec.HostPID || spec.HostIPC {
+				t.Errorf("%s %s: shares a host namespace", w.kind, w.name)
 			}
-			nonRoot := sc.RunAsNonRoot
-			if nonRoot == nil && psc != nil {
-				nonRoot = psc.RunAsNonRoot
+			// The operator works through the API with its own account; no
+			// other pod has a use for a token.
+			if token := spec.AutomountServiceAccountToken == nil || *spec.AutomountServiceAccountToken; token != (w.name == "cellkit-operator") {
+				t.Errorf("%s %s: mounts a service account token: %v, want it only for the operator", w.kind, w.name, token)
 			}
-			uid := sc.RunAsUser
-			if uid == nil && psc != nil {
-				uid = psc.RunAsUser
+			for _, v := range spec.Volumes {
+				if v.HostPath != nil {
+					t.Errorf("%s %s: hostPath volume %s", w.kind, w.name, v.Name)
+				}
 			}
-			switch {
-			case nonRoot == nil || !*nonRoot:
-				t.Errorf("%s: runAsNonRoot not set", where)
-			case uid == nil || *uid == 0:
-				t.Errorf("%s: runs as uid %v", where, uid)
-			}
-			if sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation {
-				t.Errorf("%s: may escalate its privileges", where)
-			}
-			if sc.Privileged != nil && *sc.Privileged {
-				t.Errorf("%s: privileged", where)
-			}
-			if sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem {
-				t.Errorf("%s: root filesystem writable", where)
-			}
-			if sc.Capabilities == nil || !slices.Equal(sc.Capabilities.Drop, []corev1.Capability{"ALL"}) || len(sc.Capabilities.Add) > 0 {
-				t.Errorf("%s: capabilities %+v, want all dropped", where, sc.Capabilities)
-			}
-			if c.Resources.Requests.Cpu().IsZero() || c.Resources.Requests.Memory().IsZero() || c.Resources.Limits.Memory().IsZero() {
-				t.Errorf("%s: no CPU and memory request or no memory limit", where)
-			}
-			// Go's soft limit below the container's hard one, with room
-			// for what is not heap.
-			for _, e := range c.Env {
-				if e.Name != "GOMEMLIMIT" {
+			for _, c := range containers(w.template) {
+				where := fmt.Sprintf("%s %s, container %s", w.kind, w.name, c.Name)
+				sc := c.SecurityContext
+				if sc == nil {
+					t.Errorf("%s: no security context", where)
 					continue
 				}
-				limit := float64(c.Resources.Limits.Memory().Value())
-				soft, err := goMemLimit(e.Value)
-				if err != nil || soft < 0.75*limit || soft > 0.95*limit {
-					t.Errorf("%s: GOMEMLIMIT %q (%v) of a %.0f-byte limit, want 75–95 %% of it", where, e.Value, err, limit)
+				nonRoot := sc.RunAsNonRoot
+				if nonRoot == nil && psc != nil {
+					nonRoot = psc.RunAsNonRoot
+				}
+				uid := sc.RunAsUser
+				if uid == nil && psc != nil {
+					uid = psc.RunAsUser
+				}
+				switch {
+				case nonRoot == nil || !*nonRoot:
+					t.Errorf("%s: runAsNonRoot not set", where)
+				case uid == nil || *uid == 0:
+					t.Errorf("%s: runs as uid %v", where, uid)
+				}
+				if sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation {
+					t.Errorf("%s: may escalate its privileges", where)
+				}
+				if sc.Privileged != nil && *sc.Privileged {
+					t.Errorf("%s: privileged", where)
+				}
+				if sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem {
+					t.Errorf("%s: root filesystem writable", where)
+				}
+				if sc.Capabilities == nil || !slices.Equal(sc.Capabilities.Drop, []corev1.Capability{"ALL"}) || len(sc.Capabilities.Add) > 0 {
+					t.Errorf("%s: capabilities %+v, want all dropped", where, sc.Capabilities)
+				}
+				if c.Resources.Requests.Cpu().IsZero() || c.Resources.Requests.Memory().IsZero() || c.Resources.Limits.Memory().IsZero() {
+					t.Errorf("%s: no CPU and memory request or no memory limit", where)
+				}
+				// Go's soft limit below the container's hard one, with room
+				// for what is not heap.
+				for _, e := range c.Env {
+					if e.Name != "GOMEMLIMIT" {
+						continue
+					}
+					limit := float64(c.Resources.Limits.Memory().Value())
+					soft, err := goMemLimit(e.Value)
+					if err != nil || soft < 0.75*limit || soft > 0.95*limit {
+						t.Errorf("%s: GOMEMLIMIT %q (%v) of a %.0f-byte limit, want 75–95 %% of it", where, e.Value, err, limit)
+					}
 				}
 			}
 		}
-	}
+	})
 }
 
 // TestPodSecurityRestricted: every pod passes the Pod Security Standards'
 // restricted profile, by the admission plugin's own checks (the namespace
 // of the overlay enforces it).
 func TestPodSecurityRestricted(t *testing.T) {
-	o := renderFourCells(t)
-	eval, err := psapolicy.NewEvaluator(psapolicy.DefaultChecks(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	lv := psaapi.LevelVersion{Level: psaapi.LevelRestricted, Version: psaapi.LatestVersion()}
-	for _, w := range o.workloads() {
-		for _, r := range eval.EvaluatePod(lv, &w.template.ObjectMeta, &w.template.Spec) {
-			if !r.Allowed {
-				t.Errorf("%s %s: %s: %s", w.kind, w.name, r.ForbiddenReason, r.ForbiddenDetail)
+	forEachInstallation(t, func(t *testing.T, o *objects) {
+		eval, err := psapolicy.NewEvaluator(psapolicy.DefaultChecks(), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lv := psaapi.LevelVersion{Level: psaapi.LevelRestricted, Version: psaapi.LatestVersion()}
+		for _, w := range o.workloads() {
+			for _, r := range eval.EvaluatePod(lv, &w.template.ObjectMeta, &w.template.Spec) {
+				if !r.Allowed {
+					t.Errorf("%s %s: %s: %s", w.kind, w.name, r.ForbiddenReason, r.ForbiddenDetail)
+				}
 			}
 		}
-	}
-	if len(o.namespaces) != 1 || o.namespaces[0].Labels["pod-security.kubernetes.io/enforce"] != "restricted" {
-		t.Errorf("the overlay's namespace does not enforce the restricted profile")
-	}
+		if len(o.namespaces) != 1 || o.namespaces[0].Labels["pod-security.kubernetes.io/enforce"] != "restricted" {
+			t.Errorf("the overlay's namespace does not enforce the restricted profile")
+		}
+	})
 }
 
 // containers are a pod's containers, native sidecars (init containers that
@@ -160,156 +164,158 @@ func containers(tpl *corev1.PodTemplateSpec) []*corev1.Container {
 // TestSelectorsMeetTheirPods: every Service, disruption budget and network
 // policy selects pods that exist, by ports they have.
 func TestSelectorsMeetTheirPods(t *testing.T) {
-	o := renderFourCells(t)
-	for _, s := range o.services {
-		pods := o.selected(labels.SelectorFromSet(s.Spec.Selector))
-		if len(pods) == 0 {
-			t.Errorf("Service %s selects no pod", s.Name)
-		}
-		for _, p := range s.Spec.Ports {
-			for _, w := range pods {
-				if !hasPort(w.template, p.TargetPort) {
-					t.Errorf("Service %s: port %s targets %s, which %s %s does not have", s.Name, p.Name, p.TargetPort.String(), w.kind, w.name)
-				}
-				if sidecarOnly(w.template, p.TargetPort) {
-					t.Errorf("Service %s: port %s targets a sidecar's port by name: give its number", s.Name, p.Name)
-				}
+	forEachInstallation(t, func(t *testing.T, o *objects) {
+		for _, s := range o.services {
+			pods := o.selected(labels.SelectorFromSet(s.Spec.Selector))
+			if len(pods) == 0 {
+				t.Errorf("Service %s selects no pod", s.Name)
 			}
-		}
-	}
-	for _, b := range o.pdbs {
-		sel, err := metav1.LabelSelectorAsSelector(b.Spec.Selector)
-		if err != nil {
-			t.Fatal(err)
-		}
-		pods := o.selected(sel)
-		if len(pods) != 1 {
-			t.Errorf("PodDisruptionBudget %s selects %d workloads, want 1", b.Name, len(pods))
-			continue
-		}
-		if b.Spec.MaxUnavailable == nil || b.Spec.MaxUnavailable.IntValue() != 1 || pods[0].replicas < 3 {
-			t.Errorf("PodDisruptionBudget %s: maxUnavailable %v over %d replicas, want 1 of at least 3", b.Name, b.Spec.MaxUnavailable, pods[0].replicas)
-		}
-	}
-	defaultDeny := false
-	for _, p := range o.policies {
-		sel, err := metav1.LabelSelectorAsSelector(&p.Spec.PodSelector)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if sel.Empty() {
-			defaultDeny = defaultDeny || len(p.Spec.Ingress) == 0 && slices.Contains(p.Spec.PolicyTypes, networkingv1.PolicyTypeIngress)
-			continue
-		}
-		pods := o.selected(sel)
-		if len(pods) == 0 {
-			t.Errorf("NetworkPolicy %s applies to no pod", p.Name)
-		}
-		for _, rule := range p.Spec.Ingress {
-			for _, port := range rule.Ports {
+			for _, p := range s.Spec.Ports {
 				for _, w := range pods {
-					if port.Port == nil || !hasPort(w.template, *port.Port) {
-						t.Errorf("NetworkPolicy %s: port %v, which %s %s does not have", p.Name, port.Port, w.kind, w.name)
-					} else if sidecarOnly(w.template, *port.Port) {
-						t.Errorf("NetworkPolicy %s: port %v is a sidecar's port by name: give its number", p.Name, port.Port)
+					if !hasPort(w.template, p.TargetPort) {
+						t.Errorf("Service %s: port %s targets %s, which %s %s does not have", s.Name, p.Name, p.TargetPort.String(), w.kind, w.name)
+					}
+					if sidecarOnly(w.template, p.TargetPort) {
+						t.Errorf("Service %s: port %s targets a sidecar's port by name: give its number", s.Name, p.Name)
 					}
 				}
 			}
-			for _, peer := range rule.From {
-				if peer.PodSelector == nil || peer.NamespaceSelector != nil {
-					continue
+		}
+		for _, b := range o.pdbs {
+			sel, err := metav1.LabelSelectorAsSelector(b.Spec.Selector)
+			if err != nil {
+				t.Fatal(err)
+			}
+			pods := o.selected(sel)
+			if len(pods) != 1 {
+				t.Errorf("PodDisruptionBudget %s selects %d workloads, want 1", b.Name, len(pods))
+				continue
+			}
+			if b.Spec.MaxUnavailable == nil || b.Spec.MaxUnavailable.IntValue() != 1 || pods[0].replicas < 3 {
+				t.Errorf("PodDisruptionBudget %s: maxUnavailable %v over %d replicas, want 1 of at least 3", b.Name, b.Spec.MaxUnavailable, pods[0].replicas)
+			}
+		}
+		defaultDeny := false
+		for _, p := range o.policies {
+			sel, err := metav1.LabelSelectorAsSelector(&p.Spec.PodSelector)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if sel.Empty() {
+				defaultDeny = defaultDeny || len(p.Spec.Ingress) == 0 && slices.Contains(p.Spec.PolicyTypes, networkingv1.PolicyTypeIngress)
+				continue
+			}
+			pods := o.selected(sel)
+			if len(pods) == 0 {
+				t.Errorf("NetworkPolicy %s applies to no pod", p.Name)
+			}
+			for _, rule := range p.Spec.Ingress {
+				for _, port := range rule.Ports {
+					for _, w := range pods {
+						if port.Port == nil || !hasPort(w.template, *port.Port) {
+							t.Errorf("NetworkPolicy %s: port %v, which %s %s does not have", p.Name, port.Port, w.kind, w.name)
+						} else if sidecarOnly(w.template, *port.Port) {
+							t.Errorf("NetworkPolicy %s: port %v is a sidecar's port by name: give its number", p.Name, port.Port)
+						}
+					}
 				}
-				psel, err := metav1.LabelSelectorAsSelector(peer.PodSelector)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if len(o.selected(psel)) == 0 {
-					t.Errorf("NetworkPolicy %s: lets in pods %v, and there are none", p.Name, psel)
+				for _, peer := range rule.From {
+					if peer.PodSelector == nil || peer.NamespaceSelector != nil {
+						continue
+					}
+					psel, err := metav1.LabelSelectorAsSelector(peer.PodSelector)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if len(o.selected(psel)) == 0 {
+						t.Errorf("NetworkPolicy %s: lets in pods %v, and there are none", p.Name, psel)
+					}
 				}
 			}
 		}
-	}
-	if !defaultDeny {
-		t.Error("no NetworkPolicy denies ingress by default")
-	}
-	for _, m := range o.podMonitors {
-		sel, err := metav1.LabelSelectorAsSelector(&m.Spec.Selector)
-		if err != nil {
-			t.Fatal(err)
+		if !defaultDeny {
+			t.Error("no NetworkPolicy denies ingress by default")
 		}
-		pods := o.selected(sel)
-		if len(pods) == 0 {
-			t.Errorf("PodMonitor %s scrapes no pod", m.Name)
-		}
-		for _, ep := range m.Spec.PodMetricsEndpoints {
-			for _, w := range pods {
-				if ep.Port == nil || !hasPort(w.template, intstr.FromString(*ep.Port)) {
-					t.Errorf("PodMonitor %s: port %v, which %s %s does not have", m.Name, ep.Port, w.kind, w.name)
+		for _, m := range o.podMonitors {
+			sel, err := metav1.LabelSelectorAsSelector(&m.Spec.Selector)
+			if err != nil {
+				t.Fatal(err)
+			}
+			pods := o.selected(sel)
+			if len(pods) == 0 {
+				t.Errorf("PodMonitor %s scrapes no pod", m.Name)
+			}
+			for _, ep := range m.Spec.PodMetricsEndpoints {
+				for _, w := range pods {
+					if ep.Port == nil || !hasPort(w.template, intstr.FromString(*ep.Port)) {
+						t.Errorf("PodMonitor %s: port %v, which %s %s does not have", m.Name, ep.Port, w.kind, w.name)
+					}
 				}
 			}
 		}
-	}
+	})
 }
 
 // TestOnlyRoutersReachIntakeAndOnlyOperatorsReachAdmin reads the network
 // policies as the cluster would: who may connect to each named port.
 func TestOnlyRoutersReachIntakeAndOnlyOperatorsReachAdmin(t *testing.T) {
-	o := renderFourCells(t)
-	monitoring := map[string]string{"cellkit.io/monitoring": "true"}
-	allowed := map[string][]map[string]string{
-		// a cell's intake: routers, and other cells reading an inquiry
-		// after a slot move
-		"intake": {{nameLabel: "router"}, {nameLabel: "cell"}},
-		"admin":  {{nameLabel: "cellctl"}, monitoring},
-		"nats":   {{nameLabel: "cell"}}, "nats-route": {{nameLabel: "cell"}},
-		"nats-monitor": {monitoring},
-		"nice":         {{nameLabel: "cell"}}, "kcb": {{nameLabel: "cell"}},
-	}
-	seen := map[string]bool{}
-	for _, p := range o.policies {
-		psel, err := metav1.LabelSelectorAsSelector(&p.Spec.PodSelector)
-		if err != nil {
-			t.Fatal(err)
+	forEachInstallation(t, func(t *testing.T, o *objects) {
+		monitoring := map[string]string{"cellkit.io/monitoring": "true"}
+		allowed := map[string][]map[string]string{
+			// a cell's intake: routers, and other cells reading an inquiry
+			// after a slot move
+			"intake": {{nameLabel: "router"}, {nameLabel: "cell"}},
+			"admin":  {{nameLabel: "cellctl"}, {nameLabel: "cellkit-operator"}, monitoring},
+			"nats":   {{nameLabel: "cell"}}, "nats-route": {{nameLabel: "cell"}},
+			"nats-monitor": {monitoring},
+			"nice":         {{nameLabel: "cell"}}, "kcb": {{nameLabel: "cell"}},
 		}
-		pods := o.selected(psel)
-		for _, rule := range p.Spec.Ingress {
-			for _, port := range rule.Ports {
-				name := portName(pods, *port.Port)
-				want, guarded := allowed[name]
-				if !guarded {
-					if name != "public" {
-						t.Errorf("NetworkPolicy %s opens port %s, which no rule of this test covers", p.Name, name)
-					}
-					continue
-				}
-				seen[name] = true
-				if len(rule.From) == 0 {
-					t.Errorf("NetworkPolicy %s opens port %s to anyone", p.Name, name)
-				}
-				for _, peer := range rule.From {
-					var got map[string]string
-					switch {
-					case peer.IPBlock != nil:
-						t.Errorf("NetworkPolicy %s: port %s open to addresses %v", p.Name, name, peer.IPBlock)
+		seen := map[string]bool{}
+		for _, p := range o.policies {
+			psel, err := metav1.LabelSelectorAsSelector(&p.Spec.PodSelector)
+			if err != nil {
+				t.Fatal(err)
+			}
+			pods := o.selected(psel)
+			for _, rule := range p.Spec.Ingress {
+				for _, port := range rule.Ports {
+					name := portName(pods, *port.Port)
+					want, guarded := allowed[name]
+					if !guarded {
+						if name != "public" {
+							t.Errorf("NetworkPolicy %s opens port %s, which no rule of this test covers", p.Name, name)
+						}
 						continue
-					case peer.NamespaceSelector != nil && peer.PodSelector == nil:
-						got = peer.NamespaceSelector.MatchLabels
-					case peer.PodSelector != nil && peer.NamespaceSelector == nil:
-						got = maps.Clone(peer.PodSelector.MatchLabels)
-						delete(got, cellLabel) // a cell's own pods
 					}
-					if !slices.ContainsFunc(want, func(w map[string]string) bool { return maps.Equal(w, got) }) {
-						t.Errorf("NetworkPolicy %s lets %+v reach port %s", p.Name, peer, name)
+					seen[name] = true
+					if len(rule.From) == 0 {
+						t.Errorf("NetworkPolicy %s opens port %s to anyone", p.Name, name)
+					}
+					for _, peer := range rule.From {
+						var got map[string]string
+						switch {
+						case peer.IPBlock != nil:
+							t.Errorf("NetworkPolicy %s: port %s open to addresses %v", p.Name, name, peer.IPBlock)
+							continue
+						case peer.NamespaceSelector != nil && peer.PodSelector == nil:
+							got = peer.NamespaceSelector.MatchLabels
+						case peer.PodSelector != nil && peer.NamespaceSelector == nil:
+							got = maps.Clone(peer.PodSelector.MatchLabels)
+							delete(got, cellLabel) // a cell's own pods
+						}
+						if !slices.ContainsFunc(want, func(w map[string]string) bool { return maps.Equal(w, got) }) {
+							t.Errorf("NetworkPolicy %s lets %+v reach port %s", p.Name, peer, name)
+						}
 					}
 				}
 			}
 		}
-	}
-	for name := range allowed {
-		if !seen[name] {
-			t.Errorf("no policy opens port %s to anyone: its callers are cut off", name)
+		for name := range allowed {
+			if !seen[name] {
+				t.Errorf("no policy opens port %s to anyone: its callers are cut off", name)
+			}
 		}
-	}
+	})
 }
 
 // TestCells: each cell is three instances over three nodes of its own,
@@ -457,86 +463,88 @@ func hasPort(tpl *corev1.PodTemplateSpec, p intstr.IntOrString) bool {
 // of it, is in docs/kubernetes.md's table of Secrets, which says how to
 // make it.
 func TestSecretsAreDocumented(t *testing.T) {
-	o := renderFourCells(t)
-	doc, err := os.ReadFile(filepath.Join(root, "docs", "kubernetes.md"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	rows := map[string][]string{}
-	row := regexp.MustCompile("(?m)^\\| `(cellkit-[a-z-]+)` \\| ([^|]+)\\|")
-	for _, m := range row.FindAllStringSubmatch(string(doc), -1) {
-		for _, k := range regexp.MustCompile("`([^`]+)`").FindAllStringSubmatch(m[2], -1) {
-			rows[m[1]] = append(rows[m[1]], k[1])
+	forEachInstallation(t, func(t *testing.T, o *objects) {
+		doc, err := os.ReadFile(filepath.Join(root, "docs", "kubernetes.md"))
+		if err != nil {
+			t.Fatal(err)
 		}
-	}
-	used := map[string]map[string]bool{}
-	use := func(name, key string) {
-		if used[name] == nil {
-			used[name] = map[string]bool{}
-		}
-		used[name][key] = true
-	}
-	for _, w := range o.workloads() {
-		for _, v := range w.template.Spec.Volumes {
-			if v.Secret == nil {
-				continue
-			}
-			if len(v.Secret.Items) == 0 {
-				t.Errorf("%s %s: Secret %s mounted whole; name its keys", w.kind, w.name, v.Secret.SecretName)
-			}
-			for _, it := range v.Secret.Items {
-				use(v.Secret.SecretName, it.Key)
+		rows := map[string][]string{}
+		row := regexp.MustCompile("(?m)^\\| `(cellkit-[a-z-]+)` \\| ([^|]+)\\|")
+		for _, m := range row.FindAllStringSubmatch(string(doc), -1) {
+			for _, k := range regexp.MustCompile("`([^`]+)`").FindAllStringSubmatch(m[2], -1) {
+				rows[m[1]] = append(rows[m[1]], k[1])
 			}
 		}
-		for _, c := range containers(w.template) {
-			for _, e := range c.Env {
-				if e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil {
-					use(e.ValueFrom.SecretKeyRef.Name, e.ValueFrom.SecretKeyRef.Key)
+		used := map[string]map[string]bool{}
+		use := func(name, key string) {
+			if used[name] == nil {
+				used[name] = map[string]bool{}
+			}
+			used[name][key] = true
+		}
+		for _, w := range o.workloads() {
+			for _, v := range w.template.Spec.Volumes {
+				if v.Secret == nil {
+					continue
+				}
+				if len(v.Secret.Items) == 0 {
+					t.Errorf("%s %s: Secret %s mounted whole; name its keys", w.kind, w.name, v.Secret.SecretName)
+				}
+				for _, it := range v.Secret.Items {
+					use(v.Secret.SecretName, it.Key)
+				}
+			}
+			for _, c := range containers(w.template) {
+				for _, e := range c.Env {
+					if e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil {
+						use(e.ValueFrom.SecretKeyRef.Name, e.ValueFrom.SecretKeyRef.Key)
+					}
 				}
 			}
 		}
-	}
-	for _, m := range o.podMonitors {
-		for _, ep := range m.Spec.PodMetricsEndpoints {
-			if ep.Authorization != nil && ep.Authorization.Credentials != nil {
-				use(ep.Authorization.Credentials.Name, ep.Authorization.Credentials.Key)
-			}
-			if ep.TLSConfig != nil && ep.TLSConfig.CA.Secret != nil {
-				use(ep.TLSConfig.CA.Secret.Name, ep.TLSConfig.CA.Secret.Key)
-			}
-		}
-	}
-	if len(used) == 0 {
-		t.Fatal("no Secret used")
-	}
-	for name, keys := range used {
-		for key := range keys {
-			if !slices.Contains(rows[name], key) {
-				t.Errorf("Secret %s, key %s: not in docs/kubernetes.md's table of Secrets (a row \"| `%s` | `%s` ... |\")", name, key, name, key)
+		for _, m := range o.podMonitors {
+			for _, ep := range m.Spec.PodMetricsEndpoints {
+				if ep.Authorization != nil && ep.Authorization.Credentials != nil {
+					use(ep.Authorization.Credentials.Name, ep.Authorization.Credentials.Key)
+				}
+				if ep.TLSConfig != nil && ep.TLSConfig.CA.Secret != nil {
+					use(ep.TLSConfig.CA.Secret.Name, ep.TLSConfig.CA.Secret.Key)
+				}
 			}
 		}
-	}
-	for name := range rows {
-		if used[name] == nil {
-			t.Errorf("docs/kubernetes.md documents Secret %s, which no manifest uses", name)
+		if len(used) == 0 {
+			t.Fatal("no Secret used")
 		}
-	}
+		for name, keys := range used {
+			for key := range keys {
+				if !slices.Contains(rows[name], key) {
+					t.Errorf("Secret %s, key %s: not in docs/kubernetes.md's table of Secrets (a row \"| `%s` | `%s` ... |\")", name, key, name, key)
+				}
+			}
+		}
+		for name := range rows {
+			if used[name] == nil {
+				t.Errorf("docs/kubernetes.md documents Secret %s, which no manifest uses", name)
+			}
+		}
+	})
 }
 
 // TestImagesArePinned: every image is cellkit's, tagged by the overlay,
 // or one pinned by version.
 func TestImagesArePinned(t *testing.T) {
-	o := renderFourCells(t)
-	for _, w := range o.workloads() {
-		for _, c := range containers(w.template) {
-			if tag := imageTag(c.Image); tag == "" || tag == "latest" {
-				t.Errorf("%s %s, container %s: image %q has no version", w.kind, w.name, c.Name, c.Image)
-			}
-			if p, ok := cellkitProgram(c.Image); ok && p != c.Name {
-				t.Errorf("%s %s: container %s runs %s", w.kind, w.name, c.Name, c.Image)
+	forEachInstallation(t, func(t *testing.T, o *objects) {
+		for _, w := range o.workloads() {
+			for _, c := range containers(w.template) {
+				if tag := imageTag(c.Image); tag == "" || tag == "latest" {
+					t.Errorf("%s %s, container %s: image %q has no version", w.kind, w.name, c.Name, c.Image)
+				}
+				if p, ok := cellkitProgram(c.Image); ok && p != c.Name {
+					t.Errorf("%s %s: container %s runs %s", w.kind, w.name, c.Name, c.Image)
+				}
 			}
 		}
-	}
+	})
 }
 
 // copyDeploy copies deploy/kubernetes and deploy/observability into a

@@ -36,6 +36,7 @@ var listens = map[string]map[string]string{
 	"router":    {"listen": "public", "admin-listen": "admin"},
 	"cell":      {"intake": "intake", "admin": "admin"},
 	"agencysim": {"nice-listen": "nice", "kcb-listen": "kcb", "admin-listen": "admin"},
+	"operator":  {"admin-listen": "admin"},
 }
 
 // writable are the flags naming a file or directory the program writes.
@@ -213,52 +214,54 @@ func expandArgs(t *testing.T, where string, args []string, env map[string]string
 // each flag came to. Then the ports, probes and files of the container are
 // held to those values.
 func TestProgramsAcceptTheirArguments(t *testing.T) {
-	o := renderFourCells(t)
+	// Each program runs in a container of one installation or the other.
 	checked := map[string]bool{}
-	defaults := map[string]report{} // by program and command: the same for every container
-	for _, w := range o.workloads() {
-		for _, c := range containers(w.template) {
-			program, ok := cellkitProgram(c.Image)
-			if !ok {
-				continue
-			}
-			where := fmt.Sprintf("%s %s, container %s", w.kind, w.name, c.Name)
-			if len(c.Command) > 0 {
-				t.Errorf("%s: command %q replaces the image's entrypoint", where, c.Command)
-			}
-			env := containerEnv(t, o, w, c)
-			args := expandArgs(t, where, c.Args, env)
-			r := check(t, program, args, env)
-			checked[program] = true
-			if !r.OK {
-				t.Errorf("%s: %s refuses its arguments: %s", where, program, r.Error)
-			}
-			if len(r.Unused) > 0 {
-				t.Errorf("%s: variables %q set no flag of %s", where, r.Unused, program)
-			}
-			// The grace period covers the program's own stop.
-			var stop time.Duration
-			for _, f := range []string{"shutdown-delay", "shutdown-timeout", "drain-timeout"} {
-				if v, ok := r.Flags[f]; ok {
-					d, err := time.ParseDuration(v.Value)
-					if err != nil {
-						t.Fatalf("%s: --%s %q: %v", where, f, v.Value, err)
-					}
-					stop += d
+	forEachInstallation(t, func(t *testing.T, o *objects) {
+		defaults := map[string]report{} // by program and command: the same for every container
+		for _, w := range o.workloads() {
+			for _, c := range containers(w.template) {
+				program, ok := cellkitProgram(c.Image)
+				if !ok {
+					continue
 				}
+				where := fmt.Sprintf("%s %s, container %s", w.kind, w.name, c.Name)
+				if len(c.Command) > 0 {
+					t.Errorf("%s: command %q replaces the image's entrypoint", where, c.Command)
+				}
+				env := containerEnv(t, o, w, c)
+				args := expandArgs(t, where, c.Args, env)
+				r := check(t, program, args, env)
+				checked[program] = true
+				if !r.OK {
+					t.Errorf("%s: %s refuses its arguments: %s", where, program, r.Error)
+				}
+				if len(r.Unused) > 0 {
+					t.Errorf("%s: variables %q set no flag of %s", where, r.Unused, program)
+				}
+				// The grace period covers the program's own stop.
+				var stop time.Duration
+				for _, f := range []string{"shutdown-delay", "shutdown-timeout", "drain-timeout"} {
+					if v, ok := r.Flags[f]; ok {
+						d, err := time.ParseDuration(v.Value)
+						if err != nil {
+							t.Fatalf("%s: --%s %q: %v", where, f, v.Value, err)
+						}
+						stop += d
+					}
+				}
+				if grace := ptrOr(w.template.Spec.TerminationGracePeriodSeconds, 30); time.Duration(grace)*time.Second <= stop {
+					t.Errorf("%s: terminationGracePeriodSeconds %d, not more than the program's stop (%v)", where, grace, stop)
+				}
+				cmd := commandOf(args)
+				key := strings.Join(append([]string{program}, cmd...), " ")
+				if _, ok := defaults[key]; !ok {
+					defaults[key] = check(t, program, cmd, nil)
+				}
+				checkPorts(t, where, program, c, r, defaults[key])
+				checkFiles(t, o, where, w, c, r)
 			}
-			if grace := ptrOr(w.template.Spec.TerminationGracePeriodSeconds, 30); time.Duration(grace)*time.Second <= stop {
-				t.Errorf("%s: terminationGracePeriodSeconds %d, not more than the program's stop (%v)", where, grace, stop)
-			}
-			cmd := commandOf(args)
-			key := strings.Join(append([]string{program}, cmd...), " ")
-			if _, ok := defaults[key]; !ok {
-				defaults[key] = check(t, program, cmd, nil)
-			}
-			checkPorts(t, where, program, c, r, defaults[key])
-			checkFiles(t, o, where, w, c, r)
 		}
-	}
+	})
 	for _, p := range images.Programs {
 		if !checked[p.Name] {
 			t.Errorf("no container runs %s", p.Name)

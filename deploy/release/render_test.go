@@ -17,11 +17,15 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/serializer/json"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/kustomize/api/krusty"
 	"sigs.k8s.io/kustomize/kyaml/filesys"
+	sigsyaml "sigs.k8s.io/yaml"
 )
 
 // root is the repository's root, from this package's directory.
@@ -36,7 +40,7 @@ var scheme = func() *runtime.Scheme {
 	s := runtime.NewScheme()
 	for _, add := range []func(*runtime.Scheme) error{
 		corev1.AddToScheme, appsv1.AddToScheme, batchv1.AddToScheme, policyv1.AddToScheme,
-		networkingv1.AddToScheme, monitoringv1.AddToScheme,
+		networkingv1.AddToScheme, monitoringv1.AddToScheme, rbacv1.AddToScheme, apiextensionsv1.AddToScheme,
 	} {
 		if err := add(s); err != nil {
 			panic(err)
@@ -58,6 +62,11 @@ type objects struct {
 	policies     []*networkingv1.NetworkPolicy
 	rules        []*monitoringv1.PrometheusRule
 	podMonitors  []*monitoringv1.PodMonitor
+	crds         []*apiextensionsv1.CustomResourceDefinition
+	// cells are the Cell resources, as written: their kind is the
+	// operator's, which this module does not import; `operator render`
+	// reads each strictly (TestTheOperatorReadsTheOverlaysCells).
+	cells []*unstructured.Unstructured
 }
 
 // render builds the kustomization in dir as `kubectl apply -k` would (files
@@ -119,6 +128,10 @@ func decodeAll(yml []byte) (*objects, error) {
 		if len(bytes.TrimSpace(doc)) == 0 {
 			continue
 		}
+		if u, ok := cellResource(doc); ok {
+			o.cells = append(o.cells, u)
+			continue
+		}
 		obj, gvk, err := codec.Decode(doc, nil, nil)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", firstLines(doc), err)
@@ -145,11 +158,23 @@ func decodeAll(yml []byte) (*objects, error) {
 			o.rules = append(o.rules, x)
 		case *monitoringv1.PodMonitor:
 			o.podMonitors = append(o.podMonitors, x)
+		case *apiextensionsv1.CustomResourceDefinition:
+			o.crds = append(o.crds, x)
+		case *corev1.ServiceAccount, *rbacv1.ClusterRole, *rbacv1.ClusterRoleBinding:
 		default:
 			return nil, fmt.Errorf("%s: a kind the checks do not know: %v", firstLines(doc), gvk)
 		}
 	}
 	return o, nil
+}
+
+// cellResource is doc decoded, if it is a cellkit.io Cell.
+func cellResource(doc []byte) (*unstructured.Unstructured, bool) {
+	u := &unstructured.Unstructured{}
+	if err := sigsyaml.Unmarshal(doc, &u.Object); err != nil {
+		return nil, false
+	}
+	return u, u.GetAPIVersion() == "cellkit.io/v1alpha1" && u.GetKind() == "Cell"
 }
 
 func firstLines(doc []byte) string {

@@ -30,7 +30,7 @@ var planes = map[string]string{
 	"router": "edge", "apikey": "edge", "route": "edge", "guard": "edge", "h1": "edge", "hotkeys": "edge", "slotrate": "edge",
 	// control: changing the map and operating cells.
 	"control": "control", "gate": "control", "rollout": "control", "cellctl": "control", "tfprovider": "control", "adminclient": "control",
-	"console": "control", "release": "control",
+	"console": "control", "release": "control", "operator": "control", "operator/api/v1alpha1": "control",
 	// lab: the local stack, load, drills, network labs — the test bench,
 	// which the product never imports: the product's deployer interface
 	// is internal/release, which devstack implements.

@@ -45,6 +45,7 @@ var Programs = []Program{
 	{"cell", "cellkit cell: intake API, JetStream queue and store, the inquiry pipeline to the credit agencies and the admin API"},
 	{"cellctl", "cellkit operator CLI: the cell map in the registry, drains, rebalances, overrides and quotas"},
 	{"agencysim", "simulated credit agencies (NICE, KCB) over TCP for load tests and drills, with an admin API to change their behaviour"},
+	{"operator", "the Kubernetes operator: reconciles Cell resources into cells, puts them in the cell map once ready, drains them before they go"},
 }
 
 // LookupProgram returns the program of that name.

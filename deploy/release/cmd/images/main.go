@@ -2,7 +2,7 @@
 // static binaries, without a container engine (package images): one tar
 // per program, both an OCI image layout and a docker-archive.
 //
-//	images [flags] [PROGRAM...]    (default: router cell cellctl agencysim)
+//	images [flags] [PROGRAM...]    (default: router cell cellctl agencysim operator)
 //
 // `make images` builds the binaries into bin/static and runs it from
 // deploy/release. Each binary must be a static linux binary for --arch

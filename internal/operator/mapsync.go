@@ -1,0 +1,221 @@
+package operator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+
+	"github.com/cellkit/cellkit/internal/control"
+	"github.com/cellkit/cellkit/internal/operator/api/v1alpha1"
+	"github.com/cellkit/cellkit/internal/slotmap"
+)
+
+// wanted is cell as its spec puts it in the map: its Service's URLs, its
+// instances' under the headless Service, its weight and capacity.
+func wanted(cell *v1alpha1.Cell) slotmap.Cell {
+	e := EndpointsOf(cell.Namespace, cell.Name, int(cell.Spec.Instances))
+	c := slotmap.Cell{ID: cell.Name, Weight: int(cell.Spec.Weight), Intake: e.Intake, Admin: e.Admin, Capacity: int(cell.Spec.Capacity)}
+	for _, in := range e.Instances {
+		c.Instances = append(c.Instances, slotmap.Instance{ID: in.ID, Intake: in.Intake, Admin: in.Admin})
+	}
+	return c
+}
+
+// syncMap makes the map hold the cell as its spec says, one plan at a
+// time through the control transaction (each applied plan an event with
+// the share it moved), then reads its slots and queue into the status.
+// A plan refused (the last active cell drained, a share over the
+// agency's limit, the id in the map with another cell's endpoints) is the
+// InMap condition with the reason, and nothing changes; an unreachable
+// registry is the same condition and an error, retried with backoff.
+func (r *Reconciler) syncMap(ctx context.Context, cell *v1alpha1.Cell, st *status) (ctrl.Result, error) {
+	for range maxSteps {
+		m, err := r.opts.Control.Load(ctx)
+		if err != nil {
+			st.fail(v1alpha1.ConditionInMap, "RegistryUnreachable", err.Error())
+			return ctrl.Result{}, err
+		}
+		st.mapVersion = m.Version()
+		what, plan, err := r.nextStep(cell, m)
+		if err != nil {
+			st.fail(v1alpha1.ConditionInMap, "Refused", err.Error())
+			return ctrl.Result{RequeueAfter: r.cfg.Recheck}, nil
+		}
+		if plan == nil {
+			return r.inMap(ctx, cell, st, m)
+		}
+		if what == "drain" {
+			res, _, err := r.drain(ctx, cell, st, false)
+			return res, err
+		}
+		if done, err := r.change(ctx, cell, st, what, plan); !done {
+			return ctrl.Result{RequeueAfter: r.cfg.Recheck}, err
+		}
+	}
+	return ctrl.Result{RequeueAfter: time.Second}, nil
+}
+
+// maxSteps bounds the plans one reconcile applies (a new cell: provision,
+// a share per agency, a drain).
+const maxSteps = 16
+
+// nextStep is the next change the map needs for cell, as a planner and
+// what it does ("" and nil: none); an error when the map holds the
+// cell's id for another cell.
+func (r *Reconciler) nextStep(cell *v1alpha1.Cell, m *slotmap.Map) (string, control.Planner, error) {
+	want := wanted(cell)
+	have, ok := m.Cell(want.ID)
+	if !ok {
+		return "provision", control.Provision(want), nil
+	}
+	if have.Intake != want.Intake || have.Admin != want.Admin {
+		return "", nil, fmt.Errorf("cell id %s is in the map with intake %s and admin %s, not this cell's %s and %s: remove it from the map, or name this cell otherwise",
+			want.ID, have.Intake, have.Admin, want.Intake, want.Admin)
+	}
+	for _, in := range want.Instances {
+		i := slices.IndexFunc(have.Instances, func(h slotmap.Instance) bool { return h.ID == in.ID })
+		if i < 0 || have.Instances[i].Intake != in.Intake || have.Instances[i].Admin != in.Admin {
+			return "instance " + in.ID, control.SetInstance(want.ID, in.ID, in.Intake, in.Admin), nil
+		}
+	}
+	if have.Weight != want.Weight {
+		return fmt.Sprintf("weight %d", want.Weight), control.SetWeight(want.ID, want.Weight), nil
+	}
+	if have.Capacity != want.Capacity {
+		return fmt.Sprintf("capacity %d", want.Capacity), control.SetCapacity(want.ID, want.Capacity), nil
+	}
+	shares := map[string]int{}
+	for _, a := range cell.Spec.Agencies {
+		shares[a.Name] = int(a.Sessions)
+		if q, ok := have.FixedQuota[a.Name]; !ok || q != int(a.Sessions) {
+			return fmt.Sprintf("quota %s %d", a.Name, a.Sessions), control.SetQuota(a.Name, want.ID, int(a.Sessions)), nil
+		}
+	}
+	for _, a := range slices.Sorted(maps.Keys(have.FixedQuota)) {
+		if _, ok := shares[a]; !ok {
+			return "quota " + a + " by weight", control.ClearQuota(a, want.ID), nil
+		}
+	}
+	switch {
+	case cell.Spec.Drained && have.State != slotmap.Drained:
+		return "drain", control.Drain(want.ID, false), nil
+	case !cell.Spec.Drained && have.State != slotmap.Active:
+		return "undrain", control.Undrain(want.ID), nil
+	}
+	return "", nil, nil
+}
+
+// change applies one plan and records it; done is false when it did not
+// go through (a refusal: the condition says why; or the registry's error).
+func (r *Reconciler) change(ctx context.Context, cell *v1alpha1.Cell, st *status, what string, plan control.Planner) (done bool, err error) {
+	res, err := r.opts.Control.Apply(ctx, control.Change{Plan: plan})
+	var refused *control.RefusedError
+	switch {
+	case errors.As(err, &refused):
+		st.fail(v1alpha1.ConditionInMap, "Refused", fmt.Sprintf("%s: %v", what, err))
+		return false, nil
+	case err != nil:
+		st.fail(v1alpha1.ConditionInMap, "RegistryUnreachable", fmt.Sprintf("%s: %v", what, err))
+		return false, err
+	}
+	if res.Applied {
+		r.event(cell, corev1.EventTypeNormal, "MapChanged", what, describePlan(res))
+	}
+	return true, nil
+}
+
+// describePlan says what a committed plan moved.
+func describePlan(res *control.Result) string {
+	p := res.Plan
+	var cells []string
+	for _, c := range p.Cells {
+		if c.SlotsBefore != c.SlotsAfter || c.StateBefore != c.StateAfter || c.WeightBefore != c.WeightAfter {
+			cells = append(cells, fmt.Sprintf("%s %d→%d slots", c.ID, c.SlotsBefore, c.SlotsAfter))
+		}
+	}
+	return fmt.Sprintf("map version %d: %s; %d slots moved (%.1f %% of users)%s",
+		res.Version, p.Op, p.MovedSlots, 100*p.MovedFraction(), orNothing("; "+strings.Join(cells, ", "), len(cells) > 0))
+}
+
+func orNothing(s string, ok bool) string {
+	if ok {
+		return s
+	}
+	return ""
+}
+
+// inMap reads the cell's place in the map and its instances' figures
+// into the status: the map holds it as the spec says.
+func (r *Reconciler) inMap(ctx context.Context, cell *v1alpha1.Cell, st *status, m *slotmap.Map) (ctrl.Result, error) {
+	have, _ := m.Cell(cell.Name)
+	st.slots = int32(m.SlotCounts()[cell.Name])
+	st.set(v1alpha1.ConditionInMap, true, "InMap", fmt.Sprintf("%s with weight %d and %d slots in map version %d", have.State, have.Weight, st.slots, m.Version()))
+	switch have.State {
+	case slotmap.Drained:
+		st.phase = v1alpha1.PhaseDrained
+		st.set(v1alpha1.ConditionDrained, true, "Drained", "its slots and sessions are the other cells'")
+	case slotmap.Active:
+		st.phase = v1alpha1.PhaseServing
+		st.set(v1alpha1.ConditionDrained, false, "Active", "it serves its slots")
+	}
+	r.readFigures(ctx, have, st)
+	r.released(cell, st)
+	return ctrl.Result{}, nil
+}
+
+// readFigures reads the release its instances run and its queue depth
+// from their admin APIs (what did not answer is left as it was).
+func (r *Reconciler) readFigures(ctx context.Context, c slotmap.Cell, st *status) {
+	var rels []string
+	var depth int64
+	admins := []string{c.Admin}
+	if len(c.Instances) > 0 {
+		admins = admins[:0]
+		for _, in := range c.Instances {
+			admins = append(admins, in.Admin)
+		}
+	}
+	read := 0
+	for _, a := range admins {
+		s, err := r.opts.Admin.Status(ctx, a)
+		if err != nil {
+			continue
+		}
+		read++
+		if !slices.Contains(rels, s.Release.ID) && s.Release.ID != "" {
+			rels = append(rels, s.Release.ID)
+		}
+		// The instances share the cell's queue: its depth is the
+		// deepest any of them saw.
+		depth = max(depth, s.Pending())
+	}
+	if read > 0 {
+		slices.Sort(rels)
+		st.release, st.queue = strings.Join(rels, ","), depth
+	}
+}
+
+// released says whether the cell runs the release its spec asks for.
+func (r *Reconciler) released(cell *v1alpha1.Cell, st *status) {
+	want := specRelease(cell)
+	if st.running.Image == want.Image && slices.Equal(st.running.Set, want.Set) {
+		st.set(v1alpha1.ConditionReleased, true, "Released", "its pods run "+want.Image)
+		return
+	}
+	st.fail(v1alpha1.ConditionReleased, "ReleasePending", fmt.Sprintf("the spec asks for %s%s; its pods run %s%s: a release goes out cell by cell (docs/kubernetes.md)",
+		want.Image, setSuffix(want.Set), st.running.Image, setSuffix(st.running.Set)))
+}
+
+func setSuffix(set []string) string {
+	if len(set) == 0 {
+		return ""
+	}
+	return " with " + strings.Join(set, " ")
+}

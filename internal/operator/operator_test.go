@@ -1,0 +1,176 @@
+package operator_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/cellkit/cellkit/internal/control"
+	"github.com/cellkit/cellkit/internal/operator"
+	"github.com/cellkit/cellkit/internal/operator/api/v1alpha1"
+	"github.com/cellkit/cellkit/internal/slotmap"
+	"github.com/cellkit/cellkit/internal/testkit"
+)
+
+// A cell's life under the operator: made (its objects, owned by it, the
+// API server's defaults), in the map only once its instances are ready,
+// reweighted through a plan (the share moved in an event), drained by
+// its spec, and deleted only after its queue has emptied.
+func TestACellsLife(t *testing.T) {
+	b := newBench(t)
+	b.start(operator.ManagerConfig{}, b.ctl)
+	ctx := context.Background()
+
+	b.create(b.newCell("c1"))
+	b.create(b.newCell("c2", func(c *v1alpha1.Cell) { c.Spec.Agencies = []v1alpha1.AgencyShare{{Name: "nice", Sessions: 30}} }))
+
+	// Its objects, owned by the Cell, as the defaults make them.
+	sts := &appsv1.StatefulSet{}
+	testkit.WaitFor(t, within, "c1's StatefulSet", func() bool {
+		return b.kube.Client.Get(ctx, types.NamespacedName{Namespace: b.ns, Name: "cellkit-cell-c1"}, sts) == nil
+	})
+	if *sts.Spec.Replicas != 3 || sts.Spec.UpdateStrategy.Type != appsv1.OnDeleteStatefulSetStrategyType {
+		t.Errorf("c1's StatefulSet: %d replicas, strategy %s; want 3 (the default), OnDelete", *sts.Spec.Replicas, sts.Spec.UpdateStrategy.Type)
+	}
+	if o := metav1.GetControllerOf(sts); o == nil || o.Kind != "Cell" || o.Name != "c1" {
+		t.Errorf("c1's StatefulSet is controlled by %+v, want Cell c1", o)
+	}
+	svc := &corev1.Service{}
+	if err := b.kube.Client.Get(ctx, types.NamespacedName{Namespace: b.ns, Name: operator.CellsService}, svc); err != nil || !svc.Spec.PublishNotReadyAddresses {
+		t.Errorf("the headless Service %s: %v %+v", operator.CellsService, err, svc.Spec)
+	}
+
+	// Not in the map before its instances are ready.
+	c := b.waitCondition("c1", v1alpha1.ConditionReady, metav1.ConditionFalse, "InstancesNotReady")
+	if c.Status.Phase != v1alpha1.PhasePending {
+		t.Errorf("c1 is %s before its instances are ready, want Pending", c.Status.Phase)
+	}
+	if _, ok, _ := b.mapCell("c1"); ok {
+		t.Fatal("c1 is in the map before its instances are ready")
+	}
+	b.setReady("c1", 2)
+	b.waitCondition("c1", v1alpha1.ConditionReady, metav1.ConditionFalse, "InstancesNotReady")
+	if _, ok, _ := b.mapCell("c1"); ok {
+		t.Fatal("c1 is in the map with 2 of 3 instances ready")
+	}
+	b.setReady("c1", 3)
+	b.setReady("c2", 3)
+	c = b.waitCondition("c1", v1alpha1.ConditionInMap, metav1.ConditionTrue, "InMap")
+	b.waitCondition("c2", v1alpha1.ConditionInMap, metav1.ConditionTrue, "InMap")
+	mc, _, m := b.mapCell("c1")
+	want := operator.EndpointsOf(b.ns, "c1", 3)
+	if mc.Intake != want.Intake || len(mc.Instances) != 3 || mc.Instances[2].Admin != want.Instances[2].Admin || mc.Weight != 1 {
+		t.Errorf("c1 in the map: %+v, want its Service's URLs, 3 instances, weight 1", mc)
+	}
+	if c2, _, _ := b.mapCell("c2"); c2.FixedQuota["nice"] != 30 {
+		t.Errorf("c2's quota of nice: %v, want 30 from its spec", c2.FixedQuota)
+	}
+	testkit.WaitFor(t, within, "c1's status with its slots and release", func() bool {
+		c = b.get("c1")
+		return c.Status.Phase == v1alpha1.PhaseServing && c.Status.Slots == int32(m.SlotCounts()["c1"]) && c.Status.Release == "v1@aaaa" && c.Status.Ready == "3/3"
+	})
+
+	// Reweighted: the plan's share in an event.
+	b.update("c1", func(c *v1alpha1.Cell) { c.Spec.Weight = 3 })
+	testkit.WaitFor(t, within, "c1 at weight 3 in the map", func() bool { mc, _, _ := b.mapCell("c1"); return mc.Weight == 3 })
+	b.waitEvent("c1", "MapChanged", "weight c1 3", "slots moved", "% of users")
+
+	// Deleted with work in its queue: drained first, kept until empty.
+	b.admins.cell("c2").set(func(c *cellAdmin) { c.depth = 5 })
+	if err := b.kube.Client.Delete(ctx, b.get("c2")); err != nil {
+		t.Fatal(err)
+	}
+	c = b.waitCondition("c2", v1alpha1.ConditionDrained, metav1.ConditionFalse, "Waiting")
+	if !strings.Contains(conditionOf(c, v1alpha1.ConditionDrained).Message, "5 inquiries pending") || c.Status.Phase != v1alpha1.PhaseDeleting {
+		t.Errorf("c2 deleted with 5 pending: %s, %+v", c.Status.Phase, conditionOf(c, v1alpha1.ConditionDrained))
+	}
+	if mc, ok, _ := b.mapCell("c2"); !ok || mc.State != slotmap.Draining {
+		t.Errorf("c2 in the map while its queue empties: %v %s, want draining", ok, mc.State)
+	}
+	if b.admins.cell("c2").intake {
+		t.Error("c2's intake is open while it drains")
+	}
+	b.admins.cell("c2").set(func(c *cellAdmin) { c.depth = 0 })
+	testkit.WaitFor(t, within, "c2 gone from the cluster and the map", func() bool {
+		_, inMap, _ := b.mapCell("c2")
+		return b.get("c2") == nil && !inMap
+	})
+
+	// The last active cell is not drained: its deletion waits, saying why,
+	// and the map keeps it.
+	if err := b.kube.Client.Delete(ctx, b.get("c1")); err != nil {
+		t.Fatal(err)
+	}
+	c = b.waitCondition("c1", v1alpha1.ConditionDrained, metav1.ConditionFalse, "Refused")
+	if mc, ok, _ := b.mapCell("c1"); !ok || mc.State != slotmap.Active {
+		t.Errorf("the last cell after its refused drain: in map %v, %s", ok, mc.State)
+	}
+	t.Logf("c1's deletion waits: %s", conditionOf(c, v1alpha1.ConditionDrained).Message)
+}
+
+func conditionOf(c *v1alpha1.Cell, typ string) metav1.Condition {
+	for _, cd := range c.Status.Conditions {
+		if cd.Type == typ {
+			return cd
+		}
+	}
+	return metav1.Condition{}
+}
+
+// waitEvent waits for an event on cell id with reason whose note holds
+// every one of words.
+func (b *bench) waitEvent(id, reason string, words ...string) {
+	b.t.Helper()
+	var seen []string
+	if !testkit.Poll(within, func() bool {
+		var evs eventsv1.EventList
+		if err := b.kube.Client.List(context.Background(), &evs, client.InNamespace(b.ns)); err != nil {
+			return false
+		}
+		seen = seen[:0]
+		for _, e := range evs.Items {
+			if e.Regarding.Name != id || e.Reason != reason {
+				continue
+			}
+			seen = append(seen, e.Note)
+			all := true
+			for _, w := range words {
+				all = all && strings.Contains(e.Note, w)
+			}
+			if all {
+				return true
+			}
+		}
+		return false
+	}) {
+		b.t.Fatalf("no event %s on %s saying %q; seen %q", reason, id, words, seen)
+	}
+}
+
+// A cell the map holds under the same id with other endpoints is not
+// taken over: the condition says so and the map is unchanged.
+func TestAnIDTakenIsNotTakenOver(t *testing.T) {
+	b := newBench(t)
+	ctx := context.Background()
+	if _, err := b.ctl.Apply(ctx, control.Change{Plan: control.Provision(slotmap.Cell{ID: "c1", Weight: 1, Intake: "https://elsewhere.example:8081", Admin: "https://elsewhere.example:9081"})}); err != nil {
+		t.Fatal(err)
+	}
+	_, _, before := b.mapCell("c1")
+	b.start(operator.ManagerConfig{}, b.ctl)
+	b.create(b.newCell("c1"))
+	b.setReady("c1", 3)
+	c := b.waitCondition("c1", v1alpha1.ConditionInMap, metav1.ConditionFalse, "Refused")
+	if msg := conditionOf(c, v1alpha1.ConditionInMap).Message; !strings.Contains(msg, "elsewhere.example") {
+		t.Errorf("the refusal says %q, want the other cell's intake named", msg)
+	}
+	if _, _, after := b.mapCell("c1"); after.Version() != before.Version() {
+		t.Errorf("the map went from version %d to %d", before.Version(), after.Version())
+	}
+}

@@ -1,0 +1,111 @@
+package operator
+
+import (
+	"context"
+	"fmt"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/cellkit/cellkit/internal/operator/api/v1alpha1"
+	"github.com/cellkit/cellkit/internal/release"
+)
+
+// status is what one reconcile finds of a cell, written to its status at
+// the end: the conditions it set (the others kept as they were), the
+// instances ready, the release they run, its slots and queue.
+type status struct {
+	generation int64
+	phase      v1alpha1.Phase
+	conds      []metav1.Condition
+	ready      int32
+	instances  int32
+	running    release.Spec
+	release    string
+	slots      int32
+	queue      int64
+	mapVersion int64
+	// changed are the conditions this reconcile moved, for events.
+	changed []metav1.Condition
+}
+
+func newStatus(cell *v1alpha1.Cell) *status {
+	s := cell.Status
+	return &status{generation: cell.Generation, phase: s.Phase, conds: append([]metav1.Condition(nil), s.Conditions...),
+		ready: s.ReadyInstances, instances: cell.Spec.Instances, release: s.Release, slots: s.Slots, queue: s.QueueDepth, mapVersion: s.MapVersion}
+}
+
+// set sets condition typ, noting a change of status or reason.
+func (s *status) set(typ string, ok bool, reason, msg string) {
+	c := metav1.Condition{Type: typ, Status: metav1.ConditionFalse, Reason: reason, Message: msg, ObservedGeneration: s.generation}
+	if ok {
+		c.Status = metav1.ConditionTrue
+	}
+	old := meta.FindStatusCondition(s.conds, typ)
+	if old == nil || old.Status != c.Status || old.Reason != c.Reason {
+		s.changed = append(s.changed, c)
+	}
+	meta.SetStatusCondition(&s.conds, c)
+}
+
+// fail sets typ False for reason.
+func (s *status) fail(typ, reason, msg string) { s.set(typ, false, reason, msg) }
+
+// pending says the cell is not ready yet, and why.
+func (s *status) pending(why string) {
+	s.phase = v1alpha1.PhasePending
+	s.fail(v1alpha1.ConditionReady, "InstancesNotReady", why)
+}
+
+// instances reads the StatefulSet's readiness into the status and says
+// whether every instance the spec asks for is ready.
+func (s *status) readiness(cell *v1alpha1.Cell, sts *appsv1.StatefulSet) bool {
+	s.ready = sts.Status.ReadyReplicas
+	switch {
+	case sts.Status.ObservedGeneration < sts.Generation:
+		s.pending("its StatefulSet's controller has not seen its last change")
+	case s.ready < cell.Spec.Instances:
+		s.pending(fmt.Sprintf("%d of %d instances ready", s.ready, cell.Spec.Instances))
+	default:
+		s.set(v1alpha1.ConditionReady, true, "InstancesReady", fmt.Sprintf("%d of %d instances ready", s.ready, cell.Spec.Instances))
+		return true
+	}
+	return false
+}
+
+// writeStatus writes st to cell's status subresource and records an
+// event for each condition that changed.
+func (r *Reconciler) writeStatus(ctx context.Context, cell *v1alpha1.Cell, st *status) error {
+	before := cell.DeepCopy()
+	cell.Status = v1alpha1.CellStatus{
+		ObservedGeneration: st.generation,
+		Phase:              st.phase,
+		Ready:              fmt.Sprintf("%d/%d", st.ready, st.instances),
+		ReadyInstances:     st.ready,
+		Release:            st.release,
+		Image:              st.running.Image,
+		Slots:              st.slots,
+		QueueDepth:         st.queue,
+		MapVersion:         st.mapVersion,
+		Conditions:         st.conds,
+	}
+	for _, c := range st.changed {
+		kind := corev1.EventTypeNormal
+		if c.Status == metav1.ConditionFalse {
+			kind = corev1.EventTypeWarning
+		}
+		r.event(cell, kind, c.Reason, c.Type, c.Message)
+	}
+	return r.opts.Client.Status().Patch(ctx, cell, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{}))
+}
+
+// event records one step on cell (nowhere without a recorder).
+func (r *Reconciler) event(cell *v1alpha1.Cell, kind, reason, action, note string) {
+	r.opts.Log.Info("cell "+action, "cell", cell.Name, "namespace", cell.Namespace, "reason", reason, "note", note)
+	if r.opts.Events != nil {
+		r.opts.Events.Eventf(cell, nil, kind, reason, action, "%s", note)
+	}
+}
