@@ -60,7 +60,7 @@ net-down: ## stop the stack of make net-up and remove its namespaces, veths and 
 	$(BIN)/loadtest net down --dir var/net
 
 .PHONY: tools
-tools: ## install the programs the tests need into ./bin (a real Consul agent, promtool and Prometheus, each built once; Debian's Chromium and playwright-core for the console's browser test; kube-apiserver and etcd in bin/kube, each built once, for the tests against a real Kubernetes API server)
+tools: ## install the programs the tests need into ./bin (a real Consul agent, promtool and Prometheus, each built once; Debian's Chromium and playwright-core for the console's browser test; kube-apiserver, kube-controller-manager and etcd in bin/kube, each built once, for the tests against a real Kubernetes control plane)
 	./scripts/install-consul.sh $(CONSUL)
 	./scripts/install-prometheus.sh $(BIN)/promtool
 	./scripts/install-browser.sh $(BIN)/browser

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# install-kube.sh [DIR] — a real Kubernetes API server for the tests
-# (internal/kubetest, controller-runtime's envtest): kube-apiserver v1.37.2
-# and etcd v3.7.3, both built from the Go module proxy into DIR (default
-# bin/kube).
+# install-kube.sh [DIR] — a real Kubernetes control plane for the tests
+# (internal/kubetest, controller-runtime's envtest): kube-apiserver and
+# kube-controller-manager v1.37.2 (its StatefulSet controller and garbage
+# collector, for kubetest.WithControllers) and etcd v3.7.3, all built from
+# the Go module proxy into DIR (default bin/kube).
 #
-# Neither can be `go install`ed: each main module's go.mod replaces the
+# None can be `go install`ed: each main module's go.mod replaces the
 # modules of its own repository with ./staging/... or ../... directories that
 # the module zip does not contain. Each of those modules is published on its
 # own, so a go.work that `use`s the downloaded module and replaces every one
@@ -13,8 +14,10 @@
 # modules (k8s.io/api, apimachinery, apiserver, client-go, component-base,
 # ...) at v0.37.2, etcd's api, client and pkg modules at v3.7.3. The version
 # a Kubernetes release build stamps is stamped here too, so that
-# `kube-apiserver --version` prints `Kubernetes v1.37.2` (envtest and clients
-# read it from /version). The project's go.mod and go.sum are never touched.
+# `kube-apiserver --version` and `kube-controller-manager --version` print
+# `Kubernetes v1.37.2` (envtest and clients read it from /version). Both
+# Kubernetes programs come from the same module and workspace, in one go
+# build when both are missing. The project's go.mod and go.sum are never touched.
 #
 # Why not Debian's etcd (etcd-server, 3.4.23 in bookworm): kube-apiserver
 # v1.37.2 starts against it and serves create, list, CRDs and watches from a
@@ -32,8 +35,11 @@
 # builds share it (measured with empty GOCACHE and GOMODCACHE: kube-apiserver
 # 16m35s and 18m20s at load averages 5-8, 17 CPU minutes each, so about half
 # that on two idle cores; etcd 1m54s), seconds once the Go build cache is
-# warm. Idempotent: does nothing but check when both binaries of these
-# versions are there.
+# warm. kube-controller-manager adds 10m10s (13 CPU minutes) after a
+# kube-apiserver build with the Go caches that build left: most of its
+# packages (the controllers, volume plugins, cloud-provider, kubelet's
+# client side) are its own. Idempotent: does nothing but check when the
+# three binaries of these versions are there, and builds only those missing.
 set -euo pipefail
 dir=${1:-bin/kube}
 kube=k8s.io/kubernetes
@@ -49,8 +55,15 @@ dir=$(cd "$dir" && pwd)
 have() { [ -x "$1" ] && "$1" --version 2>&1 || true; }
 want_kube="Kubernetes ${kube_version}"
 want_etcd="etcd Version: ${etcd_version#v}"
-report() { echo "install-kube: $(have "$dir/kube-apiserver"), $(have "$dir/etcd" | sed -n 1p) in $dir"; }
-if [ "$(have "$dir/kube-apiserver")" = "$want_kube" ]; then
+report() {
+  echo "install-kube: kube-apiserver $(have "$dir/kube-apiserver"), kube-controller-manager $(have "$dir/kube-controller-manager"), $(have "$dir/etcd" | sed -n 1p) in $dir"
+}
+# The Kubernetes programs missing or of another version.
+kube_programs=()
+for prog in kube-apiserver kube-controller-manager; do
+  [ "$(have "$dir/$prog")" = "$want_kube" ] || kube_programs+=("$prog")
+done
+if [ ${#kube_programs[@]} -eq 0 ]; then
   case "$(have "$dir/etcd")" in
     "$want_etcd"*) report; exit 0 ;;
   esac
@@ -85,13 +98,17 @@ workspace() {
   sed -n 's/^[[:space:]]*"Info": "\(.*\)",$/\1/p' <<<"$info"
 }
 
-# build NAME PKG OUT LDFLAGS: builds PKG in the workspace NAME into OUT.
+# build NAME OUT LDFLAGS PKG...: builds the PKGs in the workspace NAME into
+# OUT, a file for one package, a directory ending in / for several (each
+# binary named for its package; one go build shares their common packages).
 build() {
-  (cd "$work/$1" && GOWORK="$work/$1/go.work" GOFLAGS= CGO_ENABLED=0 \
-    go build -trimpath -ldflags="$4" -o "$3" "$2")
+  local name=$1 out=$2 ldflags=$3
+  shift 3
+  (cd "$work/$name" && GOWORK="$work/$name/go.work" GOFLAGS= CGO_ENABLED=0 \
+    go build -trimpath -ldflags="$ldflags" -o "$out" "$@")
 }
 
-if [ "$(have "$dir/kube-apiserver")" != "$want_kube" ]; then
+if [ ${#kube_programs[@]} -gt 0 ]; then
   info=$(workspace kube "$kube" "$kube_version" '\./staging/' "$staging")
   # What hack/lib/version.sh stamps in a release build; the build date is
   # the release's own time from the module proxy, so the binary is
@@ -104,7 +121,7 @@ if [ "$(have "$dir/kube-apiserver")" != "$want_kube" ]; then
     ldflags+=" -X $pkg.gitVersion=${kube_version} -X $pkg.gitMajor=${kube_version:1:1} -X $pkg.gitMinor=${minor}"
     ldflags+=" -X $pkg.gitCommit= -X $pkg.gitTreeState=clean -X $pkg.buildDate=${built:-1970-01-01T00:00:00Z}"
   done
-  build kube "${kube}/cmd/kube-apiserver" "$dir/kube-apiserver" "$ldflags"
+  build kube "$dir/" "$ldflags" "${kube_programs[@]/#/${kube}/cmd/}"
 fi
 
 case "$(have "$dir/etcd")" in
@@ -114,7 +131,7 @@ case "$(have "$dir/etcd")" in
     # written through.
     rm -f "$dir/etcd"
     workspace etcd "$etcd" "$etcd_version" '\.\./' "$etcd_version" >/dev/null
-    build etcd "$etcd" "$dir/etcd" "-s -w"
+    build etcd "$dir/etcd" "-s -w" "$etcd"
     ;;
 esac
 report

@@ -1,9 +1,12 @@
 // Package kubetest runs a real Kubernetes control plane for a test: etcd and
 // kube-apiserver, started by controller-runtime's envtest, the way
-// Kubernetes controllers are tested. There is no kubelet, scheduler or
-// controller-manager: objects are stored, validated, defaulted and watched
-// as in a cluster, but no pod runs and no built-in controller acts (a
-// namespace deleted stays Terminating).
+// Kubernetes controllers are tested, and, with WithControllers, the
+// kube-controller-manager controllers a test names (the StatefulSet
+// controller, the garbage collector). There is no kubelet or scheduler:
+// objects are stored, validated, defaulted and watched as in a cluster, but
+// no pod runs; a test plays the kubelet with MarkPodReady and
+// MarkPodsReady. No other built-in controller acts (a namespace deleted
+// stays Terminating).
 //
 // Start returns once the API server answers, the default namespace exists
 // and the CustomResourceDefinitions of WithCRDs are established. etcd and
@@ -12,10 +15,11 @@
 // t.Cleanup, and the tail of their logs is printed when the test fails.
 // Start takes ~3.5 s on the 2-core test machine (measured 3.0 to 4.3 s,
 // warm: the binaries built, the test compiled), most of it the API
-// server's own start.
+// server's own start; WithControllers adds ~0.3 s.
 //
-// The binaries are kube-apiserver and etcd in $CELLKIT_KUBE_ASSETS, or in
-// bin/kube next to the module's go.mod (`make tools` builds them there:
+// The binaries are kube-apiserver, etcd and (for WithControllers)
+// kube-controller-manager in $CELLKIT_KUBE_ASSETS, or in bin/kube next to
+// the module's go.mod (`make tools` builds them there:
 // scripts/install-kube.sh). etcd must be 3.4.31, 3.5.13 or newer: with an
 // older one the API server cannot keep its watch cache current, and watches
 // from now and streaming lists fail (TestCluster shows both).
@@ -29,6 +33,8 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -46,11 +52,15 @@ import (
 )
 
 // EnvAssets names the environment variable that overrides the directory
-// holding kube-apiserver and etcd.
+// holding kube-apiserver, etcd and kube-controller-manager.
 const EnvAssets = "CELLKIT_KUBE_ASSETS"
 
-// Binaries are the programs Start runs, looked for in the assets directory.
+// Binaries are the programs Start always runs, looked for in the assets
+// directory; WithControllers adds ControllerManager.
 var Binaries = []string{"kube-apiserver", "etcd"}
+
+// ControllerManager is the program WithControllers runs.
+const ControllerManager = "kube-controller-manager"
 
 const (
 	// startTimeout bounds each of etcd and the API server: the API server
@@ -66,8 +76,9 @@ const (
 type Option func(*settings)
 
 type settings struct {
-	crdDirs []string
-	scheme  *runtime.Scheme
+	crdDirs     []string
+	scheme      *runtime.Scheme
+	controllers []string
 }
 
 // WithCRDs installs the CustomResourceDefinitions found in the YAML or JSON
@@ -96,13 +107,17 @@ type Cluster struct {
 	Scheme *runtime.Scheme
 	// CRDs are the definitions WithCRDs installed, as the server has them.
 	CRDs []*apiextensionsv1.CustomResourceDefinition
-	// Dir holds etcd's data, the API server's certificates and both logs.
+	// Dir holds etcd's data, the API server's certificates, the logs and,
+	// with WithControllers, the controller manager's kubeconfig.
 	Dir string
+
+	logs []*os.File // the processes' logs, closed and tailed by Start's first cleanup
 }
 
-// Start starts etcd and kube-apiserver and registers their shutdown with
-// t.Cleanup. It fails the test, saying to run `make tools`, when the
-// binaries are missing.
+// Start starts etcd and kube-apiserver, then the controller manager of
+// WithControllers, and registers their shutdown with t.Cleanup (the
+// controller manager first). It fails the test, saying to run `make tools`,
+// when a binary it needs is missing.
 func Start(t testing.TB, opts ...Option) *Cluster {
 	t.Helper()
 	var s settings
@@ -112,7 +127,12 @@ func Start(t testing.TB, opts ...Option) *Cluster {
 	if s.scheme == nil {
 		s.scheme = DefaultScheme(t)
 	}
-	assets := assetsDir(t)
+	binaries := Binaries
+	if len(s.controllers) > 0 {
+		checkControllers(t, s.controllers)
+		binaries = append(slices.Clone(binaries), ControllerManager)
+	}
+	assets := assetsDir(t, binaries...)
 	setLoggerOnce()
 
 	c := &Cluster{Dir: t.TempDir(), Scheme: s.scheme}
@@ -121,11 +141,10 @@ func Start(t testing.TB, opts ...Option) *Cluster {
 	// Registered first so that it runs last: the processes have stopped and
 	// written everything when the logs are read.
 	t.Cleanup(func() {
-		_ = etcdLog.Close() // written by the child, which has exited; nothing of ours buffered
-		_ = apiLog.Close()  // likewise
-		if t.Failed() {
-			for _, name := range []string{"etcd.log", "kube-apiserver.log"} {
-				t.Logf("kubetest: last %d lines of %s:\n%s", logTail, name, tail(filepath.Join(c.Dir, name), logTail))
+		for _, f := range c.logs {
+			_ = f.Close() // written by the child, which has exited; nothing of ours buffered
+			if t.Failed() {
+				t.Logf("kubetest: last %d lines of %s:\n%s", logTail, filepath.Base(f.Name()), tail(f.Name(), logTail))
 			}
 		}
 	})
@@ -165,6 +184,9 @@ func Start(t testing.TB, opts ...Option) *Cluster {
 	c.Config, c.CRDs = cfg, env.CRDs
 	if c.Client, err = client.NewWithWatch(cfg, client.Options{Scheme: s.scheme}); err != nil {
 		t.Fatalf("kubetest: client: %v", err)
+	}
+	if len(s.controllers) > 0 {
+		c.startControllerManager(t, filepath.Join(assets, ControllerManager), env.KubeConfig, s.controllers)
 	}
 	return c
 }
@@ -218,6 +240,7 @@ func (c *Cluster) openLog(t testing.TB, name string) *os.File {
 	if err != nil {
 		t.Fatalf("kubetest: %v", err)
 	}
+	c.logs = append(c.logs, f)
 	return f
 }
 
@@ -232,19 +255,22 @@ func setLoggerOnce() {
 	})
 }
 
-// assetsDir finds the directory holding the binaries, or fails the test
-// saying how to build them.
-func assetsDir(t testing.TB) string {
+// assetsDir finds the directory holding the binaries (Binaries unless
+// named), or fails the test saying how to build them.
+func assetsDir(t testing.TB, binaries ...string) string {
 	t.Helper()
+	if len(binaries) == 0 {
+		binaries = Binaries
+	}
 	dir := os.Getenv(EnvAssets)
 	if dir == "" {
 		root, err := moduleRoot()
 		if err != nil {
-			t.Fatalf("kubetest: kube-apiserver and etcd not found: %v: run `make tools` or set %s", err, EnvAssets)
+			t.Fatalf("kubetest: %s not found: %v: run `make tools` or set %s", strings.Join(binaries, ", "), err, EnvAssets)
 		}
 		dir = filepath.Join(root, "bin", "kube")
 	}
-	for _, b := range Binaries {
+	for _, b := range binaries {
 		path := filepath.Join(dir, b)
 		if fi, err := os.Stat(path); err != nil || fi.IsDir() || fi.Mode()&0o111 == 0 {
 			t.Fatalf("kubetest: %s not found at %s: run `make tools` (scripts/install-kube.sh)", b, path)

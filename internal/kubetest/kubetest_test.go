@@ -307,21 +307,62 @@ func nextEvent(t *testing.T, w watch.Interface) watch.Event {
 	return watch.Event{}
 }
 
-// TestMissingBinariesSayRunMakeTools: without either binary Start fails
-// (never skips: make test runs make tools first) and says what to run.
+// TestMissingBinariesSayRunMakeTools: without any binary it needs Start
+// fails (never skips: make test runs make tools first) and says what to
+// run; kube-controller-manager is needed with WithControllers only.
 func TestMissingBinariesSayRunMakeTools(t *testing.T) {
-	for _, have := range [][]string{nil, {"kube-apiserver"}, {"etcd"}} {
-		t.Run(fmt.Sprintf("only %v", have), func(t *testing.T) {
+	for _, tc := range []struct {
+		have    []string
+		opts    []Option
+		missing string
+	}{
+		{nil, nil, "kube-apiserver"},
+		{[]string{"kube-apiserver"}, nil, "etcd"},
+		{[]string{"etcd"}, nil, "kube-apiserver"},
+		{[]string{"kube-apiserver", "etcd"}, []Option{WithControllers(StatefulSetController)}, "kube-controller-manager"},
+	} {
+		t.Run(fmt.Sprintf("only %v", tc.have), func(t *testing.T) {
 			dir := t.TempDir()
-			for _, b := range have {
+			for _, b := range tc.have {
 				writeScript(t, filepath.Join(dir, b), "exit 0")
 			}
 			t.Setenv(EnvAssets, dir)
-			r := run(t, func(tb testing.TB) { Start(tb) })
-			if !strings.Contains(r.fatal, "run `make tools`") {
-				t.Errorf("Start failed with %q, want it to say run `make tools`", r.fatal)
+			r := run(t, func(tb testing.TB) { Start(tb, tc.opts...) })
+			if !strings.Contains(r.fatal, "run `make tools`") || !strings.Contains(r.fatal, tc.missing+" not found") {
+				t.Errorf("Start failed with %q, want it to say %s is missing and to run `make tools`", r.fatal, tc.missing)
 			}
 		})
+	}
+}
+
+// TestControllersByFullName: WithControllers takes controllers by the
+// full names the controller manager's /healthz lists, which Start waits
+// for; an alias or a pattern fails the test before anything starts.
+func TestControllersByFullName(t *testing.T) {
+	t.Setenv(EnvAssets, t.TempDir()) // nothing to start: the names are refused first
+	for _, name := range []string{"statefulset", "*", "-statefulset-controller", "statefulset-controller,garbage-collector-controller", ""} {
+		r := run(t, func(tb testing.TB) { Start(tb, WithControllers(StatefulSetController, name)) })
+		if !strings.Contains(r.fatal, fmt.Sprintf("WithControllers(%q)", name)) || !strings.Contains(r.fatal, "full name") {
+			t.Errorf("WithControllers(%q): Start failed with %q, want it to ask for the full name", name, r.fatal)
+		}
+	}
+}
+
+// TestAFailedControllerManagerShowsItsLog: a controller manager that
+// exits (it knows no such controller) fails Start at once, and the failed
+// test prints the tail of its log with the API server's.
+func TestAFailedControllerManagerShowsItsLog(t *testing.T) {
+	began := time.Now()
+	r := run(t, func(tb testing.TB) { Start(tb, WithControllers("no-such-controller")) })
+	if !strings.Contains(r.fatal, "start kube-controller-manager with no-such-controller") || !strings.Contains(r.fatal, "exited") {
+		t.Errorf("Start failed with %q, want it to say the controller manager exited", r.fatal)
+	}
+	if took := time.Since(began); took > startTimeout/2 {
+		t.Errorf("Start failed after %v, want it to fail once the controller manager exits, not at its timeout", took)
+	}
+	logs := strings.Join(r.logs, "\n")
+	if !strings.Contains(logs, `\"no-such-controller\" is not in the list of known controllers`) || !strings.Contains(logs, "kube-apiserver.log") {
+		t.Errorf("the failed test logged:\n%s\nwant the tail of kube-controller-manager.log and kube-apiserver.log", logs)
 	}
 }
 
