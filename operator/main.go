@@ -2,8 +2,9 @@
 // Cell resource (cellkit.io/v1alpha1) into the cell's StatefulSet,
 // Services, disruption budget and network policy, puts the cell in the
 // cell map once its instances are ready, keeps it there as its spec says
-// (weight, capacity, the agencies' shares, drained) and drains it before
-// it is deleted. See internal/operator and docs/kubernetes.md.
+// (weight, capacity, the agencies' shares, drained), drains it before it
+// is deleted, and puts a new image or settings out cell by cell through
+// the rollout and its gates. See internal/operator and docs/kubernetes.md.
 //
 //	operator [flags]                 reconcile (one leader among replicas)
 //	operator render [flags] FILE     print the objects a Cell (YAML) is made of
@@ -69,6 +70,7 @@ type options struct {
 	adminTokenFile  string
 	tls             tlsconf.ClientFiles
 	workers         int
+	bake            time.Duration
 	shutdownTimeout time.Duration
 	logLevel        slog.Level
 }
@@ -84,6 +86,7 @@ func parseFlags(args []string, getenv func(string) string, output io.Writer) (o 
 	fs.StringVar(&o.adminTokenFile, "admin-token-file", "", "file holding the bearer token for the cells' admin APIs")
 	o.tls.RegisterFlags(fs.FlagSet, "", "the cells' admin APIs")
 	fs.IntVar(&o.workers, "workers", operator.DefaultConfig().Workers, "cells reconciled at once")
+	fs.DurationVar(&o.bake, "bake", operator.DefaultReleaseConfig().Bake, "how long each wave of a release bakes, judged by the rollout's gates, before the next")
 	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 30*time.Second, "how long a reconcile in flight may finish at shutdown")
 	fs.TextVar(&o.logLevel, "log-level", slog.LevelInfo, "log level: debug, info, warn or error")
 	if err := fs.Parse(args, getenv); err != nil {
@@ -91,6 +94,9 @@ func parseFlags(args []string, getenv func(string) string, output io.Writer) (o 
 	}
 	if o.workers < 1 || o.workers > 64 {
 		return o, fmt.Errorf("--workers %d: want 1..64", o.workers)
+	}
+	if o.bake < time.Second {
+		return o, fmt.Errorf("--bake %v: want at least 1s", o.bake)
 	}
 	if o.leaderNamespace == "" {
 		o.leaderNamespace = o.namespace
@@ -139,6 +145,11 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		Log:     log,
 	})
 	if err := r.SetupWithManager(mgr); err != nil {
+		return err
+	}
+	rel := operator.DefaultReleaseConfig()
+	rel.Bake = o.bake
+	if err := mgr.Add(r.Releaser(rel)); err != nil {
 		return err
 	}
 

@@ -37,7 +37,7 @@ var operatorDifferences = map[string]string{
 	// operator deletes it.
 	"StatefulSet/cellkit-cell-c1 spec.updateStrategy.type": "OnDelete, not RollingUpdate",
 	// What the pods run, for the operator's next reconcile.
-	"StatefulSet/cellkit-cell-c1 metadata.annotations": "cellkit.io/release",
+	"StatefulSet/cellkit-cell-c1 spec.template.metadata.annotations": "cellkit.io/release",
 }
 
 // generatedName is a kustomize-generated ConfigMap's name (NAME-HASH) or

@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	monitoringv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
+	admissionv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -40,7 +41,7 @@ var scheme = func() *runtime.Scheme {
 	s := runtime.NewScheme()
 	for _, add := range []func(*runtime.Scheme) error{
 		corev1.AddToScheme, appsv1.AddToScheme, batchv1.AddToScheme, policyv1.AddToScheme,
-		networkingv1.AddToScheme, monitoringv1.AddToScheme, rbacv1.AddToScheme, apiextensionsv1.AddToScheme,
+		networkingv1.AddToScheme, monitoringv1.AddToScheme, rbacv1.AddToScheme, apiextensionsv1.AddToScheme, admissionv1.AddToScheme,
 	} {
 		if err := add(s); err != nil {
 			panic(err)
@@ -160,7 +161,8 @@ func decodeAll(yml []byte) (*objects, error) {
 			o.podMonitors = append(o.podMonitors, x)
 		case *apiextensionsv1.CustomResourceDefinition:
 			o.crds = append(o.crds, x)
-		case *corev1.ServiceAccount, *rbacv1.ClusterRole, *rbacv1.ClusterRoleBinding:
+		case *corev1.ServiceAccount, *rbacv1.ClusterRole, *rbacv1.ClusterRoleBinding,
+			*admissionv1.ValidatingAdmissionPolicy, *admissionv1.ValidatingAdmissionPolicyBinding:
 		default:
 			return nil, fmt.Errorf("%s: a kind the checks do not know: %v", firstLines(doc), gvk)
 		}

@@ -149,3 +149,35 @@ func isReady(pod *corev1.Pod) bool {
 	}
 	return false
 }
+
+// Kubelet plays the kubelet for namespace until the test ends: every pod
+// there that is not being deleted is marked ready (MarkPodReady, at the
+// address ipFor(its name)) soon after it appears, pods made again
+// included — for a test whose controllers replace pods while it runs. A
+// status the server refuses is tried again at the next look (every
+// 50 ms); it does not fail the test.
+func Kubelet(t testing.TB, c client.Client, namespace string, ipFor func(podName string) string) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(50 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			var pods corev1.PodList
+			if err := c.List(ctx, &pods, client.InNamespace(namespace)); err == nil {
+				for i := range pods.Items {
+					if p := &pods.Items[i]; p.DeletionTimestamp.IsZero() && !isReady(p) {
+						_ = markReady(ctx, c, p, ipFor(p.Name)) // again at the next look
+					}
+				}
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+}

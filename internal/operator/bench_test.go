@@ -61,6 +61,10 @@ type admins struct {
 	mu    sync.Mutex
 	cells map[string]*cellAdmin
 	srv   *httptest.Server
+	// kube and ns, when set, are where a pod's host is looked up
+	// (pods_test.go): the releases' bench.
+	kube client.Client
+	ns   string
 }
 
 func newAdmins(t *testing.T) *admins {
@@ -92,6 +96,9 @@ func cellOfHost(host string) string {
 }
 
 func (a *admins) serve(w http.ResponseWriter, r *http.Request) {
+	if a.servePod(w, r) {
+		return
+	}
 	c := a.cell(cellOfHost(r.Host))
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -142,12 +149,12 @@ type bench struct {
 
 func crdDir() string { return filepath.Join("..", "..", "deploy", "kubernetes", "operator", "crd") }
 
-func newBench(t *testing.T) *bench {
+func newBench(t *testing.T, opts ...kubetest.Option) *bench {
 	scheme, err := operator.Scheme()
 	if err != nil {
 		t.Fatal(err)
 	}
-	kube := kubetest.Start(t, kubetest.WithCRDs(crdDir()), kubetest.WithScheme(scheme))
+	kube := kubetest.Start(t, append([]kubetest.Option{kubetest.WithCRDs(crdDir()), kubetest.WithScheme(scheme)}, opts...)...)
 	reg, err := registry.NewFile(registry.FileConfig{Path: filepath.Join(t.TempDir(), "map.json")}, registry.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -168,6 +175,11 @@ func newBench(t *testing.T) *bench {
 // start runs an operator against the bench until the test ends; it
 // returns what stops it sooner.
 func (b *bench) start(cfg operator.ManagerConfig, ctl *control.Controller) (stop func()) {
+	return b.startWith(cfg, ctl, nil)
+}
+
+// startWith is start with the operator's releaser too (rel not nil).
+func (b *bench) startWith(cfg operator.ManagerConfig, ctl *control.Controller, rel *operator.ReleaseConfig) (stop func()) {
 	t := b.t
 	mgr, err := operator.NewManager(b.kube.Config, cfg)
 	if err != nil {
@@ -177,6 +189,11 @@ func (b *bench) start(cfg operator.ManagerConfig, ctl *control.Controller) (stop
 		Client: mgr.GetClient(), Control: ctl, Admin: b.admins.client(), Events: mgr.GetEventRecorder("cellkit-operator"), Log: testkit.Logger()})
 	if err := r.SetupWithManager(mgr); err != nil {
 		t.Fatal(err)
+	}
+	if rel != nil {
+		if err := mgr.Add(r.Releaser(*rel)); err != nil {
+			t.Fatal(err)
+		}
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)

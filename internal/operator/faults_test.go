@@ -2,15 +2,20 @@ package operator_test
 
 import (
 	"context"
+	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/yaml"
 
 	"github.com/cellkit/cellkit/internal/consultest"
 	"github.com/cellkit/cellkit/internal/control"
@@ -58,6 +63,26 @@ func TestTheAPIServerValidatesAndDefaults(t *testing.T) {
 	if !equality.Semantic.DeepEqual(got.Spec, want.Spec) {
 		t.Errorf("the API server's defaults:\n%+v\nCell.Default's:\n%+v", got.Spec, want.Spec)
 	}
+	// A share over the agency's limit, once the operator has written the
+	// map's limits beside the Cells.
+	installAdmission(t, b)
+	over := b.newCell("c9", func(c *v1alpha1.Cell) { c.Spec.Agencies = []v1alpha1.AgencyShare{{Name: "nice", Sessions: 81}} })
+	var err error
+	testkit.WaitFor(t, within, "the admission policy in force", func() bool {
+		if err = b.kube.Client.Create(ctx, over.DeepCopy()); err == nil {
+			// Not yet in force: out again, and another try.
+			_ = b.kube.Client.Delete(ctx, over.DeepCopy())
+			return false
+		}
+		return true
+	})
+	if !strings.Contains(err.Error(), "spec.agencies: nice 81 is over the agency's limit of 80") {
+		t.Errorf("a share over the limit: %v", err)
+	}
+	b.create(b.newCell("c8", func(c *v1alpha1.Cell) {
+		c.Spec.Agencies = []v1alpha1.AgencyShare{{Name: "nice", Sessions: 80}, {Name: "other", Sessions: 500}}
+	}))
+
 	// A cell does not shrink.
 	b.create(b.newCell("c5", func(c *v1alpha1.Cell) { c.Spec.Instances = 5 }))
 	c := b.get("c5")
@@ -168,4 +193,32 @@ func TestOneOperatorLeads(t *testing.T) {
 	testkit.WaitFor(t, within, "the second operator leading", func() bool { h := holder(); return h != "" && h != leader })
 	b.update("c1", func(c *v1alpha1.Cell) { c.Spec.Weight = 2 })
 	testkit.WaitFor(t, within, "c1 reweighted by the new leader", func() bool { mc, _, _ := b.mapCell("c1"); return mc.Weight == 2 })
+}
+
+// installAdmission installs the operator's admission policy and writes the
+// map's agencies' limits beside the Cells, as the operator does.
+func installAdmission(t *testing.T, b *bench) {
+	t.Helper()
+	ctx := context.Background()
+	raw, err := os.ReadFile(filepath.Join("..", "..", "deploy", "kubernetes", "operator", "admission.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, doc := range strings.Split(string(raw), "\n---\n") {
+		u := &unstructured.Unstructured{}
+		if err := yaml.Unmarshal([]byte(doc), &u.Object); err != nil {
+			t.Fatal(err)
+		}
+		if err := b.kube.Client.Create(ctx, u); err != nil {
+			t.Fatalf("admission.yaml: %v", err)
+		}
+	}
+	m, _ := b.ctl.Load(ctx)
+	limits := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: operator.AgencyLimits, Namespace: b.ns}, Data: map[string]string{}}
+	for a, n := range m.Agencies() {
+		limits.Data[a] = strconv.Itoa(n)
+	}
+	if err := b.kube.Client.Create(ctx, limits); err != nil {
+		t.Fatal(err)
+	}
 }

@@ -35,7 +35,7 @@ func (r *Reconciler) finalize(ctx context.Context, cell *v1alpha1.Cell, st *stat
 	}
 	want := wanted(cell)
 	have, ok := m.Cell(cell.Name)
-	if ok && (have.Intake != want.Intake || have.Admin != want.Admin) {
+	if ok && !ours(have, want) {
 		// Another cell's, under the same id: not this one's to drain.
 		r.event(cell, corev1.EventTypeWarning, "NotInMap", "finalize", fmt.Sprintf("the map's cell %s is another's (intake %s): left as it is", cell.Name, have.Intake))
 		ok = false

@@ -6,11 +6,14 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/cellkit/cellkit/internal/control"
 	"github.com/cellkit/cellkit/internal/operator/api/v1alpha1"
@@ -43,6 +46,9 @@ func (r *Reconciler) syncMap(ctx context.Context, cell *v1alpha1.Cell, st *statu
 			return ctrl.Result{}, err
 		}
 		st.mapVersion = m.Version()
+		if err := r.apply(ctx, agencyLimits(cell.Namespace, m.Agencies()), nil); err != nil {
+			return ctrl.Result{}, err
+		}
 		what, plan, err := r.nextStep(cell, m)
 		if err != nil {
 			st.fail(v1alpha1.ConditionInMap, "Refused", err.Error())
@@ -62,6 +68,46 @@ func (r *Reconciler) syncMap(ctx context.Context, cell *v1alpha1.Cell, st *statu
 	return ctrl.Result{RequeueAfter: time.Second}, nil
 }
 
+// AgencyLimits is the ConfigMap, in each namespace with Cells, that holds
+// the map's agencies' session limits (NAME: LIMIT): the parameter of the
+// admission policy that refuses a Cell's share over its agency's limit
+// (deploy/kubernetes/operator/admission.yaml).
+const AgencyLimits = "cellkit-agencies"
+
+func agencyLimits(ns string, limits map[string]int) *corev1.ConfigMap {
+	data := make(map[string]string, len(limits))
+	for a, n := range limits {
+		data[a] = strconv.Itoa(n)
+	}
+	return &corev1.ConfigMap{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"},
+		ObjectMeta: metav1.ObjectMeta{Name: AgencyLimits, Namespace: ns, Labels: map[string]string{LabelPartOf: "cellkit"}},
+		Data:       data,
+	}
+}
+
+// ours says whether the map's cell have is the one want describes: its
+// URLs are want's Service's or one of want's instances' (a cell with
+// instances is reached at its first in rotation), and each of its
+// instances is one of want's.
+func ours(have, want slotmap.Cell) bool {
+	same := func(intake, admin string) bool {
+		if intake == want.Intake && admin == want.Admin {
+			return true
+		}
+		return slices.ContainsFunc(want.Instances, func(in slotmap.Instance) bool { return in.Intake == intake && in.Admin == admin })
+	}
+	if !same(have.Intake, have.Admin) {
+		return false
+	}
+	for _, in := range have.Instances {
+		if !slices.ContainsFunc(want.Instances, func(w slotmap.Instance) bool { return w.ID == in.ID && w.Intake == in.Intake && w.Admin == in.Admin }) {
+			return false
+		}
+	}
+	return true
+}
+
 // maxSteps bounds the plans one reconcile applies (a new cell: provision,
 // a share per agency, a drain).
 const maxSteps = 16
@@ -75,7 +121,7 @@ func (r *Reconciler) nextStep(cell *v1alpha1.Cell, m *slotmap.Map) (string, cont
 	if !ok {
 		return "provision", control.Provision(want), nil
 	}
-	if have.Intake != want.Intake || have.Admin != want.Admin {
+	if !ours(have, want) {
 		return "", nil, fmt.Errorf("cell id %s is in the map with intake %s and admin %s, not this cell's %s and %s: remove it from the map, or name this cell otherwise",
 			want.ID, have.Intake, have.Admin, want.Intake, want.Admin)
 	}
@@ -166,7 +212,7 @@ func (r *Reconciler) inMap(ctx context.Context, cell *v1alpha1.Cell, st *status,
 		st.set(v1alpha1.ConditionDrained, false, "Active", "it serves its slots")
 	}
 	r.readFigures(ctx, have, st)
-	r.released(cell, st)
+	r.released(ctx, cell, st)
 	return ctrl.Result{}, nil
 }
 
@@ -202,15 +248,27 @@ func (r *Reconciler) readFigures(ctx context.Context, c slotmap.Cell, st *status
 	}
 }
 
-// released says whether the cell runs the release its spec asks for.
-func (r *Reconciler) released(cell *v1alpha1.Cell, st *status) {
+// released says whether the cell's pods run the release its spec asks
+// for (each pod's cellkit.io/release).
+func (r *Reconciler) released(ctx context.Context, cell *v1alpha1.Cell, st *status) {
 	want := specRelease(cell)
-	if st.running.Image == want.Image && slices.Equal(st.running.Set, want.Set) {
-		st.set(v1alpha1.ConditionReleased, true, "Released", "its pods run "+want.Image)
+	var pods corev1.PodList
+	if err := r.opts.Client.List(ctx, &pods, client.InNamespace(cell.Namespace), client.MatchingLabels{LabelName: "cell", LabelCell: cell.Name}); err != nil {
+		st.fail(v1alpha1.ConditionReleased, "PodsUnread", err.Error())
 		return
 	}
-	st.fail(v1alpha1.ConditionReleased, "ReleasePending", fmt.Sprintf("the spec asks for %s%s; its pods run %s%s: a release goes out cell by cell (docs/kubernetes.md)",
-		want.Image, setSuffix(want.Set), st.running.Image, setSuffix(st.running.Set)))
+	on := 0
+	for _, p := range pods.Items {
+		if s, ok := releaseOf(p.Annotations); ok && sameRelease(s, want) {
+			on++
+		}
+	}
+	if on == len(pods.Items) && sameRelease(st.running, want) {
+		st.set(v1alpha1.ConditionReleased, true, "Released", fmt.Sprintf("its %d pods run %s%s", on, want.Image, setSuffix(want.Set)))
+		return
+	}
+	st.fail(v1alpha1.ConditionReleased, "ReleasePending", fmt.Sprintf("the spec asks for %s%s; %d of %d pods run it, its pod template %s%s",
+		want.Image, setSuffix(want.Set), on, len(pods.Items), st.running.Image, setSuffix(st.running.Set)))
 }
 
 func setSuffix(set []string) string {

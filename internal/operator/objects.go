@@ -31,9 +31,10 @@ import (
 //go:embed nats.conf
 var natsConf string
 
-// AnnotationRelease, on a cell's StatefulSet, is the release its pod
-// template runs (a release.Spec in JSON: image and settings): the spec's
-// when the cell was made, then what the operator's deployer moved it to.
+// AnnotationRelease, on a cell's pod template (and so on each of its
+// pods), is the release the template runs (a release.Spec in JSON: image
+// and settings): the spec's when the cell was made, then what the
+// operator's deployer moved it to.
 const AnnotationRelease = "cellkit.io/release"
 
 // NATSConfigName is the name of the ConfigMap holding natsConf: named
@@ -85,8 +86,8 @@ func (r *Reconciler) running(ctx context.Context, cell *v1alpha1.Cell) (release.
 	case err != nil:
 		return release.Spec{}, nil, err
 	}
-	var s release.Spec
-	if err := json.Unmarshal([]byte(sts.Annotations[AnnotationRelease]), &s); err != nil || s.Image == "" {
+	s, ok := releaseOf(sts.Spec.Template.Annotations)
+	if !ok {
 		// Not ours, or written by hand: the spec's from now on.
 		return specRelease(cell), sts, nil
 	}
@@ -110,7 +111,13 @@ func (r *Reconciler) applyObjects(ctx context.Context, cell *v1alpha1.Cell, st *
 			return false, err
 		}
 	}
-	for _, o := range cellObjects(cell, run) {
+	objs := cellObjects(cell, run)
+	if sts != nil {
+		// Applied only over the StatefulSet read: a release moved by the
+		// deployer meanwhile is not undone.
+		objs[0].SetResourceVersion(sts.ResourceVersion)
+	}
+	for _, o := range objs {
 		if err := r.apply(ctx, o, cell); err != nil {
 			st.fail(v1alpha1.ConditionReady, "ApplyFailed", err.Error())
 			return false, err
@@ -156,12 +163,29 @@ func (r *Reconciler) apply(ctx context.Context, o client.Object, owner *v1alpha1
 	return nil
 }
 
-// cellObjects are the objects of cell, its pods running run.
+// cellObjects are the objects of cell, its pods running run (the
+// StatefulSet first).
 func cellObjects(cell *v1alpha1.Cell, run release.Spec) []client.Object {
-	objs := Render(cell, run.Apply(control.Command{Args: CellArgs(cell)}), NATSConfigName())
-	raw, _ := json.Marshal(run) // a Spec always marshals
-	objs.StatefulSet.Annotations = map[string]string{AnnotationRelease: string(raw)}
+	objs := Render(cell, podCommand(cell, run), NATSConfigName())
+	raw, _ := json.Marshal(release.Spec{Image: run.Image, Set: run.Set}) // a Spec always marshals
+	objs.StatefulSet.Spec.Template.Annotations = map[string]string{AnnotationRelease: string(raw)}
 	return []client.Object{objs.StatefulSet, objs.Service, objs.Budget, objs.Policy}
+}
+
+// podCommand is what a cell's container runs for release run: its image,
+// the operator's arguments, then the release's settings.
+func podCommand(cell *v1alpha1.Cell, run release.Spec) control.Command {
+	c := run.Apply(control.Command{})
+	return control.Command{Image: c.Image, Args: append(CellArgs(cell), c.Args...)}
+}
+
+// releaseOf is the release annotations name (ok false: none, or not one).
+func releaseOf(annotations map[string]string) (release.Spec, bool) {
+	var s release.Spec
+	if err := json.Unmarshal([]byte(annotations[AnnotationRelease]), &s); err != nil || s.Image == "" || s.Bin != "" {
+		return release.Spec{}, false
+	}
+	return s, true
 }
 
 // RenderAll are the objects the operator applies for a new cell c (a

@@ -4,8 +4,10 @@
 // the Cell), puts the cell in the map once its instances are ready and
 // keeps it as the spec says (mapsync.go: weight, capacity, the agencies'
 // shares, drained or not, through internal/control's plans), drains it
-// before it goes (finalize.go), and reports it in the Cell's status and
-// events (status.go).
+// before it goes (finalize.go), puts a new image or settings out cell by
+// cell through the rollout with the Kubernetes deployer (releases.go,
+// deployer.go), and reports it in the Cell's status and events
+// (status.go).
 //
 // The map stays in the registry the operator is given (Consul on a
 // cluster, as every router and cell reads it); the operator is one more
@@ -18,6 +20,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -77,6 +80,17 @@ type Options struct {
 type Reconciler struct {
 	cfg  Config
 	opts Options
+	// locks holds a mutex per cell (namespace/name): a reconcile's objects
+	// and the deployer's moves of a cell's release take turns.
+	locks sync.Map
+}
+
+// lock takes cell's mutex; the function returned gives it back.
+func (r *Reconciler) lock(cell *v1alpha1.Cell) func() {
+	m, _ := r.locks.LoadOrStore(cell.Namespace+"/"+cell.Name, &sync.Mutex{})
+	mu := m.(*sync.Mutex)
+	mu.Lock()
+	return mu.Unlock
 }
 
 // New is a reconciler; SetupWithManager starts it.
@@ -138,7 +152,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 			return ctrl.Result{}, err
 		}
 	}
+	unlock := r.lock(cell)
 	ready, err := r.applyObjects(ctx, cell, st)
+	unlock()
 	if err != nil {
 		return ctrl.Result{}, r.report(ctx, cell, st, err)
 	}

@@ -109,3 +109,18 @@ func (r *Reconciler) event(cell *v1alpha1.Cell, kind, reason, action, note strin
 		r.opts.Events.Eventf(cell, nil, kind, reason, action, "%s", note)
 	}
 }
+
+// eventOn records a step on the Cell named id (in whichever namespace
+// holds it; nowhere when none does).
+func (r *Reconciler) eventOn(ctx context.Context, id, kind, reason, action, note string) {
+	var list v1alpha1.CellList
+	if err := r.opts.Client.List(ctx, &list); err != nil {
+		r.opts.Log.Warn("cell event", "cell", id, "err", err)
+		return
+	}
+	for i := range list.Items {
+		if list.Items[i].Name == id {
+			r.event(&list.Items[i], kind, reason, action, note)
+		}
+	}
+}

@@ -62,20 +62,38 @@ func (s Spec) Validate(program string) error {
 	return nil
 }
 
-// Apply is c as s runs it: s's binary or image in place of c's (the other
-// one cleared: a command runs one of them), c's arguments and then
-// --name=value for each of s's flags. The release c reported is cleared:
-// the command has not run yet.
+// Apply is c as s runs it. A binary's release (a stack of processes on
+// hosts) runs s's binary in place of c's, with c's arguments — its ports,
+// data and names — and then --name=value for each of s's flags. An
+// image's release (Kubernetes) is the image and its settings exactly: the
+// platform gives the process its own arguments, which are not the
+// release's, so c's arguments are the settings it ran and s's replace
+// them (a setting left out of s is gone). The other of binary and image is
+// cleared (a command runs one of them), and so is the release c
+// reported: the command has not run yet.
 func (s Spec) Apply(c control.Command) control.Command {
 	out := control.Command{Bin: c.Bin, Image: c.Image, Args: slices.Clone(c.Args)}
 	switch {
 	case s.Bin != "":
 		out.Bin, out.Image = s.Bin, ""
 	case s.Image != "":
-		out.Bin, out.Image = "", s.Image
+		out.Bin, out.Image, out.Args = "", s.Image, nil
 	}
 	for _, kv := range s.Set {
 		out.Args = append(out.Args, "--"+kv)
+	}
+	return out
+}
+
+// Settings are a command's arguments as the name=value settings they
+// set: the inverse of an image release's Apply (an argument not of the
+// form --name=value is left out).
+func Settings(args []string) []string {
+	var out []string
+	for _, a := range args {
+		if kv, ok := strings.CutPrefix(a, "--"); ok && strings.Contains(kv, "=") {
+			out = append(out, kv)
+		}
 	}
 	return out
 }

@@ -89,8 +89,9 @@ func TestValidImage(t *testing.T) {
 }
 
 // TestApply: the release's binary or image in place of the command's
-// (never both in what it makes), its flags after the command's arguments,
-// the command's own arguments left as they were, and no release claimed.
+// (never both in what it makes); a binary's flags after the command's
+// arguments, an image's settings in place of them; the command given left
+// as it was, and no release claimed.
 func TestApply(t *testing.T) {
 	proc := control.Command{Release: "cell@1", Bin: "/old/cell", Args: []string{"--cell", "c1"}}
 	got := Spec{Bin: "/new/cell", Set: []string{"workers=8"}}.Apply(proc)
@@ -107,9 +108,17 @@ func TestApply(t *testing.T) {
 	if got := (Spec{Set: []string{"workers=8"}}).Apply(proc); got.Bin != "/old/cell" || got.Image != "" || !slices.Equal(got.Args, []string{"--cell", "c1", "--workers=8"}) {
 		t.Errorf("flags alone: %+v", got)
 	}
-	pod := control.Command{Image: "cellkit/cell:1.4.0", Args: []string{"--cell", "c1"}}
-	if got := (Spec{Image: "cellkit/cell:1.5.0"}).Apply(pod); got.Image != "cellkit/cell:1.5.0" || got.Bin != "" || !slices.Equal(got.Args, pod.Args) {
-		t.Errorf("an image: %+v", got)
+	// An image's release is its settings exactly: the pod's own
+	// arguments are the platform's, and a setting left out is gone.
+	pod := control.Command{Image: "cellkit/cell:1.4.0", Args: []string{"--workers=4", "--agency-timeout=2s"}}
+	if got := (Spec{Image: "cellkit/cell:1.5.0", Set: []string{"workers=8"}}).Apply(pod); got.Image != "cellkit/cell:1.5.0" || got.Bin != "" || !slices.Equal(got.Args, []string{"--workers=8"}) {
+		t.Errorf("an image: %+v, want its settings alone", got)
+	}
+	if got := (Spec{Image: "cellkit/cell:1.5.0"}).Apply(pod); len(got.Args) != 0 {
+		t.Errorf("an image without settings: %+v, want none", got)
+	}
+	if got := Settings([]string{"--workers=8", "--cell", "c1", "-x=1", "--a=b=c"}); !slices.Equal(got, []string{"workers=8", "a=b=c"}) {
+		t.Errorf("Settings: %q", got)
 	}
 	if got := (Spec{Image: "cellkit/cell:1.5.0"}).Apply(proc); got.Image != "cellkit/cell:1.5.0" || got.Bin != "" {
 		t.Errorf("an image in place of a binary: %+v, want the image alone", got)
