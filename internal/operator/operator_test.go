@@ -2,6 +2,10 @@ package operator_test
 
 import (
 	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"slices"
 	"strings"
 	"testing"
 
@@ -10,6 +14,7 @@ import (
 	eventsv1 "k8s.io/api/events/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/cellkit/cellkit/internal/control"
@@ -81,6 +86,24 @@ func TestACellsLife(t *testing.T) {
 	b.update("c1", func(c *v1alpha1.Cell) { c.Spec.Weight = 3 })
 	testkit.WaitFor(t, within, "c1 at weight 3 in the map", func() bool { mc, _, _ := b.mapCell("c1"); return mc.Weight == 3 })
 	b.waitEvent("c1", "MapChanged", "weight c1 3", "slots moved", "% of users")
+
+	// Grown to 5 instances: the StatefulSet first, the map's instances
+	// once the new ones are ready.
+	b.update("c1", func(c *v1alpha1.Cell) { c.Spec.Instances = 5 })
+	testkit.WaitFor(t, within, "c1's StatefulSet of 5", func() bool {
+		return b.kube.Client.Get(ctx, types.NamespacedName{Namespace: b.ns, Name: "cellkit-cell-c1"}, sts) == nil && *sts.Spec.Replicas == 5
+	})
+	if mc, _, _ := b.mapCell("c1"); len(mc.Instances) != 3 {
+		t.Errorf("c1 has %d instances in the map before its new ones are ready, want 3", len(mc.Instances))
+	}
+	b.setReady("c1", 5)
+	testkit.WaitFor(t, within, "c1's 5 instances in the map", func() bool { mc, _, _ := b.mapCell("c1"); return len(mc.Instances) == 5 })
+	if !slices.Contains(sts.Spec.Template.Spec.Containers[0].Args, "--replicas=3") {
+		t.Errorf("c1 of 5: its streams' replicas %v, want 3", sts.Spec.Template.Spec.Containers[0].Args)
+	}
+
+	// kubectl get cells: the printer columns.
+	b.checkColumns("Phase", "Ready", "Release", "Weight", "Slots", "Queue")
 
 	// Deleted with work in its queue: drained first, kept until empty.
 	b.admins.cell("c2").set(func(c *cellAdmin) { c.depth = 5 })
@@ -172,5 +195,45 @@ func TestAnIDTakenIsNotTakenOver(t *testing.T) {
 	}
 	if _, _, after := b.mapCell("c1"); after.Version() != before.Version() {
 		t.Errorf("the map went from version %d to %d", before.Version(), after.Version())
+	}
+}
+
+// checkColumns holds the columns `kubectl get cells` shows (the API
+// server's Table of Cells) to want.
+func (b *bench) checkColumns(want ...string) {
+	b.t.Helper()
+	hc, err := rest.HTTPClientFor(b.kube.Config)
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	req, err := http.NewRequest(http.MethodGet, strings.TrimSuffix(b.kube.Config.Host, "/")+"/apis/cellkit.io/v1alpha1/namespaces/"+b.ns+"/cells", nil)
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	req.Header.Set("Accept", "application/json;as=Table;v=v1;g=meta.k8s.io")
+	resp, err := hc.Do(req)
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	var table metav1.Table
+	if err := json.Unmarshal(raw, &table); err != nil {
+		b.t.Fatalf("kubectl get cells: %v: %.300s", err, raw)
+	}
+	var got []string
+	for _, c := range table.ColumnDefinitions {
+		got = append(got, c.Name)
+	}
+	for _, w := range want {
+		if !slices.Contains(got, w) {
+			b.t.Errorf("kubectl get cells shows %v, want %s among them", got, w)
+		}
+	}
+	if len(table.Rows) == 0 {
+		b.t.Error("kubectl get cells shows no row")
 	}
 }
