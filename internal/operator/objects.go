@@ -119,7 +119,10 @@ func (r *Reconciler) applyObjects(ctx context.Context, cell *v1alpha1.Cell, st *
 	}
 	for _, o := range objs {
 		if err := r.apply(ctx, o, cell); err != nil {
-			st.fail(v1alpha1.ConditionReady, "ApplyFailed", err.Error())
+			if !apierrors.IsConflict(err) {
+				// A conflict is the deployer's move meanwhile: again, quietly.
+				st.fail(v1alpha1.ConditionReady, "ApplyFailed", err.Error())
+			}
 			return false, err
 		}
 	}

@@ -176,11 +176,22 @@ func (x *Releaser) drive(ctx context.Context, id string, cfg rollout.Config) err
 	if ro != nil {
 		for _, w := range ro.Waves {
 			for _, c := range w.Cells {
-				x.r.eventOn(ctx, c, corev1.EventTypeNormal, "Release"+string(ro.State), "release", fmt.Sprintf("rollout %s is %s%s", id, ro.State, why(ro)))
+				x.r.eventOn(ctx, c, corev1.EventTypeNormal, "Release"+camel(string(ro.State)), "release", fmt.Sprintf("rollout %s is %s%s", id, ro.State, why(ro)))
 			}
 		}
 	}
 	return err
+}
+
+// camel is a rollout state as an event's reason: rolled_back → RolledBack.
+func camel(state string) string {
+	var b strings.Builder
+	for _, w := range strings.Split(state, "_") {
+		if w != "" {
+			b.WriteString(strings.ToUpper(w[:1]) + w[1:])
+		}
+	}
+	return b.String()
 }
 
 func why(ro *control.Rollout) string {

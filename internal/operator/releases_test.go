@@ -74,6 +74,7 @@ func TestReleasesGoOutCellByCell(t *testing.T) {
 		c := b.waitCondition(id, v1alpha1.ConditionReleased, metav1.ConditionFalse, "ReleasePending")
 		_ = c
 	}
+	b.waitEvent("c1", "ReleaseRolledBack", ro.ID, "rolled_back")
 	// Not tried again: the record stays the rolled-back one.
 	id := ro.ID
 	time.Sleep(3 * time.Second) // the releaser looks every 500 ms: six looks

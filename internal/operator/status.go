@@ -3,6 +3,7 @@ package operator
 import (
 	"context"
 	"fmt"
+	"unicode/utf8"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -102,12 +103,31 @@ func (r *Reconciler) writeStatus(ctx context.Context, cell *v1alpha1.Cell, st *s
 	return r.opts.Client.Status().Patch(ctx, cell, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{}))
 }
 
-// event records one step on cell (nowhere without a recorder).
+// event records one step on cell (nowhere without a recorder), its note
+// cut to what the API server keeps of one (maxNote; the log has it
+// whole).
 func (r *Reconciler) event(cell *v1alpha1.Cell, kind, reason, action, note string) {
 	r.opts.Log.Info("cell "+action, "cell", cell.Name, "namespace", cell.Namespace, "reason", reason, "note", note)
 	if r.opts.Events != nil {
-		r.opts.Events.Eventf(cell, nil, kind, reason, action, "%s", note)
+		r.opts.Events.Eventf(cell, nil, kind, reason, action, "%s", cut(note, maxNote))
 	}
+}
+
+// maxNote is the longest event note the API server takes (1 kB).
+const maxNote = 1024
+
+// cut is s cut to at most n bytes, on a rune boundary, marked "…" when
+// cut.
+func cut(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	const more = "…"
+	i := n - len(more)
+	for i > 0 && !utf8.RuneStart(s[i]) {
+		i--
+	}
+	return s[:i] + more
 }
 
 // eventOn records a step on the Cell named id (in whichever namespace
