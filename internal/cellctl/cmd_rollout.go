@@ -1,6 +1,7 @@
 package cellctl
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -282,21 +283,29 @@ func rolloutChangeCommand(name, summary, help string, to control.RolloutState) *
 	}
 	c.run = func(ctx context.Context, x *inv, _ []string) error {
 		var d release.Deployer
+		var noDeployer error
 		if drive {
-			var err error
-			if d, err = f.deployer(x); err != nil {
-				return err
-			}
+			d, noDeployer = f.deployer(x)
 		}
+		// Without a deployer, its refusal is the one line said when the
+		// record cannot say the operator drives the rollout.
+		firstOf := func(err error) error { return cmp.Or(noDeployer, err) }
 		reg, err := x.openRegistry()
 		if err != nil {
-			return err
+			return firstOf(err)
 		}
 		defer reg.Close()
 		ctl := x.controller(reg, nil)
 		ro, err := ctl.Rollout(ctx)
 		if err != nil {
-			return err
+			return firstOf(err)
+		}
+		// A release of images is driven by the Kubernetes operator that
+		// started it: the record's state is all it needs to go on.
+		cfg, _ := rollout.ConfigOf(ro)
+		operated := cfg.Spec.Image != ""
+		if noDeployer != nil && !operated {
+			return noDeployer
 		}
 		_, err = ctl.UpdateRollout(ctx, ro.ID, func(r *control.Rollout) error {
 			switch {
@@ -318,6 +327,10 @@ func rolloutChangeCommand(name, summary, help string, to control.RolloutState) *
 		})
 		if err != nil {
 			return err
+		}
+		if drive && operated {
+			fmt.Fprintf(x.out, "Rollout %s is %s: the operator that drives it goes on from its record.\n", ro.ID, to)
+			return nil
 		}
 		if !drive {
 			fmt.Fprintf(x.out, "Rollout %s %s.\n", ro.ID, map[control.RolloutState]string{control.RolloutPaused: "paused: its driver stops after its current step", control.RolloutAborted: "aborted: the processes stay as they are"}[to])

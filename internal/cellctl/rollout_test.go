@@ -1,10 +1,16 @@
 package cellctl
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/cellkit/cellkit/internal/control"
+	"github.com/cellkit/cellkit/internal/release"
+	"github.com/cellkit/cellkit/internal/rollout"
 )
 
 // TestRolloutPlanAndRefusals: the waves of a plan, and the settings a
@@ -86,5 +92,44 @@ func TestRolloutPlanAndRefusals(t *testing.T) {
 	}
 	if _, err := os.Stat(strings.TrimPrefix(e.url, "file:") + ".rollout"); !os.IsNotExist(err) {
 		t.Errorf("a refused rollout left a record: %v", err)
+	}
+}
+
+// TestARolloutTheOperatorDrives: a release of images (the Kubernetes
+// operator's) is paused, resumed and rolled back from a cellctl without
+// a deployer: the record's state changes, and the operator, its driver,
+// goes on from it.
+func TestARolloutTheOperatorDrives(t *testing.T) {
+	e := newFileEnv(t)
+	cell := newFakeCell(t, "c1")
+	e.setup([]string{"c1", "c2"}, func(string) string { return cell.URL() })
+	reg := e.open()
+	defer reg.Close()
+	ctl := control.New(reg, control.Config{Holder: "cellkit-operator"}, control.Options{})
+	cfg := rollout.DefaultConfig()
+	cfg.Spec = release.Spec{Image: "registry.example.com/cellkit/cell:1.1.0"}
+	if _, err := rollout.Start(context.Background(), ctl, "k-1", []control.Wave{{Cells: []string{"c1"}, Bake: time.Minute}, {Cells: []string{"c2"}, Bake: time.Minute}}, cfg); err != nil {
+		t.Fatal(err)
+	}
+	state := func() control.RolloutState {
+		ro, err := ctl.Rollout(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ro.State
+	}
+	e.ok("rollout", "pause")
+	if s := state(); s != control.RolloutPaused {
+		t.Fatalf("after pause: %s", s)
+	}
+	if r := e.ok("rollout", "resume"); !strings.Contains(r.stdout, "the operator that drives it goes on") {
+		t.Errorf("resume said %q", r.stdout)
+	}
+	if s := state(); s != control.RolloutRunning {
+		t.Errorf("after resume: %s, want running", s)
+	}
+	e.ok("rollout", "rollback")
+	if s := state(); s != control.RolloutHalted {
+		t.Errorf("after rollback: %s, want halted (the operator rolls the wave back)", s)
 	}
 }
