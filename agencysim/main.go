@@ -203,6 +203,17 @@ func run(ctx context.Context, args []string, stderr io.Writer, ready func(addrs)
 		}
 		return nil
 	})
+	// Ready only once each agency serves on its listener (its Serve has
+	// taken it): from then on /readyz says ready, as the log line and
+	// the ready callback do. An agency whose Serve failed ends the run.
+	for _, a := range agencies {
+		for a.srv.Addr() == nil {
+			if gctx.Err() != nil {
+				return g.Wait()
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
 	log.Info("agencysim ready", "admin", adminLn.Addr().String(),
 		"nice", agencies[0].ln.Addr().String(), "kcb", agencies[1].ln.Addr().String())
 	if ready != nil {
