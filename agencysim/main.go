@@ -117,6 +117,8 @@ type addrs struct{ Admin, NICE, KCB net.Addr }
 
 // run serves the agencies and the admin API until ctx ends, then shuts them
 // down gracefully. ready, if not nil, is called once everything listens.
+// One piece: the listeners it opens are closed on every way out, and the
+// serving goroutines, their shutdown and the ready signal share them.
 func run(ctx context.Context, args []string, stderr io.Writer, ready func(addrs)) error {
 	o, err := parseFlags(args, os.Getenv, stderr)
 	if errors.Is(err, flag.ErrHelp) {

@@ -29,6 +29,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/consul/api"
+
+	"github.com/cellkit/cellkit/internal/testkit"
 )
 
 // EnvBinary names the environment variable that overrides the binary path.
@@ -303,7 +305,7 @@ func binary(t testing.TB) string {
 	t.Helper()
 	path := os.Getenv(EnvBinary)
 	if path == "" {
-		root, err := moduleRoot()
+		root, err := testkit.ModuleRoot()
 		if err != nil {
 			t.Fatalf("consul binary not found: %v: run `make tools` or set %s", err, EnvBinary)
 		}
@@ -313,24 +315,6 @@ func binary(t testing.TB) string {
 		t.Fatalf("consul binary not found at %s: run `make tools`", path)
 	}
 	return path
-}
-
-// moduleRoot walks up from the working directory to the one holding go.mod.
-func moduleRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", errors.New("no go.mod above the working directory")
-		}
-		dir = parent
-	}
 }
 
 // freePorts picks five distinct loopback ports that are free for both TCP and

@@ -53,7 +53,9 @@ type releaseCase struct {
 // bound, the crash-restart gate, the refusals gates and the tail gate,
 // within its bake, the canary put back as it ran, the other cells never
 // touched (their release unchanged, no errors for their users). Every
-// accepted inquiry ends final.
+// accepted inquiry ends final. One piece: the releases run one after
+// another on one stack under one load, and the checks read what all of
+// them did.
 func Release(ctx context.Context, c Config) (*loadtest.Result, error) {
 	c.defaults(0)
 	st := c.Stack

@@ -27,7 +27,6 @@ package kubetest
 
 import (
 	"bytes"
-	"errors"
 	"fmt"
 	"net"
 	"net/url"
@@ -264,7 +263,7 @@ func assetsDir(t testing.TB, binaries ...string) string {
 	}
 	dir := os.Getenv(EnvAssets)
 	if dir == "" {
-		root, err := moduleRoot()
+		root, err := testkit.ModuleRoot()
 		if err != nil {
 			t.Fatalf("kubetest: %s not found: %v: run `make tools` or set %s", strings.Join(binaries, ", "), err, EnvAssets)
 		}
@@ -277,24 +276,6 @@ func assetsDir(t testing.TB, binaries ...string) string {
 		}
 	}
 	return dir
-}
-
-// moduleRoot walks up from the working directory to the one holding go.mod.
-func moduleRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", errors.New("no go.mod above the working directory")
-		}
-		dir = parent
-	}
 }
 
 // tail is the last n lines of the file at path, or why it cannot be read.

@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/cellkit/cellkit/internal/control"
@@ -53,7 +54,7 @@ func (d Deployer) Processes(ctx context.Context) ([]release.Process, error) {
 			return nil, err
 		}
 		tpl, _ := releaseOf(sts.Spec.Template.Annotations)
-		for ord := int(ptrOr(sts.Spec.Replicas, 0)) - 1; ord >= 0; ord-- {
+		for ord := int(ptr.Deref(sts.Spec.Replicas, 0)) - 1; ord >= 0; ord-- {
 			name := PodName(cell.Name, ord)
 			run := tpl
 			pod := &corev1.Pod{}
@@ -145,11 +146,4 @@ func cellOfPod(pod string) string {
 		return s
 	}
 	return s[:i]
-}
-
-func ptrOr[T any](p *T, def T) T {
-	if p == nil {
-		return def
-	}
-	return *p
 }

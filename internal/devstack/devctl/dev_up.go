@@ -24,7 +24,9 @@ import (
 	"github.com/cellkit/cellkit/internal/slotmap"
 )
 
-// devUp starts the stack; see devUpCommand.
+// devUp starts the stack; see devUpCommand. One piece: each process is
+// started after those it needs, and one deferred cleanup takes down what
+// was started when a later step fails.
 func devUp(ctx context.Context, in *cellctl.Invocation, o devOptions) error {
 	dir, err := filepath.Abs(o.dir)
 	if err != nil {

@@ -228,7 +228,9 @@ func (st *Stack) OpenLab(opts netlab.Options) (*netlab.Lab, error) {
 // Up makes the lab and starts the stack on it; it returns once every
 // process is ready. On a failure it takes down what it made, keeping the
 // logs. A stack recorded in cfg.Dir whose processes still run is refused;
-// one that crashed is swept first.
+// one that crashed is swept first. One piece: the lab's hosts, then the
+// processes in the order they need each other, under one cleanup that
+// takes down what was made when a later step fails.
 func Up(ctx context.Context, cfg Config, opts Options) (*Stack, error) {
 	d := DefaultConfig()
 	if cfg.Dir == "" {
