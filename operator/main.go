@@ -26,7 +26,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"strings"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -192,20 +191,18 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 func adminClient(o options) (adminclient.Client, error) {
 	c := adminclient.Client{HTTP: &http.Client{Timeout: adminclient.CallTimeout}}
 	if o.adminTokenFile != "" {
-		b, err := os.ReadFile(o.adminTokenFile)
+		tok, err := adminclient.ReadToken(o.adminTokenFile)
 		if err != nil {
 			return c, fmt.Errorf("--admin-token-file: %w", err)
 		}
-		c.Token = strings.TrimSpace(string(b))
+		c.Token = tok
 	}
-	if o.tls.CA != "" || o.tls.Cert != "" {
+	if o.tls.Enabled() {
 		cl, err := tlsconf.NewClient(o.tls, tlsconf.Options{What: "admin_tls"})
 		if err != nil {
 			return c, fmt.Errorf("the cells' admin TLS: %w", err)
 		}
-		tr := http.DefaultTransport.(*http.Transport).Clone()
-		tr.TLSClientConfig = cl.Config().Clone()
-		c.HTTP.Transport = tr
+		c = c.WithTLS(cl.Config())
 	}
 	return c, nil
 }

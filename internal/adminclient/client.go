@@ -17,6 +17,7 @@ import (
 	"net/http"
 	"net/http/httptrace"
 	"net/url"
+	"os"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -49,6 +50,56 @@ type Client struct {
 	// CertAsked is set when a server asked for a client certificate and
 	// there was none to give (no --tls-cert); nil without TLS.
 	CertAsked *atomic.Bool
+}
+
+// ReadToken reads a client's bearer token file: its content without
+// surrounding white space, one line, not empty.
+func ReadToken(path string) (string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("admin token file: %w", err)
+	}
+	tok := strings.TrimSpace(string(b))
+	if tok == "" {
+		return "", fmt.Errorf("admin token file %s is empty", path)
+	}
+	if strings.ContainsAny(tok, "\r\n") {
+		return "", fmt.Errorf("admin token file %s holds more than one line", path)
+	}
+	return tok, nil
+}
+
+// WithTLS is c speaking TLS with cfg: a copy of its HTTP client over a
+// clone of its transport (or of the default one) that dials with
+// AlertDialer, so that each connection keeps the alert its server sent
+// (under TLS 1.3 a server refuses a client certificate after the client's
+// handshake is over, and the transport may then report its own write on
+// the connection closed by its read of that alert), HTTP/1.1 only. When
+// cfg has no certificate to give, CertAsked notes that a server asked
+// for one, since its refusal may reach us as a closed connection rather
+// than as its alert. c.HTTP's CloseIdleConnections closes what it leaves
+// open.
+func (c Client) WithTLS(cfg *tls.Config) Client {
+	hc := *c.HTTP
+	tr, ok := hc.Transport.(*http.Transport)
+	if !ok || tr == nil {
+		tr = http.DefaultTransport.(*http.Transport)
+	}
+	tr = tr.Clone()
+	tr.TLSClientConfig = cfg.Clone()
+	if tr.TLSClientConfig.GetClientCertificate == nil && len(tr.TLSClientConfig.Certificates) == 0 {
+		asked := new(atomic.Bool)
+		c.CertAsked = asked
+		tr.TLSClientConfig.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
+			asked.Store(true)
+			return &tls.Certificate{}, nil
+		}
+	}
+	tr.ForceAttemptHTTP2 = false
+	tr.DialTLSContext = AlertDialer(tr.TLSClientConfig.Clone(), tr.DialContext)
+	hc.Transport = tr
+	c.HTTP = &hc
+	return c
 }
 
 // AlertDialer dials TLS connections that remember their server's alert

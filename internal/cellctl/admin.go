@@ -1,12 +1,7 @@
 package cellctl
 
 import (
-	"crypto/tls"
 	"fmt"
-	"net/http"
-	"os"
-	"strings"
-	"sync/atomic"
 
 	"github.com/cellkit/cellkit/internal/adminclient"
 	"github.com/cellkit/cellkit/internal/api"
@@ -35,32 +30,9 @@ func (x *inv) setupAdmin() (func(), error) {
 	if err != nil {
 		return nil, fmt.Errorf("admin APIs' TLS: %w", err)
 	}
-	hc := *x.adminHTTP
-	tr, ok := hc.Transport.(*http.Transport)
-	if !ok || tr == nil {
-		tr = http.DefaultTransport.(*http.Transport)
-	}
-	tr = tr.Clone()
-	tr.TLSClientConfig = cl.Config().Clone()
-	if tr.TLSClientConfig.GetClientCertificate == nil {
-		// No certificate to give: note that a server asked for one, since
-		// under TLS 1.3 its refusal may reach us as a closed connection
-		// rather than as its alert.
-		x.certAsked = new(atomic.Bool)
-		tr.TLSClientConfig.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
-			x.certAsked.Store(true)
-			return &tls.Certificate{}, nil
-		}
-	}
-	// Dial TLS here, so that each connection keeps the alert its server
-	// sent: under TLS 1.3 a server refuses a client certificate after the
-	// client's handshake is over, and the transport may then report its
-	// own write on the connection closed by its read of that alert.
-	tr.ForceAttemptHTTP2 = false
-	tr.DialTLSContext = adminclient.AlertDialer(tr.TLSClientConfig.Clone(), tr.DialContext)
-	hc.Transport = tr
-	x.adminHTTP = &hc
-	return tr.CloseIdleConnections, nil
+	c := adminclient.Client{HTTP: x.adminHTTP}.WithTLS(cl.Config())
+	x.adminHTTP, x.certAsked = c.HTTP, c.CertAsked
+	return x.adminHTTP.CloseIdleConnections, nil
 }
 
 // token is --admin-token, or what --admin-token-file holds. When both are
@@ -81,24 +53,7 @@ func (x *inv) token() (string, error) {
 	if file == "" {
 		return tok, nil
 	}
-	return readToken(file)
-}
-
-// readToken reads a bearer token file: its content without surrounding
-// white space, which must not be empty.
-func readToken(path string) (string, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return "", fmt.Errorf("admin token file: %w", err)
-	}
-	tok := strings.TrimSpace(string(b))
-	if tok == "" {
-		return "", fmt.Errorf("admin token file %s is empty", path)
-	}
-	if strings.ContainsAny(tok, "\r\n") {
-		return "", fmt.Errorf("admin token file %s holds more than one line", path)
-	}
-	return tok, nil
+	return adminclient.ReadToken(file)
 }
 
 // storeText is the STORE column of cellctl status: the share of the

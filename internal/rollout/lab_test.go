@@ -110,7 +110,7 @@ func TestRolloutOnTheLab(t *testing.T) {
 	cfg := rollout.Config{
 		Spec:   release.Spec{Set: []string{"record-ttl=2h"}},
 		Router: release.Spec{Set: []string{"max-conns-per-addr=2048"}},
-		Gate:   gate.Config{Alpha: 0.01, MinSamples: 15, FailureMargin: 0.005, LatencyFactor: 1.25, LatencyMargin: 0.050},
+		Gate:   gate.Config{Alpha: 0.01, MinSamples: 60, FailureMargin: 0.005, LatencyFactor: 1.25, LatencyMargin: 0.050},
 		Scrape: time.Second, WaitLimit: 30 * time.Second, ReadyWithin: 45 * time.Second, Settle: time.Second,
 	}
 	waves := append([]control.Wave{{Cells: []string{"c1"}, Bake: 5 * time.Second}}, rollout.RouterWaves(procs, 5*time.Second)...)
