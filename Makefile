@@ -17,7 +17,11 @@ BENCHCOUNT ?= 1
 # The main module, and the packages cellkit added to its copy of gnet
 # (third_party/gnet, a module of its own: ./... does not reach it).
 PKGS       ?= ./... github.com/panjf2000/gnet/v2 github.com/panjf2000/gnet/v2/pkg/uring
-STACK_PKGS := internal/rollout internal/console
+# Packages whose tests take the machine for themselves, run one at a time
+# after the rest: whole local stacks under load, a browser, and a
+# Kubernetes node (which sets the host's bridge netfilter sysctls and
+# iptables rules the network labs' tests must not share).
+STACK_PKGS := internal/rollout internal/console internal/kubenode
 DRILL_RATE ?= 100
 # The handoff drill's rate: one the 2-core test machine carries with the
 # whole stack on it, with headroom (docs/drills.md); more on bigger ones.
@@ -59,6 +63,25 @@ net-up: tools build ## as root: the stack on a network lab, a namespace per proc
 net-down: ## stop the stack of make net-up and remove its namespaces, veths and bridge (also after a crash)
 	$(BIN)/loadtest net down --dir var/net
 
+# A single-node Kubernetes on this machine: its data, and the Debian
+# packages its node runs on.
+CLUSTER_DIR  ?= /var/lib/cellkit-cluster
+CLUSTER_DEBS := containerd runc containernetworking-plugins iptables conntrack
+
+.PHONY: cluster-tools
+cluster-tools: tools ## as root: what make cluster runs besides make tools': kube-scheduler, kube-proxy, the kubelet and kubectl built like kube-apiserver, CoreDNS and Kubernetes' pause image built from the module proxy (bin/kube), and Debian's containerd, runc, CNI plugins, iptables and conntrack
+	@missing=$$(for p in $(CLUSTER_DEBS); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q '^install ok installed$$' || echo $$p; done); \
+	if [ -n "$$missing" ]; then apt-get install -y --no-install-recommends $$missing; fi
+	./scripts/install-kube.sh $(BIN)/kube --node
+
+.PHONY: cluster
+cluster: cluster-tools build images ## as root: a single-node Kubernetes on this machine (docs/kubernetes.md, "Try it on one machine"): etcd, the control plane, containerd, the kubelet, kube-proxy and CoreDNS as processes of this host, the project's images imported; data in CLUSTER_DIR; a second run starts only what is not running
+	$(BIN)/loadtest cluster up --dir $(CLUSTER_DIR) --bin $(BIN)/kube --images $(BIN)/images
+
+.PHONY: cluster-down
+cluster-down: ## as root: stop the cluster of make cluster and remove what it made (processes, pods, mounts, the bridge, iptables rules, cgroups; its logs stay in CLUSTER_DIR/logs)
+	$(BIN)/loadtest cluster down --dir $(CLUSTER_DIR) --bin $(BIN)/kube
+
 .PHONY: tools
 tools: ## install the programs the tests need into ./bin (a real Consul agent, promtool and Prometheus, each built once; Debian's Chromium and playwright-core for the console's browser test; kube-apiserver, kube-controller-manager and etcd in bin/kube, each built once, for the tests against a real Kubernetes control plane)
 	./scripts/install-consul.sh $(CONSUL)
@@ -85,8 +108,8 @@ images: ## OCI images of the programs (no Docker): static binaries in ./bin/stat
 .PHONY: test
 test: tools build images ## run the whole test suite with -race (runs `make tools`, `make build` and `make images`: some tests run the programs in ./bin, deploy/release's tests read the images)
 	go test -race -timeout 20m -count 1 $$(go list $(PKGS) | grep -v $(foreach p,$(STACK_PKGS),-e '/$(p)$$'))
-	@# Whole local stacks under load (and a browser), one package at a time
-	@# after the rest: beside them their load failed the router's timing tests.
+	@# Whole local stacks under load, a browser, a Kubernetes node: one package
+	@# at a time after the rest (beside them their load failed the router's timing tests).
 	go test -race -timeout 10m -count 1 -p 1 $(addprefix ./,$(STACK_PKGS))
 	cd deploy/release && go test -race -timeout 10m -count 1 ./...
 

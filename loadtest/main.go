@@ -1,6 +1,7 @@
 // Command loadtest sends open-loop load at a cellkit router (loadtest run),
-// runs the chaos drills against the local stack (loadtest drill) and brings
-// cellkit up on a network lab of namespaces (loadtest net). Run 'loadtest
+// runs the chaos drills against the local stack (loadtest drill), brings
+// cellkit up on a network lab of namespaces (loadtest net) and runs a
+// single-node Kubernetes on this machine (loadtest cluster). Run 'loadtest
 // help' for the commands.
 package main
 
@@ -13,6 +14,7 @@ import (
 	"syscall"
 
 	"github.com/cellkit/cellkit/internal/drill"
+	"github.com/cellkit/cellkit/internal/kubenode"
 	"github.com/cellkit/cellkit/internal/loadtest"
 	"github.com/cellkit/cellkit/internal/netlab/netstack"
 )
@@ -25,6 +27,7 @@ const usage = `loadtest — open-loop load and chaos drills for cellkit
                  [--rate R] [--users K] [--cell c2] [--json out.json] [--svg out.svg]
   loadtest net up [--dir var/net] [--cells N] [--bin ./bin]   (as root: a host per process)
   loadtest net status|down [--dir var/net]
+  loadtest cluster up|status|down [--dir /var/lib/cellkit-cluster]   (as root: a Kubernetes node)
 
 'loadtest run -h', 'loadtest drill -h' and 'loadtest net up -h' list every flag. A flag not on the
 command line is read from CELLKIT_LOADTEST_<FLAG>, else CELLKIT_<FLAG>.`
@@ -51,6 +54,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return drill.Command(ctx, args[1:], stdout, stderr)
 	case "net":
 		return netstack.Command(ctx, args[1:], stdout, stderr)
+	case "cluster":
+		return kubenode.Command(ctx, args[1:], stdout, stderr)
 	}
 	return fmt.Errorf("unknown command %q\n%s", args[0], usage)
 }

@@ -42,28 +42,51 @@
 # three binaries of these versions are there, and builds only those missing.
 set -euo pipefail
 dir=${1:-bin/kube}
+mode=${2:-} # --node: also what a cluster of this machine runs (make cluster-tools)
 kube=k8s.io/kubernetes
 kube_version=v1.37.2
 staging=v0.37.2 # the release of Kubernetes' staging modules that goes with it
 etcd=go.etcd.io/etcd/server/v3
 etcd_version=v3.7.3
+coredns=github.com/coredns/coredns
+coredns_version=v1.15.0
+pause_version=3.10.2 # build/pause/Makefile's TAG in that Kubernetes release
 mkdir -p "$dir"
 dir=$(cd "$dir" && pwd)
 
 # Read the whole output before matching: with pipefail, `grep -q` closing the
 # pipe early can kill the program with SIGPIPE and fail the script.
-have() { [ -x "$1" ] && "$1" --version 2>&1 || true; }
+have() {
+  [ -x "$1" ] || return 0
+  case "$1" in
+    */kubectl) "$1" version --client 2>&1 | sed -n 's/^Client Version: /Kubernetes /p' || true ;;
+    *) "$1" --version 2>&1 || true ;;
+  esac
+}
 want_kube="Kubernetes ${kube_version}"
 want_etcd="etcd Version: ${etcd_version#v}"
+programs=(kube-apiserver kube-controller-manager)
+[ "$mode" = --node ] && programs+=(kube-scheduler kube-proxy kubelet kubectl)
 report() {
-  echo "install-kube: kube-apiserver $(have "$dir/kube-apiserver"), kube-controller-manager $(have "$dir/kube-controller-manager"), $(have "$dir/etcd" | sed -n 1p) in $dir"
+  local p line=""
+  for p in "${programs[@]}"; do line+="$p $(have "$dir/$p"), "; done
+  echo "install-kube: ${line}$(have "$dir/etcd" | sed -n 1p) in $dir"
+  if [ "$mode" = --node ]; then
+    echo "install-kube: $(have "$dir/coredns" | sed -n 1p), pause ${pause_version} image $( [ -f "$dir/pause.tar" ] && echo "$dir/pause.tar" || echo missing)"
+  fi
 }
 # The Kubernetes programs missing or of another version.
 kube_programs=()
-for prog in kube-apiserver kube-controller-manager; do
+for prog in "${programs[@]}"; do
   [ "$(have "$dir/$prog")" = "$want_kube" ] || kube_programs+=("$prog")
 done
-if [ ${#kube_programs[@]} -eq 0 ]; then
+node_done() {
+  [ "$mode" != --node ] && return 0
+  [ -f "$dir/pause.tar" ] && [ -f "$dir/pause.version" ] && [ "$(cat "$dir/pause.version")" = "$pause_version" ] || return 1
+  case "$(have "$dir/coredns")" in "CoreDNS-${coredns_version#v}"*) return 0 ;; esac
+  return 1
+}
+if [ ${#kube_programs[@]} -eq 0 ] && node_done; then
   case "$(have "$dir/etcd")" in
     "$want_etcd"*) report; exit 0 ;;
   esac
@@ -134,4 +157,58 @@ case "$(have "$dir/etcd")" in
     build etcd "$dir/etcd" "-s -w" "$etcd"
     ;;
 esac
+
+if [ "$mode" = --node ] && ! node_done; then
+  # CoreDNS with the plugins a cluster's DNS needs (the kubernetes plugin,
+  # forward, cache, health, ready, prometheus, errors, loop, log), built as
+  # CoreDNS documents for a build with chosen plugins: a main package that
+  # imports them and sets the directives' order, in a module of its own.
+  mkdir -p "$work/coredns"
+  cat > "$work/coredns/main.go" <<'GO'
+package main
+
+import (
+	"github.com/coredns/coredns/core/dnsserver"
+	"github.com/coredns/coredns/coremain"
+
+	_ "github.com/coredns/coredns/plugin/bind"
+	_ "github.com/coredns/coredns/plugin/cache"
+	_ "github.com/coredns/coredns/plugin/errors"
+	_ "github.com/coredns/coredns/plugin/forward"
+	_ "github.com/coredns/coredns/plugin/health"
+	_ "github.com/coredns/coredns/plugin/kubernetes"
+	_ "github.com/coredns/coredns/plugin/log"
+	_ "github.com/coredns/coredns/plugin/loop"
+	_ "github.com/coredns/coredns/plugin/metrics"
+	_ "github.com/coredns/coredns/plugin/ready"
+)
+
+// The order CoreDNS's plugin.cfg gives these plugins.
+func init() {
+	dnsserver.Directives = []string{"bind", "ready", "health", "prometheus", "errors", "log", "cache", "loop", "kubernetes", "forward"}
+}
+
+func main() { coremain.Run() }
+GO
+  (cd "$work/coredns" && GOFLAGS=-mod=mod go mod init cellkit.local/coredns >/dev/null 2>&1 &&
+    GOFLAGS=-mod=mod go get "${coredns}@${coredns_version}" >/dev/null 2>&1 &&
+    GOFLAGS=-mod=mod go mod tidy >/dev/null 2>&1 &&
+    CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X github.com/coredns/coredns/coremain.GitCommit=${coredns_version}" -o "$dir/coredns" .)
+
+  # Kubernetes' pause, the pod sandbox containerd runs first in every pod,
+  # compiled from its source in the Kubernetes module as its Makefile does
+  # (gcc -Os -static), made an image by the project's images command (no
+  # registry serves one here).
+  info=$(cd "$work" && GOFLAGS=-mod=mod go mod download -json "${kube}@${kube_version}")
+  src=$(sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p' <<<"$info")
+  built=$(sed -n 's/.*"Time":"\([^"]*\)".*/\1/p' "$(sed -n 's/^[[:space:]]*"Info": "\(.*\)",$/\1/p' <<<"$info")")
+  mkdir -p "$work/pause"
+  gcc -Os -Wall -Werror -static -DVERSION="v${pause_version}-0" -o "$work/pause/pause" "$src/build/pause/linux/pause.c"
+  here=$(pwd)
+  (cd "$(dirname "$0")/../deploy/release" && go run ./cmd/images --foreign --bin "$work/pause" --out "$dir" \
+    --version "$pause_version" --revision "$kube_version" --created "${built:-1970-01-01T00:00:00Z}" \
+    --source https://github.com/kubernetes/kubernetes --repo cellkit pause >/dev/null)
+  cd "$here"
+  echo "$pause_version" > "$dir/pause.version"
+fi
 report

@@ -69,8 +69,11 @@ func NewCA(name string, notBefore, notAfter time.Time) (*CA, error) {
 
 // Request says what a certificate is for.
 type Request struct {
-	Name      string    // the Subject's Common Name
-	Role      string    // the Subject's OU: RoleRouter, RoleCell, RoleOperator
+	Name string // the Subject's Common Name
+	Role string // the Subject's OU: RoleRouter, RoleCell, RoleOperator
+	// Orgs are the Subject's Organizations (default: cellkit); Kubernetes
+	// reads a client certificate's as the user's groups.
+	Orgs      []string
 	Hosts     []string  // DNS names and IP addresses it is valid for (servers)
 	NotBefore time.Time // zero: an hour ago
 	NotAfter  time.Time // zero: a year after NotBefore
@@ -106,6 +109,9 @@ func (ca *CA) Issue(req Request) (Issued, error) {
 	}
 	if req.Role != "" {
 		tmpl.Subject.OrganizationalUnit = []string{req.Role}
+	}
+	if len(req.Orgs) > 0 {
+		tmpl.Subject.Organization = req.Orgs
 	}
 	for _, h := range req.Hosts {
 		if ip := net.ParseIP(h); ip != nil {

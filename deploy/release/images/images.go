@@ -48,6 +48,13 @@ var Programs = []Program{
 	{"operator", "the Kubernetes operator: reconciles Cell resources into cells, puts them in the cell map once ready, drains them before they go"},
 }
 
+// Foreign are the programs of others that a cluster of this machine needs
+// as images and no registry here serves (make cluster): static binaries
+// built from their source, without Go build information or a --version.
+var Foreign = []Program{
+	{"pause", "Kubernetes' pod sandbox (pause), built from build/pause/linux/pause.c of the k8s.io/kubernetes module"},
+}
+
 // LookupProgram returns the program of that name.
 func LookupProgram(name string) (Program, bool) {
 	for _, p := range Programs {

@@ -67,20 +67,16 @@ const Family = "ckn"
 
 // The ports on each host.
 const (
-	consulHTTP    = 8500
-	consulServer  = 8300
-	consulSerfLAN = 8301
-	consulSerfWAN = 8302
-	agencyAdmin   = 7000
-	agencyNICE    = 7001
-	agencyKCB     = 7002
-	routerPublic  = 8080
-	routerAdmin   = 9080
-	cellIntake    = 8081
-	cellAdmin     = 9081
-	natsClient    = 4222
-	natsRoute     = 6222
-	natsMonitor   = 8222
+	agencyAdmin  = 7000
+	agencyNICE   = 7001
+	agencyKCB    = 7002
+	routerPublic = 8080
+	routerAdmin  = 9080
+	cellIntake   = 8081
+	cellAdmin    = 9081
+	natsClient   = 4222
+	natsRoute    = 6222
+	natsMonitor  = 8222
 )
 
 // The agency cuts sessions silent for agencyIdle (a firewall's idle
@@ -364,24 +360,24 @@ func Up(ctx context.Context, cfg Config, opts Options) (*Stack, error) {
 
 	// Consul first: the map goes into it before anything reads it.
 	consul := hosts["consul"]
-	c, err := start(consul, consulProcess(bins["consul"], consul, consulRoot))
+	c, err := start(consul, devstack.ConsulProcess(bins["consul"], consul.Addr(), consulRoot, ""))
 	if err != nil {
 		return nil, fail(err)
 	}
 	if err := devstack.WaitReady(ctx, hc, cfg.ReadyWait, c); err != nil {
 		return nil, fail(err)
 	}
-	if err := waitConsul(ctx, hc, consul, consulRoot, cfg.ReadyWait); err != nil {
+	if err := devstack.WaitConsul(ctx, hc, consul.HostPort(devstack.ConsulHTTP), consulRoot, cfg.ReadyWait); err != nil {
 		return nil, fail(err)
 	}
-	if st.ConsulToken, err = cellkitToken(consul, consulRoot); err != nil {
+	if st.ConsulToken, err = devstack.CellkitConsulToken(consul.HostPort(devstack.ConsulHTTP), consulRoot); err != nil {
 		return nil, fail(err)
 	}
 	if err := atomicfile.WriteFile(filepath.Join(dir, "consul-token"), []byte(st.ConsulToken+"\n"), 0o600); err != nil {
 		return nil, fail(err)
 	}
-	st.Registry = "consul://" + consul.HostPort(consulHTTP) + "/cellkit"
-	fmt.Fprintf(progress, "net: consul ready on %s\n", consul.HostPort(consulHTTP))
+	st.Registry = "consul://" + consul.HostPort(devstack.ConsulHTTP) + "/cellkit"
+	fmt.Fprintf(progress, "net: consul ready on %s\n", consul.HostPort(devstack.ConsulHTTP))
 	if err := provision(ctx, st, hosts); err != nil {
 		return nil, fail(err)
 	}

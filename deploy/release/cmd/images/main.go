@@ -25,6 +25,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -47,6 +48,7 @@ type options struct {
 	created                   string
 	repo, arch                string
 	programs                  []images.Program
+	foreign                   bool
 }
 
 func parseFlags(args []string, stderr io.Writer) (options, error) {
@@ -61,6 +63,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.source, "source", "https://github.com/cellkit/cellkit", "the source repository's URL (label org.opencontainers.image.source)")
 	fs.StringVar(&o.repo, "repo", "cellkit", "the repository the images are named in: REPO/PROGRAM:VERSION")
 	fs.StringVar(&o.arch, "arch", runtime.GOARCH, "the GOARCH the binaries were built for")
+	fs.BoolVar(&o.foreign, "foreign", false, "build images of others' programs ("+foreignNames()+"): static ELF binaries, checked only for that; --version and --revision name their source's release")
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "usage: images [flags] [PROGRAM...]  (default: all of them)")
 		fs.PrintDefaults()
@@ -69,6 +72,19 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		return o, err
 	}
 	names := fs.Args()
+	if o.foreign {
+		if len(names) == 0 || o.version == "" || o.revision == "" || o.created == "" {
+			return o, errors.New("--foreign needs the programs, --version, --revision and --created of their source")
+		}
+		for _, n := range names {
+			i := slices.IndexFunc(images.Foreign, func(p images.Program) bool { return p.Name == n })
+			if i < 0 {
+				return o, fmt.Errorf("unknown foreign program %q (%s)", n, foreignNames())
+			}
+			o.programs = append(o.programs, images.Foreign[i])
+		}
+		return o, nil
+	}
 	if len(names) == 0 {
 		o.programs = images.Programs
 	}
@@ -80,6 +96,14 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		o.programs = append(o.programs, p)
 	}
 	return o, nil
+}
+
+func foreignNames() string {
+	var ns []string
+	for _, p := range images.Foreign {
+		ns = append(ns, p.Name)
+	}
+	return strings.Join(ns, ", ")
 }
 
 func run(args []string, stdout, stderr io.Writer) error {
@@ -115,7 +139,11 @@ func run(args []string, stdout, stderr io.Writer) error {
 			Arch:     o.arch,
 			Repo:     o.repo,
 		}
-		w, err := buildOne(s, filepath.Join(o.out, p.Name+".tar"))
+		build := buildOne
+		if o.foreign {
+			build = buildForeign
+		}
+		w, err := build(s, filepath.Join(o.out, p.Name+".tar"))
 		if err != nil {
 			return fmt.Errorf("%s: %w", p.Name, err)
 		}
@@ -142,6 +170,20 @@ func buildOne(s images.Spec, dst string) (images.Written, error) {
 			return images.Written{}, err
 		}
 	}
+	return write(s, dst)
+}
+
+// buildForeign builds the image of a foreign program's static binary and
+// writes it to dst.
+func buildForeign(s images.Spec, dst string) (images.Written, error) {
+	if err := images.CheckStatic(s.Binary); err != nil {
+		return images.Written{}, err
+	}
+	return write(s, dst)
+}
+
+// write builds the image of s and writes it to dst.
+func write(s images.Spec, dst string) (images.Written, error) {
 	img, err := images.Build(s)
 	if err != nil {
 		return images.Written{}, err

@@ -1,0 +1,310 @@
+package kubenode
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/cellkit/cellkit/internal/devstack"
+)
+
+// sysctls are what Up sets for pods and Services: forwarding, and bridged
+// traffic through iptables (kube-proxy's rules see pod-to-pod Services on
+// the bridge). The kubelet sets a few of its own (overcommit, panic on
+// oops, the keyring's quotas): Up records those too, so that Down puts
+// every one back.
+var (
+	sysctlsSet = map[string]string{
+		"net/ipv4/ip_forward":                 "1",
+		"net/bridge/bridge-nf-call-iptables":  "1",
+		"net/bridge/bridge-nf-call-ip6tables": "1",
+	}
+	sysctlsKubelet = []string{"vm/overcommit_memory", "vm/panic_on_oom", "kernel/panic", "kernel/panic_on_oops",
+		"kernel/keys/root_maxkeys", "kernel/keys/root_maxbytes"}
+)
+
+// Up brings the cluster in cfg.Dir up, or completes it: each component
+// not running is started, in order, and waited for; the images are
+// imported. It returns once the node is Ready and Services resolve by
+// name. A component that fails to start fails Up with the end of its
+// log; what is running stays (Down removes it).
+func Up(ctx context.Context, cfg Config, opts Options) (*Record, error) {
+	if err := Available(cfg); err != nil {
+		return nil, err
+	}
+	var err error
+	if cfg.Bin, err = filepath.Abs(cfg.Bin); err != nil {
+		return nil, err
+	}
+	rec, err := ReadRecord(cfg.Dir)
+	if err != nil && !strings.HasPrefix(err.Error(), "no cluster") {
+		return nil, err
+	}
+	if rec == nil {
+		rec = &Record{Started: time.Now().UTC(), Sysctls: map[string]string{}}
+	} else {
+		// A cluster keeps its address and subnets while it lives.
+		cfg.NodeIP, cfg.Run, cfg.PodCIDR, cfg.ServiceCIDR = rec.NodeIP, rec.Run, rec.PodCIDR, rec.ServiceCIDR
+	}
+	if !cfg.NodeIP.IsValid() {
+		if cfg.NodeIP, err = defaultRouteAddr(); err != nil {
+			return nil, err
+		}
+	}
+	n := newNode(cfg)
+	rec.NodeIP, rec.Run, rec.PodCIDR, rec.ServiceCIDR = cfg.NodeIP, cfg.Run, cfg.PodCIDR, cfg.ServiceCIDR
+	rec.APIServer, rec.Kubeconfig, rec.DNS = n.apiserver(), n.p.kubeconfig(idAdmin), n.dnsIP
+	for _, d := range []string{cfg.Dir, filepath.Join(cfg.Dir, "logs"), cfg.Run} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return nil, err
+		}
+	}
+	if err := writePKI(n.p, cfg.NodeIP, n.apiserver(), n.kubeIP); err != nil {
+		return nil, fmt.Errorf("certificates: %w", err)
+	}
+	if err := n.writeConfigs(); err != nil {
+		return nil, err
+	}
+	if err := setSysctls(rec); err != nil {
+		return nil, err
+	}
+	if err := rec.save(cfg.Dir); err != nil {
+		return nil, err
+	}
+	hc, err := n.httpClient()
+	if err != nil {
+		return nil, err
+	}
+	comps, err := n.components()
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, cfg.ReadyWait)
+	defer cancel()
+	for _, p := range comps {
+		start := time.Now()
+		running := recorded(rec, p)
+		if running == nil {
+			c, err := devstack.Start(p)
+			if err != nil {
+				return nil, err
+			}
+			running = &c.Process
+			rec.Procs = append(removeProc(rec.Procs, p.Name), c.Process)
+			if err := rec.save(cfg.Dir); err != nil {
+				return nil, err
+			}
+			if err := n.waitReady(ctx, hc, c); err != nil {
+				return nil, err
+			}
+		}
+		if err := n.after(ctx, hc, p.Name, rec); err != nil {
+			return nil, fmt.Errorf("%s: %w", p.Name, err)
+		}
+		opts.say("%-24s pid %-7d ready in %v", p.Name, running.PID, time.Since(start).Round(10*time.Millisecond))
+	}
+	return rec, rec.save(cfg.Dir)
+}
+
+// recorded is the record's process of p's name if it still runs p's
+// program, else nil.
+func recorded(rec *Record, p devstack.Process) *devstack.Process {
+	for i, q := range rec.Procs {
+		if q.Name == p.Name && q.Bin == p.Bin && devstack.Alive(q.PID) {
+			return &rec.Procs[i]
+		}
+	}
+	return nil
+}
+
+func removeProc(ps []devstack.Process, name string) []devstack.Process {
+	var out []devstack.Process
+	for _, p := range ps {
+		if p.Name != name {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// waitReady waits for c: its Ready URL, or for containerd its socket.
+func (n *node) waitReady(ctx context.Context, hc *http.Client, c *devstack.Child) error {
+	if c.Ready != "" {
+		left := time.Until(deadline(ctx))
+		return devstack.WaitReady(ctx, hc, left, c)
+	}
+	for {
+		if how, ended := c.Ended(); ended {
+			return fmt.Errorf("%s exited while starting (%s); last lines of %s: %s", c.Name, how, c.Log, devstack.LogTail(c.Log, 5))
+		}
+		if conn, err := net.DialTimeout("unix", n.sock(), time.Second); err == nil {
+			conn.Close()
+			return nil
+		}
+		if err := ctxWait(ctx, 50*time.Millisecond); err != nil {
+			return fmt.Errorf("%s: its socket %s does not answer: %w", c.Name, n.sock(), err)
+		}
+	}
+}
+
+func deadline(ctx context.Context) time.Time {
+	if d, ok := ctx.Deadline(); ok {
+		return d
+	}
+	return time.Now().Add(time.Hour)
+}
+
+// after does what follows a component's start: the cluster's own objects
+// once the API server answers, the default service account (without
+// which no pod of the default namespace is admitted) once the controller
+// manager runs, the images once containerd answers, the node's readiness
+// after the kubelet's, and names resolving after CoreDNS's.
+func (n *node) after(ctx context.Context, hc *http.Client, name string, rec *Record) error {
+	switch name {
+	case "kube-apiserver":
+		return n.bootstrap(ctx)
+	case "kube-controller-manager":
+		return n.waitDefaultServiceAccount(ctx)
+	case "containerd":
+		imported, err := n.importImages(ctx)
+		rec.Images = imported
+		return err
+	case "kubelet":
+		return n.waitNodeReady(ctx)
+	case "coredns":
+		return n.waitDNS(ctx)
+	}
+	return nil
+}
+
+// importImages imports the pause image and cfg.Images into containerd's
+// k8s.io namespace (the CRI's), returning the names each tarball gave.
+func (n *node) importImages(ctx context.Context) (map[string][]string, error) {
+	ctr, err := lookPath("ctr")
+	if err != nil {
+		return nil, err
+	}
+	out := map[string][]string{}
+	for _, tar := range append([]string{filepath.Join(n.cfg.Bin, pauseImage)}, n.cfg.Images...) {
+		b, err := exec.CommandContext(ctx, ctr, "--address", n.sock(), "--namespace", "k8s.io",
+			"images", "import", "--no-unpack=false", tar).CombinedOutput()
+		if err != nil {
+			return out, fmt.Errorf("import %s: %v: %s", tar, err, strings.TrimSpace(string(b)))
+		}
+		for _, l := range strings.Split(string(b), "\n") {
+			// ctr prints "unpacking NAME (sha256:...)...done".
+			if f := strings.Fields(l); len(f) > 1 && f[0] == "unpacking" {
+				out[tar] = append(out[tar], f[1])
+			}
+		}
+	}
+	return out, nil
+}
+
+// httpClient trusts the cluster's CA and presents the administrator's
+// certificate: it reads every component's health endpoint.
+func (n *node) httpClient() (*http.Client, error) {
+	pool := x509.NewCertPool()
+	b, err := os.ReadFile(n.p.ca())
+	if err != nil {
+		return nil, err
+	}
+	if !pool.AppendCertsFromPEM(b) {
+		return nil, fmt.Errorf("%s holds no certificate", n.p.ca())
+	}
+	cert, err := tls.LoadX509KeyPair(n.p.cert(idAdmin), n.p.key(idAdmin))
+	if err != nil {
+		return nil, err
+	}
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.TLSClientConfig = &tls.Config{RootCAs: pool, Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	return &http.Client{Transport: tr, Timeout: 5 * time.Second}, nil
+}
+
+// waitDNS waits until the cluster DNS, asked at the node's address,
+// resolves the kubernetes Service's name to its cluster IP.
+func (n *node) waitDNS(ctx context.Context) error {
+	r := &net.Resolver{PreferGo: true, Dial: func(ctx context.Context, network, _ string) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, network, netip.AddrPortFrom(n.cfg.NodeIP, 53).String())
+	}}
+	name := "kubernetes.default.svc." + DNSDomain
+	var last error
+	for {
+		addrs, err := r.LookupHost(ctx, name)
+		if err == nil {
+			for _, a := range addrs {
+				if a == n.kubeIP.String() {
+					return nil
+				}
+			}
+			err = fmt.Errorf("%s is %v, want %s", name, addrs, n.kubeIP)
+		}
+		last = err
+		if err := ctxWait(ctx, 100*time.Millisecond); err != nil {
+			return fmt.Errorf("DNS: %v (%w)", last, err)
+		}
+	}
+}
+
+// setSysctls sets sysctlsSet, recording first (once per cluster) the
+// values before, with the kubelet's.
+func setSysctls(rec *Record) error {
+	if rec.Sysctls == nil {
+		rec.Sysctls = map[string]string{}
+	}
+	names := append([]string{}, sysctlsKubelet...)
+	for k := range sysctlsSet {
+		names = append(names, k)
+	}
+	for _, k := range names {
+		if _, ok := rec.Sysctls[k]; ok {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc/sys", k))
+		if err != nil {
+			continue // not on this kernel: nothing to put back
+		}
+		rec.Sysctls[k] = strings.TrimSpace(string(b))
+	}
+	for k, v := range sysctlsSet {
+		if err := writeSysctl(k, v); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func writeSysctl(k, v string) error {
+	if err := os.WriteFile(filepath.Join("/proc/sys", k), []byte(v), 0o644); err != nil {
+		return fmt.Errorf("sysctl %s=%s: %w", strings.ReplaceAll(k, "/", "."), v, err)
+	}
+	return nil
+}
+
+// defaultRouteAddr is the IPv4 address this host sends from on its
+// default route.
+func defaultRouteAddr() (netip.Addr, error) {
+	out, err := exec.Command("ip", "-4", "route", "get", "8.8.8.8").Output()
+	if err == nil {
+		f := strings.Fields(string(out))
+		for i := range f {
+			if f[i] == "src" && i+1 < len(f) {
+				if a, err := netip.ParseAddr(f[i+1]); err == nil {
+					return a, nil
+				}
+			}
+		}
+	}
+	return netip.Addr{}, errors.New("no address on a default route: give the node's with --node-ip")
+}
