@@ -46,6 +46,7 @@ func TestTheAPIServerValidatesAndDefaults(t *testing.T) {
 		{"c1", map[string]any{"image": "x", "agencies": []any{map[string]any{"name": "Nice", "sessions": int64(3)}}}, "spec.agencies[0].name"},
 		{"c1", map[string]any{"image": "x", "agencies": []any{map[string]any{"name": "nice", "sessions": int64(-1)}}}, "spec.agencies[0].sessions"},
 		{"c1", map[string]any{"image": "x", "set": []any{"--workers=3"}}, "spec.set[0]"},
+		{"c1", map[string]any{"image": "x", "antiAffinity": "Sometimes"}, "spec.antiAffinity"},
 	}
 	for _, c := range cases {
 		u := &unstructured.Unstructured{Object: map[string]any{

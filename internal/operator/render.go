@@ -176,11 +176,7 @@ func statefulSetSpec(c *v1alpha1.Cell, run control.Command, natsConfig string, s
 					FSGroupChangePolicy: ptr.To(corev1.FSGroupChangeOnRootMismatch),
 					SeccompProfile:      &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
 				},
-				Affinity: &corev1.Affinity{PodAntiAffinity: &corev1.PodAntiAffinity{
-					RequiredDuringSchedulingIgnoredDuringExecution: []corev1.PodAffinityTerm{{
-						TopologyKey: "kubernetes.io/hostname", LabelSelector: &metav1.LabelSelector{MatchLabels: sel},
-					}},
-				}},
+				Affinity: &corev1.Affinity{PodAntiAffinity: antiAffinity(c, sel)},
 				TopologySpreadConstraints: []corev1.TopologySpreadConstraint{{
 					MaxSkew: 1, TopologyKey: "topology.kubernetes.io/zone", WhenUnsatisfiable: corev1.ScheduleAnyway,
 					LabelSelector: &metav1.LabelSelector{MatchLabels: sel},
@@ -247,6 +243,28 @@ func lockedDown() *corev1.SecurityContext {
 		ReadOnlyRootFilesystem:   ptr.To(true),
 		Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
 	}
+}
+
+// natsResources are the JetStream node's resources: the spec's, or
+// requests cpu 250m and memory 256Mi, limit memory 1Gi.
+func natsResources(c *v1alpha1.Cell) corev1.ResourceRequirements {
+	if c.Spec.NATSResources != nil {
+		return *c.Spec.NATSResources
+	}
+	return corev1.ResourceRequirements{
+		Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("250m"), corev1.ResourceMemory: resource.MustParse("256Mi")},
+		Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("1Gi")},
+	}
+}
+
+// antiAffinity keeps the cell's instances (sel) on nodes of their own:
+// required, or preferred as the spec says.
+func antiAffinity(c *v1alpha1.Cell, sel map[string]string) *corev1.PodAntiAffinity {
+	term := corev1.PodAffinityTerm{TopologyKey: "kubernetes.io/hostname", LabelSelector: &metav1.LabelSelector{MatchLabels: sel}}
+	if c.Spec.AntiAffinity == v1alpha1.AntiAffinityPreferred {
+		return &corev1.PodAntiAffinity{PreferredDuringSchedulingIgnoredDuringExecution: []corev1.WeightedPodAffinityTerm{{Weight: 100, PodAffinityTerm: term}}}
+	}
+	return &corev1.PodAntiAffinity{RequiredDuringSchedulingIgnoredDuringExecution: []corev1.PodAffinityTerm{term}}
 }
 
 // cellResources are the cell container's resources: the spec's, or
@@ -336,8 +354,11 @@ func natsContainer(c *v1alpha1.Cell) corev1.Container {
 	}
 	// One variable holding the list: nats.conf's routes are $NATS_ROUTES,
 	// which the NATS parser reads as the array it holds.
-	env = append(env, corev1.EnvVar{Name: "NATS_ROUTES", Value: "[" + strings.Join(routes, ", ") + "]"},
-		corev1.EnvVar{Name: "GOMEMLIMIT", Value: "920MiB"})
+	env = append(env, corev1.EnvVar{Name: "NATS_ROUTES", Value: "[" + strings.Join(routes, ", ") + "]"})
+	res := natsResources(c)
+	if m := goMemLimit(res); m != "" {
+		env = append(env, corev1.EnvVar{Name: "GOMEMLIMIT", Value: m})
+	}
 	probe := func(period, failures int32) *corev1.Probe {
 		return &corev1.Probe{
 			ProbeHandler:  corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/healthz?js-enabled-only=true", Port: intstr.FromString("nats-monitor")}},
@@ -353,12 +374,9 @@ func natsContainer(c *v1alpha1.Cell) corev1.Container {
 		Ports: []corev1.ContainerPort{
 			{Name: "nats", ContainerPort: portNATS}, {Name: "nats-route", ContainerPort: portNATSRoute}, {Name: "nats-monitor", ContainerPort: portNATSHealth},
 		},
-		StartupProbe:  probe(2, 30),
-		LivenessProbe: probe(10, 3),
-		Resources: corev1.ResourceRequirements{
-			Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("250m"), corev1.ResourceMemory: resource.MustParse("256Mi")},
-			Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("1Gi")},
-		},
+		StartupProbe:    probe(2, 30),
+		LivenessProbe:   probe(10, 3),
+		Resources:       res,
 		SecurityContext: lockedDown(),
 		VolumeMounts: []corev1.VolumeMount{
 			{Name: "data", MountPath: "/data"},

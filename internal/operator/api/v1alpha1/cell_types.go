@@ -99,6 +99,22 @@ type CellSpec struct {
 	// +optional
 	Resources *corev1.ResourceRequirements `json:"resources,omitempty"`
 
+	// NATSResources are the JetStream node's (default: requests cpu 250m,
+	// memory 256Mi; limit memory 1Gi).
+	// +optional
+	NATSResources *corev1.ResourceRequirements `json:"natsResources,omitempty"`
+
+	// AntiAffinity says how strictly the cell's instances keep to nodes
+	// of their own: Required (never two on one node: losing a node costs
+	// the cell one instance and its JetStream cluster one node) or
+	// Preferred (apart where nodes allow, together where they do not: a
+	// cluster of fewer nodes than instances, a lab of one node, where
+	// losing that node loses the cell).
+	// +optional
+	// +kubebuilder:default=Required
+	// +kubebuilder:validation:Enum=Required;Preferred
+	AntiAffinity AntiAffinity `json:"antiAffinity,omitempty"`
+
 	// Storage is each instance's volume, for its JetStream node and store.
 	// +optional
 	// +kubebuilder:default="20Gi"
@@ -120,6 +136,16 @@ type CellSpec struct {
 	// +kubebuilder:validation:MaxLength=253
 	Settings string `json:"settings,omitempty"`
 }
+
+// AntiAffinity is how strictly a cell's instances keep to nodes of their
+// own.
+type AntiAffinity string
+
+// The anti-affinities.
+const (
+	AntiAffinityRequired  AntiAffinity = "Required"
+	AntiAffinityPreferred AntiAffinity = "Preferred"
+)
 
 // AgencyShare is a cell's fixed share of one agency's sessions.
 type AgencyShare struct {
@@ -248,6 +274,9 @@ func (c *Cell) Default() {
 	}
 	if s.Weight == 0 {
 		s.Weight = 1
+	}
+	if s.AntiAffinity == "" {
+		s.AntiAffinity = AntiAffinityRequired
 	}
 	if s.Storage == nil {
 		q := resource.MustParse("20Gi")

@@ -117,6 +117,11 @@ func (in *CellSpec) DeepCopyInto(out *CellSpec) {
 		*out = new(v1.ResourceRequirements)
 		(*in).DeepCopyInto(*out)
 	}
+	if in.NATSResources != nil {
+		in, out := &in.NATSResources, &out.NATSResources
+		*out = new(v1.ResourceRequirements)
+		(*in).DeepCopyInto(*out)
+	}
 	if in.Storage != nil {
 		in, out := &in.Storage, &out.Storage
 		x := (*in).DeepCopy()
