@@ -74,9 +74,27 @@ cluster-tools: tools ## as root: what make cluster runs besides make tools': kub
 	if [ -n "$$missing" ]; then apt-get install -y --no-install-recommends $$missing; fi
 	./scripts/install-kube.sh $(BIN)/kube --node
 
+# The cells' JetStream nodes' image, for a cluster without a registry: the
+# nats-server of go.mod, static, as cellkit/nats:VERSION.
+NATS_MODULE  := github.com/nats-io/nats-server/v2
+NATS_VERSION  = $(shell go list -m -f '{{.Version}}' $(NATS_MODULE))
+NATS_TIME     = $(shell go list -m -f '{{.Time.Format "2006-01-02T15:04:05Z07:00"}}' $(NATS_MODULE))
+
+.PHONY: cluster-images
+cluster-images: images ## the images a cluster of this machine runs besides make images': cellkit/nats, the nats-server of go.mod built statically (bin/images/nats.tar)
+	@mkdir -p $(BIN)/static $(BIN)/images
+	CGO_ENABLED=0 GOOS=linux GOARCH=$(IMAGE_ARCH) go build -trimpath -ldflags "-s -w" -o $(BIN)/static/nats $(NATS_MODULE)
+	cd deploy/release && go run ./cmd/images --foreign --bin ../../bin/static --out ../../bin/images \
+	  --version $(NATS_VERSION:v%=%) --revision $(NATS_VERSION) --created $(NATS_TIME) \
+	  --source https://github.com/nats-io/nats-server --repo $(IMAGE_REPO) --arch $(IMAGE_ARCH) nats
+
 .PHONY: cluster
-cluster: cluster-tools build images ## as root: a single-node Kubernetes on this machine (docs/kubernetes.md, "Try it on one machine"): etcd, the control plane, containerd, the kubelet, kube-proxy and CoreDNS as processes of this host, the project's images imported; data in CLUSTER_DIR; a second run starts only what is not running
-	$(BIN)/loadtest cluster up --dir $(CLUSTER_DIR) --bin $(BIN)/kube --images $(BIN)/images
+cluster: cluster-tools build cluster-images ## as root: a single-node Kubernetes on this machine (docs/kubernetes.md, "Try it on one machine"): etcd, the control plane, containerd, the kubelet, kube-proxy and CoreDNS as processes of this host, the project's images imported; data in CLUSTER_DIR; a second run starts only what is not running
+	$(BIN)/loadtest cluster up --dir $(CLUSTER_DIR) --bin $(BIN)/kube --images $(BIN)/images --version $(VERSION)
+
+.PHONY: cluster-stack
+cluster-stack: cluster ## as root: cellkit on make cluster's node as the operator installs it: Consul (a process of this host behind Service consul/consul-server), the namespace, its Secrets and the map's agencies, then deploy/kubernetes/overlays/one-node (3 Cells of 3 instances, 3 routers, the agency simulator); waits until every cell serves and the routers answer through their Service
+	$(BIN)/loadtest cluster stack --dir $(CLUSTER_DIR) --bin $(BIN) --overlay deploy/kubernetes/overlays/one-node
 
 .PHONY: cluster-down
 cluster-down: ## as root: stop the cluster of make cluster and remove what it made (processes, pods, mounts, the bridge, iptables rules, cgroups; its logs stay in CLUSTER_DIR/logs)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/cellkit/cellkit/internal/drill"
 	"github.com/cellkit/cellkit/internal/kubenode"
+	"github.com/cellkit/cellkit/internal/kubenode/kubestack"
 	"github.com/cellkit/cellkit/internal/loadtest"
 	"github.com/cellkit/cellkit/internal/netlab/netstack"
 )
@@ -28,6 +29,7 @@ const usage = `loadtest — open-loop load and chaos drills for cellkit
   loadtest net up [--dir var/net] [--cells N] [--bin ./bin]   (as root: a host per process)
   loadtest net status|down [--dir var/net]
   loadtest cluster up|status|down [--dir /var/lib/cellkit-cluster]   (as root: a Kubernetes node)
+  loadtest cluster stack [--dir /var/lib/cellkit-cluster]            (cellkit on it, with the operator)
 
 'loadtest run -h', 'loadtest drill -h' and 'loadtest net up -h' list every flag. A flag not on the
 command line is read from CELLKIT_LOADTEST_<FLAG>, else CELLKIT_<FLAG>.`
@@ -55,6 +57,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	case "net":
 		return netstack.Command(ctx, args[1:], stdout, stderr)
 	case "cluster":
+		if len(args) > 1 && args[1] == "stack" {
+			return kubestack.Command(ctx, args[2:], stdout, stderr)
+		}
 		return kubenode.Command(ctx, args[1:], stdout, stderr)
 	}
 	return fmt.Errorf("unknown command %q\n%s", args[0], usage)

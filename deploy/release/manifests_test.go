@@ -71,6 +71,9 @@ func TestPodsAreLockedDown(t *testing.T) {
 				if v.HostPath != nil {
 					t.Errorf("%s %s: hostPath volume %s", w.kind, w.name, v.Name)
 				}
+				if mode, ok := unreadable(v, psc); ok {
+					t.Errorf("%s %s: volume %s's files are %#o, owned by root and no fsGroup: its non-root user cannot read them", w.kind, w.name, v.Name, mode)
+				}
 			}
 			for _, c := range containers(w.template) {
 				where := fmt.Sprintf("%s %s, container %s", w.kind, w.name, c.Name)
@@ -123,6 +126,43 @@ func TestPodsAreLockedDown(t *testing.T) {
 			}
 		}
 	})
+}
+
+// unreadable reports whether a Secret's or ConfigMap's files in volume v
+// are kept from a non-root user by their mode: the kubelet writes them
+// owned by root, in the pod's fsGroup when it has one, so the user reads
+// them by the mode's "other" bits, or its group ones with an fsGroup.
+func unreadable(v corev1.Volume, psc *corev1.PodSecurityContext) (int32, bool) {
+	var modes []*int32
+	switch {
+	case v.Secret != nil:
+		modes = append(modes, v.Secret.DefaultMode)
+		for _, it := range v.Secret.Items {
+			if it.Mode != nil {
+				modes = append(modes, it.Mode)
+			}
+		}
+	case v.ConfigMap != nil:
+		modes = append(modes, v.ConfigMap.DefaultMode)
+		for _, it := range v.ConfigMap.Items {
+			if it.Mode != nil {
+				modes = append(modes, it.Mode)
+			}
+		}
+	default:
+		return 0, false
+	}
+	fsGroup := psc != nil && psc.FSGroup != nil
+	for _, m := range modes {
+		mode := int32(0o644) // the API server's default
+		if m != nil {
+			mode = *m
+		}
+		if mode&0o004 == 0 && (mode&0o040 == 0 || !fsGroup) {
+			return mode, true
+		}
+	}
+	return 0, false
 }
 
 // TestPodSecurityRestricted: every pod passes the Pod Security Standards'

@@ -184,18 +184,26 @@ func compare(k string, a, b any) []string {
 	return slices.Clip(out)
 }
 
-// operatorCells is the installation whose cells the operator makes.
-var operatorCells = filepath.Join(kube, "overlays", "operator-cells")
+// The installations whose cells the operator makes: operator-cells, and
+// one-node, on the cluster of this machine (make cluster).
+var (
+	operatorCells = filepath.Join(kube, "overlays", "operator-cells")
+	oneNode       = filepath.Join(kube, "overlays", "one-node")
+)
 
 // renderOperatorCells is the operator-cells overlay with, for each of its
 // Cells, the objects `operator render` makes of it: the installation as
 // it runs once the operator has reconciled it.
-func renderOperatorCells(t *testing.T) *objects {
+func renderOperatorCells(t *testing.T) *objects { return renderOperated(t, operatorCells) }
+
+// renderOperated is the overlay in dir with, for each of its Cells, the
+// objects `operator render` makes of it.
+func renderOperated(t *testing.T, dir string) *objects {
 	t.Helper()
 	bin := builtBin(t, "operator")
-	o := render(t, operatorCells)
+	o := render(t, dir)
 	if len(o.cells) == 0 {
-		t.Fatal("the operator-cells overlay has no Cell")
+		t.Fatalf("the overlay %s has no Cell", filepath.Base(dir))
 	}
 	for _, c := range o.cells {
 		y, err := sigsyaml.Marshal(c.Object)
@@ -247,8 +255,30 @@ func (o *objects) merge(m *objects) {
 }
 
 // forEachInstallation runs check on each installation: four-cells (made
-// by kustomize alone) and operator-cells (its cells made by the operator).
+// by kustomize alone), operator-cells and one-node (their cells made by
+// the operator).
 func forEachInstallation(t *testing.T, check func(t *testing.T, o *objects)) {
 	t.Run("four-cells", func(t *testing.T) { check(t, renderFourCells(t)) })
 	t.Run("operator-cells", func(t *testing.T) { check(t, renderOperatorCells(t)) })
+	t.Run("one-node", func(t *testing.T) { check(t, renderOperated(t, oneNode)) })
+}
+
+// The one-node installation's JetStream nodes run the image make
+// cluster-images builds of the nats-server go.mod requires, and its cells'
+// instances may share the node.
+func TestTheOneNodeCells(t *testing.T) {
+	o := renderOperated(t, oneNode)
+	want := "cellkit/nats:" + natsVersion(t)
+	for _, s := range o.statefulSets {
+		spec := s.Spec.Template.Spec
+		if len(spec.InitContainers) == 0 || spec.InitContainers[0].Image != want {
+			t.Errorf("StatefulSet %s: JetStream node image %v, want %s", s.Name, spec.InitContainers, want)
+		}
+		if a := spec.Affinity; a == nil || a.PodAntiAffinity == nil || len(a.PodAntiAffinity.RequiredDuringSchedulingIgnoredDuringExecution) > 0 {
+			t.Errorf("StatefulSet %s: anti-affinity %+v, want preferred only (one node)", s.Name, a)
+		}
+	}
+	if len(o.statefulSets) != 3 {
+		t.Errorf("%d cells, want 3", len(o.statefulSets))
+	}
 }

@@ -294,13 +294,15 @@ func imageTag(ref string) string {
 }
 
 // cellkitProgram names the program of one of cellkit's images
-// ([REGISTRY/]cellkit/PROGRAM:TAG).
+// ([REGISTRY/]cellkit/PROGRAM:TAG, PROGRAM one of images.Programs: not
+// the others' programs it builds images of, such as cellkit/nats).
 func cellkitProgram(ref string) (string, bool) {
 	parts := strings.Split(imageName(ref), "/")
 	if len(parts) < 2 || parts[len(parts)-2] != "cellkit" {
 		return "", false
 	}
-	return parts[len(parts)-1], true
+	_, ok := images.LookupProgram(parts[len(parts)-1])
+	return parts[len(parts)-1], ok
 }
 
 // checkPorts holds the container's ports and probes to the addresses the

@@ -4,6 +4,7 @@
 package backoff
 
 import (
+	"context"
 	"math/rand/v2"
 	"time"
 )
@@ -18,4 +19,20 @@ func Jittered(base, max time.Duration, n int) time.Duration {
 	}
 	d = min(d, max)
 	return d/2 + rand.N(d/2+1)
+}
+
+// Sleep waits d, or until ctx ends (then it returns ctx's error); a d of
+// 0 or less returns at once, with ctx's error if it has ended.
+func Sleep(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return ctx.Err()
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }

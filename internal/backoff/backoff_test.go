@@ -1,6 +1,8 @@
 package backoff
 
 import (
+	"context"
+	"errors"
 	"testing"
 	"time"
 )
@@ -22,5 +24,21 @@ func TestJittered(t *testing.T) {
 				t.Fatalf("Jittered(100ms, 1s, %d) = %v, want in [%v, %v]", tt.n, d, tt.lo, tt.hi)
 			}
 		}
+	}
+}
+
+func TestSleep(t *testing.T) {
+	start := time.Now()
+	if err := Sleep(context.Background(), 20*time.Millisecond); err != nil || time.Since(start) < 20*time.Millisecond {
+		t.Errorf("Sleep 20ms: %v after %v", err, time.Since(start))
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(10*time.Millisecond, cancel)
+	start = time.Now()
+	if err := Sleep(ctx, time.Hour); !errors.Is(err, context.Canceled) || time.Since(start) > time.Minute {
+		t.Errorf("Sleep cut by its context: %v after %v", err, time.Since(start))
+	}
+	if err := Sleep(ctx, 0); !errors.Is(err, context.Canceled) {
+		t.Errorf("Sleep 0 on an ended context: %v", err)
 	}
 }

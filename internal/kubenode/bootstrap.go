@@ -11,21 +11,37 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
+
+	"github.com/cellkit/cellkit/internal/backoff"
+	"github.com/cellkit/cellkit/internal/devstack"
 )
 
 // fieldOwner is the cluster's own name as a server-side apply manager.
 const fieldOwner = "cellkit-cluster"
 
-// Client is a client of the cluster as its administrator.
-func (r *Record) Client() (client.Client, error) {
+// Client is a client of the cluster as its administrator, of the types
+// of scheme (nil: client-go's).
+func (r *Record) Client(scheme *runtime.Scheme) (client.Client, error) {
 	rc, err := clientcmd.BuildConfigFromFlags("", r.Kubeconfig)
 	if err != nil {
 		return nil, err
 	}
-	return client.New(rc, client.Options{})
+	return client.New(rc, client.Options{Scheme: scheme})
+}
+
+// Adopt records p, a process another package started for the cluster in
+// dir (the stack's Consul), in the cluster's record: Down stops it first.
+func Adopt(dir string, p devstack.Process) error {
+	rec, err := ReadRecord(dir)
+	if err != nil {
+		return err
+	}
+	rec.Procs = append(removeProc(rec.Procs, p.Name), p)
+	return rec.save(dir)
 }
 
 // bootstrap applies the cluster's own objects: CoreDNS's permissions, the
@@ -33,7 +49,7 @@ func (r *Record) Client() (client.Client, error) {
 // endpoint is CoreDNS on the node (a Service without a selector: its
 // EndpointSlice is the cluster's), and the volumes (localVolumes).
 func (n *node) bootstrap(ctx context.Context) error {
-	c, err := (&Record{Kubeconfig: n.p.kubeconfig(idAdmin)}).Client()
+	c, err := (&Record{Kubeconfig: n.p.kubeconfig(idAdmin)}).Client(nil)
 	if err != nil {
 		return err
 	}
@@ -179,7 +195,7 @@ func waitGoneObject(ctx context.Context, c client.Client, name string) error {
 		if err := c.Get(ctx, client.ObjectKey{Name: name}, &pv); apierrors.IsNotFound(err) {
 			return nil
 		}
-		if err := ctxWait(ctx, 100*time.Millisecond); err != nil {
+		if err := backoff.Sleep(ctx, 100*time.Millisecond); err != nil {
 			return fmt.Errorf("PersistentVolume %s still there: %w", name, err)
 		}
 	}
@@ -188,7 +204,7 @@ func waitGoneObject(ctx context.Context, c client.Client, name string) error {
 // waitDefaultServiceAccount waits until the controller manager has made
 // the default namespace's service account.
 func (n *node) waitDefaultServiceAccount(ctx context.Context) error {
-	c, err := (&Record{Kubeconfig: n.p.kubeconfig(idAdmin)}).Client()
+	c, err := (&Record{Kubeconfig: n.p.kubeconfig(idAdmin)}).Client(nil)
 	if err != nil {
 		return err
 	}
@@ -198,7 +214,7 @@ func (n *node) waitDefaultServiceAccount(ctx context.Context) error {
 		if err == nil {
 			return nil
 		}
-		if err := ctxWait(ctx, 100*time.Millisecond); err != nil {
+		if err := backoff.Sleep(ctx, 100*time.Millisecond); err != nil {
 			return fmt.Errorf("no service account default/default: %w", err)
 		}
 	}
@@ -207,7 +223,7 @@ func (n *node) waitDefaultServiceAccount(ctx context.Context) error {
 // waitNodeReady waits until the node has registered and says it is Ready
 // (its runtime and network are up).
 func (n *node) waitNodeReady(ctx context.Context) error {
-	c, err := (&Record{Kubeconfig: n.p.kubeconfig(idAdmin)}).Client()
+	c, err := (&Record{Kubeconfig: n.p.kubeconfig(idAdmin)}).Client(nil)
 	if err != nil {
 		return err
 	}
@@ -225,7 +241,7 @@ func (n *node) waitNodeReady(ctx context.Context) error {
 				}
 			}
 		}
-		if err := ctxWait(ctx, 200*time.Millisecond); err != nil {
+		if err := backoff.Sleep(ctx, 200*time.Millisecond); err != nil {
 			return fmt.Errorf("node %s: %s (%w)", NodeName, last, err)
 		}
 	}

@@ -37,6 +37,7 @@ func Command(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		fs.StringVar(&cfg.Bin, "bin", cfg.Bin, "`DIR` holding etcd, the Kubernetes programs, coredns and pause.tar (make cluster-tools)")
 		fs.StringVar(&images, "images", "bin/images", "`DIR` whose *.tar images are imported into containerd (make images; \"\" for none)")
 		fs.StringVar(&nodeIP, "node-ip", "", "the node's `IP` (default: the address of the default route)")
+		fs.StringVar(&cfg.Version, "version", "", "the images' `VERSION` (make images'): those images are also tagged "+DevTag+", as deploy/kubernetes/overlays/one-node runs them")
 		fs.DurationVar(&cfg.ReadyWait, "ready-timeout", cfg.ReadyWait, "give up if the cluster is not ready within `D`")
 	case "down", "status":
 		fs.StringVar(&cfg.Bin, "bin", cfg.Bin, "`DIR` of the cluster's programs (kube-proxy cleans its rules)")

@@ -18,7 +18,6 @@
 package kubenode
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -46,6 +45,10 @@ type Config struct {
 	// Images are image tarballs (docker-archive) imported into containerd
 	// on every Up: the project's images (make images).
 	Images []string
+	// Version is the project's images' tag (make images' VERSION): each
+	// image imported under it is also tagged DevTag, the tag
+	// deploy/kubernetes/overlays/one-node names ("" for none).
+	Version string
 	// NodeIP is the node's address: the API server's, the kubelet's and
 	// the DNS server's (zero: the address of the default route's link).
 	NodeIP netip.Addr
@@ -77,6 +80,9 @@ const (
 	Bridge     = "ckcni0"
 	DNSDomain  = "cluster.local"
 	recordFile = "cluster.json"
+	// DevTag is the tag the one-node overlay runs the project's images
+	// at: Up moves it to the images of Config.Version.
+	DevTag = "dev"
 )
 
 // Record is what Up wrote in Dir/cluster.json: the processes it started
@@ -155,16 +161,4 @@ func Available(cfg Config) error {
 		return errors.New("the kernel has no bridge netfilter (br_netfilter): Services would not reach pods on the same bridge")
 	}
 	return nil
-}
-
-// ctxWait sleeps d or until ctx ends.
-func ctxWait(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
 }

@@ -84,7 +84,7 @@ func TestANodeRunsPodsAndLeavesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("up in %v:\n%s", time.Since(start).Round(time.Millisecond), progress.String())
-	c, err := rec.Client()
+	c, err := rec.Client(nil)
 	if err != nil {
 		t.Fatal(err)
 	}

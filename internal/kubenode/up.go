@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cellkit/cellkit/internal/backoff"
 	"github.com/cellkit/cellkit/internal/devstack"
 )
 
@@ -151,7 +152,7 @@ func (n *node) waitReady(ctx context.Context, hc *http.Client, c *devstack.Child
 			conn.Close()
 			return nil
 		}
-		if err := ctxWait(ctx, 50*time.Millisecond); err != nil {
+		if err := backoff.Sleep(ctx, 50*time.Millisecond); err != nil {
 			return fmt.Errorf("%s: its socket %s does not answer: %w", c.Name, n.sock(), err)
 		}
 	}
@@ -188,7 +189,8 @@ func (n *node) after(ctx context.Context, hc *http.Client, name string, rec *Rec
 }
 
 // importImages imports the pause image and cfg.Images into containerd's
-// k8s.io namespace (the CRI's), returning the names each tarball gave.
+// k8s.io namespace (the CRI's), each of cfg.Version also as DevTag,
+// returning the names each tarball gave.
 func (n *node) importImages(ctx context.Context) (map[string][]string, error) {
 	ctr, err := lookPath("ctr")
 	if err != nil {
@@ -203,8 +205,18 @@ func (n *node) importImages(ctx context.Context) (map[string][]string, error) {
 		}
 		for _, l := range strings.Split(string(b), "\n") {
 			// ctr prints "unpacking NAME (sha256:...)...done".
-			if f := strings.Fields(l); len(f) > 1 && f[0] == "unpacking" {
-				out[tar] = append(out[tar], f[1])
+			f := strings.Fields(l)
+			if len(f) < 2 || f[0] != "unpacking" {
+				continue
+			}
+			out[tar] = append(out[tar], f[1])
+			if v := n.cfg.Version; v != "" && strings.HasSuffix(f[1], ":"+v) {
+				dev := strings.TrimSuffix(f[1], v) + DevTag
+				if b, err := exec.CommandContext(ctx, ctr, "--address", n.sock(), "--namespace", "k8s.io",
+					"images", "tag", "--force", f[1], dev).CombinedOutput(); err != nil {
+					return out, fmt.Errorf("tag %s as %s: %v: %s", f[1], dev, err, strings.TrimSpace(string(b)))
+				}
+				out[tar] = append(out[tar], dev)
 			}
 		}
 	}
@@ -251,7 +263,7 @@ func (n *node) waitDNS(ctx context.Context) error {
 			err = fmt.Errorf("%s is %v, want %s", name, addrs, n.kubeIP)
 		}
 		last = err
-		if err := ctxWait(ctx, 100*time.Millisecond); err != nil {
+		if err := backoff.Sleep(ctx, 100*time.Millisecond); err != nil {
 			return fmt.Errorf("DNS: %v (%w)", last, err)
 		}
 	}

@@ -31,7 +31,7 @@ const podsTimeout = 30 * time.Second
 func MarkPodReady(t testing.TB, c client.Client, pod *corev1.Pod, ip string) {
 	t.Helper()
 	ctx := testkit.Context(t, podsTimeout)
-	if err := markReady(ctx, c, pod, ip); err != nil {
+	if err := markRunning(ctx, c, pod, ip, true); err != nil {
 		t.Fatalf("kubetest: mark pod %s/%s ready: %v", pod.Namespace, pod.Name, err)
 	}
 }
@@ -66,7 +66,7 @@ func MarkPodsReady(t testing.TB, c client.Client, namespace string, labels map[s
 			}
 			seen = append(seen, p.Name)
 			if !isReady(p) {
-				err := markReady(ctx, c, p, ipFor(p.Name))
+				err := markRunning(ctx, c, p, ipFor(p.Name), true)
 				if apierrors.IsNotFound(err) {
 					continue // deleted meanwhile; its controller may make it again
 				}
@@ -90,9 +90,9 @@ func MarkPodsReady(t testing.TB, c client.Client, namespace string, labels map[s
 	return ready
 }
 
-// markReady writes a ready pod's status on the server's latest copy of
-// pod, which it leaves in pod.
-func markReady(ctx context.Context, c client.Client, pod *corev1.Pod, ip string) error {
+// markRunning writes a running pod's status on the server's latest copy
+// of pod: its containers started, at ip, and ready or not.
+func markRunning(ctx context.Context, c client.Client, pod *corev1.Pod, ip string, ready bool) error {
 	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		if err := c.Get(ctx, client.ObjectKeyFromObject(pod), pod); err != nil {
 			return err
@@ -101,7 +101,7 @@ func markReady(ctx context.Context, c client.Client, pod *corev1.Pod, ip string)
 		st := &pod.Status
 		st.Phase = corev1.PodRunning
 		for _, ct := range []corev1.PodConditionType{corev1.PodScheduled, corev1.PodInitialized, corev1.ContainersReady, corev1.PodReady} {
-			setCondition(st, ct, now)
+			setCondition(st, ct, now, ready || ct == corev1.PodScheduled || ct == corev1.PodInitialized)
 		}
 		st.PodIP, st.PodIPs = ip, []corev1.PodIP{{IP: ip}}
 		if st.StartTime == nil {
@@ -113,7 +113,7 @@ func markReady(ctx context.Context, c client.Client, pod *corev1.Pod, ip string)
 			st.ContainerStatuses = append(st.ContainerStatuses, corev1.ContainerStatus{
 				Name:    ctr.Name,
 				Image:   ctr.Image,
-				Ready:   true,
+				Ready:   ready,
 				Started: &started,
 				State:   corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: *st.StartTime}},
 			})
@@ -124,16 +124,20 @@ func markReady(ctx context.Context, c client.Client, pod *corev1.Pod, ip string)
 
 // setCondition makes the condition of type ct True, since now unless it
 // was True already.
-func setCondition(st *corev1.PodStatus, ct corev1.PodConditionType, now metav1.Time) {
+func setCondition(st *corev1.PodStatus, ct corev1.PodConditionType, now metav1.Time, isTrue bool) {
+	want := corev1.ConditionFalse
+	if isTrue {
+		want = corev1.ConditionTrue
+	}
 	for i := range st.Conditions {
 		if st.Conditions[i].Type == ct {
-			if st.Conditions[i].Status != corev1.ConditionTrue {
-				st.Conditions[i].Status, st.Conditions[i].LastTransitionTime = corev1.ConditionTrue, now
+			if st.Conditions[i].Status != want {
+				st.Conditions[i].Status, st.Conditions[i].LastTransitionTime = want, now
 			}
 			return
 		}
 	}
-	st.Conditions = append(st.Conditions, corev1.PodCondition{Type: ct, Status: corev1.ConditionTrue, LastTransitionTime: now})
+	st.Conditions = append(st.Conditions, corev1.PodCondition{Type: ct, Status: want, LastTransitionTime: now})
 }
 
 // isReady says whether pod is running with its Ready condition True, as
@@ -157,6 +161,14 @@ func isReady(pod *corev1.Pod) bool {
 // status the server refuses is tried again at the next look (every
 // 50 ms); it does not fail the test.
 func Kubelet(t testing.TB, c client.Client, namespace string, ipFor func(podName string) string) {
+	KubeletWith(t, c, namespace, ipFor, func(*corev1.Pod) bool { return true })
+}
+
+// KubeletWith is Kubelet whose pods become ready only when ready says so
+// (looked at every 50 ms): until then each runs with its containers
+// started and not ready — as a program whose readiness waits on
+// something else, such as a cell on the map naming it.
+func KubeletWith(t testing.TB, c client.Client, namespace string, ipFor func(podName string) string, ready func(*corev1.Pod) bool) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
@@ -167,8 +179,12 @@ func Kubelet(t testing.TB, c client.Client, namespace string, ipFor func(podName
 			var pods corev1.PodList
 			if err := c.List(ctx, &pods, client.InNamespace(namespace)); err == nil {
 				for i := range pods.Items {
-					if p := &pods.Items[i]; p.DeletionTimestamp.IsZero() && !isReady(p) {
-						_ = markReady(ctx, c, p, ipFor(p.Name)) // again at the next look
+					p := &pods.Items[i]
+					if !p.DeletionTimestamp.IsZero() || isReady(p) {
+						continue
+					}
+					if r := ready(p); r || p.Status.Phase != corev1.PodRunning {
+						_ = markRunning(ctx, c, p, ipFor(p.Name), r) // again at the next look
 					}
 				}
 			}

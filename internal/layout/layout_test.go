@@ -35,7 +35,7 @@ var planes = map[string]string{
 	// which the product never imports: the product's deployer interface
 	// is internal/release, which devstack implements.
 	"devstack": "lab", "devstack/devctl": "lab",
-	"loadtest": "lab", "drill": "lab", "netlab": "lab", "netlab/netstack": "lab", "smallfs": "lab", "kubenode": "lab",
+	"loadtest": "lab", "drill": "lab", "netlab": "lab", "netlab/netstack": "lab", "smallfs": "lab", "kubenode": "lab", "kubenode/kubestack": "lab",
 	// test: what tests share.
 	"testkit": "test", "celltest": "test", "consultest": "test", "netlab/netlabtest": "test", "kubetest": "test",
 	// this package.

@@ -100,7 +100,8 @@ func specRelease(cell *v1alpha1.Cell) release.Spec {
 }
 
 // applyObjects applies the shared objects and the cell's (its pods on the
-// release they run), and says whether all its instances are ready.
+// release they run), and says whether all its instances run (status
+// readiness).
 func (r *Reconciler) applyObjects(ctx context.Context, cell *v1alpha1.Cell, st *status) (bool, error) {
 	run, sts, err := r.running(ctx, cell)
 	if err != nil {
@@ -131,7 +132,11 @@ func (r *Reconciler) applyObjects(ctx context.Context, cell *v1alpha1.Cell, st *
 		st.pending("its StatefulSet is made")
 		return false, nil
 	}
-	return st.readiness(cell, sts), nil
+	var pods corev1.PodList
+	if err := r.opts.Client.List(ctx, &pods, client.InNamespace(cell.Namespace), client.MatchingLabels{LabelName: "cell", LabelCell: cell.Name}); err != nil {
+		return false, err
+	}
+	return st.readiness(cell, sts, startedPods(pods.Items)), nil
 }
 
 // apply applies o server-side as the operator's, owned by owner if set.

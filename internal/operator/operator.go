@@ -1,7 +1,7 @@
 // Package operator is cellkit's Kubernetes controller: it reconciles each
 // Cell resource (api/v1alpha1) into the cell's objects (render.go: its
 // StatefulSet, Services, disruption budget and network policy, owned by
-// the Cell), puts the cell in the map once its instances are ready and
+// the Cell), puts the cell in the map once its instances run and
 // keeps it as the spec says (mapsync.go: weight, capacity, the agencies'
 // shares, drained or not, through internal/control's plans), drains it
 // before it goes (finalize.go), puts a new image or settings out cell by
@@ -28,11 +28,14 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/cellkit/cellkit/internal/adminclient"
 	"github.com/cellkit/cellkit/internal/control"
@@ -119,8 +122,20 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Owns(&corev1.Service{}).
 		Owns(&policyv1.PodDisruptionBudget{}).
 		Owns(&networkingv1.NetworkPolicy{}).
+		// A pod's start changes nothing its StatefulSet's status counts,
+		// and the map waits for it: its cell hears of it by the label.
+		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(podsCell)).
 		WithOptions(controller.Options{MaxConcurrentReconciles: r.cfg.Workers}).
 		Complete(r)
+}
+
+// podsCell is the Cell a pod of a cell belongs to, by its labels.
+func podsCell(_ context.Context, o client.Object) []reconcile.Request {
+	l := o.GetLabels()
+	if l[LabelName] != "cell" || l[LabelCell] == "" {
+		return nil
+	}
+	return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: l[LabelCell]}}}
 }
 
 // +kubebuilder:rbac:groups=cellkit.io,resources=cells,verbs=get;list;watch;update;patch

@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/cellkit/cellkit/internal/control"
+	"github.com/cellkit/cellkit/internal/kubetest"
 	"github.com/cellkit/cellkit/internal/operator"
 	"github.com/cellkit/cellkit/internal/operator/api/v1alpha1"
 	"github.com/cellkit/cellkit/internal/slotmap"
@@ -25,7 +26,8 @@ import (
 )
 
 // A cell's life under the operator: made (its objects, owned by it, the
-// API server's defaults), in the map only once its instances are ready,
+// API server's defaults), in the map only once its instances run (here,
+// its StatefulSet says they are ready),
 // reweighted through a plan (the share moved in an event), drained by
 // its spec, and deleted only after its queue has emptied.
 func TestACellsLife(t *testing.T) {
@@ -235,5 +237,28 @@ func (b *bench) checkColumns(want ...string) {
 	}
 	if len(table.Rows) == 0 {
 		b.t.Error("kubectl get cells shows no row")
+	}
+}
+
+// A cell's instance is ready only once the map names its cell (its
+// /readyz says so), so the operator puts the cell in the map once its
+// instances run — their containers started — not once they are ready:
+// on a real node, waiting for readiness left every cell Pending, in the
+// map never. Here the kubelet marks each pod started and makes it ready
+// only when the map names its cell, as the cell does.
+func TestACellIsInTheMapOnceItsInstancesRun(t *testing.T) {
+	b := newBench(t, kubetest.WithControllers(kubetest.StatefulSetController, kubetest.GarbageCollector))
+	b.admins.kube, b.admins.ns = b.kube.Client, b.ns
+	kubetest.KubeletWith(t, b.kube.Client, b.ns, func(string) string { return "127.0.0.1" }, func(p *corev1.Pod) bool {
+		_, named, _ := b.mapCell(p.Labels[operator.LabelCell])
+		return named
+	})
+	b.start(operator.ManagerConfig{}, b.ctl)
+	b.create(b.newCell("c1"))
+	c := b.waitCondition("c1", v1alpha1.ConditionInMap, metav1.ConditionTrue, "")
+	t.Logf("in the map: Ready %+v", conditionOf(c, v1alpha1.ConditionReady))
+	c = b.waitCondition("c1", v1alpha1.ConditionReady, metav1.ConditionTrue, "InstancesReady")
+	if c.Status.ReadyInstances != 3 || c.Status.Phase != v1alpha1.PhaseServing {
+		t.Errorf("c1: %s, %d ready, want Serving with 3", c.Status.Phase, c.Status.ReadyInstances)
 	}
 }

@@ -61,20 +61,48 @@ func (s *status) pending(why string) {
 	s.fail(v1alpha1.ConditionReady, "InstancesNotReady", why)
 }
 
-// instances reads the StatefulSet's readiness into the status and says
-// whether every instance the spec asks for is ready.
-func (s *status) readiness(cell *v1alpha1.Cell, sts *appsv1.StatefulSet) bool {
+// readiness reads the StatefulSet's readiness into the status and says
+// whether every instance the spec asks for runs: its cell started (its
+// startup probe passed) — which is when the map may name it. An instance
+// is ready only once the map names its cell, so readiness cannot be what
+// the map waits for: Ready is True once every instance is ready, and
+// until then says how many run.
+func (s *status) readiness(cell *v1alpha1.Cell, sts *appsv1.StatefulSet, started int32) bool {
 	s.ready = sts.Status.ReadyReplicas
+	n := cell.Spec.Instances
 	switch {
 	case sts.Status.ObservedGeneration < sts.Generation:
 		s.pending("its StatefulSet's controller has not seen its last change")
-	case s.ready < cell.Spec.Instances:
-		s.pending(fmt.Sprintf("%d of %d instances ready", s.ready, cell.Spec.Instances))
+		return false
+	case s.ready >= n:
+		s.set(v1alpha1.ConditionReady, true, "InstancesReady", fmt.Sprintf("%d of %d instances ready", s.ready, n))
+		return true
+	case started < n:
+		s.pending(fmt.Sprintf("%d of %d instances started, %d ready", started, n, s.ready))
+		return false
 	default:
-		s.set(v1alpha1.ConditionReady, true, "InstancesReady", fmt.Sprintf("%d of %d instances ready", s.ready, cell.Spec.Instances))
+		s.pending(fmt.Sprintf("%d of %d instances started, %d ready: an instance is ready once the map names its cell", started, n, s.ready))
 		return true
 	}
-	return false
+}
+
+// startedPods counts pods whose every container has started (a
+// terminating one does not count).
+func startedPods(pods []corev1.Pod) int32 {
+	var n int32
+	for _, p := range pods {
+		if p.DeletionTimestamp != nil || p.Status.Phase != corev1.PodRunning || len(p.Status.ContainerStatuses) == 0 {
+			continue
+		}
+		all := true
+		for _, c := range p.Status.ContainerStatuses {
+			all = all && c.Started != nil && *c.Started
+		}
+		if all {
+			n++
+		}
+	}
+	return n
 }
 
 // writeStatus writes st to cell's status subresource and records an

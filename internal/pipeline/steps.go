@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/cellkit/cellkit/internal/backoff"
 	"github.com/cellkit/cellkit/internal/inquiry"
 )
 
@@ -24,7 +25,7 @@ type LocalCSS struct{ Latency time.Duration }
 
 // Score waits Latency (or ctx) and answers the user's deterministic score.
 func (c LocalCSS) Score(ctx context.Context, userID string) (int, error) {
-	if err := wait(ctx, c.Latency); err != nil {
+	if err := backoff.Sleep(ctx, c.Latency); err != nil {
 		return 0, err
 	}
 	return inquiry.CSSScore(userID), nil
@@ -35,22 +36,8 @@ type LocalCore struct{ Latency time.Duration }
 
 // Register waits Latency (or ctx) and answers the inquiry's reference.
 func (c LocalCore) Register(ctx context.Context, rec inquiry.Record, _ inquiry.Result) (string, error) {
-	if err := wait(ctx, c.Latency); err != nil {
+	if err := backoff.Sleep(ctx, c.Latency); err != nil {
 		return "", err
 	}
 	return inquiry.CoreRef(rec.ID), nil
-}
-
-func wait(ctx context.Context, d time.Duration) error {
-	if d <= 0 {
-		return ctx.Err()
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }

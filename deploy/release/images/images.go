@@ -53,6 +53,7 @@ var Programs = []Program{
 // built from their source, without Go build information or a --version.
 var Foreign = []Program{
 	{"pause", "Kubernetes' pod sandbox (pause), built from build/pause/linux/pause.c of the k8s.io/kubernetes module"},
+	{"nats", "nats-server, the cells' JetStream nodes, built statically from the module at the version cellkit's go.mod requires"},
 }
 
 // LookupProgram returns the program of that name.
