@@ -156,10 +156,14 @@ func TestANodeRunsPodsAndLeavesNothing(t *testing.T) {
 		t.Fatalf("agencysim.default.svc: %v %v, want %s", addrs, err, svc.Spec.ClusterIP)
 	}
 	// The pod through the Service's cluster IP, once kube-proxy has its
-	// endpoint (until then the Service refuses).
+	// endpoint (until then the Service refuses, or, before kube-proxy has
+	// the Service itself, the address is routed out of the host like any
+	// other): a new connection each time, since one made before the rule
+	// keeps going where it went.
 	var last string
+	hc := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 2 * time.Second}
 	if !testkit.Poll(10*time.Second, func() bool {
-		resp, err := http.Get("http://" + svc.Spec.ClusterIP + "/readyz")
+		resp, err := hc.Get("http://" + svc.Spec.ClusterIP + "/readyz")
 		if err != nil {
 			last = err.Error()
 			return false

@@ -220,7 +220,22 @@ func (n *node) importImages(ctx context.Context) (map[string][]string, error) {
 			}
 		}
 	}
+	if v := n.cfg.Version; v != "" && !tagged(out, ":"+DevTag) {
+		return out, fmt.Errorf("no image of version %s among %v: make images (VERSION %s), or give the version they were built with", v, n.cfg.Images, v)
+	}
 	return out, nil
+}
+
+// tagged says whether a name of imported ends with suffix.
+func tagged(imported map[string][]string, suffix string) bool {
+	for _, names := range imported {
+		for _, name := range names {
+			if strings.HasSuffix(name, suffix) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // httpClient trusts the cluster's CA and presents the administrator's

@@ -58,6 +58,8 @@ func Command(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	fs.Float64Var(&cfg.ReadShare, "read-share", 0, "share of requests that read the status of an inquiry accepted earlier in the run (GET /v1/inquiries/{id}) instead of asking a new one, 0 to below 1")
 	fs.Uint64Var(&cfg.Seed, "seed", d.Seed, "seed of the user sequence")
 	fs.DurationVar(&cfg.Timeout, "timeout", d.Timeout, "per-request timeout")
+	fs.StringVar(&cfg.CA, "ca", "", "PEM `FILE` of the CAs an https target's certificate is checked against (default: the system's)")
+	fs.StringVar(&cfg.ServerName, "server-name", "", "the `NAME` asked of an https target (default: its host), such as a router's name when --target is its Service's cluster IP")
 	fs.BoolVar(&quiet, "quiet", false, "no progress line")
 	out.Register(fs)
 	if err := fs.Parse(args); err != nil {

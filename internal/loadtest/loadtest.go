@@ -14,11 +14,14 @@ package loadtest
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -60,6 +63,29 @@ type Config struct {
 	// client polling its status_url) instead of asking a new one; a read
 	// planned before any inquiry was accepted asks one. 0: none.
 	ReadShare float64
+	// CA is a PEM file of the CAs an https Target's certificate is
+	// checked against ("": the system's); ServerName is the name asked
+	// for ("": Target's host) — a router reached at an address its
+	// certificate does not name, such as a Kubernetes Service's cluster
+	// IP.
+	CA, ServerName string
+}
+
+// clientTLS checks servers against the CAs of the PEM file ca (the
+// system's when "") and asks for serverName (the URL's host when "").
+func clientTLS(ca, serverName string) (*tls.Config, error) {
+	tc := &tls.Config{ServerName: serverName, MinVersion: tls.VersionTLS12}
+	if ca != "" {
+		b, err := os.ReadFile(ca)
+		if err != nil {
+			return nil, fmt.Errorf("CA file: %w", err)
+		}
+		tc.RootCAs = x509.NewCertPool()
+		if !tc.RootCAs.AppendCertsFromPEM(b) {
+			return nil, fmt.Errorf("CA file %s holds no PEM certificate", ca)
+		}
+	}
+	return tc, nil
 }
 
 // DefaultConfig returns the defaults.
@@ -185,13 +211,21 @@ func NewRunner(cfg Config, opts Options) (*Runner, error) {
 		return nil, fmt.Errorf("read share %g: want at least 0 and below 1", cfg.ReadShare)
 	}
 	if opts.Client == nil {
-		opts.Client = &http.Client{Transport: &http.Transport{
+		tr := &http.Transport{
 			Proxy:               nil,
 			DialContext:         (&net.Dialer{Timeout: 2 * time.Second}).DialContext,
 			MaxIdleConns:        2048,
 			MaxIdleConnsPerHost: 2048,
 			IdleConnTimeout:     30 * time.Second,
-		}}
+		}
+		if cfg.CA != "" || cfg.ServerName != "" {
+			tc, err := clientTLS(cfg.CA, cfg.ServerName)
+			if err != nil {
+				return nil, err
+			}
+			tr.TLSClientConfig = tc
+		}
+		opts.Client = &http.Client{Transport: tr}
 	}
 	now := time.Now()
 	return &Runner{cfg: cfg, opts: opts, start: now, rec: newRecorder(cfg.KeepSamples),

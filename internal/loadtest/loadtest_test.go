@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"encoding/pem"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -296,5 +297,45 @@ func TestHighShareIsSpreadAndFixed(t *testing.T) {
 	}
 	if highOf(7, -1) || highOf(7, 0) {
 		t.Error("a share of 0 or less asks for high")
+	}
+}
+
+// An https router whose certificate names another host than the address
+// called (a Service's cluster IP): checked against --ca for
+// --server-name; without them, or with another name, nothing is
+// accepted.
+func TestRunOverTLSWithACAAndAName(t *testing.T) {
+	plain, _ := fakeRouter(t, 0)
+	srv := httptest.NewUnstartedServer(plain.Config.Handler)
+	srv.StartTLS()
+	t.Cleanup(srv.Close)
+	ca := filepath.Join(t.TempDir(), "ca.pem")
+	if err := os.WriteFile(ca, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw}), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	run := func(caFile, name string) *Result {
+		t.Helper()
+		r, err := NewRunner(Config{Target: srv.URL, Key: "k", Steps: []Step{{50, 400 * time.Millisecond}}, Users: 10, CA: caFile, ServerName: name}, Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := r.Run(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	// httptest's certificate names example.com (and 127.0.0.1).
+	if res := run(ca, "example.com"); res.Status["202"] == 0 || res.Status["0"] > 0 {
+		t.Errorf("with the CA and its name: %v", res.Status)
+	}
+	if res := run(ca, "router.example"); res.Status["202"] > 0 {
+		t.Errorf("with a name the certificate lacks: %v", res.Status)
+	}
+	if res := run("", "example.com"); res.Status["202"] > 0 {
+		t.Errorf("without the CA: %v", res.Status)
+	}
+	if _, err := NewRunner(Config{Target: srv.URL, Key: "k", Steps: []Step{{1, time.Second}}, CA: filepath.Join(t.TempDir(), "none.pem")}, Options{}); err == nil || !strings.Contains(err.Error(), "CA file") {
+		t.Errorf("a missing CA file: %v", err)
 	}
 }
