@@ -44,12 +44,25 @@ func Adopt(dir string, p devstack.Process) error {
 	return rec.save(dir)
 }
 
+// adminClient is the administrator's client of the node's API server,
+// made once.
+func (n *node) adminClient() (client.Client, error) {
+	if n.admin == nil {
+		c, err := (&Record{Kubeconfig: n.p.kubeconfig(idAdmin)}).Client(nil)
+		if err != nil {
+			return nil, err
+		}
+		n.admin = c
+	}
+	return n.admin, nil
+}
+
 // bootstrap applies the cluster's own objects: CoreDNS's permissions, the
 // kube-dns Service at the DNS address the kubelet gives pods, whose one
 // endpoint is CoreDNS on the node (a Service without a selector: its
 // EndpointSlice is the cluster's), and the volumes (localVolumes).
 func (n *node) bootstrap(ctx context.Context) error {
-	c, err := (&Record{Kubeconfig: n.p.kubeconfig(idAdmin)}).Client(nil)
+	c, err := n.adminClient()
 	if err != nil {
 		return err
 	}
@@ -204,7 +217,7 @@ func waitGoneObject(ctx context.Context, c client.Client, name string) error {
 // waitDefaultServiceAccount waits until the controller manager has made
 // the default namespace's service account.
 func (n *node) waitDefaultServiceAccount(ctx context.Context) error {
-	c, err := (&Record{Kubeconfig: n.p.kubeconfig(idAdmin)}).Client(nil)
+	c, err := n.adminClient()
 	if err != nil {
 		return err
 	}
@@ -223,7 +236,7 @@ func (n *node) waitDefaultServiceAccount(ctx context.Context) error {
 // waitNodeReady waits until the node has registered and says it is Ready
 // (its runtime and network are up).
 func (n *node) waitNodeReady(ctx context.Context) error {
-	c, err := (&Record{Kubeconfig: n.p.kubeconfig(idAdmin)}).Client(nil)
+	c, err := n.adminClient()
 	if err != nil {
 		return err
 	}

@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
 	"github.com/cellkit/cellkit/internal/atomicfile"
 	"github.com/cellkit/cellkit/internal/devstack"
 )
@@ -67,8 +69,9 @@ func lookPath(p string) (string, error) {
 type node struct {
 	cfg    Config
 	p      paths
-	kubeIP netip.Addr // the kubernetes Service's cluster IP
-	dnsIP  netip.Addr // the cluster DNS Service's
+	kubeIP netip.Addr    // the kubernetes Service's cluster IP
+	dnsIP  netip.Addr    // the cluster DNS Service's
+	admin  client.Client // the administrator's client, once the API server answers (adminClient)
 }
 
 func newNode(cfg Config) *node {

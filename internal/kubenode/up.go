@@ -3,7 +3,6 @@ package kubenode
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
@@ -17,6 +16,7 @@ import (
 
 	"github.com/cellkit/cellkit/internal/backoff"
 	"github.com/cellkit/cellkit/internal/devstack"
+	"github.com/cellkit/cellkit/internal/tlsconf"
 )
 
 // sysctls are what Up sets for pods and Services: forwarding, and bridged
@@ -241,13 +241,9 @@ func tagged(imported map[string][]string, suffix string) bool {
 // httpClient trusts the cluster's CA and presents the administrator's
 // certificate: it reads every component's health endpoint.
 func (n *node) httpClient() (*http.Client, error) {
-	pool := x509.NewCertPool()
-	b, err := os.ReadFile(n.p.ca())
+	pool, err := tlsconf.LoadPool(n.p.ca())
 	if err != nil {
 		return nil, err
-	}
-	if !pool.AppendCertsFromPEM(b) {
-		return nil, fmt.Errorf("%s holds no certificate", n.p.ca())
 	}
 	cert, err := tls.LoadX509KeyPair(n.p.cert(idAdmin), n.p.key(idAdmin))
 	if err != nil {

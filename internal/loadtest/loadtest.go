@@ -15,17 +15,17 @@ package loadtest
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
-	"os"
 	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/cellkit/cellkit/internal/tlsconf"
 )
 
 // Config is one run. Zero values mean the defaults in brackets (see
@@ -76,14 +76,11 @@ type Config struct {
 func clientTLS(ca, serverName string) (*tls.Config, error) {
 	tc := &tls.Config{ServerName: serverName, MinVersion: tls.VersionTLS12}
 	if ca != "" {
-		b, err := os.ReadFile(ca)
+		pool, err := tlsconf.LoadPool(ca)
 		if err != nil {
-			return nil, fmt.Errorf("CA file: %w", err)
+			return nil, err
 		}
-		tc.RootCAs = x509.NewCertPool()
-		if !tc.RootCAs.AppendCertsFromPEM(b) {
-			return nil, fmt.Errorf("CA file %s holds no PEM certificate", ca)
-		}
+		tc.RootCAs = pool
 	}
 	return tc, nil
 }

@@ -3,7 +3,6 @@ package kubestack
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"fmt"
 	"net/http"
 	"net/netip"
@@ -27,6 +26,7 @@ import (
 	"github.com/cellkit/cellkit/internal/operator/api/v1alpha1"
 	"github.com/cellkit/cellkit/internal/pki"
 	"github.com/cellkit/cellkit/internal/registry"
+	"github.com/cellkit/cellkit/internal/tlsconf"
 )
 
 // fieldOwner is the stack's name as a server-side apply manager.
@@ -305,13 +305,9 @@ func probeRouter(ctx context.Context, url, ca string) error {
 // routerClient is a client of the routers' Service from this host: it
 // trusts the stack's CA and asks for RouterName.
 func routerClient(ca string) (*http.Client, error) {
-	b, err := os.ReadFile(ca)
+	pool, err := tlsconf.LoadPool(ca)
 	if err != nil {
 		return nil, err
-	}
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(b) {
-		return nil, fmt.Errorf("%s holds no certificate", ca)
 	}
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.TLSClientConfig = &tls.Config{RootCAs: pool, ServerName: RouterName, MinVersion: tls.VersionTLS12}
