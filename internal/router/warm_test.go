@@ -45,9 +45,11 @@ func TestWarmOpensTheConnectionsAsked(t *testing.T) {
 	if pools := w.router.Pools(); pools[addr] != got || len(pools) != 1 {
 		t.Fatalf("Pools() = %v after Warm opened %d to %s", pools, got, addr)
 	}
-	if n := accepted.Load() - before; n < int64(got) {
-		t.Fatalf("the cell accepted %d connections, Warm says %d are open", n, got)
-	}
+	// The kernel completes a connection before the cell's server accepts
+	// it: Warm may return before the server has seen every one.
+	testkit.WaitFor(t, 2*time.Second, "the cell to accept Warm's connections", func() bool {
+		return accepted.Load()-before >= int64(got)
+	})
 	if b.calls.Load() != 0 {
 		t.Fatalf("warming sent %d requests to the cell", b.calls.Load())
 	}
