@@ -14,6 +14,23 @@ import (
 	"github.com/cellkit/cellkit/internal/slotmap"
 )
 
+// TestVerifyOfAMapWithNoCellYet: the map init made, before its first
+// cell is provisioned, breaks no invariant (the in-cluster verify runs
+// while an installation is still coming up); verify warns and exits 0.
+func TestVerifyOfAMapWithNoCellYet(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, e *env) {
+		e.ok("init", "--agency", "nice=80")
+		var v verifyJSON
+		e.json(&v, "verify")
+		if !v.OK || v.Violations != 0 || v.Warnings != 1 || !strings.Contains(v.Checks[0].Detail, "no cell yet") {
+			t.Errorf("verify of an empty map: %+v", v)
+		}
+		if r := e.run("verify"); r.code != 0 || !strings.Contains(r.stdout, "warn  slots: the map has no cell yet") {
+			t.Errorf("%v", r)
+		}
+	})
+}
+
 // TestSession walks an operator's session through the map commands against
 // each registry: the human output of every step is a golden file (the same
 // for both backends), and the map is checked after each change.
