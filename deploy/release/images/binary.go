@@ -19,10 +19,21 @@ type Binary struct {
 	Tags         string // -tags, "" for none
 }
 
+// ErrFaultHooks is ReadBinary's refusal of a build with the fault hooks
+// (the tag "faults"): such a build goes into no image but a drill's bad
+// release, whose tag says so (FaultTag).
+var ErrFaultHooks = errors.New("built with the fault hooks (-tags faults): never in an image but a drill's (images --faults)")
+
+// FaultTag is what the tag of an image of a fault build must hold.
+const FaultTag = "-fault-"
+
+// Faults says whether b was built with the fault hooks.
+func (b Binary) Faults() bool { return slices.Contains(strings.Split(b.Tags, ","), "faults") }
+
 // ReadBinary reads the build of the Go binary at path and checks it is a
 // static ELF executable: no interpreter, no shared libraries (an image
 // with an empty base has neither a dynamic loader nor a libc), and not a
-// build with the fault hooks (the tag "faults", for drills only).
+// build with the fault hooks (ErrFaultHooks, with the binary read).
 func ReadBinary(path string) (Binary, error) {
 	var b Binary
 	bi, err := buildinfo.ReadFile(path)
@@ -41,11 +52,11 @@ func ReadBinary(path string) (Binary, error) {
 			b.Tags = s.Value
 		}
 	}
-	if slices.Contains(strings.Split(b.Tags, ","), "faults") {
-		return b, fmt.Errorf("%s: built with the fault hooks (-tags %s): never in an image", path, b.Tags)
-	}
 	if err := CheckStatic(path); err != nil {
 		return b, err
+	}
+	if b.Faults() {
+		return b, fmt.Errorf("%s: %w", path, ErrFaultHooks)
 	}
 	return b, nil
 }

@@ -48,7 +48,7 @@ type options struct {
 	created                   string
 	repo, arch                string
 	programs                  []images.Program
-	foreign                   bool
+	foreign, faults           bool
 }
 
 func parseFlags(args []string, stderr io.Writer) (options, error) {
@@ -64,6 +64,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.repo, "repo", "cellkit", "the repository the images are named in: REPO/PROGRAM:VERSION")
 	fs.StringVar(&o.arch, "arch", runtime.GOARCH, "the GOARCH the binaries were built for")
 	fs.BoolVar(&o.foreign, "foreign", false, "build images of others' programs ("+foreignNames()+"): static ELF binaries, checked only for that; --version and --revision name their source's release")
+	fs.BoolVar(&o.faults, "faults", false, "build the image of a cell built with the fault hooks (-tags faults), a drill's bad release; refused for any other build, and its --version must hold \""+images.FaultTag+"\"")
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "usage: images [flags] [PROGRAM...]  (default: all of them)")
 		fs.PrintDefaults()
@@ -72,6 +73,9 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		return o, err
 	}
 	names := fs.Args()
+	if o.faults && (o.foreign || !strings.Contains(o.version, images.FaultTag)) {
+		return o, fmt.Errorf("--faults: the image of a build with the fault hooks needs a --version that holds %q, and no --foreign", images.FaultTag)
+	}
 	if o.foreign {
 		if len(names) == 0 || o.version == "" || o.revision == "" || o.created == "" {
 			return o, errors.New("--foreign needs the programs, --version, --revision and --created of their source")
@@ -140,8 +144,11 @@ func run(args []string, stdout, stderr io.Writer) error {
 			Repo:     o.repo,
 		}
 		build := buildOne
-		if o.foreign {
+		switch {
+		case o.foreign:
 			build = buildForeign
+		case o.faults:
+			build = buildFaults
 		}
 		w, err := build(s, filepath.Join(o.out, p.Name+".tar"))
 		if err != nil {
@@ -159,6 +166,26 @@ func buildOne(s images.Spec, dst string) (images.Written, error) {
 	if err != nil {
 		return images.Written{}, err
 	}
+	return checkAndWrite(s, b, dst)
+}
+
+// buildFaults is buildOne for a build with the fault hooks, which it
+// must be.
+func buildFaults(s images.Spec, dst string) (images.Written, error) {
+	b, err := images.ReadBinary(s.Binary)
+	switch {
+	case errors.Is(err, images.ErrFaultHooks):
+	case err != nil:
+		return images.Written{}, err
+	default:
+		return images.Written{}, fmt.Errorf("%s: --faults, but built without the fault hooks", s.Binary)
+	}
+	return checkAndWrite(s, b, dst)
+}
+
+// checkAndWrite checks the binary b of s was built as s says, builds its
+// image and writes it to dst.
+func checkAndWrite(s images.Spec, b images.Binary, dst string) (images.Written, error) {
 	switch {
 	case b.GOOS != "linux" || b.GOARCH != s.Arch:
 		return images.Written{}, fmt.Errorf("%s is built for %s/%s, not linux/%s", s.Binary, b.GOOS, b.GOARCH, s.Arch)
