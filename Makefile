@@ -81,12 +81,18 @@ NATS_VERSION  = $(shell go list -m -f '{{.Version}}' $(NATS_MODULE))
 NATS_TIME     = $(shell go list -m -f '{{.Time.Format "2006-01-02T15:04:05Z07:00"}}' $(NATS_MODULE))
 
 .PHONY: cluster-images
-cluster-images: images ## the images a cluster of this machine runs besides make images': cellkit/nats, the nats-server of go.mod built statically (bin/images/nats.tar)
-	@mkdir -p $(BIN)/static $(BIN)/images
+cluster-images: images ## the images a cluster of this machine runs besides make images': cellkit/nats, the nats-server of go.mod built statically (bin/images/nats.tar); cellkit/cell:VERSION-fault-failing, the bad release of make drill-k8s (bin/faults/cell-failing's build, bin/images/cell-failing.tar)
+	@mkdir -p $(BIN)/static/failing $(BIN)/images/failing
 	CGO_ENABLED=0 GOOS=linux GOARCH=$(IMAGE_ARCH) go build -trimpath -ldflags "-s -w" -o $(BIN)/static/nats $(NATS_MODULE)
 	cd deploy/release && go run ./cmd/images --foreign --bin ../../bin/static --out ../../bin/images \
 	  --version $(NATS_VERSION:v%=%) --revision $(NATS_VERSION) --created $(NATS_TIME) \
 	  --source https://github.com/nats-io/nats-server --repo $(IMAGE_REPO) --arch $(IMAGE_ARCH) nats
+	CGO_ENABLED=0 GOOS=linux GOARCH=$(IMAGE_ARCH) go build -trimpath -buildvcs=true -tags faults \
+	  -ldflags "-s -w -X github.com/cellkit/cellkit/internal/buildinfo.version=$(VERSION)-fault-failing -X github.com/cellkit/cellkit/internal/pipeline.release=failing" \
+	  -o $(BIN)/static/failing/cell ./cell
+	cd deploy/release && go run ./cmd/images --bin ../../bin/static/failing --out ../../bin/images/failing \
+	  --faults --version $(VERSION)-fault-failing --repo $(IMAGE_REPO) --arch $(IMAGE_ARCH) cell
+	mv $(BIN)/images/failing/cell.tar $(BIN)/images/cell-failing.tar
 
 .PHONY: cluster
 cluster: cluster-tools build cluster-images ## as root: a single-node Kubernetes on this machine (docs/kubernetes.md, "Try it on one machine"): etcd, the control plane, containerd, the kubelet, kube-proxy and CoreDNS as processes of this host, the project's images imported; data in CLUSTER_DIR; a second run starts only what is not running
@@ -95,6 +101,20 @@ cluster: cluster-tools build cluster-images ## as root: a single-node Kubernetes
 .PHONY: cluster-stack
 cluster-stack: cluster ## as root: cellkit on make cluster's node as the operator installs it: Consul (a process of this host behind Service consul/consul-server), the namespace, its Secrets and the map's agencies, then deploy/kubernetes/overlays/one-node (3 Cells of 3 instances, 3 routers, the agency simulator); waits until every cell serves and the routers answer through their Service
 	$(BIN)/loadtest cluster stack --dir $(CLUSTER_DIR) --bin $(BIN) --overlay deploy/kubernetes/overlays/one-node
+
+# The drills on the cluster, in this order: k8s-cell-delete deletes the
+# cell k8s-cell-add made.
+K8S_DRILLS ?= k8s-pod-delete k8s-nats-kill k8s-router-replace k8s-cell-add k8s-cell-delete k8s-release
+K8S_DRILL_RATE ?= 25
+
+.PHONY: drill-k8s
+drill-k8s: cluster-stack ## as root: the drills on make cluster-stack's cluster (K8S_DRILLS: a cell's pod deleted, its JetStream node killed, a router pod replaced, a cell added and deleted through its Cell, a good release through every cell and a bad one halted in the canary by the operator) at K8S_DRILL_RATE/s (default 25) through the routers' Service; reports in var/drill/k8s/
+	@mkdir -p var/drill/k8s; rc=0; \
+	for d in $(K8S_DRILLS); do \
+	  echo "== loadtest drill $$d"; \
+	  $(BIN)/loadtest drill $$d --cluster-dir $(CLUSTER_DIR) --rate $(K8S_DRILL_RATE) \
+	    --json var/drill/k8s/$$d.json --svg var/drill/k8s/$$d.svg || rc=1; \
+	done; exit $$rc
 
 .PHONY: cluster-down
 cluster-down: ## as root: stop the cluster of make cluster and remove what it made (processes, pods, mounts, the bridge, iptables rules, cgroups; its logs stay in CLUSTER_DIR/logs)

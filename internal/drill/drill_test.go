@@ -106,3 +106,19 @@ func TestCheckTail(t *testing.T) {
 		t.Errorf("tailAllowance(1200) = %d, want 22", got)
 	}
 }
+
+// The release drill on a cluster toggles a setting: taken out where the
+// Cells hold it, added where they do not, the Cells' slice untouched.
+func TestToggle(t *testing.T) {
+	set := []string{"a=1", "record-ttl=36h", "b=2"}
+	out := toggle(set, "record-ttl=36h")
+	if len(out) != 2 || out[0] != "a=1" || out[1] != "b=2" || set[1] != "record-ttl=36h" {
+		t.Errorf("toggle out: %v (the original %v)", out, set)
+	}
+	if in := toggle(out, "record-ttl=36h"); len(in) != 3 || in[2] != "record-ttl=36h" || len(out) != 2 {
+		t.Errorf("toggle in: %v", in)
+	}
+	if in := toggle(nil, "x=1"); len(in) != 1 || in[0] != "x=1" {
+		t.Errorf("toggle of none: %v", in)
+	}
+}

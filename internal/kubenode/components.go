@@ -86,7 +86,12 @@ func newNode(cfg Config) *node {
 func (n *node) apiserver() string {
 	return fmt.Sprintf("https://%s", netip.AddrPortFrom(n.cfg.NodeIP, apiserverPort))
 }
-func (n *node) sock() string         { return filepath.Join(n.cfg.Run, "containerd.sock") }
+func (n *node) sock() string { return containerdSock(n.cfg.Run) }
+
+// containerdSock is the socket of the node's containerd, whose run
+// directory is run.
+func containerdSock(run string) string { return filepath.Join(run, "containerd.sock") }
+
 func (n *node) file(p string) string { return filepath.Join(n.cfg.Dir, p) }
 func (n *node) podLogs() string      { return n.file("logs/pods") }
 func (n *node) log(name string) string {

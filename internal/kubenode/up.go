@@ -192,14 +192,9 @@ func (n *node) after(ctx context.Context, hc *http.Client, name string, rec *Rec
 // k8s.io namespace (the CRI's), each of cfg.Version also as DevTag,
 // returning the names each tarball gave.
 func (n *node) importImages(ctx context.Context) (map[string][]string, error) {
-	ctr, err := lookPath("ctr")
-	if err != nil {
-		return nil, err
-	}
 	out := map[string][]string{}
 	for _, tar := range append([]string{filepath.Join(n.cfg.Bin, pauseImage)}, n.cfg.Images...) {
-		b, err := exec.CommandContext(ctx, ctr, "--address", n.sock(), "--namespace", "k8s.io",
-			"images", "import", "--no-unpack=false", tar).CombinedOutput()
+		b, err := ctr(ctx, n.sock(), "images", "import", "--no-unpack=false", tar)
 		if err != nil {
 			return out, fmt.Errorf("import %s: %v: %s", tar, err, strings.TrimSpace(string(b)))
 		}
@@ -212,8 +207,7 @@ func (n *node) importImages(ctx context.Context) (map[string][]string, error) {
 			out[tar] = append(out[tar], f[1])
 			if v := n.cfg.Version; v != "" && strings.HasSuffix(f[1], ":"+v) {
 				dev := strings.TrimSuffix(f[1], v) + DevTag
-				if b, err := exec.CommandContext(ctx, ctr, "--address", n.sock(), "--namespace", "k8s.io",
-					"images", "tag", "--force", f[1], dev).CombinedOutput(); err != nil {
+				if b, err := ctr(ctx, n.sock(), "images", "tag", "--force", f[1], dev); err != nil {
 					return out, fmt.Errorf("tag %s as %s: %v: %s", f[1], dev, err, strings.TrimSpace(string(b)))
 				}
 				out[tar] = append(out[tar], dev)
@@ -224,6 +218,39 @@ func (n *node) importImages(ctx context.Context) (map[string][]string, error) {
 		return out, fmt.Errorf("no image of version %s among %v: make images (VERSION %s), or give the version they were built with", v, n.cfg.Images, v)
 	}
 	return out, nil
+}
+
+// ctr runs containerd's ctr against the node's containerd at sock, in
+// the CRI's namespace (k8s.io), and returns what it printed.
+func ctr(ctx context.Context, sock string, args ...string) ([]byte, error) {
+	bin, err := lookPath("ctr")
+	if err != nil {
+		return nil, err
+	}
+	return exec.CommandContext(ctx, bin, append([]string{"--address", sock, "--namespace", "k8s.io"}, args...)...).CombinedOutput()
+}
+
+// Ctr runs ctr against the node's containerd, in the CRI's namespace:
+// a drill kills a container's task with it (kubelet sees a container
+// die, not a pod deleted). An error carries what ctr printed.
+func (r *Record) Ctr(ctx context.Context, args ...string) (string, error) {
+	b, err := ctr(ctx, containerdSock(r.Run), args...)
+	if err != nil {
+		return string(b), fmt.Errorf("ctr %s: %v: %s", strings.Join(args, " "), err, strings.TrimSpace(string(b)))
+	}
+	return string(b), nil
+}
+
+// Image is the name the node imported the tarball named file (its base
+// name, such as cell-failing.tar) under, first of its names; ok false if
+// it imported none such.
+func (r *Record) Image(file string) (name string, ok bool) {
+	for tar, names := range r.Images {
+		if filepath.Base(tar) == file && len(names) > 0 {
+			return names[0], true
+		}
+	}
+	return "", false
 }
 
 // tagged says whether a name of imported ends with suffix.

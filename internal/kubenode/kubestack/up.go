@@ -61,7 +61,7 @@ func Up(ctx context.Context, cfg Config, opts Options) (*Stack, error) {
 	if err := st.save(cfg); err != nil {
 		return nil, err
 	}
-	c, err := rec.Client(scheme())
+	c, err := rec.Client(Scheme())
 	if err != nil {
 		return nil, err
 	}
@@ -274,8 +274,9 @@ func waitCells(ctx context.Context, c client.Client) ([]string, error) {
 	}
 }
 
-// scheme is client-go's types and the Cell's.
-func scheme() *runtime.Scheme {
+// Scheme is client-go's types and the Cell's: a client of the stack's
+// cluster reads and writes both.
+func Scheme() *runtime.Scheme {
 	s := runtime.NewScheme()
 	_ = clientgoscheme.AddToScheme(s) // adding known types to a new scheme does not fail
 	_ = v1alpha1.AddToScheme(s)
