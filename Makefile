@@ -129,7 +129,11 @@ tools: ## install the programs the tests need into ./bin (a real Consul agent, p
 
 # The images: the version the binaries print and the images are tagged with,
 # the repository they are named in, the GOARCH they are built for.
-VERSION    ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
+# Read once per make run (a := variable): a file changed while make runs
+# must not give the images one version and the cluster up another.
+ifeq ($(origin VERSION),undefined)
+VERSION    := $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
+endif
 IMAGE_REPO ?= cellkit
 IMAGE_ARCH ?= $(shell go env GOARCH)
 IMAGES     := router cell cellctl agencysim operator
