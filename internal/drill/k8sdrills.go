@@ -288,7 +288,7 @@ func CellAdd(ctx context.Context, c K8sConfig) (*loadtest.Result, error) {
 		return nil, fmt.Errorf("no Cell in namespace %s", kubestack.Namespace)
 	}
 	if slices.ContainsFunc(cells, func(x v1alpha1.Cell) bool { return x.Name == c.NewCell }) {
-		return nil, fmt.Errorf("Cell %s exists already (k8s-cell-delete deletes it)", c.NewCell)
+		return nil, fmt.Errorf("the Cell %s exists already (k8s-cell-delete deletes it)", c.NewCell)
 	}
 	nc := &v1alpha1.Cell{
 		ObjectMeta: metav1.ObjectMeta{Name: c.NewCell, Namespace: kubestack.Namespace, Labels: cells[0].Labels},
@@ -399,7 +399,7 @@ func CellDelete(ctx context.Context, c K8sConfig) (*loadtest.Result, error) {
 		return nil, fmt.Errorf("%w (k8s-cell-add makes it)", err)
 	}
 	if in := condition(victim, v1alpha1.ConditionInMap); in == nil || !in.True {
-		return nil, fmt.Errorf("Cell %s is not in the map", c.NewCell)
+		return nil, fmt.Errorf("the Cell %s is not in the map", c.NewCell)
 	}
 	before, err := n.ctl.Load(ctx)
 	if err != nil {

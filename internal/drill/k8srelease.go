@@ -59,7 +59,7 @@ func K8sRelease(ctx context.Context, c K8sConfig) (*loadtest.Result, error) {
 	var ids []string
 	for _, x := range cells {
 		if x.Spec.Image != cells[0].Spec.Image || !slices.Equal(x.Spec.Set, cells[0].Spec.Set) {
-			return nil, fmt.Errorf("Cells %s and %s ask for different releases: the drill starts from one", cells[0].Name, x.Name)
+			return nil, fmt.Errorf("the Cells %s and %s ask for different releases: the drill starts from one", cells[0].Name, x.Name)
 		}
 		ids = append(ids, x.Name)
 	}
@@ -182,7 +182,7 @@ func (n *k8sRun) patchCells(ctx context.Context, ids []string, change func(*v1al
 		old := x.DeepCopy()
 		change(&x.Spec)
 		if err := n.kc.Patch(ctx, x, client.MergeFrom(old)); err != nil {
-			return fmt.Errorf("Cell %s: %w", id, err)
+			return fmt.Errorf("the Cell %s: %w", id, err)
 		}
 	}
 	return nil
