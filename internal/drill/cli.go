@@ -163,14 +163,7 @@ func netCommand(ctx context.Context, name string, run func(context.Context, NetC
 	fs.IntVar(&c.Moves, "moves", c.Moves, "cut-consul-*: users moved each way during the cut")
 	fs.DurationVar(&c.VerifyWithin, "verify-within", c.VerifyWithin, "how long to poll accepted ids until final")
 	fs.BoolVar(&quiet, "quiet", false, "no progress lines")
-	out.Register(fs)
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("loadtest drill %s: unexpected arguments %q", name, fs.Args())
-	}
-	if err := flagenv.Fill(fs, "loadtest", nil); err != nil {
+	if err := parseDrillFlags(fs, &out, name, args); err != nil {
 		return err
 	}
 	if !quiet {
@@ -208,6 +201,20 @@ func netCommand(ctx context.Context, name string, run func(context.Context, NetC
 	}
 	res, err := run(ctx, c)
 	return report(stdout, out, name, res, err)
+}
+
+// parseDrillFlags parses the flags of the drill name on a lab or a
+// cluster: fs's own, the outputs', then the environment's (LOADTEST_*);
+// no argument may be left.
+func parseDrillFlags(fs *flag.FlagSet, out *loadtest.Outputs, name string, args []string) error {
+	out.Register(fs)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("loadtest drill %s: unexpected arguments %q", name, fs.Args())
+	}
+	return flagenv.Fill(fs, "loadtest", nil)
 }
 
 // report writes a drill's result (what there is of it, also when it

@@ -18,7 +18,6 @@ import (
 
 	"github.com/cellkit/cellkit/internal/backoff"
 	"github.com/cellkit/cellkit/internal/control"
-	"github.com/cellkit/cellkit/internal/flagenv"
 	"github.com/cellkit/cellkit/internal/kubenode"
 	"github.com/cellkit/cellkit/internal/kubenode/kubestack"
 	"github.com/cellkit/cellkit/internal/loadtest"
@@ -361,14 +360,7 @@ func k8sCommand(ctx context.Context, name string, run func(context.Context, K8sC
 	fs.DurationVar(&c.Within, "within", c.Within, "bound of each wait: a pod back and ready, a cell in or out of the map, the routers available")
 	fs.DurationVar(&c.VerifyWithin, "verify-within", c.VerifyWithin, "how long to poll accepted ids until final")
 	fs.BoolVar(&quiet, "quiet", false, "no progress lines")
-	out.Register(fs)
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("loadtest drill %s: unexpected arguments %q", name, fs.Args())
-	}
-	if err := flagenv.Fill(fs, "loadtest", nil); err != nil {
+	if err := parseDrillFlags(fs, &out, name, args); err != nil {
 		return err
 	}
 	if c.Instance < 0 {
