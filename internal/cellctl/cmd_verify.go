@@ -112,7 +112,9 @@ cellctl verify --max-drift 100   # accept drift you know about`,
 	return c
 }
 
-// verify checks m's invariants.
+// verify checks m's invariants. One piece: each check (structure,
+// slots, quotas, target, overrides) reads the same cells and slot
+// counts and adds to one verdict in the order the report prints them.
 func verify(m *slotmap.Map, maxDrift int) verifyJSON {
 	v := verifyJSON{Version: m.Version(), Checks: []check{}}
 	add := func(name, status, format string, args ...any) {

@@ -341,17 +341,7 @@ func CellAdd(ctx context.Context, c K8sConfig) (*loadtest.Result, error) {
 	if err != nil {
 		return res, err
 	}
-	started := 0
-	var starts []string
-	for i := range pods {
-		s, ok := containerStatus(&pods[i], "cell")
-		if ok && s.State.Running != nil && !s.State.Running.StartedAt.After(provisioned) {
-			started++
-		}
-		if ok && s.State.Running != nil {
-			starts = append(starts, fmt.Sprintf("%s %s", pods[i].Name, s.State.Running.StartedAt.UTC().Format("15:04:05")))
-		}
-	}
+	started, starts := startedBy(pods, provisioned)
 	d.Check(c.NewCell+"'s instances running before it was put in the map", started == int(nc.Spec.Instances) && len(pods) == started,
 		fmt.Sprintf("%d of %d started before %s (%s)", started, len(pods), provisioned.UTC().Format("15:04:05"), strings.Join(starts, ", ")), "all")
 	before := usersOf(res, createAt)
@@ -376,6 +366,24 @@ func CellAdd(ctx context.Context, c K8sConfig) (*loadtest.Result, error) {
 	}
 	n.finish(ctx, d, res)
 	return res, nil
+}
+
+// startedBy counts the pods whose cell container runs since at or before
+// t, and lists each running one's start.
+func startedBy(pods []corev1.Pod, t time.Time) (int, []string) {
+	started := 0
+	var starts []string
+	for i := range pods {
+		s, ok := containerStatus(&pods[i], "cell")
+		if !ok || s.State.Running == nil {
+			continue
+		}
+		if !s.State.Running.StartedAt.After(t) {
+			started++
+		}
+		starts = append(starts, fmt.Sprintf("%s %s", pods[i].Name, s.State.Running.StartedAt.UTC().Format("15:04:05")))
+	}
+	return started, starts
 }
 
 // CellDelete: the Cell NewCell deleted under load. The operator drains

@@ -101,65 +101,74 @@ func K8sRelease(ctx context.Context, c K8sConfig) (*loadtest.Result, error) {
 	d := &loadtest.Verdict{Name: "k8s-release"}
 	owner := loadtest.UserCells(res.Samples, 0, c.Baseline)
 	for _, o := range outs {
-		ro := o.ro
-		took := fmt.Sprintf("%.1fs", (o.to - o.from).Seconds())
-		if o.name == "good" {
-			var reached []string
-			for _, w := range ro.Waves {
-				reached = append(reached, w.Cells...)
-			}
-			slices.Sort(reached)
-			d.Check("good: went through every cell", ro.State == control.RolloutDone && ro.Wave == len(ro.Waves) && slices.Equal(reached, ids),
-				fmt.Sprintf("%s at wave %d of %d over %v in %s", ro.State, ro.Wave, len(ro.Waves), reached, took), fmt.Sprintf("done over %v", ids))
-			on := 0
-			for _, id := range ids {
-				if len(o.after[id]) == 1 && !slices.Equal(o.after[id], o.before[id]) {
-					on++
-				}
-			}
-			d.Check("good: every cell's pods on the new release", on == len(ids), fmt.Sprintf("%d of %d: %v", on, len(ids), o.after), "all")
-			failed := failuresBeyondRefusals(res.Samples, o.from, o.to)
-			all := loadtest.Window{From: o.from, To: o.to}.Stats(res.Samples)
-			d.Check("good: failed requests beyond refusals", failed == 0, fmt.Sprintf("%d of %d %v", failed, all.N, all.Status), "0")
-			continue
-		}
-		if len(ro.Waves) == 0 || len(ro.Waves[0].Cells) == 0 {
-			d.Check(o.name+": halted in the canary wave and rolled back", false, "a rollout of no wave", "rolled_back at wave 1")
-			continue
-		}
-		canary := ro.Waves[0].Cells[0]
-		d.Check(o.name+": halted in the canary wave and rolled back", ro.State == control.RolloutRolledBack && ro.Wave == 0,
-			fmt.Sprintf("%s at wave %d in %s: %s", ro.State, ro.Wave+1, took, ro.Reason), "rolled_back at wave 1")
-		// The canary's figures from before, its three pods replaced one by
-		// one, its bake.
-		bound := 2*ro.Waves[0].Bake + 3*time.Minute
-		h := halted(ro)
-		d.Check(o.name+": halted within the canary's bake", h > 0 && h <= bound, fmt.Sprintf("%.1fs after the start", h.Seconds()), "≤ "+bound.String())
-		d.Check(o.name+": halted by the failures gate", strings.Contains(ro.Reason, "fail failed inquiries"), gateOf(ro.Reason), "fail failed inquiries")
-		d.Check(o.name+": the canary back on its release", slices.Equal(o.after[canary], o.before[canary]),
-			fmt.Sprint(o.after[canary]), fmt.Sprint(o.before[canary]))
-		touched := 0
-		for _, id := range ids {
-			if id == canary {
-				continue
-			}
-			if !slices.Equal(o.after[id], o.before[id]) {
-				touched++
-			}
-			if _, reached := ro.Cells[id]; reached {
-				touched++
-			}
-		}
-		d.Check(o.name+": the other cells never touched", touched == 0, fmt.Sprintf("%d changed or reached of %d", touched, len(ids)-1), "0")
-		others := func(u int) bool { return owner[u] != canary && owner[u] != "" }
-		elsewhere := loadtest.Window{From: o.from, To: o.to, Users: others}.Stats(res.Samples)
-		d.Check(o.name+": the other cells' users' errors", elsewhere.N > 0 && elsewhere.Errors == 0,
-			fmt.Sprintf("%d of %d %v", elsewhere.Errors, elsewhere.N, elsewhere.Status), "0")
-		mine := loadtest.Window{From: o.from, To: o.to, Users: func(u int) bool { return owner[u] == canary }}.Stats(res.Samples)
-		d.Note("%s: the canary %s's users: %d of %d requests answered otherwise than 202 %v", o.name, canary, mine.N-mine.OK, mine.N, mine.Status)
+		checkK8sRelease(d, res, o, ids, owner)
 	}
 	n.finish(ctx, d, res)
 	return res, nil
+}
+
+// checkK8sRelease checks one release of K8sRelease: the good one went
+// through every cell with nothing failed beyond refusals; a bad one was
+// halted by the failures gate in the canary wave and rolled back, the
+// other cells untouched. owner maps each user to its cell before the
+// releases.
+func checkK8sRelease(d *loadtest.Verdict, res *loadtest.Result, o k8sRelease, ids []string, owner map[int]string) {
+	ro := o.ro
+	took := fmt.Sprintf("%.1fs", (o.to - o.from).Seconds())
+	if o.name == "good" {
+		var reached []string
+		for _, w := range ro.Waves {
+			reached = append(reached, w.Cells...)
+		}
+		slices.Sort(reached)
+		d.Check("good: went through every cell", ro.State == control.RolloutDone && ro.Wave == len(ro.Waves) && slices.Equal(reached, ids),
+			fmt.Sprintf("%s at wave %d of %d over %v in %s", ro.State, ro.Wave, len(ro.Waves), reached, took), fmt.Sprintf("done over %v", ids))
+		on := 0
+		for _, id := range ids {
+			if len(o.after[id]) == 1 && !slices.Equal(o.after[id], o.before[id]) {
+				on++
+			}
+		}
+		d.Check("good: every cell's pods on the new release", on == len(ids), fmt.Sprintf("%d of %d: %v", on, len(ids), o.after), "all")
+		failed := failuresBeyondRefusals(res.Samples, o.from, o.to)
+		all := loadtest.Window{From: o.from, To: o.to}.Stats(res.Samples)
+		d.Check("good: failed requests beyond refusals", failed == 0, fmt.Sprintf("%d of %d %v", failed, all.N, all.Status), "0")
+		return
+	}
+	if len(ro.Waves) == 0 || len(ro.Waves[0].Cells) == 0 {
+		d.Check(o.name+": halted in the canary wave and rolled back", false, "a rollout of no wave", "rolled_back at wave 1")
+		return
+	}
+	canary := ro.Waves[0].Cells[0]
+	d.Check(o.name+": halted in the canary wave and rolled back", ro.State == control.RolloutRolledBack && ro.Wave == 0,
+		fmt.Sprintf("%s at wave %d in %s: %s", ro.State, ro.Wave+1, took, ro.Reason), "rolled_back at wave 1")
+	// The canary's figures from before, its three pods replaced one by
+	// one, its bake.
+	bound := 2*ro.Waves[0].Bake + 3*time.Minute
+	h := halted(ro)
+	d.Check(o.name+": halted within the canary's bake", h > 0 && h <= bound, fmt.Sprintf("%.1fs after the start", h.Seconds()), "≤ "+bound.String())
+	d.Check(o.name+": halted by the failures gate", strings.Contains(ro.Reason, "fail failed inquiries"), gateOf(ro.Reason), "fail failed inquiries")
+	d.Check(o.name+": the canary back on its release", slices.Equal(o.after[canary], o.before[canary]),
+		fmt.Sprint(o.after[canary]), fmt.Sprint(o.before[canary]))
+	touched := 0
+	for _, id := range ids {
+		if id == canary {
+			return
+		}
+		if !slices.Equal(o.after[id], o.before[id]) {
+			touched++
+		}
+		if _, reached := ro.Cells[id]; reached {
+			touched++
+		}
+	}
+	d.Check(o.name+": the other cells never touched", touched == 0, fmt.Sprintf("%d changed or reached of %d", touched, len(ids)-1), "0")
+	others := func(u int) bool { return owner[u] != canary && owner[u] != "" }
+	elsewhere := loadtest.Window{From: o.from, To: o.to, Users: others}.Stats(res.Samples)
+	d.Check(o.name+": the other cells' users' errors", elsewhere.N > 0 && elsewhere.Errors == 0,
+		fmt.Sprintf("%d of %d %v", elsewhere.Errors, elsewhere.N, elsewhere.Status), "0")
+	mine := loadtest.Window{From: o.from, To: o.to, Users: func(u int) bool { return owner[u] == canary }}.Stats(res.Samples)
+	d.Note("%s: the canary %s's users: %d of %d requests answered otherwise than 202 %v", o.name, canary, mine.N-mine.OK, mine.N, mine.Status)
 }
 
 // toggle is set with flag taken out if it holds it, else added.

@@ -151,7 +151,6 @@ func HostLoss(ctx context.Context, c NetConfig) (*loadtest.Result, error) {
 	// an idle machine; lostBound leaves room for the lab's load) are
 	// served, through an election too (the cells wait for a leader:
 	// --leader-wait).
-	const lostBound = 1500 * time.Millisecond
 	afterLoss := loadtest.Window{From: lossAt + lostBound, To: end, Users: victim}.Stats(res.Samples)
 	d.Check(c.Cell+"'s errors for requests sent from "+lostBound.String()+" after the loss", afterLoss.Errors == 0 && afterLoss.N > 0,
 		fmt.Sprintf("%d of %d %v", afterLoss.Errors, afterLoss.N, afterLoss.Status), "0")
