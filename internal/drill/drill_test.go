@@ -3,10 +3,16 @@ package drill
 import (
 	"math"
 	"math/rand"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"github.com/cellkit/cellkit/internal/loadtest"
+	"github.com/cellkit/cellkit/internal/operator/api/v1alpha1"
+	"github.com/cellkit/cellkit/internal/slotmap"
 )
 
 func TestScaleLatency(t *testing.T) {
@@ -107,18 +113,94 @@ func TestCheckTail(t *testing.T) {
 	}
 }
 
-// The release drill on a cluster toggles a setting: taken out where the
-// Cells hold it, added where they do not, the Cells' slice untouched.
-func TestToggle(t *testing.T) {
+// The release drill on a cluster sets a flag: in place of the Cells'
+// value of it, or added, the Cells' slice untouched; each run asks for a
+// value of its own.
+func TestSetFlag(t *testing.T) {
 	set := []string{"a=1", "record-ttl=36h", "b=2"}
-	out := toggle(set, "record-ttl=36h")
-	if len(out) != 2 || out[0] != "a=1" || out[1] != "b=2" || set[1] != "record-ttl=36h" {
-		t.Errorf("toggle out: %v (the original %v)", out, set)
+	out := setFlag(set, "record-ttl=40h")
+	if !slices.Equal(out, []string{"a=1", "b=2", "record-ttl=40h"}) || set[1] != "record-ttl=36h" {
+		t.Errorf("setFlag over a value: %v (the original %v)", out, set)
 	}
-	if in := toggle(out, "record-ttl=36h"); len(in) != 3 || in[2] != "record-ttl=36h" || len(out) != 2 {
-		t.Errorf("toggle in: %v", in)
+	if in := setFlag(nil, "x=1"); !slices.Equal(in, []string{"x=1"}) {
+		t.Errorf("setFlag of none: %v", in)
 	}
-	if in := toggle(nil, "x=1"); len(in) != 1 || in[0] != "x=1" {
-		t.Errorf("toggle of none: %v", in)
+	at := time.Date(2026, 12, 4, 16, 30, 0, 0, time.UTC)
+	if a, b := runTTL(at), runTTL(at.Add(time.Minute)); a == b || !strings.HasPrefix(a, "record-ttl=") {
+		t.Errorf("runTTL a minute apart: %s and %s", a, b)
+	}
+}
+
+// The release drill starts only from Cells that ask for one release and
+// run it: a spec left changed by a halted release (its pods rolled back)
+// would have the drill wait for a rollout the operator never starts.
+func TestReleasedAlike(t *testing.T) {
+	cell := func(name, image string, released metav1.ConditionStatus) v1alpha1.Cell {
+		x := v1alpha1.Cell{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: v1alpha1.CellSpec{Image: image}}
+		if released != "" {
+			x.Status.Conditions = []metav1.Condition{{Type: v1alpha1.ConditionReleased, Status: released, Message: "its pods run another"}}
+		}
+		return x
+	}
+	ids, err := releasedAlike([]v1alpha1.Cell{cell("c1", "a", metav1.ConditionTrue), cell("c2", "a", metav1.ConditionTrue)})
+	if err != nil || len(ids) != 2 || ids[0] != "c1" || ids[1] != "c2" {
+		t.Fatalf("two Cells alike and released: %v, %v", ids, err)
+	}
+	for name, cells := range map[string][]v1alpha1.Cell{
+		"one Cell":         {cell("c1", "a", metav1.ConditionTrue)},
+		"two releases":     {cell("c1", "a", metav1.ConditionTrue), cell("c2", "b", metav1.ConditionTrue)},
+		"not released":     {cell("c1", "a", metav1.ConditionTrue), cell("c2", "a", metav1.ConditionFalse)},
+		"no condition yet": {cell("c1", "a", ""), cell("c2", "a", metav1.ConditionTrue)},
+	} {
+		if _, err := releasedAlike(cells); err == nil {
+			t.Errorf("%s: no error", name)
+		}
+	}
+}
+
+// A drill waits out the moves of slots between cells the map still holds
+// (their new owners ask the previous ones about keyed requests): a cell
+// joining moves slots between two cells; the first cell of an empty map
+// moves none, and neither does a move from a cell since removed.
+func TestMovedBetween(t *testing.T) {
+	cell := func(id string) slotmap.Cell {
+		return slotmap.Cell{ID: id, Weight: 1, Intake: "http://127.0.0.1:8081/" + id, Admin: "http://127.0.0.1:9081/" + id}
+	}
+	empty, err := slotmap.New(64, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	add := func(m *slotmap.Map, id string) *slotmap.Map {
+		p, err := m.AddCell(cell(id))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p.After
+	}
+	one := add(empty, "c1")
+	two := add(one, "c2")
+	gone := two
+	for _, step := range []func(*slotmap.Map) (*slotmap.Plan, error){
+		func(m *slotmap.Map) (*slotmap.Plan, error) { return m.Drain("c1") },
+		func(m *slotmap.Map) (*slotmap.Plan, error) { return m.MarkDrained("c1") },
+		func(m *slotmap.Map) (*slotmap.Plan, error) { return m.RemoveCell("c1") },
+	} {
+		p, err := step(gone)
+		if err != nil {
+			t.Fatal(err)
+		}
+		gone = p.After
+	}
+	if movedBetween(empty, one, two) {
+		t.Error("the first cell of an empty map moved slots")
+	}
+	if !movedBetween(one, two, two) {
+		t.Error("a second cell joining moved no slots")
+	}
+	if movedBetween(one, two, gone) {
+		t.Error("a move from a cell the map no longer holds counts")
+	}
+	if movedBetween(two, two, two) {
+		t.Error("a version with the same owners moved slots")
 	}
 }

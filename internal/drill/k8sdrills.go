@@ -114,6 +114,9 @@ func PodDelete(ctx context.Context, c K8sConfig) (*loadtest.Result, error) {
 		return nil, err
 	}
 	defer n.close()
+	if err := n.settle(ctx); err != nil {
+		return nil, err
+	}
 	pod, err := n.readyPod(ctx)
 	if err != nil {
 		return nil, err
@@ -147,6 +150,9 @@ func NATSKill(ctx context.Context, c K8sConfig) (*loadtest.Result, error) {
 		return nil, err
 	}
 	defer n.close()
+	if err := n.settle(ctx); err != nil {
+		return nil, err
+	}
 	pod, err := n.readyPod(ctx)
 	if err != nil {
 		return nil, err
@@ -202,6 +208,9 @@ func RouterReplace(ctx context.Context, c K8sConfig) (*loadtest.Result, error) {
 		return nil, err
 	}
 	defer n.close()
+	if err := n.settle(ctx); err != nil {
+		return nil, err
+	}
 	routers := func(ctx context.Context) ([]corev1.Pod, error) {
 		var pods corev1.PodList
 		err := n.kc.List(ctx, &pods, client.InNamespace(kubestack.Namespace), client.MatchingLabels{operator.LabelName: "router"})
@@ -280,6 +289,9 @@ func CellAdd(ctx context.Context, c K8sConfig) (*loadtest.Result, error) {
 		return nil, err
 	}
 	defer n.close()
+	if err := n.settle(ctx); err != nil {
+		return nil, err
+	}
 	cells, err := n.cells(ctx)
 	if err != nil {
 		return nil, err
@@ -402,6 +414,8 @@ func CellDelete(ctx context.Context, c K8sConfig) (*loadtest.Result, error) {
 		return nil, err
 	}
 	defer n.close()
+	// No settle: the moves of k8s-cell-add, just before, are what
+	// this drill undoes.
 	victim, err := n.cell(ctx, c.NewCell)
 	if err != nil {
 		return nil, fmt.Errorf("%w (k8s-cell-add makes it)", err)

@@ -31,14 +31,15 @@ type k8sRelease struct {
 
 // K8sRelease: under load, two releases put out by the operator as a
 // user puts them out, by changing the Cells' spec: a good one (a
-// setting toggled, record-ttl) goes through every cell, the first by
+// setting, record-ttl, of the run's own: runTTL) goes through every cell, the first by
 // name alone (the canary) and then the rest, pod by pod, with no request
 // failed beyond the refusals of instances leaving the rotation; then a
 // bad one (FailingImage, a build that fails a fifth of its inquiries) is
 // halted by the failures gate within the canary's bake and rolled back,
 // the canary back on its release, the other cells never touched and
-// their users served. The Cells' image is then put back as it was (the
-// pods run it: no release). Every accepted inquiry ends final. One
+// their users served. The Cells' image and flags are then put back as
+// the pods run them after the rollbacks (no release). Every accepted
+// inquiry ends final. One
 // piece: the two releases run one after the other under one load, and
 // the checks read what both did.
 func K8sRelease(ctx context.Context, c K8sConfig) (*loadtest.Result, error) {
@@ -48,6 +49,9 @@ func K8sRelease(ctx context.Context, c K8sConfig) (*loadtest.Result, error) {
 		return nil, err
 	}
 	defer n.close()
+	if err := n.settle(ctx); err != nil {
+		return nil, err
+	}
 	bad, ok := n.rec.Image(FailingImage)
 	if !ok {
 		return nil, fmt.Errorf("the cluster has no image of %s (make cluster-images, then make cluster)", FailingImage)
@@ -56,17 +60,14 @@ func K8sRelease(ctx context.Context, c K8sConfig) (*loadtest.Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	var ids []string
-	for _, x := range cells {
-		if x.Spec.Image != cells[0].Spec.Image || !slices.Equal(x.Spec.Set, cells[0].Spec.Set) {
-			return nil, fmt.Errorf("the Cells %s and %s ask for different releases: the drill starts from one", cells[0].Name, x.Name)
-		}
-		ids = append(ids, x.Name)
+	ids, err := releasedAlike(cells)
+	if err != nil {
+		return nil, err
 	}
-	if len(ids) < 2 {
-		return nil, fmt.Errorf("the drill needs two Cells or more, has %v", ids)
-	}
-	image := cells[0].Spec.Image
+	// runs is the spec the pods run: the start's, then each release's
+	// that was done. It is the spec put back at the end.
+	runs := *cells[0].Spec.DeepCopy()
+	ttl := runTTL(time.Now())
 	lctx, stop := context.WithCancel(ctx)
 	defer stop()
 	wait := startLoad(lctx, n.r)
@@ -79,7 +80,7 @@ func K8sRelease(ctx context.Context, c K8sConfig) (*loadtest.Result, error) {
 			name   string
 			change func(*v1alpha1.CellSpec)
 		}{
-			{"good", func(s *v1alpha1.CellSpec) { s.Set = toggle(s.Set, "record-ttl=36h") }},
+			{"good", func(s *v1alpha1.CellSpec) { s.Set = setFlag(s.Set, ttl) }},
 			{"failing", func(s *v1alpha1.CellSpec) { s.Image = bad }},
 		} {
 			o, err := n.putOut(ctx, k.name, ids, k.change)
@@ -87,12 +88,20 @@ func K8sRelease(ctx context.Context, c K8sConfig) (*loadtest.Result, error) {
 				return err
 			}
 			outs = append(outs, o)
+			if o.ro.State == control.RolloutDone {
+				k.change(&runs)
+			}
 		}
-		if err := n.patchCells(ctx, ids, func(s *v1alpha1.CellSpec) { s.Image = image }); err != nil {
-			return err
-		}
-		return sleepUntil(ctx, n.r, n.r.Elapsed()+c.After)
+		return nil
 	}()
+	// The spec back to what the pods run, also after a failed step: a
+	// halted release's spec left in place would hold the next run.
+	if err := n.patchCells(ctx, ids, func(s *v1alpha1.CellSpec) { s.Image, s.Set = runs.Image, runs.Set }); err != nil {
+		actErr = errors.Join(actErr, fmt.Errorf("putting the Cells' spec back: %w", err))
+	}
+	if actErr == nil {
+		actErr = sleepUntil(ctx, n.r, n.r.Elapsed()+c.After)
+	}
 	stop()
 	res, err := loadEnded("k8s-release", wait, actErr)
 	if err != nil {
@@ -105,6 +114,31 @@ func K8sRelease(ctx context.Context, c K8sConfig) (*loadtest.Result, error) {
 	}
 	n.finish(ctx, d, res)
 	return res, nil
+}
+
+// releasedAlike returns the names of cells, which must be two or more,
+// ask for one release and run it: a drill whose first release finds the
+// spec already changed (a release halted and rolled back before, its spec
+// left as it was) would wait for a rollout that never starts.
+func releasedAlike(cells []v1alpha1.Cell) ([]string, error) {
+	if len(cells) < 2 {
+		return nil, fmt.Errorf("the drill needs two Cells or more, has %d", len(cells))
+	}
+	var ids []string
+	for _, x := range cells {
+		if x.Spec.Image != cells[0].Spec.Image || !slices.Equal(x.Spec.Set, cells[0].Spec.Set) {
+			return nil, fmt.Errorf("the Cells %s and %s ask for different releases: the drill starts from one", cells[0].Name, x.Name)
+		}
+		if k := condition(&x, v1alpha1.ConditionReleased); k == nil || !k.True {
+			why := "no Released condition"
+			if k != nil {
+				why = k.Message
+			}
+			return nil, fmt.Errorf("the Cell %s does not run its spec's release (%s): put its spec back as its pods run, or let its rollout end", x.Name, why)
+		}
+		ids = append(ids, x.Name)
+	}
+	return ids, nil
 }
 
 // checkK8sRelease checks one release of K8sRelease: the good one went
@@ -171,12 +205,23 @@ func checkK8sRelease(d *loadtest.Verdict, res *loadtest.Result, o k8sRelease, id
 	d.Note("%s: the canary %s's users: %d of %d requests answered otherwise than 202 %v", o.name, canary, mine.N-mine.OK, mine.N, mine.Status)
 }
 
-// toggle is set with flag taken out if it holds it, else added.
-func toggle(set []string, flag string) []string {
-	if i := slices.Index(set, flag); i >= 0 {
-		return slices.Delete(slices.Clone(set), i, i+1)
-	}
-	return append(slices.Clone(set), flag)
+// runTTL is the good release's record-ttl, one of its own for each run
+// (hours from 25 up, by the minute the run starts): the operator does not
+// put out again a release it rolled back before, so a run after one whose
+// good release was halted must ask for another.
+func runTTL(at time.Time) string {
+	return fmt.Sprintf("record-ttl=%dh", 25+at.Unix()/60%1000)
+}
+
+// setFlag is set with name=value in place of any name=… it holds, or
+// added; set itself untouched.
+func setFlag(set []string, flag string) []string {
+	name, _, _ := strings.Cut(flag, "=")
+	out := slices.DeleteFunc(slices.Clone(set), func(f string) bool {
+		n, _, _ := strings.Cut(f, "=")
+		return n == name
+	})
+	return append(out, flag)
 }
 
 // patchCells changes the spec of the Cells ids, one patch each, back to

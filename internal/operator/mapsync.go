@@ -267,8 +267,16 @@ func (r *Reconciler) released(ctx context.Context, cell *v1alpha1.Cell, st *stat
 		st.set(v1alpha1.ConditionReleased, true, "Released", fmt.Sprintf("its %d pods run %s%s", on, want.Image, setSuffix(want.Set)))
 		return
 	}
-	st.fail(v1alpha1.ConditionReleased, "ReleasePending", fmt.Sprintf("the spec asks for %s%s; %d of %d pods run it, its pod template %s%s",
-		want.Image, setSuffix(want.Set), on, len(pods.Items), st.running.Image, setSuffix(st.running.Set)))
+	msg := fmt.Sprintf("the spec asks for %s%s; %d of %d pods run it, its pod template %s%s",
+		want.Image, setSuffix(want.Set), on, len(pods.Items), st.running.Image, setSuffix(st.running.Set))
+	// A release whose rollout was halted waits for another spec: say so,
+	// or the cell looks as if its release were about to start.
+	if ro, err := r.opts.Control.Rollout(ctx); err == nil && haltedRelease(ro, want) {
+		st.fail(v1alpha1.ConditionReleased, "ReleaseHalted", fmt.Sprintf("%s; rollout %s of this release was %s (%s): it is not tried again until the spec asks for another release",
+			msg, ro.ID, ro.State, ro.Reason))
+		return
+	}
+	st.fail(v1alpha1.ConditionReleased, "ReleasePending", msg)
 }
 
 func setSuffix(set []string) string {

@@ -101,10 +101,8 @@ func (x *Releaser) once(ctx context.Context) error {
 	if err != nil || len(cells) == 0 {
 		return err
 	}
-	if ro != nil && !ro.State.Active() && ro.State != control.RolloutDone {
-		if last, err := rollout.ConfigOf(ro); err == nil && sameRelease(last.Spec, target) {
-			return nil // rolled back or aborted: not again until the spec changes
-		}
+	if haltedRelease(ro, target) {
+		return nil // rolled back or aborted: not again until the spec changes
 	}
 	cfg := x.cfg.Rollout
 	cfg.Spec = target
@@ -120,6 +118,17 @@ func (x *Releaser) once(ctx context.Context) error {
 		x.r.eventOn(ctx, c, corev1.EventTypeNormal, "ReleaseStarted", "release", fmt.Sprintf("rollout %s puts out %s%s over %v", id, target.Image, setSuffix(target.Set), cells))
 	}
 	return x.drive(ctx, id, cfg)
+}
+
+// haltedRelease says whether ro, the registry's last rollout, put out
+// want and ended short of done (rolled back or aborted): the releaser
+// does not try want again until a spec asks for another release.
+func haltedRelease(ro *control.Rollout, want release.Spec) bool {
+	if ro == nil || ro.State.Active() || ro.State == control.RolloutDone {
+		return false
+	}
+	last, err := rollout.ConfigOf(ro)
+	return err == nil && sameRelease(last.Spec, want)
 }
 
 // pending is the release the first Cell (by name) that asks for another

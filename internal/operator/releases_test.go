@@ -71,8 +71,12 @@ func TestReleasesGoOutCellByCell(t *testing.T) {
 				t.Errorf("%s runs %s after the rollback, want %s", p.Name, img, imageV2)
 			}
 		}
-		c := b.waitCondition(id, v1alpha1.ConditionReleased, metav1.ConditionFalse, "ReleasePending")
-		_ = c
+		c := b.waitCondition(id, v1alpha1.ConditionReleased, metav1.ConditionFalse, "ReleaseHalted")
+		for _, k := range c.Status.Conditions {
+			if k.Type == v1alpha1.ConditionReleased && (!strings.Contains(k.Message, ro.ID) || !strings.Contains(k.Message, "not tried again")) {
+				t.Errorf("%s's Released condition says %q, want the halted rollout %s named", id, k.Message, ro.ID)
+			}
+		}
 	}
 	b.waitEvent("c1", "ReleaseRolledBack", ro.ID, "rolled_back")
 	// Not tried again: the record stays the rolled-back one.

@@ -167,3 +167,21 @@ func (r *Router) endpointFailed(ep *endpoint) {
 	r.log.Warn("cell instance out of rotation", "cell", ep.u.cell, "intake", ep.intake,
 		"failures", n, "for", r.cfg.Cell.EjectFor)
 }
+
+// callTimedOut logs a call to instance ep that outlived Cell.Timeout (its
+// client is answered 504): how long it waited, whether any of the answer
+// had come, and the call's number on its connection (1: a new one). At
+// most a line a second per instance, with the count since the last: a
+// hung instance is found by the health checks, and its calls cut, long
+// before many time out.
+func (r *Router) callTimedOut(ep *endpoint, waited time.Duration, answering bool, call uint64) {
+	n := ep.timeouts.Add(1)
+	now := time.Now().UnixNano()
+	last := ep.timeoutLog.Load()
+	if now-last < int64(time.Second) || !ep.timeoutLog.CompareAndSwap(last, now) {
+		return
+	}
+	ep.timeouts.Add(-n)
+	r.log.Warn("call to a cell instance timed out: answered 504", "cell", ep.u.cell, "intake", ep.intake,
+		"waited", waited.Round(time.Millisecond), "answer_begun", answering, "call_on_connection", call, "timeouts", n)
+}

@@ -206,6 +206,13 @@ func TestTimeoutIs504(t *testing.T) {
 		t.Errorf("504 after %v, want about 100ms", a.took)
 	}
 	problemOf(t, a)
+	// The operator hears of it: which instance, how long, on which call.
+	testkit.WaitFor(t, 2*time.Second, "the timeout logged", func() bool {
+		return strings.Contains(w.logs.String(), "call to a cell instance timed out")
+	})
+	if l := w.logs.String(); !strings.Contains(l, "cell=c1") || !strings.Contains(l, "call_on_connection=1") {
+		t.Errorf("the timeout's log line names no instance or call:\n%s", l)
+	}
 }
 
 func TestDeadCellIsFast503(t *testing.T) {

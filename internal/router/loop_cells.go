@@ -495,6 +495,7 @@ func (uc *upconn) timedOut() {
 		uc.p.lp.leave(cl, true)
 		return
 	}
+	uc.p.lp.e.r.callTimedOut(uc.p.ep, time.Since(cl.ex.sentAt), uc.got, uc.seq)
 	uc.p.lp.failed(cl, true)
 }
 

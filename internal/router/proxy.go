@@ -50,6 +50,11 @@ type endpoint struct {
 	down   atomic.Bool
 	hung   atomic.Bool  // down for answering nothing (not for a 5xx answer)
 	misses atomic.Int32 // checks missed in a row
+
+	// Calls timed out (504) since the last log line of them, and when
+	// that line was written (unix nanoseconds): see callTimedOut.
+	timeouts   atomic.Int64
+	timeoutLog atomic.Int64
 }
 
 func newUpstream(c slotmap.Cell, cfg CellLimits, g *guard.Guard, m *cellMetrics) (*upstream, error) {
