@@ -43,6 +43,7 @@ import (
 	"github.com/cellkit/cellkit/internal/api"
 	"github.com/cellkit/cellkit/internal/control"
 	"github.com/cellkit/cellkit/internal/flagenv"
+	"github.com/cellkit/cellkit/internal/gate"
 	"github.com/cellkit/cellkit/internal/operator"
 	"github.com/cellkit/cellkit/internal/program"
 	"github.com/cellkit/cellkit/internal/registry"
@@ -70,6 +71,8 @@ type options struct {
 	tls             tlsconf.ClientFiles
 	workers         int
 	bake            time.Duration
+	latencyFactor   float64
+	latencyMargin   time.Duration
 	shutdownTimeout time.Duration
 	logLevel        slog.Level
 }
@@ -86,6 +89,9 @@ func parseFlags(args []string, getenv func(string) string, output io.Writer) (o 
 	o.tls.RegisterFlags(fs.FlagSet, "", "the cells' admin APIs")
 	fs.IntVar(&o.workers, "workers", operator.DefaultConfig().Workers, "cells reconciled at once")
 	fs.DurationVar(&o.bake, "bake", operator.DefaultReleaseConfig().Bake, "how long each wave of a release bakes, judged by the rollout's gates, before the next")
+	g := gate.DefaultConfig()
+	fs.Float64Var(&o.latencyFactor, "gate-latency-factor", g.LatencyFactor, "the latency gate fails a wave whose p99 is this many times its baseline's (and by --gate-latency-margin more), beside significance")
+	fs.DurationVar(&o.latencyMargin, "gate-latency-margin", time.Duration(g.LatencyMargin*float64(time.Second)), "and by this much more")
 	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 30*time.Second, "how long a reconcile in flight may finish at shutdown")
 	fs.TextVar(&o.logLevel, "log-level", slog.LevelInfo, "log level: debug, info, warn or error")
 	if err := fs.Parse(args, getenv); err != nil {
@@ -96,6 +102,12 @@ func parseFlags(args []string, getenv func(string) string, output io.Writer) (o 
 	}
 	if o.bake < time.Second {
 		return o, fmt.Errorf("--bake %v: want at least 1s", o.bake)
+	}
+	if !(o.latencyFactor >= 1 && o.latencyFactor <= 100) {
+		return o, fmt.Errorf("--gate-latency-factor %v: want 1..100", o.latencyFactor)
+	}
+	if o.latencyMargin < time.Millisecond || o.latencyMargin > time.Minute {
+		return o, fmt.Errorf("--gate-latency-margin %v: want 1ms..1m", o.latencyMargin)
 	}
 	if o.leaderNamespace == "" {
 		o.leaderNamespace = o.namespace
@@ -148,6 +160,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	rel := operator.DefaultReleaseConfig()
 	rel.Bake = o.bake
+	rel.Rollout.Gate.LatencyFactor, rel.Rollout.Gate.LatencyMargin = o.latencyFactor, o.latencyMargin.Seconds()
 	if err := mgr.Add(r.Releaser(rel)); err != nil {
 		return err
 	}

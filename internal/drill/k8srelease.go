@@ -13,6 +13,7 @@ import (
 	"github.com/cellkit/cellkit/internal/control"
 	"github.com/cellkit/cellkit/internal/loadtest"
 	"github.com/cellkit/cellkit/internal/operator/api/v1alpha1"
+	"github.com/cellkit/cellkit/internal/release"
 )
 
 // FailingImage is the tarball of the release drill's bad cell image on
@@ -37,8 +38,8 @@ type k8sRelease struct {
 // bad one (FailingImage, a build that fails a fifth of its inquiries) is
 // halted by the failures gate within the canary's bake and rolled back,
 // the canary back on its release, the other cells never touched and
-// their users served. The Cells' image and flags are then put back as
-// the pods run them after the rollbacks (no release). Every accepted
+// their users served. Each Cell's image and flags are then put back as
+// its pods run them after the rollbacks (no release). Every accepted
 // inquiry ends final. One
 // piece: the two releases run one after the other under one load, and
 // the checks read what both did.
@@ -60,13 +61,10 @@ func K8sRelease(ctx context.Context, c K8sConfig) (*loadtest.Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	ids, err := releasedAlike(cells)
+	ids, err := runningTheirSpec(cells)
 	if err != nil {
 		return nil, err
 	}
-	// runs is the spec the pods run: the start's, then each release's
-	// that was done. It is the spec put back at the end.
-	runs := *cells[0].Spec.DeepCopy()
 	ttl := runTTL(time.Now())
 	lctx, stop := context.WithCancel(ctx)
 	defer stop()
@@ -81,22 +79,19 @@ func K8sRelease(ctx context.Context, c K8sConfig) (*loadtest.Result, error) {
 			change func(*v1alpha1.CellSpec)
 		}{
 			{"good", func(s *v1alpha1.CellSpec) { s.Set = setFlag(s.Set, ttl) }},
-			{"failing", func(s *v1alpha1.CellSpec) { s.Image = bad }},
+			{"failing", func(s *v1alpha1.CellSpec) { s.Image, s.Set = bad, setFlag(s.Set, ttl) }},
 		} {
 			o, err := n.putOut(ctx, k.name, ids, k.change)
 			if err != nil {
 				return err
 			}
 			outs = append(outs, o)
-			if o.ro.State == control.RolloutDone {
-				k.change(&runs)
-			}
 		}
 		return nil
 	}()
-	// The spec back to what the pods run, also after a failed step: a
-	// halted release's spec left in place would hold the next run.
-	if err := n.patchCells(ctx, ids, func(s *v1alpha1.CellSpec) { s.Image, s.Set = runs.Image, runs.Set }); err != nil {
+	// Each Cell's spec back to what its pods run, also after a failed
+	// step: a halted release's spec left in place would hold the next run.
+	if err := n.specAsRun(ctx, ids); err != nil {
 		actErr = errors.Join(actErr, fmt.Errorf("putting the Cells' spec back: %w", err))
 	}
 	if actErr == nil {
@@ -116,19 +111,19 @@ func K8sRelease(ctx context.Context, c K8sConfig) (*loadtest.Result, error) {
 	return res, nil
 }
 
-// releasedAlike returns the names of cells, which must be two or more,
-// ask for one release and run it: a drill whose first release finds the
-// spec already changed (a release halted and rolled back before, its spec
-// left as it was) would wait for a rollout that never starts.
-func releasedAlike(cells []v1alpha1.Cell) ([]string, error) {
+// runningTheirSpec returns the names of cells, which must be two or
+// more, each running the release its spec asks for: a drill whose first
+// release finds a spec already changed (a release halted and rolled back
+// before, its spec left as it was) would wait for a rollout that never
+// starts. They may run different releases (a release halted in its second
+// wave leaves the canary on it): both of the drill's releases set the
+// same image and flags on every Cell, one rollout each.
+func runningTheirSpec(cells []v1alpha1.Cell) ([]string, error) {
 	if len(cells) < 2 {
 		return nil, fmt.Errorf("the drill needs two Cells or more, has %d", len(cells))
 	}
 	var ids []string
 	for _, x := range cells {
-		if x.Spec.Image != cells[0].Spec.Image || !slices.Equal(x.Spec.Set, cells[0].Spec.Set) {
-			return nil, fmt.Errorf("the Cells %s and %s ask for different releases: the drill starts from one", cells[0].Name, x.Name)
-		}
 		if k := condition(&x, v1alpha1.ConditionReleased); k == nil || !k.True {
 			why := "no Released condition"
 			if k != nil {
@@ -222,6 +217,35 @@ func setFlag(set []string, flag string) []string {
 		return n == name
 	})
 	return append(out, flag)
+}
+
+// specAsRun sets each Cell's image and flags to the release its pods run
+// (a release halted in its second wave leaves the canary on it, the rest
+// rolled back): no rollout follows.
+func (n *k8sRun) specAsRun(ctx context.Context, ids []string) error {
+	for _, id := range ids {
+		pods, err := n.cellPods(ctx, id)
+		if err != nil {
+			return err
+		}
+		var runs []release.Spec
+		for i := range pods {
+			s, err := podRelease(&pods[i])
+			if err != nil {
+				return err
+			}
+			if !slices.ContainsFunc(runs, func(r release.Spec) bool { return releaseText(r) == releaseText(s) }) {
+				runs = append(runs, s)
+			}
+		}
+		if len(runs) != 1 {
+			return fmt.Errorf("the pods of %s run %d releases, not one", id, len(runs))
+		}
+		if err := n.patchCells(ctx, []string{id}, func(s *v1alpha1.CellSpec) { s.Image, s.Set = runs[0].Image, runs[0].Set }); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // patchCells changes the spec of the Cells ids, one patch each, back to

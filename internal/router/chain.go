@@ -222,6 +222,7 @@ func (lp *loop) waitExpired(cl *client) {
 		return
 	}
 	lp.pool(cl.ex.ep).unwait(cl)
+	lp.e.r.callTimedOut(cl.ex.ep, time.Since(cl.ex.sentAt), false, 0)
 	lp.failed(cl, true)
 }
 

@@ -170,7 +170,8 @@ func (r *Router) endpointFailed(ep *endpoint) {
 
 // callTimedOut logs a call to instance ep that outlived Cell.Timeout (its
 // client is answered 504): how long it waited, whether any of the answer
-// had come, and the call's number on its connection (1: a new one). At
+// had come, and the call's number on its connection (1: a new one; 0: it
+// was never sent, no connection came in time). At
 // most a line a second per instance, with the count since the last: a
 // hung instance is found by the health checks, and its calls cut, long
 // before many time out.

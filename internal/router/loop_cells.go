@@ -110,7 +110,9 @@ func (p *pool) release(uc *upconn) {
 }
 
 // sweepPools closes the idle connections to cells that left the map (or
-// changed endpoint) and forgets their pools once nothing uses them.
+// changed endpoint), moves the requests waiting for one of their
+// connections to their cell's upstream in the map now (rehome), and
+// forgets their pools once nothing uses them.
 func (lp *loop) sweepPools() {
 	for ep, p := range lp.pools {
 		if !ep.u.retired.Load() {
@@ -119,9 +121,42 @@ func (lp *loop) sweepPools() {
 		for uc := p.take(); uc != nil; uc = p.take() {
 			uc.shut()
 		}
+		lp.rehome(p)
 		if p.open == 0 && p.dialing == 0 && len(p.waiters) == 0 {
 			delete(lp.pools, ep)
 		}
+	}
+}
+
+// rehome sends the requests waiting for a connection of p, whose upstream
+// was retired (the map changed the cell's instances: one left or came back
+// to the rotation), to their cell's upstream in the map now. Left where
+// they were, they would wait out the call's timeout: the connection being
+// dialled for them is closed as it opens (release), and a retired pool
+// dials no more. Their deadline stays the one they had; a cell that left
+// the map answers them 503, as a connection that failed.
+func (lp *loop) rehome(p *pool) {
+	if len(p.waiters) == 0 {
+		return
+	}
+	waiting := p.waiters
+	p.waiters = nil
+	t := lp.e.r.table()
+	for _, cl := range waiting {
+		cl.wt.stop()
+		if cl.state != stBusy {
+			continue
+		}
+		var u *upstream
+		if t != nil {
+			u = t.byID[cl.ex.u.cell]
+		}
+		if u == nil || u.retired.Load() {
+			lp.failed(cl, false)
+			continue
+		}
+		cl.ex.u = u
+		lp.dispatch(cl)
 	}
 }
 

@@ -22,6 +22,7 @@ import (
 	"github.com/cellkit/cellkit/internal/celltest"
 	"github.com/cellkit/cellkit/internal/httpx"
 	"github.com/cellkit/cellkit/internal/pki"
+	"github.com/cellkit/cellkit/internal/slotmap"
 	"github.com/cellkit/cellkit/internal/testkit"
 	"github.com/cellkit/cellkit/internal/tlsconf"
 )
@@ -440,4 +441,82 @@ func TestTLSHandshakesAreEvictedAtTheLimit(t *testing.T) {
 	if got := testutil.ToFloat64(tw.router.metrics.evicted); got < 1 {
 		t.Fatalf("evicted = %v, want ≥ 1", got)
 	}
+}
+
+// A request waiting for a connection being opened to a cell's instance
+// when the map changes the cell's instances (one leaves or comes back to
+// the rotation, and the router retires the cell's upstream) goes on with
+// the new map: left to the retired upstream, the connection opened for it
+// was closed as it came and it waited out the call's timeout (504), once
+// in each release step of a cell on Kubernetes.
+func TestAWaitingRequestFollowsTheMapChange(t *testing.T) {
+	certs := celltest.DevCerts(t)
+	srvTLS, err := tlsconf.NewServer(tlsconf.ServerFiles{Cert: certs.Cert(pki.RoleCell), Key: certs.Key(pki.RoleCell)}, tlsconf.Options{What: "intake_tls"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cliTLS, err := tlsconf.NewClient(tlsconf.ClientFiles{CA: certs.CA()}, tlsconf.Options{What: "cell_tls"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := &backend{cell: "c1", release: make(chan struct{})}
+	b.srv = httptest.NewUnstartedServer(b.handler())
+	b.srv.TLS = srvTLS.Config()
+	b.srv.StartTLS()
+	t.Cleanup(func() { close(b.release); b.srv.CloseClientConnections(); b.srv.Close() })
+	// Two ways to the instance, each holding a new connection 700 ms
+	// before it passes a byte: its TLS handshake, and so the router's dial,
+	// takes that long.
+	const hold = 700 * time.Millisecond
+	first, second := slowWay(t, b.srv.Listener.Addr().String(), hold), slowWay(t, b.srv.Listener.Addr().String(), hold)
+	const timeout = 5 * time.Second
+	w := newWorld(t, worldOptions{cells: []string{"c1"}, intake: map[string]string{"c1": first},
+		cfg: Config{Cell: CellLimits{TLS: cliTLS.Config(), Timeout: timeout, ProbeInterval: -1}}})
+
+	got := make(chan answer, 1)
+	go func() { got <- w.create("u1") }()
+	time.Sleep(hold / 3) // the request waits for the connection being opened
+	w.publish(func(m *slotmap.Map) (*slotmap.Plan, error) {
+		return m.SetInstance("c1", slotmap.Instance{ID: "i2", Intake: second, Admin: b.srv.URL})
+	})
+	a := <-got
+	if a.status != http.StatusAccepted || a.took > timeout/2 {
+		t.Fatalf("the request that waited through the map change: %v after %v, want 202 well inside the %v timeout", a, a.took, timeout)
+	}
+}
+
+// slowWay is a TCP way to addr that holds each connection for hold before
+// it passes anything, as an instance slow to take a connection would.
+func slowWay(t *testing.T, addr string, hold time.Duration) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	t.Cleanup(func() { ln.Close(); wg.Wait() })
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				defer c.Close()
+				time.Sleep(hold)
+				up, err := net.Dial("tcp", addr)
+				if err != nil {
+					return
+				}
+				defer up.Close()
+				go func() { io.Copy(up, c); up.Close() }()
+				io.Copy(c, up)
+			}()
+		}
+	}()
+	return "https://" + ln.Addr().String()
 }
