@@ -143,8 +143,10 @@ type k8sRun struct {
 }
 
 // newK8sRun reads the cluster and its stack in c.Dir and makes the load
-// of total through the routers' Service; close ends what it opened.
-func newK8sRun(c *K8sConfig, total time.Duration) (*k8sRun, error) {
+// of total through the routers' Service, after waiting for a settled map
+// if settled says so (settle: before the load's clock starts); close
+// ends what it opened.
+func newK8sRun(ctx context.Context, c *K8sConfig, total time.Duration, settled bool) (*k8sRun, error) {
 	rec, err := kubenode.ReadRecord(c.Dir)
 	if err != nil {
 		return nil, fmt.Errorf("%w (make cluster)", err)
@@ -161,6 +163,13 @@ func newK8sRun(c *K8sConfig, total time.Duration) (*k8sRun, error) {
 	if err != nil {
 		return nil, err
 	}
+	n := &k8sRun{c: c, rec: rec, st: st, kc: kc, reg: reg, ctl: control.New(reg, control.Config{Holder: "loadtest drill"}, control.Options{})}
+	if settled {
+		if err := n.settle(ctx); err != nil {
+			reg.Close()
+			return nil, err
+		}
+	}
 	quietDisk()
 	r, err := loadtest.NewRunner(loadtest.Config{
 		Target: st.Router, Key: st.APIKey, CA: st.CA, ServerName: kubestack.RouterName,
@@ -174,8 +183,8 @@ func newK8sRun(c *K8sConfig, total time.Duration) (*k8sRun, error) {
 		reg.Close()
 		return nil, err
 	}
-	ctl := control.New(reg, control.Config{Holder: "loadtest drill"}, control.Options{})
-	return &k8sRun{c: c, rec: rec, st: st, kc: kc, reg: reg, ctl: ctl, r: r}, nil
+	n.r = r
+	return n, nil
 }
 
 func (n *k8sRun) close() { n.reg.Close() }

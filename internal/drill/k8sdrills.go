@@ -109,14 +109,11 @@ func (n *k8sRun) finish(ctx context.Context, d *loadtest.Verdict, res *loadtest.
 // ends final, none twice.
 func PodDelete(ctx context.Context, c K8sConfig) (*loadtest.Result, error) {
 	c.defaults()
-	n, err := newK8sRun(&c, c.Baseline+c.Within+c.After)
+	n, err := newK8sRun(ctx, &c, c.Baseline+c.Within+c.After, true)
 	if err != nil {
 		return nil, err
 	}
 	defer n.close()
-	if err := n.settle(ctx); err != nil {
-		return nil, err
-	}
 	pod, err := n.readyPod(ctx)
 	if err != nil {
 		return nil, err
@@ -145,14 +142,11 @@ func PodDelete(ctx context.Context, c K8sConfig) (*loadtest.Result, error) {
 // the other cells are untouched; nothing lost or duplicated.
 func NATSKill(ctx context.Context, c K8sConfig) (*loadtest.Result, error) {
 	c.defaults()
-	n, err := newK8sRun(&c, c.Baseline+c.Within+c.After)
+	n, err := newK8sRun(ctx, &c, c.Baseline+c.Within+c.After, true)
 	if err != nil {
 		return nil, err
 	}
 	defer n.close()
-	if err := n.settle(ctx); err != nil {
-		return nil, err
-	}
 	pod, err := n.readyPod(ctx)
 	if err != nil {
 		return nil, err
@@ -203,14 +197,11 @@ func containerStatus(p *corev1.Pod, name string) (corev1.ContainerStatus, bool) 
 // Service, no request fails: none refused, none cut.
 func RouterReplace(ctx context.Context, c K8sConfig) (*loadtest.Result, error) {
 	c.defaults()
-	n, err := newK8sRun(&c, c.Baseline+c.Within+c.After)
+	n, err := newK8sRun(ctx, &c, c.Baseline+c.Within+c.After, true)
 	if err != nil {
 		return nil, err
 	}
 	defer n.close()
-	if err := n.settle(ctx); err != nil {
-		return nil, err
-	}
 	routers := func(ctx context.Context) ([]corev1.Pod, error) {
 		var pods corev1.PodList
 		err := n.kc.List(ctx, &pods, client.InNamespace(kubestack.Namespace), client.MatchingLabels{operator.LabelName: "router"})
@@ -284,14 +275,11 @@ func RouterReplace(ctx context.Context, c K8sConfig) (*loadtest.Result, error) {
 // accepted inquiry ends final.
 func CellAdd(ctx context.Context, c K8sConfig) (*loadtest.Result, error) {
 	c.defaults()
-	n, err := newK8sRun(&c, c.Baseline+c.Within+c.After)
+	n, err := newK8sRun(ctx, &c, c.Baseline+c.Within+c.After, true)
 	if err != nil {
 		return nil, err
 	}
 	defer n.close()
-	if err := n.settle(ctx); err != nil {
-		return nil, err
-	}
 	cells, err := n.cells(ctx)
 	if err != nil {
 		return nil, err
@@ -409,13 +397,13 @@ func startedBy(pods []corev1.Pod, t time.Time) (int, []string) {
 // checked, until a user's data moves with the user.
 func CellDelete(ctx context.Context, c K8sConfig) (*loadtest.Result, error) {
 	c.defaults()
-	n, err := newK8sRun(&c, c.Baseline+c.Within+c.After)
+	// Not settled: the moves of k8s-cell-add, just before, are what
+	// this drill undoes.
+	n, err := newK8sRun(ctx, &c, c.Baseline+c.Within+c.After, false)
 	if err != nil {
 		return nil, err
 	}
 	defer n.close()
-	// No settle: the moves of k8s-cell-add, just before, are what
-	// this drill undoes.
 	victim, err := n.cell(ctx, c.NewCell)
 	if err != nil {
 		return nil, fmt.Errorf("%w (k8s-cell-add makes it)", err)

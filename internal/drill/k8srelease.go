@@ -45,14 +45,11 @@ type k8sRelease struct {
 // the checks read what both did.
 func K8sRelease(ctx context.Context, c K8sConfig) (*loadtest.Result, error) {
 	c.defaults()
-	n, err := newK8sRun(&c, c.Baseline+2*ReleaseWithin+c.After)
+	n, err := newK8sRun(ctx, &c, c.Baseline+2*ReleaseWithin+c.After, true)
 	if err != nil {
 		return nil, err
 	}
 	defer n.close()
-	if err := n.settle(ctx); err != nil {
-		return nil, err
-	}
 	bad, ok := n.rec.Image(FailingImage)
 	if !ok {
 		return nil, fmt.Errorf("the cluster has no image of %s (make cluster-images, then make cluster)", FailingImage)
