@@ -21,7 +21,9 @@ import (
 // serving on its other instances: errors only for requests that were in
 // flight on the lost one, within ErrorWindow; the other cells untouched;
 // nothing lost or duplicated; the agencies never over their limits while
-// the lost instance's share moves to the survivors.
+// the lost instance's share moves to the survivors. One piece: a drill
+// script on one timeline — baseline, unplug, kill, return, restart, then
+// the checks, which read the marks each step left on that timeline.
 func HostLoss(ctx context.Context, c NetConfig) (*loadtest.Result, error) {
 	c.defaults(30 * time.Second)
 	end := c.Baseline + c.Fault + c.After
@@ -264,7 +266,9 @@ func CutConsulCell(ctx context.Context, c NetConfig) (*loadtest.Result, error) {
 // once every process not cut has the change, no moved user is accepted by
 // its old cell (the cells fence by the newest map they know; a router on
 // a stale map gets 421 and answers 503). After the heal the change reaches the side that was cut
-// within Recover, and the moved users are served by their new cells.
+// within Recover, and the moved users are served by their new cells. One
+// piece: a drill script on one timeline — cut, change the map, heal, then
+// the checks, which read the moved users and the marks of each step.
 func cutConsul(ctx context.Context, c NetConfig, name string) (*loadtest.Result, error) {
 	c.defaults(40 * time.Second) // the moves take seconds each: the change lands well inside the cut
 	end := c.Baseline + c.Fault + c.After
