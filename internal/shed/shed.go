@@ -202,6 +202,15 @@ const (
 	fastWindow = 500 * time.Millisecond
 )
 
+// fastEvidence is how many completions the slow average must promise over
+// fastWindow before the fast average is planned with. Below it, the half
+// second holds too few completions to tell a slowdown from chance: at two
+// inquiries a second an instance often finishes none in a second or two
+// (one slow call), the fast average falls twenty-fold, and three queued
+// inquiries read as a minute's wait. The slow average is then the pace,
+// and at such rates the backlog a slowdown can build is small anyway.
+const fastEvidence = 5
+
 // Observe installs a new sample of the queue and updates the drain rate.
 func (s *Shedder) Observe(sm Sample) {
 	s.mu.Lock()
@@ -292,9 +301,14 @@ func (s *Shedder) Rate() float64 {
 }
 
 // pace is the drain rate admission plans with: the least of the two
-// averages of the measured rate and the pipeline's capacity estimate.
+// averages of the measured rate (the fast one only where it rests on
+// enough completions, see fastEvidence) and the pipeline's capacity
+// estimate.
 func (s *Shedder) paceLocked() float64 {
-	p := min(s.rate, s.fast)
+	p := s.rate
+	if s.rate*fastWindow.Seconds() >= fastEvidence {
+		p = min(p, s.fast)
+	}
 	if c := s.sample.Capacity; c > 0 {
 		p = min(p, c)
 	}

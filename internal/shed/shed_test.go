@@ -288,3 +288,33 @@ func TestCapacityLeadsTheMeasuredRate(t *testing.T) {
 		t.Fatalf("200 queued with a capacity of 15/s (13 s): %+v, want shed for wait", d)
 	}
 }
+
+// At a few inquiries a second an instance may finish none for a couple of
+// seconds (one slow call) while three are queued in its cell. The half
+// second average then reads a twentieth of the pace, and the three would
+// have been a minute's wait: scattered 503s at 7 inquiries a second per
+// cell of three. A real stall is still shed for, on the slow average.
+func TestALowRateGapIsNotAStall(t *testing.T) {
+	clk := testkit.NewClock(time.Unix(1000, 0))
+	s := New(Config{LaneBlind: true, MaxAge: time.Minute, MaxDepth: 1_000_000}, Options{Now: clk.Now})
+	observe := func(drained int) {
+		clk.Advance(250 * time.Millisecond)
+		s.Drained(drained)
+		s.Observe(Sample{Depth: 3, Oldest: clk.Now().Add(-time.Second), At: clk.Now(), Mark: s.Mark(), Instances: 3})
+	}
+	for i := range 80 { // 20 s at 2 a second on this instance
+		observe(i % 2)
+	}
+	for range 12 { // 3 s without a completion
+		observe(0)
+		if d := s.Admit(inquiry.Normal); !d.OK {
+			t.Fatalf("3 queued, an instance of three at 2/s finishing none for up to 3 s: %+v (rate %.2f/s)", d, s.Rate())
+		}
+	}
+	for range 4 * 60 { // a minute without a completion: stalled
+		observe(0)
+	}
+	if d := s.Admit(inquiry.Normal); d.OK || d.Reason != Wait {
+		t.Fatalf("3 queued, nothing finished for a minute: %+v, want shed for wait", d)
+	}
+}
