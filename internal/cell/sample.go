@@ -45,7 +45,7 @@ func (c *Cell) sampleLoop(ctx context.Context) {
 				instances = c.leaser.Live()
 			}
 			c.shed.Observe(shed.Sample{
-				Depth: depth, Oldest: s.Oldest, At: s.At, Mark: mark, Capacity: c.pipe.Capacity(), Instances: instances, Idle: c.pipe.Inflight() == 0,
+				Depth: depth, Oldest: s.Oldest, At: s.At, Mark: mark, Capacity: c.pipe.Capacity(), Places: c.pipe.Places(), Instances: instances, Idle: c.pipe.Inflight() == 0,
 				High: s.Depth[inquiry.High], OldestHigh: s.OldestByLane[inquiry.High], OldestNormal: s.OldestByLane[inquiry.Normal],
 			})
 		}

@@ -218,25 +218,34 @@ func setFlag(set []string, flag string) []string {
 
 // specAsRun sets each Cell's image and flags to the release its pods run
 // (a release halted in its second wave leaves the canary on it, the rest
-// rolled back): no rollout follows.
+// rolled back): no rollout follows. A Cell whose pods still run two
+// releases (a rollback under way when a step gave up waiting) is waited
+// for, up to specSettle.
 func (n *k8sRun) specAsRun(ctx context.Context, ids []string) error {
 	for _, id := range ids {
-		pods, err := n.cellPods(ctx, id)
+		var runs []release.Spec
+		err := n.until(ctx, specSettle, "the pods of "+id+" to run one release", func(ctx context.Context) (bool, error) {
+			pods, err := n.cellPods(ctx, id)
+			if err != nil {
+				return false, err
+			}
+			runs = runs[:0]
+			for i := range pods {
+				s, err := podRelease(&pods[i])
+				if err != nil {
+					return false, err
+				}
+				if !slices.ContainsFunc(runs, func(r release.Spec) bool { return releaseText(r) == releaseText(s) }) {
+					runs = append(runs, s)
+				}
+			}
+			if len(runs) != 1 {
+				return false, fmt.Errorf("they run %d releases", len(runs))
+			}
+			return true, nil
+		})
 		if err != nil {
 			return err
-		}
-		var runs []release.Spec
-		for i := range pods {
-			s, err := podRelease(&pods[i])
-			if err != nil {
-				return err
-			}
-			if !slices.ContainsFunc(runs, func(r release.Spec) bool { return releaseText(r) == releaseText(s) }) {
-				runs = append(runs, s)
-			}
-		}
-		if len(runs) != 1 {
-			return fmt.Errorf("the pods of %s run %d releases, not one", id, len(runs))
 		}
 		if err := n.patchCells(ctx, []string{id}, func(s *v1alpha1.CellSpec) { s.Image, s.Set = runs[0].Image, runs[0].Set }); err != nil {
 			return err
@@ -244,6 +253,10 @@ func (n *k8sRun) specAsRun(ctx context.Context, ids []string) error {
 	}
 	return nil
 }
+
+// specSettle bounds the wait for a Cell's pods to run one release: a
+// rollback of three pods on the one-node cluster takes about two minutes.
+const specSettle = 5 * time.Minute
 
 // patchCells changes the spec of the Cells ids, one patch each, back to
 // back: the operator's releaser takes the cells that ask for one release

@@ -465,6 +465,19 @@ func (p *Pipeline) Capacity() float64 {
 	return out
 }
 
+// Places is how many inquiries the pipeline can have at the agencies at
+// once: the least of its gates' places (0 without agencies). Below that
+// many in flight, a new inquiry waits for no other.
+func (p *Pipeline) Places() int {
+	out := 0
+	for _, g := range p.gates {
+		if n, _, _ := g.stats(); out == 0 || n < out {
+			out = n
+		}
+	}
+	return out
+}
+
 // GateStats reports, per agency, the places, holders and waiters of its
 // gate.
 func (p *Pipeline) GateStats() map[string][3]int {

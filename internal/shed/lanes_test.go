@@ -166,3 +166,34 @@ func TestHighShareIsOfCapacity(t *testing.T) {
 		t.Fatalf("110 queued at 20/s, high 15/s of it, its 25 %% share taken (7.3 s): %+v, want shed", d)
 	}
 }
+
+// TestALowRateGapKeepsTheShare: at a few inquiries a second, a high
+// inquiry within its share is not shed for it while an instance finishes
+// none for a few seconds: the half-second drain then reads near nothing,
+// and high looked a hundred times over its share of it.
+func TestALowRateGapKeepsTheShare(t *testing.T) {
+	clk := testkit.NewClock(time.Unix(1000, 0))
+	s := New(Config{MaxAge: time.Minute, MaxDepth: 1_000_000}, Options{Now: clk.Now})
+	observe := func(drained int) {
+		clk.Advance(250 * time.Millisecond)
+		s.Drained(drained)
+		s.Observe(Sample{Depth: 3, High: 1, Instances: 3, At: clk.Now(), Mark: s.Mark()})
+	}
+	for i := range 80 { // 20 s: 2 a second finished, half of them high
+		switch i % 4 {
+		case 0:
+			s.Accepted(inquiry.High)
+		case 2:
+			if s.Admit(inquiry.Normal).OK {
+				s.Accepted(inquiry.Normal)
+			}
+		}
+		observe(i % 2)
+	}
+	for range 12 { // 3 s without a completion
+		observe(0)
+		if d := s.Admit(inquiry.High); !d.OK {
+			t.Fatalf("high at half of 2/s, none finished for up to 3 s: %+v, want taken", d)
+		}
+	}
+}

@@ -112,6 +112,11 @@ type Sample struct {
 	// can finish now, from the calls in flight (0: no estimate). It leads
 	// the measured drain rate when the agencies slow down.
 	Capacity float64
+	// Places is how many inquiries this instance's pipeline can have at
+	// the agencies at once (0: not known). While the cell's queue holds
+	// no more than its instances' places, a new inquiry waits for no
+	// other: no wait is predicted, and no lane is held to its share.
+	Places int
 	// Instances is how many instances of the cell drain the same queue
 	// (0 or 1: this process alone). The drain rate and the capacity are
 	// this instance's, its share of the cell's; Depth is the cell's. The
@@ -300,15 +305,20 @@ func (s *Shedder) Rate() float64 {
 	return s.rate
 }
 
+// recentLocked is the drain over the last half second where that rests
+// on enough completions (see fastEvidence), else over the last five.
+func (s *Shedder) recentLocked() float64 {
+	if s.rate*fastWindow.Seconds() >= fastEvidence {
+		return s.fast
+	}
+	return s.rate
+}
+
 // pace is the drain rate admission plans with: the least of the two
 // averages of the measured rate (the fast one only where it rests on
-// enough completions, see fastEvidence) and the pipeline's capacity
-// estimate.
+// enough completions) and the pipeline's capacity estimate.
 func (s *Shedder) paceLocked() float64 {
-	p := s.rate
-	if s.rate*fastWindow.Seconds() >= fastEvidence {
-		p = min(p, s.fast)
-	}
+	p := min(s.rate, s.recentLocked())
 	if c := s.sample.Capacity; c > 0 {
 		p = min(p, c)
 	}
@@ -330,13 +340,13 @@ func (s *Shedder) Admit(lane inquiry.Priority) Decision {
 	if s.cfg.LaneBlind {
 		return s.decideLocked(s.depthLocked(), s.cfg.MaxDepth, s.sample.Oldest, s.cfg.MaxAge, s.paceLocked(), now)
 	}
-	// The lanes' shares are of what the pipeline can do: the drain over
-	// the last half second (it follows a slowdown within a second), or the
-	// agencies' capacity where that is more (below saturation the drain
-	// rate measures what arrived, not what could be done). Not the pace,
-	// the least of them: the capacity estimate errs low, and high was shed
-	// within its share when it was measured against it.
-	can := max(s.fast, s.sample.Capacity, 1e-9)
+	// The lanes' shares are of what the pipeline can do: the recent drain
+	// (it follows a slowdown within a second), or the agencies' capacity
+	// where that is more (below saturation the drain rate measures what
+	// arrived, not what could be done). Not the pace, the least of them:
+	// the capacity estimate errs low, and high was shed within its share
+	// when it was measured against it.
+	can := max(s.recentLocked(), s.sample.Capacity, 1e-9)
 	high, normal := min(s.highRate/can, 1), min(s.normWant/can, 1)
 	if lane == inquiry.High {
 		// Workers fetch the high lane first: a high inquiry waits for
@@ -344,7 +354,7 @@ func (s *Shedder) Admit(lane inquiry.Priority) Decision {
 		// takes no more than its share while normal inquiries ask for
 		// the rest (asked for, taken or not: what normal is taken at
 		// depends on what high leaves).
-		if share := 1 - min(normal, 1-s.cfg.HighReserve); !s.sample.Idle && s.rate > 0 && high > shareSlack*share {
+		if share := 1 - min(normal, 1-s.cfg.HighReserve); s.queuedLocked() && s.rate > 0 && high > shareSlack*share {
 			d := Decision{Reason: Share, Depth: s.highDepthLocked(), RetryAfter: s.retryAfterLocked(s.depthLocked())}
 			if !s.sample.OldestHigh.IsZero() {
 				d.Age = max(now.Sub(s.sample.OldestHigh), 0)
@@ -379,7 +389,7 @@ func (s *Shedder) decideLocked(depth, depthLimit int, oldest time.Time, maxAge t
 		d.OK, d.Reason = false, Age
 	case d.Depth >= depthLimit:
 		d.OK, d.Reason = false, Depth
-	case !s.sample.Idle && s.rate > 0 && float64(d.Depth)/pace+s.service > waitShare*maxAge.Seconds():
+	case s.queuedLocked() && s.rate > 0 && float64(d.Depth)/pace+s.service > waitShare*maxAge.Seconds():
 		// Not over budget yet, but a new inquiry would be: what is queued
 		// takes longer than (most of) the budget to drain at the current
 		// pace (see rateWindow), and then the new one must be served.
@@ -389,6 +399,19 @@ func (s *Shedder) decideLocked(depth, depthLimit int, oldest time.Time, maxAge t
 	}
 	d.RetryAfter = s.retryAfterLocked(s.depthLocked())
 	return d
+}
+
+// queuedLocked says whether new work would wait for other work: the
+// instance has work in flight (an idle one's pace says nothing) and the
+// cell's queue holds more than its instances can have at the agencies at
+// once (when that is known). At a few inquiries a second the measured
+// pace is the noise of a few completions; with everything queued in
+// flight, no backlog stands before a new inquiry whatever it reads.
+func (s *Shedder) queuedLocked() bool {
+	if s.sample.Idle {
+		return false
+	}
+	return s.sample.Places <= 0 || s.depthLocked() > s.sample.Places*max(1, s.sample.Instances)
 }
 
 // RetryAfter is the advice for a caller turned away now for any reason: the

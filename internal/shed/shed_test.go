@@ -318,3 +318,34 @@ func TestALowRateGapIsNotAStall(t *testing.T) {
 		t.Fatalf("3 queued, nothing finished for a minute: %+v, want shed for wait", d)
 	}
 }
+
+// With everything queued in flight at the agencies (no more than the
+// instances' places), a new inquiry waits for no other: however long
+// nothing finished, no wait is predicted. Beyond the places, the same
+// pace predicts one.
+func TestNoBacklogNoWait(t *testing.T) {
+	clk := testkit.NewClock(time.Unix(1000, 0))
+	s := New(Config{LaneBlind: true, MaxAge: time.Minute, MaxDepth: 1_000_000}, Options{Now: clk.Now})
+	sample := Sample{Depth: 3, Places: 9, Instances: 3}
+	observe := func(drained int) {
+		clk.Advance(250 * time.Millisecond)
+		s.Drained(drained)
+		sm := sample
+		sm.Oldest, sm.At, sm.Mark = clk.Now().Add(-time.Second), clk.Now(), s.Mark()
+		s.Observe(sm)
+	}
+	for i := range 80 { // 20 s at 2 a second on this instance
+		observe(i % 2)
+	}
+	for range 4 * 25 { // 25 s without a completion, 3 in flight of 27 places
+		observe(0)
+	}
+	if d := s.Admit(inquiry.Normal); !d.OK {
+		t.Fatalf("3 queued, 27 places, nothing finished for 25 s: %+v (rate %.3f/s), want taken", d, s.Rate())
+	}
+	sample.Depth = 30
+	observe(0)
+	if d := s.Admit(inquiry.Normal); d.OK || d.Reason != Wait {
+		t.Fatalf("30 queued, 27 places, at that pace: %+v, want shed for wait", d)
+	}
+}
