@@ -159,6 +159,7 @@ func parseFlags(args []string, getenv func(string) string, output io.Writer) (c 
 	fs.DurationVar(&c.Breaker.SlowCall, "breaker-slow-call", d.Breaker.SlowCall, "agency circuit breaker: a call this long or longer is slow")
 	fs.DurationVar(&c.Breaker.OpenFor, "breaker-open-for", d.Breaker.OpenFor, "agency circuit breaker: refuse calls this long, then probe")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", d.ShutdownTimeout, "at shutdown, how long requests in flight may finish")
+	fs.DurationVar(&c.ShutdownDelay, "shutdown-delay", d.ShutdownDelay, "at SIGTERM, how long to go on serving with the routers' health check (GET /v1/health) failing before the intake closes, so that the routers take the instance out of rotation first: more than two of their --cell-probe-interval (0: close at once)")
 	fs.TextVar(level, "log-level", slog.LevelInfo, "log level: debug, info, warn or error")
 	x.tls.Intake.RegisterFlags(fs.FlagSet, "", "intake listener", pki.RoleRouter)
 	x.tls.Admin.RegisterFlags(fs.FlagSet, "admin-", "admin listener", pki.RoleOperator)

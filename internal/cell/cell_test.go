@@ -923,3 +923,27 @@ func TestStuckPipelineFailsReadinessThenEndsTheCell(t *testing.T) {
 		t.Errorf("the inflight journal is gone after a stop with stuck work: %v (the next start would not count the crash)", err)
 	}
 }
+
+// TestAStoppingInstanceFailsItsHealthFirst: with a shutdown delay, a
+// stopping instance answers the routers' health check 503 at once while
+// its intake still takes inquiries; only after the delay does the intake
+// close (a router has taken it out of rotation by then, and sends nothing
+// onto a connection the instance closes).
+func TestAStoppingInstanceFailsItsHealthFirst(t *testing.T) {
+	h := start(t, setup{config: func(c *Config) { c.ShutdownDelay = time.Second }})
+	health := func() int { return testkit.Do(t, h.client, "GET", h.intake+api.PathHealth, nil, nil).Status }
+	if s := health(); s != http.StatusOK {
+		t.Fatalf("health before the stop: %d", s)
+	}
+	stopped := make(chan error, 1)
+	began := time.Now()
+	go func() { stopped <- h.stop() }()
+	testkit.WaitFor(t, 500*time.Millisecond, "the health check to fail", func() bool { return health() == http.StatusServiceUnavailable })
+	h.accept(user(1), nil) // the intake serves on
+	if err := <-stopped; err != nil {
+		t.Fatalf("Run() = %v", err)
+	}
+	if took := time.Since(began); took < time.Second {
+		t.Fatalf("stopped %v after the stop began, want after the 1 s delay", took)
+	}
+}

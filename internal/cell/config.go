@@ -131,6 +131,12 @@ type Config struct {
 	// ShutdownTimeout bounds each shutdown phase other than the pipeline's
 	// drain (Pipeline.DrainTimeout) [10s].
 	ShutdownTimeout time.Duration
+	// ShutdownDelay is how long a stopping cell instance goes on serving
+	// with its health check (api.PathHealth) failing before its intake
+	// closes, so that the routers take it out of rotation first (two of
+	// their checks) and no request meets a connection the instance closes
+	// [0: the intake closes at once].
+	ShutdownDelay time.Duration
 }
 
 // DefaultConfig returns the defaults: the cell's own and those of the parts

@@ -97,6 +97,13 @@ func (c *Cell) Run(ctx context.Context) error {
 func (c *Cell) shutdown(intakeSrv, adminSrv *http.Server, stopPipeline func(), pipeDone <-chan struct{}) {
 	c.stopping.Store(true)
 	c.ready.Store(false)
+	if d := c.cfg.ShutdownDelay; d > 0 {
+		// The routers' checks fail from now on; they stop sending here
+		// while the intake still takes what they send.
+		c.intake.Leaving()
+		c.log.Info("cell stopping: health check failing, serving on", "delay", d)
+		time.Sleep(d)
+	}
 	c.intake.Close()
 	c.log.Info("cell stopping: intake closed")
 	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.ShutdownTimeout)

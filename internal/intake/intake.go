@@ -134,16 +134,17 @@ type Storage interface {
 // Handler serves the intake API. It starts closed: Open it once the cell
 // is ready.
 type Handler struct {
-	cfg  Config
-	q    *queue.Queue
-	st   *store.Store
-	shed *shed.Shedder
-	disk Storage // nil: not watched
-	cmap func() *slotmap.Map
-	log  *slog.Logger
-	now  func() time.Time
-	open atomic.Bool
-	m    *metrics
+	cfg     Config
+	q       *queue.Queue
+	st      *store.Store
+	shed    *shed.Shedder
+	disk    Storage // nil: not watched
+	cmap    func() *slotmap.Map
+	log     *slog.Logger
+	now     func() time.Time
+	open    atomic.Bool
+	leaving atomic.Bool // stopping: the health check fails (Leaving)
+	m       *metrics
 
 	moves   *Moves       // nil: keyed retries are not checked against the slot's previous cell
 	peers   *http.Client // asks other cells' intake APIs
@@ -221,6 +222,11 @@ func (h *Handler) Open() { h.setOpen(true) }
 
 // Close turns new inquiries away with 503 (status reads still work).
 func (h *Handler) Close() { h.setOpen(false) }
+
+// Leaving makes the health check fail (503 not-ready) while the intake
+// serves on: the instance is stopping, and the routers take it out of
+// rotation before it closes.
+func (h *Handler) Leaving() { h.leaving.Store(true) }
 
 func (h *Handler) setOpen(v bool) {
 	if h.open.Swap(v) != v {

@@ -172,6 +172,10 @@ func (h *Handler) replay(ctx context.Context, a *attempt, w http.ResponseWriter,
 // instance cut from its cluster's majority is one; in an election every
 // instance is, and the routers go on sending to them all.
 func (h *Handler) health(w http.ResponseWriter) {
+	if h.leaving.Load() {
+		problem.WriteRetry(w, problem.New(http.StatusServiceUnavailable, problem.NotReady, "cell "+h.cfg.Cell+"'s instance is stopping: it closes its intake shortly"), time.Second)
+		return
+	}
 	if h.q.Conn().Status() != nats.CONNECTED {
 		problem.WriteRetry(w, problem.New(http.StatusServiceUnavailable, problem.QueueUnavailable, "cell "+h.cfg.Cell+" cannot reach its queue"), time.Second)
 		return

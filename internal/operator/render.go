@@ -218,6 +218,9 @@ func CellArgs(c *v1alpha1.Cell) []string {
 		"--tls-client-ca=/etc/cellkit/tls/ca.crt",
 		"--admin-tls-cert=/etc/cellkit/tls/tls.crt",
 		"--admin-tls-key=/etc/cellkit/tls/tls.key",
+		// The routers (checking every second at most) take a stopping
+		// instance out of rotation before its intake closes.
+		"--shutdown-delay=3s",
 	}
 }
 
