@@ -287,7 +287,8 @@ func NotReady(err error) bool {
 		case jetstream.JSErrCodeJetStreamNotEnabled, 10008, // JetStream temporarily unavailable
 			10005, // no suitable peers for placement (too few yet)
 			10009, // the cluster cannot handle the request (no leader)
-			10023: // insufficient resources
+			10023, // insufficient resources
+			10158: // a publish of the same message id is still in process (a try whose answer was late): asked again once it is done, the answer is its
 			return true
 		}
 		return apiErr.Code == 503 || apiErr.Code == 408

@@ -244,6 +244,7 @@ func TestNotReadyWhileAStreamHasNoLeader(t *testing.T) {
 		{decoded(server.NewJSClusterNotLeaderError()), true},
 		{decoded(server.NewJSClusterNoPeersError(errors.New("1 of 3"))), true},
 		{decoded(server.NewJSInsufficientResourcesError()), true},
+		{decoded(server.NewJSStreamDuplicateMessageConflictError()), true}, // the same id's publish still in process
 		{decoded(server.NewJSNotEnabledForAccountError()), true},
 		{fmt.Errorf("create record c1-x: %w", context.DeadlineExceeded), true},
 		{fmt.Errorf("read record c1-x: %w", nats.ErrNoResponders), true},
