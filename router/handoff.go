@@ -19,6 +19,7 @@ import (
 
 	"github.com/cellkit/cellkit/internal/handoff"
 	"github.com/cellkit/cellkit/internal/program"
+	"github.com/cellkit/cellkit/internal/quota"
 	"github.com/cellkit/cellkit/internal/router"
 	"github.com/cellkit/cellkit/internal/tlsconf"
 )
@@ -38,6 +39,10 @@ type handoffData struct {
 	// instance (host:port): the successor opens as many before it takes
 	// the load over (router.Router.Warm).
 	Pools map[string]int `json:"pools,omitempty"`
+	// Quota is its share of each client's quota, its buckets' tokens and
+	// its lease: the successor holds them on, so that a restart gives no
+	// client a fresh burst.
+	Quota *quota.State `json:"quota,omitempty"`
 }
 
 // takeWithin bounds how long a starting router waits for its predecessor
@@ -165,6 +170,11 @@ func (d handoffData) check(now time.Time) error {
 	if len(d.Pools) > maxPools {
 		return fmt.Errorf("connections to %d cell instances, over %d", len(d.Pools), maxPools)
 	}
+	if d.Quota != nil {
+		if err := d.Quota.Check(now); err != nil {
+			return err
+		}
+	}
 	for addr, n := range d.Pools {
 		if _, _, err := net.SplitHostPort(addr); err != nil || len(addr) > 300 {
 			return fmt.Errorf("connections to %.80q, not a host:port", addr)
@@ -174,6 +184,15 @@ func (d handoffData) check(now time.Time) error {
 		}
 	}
 	return nil
+}
+
+// carryQuota gives rt the predecessor's quota shares, tokens and lease.
+func carryQuota(succ *handoff.Succession, rt *router.Router) error {
+	d, err := predecessorData(succ, time.Now())
+	if err != nil || d.Quota == nil || rt.Quota() == nil {
+		return err
+	}
+	return rt.Quota().Resume(*d.Quota)
 }
 
 // carryTicketKeys gives srv the predecessor's session ticket keys.
@@ -189,6 +208,10 @@ func carryTicketKeys(succ *handoff.Succession, srv *tlsconf.Server) error {
 // so that an error leaves no socket duplicated.
 func offer(generation int, release string, public, admin net.Listener, tlsSrv *tlsconf.Server, rt *router.Router) (handoff.Offer, error) {
 	d := handoffData{Pools: rt.Pools()}
+	if q := rt.Quota(); q != nil {
+		st := q.State()
+		d.Quota = &st
+	}
 	if tlsSrv != nil {
 		d.TicketKeys = tlsSrv.TicketKeys()
 	}

@@ -82,6 +82,7 @@ func (g *generation) ended(t *testing.T, within time.Duration) error {
 // router of the test runs with.
 type handoffSetup struct {
 	key  string
+	keys string // the keys file
 	args []string
 }
 
@@ -94,7 +95,7 @@ func newHandoffSetup(t *testing.T, intake string, extra ...string) handoffSetup 
 	key := mustAddKey(t, keys, "platform-a", "--rate", "100000", "--burst", "100000")
 	args := append([]string{"-registry", "file:" + regPath, "-keys", keys, "-reload-interval", "1h",
 		"-shutdown-timeout", "5s", "-cell-probe-interval", "0", "-handoff-socket", filepath.Join(dir, "handoff", "router.sock")}, extra...)
-	return handoffSetup{key: key, args: args}
+	return handoffSetup{key: key, keys: keys, args: args}
 }
 
 // at are the setup's flags with the listeners at a (the first router's
@@ -536,5 +537,54 @@ func TestAPredecessorsDataBeyondTheBoundsIsRefused(t *testing.T) {
 				t.Fatalf("%d descriptors open after the refusal, %d before", after, before)
 			}
 		})
+	}
+}
+
+// TestASuccessorTakesTheBucketsOver: a router handing over passes its
+// clients' buckets on: the successor spends the tokens its predecessor
+// held (a cold router holds none: a restart without them would refuse
+// a client its burst) and no more (a restart gives no fresh burst).
+func TestASuccessorTakesTheBucketsOver(t *testing.T) {
+	s := newHandoffSetup(t, okCell(t).URL)
+	key := mustAddKey(t, s.keys, "bursty", "--rate", "1", "--burst", "3")
+	first, err := launch(t, s.at("127.0.0.1:0", "127.0.0.1:0")...)
+	if err != nil {
+		t.Fatalf("first router: %v\n%s", err, first.logs)
+	}
+	public, admin := first.addrs.Public.String(), first.addrs.Admin.String()
+	post := func() int {
+		return testkit.Do(t, http.DefaultClient, "POST", "http://"+public+"/v1/inquiries", `{"user_id":"u1"}`, map[string]string{"X-API-Key": key}).Status
+	}
+	time.Sleep(3200 * time.Millisecond) // the first router's bucket fills: 3 tokens
+	second, err := launch(t, s.at(public, admin)...)
+	if err != nil {
+		t.Fatalf("second router: %v\n%s", err, second.logs)
+	}
+	if err := first.ended(t, 10*time.Second); !errors.Is(err, program.ErrHandedOver) {
+		t.Fatalf("the first router ended with %v, want handed over", err)
+	}
+	for i := range 3 {
+		if st := post(); st != http.StatusAccepted {
+			t.Fatalf("request %d of the burst the first router held, to its successor: %d, want 202\n%s", i, st, second.logs)
+		}
+	}
+	if st := post(); st != http.StatusTooManyRequests {
+		t.Fatalf("a fourth request at once: %d, want 429", st)
+	}
+	third, err := launch(t, s.at(public, admin)...)
+	if err != nil {
+		t.Fatalf("third router: %v\n%s", err, third.logs)
+	}
+	if err := second.ended(t, 10*time.Second); !errors.Is(err, program.ErrHandedOver) {
+		t.Fatalf("the second router ended with %v, want handed over", err)
+	}
+	ok := 0
+	for range 3 {
+		if post() == http.StatusAccepted {
+			ok++
+		}
+	}
+	if ok > 2 {
+		t.Fatalf("after a handoff from an empty bucket: %d of 3 taken at once, want at most the tokens of the handoff's second or two (a fresh burst)", ok)
 	}
 }

@@ -57,6 +57,7 @@ import (
 	"github.com/cellkit/cellkit/internal/handoff"
 	"github.com/cellkit/cellkit/internal/pki"
 	"github.com/cellkit/cellkit/internal/program"
+	"github.com/cellkit/cellkit/internal/quota"
 	"github.com/cellkit/cellkit/internal/registry"
 	"github.com/cellkit/cellkit/internal/reload"
 	"github.com/cellkit/cellkit/internal/router"
@@ -91,6 +92,7 @@ type options struct {
 	adminTokenFile      string
 	handoffSocket       string
 	handoffWait         time.Duration
+	quota               quota.Config
 	publicTLS, adminTLS tlsconf.ServerFiles
 	cellTLS             tlsconf.ClientFiles
 }
@@ -118,6 +120,9 @@ func parseFlags(args []string, getenv func(string) string, output io.Writer) (o 
 	fs.BoolVar(&o.loopProbe, "loop-probe", false, "event loops ask epoll once more without blocking after each round of events before they wait (gnet's own way: two system calls per wake-up when events come one at a time; without it, one)")
 	fs.StringVar(&o.handoffSocket, "handoff-socket", "", "Unix socket where the router hands its listening sockets to a successor on this host, and where it takes them from a predecessor at its start: a restart or an upgrade with no connection refused; SIGUSR2 starts this program's path again as the successor. Its directory is private: made 0700 if missing, refused if group or others have access, another user owns it or it is a symbolic link; only a process of the router's user takes part (empty: none; see docs/router.md)")
 	fs.DurationVar(&o.handoffWait, "handoff-wait", time.Minute, "how long a successor that took the sockets has to become ready; after that this router refuses it and serves on")
+	fs.DurationVar(&o.quota.Round, "quota-round", 500*time.Millisecond, "how often the router writes its lease of the clients' quotas in the registry and reads the other routers' (a client's quota holds across all routers; see docs/router.md)")
+	fs.DurationVar(&o.quota.Lease, "quota-lease", 5*time.Second, "how long the router counts on its last written quota lease when it cannot reach the registry; past it, each quota is split evenly over the routers it last counted (the same on every router)")
+	fs.IntVar(&o.quota.ColdRouters, "quota-cold-routers", 1, "how many routers a router that never reached the registry splits each quota evenly over once --quota-lease has passed: the number that usually serve")
 	fs.StringVar(&o.adminTokenFile, "admin-token-file", "", "admin listener: file of bearer tokens, one per line ('#' comments); every admin path but /healthz and /readyz then needs Authorization: Bearer TOKEN (reloaded when it changes or on SIGHUP)")
 	o.publicTLS.RegisterFlags(fs.FlagSet, "", "public listener", "")
 	o.adminTLS.RegisterFlags(fs.FlagSet, "admin-", "admin listener", pki.RoleOperator)
@@ -177,6 +182,9 @@ func parseFlags(args []string, getenv func(string) string, output io.Writer) (o 
 	}
 	if o.handoffWait <= 0 {
 		return o, errors.New("--handoff-wait must be > 0")
+	}
+	if o.quota.Round <= 0 || o.quota.Lease < 2*o.quota.Round || o.quota.ColdRouters < 1 {
+		return o, errors.New("--quota-round must be > 0, --quota-lease at least two rounds and --quota-cold-routers ≥ 1")
 	}
 	if o.shutdownDelay < 0 || o.shutdownTimeout <= 0 {
 		return o, errors.New("--shutdown-delay must be ≥ 0 and --shutdown-timeout > 0")
@@ -313,12 +321,23 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, ready fun
 	if err != nil {
 		return err
 	}
+	adminRaw, err := takeOrListen(succ, "admin", o.adminListen, log, func(a string) (net.Listener, error) { return net.Listen("tcp", a) })
+	if err != nil {
+		return fmt.Errorf("admin: listen: %w", err)
+	}
+	adminAddr := adminRaw.Addr()
+	o.quota.Router = routerID(o, adminAddr)
+	var sharing *router.QuotaSharing
+	if board, ok := reg.(registry.LeaseBoard); ok {
+		sharing = &router.QuotaSharing{Board: board, Config: o.quota}
+	}
 	netpoll.ProbeBeforeWait.Store(o.loopProbe) // process-wide: read by each loop as it starts
 	netpoll.SyscallPerSocketIO.Store(o.loopSyscalls)
 	rt, err = router.New(router.Config{Server: o.server, Cell: cellLimits, SlotRateWindow: o.slotRateWindow}, router.Options{
 		Maps:       follower,
 		Refresh:    reg.Load,
 		Keys:       keys,
+		Quota:      sharing,
 		Logger:     log,
 		Registerer: metrics,
 		TLS:        publicTLS,
@@ -329,13 +348,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, ready fun
 		return err
 	}
 	defer rt.Close()
-
-	adminRaw, err := takeOrListen(succ, "admin", o.adminListen, log, func(a string) (net.Listener, error) { return net.Listen("tcp", a) })
-	if err != nil {
-		return fmt.Errorf("admin: listen: %w", err)
+	if err := carryQuota(succ, rt); err != nil {
+		return err
 	}
+
 	adminLn := adminRaw
-	adminAddr := adminLn.Addr()
 	// The public socket a predecessor handed over is held from now on;
 	// a fresh one is opened only once there is a map (below).
 	publicLn, err := takeOrListen(succ, "public", o.listen, log, nil)
@@ -381,6 +398,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, ready fun
 			log.Info("announcing the router in the registry", "id", a.ID, "admin", a.Admin)
 		}
 	}
+	// The quota sharer runs past the start of a stop: it stops (its
+	// buckets no longer refill, its lease is withdrawn) once the drain
+	// begins, or once a successor has taken its buckets over.
+	qctx, stopQuota := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopQuota()
+	if q := rt.Quota(); q != nil {
+		g.Go(func() error { return q.Run(qctx, handedOver.Load) })
+	}
 	g.Go(func() error { return program.Watch(gctx, watchers) })
 	g.Go(func() error {
 		if err := admin.Serve(adminLn); !errors.Is(err, http.ErrServerClosed) {
@@ -403,6 +428,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, ready fun
 				return nil
 			}
 			return err
+		}
+		if q := rt.Quota(); q != nil {
+			// Nor before it holds its shares of the clients' quotas: its
+			// first lease, at most --quota-lease away.
+			if err := q.WaitReady(wctx); err != nil {
+				if gctx.Err() != nil {
+					return nil
+				}
+				return err
+			}
 		}
 		if publicLn == nil {
 			if publicLn, err = router.Listen(o.listen); err != nil {
@@ -440,6 +475,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, ready fun
 		case <-gctx.Done():
 		case to := <-handedTo:
 			handedOver.Store(true)
+			stopQuota()
 			return handOver(rt, admin, o, log, hm, to)
 		}
 		select {
@@ -451,6 +487,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, ready fun
 			}
 		default:
 		}
+		stopQuota()
 		log.Info("shutting down", "timeout", o.shutdownTimeout)
 		// A fresh context: the one that ended must not cut the drain short.
 		sctx, cancel := context.WithTimeout(context.Background(), o.shutdownTimeout)
@@ -520,25 +557,31 @@ func keygen(args []string, stdout, stderr io.Writer) error {
 	return nil
 }
 
+// routerID is the router's id in the registry (its announcement, its
+// quota lease): --id, or its host name and admin port.
+func routerID(o options, admin net.Addr) string {
+	if o.id != "" {
+		return o.id
+	}
+	host, _ := os.Hostname()
+	id := strings.Map(func(r rune) rune {
+		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '.' || r == '_' || r == '-' {
+			return r
+		}
+		return '-'
+	}, host)
+	if tcp, ok := admin.(*net.TCPAddr); ok {
+		id += "-" + strconv.Itoa(tcp.Port)
+	}
+	return strings.Trim(id[max(0, len(id)-64):], ".-")
+}
+
 // announcement is what the router announces in the registry: its id and
 // the admin URL cellctl reaches it at. Without --admin-advertise the URL is
 // the admin listener's address, which must then be a specific one.
 func announcement(o options, admin net.Addr, useTLS bool) (registry.Announcement, error) {
-	a := registry.Announcement{ID: o.id, Admin: o.adminAdvertise}
+	a := registry.Announcement{ID: routerID(o, admin), Admin: o.adminAdvertise}
 	tcp, _ := admin.(*net.TCPAddr)
-	if a.ID == "" {
-		host, _ := os.Hostname()
-		a.ID = strings.Map(func(r rune) rune {
-			if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '.' || r == '_' || r == '-' {
-				return r
-			}
-			return '-'
-		}, host)
-		if tcp != nil {
-			a.ID += "-" + strconv.Itoa(tcp.Port)
-		}
-		a.ID = strings.Trim(a.ID[max(0, len(a.ID)-64):], ".-")
-	}
 	if a.Admin == "" {
 		if tcp == nil || tcp.IP.IsUnspecified() {
 			return a, fmt.Errorf("the admin listener %s has no specific address to announce: give the URL cellctl should use with --admin-advertise (or 'none')", admin)

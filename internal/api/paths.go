@@ -11,3 +11,7 @@ const (
 	// nothing from the store and is never shed.
 	PathHealth = "/v1/health"
 )
+
+// PathRouterQuota is a router's admin path for its view of the clients'
+// quotas (RouterQuota).
+const PathRouterQuota = "/v1/admin/quota"

@@ -79,3 +79,35 @@ type RouterInstance struct {
 	Intake  string `json:"intake"`
 	Ejected bool   `json:"ejected"`
 }
+
+// RouterQuota is the router's answer on /v1/admin/quota: each client's
+// quota as this router knows it (the routers share each client's quota
+// by leases in the registry; docs/router.md).
+type RouterQuota struct {
+	Router string `json:"router"`
+	// Routers is how many routers it counted at its last lease round,
+	// itself included.
+	Routers int `json:"routers"`
+	// LeaseAgeSeconds is how long ago the write of its last lease was
+	// sent (-1: none yet).
+	LeaseAgeSeconds float64 `json:"lease_age_seconds"`
+	// Even says its lease lapsed: every quota is split evenly over the
+	// routers it last counted.
+	Even    bool          `json:"even"`
+	Clients []ClientQuota `json:"clients"`
+}
+
+// ClientQuota is one client's quota as a router knows it.
+type ClientQuota struct {
+	Client string  `json:"client"`
+	Rate   float64 `json:"rate"`  // the client's quota, requests a second
+	Burst  int     `json:"burst"` // and its burst
+	// Share is the fraction of it this router holds; Held what the live
+	// routers hold together (over 1: the estimate of over-admission).
+	Share float64 `json:"share"`
+	Held  float64 `json:"held"`
+	// Demand is the requests a second asked of this router (taken or
+	// not); TotalDemand of all live routers.
+	Demand      float64 `json:"demand"`
+	TotalDemand float64 `json:"total_demand"`
+}

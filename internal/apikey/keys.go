@@ -5,6 +5,7 @@
 package apikey
 
 import (
+	"bytes"
 	"crypto/rand"
 	"crypto/sha256"
 	"crypto/subtle"
@@ -14,9 +15,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"os"
 	"strconv"
+	"strings"
 
 	"github.com/cellkit/cellkit/internal/api"
 )
@@ -60,6 +63,7 @@ func (c *Client) IDBytes() []byte { return c.idBytes }
 type Keys struct {
 	byPrefix map[uint64]storedKey // first 8 bytes of the digest → the key
 	clients  []*Client
+	byID     map[string]*Client
 }
 
 // storedKey is one key of the file: its digest and its client.
@@ -90,38 +94,36 @@ func Parse(data []byte) (*Keys, error) {
 }
 
 func parse(data []byte) (*Keys, error) {
-	var entries []api.KeyEntry
-	if err := json.Unmarshal(data, &entries); err != nil {
+	entries, lines, err := decodeEntries(data)
+	if err != nil {
 		return nil, err
 	}
-	if len(entries) > MaxClients {
-		return nil, fmt.Errorf("%d entries, at most %d", len(entries), MaxClients)
-	}
-	k := &Keys{byPrefix: make(map[uint64]storedKey, len(entries))}
 	byID := map[string]*Client{}
+	k := &Keys{byPrefix: make(map[uint64]storedKey, len(entries)), byID: byID}
 	for i, e := range entries {
+		i := entryAt{i, lines[i]}
 		if !api.ValidClientID(e.Client) {
-			return nil, fmt.Errorf("entry %d: client %q: want 1-64 of [A-Za-z0-9._-]", i, e.Client)
+			return nil, fmt.Errorf("%s: client %q: want 1-64 of [A-Za-z0-9._-]", i, e.Client)
 		}
 		raw, err := hex.DecodeString(e.KeySHA256)
 		if err != nil || len(raw) != sha256.Size {
-			return nil, fmt.Errorf("entry %d (%s): key_sha256 must be 64 hex digits", i, e.Client)
+			return nil, fmt.Errorf("%s (%s): key_sha256 must be 64 hex digits", i, e.Client)
 		}
 		if !(e.Rate > 0) || math.IsInf(e.Rate, 0) {
-			return nil, fmt.Errorf("entry %d (%s): rate must be > 0", i, e.Client)
+			return nil, fmt.Errorf("%s (%s): rate must be > 0", i, e.Client)
 		}
 		if e.Burst < 1 {
-			return nil, fmt.Errorf("entry %d (%s): burst must be ≥ 1", i, e.Client)
+			return nil, fmt.Errorf("%s (%s): burst must be ≥ 1", i, e.Client)
 		}
 		lanes, err := parseLanes(e.Lanes, e.DefaultLane)
 		if err != nil {
-			return nil, fmt.Errorf("entry %d (%s): %v", i, e.Client, err)
+			return nil, fmt.Errorf("%s (%s): %v", i, e.Client, err)
 		}
 		d := [sha256.Size]byte(raw)
 		if _, dup := k.byPrefix[digestPrefix(&d)]; dup {
 			// The same key twice, or (with odds of 2^-64) two keys
 			// sharing a prefix: either way, issue another key.
-			return nil, fmt.Errorf("entry %d (%s): duplicate key", i, e.Client)
+			return nil, fmt.Errorf("%s (%s): duplicate key", i, e.Client)
 		}
 		c, seen := byID[e.Client]
 		switch {
@@ -131,9 +133,9 @@ func parse(data []byte) (*Keys, error) {
 			byID[e.Client] = c
 			k.clients = append(k.clients, c)
 		case c.Rate != e.Rate || c.Burst != e.Burst:
-			return nil, fmt.Errorf("entry %d: client %s has keys with different limits", i, e.Client)
+			return nil, fmt.Errorf("%s: client %s has keys with different limits", i, e.Client)
 		case c.lanes != lanes:
-			return nil, fmt.Errorf("entry %d: client %s has keys with different lanes", i, e.Client)
+			return nil, fmt.Errorf("%s: client %s has keys with different lanes", i, e.Client)
 		}
 		k.byPrefix[digestPrefix(&d)] = storedKey{digest: d, client: c}
 	}
@@ -144,6 +146,59 @@ func parse(data []byte) (*Keys, error) {
 }
 
 var errNoKeys = errors.New("holds no keys")
+
+// entryAt names an entry of the file in errors: its number and its line.
+type entryAt struct{ n, line int }
+
+func (e entryAt) String() string { return fmt.Sprintf("line %d: entry %d", e.line, e.n) }
+
+// decodeEntries reads the file's array of entries, with the line each
+// starts on; its errors name the line too.
+func decodeEntries(data []byte) ([]api.KeyEntry, []int, error) {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	syntax := func(err error) error {
+		if se := (*json.SyntaxError)(nil); errors.As(err, &se) {
+			return fmt.Errorf("line %d: %w", lineAt(data, se.Offset), err)
+		}
+		return err
+	}
+	if tok, err := dec.Token(); err != nil {
+		return nil, nil, syntax(err)
+	} else if tok != json.Delim('[') {
+		return nil, nil, errors.New("line 1: want a JSON array of entries")
+	}
+	var entries []api.KeyEntry
+	var lines []int
+	for dec.More() {
+		if len(entries) == MaxClients {
+			return nil, nil, fmt.Errorf("over %d entries", MaxClients)
+		}
+		line := lineAt(data, dec.InputOffset())
+		var e api.KeyEntry
+		if err := dec.Decode(&e); err != nil {
+			// The decoder's offsets are within the entry: its line names it.
+			return nil, nil, fmt.Errorf("%s: %w", entryAt{len(entries), line}, err)
+		}
+		entries, lines = append(entries, e), append(lines, line)
+	}
+	if _, err := dec.Token(); err != nil {
+		return nil, nil, syntax(err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, nil, fmt.Errorf("line %d: data after the array", lineAt(data, dec.InputOffset()))
+	}
+	return entries, lines, nil
+}
+
+// lineAt is the line of the first byte from off on that is not space or
+// a comma (where the next value starts), counting from 1.
+func lineAt(data []byte, off int64) int {
+	i := int(min(max(off, 0), int64(len(data))))
+	for i < len(data) && strings.IndexByte(" \t\r\n,", data[i]) >= 0 {
+		i++
+	}
+	return 1 + bytes.Count(data[:i], []byte{'\n'})
+}
 
 // Load reads the keys file at path; its error names the file.
 func Load(path string) (*Keys, error) {
@@ -160,6 +215,9 @@ func Load(path string) (*Keys, error) {
 
 // Clients returns the clients, in file order.
 func (k *Keys) Clients() []*Client { return k.clients }
+
+// Client returns the client of that id, or nil.
+func (k *Keys) Client(id string) *Client { return k.byID[id] }
 
 // Len is the number of keys (a client may hold several, while one is
 // rotated).

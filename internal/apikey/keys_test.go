@@ -142,3 +142,29 @@ func TestParseLanes(t *testing.T) {
 		})
 	}
 }
+
+// TestBadEntriesNameTheirLine: a keys file is edited by hand; an entry it
+// refuses is named by the line it starts on.
+func TestBadEntriesNameTheirLine(t *testing.T) {
+	good := `{"client": "a", "key_sha256": "` + Hash("a") + `", "rate": 5, "burst": 5}`
+	for _, tc := range []struct {
+		name, bad, want string
+	}{
+		{"zero rate", `{"client": "b", "key_sha256": "` + Hash("b") + `", "rate": 0, "burst": 5}`, "line 3: entry 1 (b): rate must be > 0"},
+		{"negative rate", `{"client": "b", "key_sha256": "` + Hash("b") + `", "rate": -2, "burst": 5}`, "line 3: entry 1 (b): rate must be > 0"},
+		{"burst below one", `{"client": "b", "key_sha256": "` + Hash("b") + `", "rate": 2, "burst": 0}`, "line 3: entry 1 (b): burst must be ≥ 1"},
+		{"unknown lane", `{"client": "b", "key_sha256": "` + Hash("b") + `", "rate": 2, "burst": 1, "lanes": ["urgent"]}`, `line 3: entry 1 (b): lanes: "urgent"`},
+		{"a string for a number", `{"client": "b", "key_sha256": "` + Hash("b") + `", "rate": "2", "burst": 1}`, "line 3: "},
+		{"broken JSON", `{"client": "b",, }`, "line 3: "},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Parse([]byte("[\n  " + good + ",\n  " + tc.bad + "\n]\n"))
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("Parse = %v, want %q", err, tc.want)
+			}
+		})
+	}
+	if _, err := Parse([]byte("[" + good + "] []")); err == nil || !strings.Contains(err.Error(), "after the array") {
+		t.Fatalf("two arrays: %v", err)
+	}
+}

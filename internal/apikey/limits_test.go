@@ -101,3 +101,44 @@ func TestLimitsCarry(t *testing.T) {
 		}
 	}
 }
+
+// TestSharesAndTokens: a bucket holding a share of its client's quota
+// refills at that share of the rate and holds that share of the burst;
+// the rate-limit fields tell of the whole quota (this bucket and what the
+// others hold); SetTokens sets what it holds, up to its capacity.
+func TestSharesAndTokens(t *testing.T) {
+	keys, err := Parse([]byte(`[{"client":"a","key_sha256":"` + Hash("a") + `","rate":10,"burst":10}]`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := keys.Clients()[0]
+	clk := testkit.NewClock(time.Date(2026, 12, 4, 12, 0, 0, 0, time.UTC))
+	l := NewEmptyLimits(keys, clk.Now)
+	if v := l.Take(a); v.OK || v.RetryAfter != time.Second {
+		t.Fatalf("no share yet: %+v, want refused, back in a second", v)
+	}
+	l.SetShares([]Share{{Client: "a", Rate: 0.5, Burst: 0.5, Others: 0.3}})
+	clk.Advance(10 * time.Second) // fills to its capacity, 5
+	l.SetTokens("a", 0.4)         // a successor's: 4 of the client's 10
+	for i := range 4 {
+		v := l.Take(a)
+		// 3 left here after the first, and 3 the others hold.
+		if !v.OK || (i == 0 && v.Remaining != 6) {
+			t.Fatalf("take %d of the 4 set: %+v", i, v)
+		}
+	}
+	if v := l.Take(a); v.OK || v.RetryAfter != 200*time.Millisecond {
+		t.Fatalf("after the 4 set: %+v, want refused until the next token at 5/s (200 ms)", v)
+	}
+	l.SetTokens("a", 1) // never beyond its capacity
+	n := 0
+	for l.Take(a).OK {
+		n++
+	}
+	if n != 5 {
+		t.Fatalf("%d taken after setting a whole burst, want its capacity 5", n)
+	}
+	if u := l.Usage(); u[0].Asked != 12 {
+		t.Fatalf("asked %d, want the 12 requests", u[0].Asked)
+	}
+}

@@ -19,6 +19,7 @@ import (
 	"github.com/cellkit/cellkit/internal/celltest"
 	"github.com/cellkit/cellkit/internal/console"
 	"github.com/cellkit/cellkit/internal/control"
+	"github.com/cellkit/cellkit/internal/devstack/devctl"
 	"github.com/cellkit/cellkit/internal/drill"
 	"github.com/cellkit/cellkit/internal/loadtest"
 	"github.com/cellkit/cellkit/internal/registry"
@@ -136,7 +137,7 @@ func TestConsoleInABrowser(t *testing.T) {
 	admin := adminclient.Client{HTTP: &http.Client{}}
 	expect := map[string]any{
 		"base": st.Console, "token": token, "chromium": chromium, "playwright": playwright,
-		"cells": st.Cells(), "routers": 1, "agencies": []string{"nice", "kcb"},
+		"cells": st.Cells(), "routers": 1, "agencies": []string{"nice", "kcb"}, "client": devctl.KeyClient,
 	}
 	release, slots := map[string]string{}, map[string]int{}
 	for _, c := range m.Cells() {

@@ -1,10 +1,12 @@
 package console
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -115,7 +117,7 @@ func (c *collector) run(ctx context.Context) {
 // collectOnce makes one view and publishes it.
 func (c *collector) collectOnce(ctx context.Context) *View {
 	start := c.now()
-	v := &View{At: start, Registry: RegistryView{Describe: c.reg.Describe()}, Cells: []CellCard{}, Routers: []RouterCard{}, Drains: []DrainView{},
+	v := &View{At: start, Registry: RegistryView{Describe: c.reg.Describe()}, Cells: []CellCard{}, Routers: []RouterCard{}, Drains: []DrainView{}, Quotas: []ClientQuotaView{},
 		Refused: []RefusedAdmin{}}
 
 	// The registry first, on its own deadline: a slow registry must not
@@ -177,6 +179,7 @@ func (c *collector) collectOnce(ctx context.Context) *View {
 		v.Rollout = rolloutView(c.rollout, start)
 	}
 	v.Drains = drains(v.Cells)
+	v.Quotas = quotas(v.Routers)
 	c.seq++
 	v.Seq = c.seq
 	v.CollectSeconds = c.now().Sub(start).Seconds()
@@ -428,6 +431,11 @@ func (c *collector) routerCard(ctx context.Context, r RouterRef, at time.Time) R
 		if err := c.admin.Call(ctx, "GET", r.Admin, "/v1/admin/hotkeys", nil, &hot); err == nil {
 			card.Hot = hot.Users[:min(len(hot.Users), 5)]
 		}
+		var q api.RouterQuota
+		if err := c.admin.Call(ctx, "GET", r.Admin, api.PathRouterQuota, nil, &q); err == nil {
+			card.Quota = &QuotaSharing{Routers: q.Routers, LeaseAgeSeconds: q.LeaseAgeSeconds, Even: q.Even}
+			card.quota = q.Clients
+		}
 	}
 	c.mu.Lock()
 	if ready != nil {
@@ -454,6 +462,41 @@ func (c *collector) routerCard(ctx context.Context, r RouterRef, at time.Time) R
 		card.Health = HealthOK
 	}
 	return card
+}
+
+// maxQuotas bounds the clients the view shows.
+const maxQuotas = 20
+
+// quotas sums what the routers said of each client's quota: the most
+// used first, at most maxQuotas.
+func quotas(routers []RouterCard) []ClientQuotaView {
+	by := map[string]*ClientQuotaView{}
+	for _, r := range routers {
+		for _, q := range r.quota {
+			v := by[q.Client]
+			if v == nil {
+				v = &ClientQuotaView{Client: q.Client, Rate: q.Rate, Burst: q.Burst, Shares: map[string]float64{}}
+				by[q.Client] = v
+			}
+			v.Demand += q.Demand
+			v.Held += q.Share
+			v.Shares[r.ID] = q.Share
+		}
+	}
+	out := make([]ClientQuotaView, 0, len(by))
+	for _, v := range by {
+		if v.Rate > 0 {
+			v.Use = v.Demand / v.Rate
+		}
+		out = append(out, *v)
+	}
+	slices.SortFunc(out, func(a, b ClientQuotaView) int {
+		if c := cmp.Compare(b.Use, a.Use); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Client, b.Client)
+	})
+	return out[:min(len(out), maxQuotas)]
 }
 
 // rolloutView is the record with the bake's time left at now.

@@ -25,7 +25,10 @@ type View struct {
 	Rollout      *RolloutView `json:"rollout"`
 	RolloutError string       `json:"rollout_error,omitempty"`
 	Drains       []DrainView  `json:"drains"`
-	Changes      []Change     `json:"changes"`
+	// Quotas are the clients whose quota is most used, over the routers
+	// (at most maxQuotas, the most used first).
+	Quotas  []ClientQuotaView `json:"quotas"`
+	Changes []Change          `json:"changes"`
 	// Refused are the admin endpoints the console did not ask, each with
 	// why: an admin URL read from the map or an announcement that it does
 	// not trust with its credentials (see Config.TrustedAdmin).
@@ -160,6 +163,35 @@ type RouterCard struct {
 	Readiness *api.RouterReadiness `json:"readiness,omitempty"`
 	Rates     Rates                `json:"rates"`
 	Hot       []api.HotUser        `json:"hot,omitempty"`
+	// Quota is how the router shares the clients' quotas: the routers it
+	// counts, its lease's age, whether it splits them evenly (its
+	// clients are in View.Quotas).
+	Quota *QuotaSharing `json:"quota,omitempty"`
+	// quota is what it said of each client, for View.Quotas.
+	quota []api.ClientQuota
+}
+
+// QuotaSharing is a router's part in sharing the clients' quotas.
+type QuotaSharing struct {
+	Routers         int     `json:"routers"`
+	LeaseAgeSeconds float64 `json:"lease_age_seconds"`
+	Even            bool    `json:"even"`
+}
+
+// ClientQuotaView is one client's quota over the routers that answered:
+// how much of it is asked for and held.
+type ClientQuotaView struct {
+	Client string  `json:"client"`
+	Rate   float64 `json:"rate"`
+	Burst  int     `json:"burst"`
+	// Demand is the requests a second asked of all the routers (taken or
+	// not), Use that over the rate.
+	Demand float64 `json:"demand"`
+	Use    float64 `json:"use"`
+	// Held is the shares the routers hold together (over 1: more than the
+	// quota may be admitted), Shares each router's.
+	Held   float64            `json:"held"`
+	Shares map[string]float64 `json:"shares"`
 }
 
 // RolloutView is the registry's rollout record, with the time left in

@@ -69,8 +69,10 @@ type message struct {
 // Bounds of what the other side may send: a state beyond them is
 // refused, its sockets closed.
 const (
-	// maxLine bounds one message: the state's data is small.
-	maxLine = 64 << 10
+	// maxLine bounds one message: the state's data is small, but for a
+	// router's quota shares (a hundred bytes for each of up to 10,000
+	// clients).
+	maxLine = 2 << 20
 	// maxSockets bounds the sockets of a state (the router passes two).
 	maxSockets = 8
 	// maxName bounds a socket's name, maxRelease a release.

@@ -27,7 +27,7 @@ var planes = map[string]string{
 	"cell": "cell", "intake": "cell", "pipeline": "cell", "queue": "cell", "store": "cell", "shed": "cell",
 	"inflight": "cell", "inquiry": "cell", "natsembed": "cell", "quotalease": "cell",
 	// edge: the router.
-	"router": "edge", "apikey": "edge", "route": "edge", "guard": "edge", "h1": "edge", "hotkeys": "edge", "slotrate": "edge",
+	"router": "edge", "apikey": "edge", "route": "edge", "guard": "edge", "h1": "edge", "hotkeys": "edge", "slotrate": "edge", "quota": "edge",
 	// control: changing the map and operating cells.
 	"control": "control", "gate": "control", "rollout": "control", "cellctl": "control", "tfprovider": "control", "adminclient": "control",
 	"console": "control", "release": "control", "operator": "control", "operator/api/v1alpha1": "control",

@@ -23,6 +23,8 @@ import (
 //	GET /metrics             Prometheus metrics from gatherer
 //	GET /v1/admin/hotkeys    top users of the last minute (?n=20, at most 1000)
 //	GET /v1/admin/cells      each cell's endpoint, guard and breaker state
+//	GET /v1/admin/quota      each client's quota as this router knows it
+//	                         (its share, the routers' together, demands)
 func (r *Router) AdminHandler(gatherer prometheus.Gatherer) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
@@ -33,6 +35,7 @@ func (r *Router) AdminHandler(gatherer prometheus.Gatherer) http.Handler {
 	mux.HandleFunc("GET /v1/admin/hotkeys", r.serveHotKeys)
 	mux.HandleFunc("GET /v1/admin/cells", r.serveCells)
 	mux.HandleFunc("GET /v1/admin/slots", r.serveSlots)
+	mux.HandleFunc("GET "+api.PathRouterQuota, r.serveQuota)
 	mux.HandleFunc("/", func(w http.ResponseWriter, _ *http.Request) {
 		problem.Write(w, problem.New(http.StatusNotFound, problem.NotFound, "no such admin resource"))
 	})
@@ -57,6 +60,12 @@ func (r *Router) Readiness() api.RouterReadiness {
 		rd.Detail = "routing with a current cell map"
 	}
 	rd.RefreshedAfter421 = m != nil && m.Version() > st.Version
+	if r.sharer != nil && rd.Ready {
+		if !r.sharer.Ready() {
+			rd.Ready = false
+			rd.Detail = "waiting for the first quota lease (the routers share each client's quota)"
+		}
+	}
 	if r.stopping.Load() {
 		rd.Ready = false
 		rd.Detail = "stopping: serving on until the load balancers have taken it out of rotation"

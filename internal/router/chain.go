@@ -43,6 +43,11 @@ type exchange struct {
 	attempts int // calls made to the cell for this request (a stale connection is retried once)
 	retried  bool
 	uc       *upconn
+	// Edge dedupe (dedupe.go): the key this request is the first of, or
+	// the first it waits for.
+	leads     *inFlight
+	follows   *inFlight
+	dedupeKey dedupeKey
 }
 
 // admit is the part of the request chain that needs only the head: the
@@ -166,6 +171,9 @@ func (lp *loop) route(cl *client) {
 			return
 		}
 		ex.version = t.m.Version()
+		if lp.lead(cl) {
+			return // answered with the same inquiry's answer (dedupe.go)
+		}
 	}
 	lp.call(cl)
 }
@@ -288,6 +296,8 @@ func (lp *loop) leave(cl *client, failed bool) {
 // abandon: the client went away while its request was being answered.
 func (lp *loop) abandon(cl *client) {
 	ex := &cl.ex
+	lp.unfollow(cl)
+	lp.orphanLead(cl)
 	cl.wt.stop()
 	if ex.ep != nil {
 		if p := lp.pools[ex.ep]; p != nil {
@@ -338,6 +348,7 @@ func (lp *loop) answered(cl *client, resp *h1.Response, body []byte) {
 		lp.answer(cl, &u.probs.misdirected, time.Second, nil)
 		return
 	}
+	lp.settleAnswered(cl, resp, body)
 	lp.out = lp.proxyAnswer(lp.out[:0], cl, resp, body)
 	lp.write(cl, status)
 }
@@ -390,6 +401,7 @@ func (lp *loop) reroute(cl *client) {
 
 // answer sends one of the router's own problem answers.
 func (lp *loop) answer(cl *client, p *prob, retry time.Duration, allow []byte) {
+	lp.settleProblem(cl, p, retry, allow)
 	lp.out = lp.problemAnswer(lp.out[:0], cl, p, retry, allow)
 	lp.write(cl, p.status)
 }

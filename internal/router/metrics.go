@@ -25,6 +25,7 @@ type metrics struct {
 	shed       *prometheus.CounterVec
 	authFail   *prometheus.CounterVec
 	panics     prometheus.Counter
+	deduped    prometheus.Counter
 	upstream   *prometheus.CounterVec
 	misdirects *prometheus.CounterVec
 	refreshes  *prometheus.CounterVec
@@ -105,6 +106,10 @@ func newMetrics(reg prometheus.Registerer, gauges prometheus.Collector, loops fu
 		panics: auto.NewCounter(prometheus.CounterOpts{
 			Name: "cellkit_router_panics_total",
 			Help: "Panics recovered in the event loops (each closed the connection it happened on).",
+		}),
+		deduped: auto.NewCounter(prometheus.CounterOpts{
+			Name: "cellkit_router_deduped_total",
+			Help: "New inquiries answered from the same client's inquiry with the same Idempotency-Key and body still in flight at this router, not sent to the cell again.",
 		}),
 		authFail: auto.NewCounterVec(prometheus.CounterOpts{
 			Name: "cellkit_router_auth_failures_total",

@@ -72,6 +72,7 @@ import (
 	"github.com/cellkit/cellkit/internal/breaker"
 	"github.com/cellkit/cellkit/internal/guard"
 	"github.com/cellkit/cellkit/internal/hotkeys"
+	"github.com/cellkit/cellkit/internal/quota"
 	"github.com/cellkit/cellkit/internal/registry"
 	"github.com/cellkit/cellkit/internal/slotmap"
 	"github.com/cellkit/cellkit/internal/slotrate"
@@ -120,6 +121,9 @@ type Options struct {
 	// Keys are the clients' API keys and limits. Required; SetKeys
 	// replaces them.
 	Keys *apikey.Keys
+	// Quota, if not nil, shares the clients' quotas with the other
+	// routers. Nil: this router holds each client's quota whole.
+	Quota *QuotaSharing
 	// Logger receives one line per event that matters, never one per
 	// request. Nil means none.
 	Logger *slog.Logger
@@ -291,6 +295,8 @@ type Router struct {
 	keysMu   sync.Mutex              // serialises SetKeys
 	now      func() time.Time
 	hot      *hotkeys.Tracker
+	sharer   *quota.Sharer // nil: quotas held whole
+	dedupe   dedupe        // new inquiries with a key in flight
 	// slotRates are the request rates per slot of the newest table
 	// (replaced when a map's slot count changes), for the admin API.
 	slotRates atomic.Pointer[slotrate.Rates]
@@ -358,7 +364,15 @@ func New(cfg Config, opts Options) (*Router, error) {
 	if opts.TLS != nil {
 		m.addTLS()
 	}
-	r.keyring.Store(newKeyring(nil, opts.Keys, now))
+	if q := opts.Quota; q != nil {
+		sh, err := quota.New(q.Config, quota.Options{Board: q.Board, Buckets: buckets{r}, Logger: log, Registerer: opts.Registerer, Now: now})
+		if err != nil {
+			return nil, fmt.Errorf("router: %w", err)
+		}
+		r.sharer = sh
+		r.keyring.Store(&keyring{keys: opts.Keys, limits: apikey.NewEmptyLimits(opts.Keys, now)})
+	}
+	r.keyring.Store(newKeyring(r.ring(), opts.Keys, now))
 	r.eng = newEngine(r)
 	return r, nil
 }

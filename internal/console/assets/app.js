@@ -238,6 +238,10 @@ function renderRouters(v) {
         ["pid", rd.pid + " (generation " + rd.generation + ")"],
       ]));
     }
+    if (r.quota) {
+      parts.push(kv([["quotas", r.quota.even ? "split evenly: its lease lapsed" :
+        "shared by " + r.quota.routers + " router" + (r.quota.routers === 1 ? "" : "s") + ", lease " + fmt.secs(r.quota.lease_age_seconds) + " ago"]]));
+    }
     if (r.hot && r.hot.length) {
       parts.push(el("table", {}, el("tr", {}, el("th", {}, "hot user"), el("th", {}, "share"), el("th", {}, "cell")),
         r.hot.map((h) => el("tr", {}, el("td", {}, h.user_id), el("td", {}, fmt.pct(h.share)), el("td", {}, h.cell + (h.override ? " (pinned)" : ""))))));
@@ -247,6 +251,24 @@ function renderRouters(v) {
   if (v.routers_error) cards.unshift(el("p", { class: "error" }, "The routers cannot be listed: " + v.routers_error));
   if (!cards.length) cards.push(el("p", { class: "muted" }, "No router announced in the registry."));
   replace(box, cards);
+}
+
+// ---- clients' quotas
+
+function renderQuotas(v) {
+  const qs = v.quotas || [];
+  if (!qs.length) {
+    replace($("quotas"), [el("p", { class: "muted" }, "No router reports its clients' quotas.")]);
+    return;
+  }
+  const routers = [...new Set(qs.flatMap((q) => Object.keys(q.shares)))].sort();
+  const head = el("tr", {}, el("th", {}, "client"), el("th", {}, "limit"), el("th", {}, "asked"), el("th", {}, "use"),
+    el("th", {}, "held"), routers.map((r) => el("th", {}, r)));
+  const rows = qs.map((q) => el("tr", { dataset: { client: q.client }, class: q.held > 1.001 ? "warn" : "" },
+    el("td", {}, q.client), el("td", {}, q.rate + "/s, burst " + q.burst), el("td", {}, q.demand.toFixed(1) + "/s"),
+    el("td", {}, fmt.pct(q.use)), el("td", {}, fmt.pct(q.held)),
+    routers.map((r) => el("td", {}, r in q.shares ? fmt.pct(q.shares[r]) : "–"))));
+  replace($("quotas"), [el("table", {}, head, rows)]);
 }
 
 // ---- changes, header, banner
@@ -304,6 +326,7 @@ function render(v) {
   renderRollout(v);
   renderDrains(v);
   renderRouters(v);
+  renderQuotas(v);
   renderChanges(v);
   renderLegend();
   if (v.map && (!state.table || state.table.version !== v.map.version)) loadMap();

@@ -72,6 +72,13 @@ try {
   const router = await page.innerText("#routers [data-router]");
   check(new RegExp("map version\\s+" + t.version + "\\b").test(router) && /map\s+current/.test(router) && /req\/s\s+[1-9]/.test(router),
     `the router's card shows its map version ${t.version}, current, and its rate: ${router}`);
+  check(/quotas\s+shared by 1 router, lease/.test(router), `the router's card shows how it shares the quotas: ${router}`);
+  // The clients' quotas: the load's client, asked for at its rate, held
+  // whole by the one router.
+  await page.waitForFunction((c) => { const r = document.querySelector(`#quotas [data-client='${c}']`); return r && /[1-9][0-9.]*\/s/.test(r.cells[2].innerText); },
+    t.client, { timeout: 10000 });
+  const quota = await page.innerText(`#quotas [data-client='${t.client}']`);
+  check(/100\.0 %/.test(quota), `the load's client's quota row shows it held whole: ${quota}`);
 
   // The map: the legend's slot counts are the map's, the grid is drawn.
   for (const [id, n] of Object.entries(t.slots)) {

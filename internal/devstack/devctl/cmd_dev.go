@@ -32,7 +32,8 @@ import (
 //
 // A second dev up reuses all of it.
 
-const devKeyClient = "dev"
+// KeyClient is the client of the stack's API key.
+const KeyClient = "dev"
 
 // DevStack is var/dev.json (see internal/devstack).
 type DevStack = devstack.Stack

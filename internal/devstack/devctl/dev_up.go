@@ -77,7 +77,7 @@ func devUp(ctx context.Context, in *cellctl.Invocation, o devOptions) error {
 	if err := devMap(ctx, in, regURL, o.cells, ports, scheme); err != nil {
 		return err
 	}
-	key, err := devstack.APIKey(ctx, bins["router"], dir, devKeyClient, true)
+	key, err := devstack.APIKey(ctx, bins["router"], dir, KeyClient, true)
 	if err != nil {
 		return err
 	}

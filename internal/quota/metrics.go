@@ -1,0 +1,104 @@
+package quota
+
+import (
+	"sort"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
+
+	"github.com/cellkit/cellkit/internal/api"
+)
+
+// View returns what the router knows of the quotas after its last
+// round: what its metrics, its admin API and the console show.
+func (s *Sharer) View() api.RouterQuota {
+	if v := s.view.Load(); v != nil {
+		return *v
+	}
+	return api.RouterQuota{Router: s.cfg.Router, Routers: 1, LeaseAgeSeconds: -1}
+}
+
+// publishView stores the view of the round that ends at now; s.mu is
+// held.
+func (s *Sharer) publishView(now time.Time) {
+	v := &api.RouterQuota{Router: s.cfg.Router, Routers: s.live, LeaseAgeSeconds: -1, Even: s.even, Clients: make([]api.ClientQuota, 0, len(s.clients))}
+	if !s.leaseAt.IsZero() {
+		v.LeaseAgeSeconds = now.Sub(s.leaseAt).Seconds()
+	}
+	over := 0.0
+	for id := range s.shown {
+		if s.clients[id] == nil {
+			s.m.share.DeleteLabelValues(id)
+			delete(s.shown, id)
+		}
+	}
+	for id, st := range s.clients {
+		s.m.share.WithLabelValues(id).Set(st.held)
+		s.shown[id] = true
+		c := api.ClientQuota{Client: id, Rate: st.rate, Burst: st.burst, Share: st.held, Held: st.held + st.others.held,
+			Demand: st.demand, TotalDemand: st.demand + st.others.demand}
+		over = max(over, c.Held-1)
+		v.Clients = append(v.Clients, c)
+	}
+	sort.Slice(v.Clients, func(i, j int) bool { return v.Clients[i].Client < v.Clients[j].Client })
+	s.view.Store(v)
+	s.m.over.Set(over)
+}
+
+// metrics are the sharer's, cellkit_router_quota_*.
+type metrics struct {
+	rounds    *prometheus.CounterVec
+	badLeases prometheus.Counter
+	over      prometheus.Gauge
+	share     *prometheus.GaugeVec
+}
+
+func newMetrics(reg prometheus.Registerer, s *Sharer) *metrics {
+	f := promauto.With(reg)
+	m := &metrics{
+		rounds: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "cellkit_router_quota_rounds_total",
+			Help: "Lease rounds of the router's quota sharing, by result: ok, unread (the others' leases could not be read: shares held), unwritten (its lease could not be written: no share raised; past its lease the quotas are split evenly).",
+		}, []string{"result"}),
+		badLeases: f.NewCounter(prometheus.CounterOpts{
+			Name: "cellkit_router_quota_bad_leases_total",
+			Help: "Other routers' quota leases read and not believed (malformed, out of bounds).",
+		}),
+		over: f.NewGauge(prometheus.GaugeOpts{
+			Name: "cellkit_router_quota_overcommit_ratio",
+			Help: "The largest excess, over all clients, of the shares the live routers hold together over the whole quota (0: none), as of the last round: the estimate of over-admission.",
+		}),
+		share: f.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "cellkit_router_quota_share",
+			Help: "The fraction of the client's quota (rate and burst) this router holds, as of its last round.",
+		}, []string{"client"}),
+	}
+	for _, r := range []string{"ok", "unread", "unwritten"} {
+		m.rounds.WithLabelValues(r)
+	}
+	f.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "cellkit_router_quota_lease_age_seconds",
+		Help: "Seconds since the write of the router's last quota lease was sent (-1: none yet). Past its lease (4 rounds by default) the router splits every quota evenly.",
+	}, func() float64 {
+		at := s.leaseNs.Load()
+		if at == 0 {
+			return -1
+		}
+		return s.now().Sub(time.Unix(0, at)).Seconds()
+	})
+	f.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "cellkit_router_quota_routers",
+		Help: "Routers sharing the quotas as this one counted them at its last round, itself included.",
+	}, func() float64 { return float64(s.View().Routers) })
+	f.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "cellkit_router_quota_even_split",
+		Help: "1 while the router's quota lease has lapsed and every client's quota is split evenly over the routers it last counted.",
+	}, func() float64 {
+		if s.View().Even {
+			return 1
+		}
+		return 0
+	})
+	return m
+}
