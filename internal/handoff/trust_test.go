@@ -394,8 +394,15 @@ func fakeHost(t *testing.T, line []byte, fds []int) (string, <-chan struct{}) {
 		if len(fds) > 0 {
 			oob = syscall.UnixRights(fds...)
 		}
-		if _, _, err := uc.WriteMsgUnix(append(line, '\n'), oob, nil); err != nil {
+		msg := append(line, '\n')
+		n, _, err := uc.WriteMsgUnix(msg, oob, nil)
+		if err != nil {
 			return
+		}
+		if n < len(msg) { // a message over the socket's buffer goes in parts
+			if _, err := uc.Write(msg[n:]); err != nil {
+				return
+			}
 		}
 		_, _ = io.Copy(io.Discard, uc)
 	}()
@@ -478,7 +485,7 @@ func TestAStateBeyondTheBoundsIsRefusedWithItsSocketsClosed(t *testing.T) {
 		{"a release over the bound", "release of 257 bytes", state(handoff.State{PID: pid, Generation: 1, Release: strings.Repeat("r", 257), Names: public}), listeners(1)},
 		{"a refusal with sockets", "refused", []byte(`{"refused":"no"}`), listeners(1)},
 		{"not a message, with sockets", "not one", []byte(`{"state":`), listeners(1)},
-		{"a message over 64 KiB, with sockets", "over 64 KiB", state(handoff.State{PID: pid, Generation: 1, Names: public, Data: json.RawMessage(`"` + strings.Repeat("d", 70<<10) + `"`)}), listeners(1)},
+		{"a message over 2 MiB, with sockets", "over 2048 KiB", state(handoff.State{PID: pid, Generation: 1, Names: public, Data: json.RawMessage(`"` + strings.Repeat("d", 2<<20+1) + `"`)}), listeners(1)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			path, done := fakeHost(t, tc.line, tc.fds)
