@@ -213,8 +213,8 @@ func TestKeyRotationThroughTheRunningRouter(t *testing.T) {
 	for line := range strings.SplitSeq(r.logs.String(), "\n") {
 		if strings.Contains(line, "refused the new files") {
 			refused++
-			if !strings.Contains(line, keys) || !strings.Contains(line, `"what":"keys"`) {
-				t.Errorf("the refusal does not name the keys file: %s", line)
+			if !strings.Contains(line, keys) || !strings.Contains(line, `"what":"keys"`) || !strings.Contains(line, "line 1: ") {
+				t.Errorf("the refusal does not name the keys file and the line: %s", line)
 			}
 		}
 	}
