@@ -49,13 +49,14 @@ type handoffData struct {
 // to hand over its sockets.
 const takeWithin = 10 * time.Second
 
-// takeOver takes the sockets of the router at --handoff-socket; nil when
-// there is none (or no socket is configured). Its data must be within
-// the bounds of handoffData.check: else the sockets are closed, the old
-// router serves on, and this one does not start.
-func takeOver(ctx context.Context, o options, log *slog.Logger) (*handoff.Succession, error) {
+// takeOver takes the sockets of the router at --handoff-socket, and its
+// data, read once; nil when there is none (or no socket is configured).
+// Its data must be within the bounds of handoffData.check: else the
+// sockets are closed, the old router serves on, and this one does not
+// start.
+func takeOver(ctx context.Context, o options, log *slog.Logger) (*handoff.Succession, handoffData, error) {
 	if o.handoffSocket == "" {
-		return nil, nil
+		return nil, handoffData{}, nil
 	}
 	tctx, cancel := context.WithTimeout(ctx, takeWithin)
 	defer cancel()
@@ -63,17 +64,18 @@ func takeOver(ctx context.Context, o options, log *slog.Logger) (*handoff.Succes
 	switch {
 	case errors.Is(err, handoff.ErrNone):
 		log.Info("no router to take over from: listening afresh", "handoff_socket", o.handoffSocket)
-		return nil, nil
+		return nil, handoffData{}, nil
 	case err != nil:
-		return nil, fmt.Errorf("--handoff-socket: %w", err)
+		return nil, handoffData{}, fmt.Errorf("--handoff-socket: %w", err)
 	}
-	if _, err := predecessorData(succ, time.Now()); err != nil {
+	d, err := predecessorData(succ, time.Now())
+	if err != nil {
 		succ.Close()
-		return nil, fmt.Errorf("--handoff-socket %s: %w", o.handoffSocket, err)
+		return nil, handoffData{}, fmt.Errorf("--handoff-socket %s: %w", o.handoffSocket, err)
 	}
 	log.Info("taking over from the router serving here", "pid", succ.State.PID, "its_generation", succ.State.Generation,
 		"its_release", succ.State.Release, "sockets", succ.State.Names)
-	return succ, nil
+	return succ, d, nil
 }
 
 // takeOrListen is the listening socket name for addr: the predecessor's
@@ -187,19 +189,17 @@ func (d handoffData) check(now time.Time) error {
 }
 
 // carryQuota gives rt the predecessor's quota shares, tokens and lease.
-func carryQuota(succ *handoff.Succession, rt *router.Router) error {
-	d, err := predecessorData(succ, time.Now())
-	if err != nil || d.Quota == nil || rt.Quota() == nil {
-		return err
+func carryQuota(d handoffData, rt *router.Router) error {
+	if d.Quota == nil || rt.Quota() == nil {
+		return nil
 	}
 	return rt.Quota().Resume(*d.Quota)
 }
 
 // carryTicketKeys gives srv the predecessor's session ticket keys.
-func carryTicketKeys(succ *handoff.Succession, srv *tlsconf.Server) error {
-	d, err := predecessorData(succ, time.Now())
-	if err != nil || len(d.TicketKeys) == 0 {
-		return err // nil: it served without TLS
+func carryTicketKeys(d handoffData, srv *tlsconf.Server) error {
+	if len(d.TicketKeys) == 0 {
+		return nil // it served without TLS
 	}
 	return srv.SetTicketKeys(d.TicketKeys)
 }
@@ -231,10 +231,10 @@ func offer(generation int, release string, public, admin net.Listener, tlsSrv *t
 // successor (its predecessor is told it serves), then offers its sockets
 // at --handoff-socket until a successor is ready (sent on to) or ctx
 // ends.
-func offerSockets(ctx context.Context, o options, log *slog.Logger, hm *handoffMetrics, succ *handoff.Succession,
+func offerSockets(ctx context.Context, o options, log *slog.Logger, hm *handoffMetrics, succ *handoff.Succession, pred handoffData,
 	rt *router.Router, to chan<- handoff.Hello, mkOffer func() (handoff.Offer, error)) error {
 	if succ != nil {
-		warm(ctx, log, succ, rt)
+		warm(ctx, log, pred, rt)
 		rctx, cancel := context.WithTimeout(ctx, takeWithin)
 		err := succ.Ready(rctx)
 		cancel()
@@ -279,9 +279,8 @@ const warmWithin = 5 * time.Second
 
 // warm opens, before the load is taken over, as many connections to each
 // cell instance as the old router holds.
-func warm(ctx context.Context, log *slog.Logger, succ *handoff.Succession, rt *router.Router) {
-	d, err := predecessorData(succ, time.Now())
-	if err != nil || len(d.Pools) == 0 {
+func warm(ctx context.Context, log *slog.Logger, d handoffData, rt *router.Router) {
+	if len(d.Pools) == 0 {
 		return
 	}
 	want := 0

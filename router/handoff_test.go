@@ -514,7 +514,7 @@ func TestAPredecessorsDataBeyondTheBoundsIsRefused(t *testing.T) {
 			}()
 			t.Cleanup(func() { cancel(); <-served; _ = h.Remove() })
 			before := openFDs(t)
-			succ, err := takeOver(testkit.Context(t, 5*time.Second), options{handoffSocket: path}, testkit.Logger())
+			succ, _, err := takeOver(testkit.Context(t, 5*time.Second), options{handoffSocket: path}, testkit.Logger())
 			if tc.want == "" {
 				if err != nil || succ == nil {
 					t.Fatalf("take over: %v", err)

@@ -217,7 +217,11 @@ func checkServerFiles(prefix string, f *tlsconf.ServerFiles, given map[string]bo
 type addrs struct{ Public, Admin net.Addr }
 
 // run serves until ctx ends, then shuts down gracefully. ready, if not nil,
-// is called once the public listener accepts requests.
+// is called once the public listener accepts requests. One piece: the
+// process's wiring in the order it must happen (a predecessor's sockets
+// and state taken before anything listens, the files and their watchers,
+// the registry, the router, the quota sharer, the listeners), then one
+// errgroup whose goroutines share the handoff and shutdown flags it made.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer, ready func(addrs)) error {
 	if len(args) > 0 {
 		switch args[0] {
@@ -236,7 +240,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, ready fun
 	}
 	log, metrics := program.Start(stderr, o.logLevel)
 	program.BuildInfo(metrics, "router", o.release)
-	succ, err := takeOver(ctx, o, log)
+	succ, pred, err := takeOver(ctx, o, log)
 	if err != nil {
 		return err
 	}
@@ -277,7 +281,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, ready fun
 		if err != nil {
 			return fmt.Errorf("public listener: %w", err)
 		}
-		if err := carryTicketKeys(succ, srv); err != nil {
+		if err := carryTicketKeys(pred, srv); err != nil {
 			return err
 		}
 		publicTLS, publicTLSServer = srv.Config(), srv
@@ -348,7 +352,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, ready fun
 		return err
 	}
 	defer rt.Close()
-	if err := carryQuota(succ, rt); err != nil {
+	if err := carryQuota(pred, rt); err != nil {
 		return err
 	}
 
@@ -465,7 +469,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, ready fun
 			case <-gctx.Done():
 				return nil
 			}
-			return offerSockets(gctx, o, log, hm, succ, rt, handedTo, func() (handoff.Offer, error) {
+			return offerSockets(gctx, o, log, hm, succ, pred, rt, handedTo, func() (handoff.Offer, error) {
 				return offer(hm.generation, o.release.ID, publicLn, adminRaw, publicTLSServer, rt) // set before listening closed
 			})
 		})

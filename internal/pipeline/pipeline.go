@@ -303,7 +303,9 @@ func (p *Pipeline) Stalled() time.Duration {
 func (p *Pipeline) Workers() int { return p.cfg.Workers }
 
 // Run processes inquiries until ctx ends, then drains (see the package
-// doc). It returns nil after a clean stop.
+// doc). It returns nil after a clean stop. One piece: the fetch loop and
+// the drain after it share the workers' wait group and the in-flight
+// count; split, the drain would have to be handed what the loop holds.
 func (p *Pipeline) Run(ctx context.Context) error {
 	faultStart()
 	workCtx, abandon := context.WithCancel(context.WithoutCancel(ctx))

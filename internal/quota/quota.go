@@ -296,7 +296,7 @@ func (s *Sharer) Round(ctx context.Context) {
 	docs, err := s.board.Leases(rctx)
 	read := err == nil
 	if read {
-		s.observe(docs, now)
+		s.observe(rctx, docs, now)
 	} else {
 		s.m.rounds.WithLabelValues("unread").Inc()
 		s.log.Warn("cannot read the routers' quota leases: shares held as they are", "err", err)
@@ -400,7 +400,7 @@ func (s *Sharer) shareOf(id string, st *clientState) apikey.Share {
 
 // observe takes the leases read at now: a router is live while its
 // lease changed within Lease+Grace; one withdrawn is gone at once.
-func (s *Sharer) observe(docs map[string][]byte, now time.Time) {
+func (s *Sharer) observe(ctx context.Context, docs map[string][]byte, now time.Time) {
 	s.reached = true
 	for id := range s.peers {
 		if _, ok := docs[id]; !ok {
@@ -434,7 +434,7 @@ func (s *Sharer) observe(docs map[string][]byte, now time.Time) {
 		case age > forgetAfter:
 			// Long dead: its lease is removed so that the board does not
 			// keep every router that ever ran.
-			if err := s.board.DropLease(context.Background(), id); err == nil {
+			if err := s.board.DropLease(ctx, id); err == nil {
 				delete(s.peers, id)
 			}
 		}
