@@ -3,13 +3,17 @@
 //
 // A Watcher looks at its files every Interval (size, modification time and
 // inode, through symbolic links: an atomic rename, an in-place write and a
-// Kubernetes secret's symlink swap are all seen) and calls its Load when one
-// of them changed, or at once when Trigger is called (a process calls it on
-// SIGHUP). Load parses and swaps in the new state; when it fails, the
-// process keeps the state it had, the failure is logged and counted, and
-// the same files are tried again once they change again or on the next
-// Trigger. A half-written file is therefore never taken: it is refused,
-// and taken once the writer finishes.
+// Kubernetes secret's symlink swap are all seen) and calls its Load once
+// a change has settled: the files are loaded when two looks in a row
+// found them the same and different from the last load, so a writer
+// caught between its truncate and its write (an empty file, or the first
+// half of a list that parses) is not taken, and it is taken at the next
+// look after the writer finishes. Trigger (a process calls it on SIGHUP)
+// loads at once. Load parses and swaps in the new state; when it fails,
+// the process keeps the state it had, the failure is logged and counted,
+// and the same files are tried again once they change again or on the
+// next Trigger. A write slower than a look is therefore refused, or taken
+// whole once it is done.
 package reload
 
 import (
@@ -55,8 +59,9 @@ type Watcher struct {
 
 	trigger chan struct{}
 
-	mu   sync.Mutex // serialises loads
-	seen []stamp    // the files as of the last load, good or refused
+	mu      sync.Mutex // serialises loads
+	seen    []stamp    // the files as of the last load, good or refused
+	pending []stamp    // a change seen by the last look, loaded if the next finds it unchanged
 
 	ok, failed      prometheus.Counter
 	lastOK, refused prometheus.Gauge
@@ -158,15 +163,24 @@ func (w *Watcher) Trigger() {
 // Reload loads the files now and says whether they were taken.
 func (w *Watcher) Reload() error { return w.reload(true) }
 
-// reload loads the files if forced or if they changed since the last load.
+// reload loads the files if forced, or if they changed since the last
+// load and the previous look found them as they are now (the change has
+// settled).
 func (w *Watcher) reload(force bool) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	now := w.stamps()
-	if !force && equal(now, w.seen) {
-		return nil
+	if !force {
+		if equal(now, w.seen) {
+			w.pending = nil
+			return nil
+		}
+		if !equal(now, w.pending) {
+			w.pending = now
+			return nil
+		}
 	}
-	w.seen = now
+	w.seen, w.pending = now, nil
 	if err := w.load(); err != nil {
 		w.failed.Inc()
 		w.refused.Set(1)
@@ -181,12 +195,15 @@ func (w *Watcher) reload(force bool) error {
 }
 
 func equal(a, b []stamp) bool {
+	if len(a) != len(b) {
+		return false
+	}
 	for i := range a {
 		if a[i] != b[i] {
 			return false
 		}
 	}
-	return len(a) == len(b)
+	return true
 }
 
 // Run looks at the files every Interval and on Trigger until ctx ends;
