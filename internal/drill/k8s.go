@@ -16,9 +16,9 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/cellkit/cellkit/internal/api"
 	"github.com/cellkit/cellkit/internal/backoff"
 	"github.com/cellkit/cellkit/internal/control"
-	"github.com/cellkit/cellkit/internal/intake"
 	"github.com/cellkit/cellkit/internal/kubenode"
 	"github.com/cellkit/cellkit/internal/kubenode/kubestack"
 	"github.com/cellkit/cellkit/internal/loadtest"
@@ -385,7 +385,7 @@ func k8sCommand(ctx context.Context, name string, run func(context.Context, K8sC
 }
 
 // settle waits until the map's last move of slots between two cells it
-// still holds is intake.MoveWindow old. For that long after a move, the
+// still holds is api.MoveWindow old. For that long after a move, the
 // new owner of a moved slot asks the previous one about every keyed
 // request first (a retry must not make a second inquiry): the cells then
 // lean on each other, which is what the drills check they do not. The
@@ -397,11 +397,11 @@ func (n *k8sRun) settle(ctx context.Context) error {
 	if err != nil || at.IsZero() {
 		return err
 	}
-	wait := time.Until(at.Add(intake.MoveWindow))
+	wait := time.Until(at.Add(api.MoveWindow))
 	if wait <= 0 {
 		return nil
 	}
-	n.c.logf("waiting %s: the map moved slots between its cells at %s, and keyed requests to them ask the previous cell for %s", wait.Round(time.Second), at.Format(time.TimeOnly), intake.MoveWindow)
+	n.c.logf("waiting %s: the map moved slots between its cells at %s, and keyed requests to them ask the previous cell for %s", wait.Round(time.Second), at.Format(time.TimeOnly), api.MoveWindow)
 	return backoff.Sleep(ctx, wait)
 }
 

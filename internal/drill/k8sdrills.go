@@ -14,10 +14,12 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/cellkit/cellkit/internal/api"
 	"github.com/cellkit/cellkit/internal/kubenode/kubestack"
 	"github.com/cellkit/cellkit/internal/loadtest"
 	"github.com/cellkit/cellkit/internal/operator"
 	"github.com/cellkit/cellkit/internal/operator/api/v1alpha1"
+	"github.com/cellkit/cellkit/internal/slotmap"
 )
 
 // lostBound is how long after an instance is lost its cell's new
@@ -388,18 +390,21 @@ func startedBy(pods []corev1.Pod, t time.Time) (int, []string) {
 
 // CellDelete: the Cell NewCell deleted under load. The operator drains
 // it first (its slots move away, its queue empties: the map marks it
-// drained only then), then takes it out of the map, then its objects go;
-// its users are served elsewhere with no error, and every other cell's
-// inquiry ends final. What the deleted cell accepted was processed before
-// it left (its queue empty at the mark), but its records and idempotency
-// keys stay on its kept volumes: read through the routers after it has
-// gone they answer 404, and a keyed retry gets a new id — reported, not
-// checked, until a user's data moves with the user.
+// drained only then), then keeps it, drained in the map and running, for
+// the cells' move window (api.MoveWindow), then takes it out of the map,
+// then its objects go. Its users are served elsewhere with no error
+// throughout, the removal included, and every other cell's inquiry ends
+// final. While it retires, what it accepted reads final through the
+// routers and a keyed retry gets the same id (its users' new owners ask
+// it). Once it has gone its records and keys stay on its kept volumes:
+// read through the routers they answer 404, and a keyed retry gets a new
+// id — reported, not checked, until a user's data moves with the user.
+// It lasts the move window and about a minute.
 func CellDelete(ctx context.Context, c K8sConfig) (*loadtest.Result, error) {
 	c.defaults()
 	// Not settled: the moves of k8s-cell-add, just before, are what
 	// this drill undoes.
-	n, err := newK8sRun(ctx, &c, c.Baseline+c.Within+c.After, false)
+	n, err := newK8sRun(ctx, &c, c.Baseline+api.MoveWindow+2*c.Within+c.After, false)
 	if err != nil {
 		return nil, err
 	}
@@ -415,10 +420,19 @@ func CellDelete(ctx context.Context, c K8sConfig) (*loadtest.Result, error) {
 	if err != nil {
 		return nil, err
 	}
+	inMap := func(ctx context.Context) (slotmap.Cell, bool, error) {
+		m, err := n.ctl.Load(ctx)
+		if err != nil {
+			return slotmap.Cell{}, false, err
+		}
+		mc, ok := m.Cell(c.NewCell)
+		return mc, ok, nil
+	}
 	lctx, stop := context.WithCancel(ctx)
 	defer stop()
 	wait := startLoad(lctx, n.r)
-	var delAt, goneAt time.Duration
+	var delAt, drainedAt, removedAt, goneAt time.Duration
+	var retiring loadtest.Verification
 	actErr := func() error {
 		if err := sleepUntil(ctx, n.r, c.Baseline); err != nil {
 			return err
@@ -429,6 +443,36 @@ func CellDelete(ctx context.Context, c K8sConfig) (*loadtest.Result, error) {
 		delAt = n.r.Elapsed()
 		n.r.Mark(c.NewCell + " deleted")
 		c.logf("Cell %s deleted at %.1fs", c.NewCell, delAt.Seconds())
+		if err := n.until(ctx, c.Within, c.NewCell+" drained in the map", func(ctx context.Context) (bool, error) {
+			mc, ok, err := inMap(ctx)
+			return ok && mc.State == slotmap.Drained, err
+		}); err != nil {
+			return err
+		}
+		drainedAt = n.r.Elapsed()
+		n.r.Mark(c.NewCell + " drained")
+		c.logf("%s drained at %.1fs; it retires for %s", c.NewCell, drainedAt.Seconds(), api.MoveWindow)
+		if err := sleepUntil(ctx, n.r, drainedAt+c.After); err != nil {
+			return err
+		}
+		// Read while it retires: everything it accepted, through the
+		// routers, and keyed retries, which reach its users' new owners.
+		var its []loadtest.Sample
+		for _, s := range n.r.SamplesSoFar() {
+			if s.Cell == c.NewCell && s.ID != "" && !s.Read {
+				its = append(its, s)
+			}
+		}
+		retiring = n.r.Verify(ctx, its, c.VerifyWithin, min(len(its), 50))
+		if err := n.until(ctx, api.MoveWindow+c.Within, c.NewCell+" out of the map", func(ctx context.Context) (bool, error) {
+			_, ok, err := inMap(ctx)
+			return !ok, err
+		}); err != nil {
+			return err
+		}
+		removedAt = n.r.Elapsed()
+		n.r.Mark(c.NewCell + " removed")
+		c.logf("%s out of the map at %.1fs", c.NewCell, removedAt.Seconds())
 		if err := n.until(ctx, c.Within, c.NewCell+" and its StatefulSet gone", func(ctx context.Context) (bool, error) {
 			var sts appsv1.StatefulSet
 			_, err := n.cell(ctx, c.NewCell)
@@ -458,11 +502,23 @@ func CellDelete(ctx context.Context, c K8sConfig) (*loadtest.Result, error) {
 	}
 	d.Check(c.NewCell+" in the map: drained before it was removed", slices.Equal(states, []string{"draining", "drained", "removed"}),
 		strings.Join(states, " → "), "draining → drained → removed")
-	d.Note("%s's Cell and StatefulSet gone %.1fs after its deletion", c.NewCell, (goneAt - delAt).Seconds())
+	// The map is read every 200 ms: its drained mark is seen up to that
+	// late, its removal up to that early.
+	kept := removedAt - drainedAt
+	d.Check(c.NewCell+" kept, drained, for the move window", kept >= api.MoveWindow-time.Second,
+		fmt.Sprintf("%.1fs", kept.Seconds()), fmt.Sprintf("≥ %s", api.MoveWindow))
+	d.Check(c.NewCell+"'s inquiries read while it retires: lost", retiring.Accepted > 0 && retiring.Lost == 0 && retiring.Unfinished == 0,
+		fmt.Sprintf("%d lost, %d unfinished of %d", retiring.Lost, retiring.Unfinished, retiring.Accepted), "0")
+	d.Check(c.NewCell+"'s keyed retries while it retires: a new id", retiring.Replayed > 0 && retiring.ReplayNewID == 0,
+		fmt.Sprintf("%d of %d", retiring.ReplayNewID, retiring.Replayed), "0")
+	d.Note("%s drained %.1fs after its deletion, out of the map %.1fs after that, its Cell and StatefulSet gone %.1fs later",
+		c.NewCell, (drainedAt - delAt).Seconds(), kept.Seconds(), (goneAt - removedAt).Seconds())
 	cells := usersOf(res, delAt)
 	mine := func(u int) bool { return cells[u] == c.NewCell }
 	st := loadtest.Window{From: delAt, To: end, Users: mine}.Stats(res.Samples)
 	d.Check(c.NewCell+"'s users from the deletion on: errors", st.N > 0 && st.Errors == 0, fmt.Sprintf("%d of %d %v", st.Errors, st.N, st.Status), "0")
+	around := loadtest.Window{From: removedAt - c.After, To: end, Users: mine}.Stats(res.Samples)
+	d.Note("%s's users around its removal (from %.0fs before): %d of %d errors", c.NewCell, c.After.Seconds(), around.Errors, around.N)
 	still := 0
 	for _, cell := range loadtest.UserCells(res.Samples, goneAt, end) {
 		if cell == c.NewCell {
@@ -477,21 +533,21 @@ func CellDelete(ctx context.Context, c K8sConfig) (*loadtest.Result, error) {
 		}
 	}
 	// The others' inquiries are verified as in every drill; the deleted
-	// cell's are read once, for the record.
-	var kept, gone []loadtest.Sample
+	// cell's are read once more, for the record.
+	var others, gone []loadtest.Sample
 	for _, s := range res.Samples {
 		if s.Cell == c.NewCell && s.ID != "" && !s.Read {
 			gone = append(gone, s)
 		} else {
-			kept = append(kept, s)
+			others = append(others, s)
 		}
 	}
 	v := n.r.Verify(ctx, gone, 5*time.Second, min(len(gone), 50))
 	d.Note("%s accepted %d inquiries; read after it has gone: %d answer 404, %d final; of %d keyed retries %d got a new id (its records and keys stay on its volumes, kept: kubectl delete pvc -l %s=%s)",
 		c.NewCell, len(gone), v.Lost, v.Done+v.Failed, v.Replayed, v.ReplayNewID, operator.LabelCell, c.NewCell)
-	res.Samples = kept
+	res.Samples = others
 	n.finish(ctx, d, res)
-	res.Samples = append(kept, gone...)
+	res.Samples = append(others, gone...)
 	return res, nil
 }
 

@@ -162,7 +162,7 @@ type Handler struct {
 }
 
 // TrackMoves makes keyed requests for users whose slot moved here within
-// MoveWindow check the previous owner first (see Moves).
+// api.MoveWindow check the previous owner first (see Moves).
 func (h *Handler) TrackMoves(mv *Moves) {
 	h.moves = mv
 	tr := http.DefaultTransport.(*http.Transport).Clone()

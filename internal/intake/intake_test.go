@@ -995,7 +995,7 @@ func TestKeyedRetryAfterAMoveGetsThePreviousCellsInquiry(t *testing.T) {
 	c1.wantStored(t, 2, 2, 0)
 
 	// Past the window, the previous cell is no longer asked.
-	e.clk.Advance(MoveWindow)
+	e.clk.Advance(api.MoveWindow)
 	if a := c1.accept(t, request(u), key); a.ID != inquiry.KeyID("c1", "", u, "k1") {
 		t.Fatalf("after the window: id %s", a.ID)
 	}

@@ -19,19 +19,12 @@ import (
 	"github.com/cellkit/cellkit/internal/slotmap"
 )
 
-// MoveWindow is how long a cell remembers which cell owned a slot before it.
-// A client retrying a request with the same Idempotency-Key after the user's
-// slot moved (a drain, a rebalance) reaches the new owner, which must not
-// accept it a second time: within this window it asks the previous owner
-// first.
-const MoveWindow = 10 * time.Minute
-
 // Moves remembers, for the slots this cell gained, which cell owned them
 // before and when they moved; and the same for single users whose route
 // came to this cell by an override (a user pinned here, or unpinned from
 // another cell back to this one). It is fed every map the cell follows. With a
 // file (MovesConfig.Path) it survives a restart: the moves are written to
-// it whenever they change, and read back within MoveWindow.
+// it whenever they change, and read back within api.MoveWindow.
 type Moves struct {
 	cell  string
 	path  string // "" keeps the log in memory only
@@ -76,7 +69,7 @@ type MovesOptions struct {
 }
 
 // NewMoves returns the log of cfg.Cell. With a Path it holds the moves the
-// file has that are younger than MoveWindow now; a missing file is an
+// file has that are younger than api.MoveWindow now; a missing file is an
 // empty log, an unreadable one is an error.
 func NewMoves(cfg MovesConfig, opts MovesOptions) (*Moves, error) {
 	if cfg.Cell == "" {
@@ -104,7 +97,7 @@ func NewMoves(cfg MovesConfig, opts MovesOptions) (*Moves, error) {
 	}
 	for _, e := range list {
 		switch {
-		case now.Sub(e.At) > MoveWindow || e.From == "":
+		case now.Sub(e.At) > api.MoveWindow || e.From == "":
 		case e.User != "":
 			mv.users[e.User] = moved{cell: e.From, at: e.At}
 		case e.Slot >= 0:
@@ -122,13 +115,13 @@ func (mv *Moves) Observe(m *slotmap.Map, now time.Time) {
 	defer mv.mu.Unlock()
 	changed := false
 	for s, e := range mv.from {
-		if now.Sub(e.at) > MoveWindow {
+		if now.Sub(e.at) > api.MoveWindow {
 			delete(mv.from, s)
 			changed = true
 		}
 	}
 	for u, e := range mv.users {
-		if now.Sub(e.at) > MoveWindow {
+		if now.Sub(e.at) > api.MoveWindow {
 			delete(mv.users, u)
 			changed = true
 		}
@@ -196,16 +189,16 @@ func (mv *Moves) saveLocked() error {
 }
 
 // Previous returns the cell that user was routed to before, if the user
-// or its slot came to this cell within MoveWindow: the user's own move
+// or its slot came to this cell within api.MoveWindow: the user's own move
 // first (an override), else the slot's.
 func (mv *Moves) Previous(user string, slot int, now time.Time) (string, bool) {
 	mv.mu.Lock()
 	defer mv.mu.Unlock()
-	if e, ok := mv.users[user]; ok && now.Sub(e.at) <= MoveWindow {
+	if e, ok := mv.users[user]; ok && now.Sub(e.at) <= api.MoveWindow {
 		return e.cell, true
 	}
 	e, ok := mv.from[slot]
-	if !ok || now.Sub(e.at) > MoveWindow {
+	if !ok || now.Sub(e.at) > api.MoveWindow {
 		return "", false
 	}
 	return e.cell, true

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cellkit/cellkit/internal/api"
 	"github.com/cellkit/cellkit/internal/slotmap"
 )
 
@@ -56,7 +57,7 @@ func TestMovesRemembersThePreviousOwnerForAWhile(t *testing.T) {
 		t.Fatal("the drain gave c1 no slots: test map too small")
 	}
 	for s := 0; s < m.Slots(); s++ {
-		if _, ok := mv.Previous("", s, now.Add(MoveWindow+time.Second)); ok {
+		if _, ok := mv.Previous("", s, now.Add(api.MoveWindow+time.Second)); ok {
 			t.Fatalf("slot %d still remembered after the window", s)
 		}
 	}
@@ -68,7 +69,7 @@ func TestMovesRemembersThePreviousOwnerForAWhile(t *testing.T) {
 }
 
 // With a file, the moves survive a restart (the first map observed after
-// it records nothing by itself), within MoveWindow; a broken file is an
+// it records nothing by itself), within api.MoveWindow; a broken file is an
 // error, a missing one an empty log.
 func TestMovesSurviveARestart(t *testing.T) {
 	m := testMap(t)
@@ -108,11 +109,11 @@ func TestMovesSurviveARestart(t *testing.T) {
 		t.Fatalf("after a restart, slot %d: Previous = %q, %v, want c2", moved, prev, ok)
 	}
 	// Past the window the file's moves are not read back.
-	gone, err := NewMoves(MovesConfig{Cell: "c1", Path: path}, MovesOptions{Now: func() time.Time { return now.Add(MoveWindow + time.Second) }})
+	gone, err := NewMoves(MovesConfig{Cell: "c1", Path: path}, MovesOptions{Now: func() time.Time { return now.Add(api.MoveWindow + time.Second) }})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := gone.Previous("", moved, now.Add(MoveWindow+time.Second)); ok {
+	if _, ok := gone.Previous("", moved, now.Add(api.MoveWindow+time.Second)); ok {
 		t.Fatal("a move older than the window was read back")
 	}
 	if mv, err := NewMoves(MovesConfig{Cell: "c1", Path: filepath.Join(t.TempDir(), "none.json")}, MovesOptions{}); err != nil || len(mv.from) != 0 {

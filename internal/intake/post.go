@@ -90,7 +90,7 @@ func (h *Handler) post(w http.ResponseWriter, r *http.Request) {
 			// second one. If that cell cannot be asked, whether it
 			// accepted the key's inquiry is unknown: taking the request
 			// here could make a second one, so nothing is taken until it
-			// answers (or leaves the map, or MoveWindow passes).
+			// answers (or leaves the map, or api.MoveWindow passes).
 			rec, found, err := h.askPrevious(ctx, prev, client, req.UserID, idemKey, inquiry.Fingerprint(req))
 			switch {
 			case errors.Is(err, errKeyReused):

@@ -239,6 +239,15 @@ func (r *Runner) Mark(name string) {
 	r.mu.Unlock()
 }
 
+// SamplesSoFar is a copy of the samples of the requests that have an
+// outcome by now (KeepSamples; nil without): a drill reads what the
+// load got while the load goes on.
+func (r *Runner) SamplesSoFar() []Sample {
+	r.rec.mu.Lock()
+	defer r.rec.mu.Unlock()
+	return append([]Sample(nil), r.rec.samples...)
+}
+
 // Run sends the load and returns its result once every request has an
 // outcome. Cancelling ctx stops sending; the result covers what was sent.
 func (r *Runner) Run(ctx context.Context) (*Result, error) {
