@@ -180,7 +180,7 @@ lint: ## go vet, staticcheck and errcheck (the main module and deploy/release; e
 	$(MAKE) generate
 	@git diff --exit-code -- $(GENERATED) || { echo "make generate changed the files above: commit what it writes" >&2; exit 1; }
 
-NET_DRILLS ?= host-loss freeze-instance cut-router cut-consul-router cut-consul-cell cut-nats cut-agency
+NET_DRILLS ?= host-loss freeze-instance cut-router cut-consul-router cut-consul-cell cut-nats cut-agency quota-routers
 # The lab runs 25 processes (9 JetStream nodes, 9 cell instances) on the
 # machine's cores: on 2 cores it saturates at 100/s (0.1 % idle, baseline
 # p99 in seconds), so its drills run at half make drill's rate.
@@ -190,7 +190,7 @@ NET_DRILL_RATE ?= 50
 NET_STACK ?= $(if $(wildcard /dev/shm),/dev/shm/cellkit-drill-net,var/drill/net/stack)
 
 .PHONY: drill-net
-drill-net: tools build ## as root: the partition drills (host-loss of the node leading the cell's streams, freeze-instance, the cuts) on a network lab of 3 cells of 3 instances each, brought up once (NET_DRILLS, NET_DRILL_RATE, default 50/s); reports in var/drill/net/, the lab's stack in NET_STACK (/dev/shm/cellkit-drill-net)
+drill-net: tools build ## as root: the partition drills (host-loss of the node leading the cell's streams, freeze-instance, the cuts, one client's quota across the routers through a router's death and a registry cut) on a network lab of 3 cells of 3 instances each, brought up once (NET_DRILLS, NET_DRILL_RATE, default 50/s); reports in var/drill/net/, the lab's stack in NET_STACK (/dev/shm/cellkit-drill-net)
 	@mkdir -p var/drill/net; rc=0; \
 	$(BIN)/loadtest net down --dir $(NET_STACK) >/dev/null 2>&1 || true; \
 	$(BIN)/loadtest net up --dir $(NET_STACK) --cells 3 --instances 3 >var/drill/net/up.txt || { cat var/drill/net/up.txt; exit 1; }; \

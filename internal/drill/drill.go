@@ -14,6 +14,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/cellkit/cellkit/internal/backoff"
 	"github.com/cellkit/cellkit/internal/loadtest"
 )
 
@@ -197,3 +198,26 @@ func countAccepted(samples []loadtest.Sample) int {
 }
 
 func msf(d time.Duration) string { return fmt.Sprintf("%.1fms", float64(d)/float64(time.Millisecond)) }
+
+// until polls cond every 200 ms for up to within; what names the wait in
+// the error.
+func until(ctx context.Context, within time.Duration, what string, cond func(context.Context) (bool, error)) error {
+	ctx, cancel := context.WithTimeout(ctx, within)
+	defer cancel()
+	var last error
+	for {
+		ok, err := cond(ctx)
+		if ok && err == nil {
+			return nil
+		}
+		if err != nil {
+			last = err
+		}
+		if err := backoff.Sleep(ctx, 200*time.Millisecond); err != nil {
+			if last != nil {
+				return fmt.Errorf("%s: not within %s (last: %v)", what, within, last)
+			}
+			return fmt.Errorf("%s: not within %s", what, within)
+		}
+	}
+}

@@ -3,6 +3,7 @@ package drill
 import (
 	"math"
 	"math/rand"
+	"net/http"
 	"slices"
 	"strings"
 	"testing"
@@ -202,5 +203,46 @@ func TestMovedBetween(t *testing.T) {
 	}
 	if movedBetween(two, two, two) {
 		t.Error("a version with the same owners moved slots")
+	}
+}
+
+// The quota drill's windows: a client accepted at its quota in every
+// phase passes; a burst over the quota plus its burst and a tenth in any
+// 10-second window fails, as does a phase that must use its quota and
+// took too little of it.
+func TestCheckQuotaWindows(t *testing.T) {
+	const phase = 20 * time.Second
+	var starts []time.Duration
+	for i := range quotaPhases {
+		starts = append(starts, time.Duration(i)*phase)
+	}
+	end := time.Duration(len(quotaPhases)) * phase
+	// accepted at rate/s spread over the run, and extra in [at, at+1s).
+	run := func(rate float64, extra int, at time.Duration) *loadtest.Verdict {
+		var res [2]*loadtest.Result
+		for i := range res {
+			res[i] = &loadtest.Result{}
+		}
+		gap := time.Duration(float64(time.Second) / rate)
+		for t, i := time.Duration(0), 0; t < end; t, i = t+gap, i+1 {
+			res[i%2].Samples = append(res[i%2].Samples, loadtest.Sample{At: t, Status: http.StatusAccepted})
+			res[i%2].Samples = append(res[i%2].Samples, loadtest.Sample{At: t, Status: http.StatusTooManyRequests})
+		}
+		for i := range extra {
+			res[0].Samples = append(res[0].Samples, loadtest.Sample{At: at + time.Duration(i)*time.Millisecond, Status: http.StatusAccepted})
+		}
+		d := &loadtest.Verdict{Name: "t"}
+		checkQuotaWindows(d, res, starts, phase)
+		d.Finish()
+		return d
+	}
+	if d := run(quotaRate, quotaBurst, 0); !d.Pass {
+		t.Errorf("the quota and one burst failed: %+v", d.Assertions)
+	}
+	if d := run(quotaRate, quotaBurst+quotaRate*2, 45*time.Second); d.Pass {
+		t.Errorf("twice the quota's second more in one window passed: %+v", d.Assertions)
+	}
+	if d := run(quotaRate*0.7, 0, 0); d.Pass {
+		t.Errorf("70 %% of the quota passed: %+v", d.Assertions)
 	}
 }

@@ -241,29 +241,6 @@ func podReady(p *corev1.Pod) bool {
 	return false
 }
 
-// until polls cond every 200 ms for up to within; what names the wait in
-// the error.
-func (n *k8sRun) until(ctx context.Context, within time.Duration, what string, cond func(context.Context) (bool, error)) error {
-	ctx, cancel := context.WithTimeout(ctx, within)
-	defer cancel()
-	var last error
-	for {
-		ok, err := cond(ctx)
-		if ok && err == nil {
-			return nil
-		}
-		if err != nil {
-			last = err
-		}
-		if err := backoff.Sleep(ctx, 200*time.Millisecond); err != nil {
-			if last != nil {
-				return fmt.Errorf("%s: not within %s (last: %v)", what, within, last)
-			}
-			return fmt.Errorf("%s: not within %s", what, within)
-		}
-	}
-}
-
 // condition is the Cell's condition typ, nil if it has none.
 func condition(c *v1alpha1.Cell, typ string) *metaCondition {
 	for i := range c.Status.Conditions {

@@ -48,7 +48,7 @@ func (n *k8sRun) podFault(ctx context.Context, name, what, backWhat string, pod 
 		faultAt = n.r.Elapsed()
 		n.r.Mark(what)
 		c.logf("%s at %.1fs", what, faultAt.Seconds())
-		if err := n.until(ctx, c.Within, backWhat, func(ctx context.Context) (bool, error) {
+		if err := until(ctx, c.Within, backWhat, func(ctx context.Context) (bool, error) {
 			p, err := n.pod(ctx, pod.Name)
 			return err == nil && back(p), err
 		}); err != nil {
@@ -312,7 +312,7 @@ func CellAdd(ctx context.Context, c K8sConfig) (*loadtest.Result, error) {
 		createAt = n.r.Elapsed()
 		n.r.Mark(c.NewCell + " created")
 		c.logf("Cell %s created at %.1fs", c.NewCell, createAt.Seconds())
-		if err := n.until(ctx, c.Within, c.NewCell+" ready and in the map", func(ctx context.Context) (bool, error) {
+		if err := until(ctx, c.Within, c.NewCell+" ready and in the map", func(ctx context.Context) (bool, error) {
 			x, err := n.cell(ctx, c.NewCell)
 			if err != nil {
 				return false, err
@@ -443,7 +443,7 @@ func CellDelete(ctx context.Context, c K8sConfig) (*loadtest.Result, error) {
 		delAt = n.r.Elapsed()
 		n.r.Mark(c.NewCell + " deleted")
 		c.logf("Cell %s deleted at %.1fs", c.NewCell, delAt.Seconds())
-		if err := n.until(ctx, c.Within, c.NewCell+" drained in the map", func(ctx context.Context) (bool, error) {
+		if err := until(ctx, c.Within, c.NewCell+" drained in the map", func(ctx context.Context) (bool, error) {
 			mc, ok, err := inMap(ctx)
 			return ok && mc.State == slotmap.Drained, err
 		}); err != nil {
@@ -464,7 +464,7 @@ func CellDelete(ctx context.Context, c K8sConfig) (*loadtest.Result, error) {
 			}
 		}
 		retiring = n.r.Verify(ctx, its, c.VerifyWithin, min(len(its), 50))
-		if err := n.until(ctx, api.MoveWindow+c.Within, c.NewCell+" out of the map", func(ctx context.Context) (bool, error) {
+		if err := until(ctx, api.MoveWindow+c.Within, c.NewCell+" out of the map", func(ctx context.Context) (bool, error) {
 			_, ok, err := inMap(ctx)
 			return !ok, err
 		}); err != nil {
@@ -473,7 +473,7 @@ func CellDelete(ctx context.Context, c K8sConfig) (*loadtest.Result, error) {
 		removedAt = n.r.Elapsed()
 		n.r.Mark(c.NewCell + " removed")
 		c.logf("%s out of the map at %.1fs", c.NewCell, removedAt.Seconds())
-		if err := n.until(ctx, c.Within, c.NewCell+" and its StatefulSet gone", func(ctx context.Context) (bool, error) {
+		if err := until(ctx, c.Within, c.NewCell+" and its StatefulSet gone", func(ctx context.Context) (bool, error) {
 			var sts appsv1.StatefulSet
 			_, err := n.cell(ctx, c.NewCell)
 			if !apierrors.IsNotFound(err) {

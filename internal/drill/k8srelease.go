@@ -224,7 +224,7 @@ func setFlag(set []string, flag string) []string {
 func (n *k8sRun) specAsRun(ctx context.Context, ids []string) error {
 	for _, id := range ids {
 		var runs []release.Spec
-		err := n.until(ctx, specSettle, "the pods of "+id+" to run one release", func(ctx context.Context) (bool, error) {
+		err := until(ctx, specSettle, "the pods of "+id+" to run one release", func(ctx context.Context) (bool, error) {
 			pods, err := n.cellPods(ctx, id)
 			if err != nil {
 				return false, err
@@ -298,7 +298,7 @@ func (n *k8sRun) putOut(ctx context.Context, name string, ids []string, change f
 		return o, err
 	}
 	marked := 0
-	err = n.until(ctx, ReleaseWithin, "the operator's rollout of "+name, func(ctx context.Context) (bool, error) {
+	err = until(ctx, ReleaseWithin, "the operator's rollout of "+name, func(ctx context.Context) (bool, error) {
 		ro, err := n.ctl.Rollout(ctx)
 		switch {
 		case errors.Is(err, control.ErrNoRollout):
@@ -324,7 +324,7 @@ func (n *k8sRun) putOut(ctx context.Context, name string, ids []string, change f
 	if err != nil {
 		return o, err
 	}
-	if err := n.until(ctx, n.c.Within, "every cell ready after the release "+name, func(ctx context.Context) (bool, error) {
+	if err := until(ctx, n.c.Within, "every cell ready after the release "+name, func(ctx context.Context) (bool, error) {
 		for _, id := range ids {
 			x, err := n.cell(ctx, id)
 			if err != nil {

@@ -130,6 +130,7 @@ var NetDrills = map[string]func(context.Context, NetConfig) (*loadtest.Result, e
 	"cut-consul-cell":   CutConsulCell,
 	"cut-nats":          CutNATS,
 	"cut-agency":        CutAgency,
+	"quota-routers":     QuotaRouters,
 }
 
 // netRun is a drill in progress: the stack, its lab and the load.
@@ -158,18 +159,24 @@ func newNetRun(c *NetConfig, total time.Duration) (*netRun, error) {
 		return nil, err
 	}
 	quietDisk()
+	n := &netRun{c: c, st: st, lab: lab, hc: &http.Client{Timeout: 3 * time.Second}, admin: strings.TrimSpace(string(tok))}
+	return n, n.newLoad(total)
+}
+
+// newLoad makes the drill's load of total, its clock starting now: Rate/s
+// through router1 with the stack's key.
+func (n *netRun) newLoad(total time.Duration) error {
+	c := n.c
 	r, err := loadtest.NewRunner(loadtest.Config{
-		Target: st.Router, Key: st.APIKey, Steps: []loadtest.Step{{Rate: c.Rate, For: total}},
+		Target: n.st.Router, Key: n.st.APIKey, Steps: []loadtest.Step{{Rate: c.Rate, For: total}},
 		// As many senders as the timeout holds at the rate: a cell whose
 		// users wait out an election (up to 10 s) must not hold back the
 		// requests for the other cells (the generator's latency counts a
 		// send's delay).
 		Users: c.Users, KeepSamples: true, Timeout: 15 * time.Second, MaxInflight: max(128, int(15*c.Rate)),
 	}, loadtest.Options{Progress: c.Progress})
-	if err != nil {
-		return nil, err
-	}
-	return &netRun{c: c, st: st, lab: lab, r: r, hc: &http.Client{Timeout: 3 * time.Second}, admin: strings.TrimSpace(string(tok))}, nil
+	n.r = r
+	return err
 }
 
 // host is the lab's host named name.

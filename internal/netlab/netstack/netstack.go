@@ -454,7 +454,10 @@ func Up(ctx context.Context, cfg Config, opts Options) (*Stack, error) {
 			Name: n, Bin: bins["router"], Env: env,
 			Args: []string{"--listen", h.HostPort(routerPublic), "--admin-listen", h.HostPort(routerAdmin), "--admin-token-file", adminTokenFile,
 				"--registry", st.Registry, "--keys", filepath.Join(dir, "router", "keys.json"),
-				"--map-cache", filepath.Join(dir, n, "map-cache.json"), "--handoff-socket", filepath.Join(dir, n, "handoff", "router.sock")},
+				"--map-cache", filepath.Join(dir, n, "map-cache.json"), "--handoff-socket", filepath.Join(dir, n, "handoff", "router.sock"),
+				// Two routers serve: one that never reached the
+				// registry splits each quota over both.
+				"--quota-cold-routers", "2"},
 			Ready: "http://" + h.HostPort(routerAdmin) + "/readyz",
 			Addrs: map[string]string{"listen": h.HostPort(routerPublic), "admin": h.HostPort(routerAdmin)},
 		}})
