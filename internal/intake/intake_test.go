@@ -1039,6 +1039,41 @@ func TestKeyedRetryAfterAMoveWhenThePreviousCellIsDown(t *testing.T) {
 	c1.wantStored(t, 0, 0, 0)
 }
 
+// The previous cell is asked at its instances, not only at its intake
+// URL: a load balancer in front of a drained cell (a Kubernetes Service,
+// whose endpoints follow readiness) has none, while its instances still
+// answer reads. An instance that cannot be reached passes the question
+// to the next.
+func TestKeyedRetryAfterAMoveAsksThePreviousCellsInstances(t *testing.T) {
+	e, c1, c2, u, after := moveSetup(t)
+	key := map[string]string{api.HeaderIdemKey: "k1"}
+	prev := c2.accept(t, request(u), key)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := "http://" + ln.Addr().String()
+	ln.Close()
+	for _, in := range []slotmap.Instance{{ID: "i1", Intake: dead, Admin: dead}, {ID: "i2", Intake: c2.url, Admin: dead}} {
+		p, err := after.SetInstance("c2", in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		after = p.After
+	}
+	p, err := after.SetEndpoints("c2", dead, dead)
+	if err != nil {
+		t.Fatal(err)
+	}
+	after = p.After
+	e.maps.Set(after)
+	c1.h.moves.Observe(after, e.clk.Now())
+	if a := c1.wantAccepted(t, c1.post(t, request(u), key), inquiry.Pending, true); a != prev {
+		t.Fatalf("retry at the new owner answered %+v, want c2's %+v", a, prev)
+	}
+	c1.wantStored(t, 0, 0, 0)
+}
+
 func TestKeyReusedWithAnotherBodyAfterAMoveIsRefused(t *testing.T) {
 	e, c1, c2, u, after := moveSetup(t)
 	key := map[string]string{api.HeaderIdemKey: "k1"}

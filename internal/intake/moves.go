@@ -6,12 +6,15 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"os"
 	"slices"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/cespare/xxhash/v2"
 
 	"github.com/cellkit/cellkit/internal/api"
 	"github.com/cellkit/cellkit/internal/atomicfile"
@@ -225,9 +228,16 @@ var errKeyReused = errors.New("idempotency key used for another request")
 
 // askPrevious looks for the inquiry a keyed request made at the cell that
 // owned the user's slot before: its id is deterministic in (cell, client,
-// user, key), and the previous cell checks the client as for any read. found is false when that cell has none; errKeyReused means it has
-// one with another fingerprint than fp (rec.ID names it); another error means it could not be
-// asked.
+// user, key), and the previous cell checks the client as for any read.
+// found is false when that cell has none; errKeyReused means it has one
+// with another fingerprint than fp (rec.ID names it); another error means
+// it could not be asked. Any instance of that cell can answer (they read
+// one store): its instances are asked in turn, from one the id picks,
+// each next one only when the one before could not be reached, then the
+// cell's own intake URL; a second in all. A drained cell's instances are
+// asked too: they still answer reads, while a load balancer in front of
+// them (a Kubernetes Service) may have taken them out with their
+// readiness.
 func (h *Handler) askPrevious(ctx context.Context, prev, client, user, key, fp string) (rec Accepted, found bool, err error) {
 	m := h.cmap()
 	c, ok := m.Cell(prev)
@@ -237,7 +247,43 @@ func (h *Handler) askPrevious(ctx context.Context, prev, client, user, key, fp s
 	id := inquiry.KeyID(prev, client, user, key)
 	ctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.Intake+prefixByID+id, nil)
+	for _, base := range peerIntakes(c, id) {
+		rec, found, err = h.askAt(ctx, base, prev, id, client, fp)
+		if err == nil || !unreachable(err) || ctx.Err() != nil {
+			return rec, found, err
+		}
+	}
+	return rec, found, err
+}
+
+// peerIntakes are the intake URLs to ask a cell at: its instances', from
+// the one pick chooses, then its own Intake.
+func peerIntakes(c slotmap.Cell, pick string) []string {
+	var out []string
+	if n := len(c.Instances); n > 0 {
+		first := int(xxhash.Sum64String(pick) % uint64(n))
+		for i := range n {
+			out = append(out, c.Instances[(first+i)%n].Intake)
+		}
+	}
+	if !slices.Contains(out, c.Intake) {
+		out = append(out, c.Intake)
+	}
+	return out
+}
+
+// unreachable says err is a failure to reach a peer at all (no address,
+// no route, refused), after which another address may answer.
+func unreachable(err error) bool {
+	var op *net.OpError
+	var dns *net.DNSError
+	return errors.As(err, &dns) || errors.As(err, &op) && op.Op == "dial"
+}
+
+// askAt asks the cell prev's intake at base for inquiry id; see
+// askPrevious.
+func (h *Handler) askAt(ctx context.Context, base, prev, id, client, fp string) (rec Accepted, found bool, err error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+prefixByID+id, nil)
 	if err != nil {
 		return rec, false, err
 	}
