@@ -110,7 +110,7 @@ func parseFlags(args []string, getenv func(string) string, output io.Writer) (o 
 	fs.DurationVar(&o.mapWait, "map-wait", 0, "give up if no cell map arrives within this time (0: wait until stopped)")
 	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 15*time.Second, "how long requests in flight may finish at shutdown")
 	fs.DurationVar(&o.shutdownDelay, "shutdown-delay", 0, "at SIGTERM, how long to go on serving with /readyz failing before the listener closes, so that load balancers and Kubernetes endpoints stop sending new connections first")
-	fs.StringVar(&o.id, "id", "", "this router's id in the registry's list of routers, 1-64 of [A-Za-z0-9._-] (default: the host name and admin port)")
+	fs.StringVar(&o.id, "id", "", "this router's id in the registry's list of routers, 1-64 of [A-Za-z0-9._-] (default: the host name, the admin address if a specific one, and the admin port; each router's must differ: routers sharing one share one quota lease and each takes the whole quota)")
 	fs.StringVar(&o.adminAdvertise, "admin-advertise", "", "the admin URL announced in the registry, for cellctl to find the router (default: http(s)://the admin address; 'none': not announced)")
 	fs.DurationVar(&o.slotRateWindow, "slot-rate-window", time.Minute, "time constant of the per-slot request rates on /v1/admin/slots (cellctl's traffic projections)")
 	fs.DurationVar(&o.reloadInterval, "reload-interval", time.Second, "how often the keys, admin token and certificate files are checked for changes (SIGHUP: at once)")
@@ -562,21 +562,29 @@ func keygen(args []string, stdout, stderr io.Writer) error {
 }
 
 // routerID is the router's id in the registry (its announcement, its
-// quota lease): --id, or its host name and admin port.
+// quota lease): --id, or its host name, its admin listener's address when
+// it is a specific one, and its admin port. Two routers must not share
+// one: they would write one quota lease, each counting itself alone and
+// taking the whole of every quota. Routers in network namespaces of one
+// host share its name; their admin addresses tell them apart. A successor
+// in a handoff takes over the admin listener, and with it the id.
 func routerID(o options, admin net.Addr) string {
 	if o.id != "" {
 		return o.id
 	}
 	host, _ := os.Hostname()
+	if tcp, ok := admin.(*net.TCPAddr); ok {
+		if !tcp.IP.IsUnspecified() && !tcp.IP.IsLoopback() {
+			host += "-" + tcp.IP.String()
+		}
+		host += "-" + strconv.Itoa(tcp.Port)
+	}
 	id := strings.Map(func(r rune) rune {
 		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '.' || r == '_' || r == '-' {
 			return r
 		}
 		return '-'
 	}, host)
-	if tcp, ok := admin.(*net.TCPAddr); ok {
-		id += "-" + strconv.Itoa(tcp.Port)
-	}
 	return strings.Trim(id[max(0, len(id)-64):], ".-")
 }
 

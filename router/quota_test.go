@@ -2,9 +2,11 @@ package main
 
 import (
 	"encoding/json"
+	"net"
 	"net/http"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -62,5 +64,27 @@ func TestRoutersShareAClientsQuota(t *testing.T) {
 	if len(q.Clients) != 1 || q.Clients[0].Held > 1.05 || q.Clients[0].TotalDemand < 50 {
 		b, _ := json.Marshal(q)
 		t.Fatalf("/v1/admin/quota: %s, want platform-a held at most once over both, asked about 60/s", b)
+	}
+}
+
+// Routers on one host name (network namespaces of one machine) get
+// distinct default ids from their admin addresses; --id wins; a
+// wildcard or loopback admin listener is told apart by its port alone.
+func TestDefaultRouterIDsDiffer(t *testing.T) {
+	at := func(ip string, port int) net.Addr { return &net.TCPAddr{IP: net.ParseIP(ip), Port: port} }
+	a, b := routerID(options{}, at("10.77.0.4", 9080)), routerID(options{}, at("10.77.0.5", 9080))
+	if a == b {
+		t.Errorf("routers at 10.77.0.4:9080 and 10.77.0.5:9080 share the id %q", a)
+	}
+	for _, id := range []string{a, b, routerID(options{}, at("fe80::1", 9080)), routerID(options{}, at("0.0.0.0", 9080))} {
+		if !api.ValidClientID(id) { // router ids are client ids' names
+			t.Errorf("default id %q is not a valid router id", id)
+		}
+	}
+	if l, w := routerID(options{}, at("127.0.0.1", 9080)), routerID(options{}, at("0.0.0.0", 9080)); l != w || !strings.HasSuffix(l, "-9080") {
+		t.Errorf("loopback %q and wildcard %q: want the host name and port alone", l, w)
+	}
+	if got := routerID(options{id: "edge-1"}, at("10.77.0.4", 9080)); got != "edge-1" {
+		t.Errorf("--id edge-1: %q", got)
 	}
 }

@@ -87,18 +87,24 @@ func QuotaRouters(ctx context.Context, c NetConfig) (*loadtest.Result, error) {
 	if err := n.newLoad(end); err != nil {
 		return nil, err
 	}
+	// The quota client's two loads, one per router, each made when it
+	// starts (a runner's clock starts when it is made).
 	var q [2]*loadtest.Runner
-	for i := range q {
-		var steps []loadtest.Step
-		for _, p := range quotaPhases {
-			steps = append(steps, loadtest.Step{Rate: []float64{p.at1, p.at2}[i], For: phase})
+	newQuotaLoads := func() error {
+		for i := range q {
+			var steps []loadtest.Step
+			for _, p := range quotaPhases {
+				steps = append(steps, loadtest.Step{Rate: []float64{p.at1, p.at2}[i], For: phase})
+			}
+			var err error
+			if q[i], err = loadtest.NewRunner(loadtest.Config{
+				Target: n.st.Routers[i], Key: key, Steps: steps, Users: c.Users, KeepSamples: true,
+				Timeout: 5 * time.Second, MaxInflight: 256,
+			}, loadtest.Options{}); err != nil {
+				return err
+			}
 		}
-		if q[i], err = loadtest.NewRunner(loadtest.Config{
-			Target: n.st.Routers[i], Key: key, Steps: steps, Users: c.Users, KeepSamples: true,
-			Timeout: 5 * time.Second, MaxInflight: 256,
-		}, loadtest.Options{}); err != nil {
-			return nil, err
-		}
+		return nil
 	}
 	consul, err := n.host("consul")
 	if err != nil {
@@ -109,12 +115,18 @@ func QuotaRouters(ctx context.Context, c NetConfig) (*loadtest.Result, error) {
 		return nil, err
 	}
 
+	if err := n.watchSessions(ctx); err != nil {
+		return nil, err
+	}
 	wait := startLoad(ctx, n.r)
 	var quota [2]func() (*loadtest.Result, error)
 	var starts []time.Duration // each phase's start on the quota runners' clock
 	var views []string
 	actErr := func() error {
 		if err := sleepUntil(ctx, n.r, c.Baseline); err != nil {
+			return err
+		}
+		if err := newQuotaLoads(); err != nil {
 			return err
 		}
 		for i := range q {
@@ -184,6 +196,9 @@ func QuotaRouters(ctx context.Context, c NetConfig) (*loadtest.Result, error) {
 	dev := loadtest.Window{From: c.Baseline, To: end}.Stats(res.Samples)
 	d.Check("the lab client (its quota 1,000/s) through router1: refused", dev.N > 0 && dev.Status["429"] == 0,
 		fmt.Sprintf("%d of %d %v", dev.Status["429"], dev.N, dev.Status), "0")
+	for i, r := range qres {
+		d.Note("%s through %s: %d sent, answers %v", QuotaClient, []string{"router1", "router2"}[i], r.Sent, r.Status)
+	}
 	for _, v := range views {
 		d.Note("%s", v)
 	}
@@ -298,7 +313,7 @@ func (n *netRun) addQuotaClient(ctx context.Context) (key string, revoke func() 
 	// A key left by a run that did not end: its client goes first.
 	_ = revoke()
 	key, err = routerCmd("keys", "add", "--keys", keys, "--client", QuotaClient,
-		"--rate", strconv.Itoa(quotaRate), "--burst", strconv.Itoa(quotaBurst))
+		"--rate", strconv.Itoa(quotaRate), "--burst", strconv.Itoa(quotaBurst), "--lanes", "high,normal")
 	if err != nil {
 		return "", nil, err
 	}
