@@ -11,6 +11,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -220,4 +224,40 @@ func until(ctx context.Context, within time.Duration, what string, cond func(con
 			return fmt.Errorf("%s: not within %s", what, within)
 		}
 	}
+}
+
+// errorKinds counts the answers other than the one asked for (202, or
+// 200 for a read) by status and problem type, or transport error, each
+// with the cells that answered and the first and last send time: "503
+// outcome-unknown ×2 (c2; 31.0s–44.2s), timeout ×1 (; 12.0s)".
+func errorKinds(samples []loadtest.Sample) string {
+	type kind struct {
+		n        int
+		cells    map[string]bool
+		from, to time.Duration
+	}
+	kinds := map[string]*kind{}
+	for _, s := range samples {
+		if s.OK() {
+			continue
+		}
+		name := s.Err
+		if s.Status != 0 {
+			name = strings.TrimSpace(strconv.Itoa(s.Status) + " " + s.Problem)
+		}
+		k := kinds[name]
+		if k == nil {
+			k = &kind{cells: map[string]bool{}, from: s.At}
+			kinds[name] = k
+		}
+		k.n++
+		k.cells[s.Cell] = true
+		k.from, k.to = min(k.from, s.At), max(k.to, s.At)
+	}
+	var out []string
+	for _, name := range slices.Sorted(maps.Keys(kinds)) {
+		k := kinds[name]
+		out = append(out, fmt.Sprintf("%s ×%d (%s; %.1fs–%.1fs)", name, k.n, strings.Join(slices.Sorted(maps.Keys(k.cells)), ","), k.from.Seconds(), k.to.Seconds()))
+	}
+	return strings.Join(out, ", ")
 }

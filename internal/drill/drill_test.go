@@ -246,3 +246,24 @@ func TestCheckQuotaWindows(t *testing.T) {
 		t.Errorf("70 %% of the quota passed: %+v", d.Assertions)
 	}
 }
+
+// The error answers by kind: status and problem type, or the transport
+// error, with the cells and the span of send times; answers as asked are
+// left out.
+func TestErrorKinds(t *testing.T) {
+	samples := []loadtest.Sample{
+		{At: 31 * time.Second, Status: 503, Problem: "outcome-unknown", Cell: "c2"},
+		{At: 10 * time.Second, Status: 202, Cell: "c1"},
+		{At: 44 * time.Second, Status: 503, Problem: "outcome-unknown", Cell: "c3"},
+		{At: 12 * time.Second, Err: "timeout"},
+		{At: 13 * time.Second, Status: 200, Read: true, Cell: "c1"},
+		{At: 14 * time.Second, Status: 429},
+	}
+	want := "429 ×1 (; 14.0s–14.0s), 503 outcome-unknown ×2 (c2,c3; 31.0s–44.0s), timeout ×1 (; 12.0s–12.0s)"
+	if got := errorKinds(samples); got != want {
+		t.Errorf("errorKinds = %q, want %q", got, want)
+	}
+	if got := errorKinds(samples[1:2]); got != "" {
+		t.Errorf("only 202s: %q, want none", got)
+	}
+}

@@ -95,8 +95,12 @@ func (n *k8sRun) checkHitCell(d *loadtest.Verdict, res *loadtest.Result, cells m
 	d.Note("%s p50/p99: baseline %s/%s", c.Cell, msf(base.P50), msf(base.P99))
 }
 
-// finish verifies the accepted ids and ends the verdict.
+// finish notes the error answers by kind, verifies the accepted ids and
+// ends the verdict.
 func (n *k8sRun) finish(ctx context.Context, d *loadtest.Verdict, res *loadtest.Result) {
+	if kinds := errorKinds(res.Samples); kinds != "" {
+		d.Note("error answers by kind: %s", kinds)
+	}
 	n.c.logf("verifying %d accepted ids...", countAccepted(res.Samples))
 	d.CheckVerification(n.r.Verify(ctx, res.Samples, n.c.VerifyWithin, n.c.Replays))
 	d.Finish()

@@ -425,9 +425,12 @@ func lastError(res *loadtest.Result, users func(int) bool, from, to time.Duratio
 	return last
 }
 
-// finishNet verifies the accepted ids and the sessions and ends the
-// verdict.
+// finishNet notes the error answers by kind, verifies the accepted ids
+// and the sessions and ends the verdict.
 func (n *netRun) finishNet(ctx context.Context, d *loadtest.Verdict, res *loadtest.Result) {
+	if kinds := errorKinds(res.Samples); kinds != "" {
+		d.Note("error answers by kind: %s", kinds)
+	}
 	n.c.logf("verifying %d accepted ids...", countAccepted(res.Samples))
 	d.CheckVerification(n.r.Verify(ctx, res.Samples, n.c.VerifyWithin, n.c.Replays))
 	n.checkSessions(ctx, d, d.Name == "cut-agency")

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"path"
 
 	"github.com/cellkit/cellkit/internal/api"
 	"github.com/cellkit/cellkit/internal/inquiry"
@@ -74,6 +75,14 @@ func (r *Runner) send(ctx context.Context, s *Sample) {
 	s.Status = st
 	s.Cell = hdr.Get(api.HeaderCell)
 	s.RetryAfter = hdr.Get("Retry-After") != ""
+	if st >= 400 {
+		var p struct {
+			Type string `json:"type"`
+		}
+		if json.Unmarshal(body, &p) == nil && p.Type != "" {
+			s.Problem = path.Base(p.Type)
+		}
+	}
 	if st == http.StatusAccepted {
 		var a struct {
 			ID   string `json:"id"`

@@ -111,8 +111,11 @@ type Sample struct {
 	Latency    time.Duration `json:"latency"`        // from the intended send time
 	ID         string        `json:"id,omitempty"`   // the 202's inquiry id
 	RetryAfter bool          `json:"retry_after,omitempty"`
-	High       bool          `json:"high,omitempty"` // it asked for the high lane
-	Read       bool          `json:"read,omitempty"` // a status read (ID is the inquiry read), not a new inquiry
+	// Problem is the last part of an error answer's problem type
+	// ("outcome-unknown", "shed", ...), or "" when it had none.
+	Problem string `json:"problem,omitempty"`
+	High    bool   `json:"high,omitempty"` // it asked for the high lane
+	Read    bool   `json:"read,omitempty"` // a status read (ID is the inquiry read), not a new inquiry
 }
 
 // OK says whether s was answered as asked: 202 for a new inquiry, 200
