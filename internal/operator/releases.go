@@ -45,6 +45,12 @@ func DefaultReleaseConfig() ReleaseConfig {
 type Releaser struct {
 	r   *Reconciler
 	cfg ReleaseConfig
+	// seen is the release the last look found pending (its target and
+	// cells): one is started only when two looks in a row find the same,
+	// so that Cells changed one after the other (an overlay applied) go
+	// out as one release, not a release of the first and another of the
+	// rest. Only Start's goroutine touches it.
+	seen string
 }
 
 // Releaser is the reconciler's releaser; the manager runs it on its
@@ -104,6 +110,11 @@ func (x *Releaser) once(ctx context.Context) error {
 	if haltedRelease(ro, target) {
 		return nil // rolled back or aborted: not again until the spec changes
 	}
+	if key := fmt.Sprintf("%+v %v", target, cells); key != x.seen {
+		x.seen = key
+		return nil // settling: started at the next look if it is the same
+	}
+	x.seen = ""
 	cfg := x.cfg.Rollout
 	cfg.Spec = target
 	waves := []control.Wave{{Cells: cells[:1], Bake: x.cfg.Bake}}
