@@ -403,7 +403,9 @@ func startedBy(pods []corev1.Pod, t time.Time) (int, []string) {
 // it). Once it has gone its records and keys stay on its kept volumes:
 // read through the routers they answer 404, and a keyed retry gets a new
 // id — reported, not checked, until a user's data moves with the user.
-// It lasts the move window and about a minute.
+// It lasts the move window and about a minute. One piece: a drill script
+// on one timeline — delete, drained, read while it retires, removed,
+// gone — then the checks, which read the marks of each step.
 func CellDelete(ctx context.Context, c K8sConfig) (*loadtest.Result, error) {
 	c.defaults()
 	// Not settled: the moves of k8s-cell-add, just before, are what

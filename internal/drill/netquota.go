@@ -64,7 +64,9 @@ const quotaWindow = 10 * time.Second
 // phases where every router can count on the others' leases it gets at
 // least 80 % of the quota. Meanwhile the lab client (its quota 1,000/s)
 // sends Rate/s through router1 and is never refused. Each phase lasts
-// Fault [20s].
+// Fault [20s]. One piece: a drill script on one timeline — the client
+// added, the loads, each phase's act on the routers — then the checks,
+// which read each phase's start.
 func QuotaRouters(ctx context.Context, c NetConfig) (*loadtest.Result, error) {
 	c.defaults(20 * time.Second)
 	phase := c.Fault
