@@ -17,12 +17,12 @@ import (
 	"github.com/nats-io/nats.go"
 )
 
-// post takes a new inquiry: the intake's gates (open, disk, the map's
-// fence), the body, the key's earlier inquiry here or at the user's
-// previous cell, then the record and the queued job. One piece: each step
-// answers and returns, and the order of the checks is the contract (no
-// byte of the body is read before the cheap refusals, nothing is written
-// before the previous cell was asked).
+// post takes a new inquiry: the request read, the cell's refusals
+// (closed, disk, shedding, queue), the key and the map's fence, the key's
+// earlier inquiry at the user's previous cell, then the record and the
+// queued job. One piece: each step answers and returns, and their order
+// is the contract (nothing is written before every refusal was made and
+// the previous cell was asked).
 func (h *Handler) post(w http.ResponseWriter, r *http.Request) {
 	if !h.IsOpen() {
 		// A closed intake is usually a drain: a user this cell no longer
