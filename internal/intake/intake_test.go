@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"strconv"
 	"strings"
 	"sync"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/cellkit/cellkit/internal/api"
 	"github.com/cellkit/cellkit/internal/inquiry"
+	"github.com/cellkit/cellkit/internal/problem"
 	"github.com/cellkit/cellkit/internal/queue"
 	"github.com/cellkit/cellkit/internal/shed"
 	"github.com/cellkit/cellkit/internal/slotmap"
@@ -1042,8 +1044,9 @@ func TestKeyedRetryAfterAMoveWhenThePreviousCellIsDown(t *testing.T) {
 // The previous cell is asked at its instances, not only at its intake
 // URL: a load balancer in front of a drained cell (a Kubernetes Service,
 // whose endpoints follow readiness) has none, while its instances still
-// answer reads. An instance that cannot be reached passes the question
-// to the next.
+// answer reads. An instance that cannot be reached, that hangs, or that
+// answers an error does not decide: the next address is asked as well,
+// and the one that knows answers, within the ask's budget.
 func TestKeyedRetryAfterAMoveAsksThePreviousCellsInstances(t *testing.T) {
 	e, c1, c2, u, after := moveSetup(t)
 	key := map[string]string{api.HeaderIdemKey: "k1"}
@@ -1054,22 +1057,40 @@ func TestKeyedRetryAfterAMoveAsksThePreviousCellsInstances(t *testing.T) {
 	}
 	dead := "http://" + ln.Addr().String()
 	ln.Close()
-	for _, in := range []slotmap.Instance{{ID: "i1", Intake: dead, Admin: dead}, {ID: "i2", Intake: c2.url, Admin: dead}} {
-		p, err := after.SetInstance("c2", in)
+	release := make(chan struct{})
+	hung := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select { // answers only once the test ends
+		case <-release:
+		case <-r.Context().Done():
+		}
+	}))
+	t.Cleanup(hung.Close)
+	t.Cleanup(func() { close(release) })
+	failing := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		problem.Write(w, problem.New(http.StatusServiceUnavailable, problem.StoreUnavailable, "store not ready"))
+	}))
+	t.Cleanup(failing.Close)
+	// Whichever instance the id picks first, the one that knows is last.
+	for i, url := range []string{dead, hung.URL, failing.URL} {
+		p, err := after.SetInstance("c2", slotmap.Instance{ID: fmt.Sprintf("i%d", i+1), Intake: url, Admin: dead})
 		if err != nil {
 			t.Fatal(err)
 		}
 		after = p.After
 	}
-	p, err := after.SetEndpoints("c2", dead, dead)
+	p, err := after.SetEndpoints("c2", c2.url, dead)
 	if err != nil {
 		t.Fatal(err)
 	}
 	after = p.After
 	e.maps.Set(after)
 	c1.h.moves.Observe(after, e.clk.Now())
+	start := time.Now()
 	if a := c1.wantAccepted(t, c1.post(t, request(u), key), inquiry.Pending, true); a != prev {
 		t.Fatalf("retry at the new owner answered %+v, want c2's %+v", a, prev)
+	}
+	if took := time.Since(start); took > askBudget {
+		t.Errorf("the ask took %v, over its budget %v", took, askBudget)
 	}
 	c1.wantStored(t, 0, 0, 0)
 }

@@ -6,15 +6,17 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/http"
 	"os"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cespare/xxhash/v2"
+	"github.com/failsafe-go/failsafe-go"
+	"github.com/failsafe-go/failsafe-go/hedgepolicy"
 
 	"github.com/cellkit/cellkit/internal/api"
 	"github.com/cellkit/cellkit/internal/atomicfile"
@@ -232,12 +234,14 @@ var errKeyReused = errors.New("idempotency key used for another request")
 // found is false when that cell has none; errKeyReused means it has one
 // with another fingerprint than fp (rec.ID names it); another error means
 // it could not be asked. Any instance of that cell can answer (they read
-// one store): its instances are asked in turn, from one the id picks,
-// each next one only when the one before could not be reached, then the
-// cell's own intake URL; a second in all. A drained cell's instances are
-// asked too: they still answer reads, while a load balancer in front of
-// them (a Kubernetes Service) may have taken them out with their
-// readiness.
+// one store), and a drained cell's instances still answer reads while a
+// load balancer in front of them (a Kubernetes Service) may have taken
+// them out with their readiness. So the addresses of peerIntakes are
+// asked as hedges (failsafe-go's hedge policy): the first at once, each
+// next one askHedgeDelay after the one before, until one of them settles
+// it (found, not found, or the key reused); an instance that is slow on a
+// loaded node, refuses, or answers an error does not decide alone.
+// askBudget bounds the whole.
 func (h *Handler) askPrevious(ctx context.Context, prev, client, user, key, fp string) (rec Accepted, found bool, err error) {
 	m := h.cmap()
 	c, ok := m.Cell(prev)
@@ -245,16 +249,35 @@ func (h *Handler) askPrevious(ctx context.Context, prev, client, user, key, fp s
 		return rec, false, nil // removed from the map: nothing to ask
 	}
 	id := inquiry.KeyID(prev, client, user, key)
-	ctx, cancel := context.WithTimeout(ctx, time.Second)
-	defer cancel()
-	for _, base := range peerIntakes(c, id) {
-		rec, found, err = h.askAt(ctx, base, prev, id, client, fp)
-		if err == nil || !unreachable(err) || ctx.Err() != nil {
-			return rec, found, err
-		}
+	addrs := peerIntakes(c, id)
+	type answer struct {
+		rec   Accepted
+		found bool
 	}
-	return rec, found, err
+	settled := func(_ answer, err error) bool { return err == nil || errors.Is(err, errKeyReused) }
+	hedges := hedgepolicy.NewBuilderWithDelay[answer](askHedgeDelay).
+		WithMaxHedges(len(addrs) - 1).
+		CancelIf(settled).
+		Build()
+	ctx, cancel := context.WithTimeout(ctx, askBudget)
+	defer cancel()
+	var next atomic.Int32
+	got, err := failsafe.With[answer](hedges).WithContext(ctx).GetWithExecution(func(exec failsafe.Execution[answer]) (answer, error) {
+		base := addrs[int(next.Add(1)-1)%len(addrs)]
+		rec, found, err := h.askAt(exec.Context(), base, prev, id, client, fp)
+		return answer{rec, found}, err
+	})
+	return got.rec, got.found, err
 }
+
+// askHedgeDelay is how long an ask of the previous cell waits for one of
+// its addresses before it asks the next as well; askBudget bounds the
+// whole ask (each address's own request is bounded by the peers client's
+// timeout).
+const (
+	askHedgeDelay = 300 * time.Millisecond
+	askBudget     = 3 * time.Second
+)
 
 // peerIntakes are the intake URLs to ask a cell at: its instances', from
 // the one pick chooses, then its own Intake.
@@ -270,14 +293,6 @@ func peerIntakes(c slotmap.Cell, pick string) []string {
 		out = append(out, c.Intake)
 	}
 	return out
-}
-
-// unreachable says err is a failure to reach a peer at all (no address,
-// no route, refused), after which another address may answer.
-func unreachable(err error) bool {
-	var op *net.OpError
-	var dns *net.DNSError
-	return errors.As(err, &dns) || errors.As(err, &op) && op.Op == "dial"
 }
 
 // askAt asks the cell prev's intake at base for inquiry id; see
