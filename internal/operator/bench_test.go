@@ -24,6 +24,7 @@ import (
 	"github.com/cellkit/cellkit/internal/kubetest"
 	"github.com/cellkit/cellkit/internal/operator"
 	"github.com/cellkit/cellkit/internal/operator/api/v1alpha1"
+	"github.com/cellkit/cellkit/internal/problem"
 	"github.com/cellkit/cellkit/internal/registry"
 	"github.com/cellkit/cellkit/internal/slotmap"
 	"github.com/cellkit/cellkit/internal/testkit"
@@ -50,6 +51,16 @@ type cellAdmin struct {
 	depth   int64
 	intake  bool
 	down    bool
+	// starting: its intake cannot open yet (409, as a cell's that has
+	// not seen the map name it).
+	starting bool
+}
+
+// open says whether its intake is open.
+func (c *cellAdmin) open() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.intake
 }
 
 func (c *cellAdmin) set(f func(c *cellAdmin)) {
@@ -122,6 +133,10 @@ func (a *admins) serve(w http.ResponseWriter, r *http.Request) {
 		c.intake = false
 		_, _ = w.Write([]byte("{}"))
 	case "/v1/admin/intake/open":
+		if c.starting {
+			problem.Write(w, problem.New(http.StatusConflict, problem.NotReady, "the cell is starting or stopping; its intake cannot open"))
+			return
+		}
 		c.intake = true
 		_, _ = w.Write([]byte("{}"))
 	default:

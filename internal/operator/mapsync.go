@@ -61,11 +61,34 @@ func (r *Reconciler) syncMap(ctx context.Context, cell *v1alpha1.Cell, st *statu
 			res, _, err := r.drain(ctx, cell, st, false)
 			return res, err
 		}
+		if what == "undrain" && !r.intakesOpen(ctx, cell, st, m) {
+			return ctrl.Result{RequeueAfter: intakesRecheck}, nil
+		}
 		if done, err := r.change(ctx, cell, st, what, plan); !done {
 			return ctrl.Result{RequeueAfter: r.cfg.Recheck}, err
 		}
 	}
 	return ctrl.Result{RequeueAfter: time.Second}, nil
+}
+
+// intakesRecheck is how often a cell about to take slots is looked at
+// again while its instances' intakes do not open: the pods' readiness
+// does not change meanwhile (a cell without slots has no sessions), so
+// no watch brings it back sooner.
+const intakesRecheck = time.Second
+
+// intakesOpen opens the intake of every instance of cell (a new cell's
+// opens by itself once the map names it; a drained one's was closed by
+// its drain) and says whether they all are: slots move onto a cell only
+// then, or its users would be refused by a process still starting. Until
+// then the InMap condition says what it waits for.
+func (r *Reconciler) intakesOpen(ctx context.Context, cell *v1alpha1.Cell, st *status, m *slotmap.Map) bool {
+	have, _ := m.Cell(cell.Name)
+	if err := r.opts.Admin.SetIntakes(ctx, have, true); err != nil {
+		st.fail(v1alpha1.ConditionInMap, "IntakesNotOpen", fmt.Sprintf("%s with no slots until every instance's intake is open: %v", have.State, err))
+		return false
+	}
+	return true
 }
 
 // AgencyLimits is the ConfigMap, in each namespace with Cells, that holds
@@ -119,6 +142,10 @@ func (r *Reconciler) nextStep(cell *v1alpha1.Cell, m *slotmap.Map) (string, cont
 	want := wanted(cell)
 	have, ok := m.Cell(want.ID)
 	if !ok {
+		// Drained first: its instances open their intakes once the map
+		// names their cell, and only then does the undrain below move
+		// slots onto it (see syncMap).
+		want.State = slotmap.Drained
 		return "provision", control.Provision(want), nil
 	}
 	if !ours(have, want) {

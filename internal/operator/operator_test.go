@@ -120,7 +120,7 @@ func TestACellsLife(t *testing.T) {
 	if mc, ok, _ := b.mapCell("c2"); !ok || mc.State != slotmap.Draining {
 		t.Errorf("c2 in the map while its queue empties: %v %s, want draining", ok, mc.State)
 	}
-	if b.admins.cell("c2").intake {
+	if b.admins.cell("c2").open() {
 		t.Error("c2's intake is open while it drains")
 	}
 	b.admins.cell("c2").set(func(c *cellAdmin) { c.depth = 0 })
@@ -191,6 +191,42 @@ func (b *bench) waitEvent(id, reason string, words ...string) {
 	}) {
 		b.t.Fatalf("no event %s on %s saying %q; seen %q", reason, id, words, seen)
 	}
+}
+
+// A new cell is put in the map drained and takes slots only once every
+// instance's intake is open: a process that has not yet seen the map name
+// its cell refuses its users. A cell drained by its spec and made active
+// again has its intakes, closed by the drain, opened before it takes its
+// slots back.
+func TestANewCellTakesSlotsOnceItsIntakesOpen(t *testing.T) {
+	b := newBench(t)
+	b.start(operator.ManagerConfig{}, b.ctl)
+	b.admins.cell("c1").set(func(c *cellAdmin) { c.starting, c.intake = true, false })
+	b.create(b.newCell("c1"))
+	b.setReady("c1", 3)
+	b.waitCondition("c1", v1alpha1.ConditionInMap, metav1.ConditionFalse, "IntakesNotOpen")
+	if mc, ok, m := b.mapCell("c1"); !ok || mc.State != slotmap.Drained || m.SlotCounts()["c1"] != 0 {
+		t.Fatalf("c1 while its intakes cannot open: in the map %v, %s with %d slots; want drained with none", ok, mc.State, m.SlotCounts()["c1"])
+	}
+	b.admins.cell("c1").set(func(c *cellAdmin) { c.starting = false })
+	b.waitCondition("c1", v1alpha1.ConditionInMap, metav1.ConditionTrue, "InMap")
+	if mc, _, m := b.mapCell("c1"); mc.State != slotmap.Active || m.SlotCounts()["c1"] != m.Slots() || !b.admins.cell("c1").open() {
+		t.Fatalf("c1 once its intakes open: %s with %d of %d slots, intake open %v", mc.State, m.SlotCounts()["c1"], m.Slots(), b.admins.cell("c1").open())
+	}
+
+	b.create(b.newCell("c2"))
+	b.setReady("c2", 3)
+	b.waitCondition("c2", v1alpha1.ConditionInMap, metav1.ConditionTrue, "InMap")
+	b.update("c2", func(c *v1alpha1.Cell) { c.Spec.Drained = true })
+	testkit.WaitFor(t, within, "c2 drained, its intake closed", func() bool {
+		mc, _, _ := b.mapCell("c2")
+		return mc.State == slotmap.Drained && !b.admins.cell("c2").open()
+	})
+	b.update("c2", func(c *v1alpha1.Cell) { c.Spec.Drained = false })
+	testkit.WaitFor(t, within, "c2 active again, its intake open", func() bool {
+		mc, _, m := b.mapCell("c2")
+		return mc.State == slotmap.Active && m.SlotCounts()["c2"] > 0 && b.admins.cell("c2").open()
+	})
 }
 
 // A cell the map holds under the same id with other endpoints is not

@@ -15,28 +15,38 @@ func (m *Map) pos(id string) (int, error) {
 	return i, nil
 }
 
-// AddCell plans adding c as an active cell. Slots move only onto it: those
-// whose rendezvous winner it becomes. c.Quota is derived; c.FixedQuota is
-// kept.
+// AddCell plans adding c as an active cell, or as a drained one. An
+// active cell takes its slots at once: those whose rendezvous winner it
+// becomes, only from the other cells. A drained one is named in the map
+// and owns nothing, holding no session quota: its processes find their
+// cell in the map and open their intakes, and an Undrain then gives it
+// its slots, so that none moves onto a cell that is not taking them yet.
+// c.Quota is derived; c.FixedQuota is kept.
 func (m *Map) AddCell(c Cell) (*Plan, error) {
 	if c.State == "" {
 		c.State = Active
 	}
-	if c.State != Active {
-		return nil, invalid("cell %q: a new cell starts active, not %s", c.ID, c.State)
+	if c.State != Active && c.State != Drained {
+		return nil, invalid("cell %q: a new cell starts active or drained, not %s", c.ID, c.State)
 	}
 	if _, dup := m.index[c.ID]; dup {
 		return nil, invalid("duplicate cell id %q", c.ID)
 	}
 	c = c.clone()
 	c.Quota = nil
-	return m.plan("add cell "+c.ID, func(n *Map) error {
+	what := "add cell " + c.ID
+	if c.State == Drained {
+		what += " (drained)"
+	}
+	return m.plan(what, func(n *Map) error {
 		p := n.insertCell(c)
 		if err := n.checkCells(); err != nil {
 			return err
 		}
 		n.finish()
-		n.claimSlots(p)
+		if c.State == Active {
+			n.claimSlots(p)
+		}
 		return nil
 	})
 }

@@ -112,6 +112,39 @@ func TestPropertyAddCellMovesOnlyOntoNewCell(t *testing.T) {
 	t.Logf("add cell, equal weights, 24 random N in 2..64: worst |moved/total - 1/(N+1)| = %.4f", worst)
 }
 
+// A cell added drained is named and owns nothing: no slot moves, it
+// holds no session quota; its undrain then moves the same slots onto it
+// as adding it active would have.
+func TestAddedDrainedTakesItsSlotsOnUndrain(t *testing.T) {
+	m := buildMap(t, equalWeights(4))
+	c := testCell("new", 1)
+	c.State = Drained
+	p, err := m.AddCell(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, ok := p.After.Cell("new")
+	if !ok || got.State != Drained || p.MovedSlots != 0 || p.After.SlotCounts()["new"] != 0 || len(got.Quota) != 0 {
+		t.Fatalf("added drained: in map %v, %s, %d slots moved, %d owned, quota %v; want drained, nothing moved or owned",
+			ok, got.State, p.MovedSlots, p.After.SlotCounts()["new"], got.Quota)
+	}
+	u, err := p.After.Undrain("new")
+	if err != nil {
+		t.Fatal(err)
+	}
+	active, err := m.AddCell(testCell("new", 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if encodedTable(t, u.After) != encodedTable(t, active.After) {
+		t.Errorf("undrained after an add drained: its table differs from an add active's")
+	}
+	c.State = Draining
+	if _, err := m.AddCell(c); err == nil || !strings.Contains(err.Error(), "starts active or drained") {
+		t.Errorf("added draining: %v, want refused", err)
+	}
+}
+
 func TestPropertyWeightedAddMovesOnlyOntoNewCell(t *testing.T) {
 	rng := rand.New(rand.NewPCG(2, 2))
 	for trial := 0; trial < 12; trial++ {
