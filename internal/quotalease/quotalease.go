@@ -270,6 +270,18 @@ func (l *Leaser) renew(ctx context.Context, agency string) {
 	for slot, ls := range l.held[agency] {
 		sent := l.now()
 		rev, err := l.kv.Update(ctx, key(agency, slot), []byte(l.cfg.Instance), ls.rev)
+		if errors.Is(err, jetstream.ErrKeyExists) {
+			// Another revision than the one this instance last knew:
+			// taken by another after it expired, or still this instance's,
+			// rewritten by an earlier renewal whose answer was lost (it
+			// timed out here and was applied there). Only the holder
+			// writes its name, so a key naming this instance is still its
+			// own: renewed at the revision read.
+			if e, gerr := l.kv.Get(ctx, key(agency, slot)); gerr == nil && string(e.Value()) == l.cfg.Instance {
+				sent = l.now()
+				rev, err = l.kv.Update(ctx, key(agency, slot), []byte(l.cfg.Instance), e.Revision())
+			}
+		}
 		switch {
 		case err == nil:
 			ls.rev, ls.sentAt = rev, sent

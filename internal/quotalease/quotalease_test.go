@@ -69,6 +69,9 @@ func (s *instanceSessions) Limit(agency string, n int) int {
 type cuttable struct {
 	jetstream.KeyValue
 	cut atomic.Bool
+	// lose: so many updates are applied and their answers lost (a
+	// timeout here after the server wrote them).
+	lose atomic.Int32
 }
 
 var errCut = errors.New("cut off")
@@ -91,6 +94,13 @@ func (c *cuttable) Update(ctx context.Context, k string, v []byte, rev uint64) (
 	if c.cut.Load() {
 		return 0, errCut
 	}
+	if c.lose.Add(-1) >= 0 {
+		if _, err := c.KeyValue.Update(ctx, k, v, rev); err != nil {
+			return 0, err
+		}
+		return 0, context.DeadlineExceeded
+	}
+	c.lose.Store(0)
 	return c.KeyValue.Update(ctx, k, v, rev)
 }
 
@@ -251,5 +261,41 @@ func TestACutInstanceTakesBackItsOwnLeases(t *testing.T) {
 	}
 	if s := p.sum("kcb"); s > 10 {
 		t.Errorf("%d sessions, over the quota of 10", s)
+	}
+}
+
+// TestALostRenewalAnswerKeepsTheLease: renewals the server applied but
+// whose answers were lost (a loaded node: the round's context ran out
+// after the write) leave the instance with an old revision; its next
+// renewal finds the key at another revision, still naming it, and keeps
+// the lease. Taken for lost, the slot would be the instance's own key,
+// which it could not claim back until the key expired, and its sessions
+// would shrink for Lease+Grace.
+func TestALostRenewalAnswerKeepsTheLease(t *testing.T) {
+	_, js := celltest.NATS(t)
+	cfg := Config{Lease: 300 * time.Millisecond, Grace: 5 * time.Second, Instance: "i1"}
+	kv, err := js.CreateOrUpdateKeyValue(context.Background(), BucketConfig("c1", cfg, 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &pools{limits: map[string]map[string]int{}, open: map[string]map[string]int{}}
+	r := &running{ses: &instanceSessions{p: p, name: "i1"}, kv: &cuttable{KeyValue: kv}, done: make(chan struct{})}
+	if r.l, err = New(cfg, Options{KV: r.kv, Sessions: r.ses}); err != nil {
+		t.Fatal(err)
+	}
+	r.l.SetQuota(map[string]int{"kcb": 4})
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() { defer close(r.done); r.l.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-r.done })
+	testkit.WaitFor(t, 5*time.Second, "i1 holds its 4", func() bool { return p.of("i1", "kcb") == 4 })
+	r.kv.lose.Store(4) // one round's renewals of its 4 leases
+	least := 4
+	for end := time.Now().Add(2 * time.Second); time.Now().Before(end); time.Sleep(5 * time.Millisecond) {
+		p.mu.Lock()
+		least = min(least, p.limits["i1"]["kcb"])
+		p.mu.Unlock()
+	}
+	if least != 4 {
+		t.Errorf("i1's session limit fell to %d after renewals whose answers were lost, want it kept at 4", least)
 	}
 }
