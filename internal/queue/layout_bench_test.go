@@ -235,7 +235,12 @@ func BenchmarkLayoutLife(b *testing.B) {
 			all := make(chan struct{})
 			var once sync.Once
 			work := make(chan jetstream.Msg, 64)
-			cc, err := c.Consume(func(m jetstream.Msg) { work <- m }, jetstream.PullMaxMessages(256))
+			cc, err := c.Consume(func(m jetstream.Msg) {
+				select {
+				case work <- m:
+				case <-ctx.Done():
+				}
+			}, jetstream.PullMaxMessages(256))
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -287,6 +292,7 @@ func BenchmarkLayoutLife(b *testing.B) {
 			took := time.Since(began)
 			b.StopTimer()
 			cancel()
+			cc.Stop()
 			wg.Wait()
 			b.ReportMetric(float64(b.N)/took.Seconds(), "done/s")
 		})

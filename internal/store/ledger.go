@@ -1,0 +1,208 @@
+package store
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/cellkit/cellkit/internal/inquiry"
+)
+
+// A Ledger keeps a cell's inquiries in one stream: accepting an
+// inquiry is one message, which is also its work, and each later state
+// is another message of the same inquiry (docs/decisions/one-write-intake.md).
+//
+// An inquiry's messages are on cellkit.<cell>.ledger.<kind>.<lane>.<id>,
+// one message per subject:
+//   - new: the record as accepted, or as re-queued by a retry: the work,
+//     which the lanes' consumers read;
+//   - rec: a later state (scores kept while pending, done, a crash counted);
+//   - fail, dead: the final state of a failed or dead-lettered inquiry,
+//     the retry console's two sets.
+//
+// The record is the last message over the inquiry's subjects, read from
+// the stream's leader; its stream sequence is its revision. Every write
+// expects the revision read (0 for a new inquiry), as the stream checks
+// in the same write: the intake, a worker, a redelivered message and a
+// retry cannot overwrite each other.
+type Ledger struct {
+	js     jetstream.JetStream
+	nc     *nats.Conn
+	cell   string
+	stream jetstream.Stream
+}
+
+// Kinds of an inquiry's ledger messages.
+const (
+	KindNew  = "new"
+	KindRec  = "rec"
+	KindFail = "fail"
+	KindDead = "dead"
+)
+
+// LedgerStream is the name of a cell's ledger stream.
+func LedgerStream(cell string) string { return "cellkit-" + cell + "-ledger" }
+
+// LedgerSubject is the subject of an inquiry's message of kind in lane.
+func LedgerSubject(cell, kind string, lane inquiry.Priority, id string) string {
+	return "cellkit." + cell + ".ledger." + kind + "." + string(laneOf(lane)) + "." + id
+}
+
+// LedgerKindSubjects is the filter of every message of kind in every lane
+// (kind "*": every kind).
+func LedgerKindSubjects(cell, kind string) string {
+	return "cellkit." + cell + ".ledger." + kind + ".*.*"
+}
+
+// inquirySubjects is the filter of every message of inquiry id.
+func inquirySubjects(cell, id string) string { return "cellkit." + cell + ".ledger.*.*." + id }
+
+// laneOf is the lane a record's priority puts it in.
+func laneOf(p inquiry.Priority) inquiry.Priority {
+	if p == inquiry.High {
+		return inquiry.High
+	}
+	return inquiry.Normal
+}
+
+// LedgerConfig shapes a cell's ledger.
+type LedgerConfig struct {
+	// Cell is the cell's id. Required.
+	Cell string
+	// TTL is how long an inquiry's messages are kept after each was
+	// written [DefaultTTL].
+	TTL time.Duration
+	// Replicas is the stream's replica count [1]; 3 on a JetStream cluster.
+	Replicas int
+}
+
+// OpenLedger creates or updates the ledger stream of cfg.Cell.
+func OpenLedger(ctx context.Context, js jetstream.JetStream, cfg LedgerConfig) (*Ledger, error) {
+	if cfg.Cell == "" {
+		return nil, errors.New("ledger: cell id is required")
+	}
+	cfg.TTL = cmp.Or(cfg.TTL, DefaultTTL)
+	cfg.Replicas = max(cfg.Replicas, 1)
+	st, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+		Name:              LedgerStream(cfg.Cell),
+		Description:       "inquiries of cell " + cfg.Cell + ": each one's acceptance (its work) and later states",
+		Subjects:          []string{"cellkit." + cfg.Cell + ".ledger.*.*.*"},
+		Retention:         jetstream.LimitsPolicy,
+		MaxMsgsPerSubject: 1,
+		MaxAge:            cfg.TTL,
+		Storage:           jetstream.FileStorage,
+		Replicas:          cfg.Replicas,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("open ledger %s: %w", LedgerStream(cfg.Cell), err)
+	}
+	return &Ledger{js: js, nc: js.Conn(), cell: cfg.Cell, stream: st}, nil
+}
+
+// Stream is the ledger's stream.
+func (j *Ledger) Stream() jetstream.Stream { return j.stream }
+
+// Accept writes r as a new inquiry, its work in its lane: ErrExists when
+// the inquiry has a message already. It returns the record's revision.
+func (j *Ledger) Accept(ctx context.Context, r *inquiry.Record) (uint64, error) {
+	return j.write(ctx, KindNew, r, 0)
+}
+
+// Requeue writes r, pending again under a new job, as new work over
+// revision rev (ErrConflict if the record moved on), and takes its
+// failed entry out of the retry console's sets.
+func (j *Ledger) Requeue(ctx context.Context, r *inquiry.Record, rev uint64) (uint64, error) {
+	seq, err := j.write(ctx, KindNew, r, rev)
+	if err != nil {
+		return 0, err
+	}
+	// The entries listed are only those still their inquiry's last
+	// message: one left by a purge that failed is not listed.
+	for _, kind := range []string{KindFail, KindDead} {
+		_ = j.stream.Purge(ctx, jetstream.WithPurgeSubject(LedgerSubject(j.cell, kind, r.Priority, r.ID)))
+	}
+	return seq, nil
+}
+
+// Update writes r's next state over revision rev: ErrConflict if the
+// record moved on. A failed record goes to the retry console's sets (a
+// dead one to the dead-letter set), any other to its record subject.
+func (j *Ledger) Update(ctx context.Context, r *inquiry.Record, rev uint64) (uint64, error) {
+	kind := KindRec
+	if r.Status == inquiry.Failed {
+		kind = KindFail
+		if r.Dead {
+			kind = KindDead
+		}
+	}
+	return j.write(ctx, kind, r, rev)
+}
+
+// write publishes r as its message of kind, expecting rev as the last
+// sequence over the inquiry's subjects.
+func (j *Ledger) write(ctx context.Context, kind string, r *inquiry.Record, rev uint64) (uint64, error) {
+	data, err := json.Marshal(r)
+	if err != nil {
+		return 0, err
+	}
+	msg := &nats.Msg{Subject: LedgerSubject(j.cell, kind, r.Priority, r.ID), Data: data}
+	ack, err := j.js.PublishMsg(ctx, msg, jetstream.WithExpectLastSequenceForSubject(rev, inquirySubjects(j.cell, r.ID)), jetstream.WithRetryAttempts(0))
+	var apiErr *jetstream.APIError
+	switch {
+	case err == nil:
+		return ack.Sequence, nil
+	case errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence || apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant):
+		if rev == 0 {
+			return 0, ErrExists
+		}
+		return 0, ErrConflict
+	default:
+		return 0, fmt.Errorf("write %s of inquiry %s: %w", kind, r.ID, err)
+	}
+}
+
+// Get reads inquiry id's record and revision from the stream's leader,
+// which has applied every write it acknowledged.
+func (j *Ledger) Get(ctx context.Context, id string) (inquiry.Record, uint64, error) {
+	var r inquiry.Record
+	req, err := json.Marshal(map[string]string{"last_by_subj": inquirySubjects(j.cell, id)})
+	if err != nil {
+		return r, 0, err
+	}
+	msg, err := j.nc.RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET."+LedgerStream(j.cell), req)
+	if err != nil {
+		return r, 0, fmt.Errorf("read inquiry %s: %w", id, err)
+	}
+	data, seq, err := leaderAnswer(msg.Data)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return r, 0, ErrNotFound
+	}
+	if err != nil {
+		return r, 0, fmt.Errorf("read inquiry %s: %w", id, err)
+	}
+	if err := json.Unmarshal(data, &r); err != nil {
+		return r, 0, fmt.Errorf("decode inquiry %s: %w", id, err)
+	}
+	return r, seq, nil
+}
+
+// Delivered decodes the record a lane consumer delivered in m, with its
+// revision: the record as of its acceptance (or re-queue). Later states
+// are newer revisions: a redelivered message's record may be stale.
+func Delivered(m jetstream.Msg) (inquiry.Record, uint64, error) {
+	var r inquiry.Record
+	md, err := m.Metadata()
+	if err != nil {
+		return r, 0, err
+	}
+	if err := json.Unmarshal(m.Data(), &r); err != nil || r.ID == "" {
+		return r, 0, fmt.Errorf("undecodable ledger message on %s", m.Subject())
+	}
+	return r, md.Sequence.Stream, nil
+}
