@@ -9,7 +9,6 @@ import (
 
 	"github.com/cellkit/cellkit/internal/celltest"
 	"github.com/cellkit/cellkit/internal/inquiry"
-	"github.com/cellkit/cellkit/internal/natsembed"
 	"github.com/cellkit/cellkit/internal/store"
 	"github.com/cellkit/cellkit/internal/testkit"
 )
@@ -25,16 +24,7 @@ func TestReplicatedLedgerLife(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a three-node JetStream cluster")
 	}
-	nodes, err := natsembed.StartCluster(natsembed.ClusterConfig{Name: "ledger", Dirs: []string{t.TempDir(), t.TempDir(), t.TempDir()}}, natsembed.Options{Logger: testkit.Logger()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		for _, n := range nodes {
-			n.Shutdown()
-		}
-	})
-	for _, n := range nodes {
+	for _, n := range threeNodes(t, "ledger") {
 		_, js := celltest.Connect(t, n)
 		testLedgerLife(t, js, 3)
 	}

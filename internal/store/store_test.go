@@ -31,7 +31,16 @@ func TestReplicatedStoreReadsTheLeader(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a three-node JetStream cluster")
 	}
-	nodes, err := natsembed.StartCluster(natsembed.ClusterConfig{Name: "store", Dirs: []string{t.TempDir(), t.TempDir(), t.TempDir()}}, natsembed.Options{Logger: testkit.Logger()})
+	for _, n := range threeNodes(t, "store") {
+		_, js := celltest.Connect(t, n)
+		testCompareAndSwap(t, js, 3)
+	}
+}
+
+// threeNodes starts a three-node JetStream cluster for the test.
+func threeNodes(t *testing.T, name string) []*natsembed.Server {
+	t.Helper()
+	nodes, err := natsembed.StartCluster(natsembed.ClusterConfig{Name: name, Dirs: []string{t.TempDir(), t.TempDir(), t.TempDir()}}, natsembed.Options{Logger: testkit.Logger()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -40,10 +49,7 @@ func TestReplicatedStoreReadsTheLeader(t *testing.T) {
 			n.Shutdown()
 		}
 	})
-	for _, n := range nodes {
-		_, js := celltest.Connect(t, n)
-		testCompareAndSwap(t, js, 3)
-	}
+	return nodes
 }
 
 func testCompareAndSwap(t *testing.T, js jetstream.JetStream, replicas int) {
