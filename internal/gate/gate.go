@@ -150,9 +150,13 @@ type comparison struct {
 // when at least one was compared; Wait with none (no baseline is not a
 // pass). head starts the text; size is a sample's size; cmp makes one
 // comparison of w with b at a given alpha (fail: significant and over
-// the margin).
+// the margin). moved, when not nil, is the p-value that the other cells
+// moved from then to now in the measure the comparison with base judged
+// (a gate whose test takes its threshold from the baseline judges the
+// other cells at that same threshold, not at one of their own); nil is
+// cmp's p-value of now against then.
 func compareAll[T any](cfg Config, what, head string, wave T, bases []Of[T], size func(T) int64,
-	cmp func(w, b T, alpha float64) (p float64, fail bool, text string)) Verdict {
+	cmp func(w, b T, alpha float64) (p float64, fail bool, text string), moved func(now, then, base T) float64) Verdict {
 	usable := 0
 	for _, b := range bases {
 		if b.Unread == "" && size(b.V) >= cfg.MinSamples {
@@ -176,7 +180,13 @@ func compareAll[T any](cfg Config, what, head string, wave T, bases []Of[T], siz
 		p, fail, text := cmp(wave, b.V, alpha)
 		if fail && b.Then != nil && b.Now != nil && size(*b.Then) >= cfg.MinSamples && size(*b.Now) >= cfg.MinSamples {
 			// The other cells between the same two windows.
-			if cp, _, _ := cmp(*b.Now, *b.Then, alpha); cp < alpha {
+			var cp float64
+			if moved != nil {
+				cp = moved(*b.Now, *b.Then, b.V)
+			} else {
+				cp, _, _ = cmp(*b.Now, *b.Then, alpha)
+			}
+			if cp < alpha {
 				fail = false
 				text += fmt.Sprintf(" — the other cells moved alike between the two windows (p=%.2g): not the release's", cp)
 			}
@@ -233,7 +243,7 @@ func (cfg Config) rates(what string, wave Counts, margin float64, bases []Of[Cou
 			p := fisherGreater(w.Failed, w.Total, b.Failed, b.Total)
 			return p, p < alpha && w.Rate()-b.Rate() > margin,
 				fmt.Sprintf("%d of %d (%.2f%%), Fisher p=%.2g", b.Failed, b.Total, 100*b.Rate(), p)
-		})
+		}, nil)
 	if v.Decision == Wait && v.Baseline == "" && wave.Rate() > margin {
 		v.Decision, v.P = Fail, 0
 		v.Text += fmt.Sprintf(": over the margin of %.2f%% with no baseline to compare", 100*margin)

@@ -241,6 +241,23 @@ func TestBaselines(t *testing.T) {
 	if v := cfg.Latency("time to done", slower, worldSteady); v.Decision != Fail {
 		t.Errorf("against before, the other cells steady: %v (%s), want fail", v.Decision, v.Text)
 	}
+	// The tail against before, while every cell slowed for a few seconds:
+	// the other cells' own p99 is higher than the wave's was, so their
+	// own margins' bound (1 s) sees no change, but at the bound the wave
+	// is judged at (500 ms) they rose as the wave did.
+	waveBefore, waveNow := hist(0, 300, 300, 165, 1), hist(0, 150, 150, 100, 32, 18)
+	othersThen := hist(0, 100, 150, 100, 40, 10)
+	if v := cfg.Tail("tail", waveNow, Of[Histogram]{Name: BaselineBefore, V: waveBefore}); v.Decision != Fail {
+		t.Fatalf("the tail against before with no control: %v (%s), want fail", v.Decision, v.Text)
+	}
+	othersSlowed := hist(0, 40, 60, 50, 36, 30)
+	if v := cfg.Tail("tail", waveNow, Of[Histogram]{Name: BaselineBefore, V: waveBefore, Then: &othersThen, Now: &othersSlowed}); v.Decision != Pass || !strings.Contains(v.Text, "the other cells moved alike") {
+		t.Errorf("the tail against before, the other cells' tail past 500 ms risen too: %v (%s), want pass", v.Decision, v.Text)
+	}
+	othersSteady := hist(0, 54, 81, 54, 22, 5)
+	if v := cfg.Tail("tail", waveNow, Of[Histogram]{Name: BaselineBefore, V: waveBefore, Then: &othersThen, Now: &othersSteady}); v.Decision != Fail {
+		t.Errorf("the tail against before, the other cells steady: %v (%s), want fail", v.Decision, v.Text)
+	}
 	unread := Of[Histogram]{Name: BaselineBefore, V: usual, Unread: "c1: connection refused"}
 	if v := cfg.Latency("time to done", usual, unread); v.Decision != Wait || !strings.Contains(v.Text, "before not read (c1: connection refused)") {
 		t.Errorf("a baseline not read: %v (%s), want wait", v.Decision, v.Text)

@@ -80,7 +80,7 @@ func (cfg Config) Latency(what string, wave Histogram, bases ...Of[Histogram]) V
 		}
 		p := mannWhitneyGreater(w.counts(), b.counts())
 		return p, p < alpha && q1 > q2*cfg.LatencyFactor && q1-q2 > cfg.LatencyMargin, text + fmt.Sprintf(", Mann-Whitney p=%.2g", p)
-	})
+	}, nil)
 }
 
 // Tail compares the wave's slowest requests with each baseline's: the
@@ -91,7 +91,10 @@ func (cfg Config) Latency(what string, wave Histogram, bases ...Of[Histogram]) V
 // TailMargin. A regression of the slowest 1 or 2 % alone moves the
 // Mann-Whitney statistic too little to see, and the p99 margin alone is
 // no test; this is the test of the tail, of a slowing as large as the
-// latency gate's margins ask. Wait as Latency.
+// latency gate's margins ask. Wait as Latency. Against a baseline of
+// another window, the other cells are judged at the same bound: their
+// share above it rising between the two windows (the whole node slowed)
+// makes the wave's rise the world's.
 func (cfg Config) Tail(what string, wave Histogram, bases ...Of[Histogram]) Verdict {
 	n1 := wave.Count()
 	if n1 < cfg.MinSamples {
@@ -102,18 +105,38 @@ func (cfg Config) Tail(what string, wave Histogram, bases ...Of[Histogram]) Verd
 		if !slices.Equal(w.Bounds, b.Bounds) {
 			return 0, true, "the histograms' buckets differ"
 		}
-		i := b.bucketAbove(cfg.slower(b.Quantile(0.99)))
+		i := cfg.tailBucket(b)
 		bound := b.Bounds[i]
 		if math.IsInf(bound, 1) {
 			return 1, false, "p99 beyond the last bucket: no tail to compare"
 		}
-		above := Counts{Total: w.Count(), Failed: w.Count() - w.Cumulative[i]}
-		base := Counts{Total: b.Count(), Failed: b.Count() - b.Cumulative[i]}
+		above, base := w.above(i), b.above(i)
 		p := fisherGreater(above.Failed, above.Total, base.Failed, base.Total)
 		return p, p < alpha && above.Rate()-base.Rate() > cfg.TailMargin,
 			fmt.Sprintf("above %s (its p99 %s and the margins): wave %d (%.2f%%), baseline %d of %d (%.2f%%), Fisher p=%.2g",
 				ms(bound), ms(b.Quantile(0.99)), above.Failed, 100*above.Rate(), base.Failed, base.Total, 100*base.Rate(), p)
+	}, func(now, then, b Histogram) float64 {
+		// The other cells' share above the bound the wave was judged
+		// at: a node-wide slowing lifts it for them too, though it may
+		// not reach past their own p99's margins.
+		i := cfg.tailBucket(b)
+		if !slices.Equal(now.Bounds, b.Bounds) || !slices.Equal(then.Bounds, b.Bounds) || math.IsInf(b.Bounds[i], 1) {
+			return 1
+		}
+		a, t := now.above(i), then.above(i)
+		return fisherGreater(a.Failed, a.Total, t.Failed, t.Total)
 	})
+}
+
+// tailBucket is the bucket the tail gate judges against baseline b: the
+// first past its p99 by the latency margins.
+func (cfg Config) tailBucket(b Histogram) int {
+	return b.bucketAbove(cfg.slower(b.Quantile(0.99)))
+}
+
+// above counts h's samples above bucket i's upper bound.
+func (h Histogram) above(i int) Counts {
+	return Counts{Total: h.Count(), Failed: h.Count() - h.Cumulative[i]}
 }
 
 // slower is the least latency worse than q by the latency margins: ×
