@@ -45,6 +45,17 @@ build: ## compile every package and command into ./bin (the Terraform provider a
 	go build -ldflags "-X github.com/cellkit/cellkit/internal/buildinfo.version=next" -o $(BIN)/next/router ./router
 	go build -o $(BIN)/nats-server github.com/nats-io/nats-server/v2
 
+# The cell release before the ledger (docs/decisions/one-write-intake.md):
+# the release drill's stack starts on it and is upgraded to this tree's.
+PREVIOUS_CELL ?= 272cd3f
+
+.PHONY: build-previous
+build-previous: ## bin/previous/cell: the cell of PREVIOUS_CELL, a commit of this repository's history (the release before the ledger), for the release drill's upgrade
+	@rm -rf $(BIN)/previous/src && mkdir -p $(BIN)/previous/src
+	git archive $(PREVIOUS_CELL) | tar -x -C $(BIN)/previous/src
+	cd $(BIN)/previous/src && go build -buildvcs=false -ldflags "-X github.com/cellkit/cellkit/internal/buildinfo.version=$(PREVIOUS_CELL)" -o ../cell ./cell
+	@rm -rf $(BIN)/previous/src
+
 .PHONY: run
 run: build ## the local stack in the foreground: agency simulator, 4 cells, router on :8080, data in ./var (Ctrl-C stops it)
 	$(BIN)/cellctl dev up --foreground
@@ -220,8 +231,9 @@ bench-ir: ## instructions per op of the map lookup benchmarks (valgrind: stable 
 	N1=10 N2=60 ./scripts/instr-per-op.sh ./internal/slotmap PlanDrain
 
 .PHONY: bench-cell
-bench-cell: ## the cell's benchmarks: intake 202/s and the pipeline at 2x the agency bound for 20 s (BENCH_DIR=/dev/shm: store off disk)
-	CELLKIT_BENCH_DIR=$(BENCH_DIR) go test -run '^$$' -bench 'Intake$$' -benchtime 5s -benchmem ./internal/cell/
+bench-cell: ## the cell's benchmarks on each layout beside one synced JetStream publish per request: intake 202/s, its latency at 1,000/s, the pipeline at 2x the agency bound for 20 s (BENCH_DIR=/dev/shm: store off disk; BENCHCOUNT rounds)
+	CELLKIT_BENCH_DIR=$(BENCH_DIR) go test -run '^$$' -bench 'Intake$$' -benchtime 5s -count $(BENCHCOUNT) -benchmem ./internal/cell/
+	CELLKIT_BENCH_DIR=$(BENCH_DIR) go test -run '^$$' -bench 'IntakeLatency' -benchtime 1x -count $(BENCHCOUNT) ./internal/cell/
 	CELLKIT_BENCH_DIR=$(BENCH_DIR) go test -run '^$$' -bench 'PipelineAgencyBound' -benchtime 1x -benchmem ./internal/cell/
 	go test -run '^$$' -bench . -benchmem ./internal/inquiry/ ./internal/shed/ ./internal/pipeline/
 
@@ -235,7 +247,7 @@ fuzz: ## run every fuzz target for FUZZTIME each (default 50000x executions; a d
 	done
 
 .PHONY: drill
-drill: tools build ## as root: the chaos drills (kill, freeze: a cell SIGSTOPped for 20 s, disk-full: a cell's store on a 640 MiB tmpfs, 2m30s near full with Prometheus checking the alert, then filled for 15 s, drain, agency-slow at DRILL_RATE/s, default 100; agency-slow again at 250/s with a 5 s age budget, where the cells must shed; kill again with a real Prometheus checking the alerts; priority: high and normal lanes under overload, lane-aware cells beside lane-blind ones; poison: inquiries whose processing panics, contained to themselves, and one with Prometheus, whose alert must fire; release: a good rollout through every cell, then a failing, a slow, a crashing, an unstable and a slow-tail build and a refusing setting halted in the canary wave and rolled back; handoff, plain and TLS: the router restarted and upgraded under HANDOFF_RATE/s, default 400, with no connection refused, each handoff's p99 held to A/A controls in the same run) on a fresh local stack each; reports in var/drill/
+drill: tools build build-previous ## as root: the chaos drills (kill, freeze: a cell SIGSTOPped for 20 s, disk-full: a cell's store on a 640 MiB tmpfs, 2m30s near full with Prometheus checking the alert, then filled for 15 s, drain, agency-slow at DRILL_RATE/s, default 100; agency-slow again at 250/s with a 5 s age budget, where the cells must shed; kill again with a real Prometheus checking the alerts; priority: high and normal lanes under overload, lane-aware cells beside lane-blind ones; poison: inquiries whose processing panics, contained to themselves, and one with Prometheus, whose alert must fire; release: the upgrade from the release before the ledger (bin/previous/cell) through every cell, then a failing, a slow, a crashing, an unstable and a slow-tail build and a refusing setting halted in the canary wave and rolled back, and last the release before the ledger, refused on the switched canary; handoff, plain and TLS: the router restarted and upgraded under HANDOFF_RATE/s, default 400, with no connection refused, each handoff's p99 held to A/A controls in the same run) on a fresh local stack each; reports in var/drill/
 	@mkdir -p var/drill; rc=0; \
 	for d in kill freeze drain agency-slow; do \
 	  echo "== loadtest drill $$d"; \
@@ -260,7 +272,7 @@ drill: tools build ## as root: the chaos drills (kill, freeze: a cell SIGSTOPped
 	echo "== loadtest drill poison: one inquiry that panics, with Prometheus: CellkitInquiryPanics fires on it"; \
 	$(BIN)/loadtest drill poison --bin $(BIN) --rate $(DRILL_RATE) --poison 1 --baseline 5s --fault 5s --after 10s \
 	  --prometheus $(BIN)/prometheus --json var/drill/poison-alert.json --svg var/drill/poison-alert.svg || rc=1; \
-	echo "== loadtest drill release: seven rollouts (c2 the canary, then the rest; bakes of 20 s): a good one, then a failing, a slow, a crashing, an unstable and a slow-tail build and a refusing setting (depth-limit=1), each halted in the canary and rolled back"; \
+	echo "== loadtest drill release: eight rollouts (c2 the canary, then the rest; bakes of 20 s), the stack started on bin/previous/cell: the upgrade to this tree's cell through every cell, then a failing, a slow, a crashing, an unstable and a slow-tail build and a refusing setting (depth-limit=1), each halted in the canary and rolled back, and last the release before the ledger, refused"; \
 	$(BIN)/loadtest drill release --bin $(BIN) --rate $(DRILL_RATE) --baseline 10s --after 5s \
 	  --json var/drill/release.json --svg var/drill/release.svg || rc=1; \
 	echo "== loadtest drill handoff: $(HANDOFF_RATE) req/s (90 % status reads, half on kept-alive connections); the router restarted three times, upgraded to bin/next/router, then given a successor that cannot start; each judged against A/A windows with nothing replaced"; \

@@ -28,18 +28,8 @@ func TestCrashLoopEndsInQuarantine(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the binary: skipped with -short")
 	}
-	dir := t.TempDir()
 	bin := buildBinary(t, "faults")
-	sim := agencysim.Config{MaxSessions: 8, Latency: agencysim.FixedLatency(5 * time.Millisecond)}
-	nice := celltest.StartSim(t, telegram.NICE(), sim)
-	kcb := celltest.StartSim(t, telegram.KCB(), sim)
-	reg := celltest.NewRegistry(t, map[string]int{"nice": 4, "kcb": 4}, celltest.TestCell("c1"))
-	args := []string{
-		"--cell", "c1", "--registry", reg.URL(), "--store", filepath.Join(dir, "store"),
-		"--agency", "nice=" + nice.Addr().String(), "--agency", "kcb=" + kcb.Addr().String(),
-		"--intake", "127.0.0.1:0", "--admin", "127.0.0.1:0", "--nats-port", "-1",
-		"--ack-wait", "1s", "--quarantine-after", "2", "--max-deliver", "5",
-	}
+	args, _ := faultsCell(t, "--quarantine-after", "2", "--max-deliver", "5")
 	client := &http.Client{Timeout: 5 * time.Second}
 	defer client.CloseIdleConnections()
 	req := func(u string) inquiry.Request {
@@ -112,4 +102,21 @@ func TestCrashLoopEndsInQuarantine(t *testing.T) {
 	if v := view(p, before); v.Status != inquiry.Done {
 		t.Errorf("the inquiry done before the crashes: %+v", v)
 	}
+}
+
+// faultsCell is the arguments of a cell c1 for a faults build, with its
+// store in a directory of the test's, its agencies simulated (5 ms, 8
+// sessions each; nice returned) and an ack wait of 1 s, then extra.
+func faultsCell(t *testing.T, extra ...string) ([]string, *agencysim.Server) {
+	t.Helper()
+	sim := agencysim.Config{MaxSessions: 8, Latency: agencysim.FixedLatency(5 * time.Millisecond)}
+	nice := celltest.StartSim(t, telegram.NICE(), sim)
+	kcb := celltest.StartSim(t, telegram.KCB(), sim)
+	reg := celltest.NewRegistry(t, map[string]int{"nice": 4, "kcb": 4}, celltest.TestCell("c1"))
+	args := []string{
+		"--cell", "c1", "--registry", reg.URL(), "--store", filepath.Join(t.TempDir(), "store"),
+		"--agency", "nice=" + nice.Addr().String(), "--agency", "kcb=" + kcb.Addr().String(),
+		"--intake", "127.0.0.1:0", "--admin", "127.0.0.1:0", "--nats-port", "-1", "--ack-wait", "1s",
+	}
+	return append(args, extra...), nice
 }

@@ -140,7 +140,7 @@ func parseFlags(args []string, getenv func(string) string, output io.Writer) (c 
 	fs.Float64Var(&c.Shed.HighReserve, "high-reserve", d.Shed.HighReserve, "share of the pipeline's pace guaranteed to high-priority inquiries, the rest being normal's (each lane uses what the other leaves), and of the depth limit normal ones never fill (0 < share < 1)")
 	fs.BoolVar(&c.Shed.LaneBlind, "lane-blind", false, "shed both lanes alike on the whole queue (no reserve for high priority; for comparison)")
 	fs.IntVar(&c.Shed.MaxDepth, "depth-limit", d.Shed.MaxDepth, "shed new intake when this many inquiries are queued")
-	fs.Int64Var(&c.QueueMaxMsgs, "queue-max-msgs", 0, "hard message limit of the work stream (0: 10 × depth limit)")
+	fs.Int64Var(&c.QueueMaxMsgs, "queue-max-msgs", 0, "hard depth limit of the queue (0: 10 × depth limit)")
 	fs.Float64Var(&c.Storage.High, "store-high-watermark", d.Storage.High, "with the embedded NATS: refuse new inquiries (503 storage-full) while this share of the store's filesystem is in use, until it is below --store-low-watermark; queued work goes on")
 	fs.Float64Var(&c.Storage.Low, "store-low-watermark", d.Storage.Low, "take new inquiries again below this share in use (and restart JetStream there after a write it failed for lack of space)")
 	fs.DurationVar(&c.RecordTTL, "record-ttl", d.RecordTTL, "how long records, failures and dead letters are kept")

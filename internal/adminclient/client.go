@@ -7,6 +7,7 @@ package adminclient
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/tls"
 	"encoding/json"
@@ -18,6 +19,7 @@ import (
 	"net/http/httptrace"
 	"net/url"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -373,6 +375,37 @@ func (c Client) Retry(ctx context.Context, base string, ids []string, all bool) 
 		return nil, err
 	}
 	return &out, nil
+}
+
+// SwitchToLedger switches the cell's intake to the ledger (once, never
+// undone); the answer is its layout afterwards.
+func (c Client) SwitchToLedger(ctx context.Context, base string) (*api.LayoutStatus, error) {
+	var out api.LayoutStatus
+	if err := c.Call(ctx, http.MethodPost, base, api.PathCellLedger, nil, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// Layouts reads how cell keeps its inquiries from every process of it:
+// since is when its intake writes the ledger from (zero: not switched,
+// as far as the processes that answered say), and unaware names the
+// processes whose release does not know the ledger. A process that does
+// not answer is an error: nothing can be said of it.
+func (c Client) Layouts(ctx context.Context, cell slotmap.Cell) (since time.Time, unaware []string, err error) {
+	for _, a := range cell.Admins() {
+		st, err := c.Status(ctx, a)
+		if err != nil {
+			return time.Time{}, nil, fmt.Errorf("%s: %w", a, err)
+		}
+		switch l := st.Layout; {
+		case l == nil || !slices.Contains(l.Knows, api.LayoutLedger):
+			unaware = append(unaware, cmp.Or(st.Instance, st.Cell))
+		case l.LedgerSince != nil:
+			since = *l.LedgerSince
+		}
+	}
+	return since, unaware, nil
 }
 
 // SetIntakes opens or closes the intake of every process of cell (its

@@ -37,7 +37,30 @@ type CellStatus struct {
 	Checks  map[string]Check  `json:"checks"`
 	// Store is the store's filesystem (a cell on the embedded NATS only).
 	Store *StoreStatus `json:"store,omitempty"`
+	// Layout is how the cell keeps its inquiries. Absent: a release that
+	// knows only the records layout.
+	Layout *LayoutStatus `json:"layout,omitempty"`
 }
+
+// The layouts a cell keeps its inquiries in (docs/decisions/one-write-intake.md).
+const (
+	LayoutLedger  = "ledger"
+	LayoutRecords = "records"
+)
+
+// LayoutStatus is how a cell keeps its inquiries.
+type LayoutStatus struct {
+	// Writes is the layout its intake writes now.
+	Writes string `json:"writes"`
+	// LedgerSince is when its intake writes the ledger from (absent: not
+	// switched); once set, never undone.
+	LedgerSince *time.Time `json:"ledger_since,omitempty"`
+	// Knows are the layouts the instance's release reads and works.
+	Knows []string `json:"knows"`
+}
+
+// PathCellLedger switches a cell's intake to the ledger (POST, admin API).
+const PathCellLedger = "/v1/admin/layout/ledger"
 
 // Check is one readiness check, as /readyz and the status show it.
 type Check struct {

@@ -32,6 +32,7 @@ import (
 //	POST /v1/admin/intake/{close|open}
 //	GET  /v1/admin/failed[?limit=N]            failed and dead-lettered inquiries
 //	POST /v1/admin/failed/retry                {"ids":[...]} or {"all":true}
+//	POST /v1/admin/layout/ledger               the intake writes the ledger (never undone)
 //
 // With an Options.AdminGuard, all but /healthz and /readyz need a bearer
 // token or a verified client certificate (401 otherwise).
@@ -56,6 +57,7 @@ func (c *Cell) adminHandler() http.Handler {
 	mux.HandleFunc("/v1/admin/intake/{action}", only(http.MethodPost, c.intakeSwitch))
 	mux.HandleFunc("/v1/admin/failed", only(http.MethodGet, c.listFailed))
 	mux.HandleFunc("/v1/admin/failed/retry", only(http.MethodPost, c.retryFailed))
+	mux.HandleFunc(api.PathCellLedger, only(http.MethodPost, c.switchLedger))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		problem.Write(w, problem.New(http.StatusNotFound, problem.NotFound, "no such path: "+r.URL.Path))
 	})
@@ -144,6 +146,7 @@ func (c *Cell) Status() api.CellStatus {
 		st.Store = &api.StoreStatus{SizeBytes: ds.Size, FreeBytes: ds.Free, Used: ds.Used(), High: ds.High, Low: ds.Low,
 			Refusing: c.disk.Refusing(), Failed: ds.Failed}
 	}
+	st.Layout = c.layoutStatus()
 	fs := c.follower.Status()
 	st.Map = api.MapStatus{Version: fs.Version, Registry: fs.Registry, Stale: fs.Stale, FromCache: fs.FromCache, RegistryOlder: fs.RegistryOlder}
 	if m := c.follower.Map(); m != nil {
@@ -231,6 +234,33 @@ func (c *Cell) intakeSwitch(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	httpx.Indent(w, http.StatusOK, map[string]string{"intake": map[bool]string{true: "open", false: "closed"}[c.intake.IsOpen()]})
+}
+
+// layoutStatus is how the cell keeps its inquiries.
+func (c *Cell) layoutStatus() *api.LayoutStatus {
+	l := &api.LayoutStatus{Writes: c.queue.Layout(), Knows: []string{api.LayoutRecords, api.LayoutLedger}}
+	if since := c.queue.Switched(); !since.IsZero() {
+		since = since.UTC()
+		l.LedgerSince = &since
+	}
+	return l
+}
+
+// switchLedger switches the cell's intake to the ledger, once: its
+// instances then write one message per inquiry accepted. Only a release
+// that knows the ledger may serve the cell from then on (a rollout
+// refuses a rollback past it).
+func (c *Cell) switchLedger(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
+	defer cancel()
+	since, err := c.queue.Switch(ctx)
+	if err != nil {
+		c.log.Warn("cannot switch the intake to the ledger", "err", err)
+		problem.WriteRetry(w, problem.New(http.StatusServiceUnavailable, problem.StoreUnavailable, "cannot record the switch to the ledger now: "+err.Error()), time.Second)
+		return
+	}
+	c.log.Info("the intake writes the ledger", "since", since)
+	httpx.Indent(w, http.StatusOK, c.layoutStatus())
 }
 
 // maxList caps the failed inquiries listed or retried at once.

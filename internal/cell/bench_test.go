@@ -1,6 +1,7 @@
 package cell
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"os"
@@ -11,39 +12,153 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/cellkit/cellkit/internal/agencysim"
+	"github.com/cellkit/cellkit/internal/celltest"
 	"github.com/cellkit/cellkit/internal/inquiry"
+	"github.com/cellkit/cellkit/internal/queue"
 	"github.com/cellkit/cellkit/internal/testkit"
 )
 
 // benchStore is where benchmark cells keep their store: $CELLKIT_BENCH_DIR
 // (for instance /dev/shm, to see what the disk costs) or a temporary
 // directory on the test's disk.
-func benchStore(b *testing.B) string {
-	if d := os.Getenv("CELLKIT_BENCH_DIR"); d != "" {
-		dir, err := os.MkdirTemp(d, "cellbench")
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.Cleanup(func() { os.RemoveAll(dir) })
-		return dir
-	}
-	return b.TempDir()
-}
+func benchStore(b *testing.B) string { return celltest.BenchDir(b) }
 
 func benchClient() *http.Client {
 	return &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 512, MaxConnsPerHost: 512}}
 }
 
-// BenchmarkIntake measures accepted inquiries per second: each 202 waits for
-// the record write and the PubAck, both synced to disk. The workers are held
-// so that only the intake writes.
+// intakeParallelism is how many clients per GOMAXPROCS send at once in
+// the intake's benchmarks, and publish in the raw JetStream one beside
+// them (RunParallel's).
+const intakeParallelism = 16
+
+// BenchmarkIntake measures accepted inquiries per second, each 202 after
+// its writes are synced, beside the limit one synced publish per request
+// sets on the same disk, from as many clients: "publish" is a raw
+// JetStream client on an embedded server as a cell runs it, "ledger" a
+// cell on the ledger (one write per acceptance), "records" one on the
+// layout before it (a KV record, then the work message). The workers are
+// held so that only the intake writes.
+//
+//	make bench-cell                    # BENCH_DIR=/dev/shm: tmpfs
 func BenchmarkIntake(b *testing.B) {
+	b.Run("publish", func(b *testing.B) {
+		js := benchJetStream(b)
+		if _, err := js.CreateStream(context.Background(), jetstream.StreamConfig{Name: "bench", Subjects: []string{"bench.>"}, Storage: jetstream.FileStorage}); err != nil {
+			b.Fatal(err)
+		}
+		body := make([]byte, 420) // a pending record's size
+		var n atomic.Int64
+		b.SetParallelism(intakeParallelism)
+		b.ResetTimer()
+		began := time.Now()
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				if _, err := js.Publish(context.Background(), "bench."+strconv.FormatInt(n.Add(1), 10), body); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+		b.ReportMetric(float64(b.N)/time.Since(began).Seconds(), "accepted/s")
+	})
+	for _, layout := range []string{queue.LayoutLedger, queue.LayoutRecords} {
+		b.Run(layout, func(b *testing.B) {
+			h := heldIntake(b, layout)
+			client := benchClient()
+			defer client.CloseIdleConnections()
+			var n atomic.Int64
+			b.SetParallelism(intakeParallelism)
+			b.ResetTimer()
+			began := time.Now()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					i := n.Add(1)
+					r, err := testkit.Send(client, "POST", h.intake+"/v1/inquiries", user(int(i)), nil)
+					if err != nil || r.Status != http.StatusAccepted {
+						b.Errorf("POST = %v %d %s", err, r.Status, r.Body)
+						return
+					}
+				}
+			})
+			b.ReportMetric(float64(b.N)/time.Since(began).Seconds(), "accepted/s")
+		})
+	}
+}
+
+// BenchmarkIntakeLatency offers 1,000 inquiries a second for 5 s
+// (CELLKIT_BENCH_SECONDS), open loop, to a cell on each layout, and
+// reports the intake's latency as its clients see it. Run it once:
+//
+//	go test -run '^$' -bench IntakeLatency -benchtime 1x ./internal/cell/
+func BenchmarkIntakeLatency(b *testing.B) {
+	const rate = 1000
+	secs := 5
+	if v, err := strconv.Atoi(os.Getenv("CELLKIT_BENCH_SECONDS")); err == nil && v > 0 {
+		secs = v
+	}
+	for _, layout := range []string{queue.LayoutLedger, queue.LayoutRecords} {
+		b.Run(layout, func(b *testing.B) {
+			h := heldIntake(b, layout)
+			client := benchClient()
+			defer client.CloseIdleConnections()
+			for b.Loop() {
+				var mu sync.Mutex
+				var took []time.Duration
+				var failed atomic.Int64
+				var wg sync.WaitGroup
+				slots := make(chan struct{}, 512) // requests in flight at most
+				began := time.Now()
+				for i := range rate * secs {
+					at := began.Add(time.Duration(i) * time.Second / rate)
+					time.Sleep(time.Until(at))
+					select {
+					case slots <- struct{}{}:
+					default:
+						failed.Add(1) // the cell fell 512 behind
+						continue
+					}
+					wg.Go(func() {
+						defer func() { <-slots }()
+						r, err := testkit.Send(client, "POST", h.intake+"/v1/inquiries", user(i), nil)
+						d := time.Since(at)
+						if err != nil || r.Status != http.StatusAccepted {
+							failed.Add(1)
+							return
+						}
+						mu.Lock()
+						took = append(took, d)
+						mu.Unlock()
+					})
+				}
+				wg.Wait()
+				slices.Sort(took)
+				q := func(p float64) float64 {
+					if len(took) == 0 {
+						return 0
+					}
+					return float64(took[min(len(took)-1, int(p*float64(len(took))))].Microseconds()) / 1000
+				}
+				b.ReportMetric(q(0.50), "p50_ms")
+				b.ReportMetric(q(0.99), "p99_ms")
+				b.ReportMetric(q(0.999), "p99.9_ms")
+				b.ReportMetric(float64(failed.Load()), "failed")
+			}
+		})
+	}
+}
+
+// heldIntake is a cell on layout whose workers are held, so that only its
+// intake writes.
+func heldIntake(b *testing.B, layout string) *harness {
 	css := blockingCSS{release: make(chan struct{})}
 	b.Cleanup(func() { close(css.release) })
-	h := start(b, setup{storeDir: benchStore(b), opts: Options{CSS: css}, config: func(c *Config) {
+	return start(b, setup{storeDir: benchStore(b), opts: Options{CSS: css}, config: func(c *Config) {
+		c.QueueLayout = layout
 		c.Pipeline.Workers = 1
 		c.Pipeline.StepTimeout = time.Hour
 		c.Pipeline.DrainTimeout = 100 * time.Millisecond
@@ -52,33 +167,30 @@ func BenchmarkIntake(b *testing.B) {
 		c.QueueMaxMsgs = 10_000_000
 		c.QueueMaxBytes = 4 << 30
 	}})
-	client := benchClient()
-	defer client.CloseIdleConnections()
-	var n atomic.Int64
-	b.SetParallelism(16)
-	b.ResetTimer()
-	began := time.Now()
-	b.RunParallel(func(pb *testing.PB) {
-		for pb.Next() {
-			i := n.Add(1)
-			r, err := testkit.Send(client, "POST", h.intake+"/v1/inquiries", user(int(i)), nil)
-			if err != nil || r.Status != http.StatusAccepted {
-				b.Errorf("POST = %v %d %s", err, r.Status, r.Body)
-				return
-			}
-		}
-	})
-	b.ReportMetric(float64(b.N)/time.Since(began).Seconds(), "accepted/s")
+}
+
+// benchJetStream is an embedded server on the benchmarks' store, synced
+// as a cell's is, and a client of it in process.
+func benchJetStream(b *testing.B) jetstream.JetStream {
+	_, js := celltest.NATSIn(b, benchStore(b))
+	return js
 }
 
 // BenchmarkPipelineAgencyBound offers twice what the agencies can take —
 // each simulator answers in 50 ms on 20 sessions, a bound of 400 inquiries/s
 // — for 20 s (CELLKIT_BENCH_SECONDS), open loop, and reports the done rate
 // against the bound, the oldest pending age (budget 5 s, so that shedding
-// shows within the run) and the share shed with 503. Run it once:
+// shows within the run) and the share shed with 503, on each layout. Run
+// it once:
 //
 //	go test -run '^$' -bench PipelineAgencyBound -benchtime 1x ./internal/cell/
 func BenchmarkPipelineAgencyBound(b *testing.B) {
+	for _, layout := range []string{queue.LayoutLedger, queue.LayoutRecords} {
+		b.Run(layout, func(b *testing.B) { pipelineAgencyBound(b, layout) })
+	}
+}
+
+func pipelineAgencyBound(b *testing.B, layout string) {
 	const (
 		sessions = 20
 		latency  = 50 * time.Millisecond
@@ -96,6 +208,7 @@ func BenchmarkPipelineAgencyBound(b *testing.B) {
 		sessions: sessions, storeDir: dir,
 		sim: agencysim.Config{MaxSessions: sessions, Latency: agencysim.FixedLatency(latency)},
 		config: func(c *Config) {
+			c.QueueLayout = layout
 			c.Shed.MaxAge = budget
 			c.CSSLatency, c.CoreLatency = 5*time.Millisecond, 10*time.Millisecond
 			c.SampleInterval = 100 * time.Millisecond

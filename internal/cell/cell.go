@@ -46,7 +46,6 @@ import (
 	"github.com/cellkit/cellkit/internal/shed"
 	"github.com/cellkit/cellkit/internal/slotmap"
 	"github.com/cellkit/cellkit/internal/storage"
-	"github.com/cellkit/cellkit/internal/store"
 )
 
 // Options carry the cell's collaborators. The zero value is usable.
@@ -97,7 +96,6 @@ type Cell struct {
 	ns       *natsembed.Server // nil with an external NATS
 	nc       *nats.Conn
 	js       jetstream.JetStream
-	store    *store.Store
 	queue    *queue.Queue
 	registry registry.Registry
 	follower *registry.Follower
@@ -170,12 +168,6 @@ func New(ctx context.Context, cfg Config, opts Options) (_ *Cell, err error) {
 			return nil, err
 		}
 	}
-	if err = c.untilJetStream(ctx, func(ctx context.Context) (err error) {
-		c.store, err = store.OpenReplicated(ctx, c.js, cfg.ID, cfg.RecordTTL, cfg.Replicas)
-		return err
-	}); err != nil {
-		return nil, err
-	}
 	if cfg.Instance != "" {
 		lc := quotalease.Config{Instance: cfg.Instance, Lease: cfg.Lease, Grace: cfg.LeaseGrace}
 		var kv jetstream.KeyValue
@@ -190,8 +182,8 @@ func New(ctx context.Context, cfg Config, opts Options) (_ *Cell, err error) {
 		}
 	}
 	if err = c.untilJetStream(ctx, func(ctx context.Context) (err error) {
-		c.queue, err = queue.Setup(ctx, c.js, c.store, queue.Config{
-			Cell: cfg.ID, MaxMsgs: cfg.QueueMaxMsgs, MaxBytes: cfg.QueueMaxBytes, AckWait: cfg.AckWait, Replicas: cfg.Replicas,
+		c.queue, err = queue.Setup(ctx, c.js, queue.Config{
+			Cell: cfg.ID, MaxMsgs: cfg.QueueMaxMsgs, MaxBytes: cfg.QueueMaxBytes, AckWait: cfg.AckWait, Replicas: cfg.Replicas, Layout: cfg.QueueLayout,
 			MaxAckPending: max(1000, 2*cfg.Pipeline.Workers), Retention: cfg.RecordTTL,
 		})
 		return err

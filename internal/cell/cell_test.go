@@ -706,7 +706,7 @@ func TestReplicatedOnACluster(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	for _, name := range []string{queue.WorkStream("c1"), queue.ErrorStream("c1"), queue.DLQStream("c1"), "KV_" + store.Bucket("c1")} {
+	for _, name := range []string{store.LedgerStream("c1")} {
 		st, err := h.cell.js.Stream(ctx, name)
 		if err != nil {
 			t.Fatalf("stream %s: %v", name, err)

@@ -98,10 +98,16 @@ type Config struct {
 	// Shed holds the intake budgets: oldest pending age [60s] and queue
 	// depth [10000] (shed.DefaultConfig).
 	Shed shed.Config
-	// QueueMaxMsgs and QueueMaxBytes are the work stream's hard limits
-	// [10 × Shed.MaxDepth, 256 MiB].
+	// QueueMaxMsgs is the queue's hard depth limit, QueueMaxBytes the
+	// records layout's work stream's size limit [10 × Shed.MaxDepth,
+	// 256 MiB].
 	QueueMaxMsgs  int64
 	QueueMaxBytes int64
+	// QueueLayout is the layout a new cell keeps its inquiries in
+	// [ledger]; records makes it as a release before the ledger did, for
+	// the benchmarks that compare the two and the tests of an upgrade
+	// (a cell with data keeps the layout it has; see queue.Switch).
+	QueueLayout string
 	// AckWait is the work consumers' ack wait [30s].
 	AckWait time.Duration
 	// RecordTTL is how long inquiry records, failures and dead letters are

@@ -35,7 +35,7 @@ func (c *Cell) registerMetrics() {
 	}))
 	auto.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "cellkit_cell_queue_messages",
-		Help: "Messages in the work stream.",
+		Help: "Inquiries queued or in flight.",
 	}, last(func(s *sample) float64 { return float64(s.Total) }))
 	auto.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "cellkit_cell_queue_drain_rate",

@@ -256,3 +256,42 @@ func TestStoreText(t *testing.T) {
 		}
 	}
 }
+
+// TestLayout: `layout CELL` says what the cell writes; `layout CELL
+// ledger` switches it, once, unless an instance's release does not know
+// the ledger (refused, naming it).
+func TestLayout(t *testing.T) {
+	e := newFileEnv(t)
+	cells := statusEnv(t, e)
+	cells["c1"].set(func(f *fakeCell) {
+		f.layout = map[string]any{"writes": "records", "knows": []string{"records", "ledger"}}
+	})
+	if r := e.ok("layout", "c1"); r.stdout != "c1 writes records (not switched to the ledger).\n" {
+		t.Errorf("layout c1: %q", r.stdout)
+	}
+	if r := e.ok("layout", "c1", "ledger"); r.stdout != "c1 writes the ledger from 2026-12-05T04:20:15Z.\n" && r.stdout != "c1 writes the ledger since 2026-12-05T04:20:15Z.\n" {
+		t.Errorf("layout c1 ledger: %q", r.stdout)
+	}
+	if n := len(cells["c1"].called("POST /v1/admin/layout/ledger")); n != 1 {
+		t.Errorf("%d switches of c1, want 1", n)
+	}
+	e.ok("layout", "c1", "ledger") // switched already: nothing asked
+	if n := len(cells["c1"].called("POST /v1/admin/layout/ledger")); n != 1 {
+		t.Errorf("%d switches of c1 after a second ask, want 1", n)
+	}
+	r := e.run("layout", "c2", "ledger")
+	if r.code != ExitFailure || !strings.Contains(r.stderr, "cell c2 not switched: c2 on a release that does not know the ledger") {
+		t.Errorf("layout c2 ledger on a release before the ledger: %v", r)
+	}
+	if n := len(cells["c2"].called("POST /v1/admin/layout/ledger")); n != 0 {
+		t.Errorf("c2 switched %d times", n)
+	}
+	if r := e.run("layout", "c1", "records"); r.code != ExitUsage {
+		t.Errorf("layout c1 records: %v, want a usage error", r)
+	}
+	var out map[string]any
+	e.json(&out, "layout", "c1")
+	if out["writes"] != "ledger" || out["ledger_since"] != "2026-12-05T04:20:15Z" {
+		t.Errorf("layout c1 --json = %v", out)
+	}
+}

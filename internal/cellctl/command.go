@@ -50,7 +50,7 @@ func commands() []*command {
 		overrideListCommand(), quotaShowCommand("quota", false), quotaShowCommand("quota show", true),
 		verifyCommand(), versionCommand(), consoleCommand(),
 
-		statusCommand(), failedListCommand(), failedRetryCommand(), circuitCommand(), hotkeysCommand(),
+		statusCommand(), failedListCommand(), failedRetryCommand(), circuitCommand(), layoutCommand(), hotkeysCommand(),
 
 		rolloutPlanCommand(), rolloutStartCommand(), rolloutStatusCommand(), rolloutPauseCommand(),
 		rolloutResumeCommand(), rolloutAbortCommand(), rolloutRollbackCommand(), rolloutGateCommand(),

@@ -34,10 +34,11 @@ type fakeCell struct {
 	pools      map[string][2]int // agency → in use, size
 	failed     []map[string]any
 	dlq        int
-	calls      []string // "METHOD PATH BODY"
-	statuses   int      // status calls answered
-	emptyAt    int      // the status call that first reported an empty queue
-	release    string   // the release id it reports ("": none)
+	calls      []string       // "METHOD PATH BODY"
+	statuses   int            // status calls answered
+	emptyAt    int            // the status call that first reported an empty queue
+	release    string         // the release id it reports ("": none)
+	layout     map[string]any // its status's layout (nil: a release from before the ledger)
 }
 
 func newFakeCell(t *testing.T, id string) *fakeCell {
@@ -122,6 +123,11 @@ func (f *fakeCell) serve(w http.ResponseWriter, r *http.Request) {
 		}
 		f.breakers[agency] = map[string]string{"open": "forced_open", "close": "forced_closed", "reset": "closed"}[action]
 		write(map[string]string{"agency": agency, "breaker": f.breakers[agency]})
+	case r.Method == http.MethodPost && path == "/v1/admin/layout/ledger" && f.layout != nil:
+		if _, ok := f.layout["ledger_since"]; !ok {
+			f.layout["ledger_since"] = time.Date(2026, 12, 5, 4, 20, 15, 0, time.UTC)
+		}
+		write(f.layout)
 	case r.Method == http.MethodGet && path == "/v1/admin/failed":
 		write(map[string]any{"failed": f.failed, "count": len(f.failed)})
 	case r.Method == http.MethodPost && path == "/v1/admin/failed/retry":
@@ -184,5 +190,6 @@ func (f *fakeCell) statusDoc() map[string]any {
 		"failed": len(f.failed), "dlq": f.dlq, "nats": "CONNECTED",
 		"sampled": time.Now().UTC(), "checks": checks,
 		"a_field_from_the_future": map[string]int{"x": 1},
+		"layout":                  f.layout,
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"errors"
 	"maps"
 	"net"
+	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -218,13 +219,39 @@ func (c *Checker) Check(lookup func(id string) (inquiry.View, error), agencies .
 // directory, without a listener, and connects to it; both end with the test.
 func NATS(t testing.TB) (*natsembed.Server, jetstream.JetStream) {
 	t.Helper()
-	srv, err := natsembed.Start(natsembed.Config{Name: "test", StoreDir: t.TempDir(), Port: -1}, natsembed.Options{Logger: testkit.Logger()})
+	return NATSIn(t, t.TempDir())
+}
+
+// NATSIn is NATS with its store in dir.
+func NATSIn(t testing.TB, dir string) (*natsembed.Server, jetstream.JetStream) {
+	t.Helper()
+	srv, err := natsembed.Start(natsembed.Config{Name: "test", StoreDir: dir, Port: -1}, natsembed.Options{Logger: testkit.Logger()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(srv.Shutdown)
 	_, js := Connect(t, srv)
 	return srv, js
+}
+
+// EnvBenchDir names the directory benchmarks keep their stores in
+// (/dev/shm: what the disk costs); unset, a temporary directory on the
+// test's disk.
+const EnvBenchDir = "CELLKIT_BENCH_DIR"
+
+// BenchDir is a new directory for a benchmark's store under
+// $CELLKIT_BENCH_DIR, removed when the benchmark ends.
+func BenchDir(b testing.TB) string {
+	d := os.Getenv(EnvBenchDir)
+	if d == "" {
+		return b.TempDir()
+	}
+	dir, err := os.MkdirTemp(d, "cellkit-bench")
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { os.RemoveAll(dir) })
+	return dir
 }
 
 // Connect opens a client connection to srv, closed when the test ends, and

@@ -114,9 +114,17 @@ func Command(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		if tlsStack {
 			extra = append(extra, "--tls")
 		}
-		if name == "poison" {
+		switch name {
+		case "poison":
 			// The cells' build with the fault hooks (make build).
 			extra = append(extra, "--cell-bin", filepath.Join(bin, "faults", "cell"))
+		case "release":
+			// The release before the ledger (make build-previous), which
+			// the drill upgrades.
+			if _, err := os.Stat(PreviousCell(bin)); err != nil {
+				return fmt.Errorf("drill release starts its stack on %s: %w (make build-previous)", PreviousCell(bin), err)
+			}
+			extra = append(extra, "--cell-bin", PreviousCell(bin))
 		}
 		st, err = StartStack(ctx, bin, extra...)
 		if err == nil {
@@ -153,7 +161,7 @@ func netCommand(ctx context.Context, name string, run func(context.Context, NetC
 	fs.Float64Var(&c.Rate, "rate", c.Rate, "requests per second, through router1")
 	fs.IntVar(&c.Users, "users", c.Users, "K distinct users")
 	fs.StringVar(&c.Cell, "cell", c.Cell, "the cell the fault hits")
-	fs.StringVar(&c.Instance, "instance", c.Instance, "host-loss, cut-nats, freeze-instance: the instance of --cell whose host goes (host-loss: leader, the one beside the node that leads the cell's work stream)")
+	fs.StringVar(&c.Instance, "instance", c.Instance, "host-loss, cut-nats, freeze-instance: the instance of --cell whose host goes (host-loss: leader, the one beside the node that leads the cell's ledger)")
 	fs.DurationVar(&c.Baseline, "baseline", c.Baseline, "load before the fault")
 	fs.DurationVar(&c.Fault, "fault", 0, "how long the fault lasts [20s; host-loss, cut-nats 30s; cut-consul-* 40s]")
 	fs.DurationVar(&c.After, "after", c.After, "load after the heal")

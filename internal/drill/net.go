@@ -45,7 +45,7 @@ type NetConfig struct {
 	Users int
 	// Cell is the cell the fault hits [c2]; Instance the instance of it
 	// (host-loss, cut-nats, freeze-instance) [i1]; for host-loss "leader"
-	// is the instance beside the node that leads the cell's work stream
+	// is the instance beside the node that leads the cell's ledger
 	// (its loss costs an election).
 	Cell, Instance string
 	// Baseline is the load before the fault [15s]; Fault how long it lasts

@@ -11,6 +11,7 @@ import (
 
 	"github.com/cellkit/cellkit/internal/loadtest"
 	"github.com/cellkit/cellkit/internal/netlab"
+	"github.com/cellkit/cellkit/internal/store"
 )
 
 // HostLoss: one instance host of a cell goes away, as in a power loss:
@@ -44,12 +45,12 @@ func HostLoss(ctx context.Context, c NetConfig) (*loadtest.Result, error) {
 		c.Instance = ""
 		cell, _ := n.st.Cell(c.Cell)
 		for _, in := range cell.Instances {
-			if in.NATS == leaders["cellkit-"+c.Cell+"-work"] {
+			if in.NATS == leaders[store.LedgerStream(c.Cell)] {
 				c.Instance = in.ID
 			}
 		}
 		if c.Instance == "" {
-			return nil, fmt.Errorf("no instance of %s beside the leader of its work stream (leaders %v)", c.Cell, leaders)
+			return nil, fmt.Errorf("no instance of %s beside the leader of its ledger (leaders %v)", c.Cell, leaders)
 		}
 	}
 	in, err := n.instance()

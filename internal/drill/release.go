@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/cellkit/cellkit/internal/adminclient"
+	"github.com/cellkit/cellkit/internal/api"
 	"github.com/cellkit/cellkit/internal/control"
 	"github.com/cellkit/cellkit/internal/devstack"
 	"github.com/cellkit/cellkit/internal/loadtest"
@@ -26,6 +27,10 @@ const ReleaseBake = 20 * time.Second
 // users (503, Retry-After) while it stays ready and fails nothing.
 const RefusingSetting = "depth-limit=1"
 
+// PreviousCell is the cell of the release before the ledger under bin
+// (make build-previous): the release drill's stack starts on it.
+func PreviousCell(bin string) string { return filepath.Join(bin, "previous", "cell") }
+
 // releaseCase is one rollout of the release drill.
 type releaseCase struct {
 	name string
@@ -36,26 +41,30 @@ type releaseCase struct {
 	why []string
 }
 
-// Release: under load, seven rollouts in a row over the stack's cells,
-// the drill's cell first (the canary) and then the rest, each wave baking
-// ReleaseBake after its own cells' figures from before were read (the
-// canary's for a bake before it is replaced, the rest's over the
-// canary's bake): a good release (a flag changed) goes through every
-// cell with no failed request beyond the restarting canary's refusals;
-// then six bad releases, each halted in the canary wave — four real
-// builds of the cell (make build's bin/faults/cell-failing, -slow,
+// Release: under load, on a stack started on the release before the
+// ledger (PreviousCell: its cells keep the records layout), eight
+// rollouts in a row over the stack's cells, the drill's cell first (the
+// canary) and then the rest, each wave baking ReleaseBake after its own
+// cells' figures from before were read (the canary's for a bake before
+// it is replaced, the rest's over the canary's bake): the upgrade to this
+// tree's cell goes through every cell with no failed request beyond the
+// restarting canary's refusals, and once done switches every cell to the
+// ledger; then six bad releases, each halted in the canary wave — four
+// real builds of the cell (make build's bin/faults/cell-failing, -slow,
 // -crashing and -unstable: a fifth of the inquiries fail, every inquiry
 // takes 300 ms more, the process exits at its start, one user in fifty
-// crashes it), a refusing release that is a setting alone (a queue
-// depth limit of 1: the canary sheds most of its users with 503) and a
-// slow tail (bin/faults/cell-tailslow: one inquiry in fifty takes a
-// second more) — by the failures gate, the latency gates, the readiness
-// bound, the crash-restart gate, the refusals gates and the tail gate,
-// within its bake, the canary put back as it ran, the other cells never
-// touched (their release unchanged, no errors for their users). Every
-// accepted inquiry ends final. One piece: the releases run one after
-// another on one stack under one load, and the checks read what all of
-// them did.
+// crashes it), a refusing release that is a setting alone (a queue depth
+// limit of 1: the canary sheds most of its users with 503) and a slow
+// tail (bin/faults/cell-tailslow: one inquiry in fifty takes a second
+// more) — by the failures gate, the latency gates, the readiness bound,
+// the crash-restart gate, the refusals gates and the tail gate, within
+// its bake; last the release before the ledger again, refused on the
+// switched canary as soon as it is ready. Each bad one: the canary put
+// back as it ran, the other cells never touched (their release
+// unchanged, no errors for their users). Every accepted inquiry ends
+// final, those accepted in the records layout before the switch
+// included. One piece: the releases run one after another on one stack
+// under one load, and the checks read what all of them did.
 func Release(ctx context.Context, c Config) (*loadtest.Result, error) {
 	c.defaults(0)
 	st := c.Stack
@@ -65,13 +74,14 @@ func Release(ctx context.Context, c Config) (*loadtest.Result, error) {
 	}
 	faults := func(name string) string { return filepath.Join(c.Bin, "faults", "cell-"+name) }
 	cases := []releaseCase{
-		{"good", release.Spec{Set: []string{"record-ttl=36h"}}, true, nil},
+		{"upgrade", release.Spec{Bin: filepath.Join(c.Bin, "cell")}, true, nil},
 		{"failing", release.Spec{Bin: faults("failing")}, false, []string{"fail failed inquiries"}},
 		{"slow", release.Spec{Bin: faults("slow")}, false, []string{"fail time to done", "fail edge latency"}},
 		{"crashing", release.Spec{Bin: faults("crashing")}, false, []string{"not ready on the new release"}},
 		{"unstable", release.Spec{Bin: faults("unstable")}, false, []string{"fail crash restarts", "fail readiness lost"}},
 		{"refusing", release.Spec{Set: []string{RefusingSetting}}, false, []string{"fail intake refusals", "fail edge refusals"}},
 		{"tailslow", release.Spec{Bin: faults("tailslow")}, false, []string{"fail time to done tail"}},
+		{"previous", release.Spec{Bin: PreviousCell(c.Bin)}, false, []string{"does not know the ledger"}},
 	}
 	for _, k := range cases {
 		if err := k.spec.Validate("cell"); err != nil {
@@ -123,6 +133,7 @@ func Release(ctx context.Context, c Config) (*loadtest.Result, error) {
 		err           error
 	}
 	var outs []outcome
+	layouts := map[string]string{} // what each cell writes at the end
 	actErr := func() error {
 		if err := sleepUntil(ctx, r, c.Baseline); err != nil {
 			return err
@@ -158,6 +169,16 @@ func Release(ctx context.Context, c Config) (*loadtest.Result, error) {
 				return o.err
 			}
 			outs = append(outs, o)
+		}
+		for _, id := range cells {
+			s, err := st.Status(ctx, id)
+			if err != nil {
+				return err
+			}
+			layouts[id] = "none (a release before the ledger)"
+			if s.Layout != nil {
+				layouts[id] = s.Layout.Writes
+			}
 		}
 		return sleepUntil(ctx, r, r.Elapsed()+c.After)
 	}()
@@ -211,6 +232,13 @@ func Release(ctx context.Context, c Config) (*loadtest.Result, error) {
 			d.Note("%s: the canary's users: %d of %d requests answered otherwise than 202 %v; %s", k.name, canary.N-canary.OK, canary.N, canary.Status, ro.Reason)
 		}
 	}
+	ledger := 0
+	for _, l := range layouts {
+		if l == api.LayoutLedger {
+			ledger++
+		}
+	}
+	d.Check("upgrade: every cell switched to the ledger by the rollout", ledger == len(cells), fmt.Sprintf("%v", layouts), "all ledger")
 	c.logf("verifying %d accepted ids...", countAccepted(res.Samples))
 	d.CheckVerification(r.Verify(ctx, res.Samples, c.VerifyWithin, c.Replays))
 	d.Finish()

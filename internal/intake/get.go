@@ -30,7 +30,7 @@ func (h *Handler) get(w http.ResponseWriter, r *http.Request, id string) {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), h.cfg.Timeout)
 	defer cancel()
-	rec, _, err := h.st.Get(ctx, id)
+	rec, _, err := h.q.Get(ctx, id)
 	if errors.Is(err, store.ErrNotFound) || err == nil && client != "" && rec.Client != "" && rec.Client != client {
 		// Another client's inquiry is answered as one that does not
 		// exist: its existence is not the reader's to learn.

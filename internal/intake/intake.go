@@ -43,7 +43,6 @@ import (
 	"github.com/cellkit/cellkit/internal/queue"
 	"github.com/cellkit/cellkit/internal/shed"
 	"github.com/cellkit/cellkit/internal/slotmap"
-	"github.com/cellkit/cellkit/internal/store"
 )
 
 // prefixByID begins the path of one inquiry.
@@ -136,7 +135,6 @@ type Storage interface {
 type Handler struct {
 	cfg     Config
 	q       *queue.Queue
-	st      *store.Store
 	shed    *shed.Shedder
 	disk    Storage // nil: not watched
 	cmap    func() *slotmap.Map
@@ -152,7 +150,7 @@ type Handler struct {
 
 	refusedLog atomic.Int64 // when a refused caller was last logged (Unix ns)
 	leaderless atomic.Int64 // when new inquiries began waiting for a leader (Unix ns; 0: they do not)
-	// The health check's ping of the work stream's leader, run in the
+	// The health check's ping of the ledger's leader, run in the
 	// background while inquiries wait for one: its last answer (Unix ns
 	// of it; negative: the leader did not answer) and whether one runs.
 	pinged  atomic.Int64
@@ -204,7 +202,7 @@ func New(cfg Config, opts Options) (*Handler, error) {
 		cfg.RouterRole = d.RouterRole
 	}
 	h := &Handler{
-		cfg: cfg, q: opts.Queue, st: opts.Queue.Store(), shed: opts.Shedder, disk: opts.Storage, cmap: opts.Map,
+		cfg: cfg, q: opts.Queue, shed: opts.Shedder, disk: opts.Storage, cmap: opts.Map,
 		log: opts.Logger, now: opts.Now, m: newMetrics(opts.Registerer), peerTLS: opts.PeerTLS,
 		doubts: doubts{since: map[string]time.Time{}},
 	}

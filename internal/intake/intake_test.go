@@ -22,6 +22,7 @@ import (
 	"github.com/cellkit/cellkit/internal/queue"
 	"github.com/cellkit/cellkit/internal/shed"
 	"github.com/cellkit/cellkit/internal/slotmap"
+	"github.com/cellkit/cellkit/internal/store"
 )
 
 func TestNewRequiresACellIDAndStartsClosed(t *testing.T) {
@@ -77,9 +78,8 @@ func TestPostAcceptsStoresAndQueues(t *testing.T) {
 	if !ok {
 		t.Fatal("no message on the high lane")
 	}
-	if body != (queue.Message{ID: a.ID, Job: rec.Job}) || msg.Subject() != queue.MessageSubject("c1", inquiry.High, a.ID) ||
-		msg.Headers().Get("Nats-Msg-Id") != rec.MsgID() {
-		t.Fatalf("work message %+v on %s with headers %v, want %s job %s", body, msg.Subject(), msg.Headers(), a.ID, rec.Job)
+	if body != (queue.Message{ID: a.ID, Job: rec.Job}) || msg.Subject() != store.LedgerSubject("c1", store.KindNew, inquiry.High, a.ID) {
+		t.Fatalf("work %+v on %s, want %s job %s", body, msg.Subject(), a.ID, rec.Job)
 	}
 
 	// Normal and default priorities go to the normal lane.
@@ -501,9 +501,9 @@ func TestIdempotentReplayOfAFinishedInquiryEnqueuesNothing(t *testing.T) {
 	if err := msg.DoubleAck(ctx); err != nil {
 		t.Fatal(err)
 	}
-	rec, rev, _ := c.record(t, a.ID)
+	rec, ref, _ := c.record(t, a.ID)
 	rec.Complete(inquiry.Result{Scores: map[string]int{"nice": 500}, RateBps: 1500, Limit: 1000, CoreRef: "X"}, e.clk.Now())
-	if _, err := c.st.Update(ctx, &rec, rev); err != nil {
+	if _, err := c.q.Update(ctx, &rec, ref); err != nil {
 		t.Fatal(err)
 	}
 	c.wantStored(t, 1, 0, 0)
@@ -519,11 +519,12 @@ func TestIdempotentReplayOfAFinishedInquiryEnqueuesNothing(t *testing.T) {
 }
 
 // A keyed retry of an inquiry whose first attempt died between the record
-// and the message (the process was killed) queues the message.
+// and the message (the process was killed) queues the message: the
+// records layout's half state (the ledger has none).
 func TestIdempotentReplayQueuesAMissingMessage(t *testing.T) {
 	e := newEnv(t)
 	e.maps.Set(testMapOf(t, nil, "c1"))
-	c := e.cell(cellOpts{})
+	c := e.cell(cellOpts{queue: queue.Config{Layout: queue.LayoutRecords}})
 	r := inquiry.Request{UserID: "u-1", Product: "credit_loan", Amount: 5_000_000, Priority: inquiry.High}
 	rec := inquiry.NewRecord(inquiry.KeyID("c1", "", "u-1", "k"), "c1", r, e.clk.Now())
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -911,16 +912,17 @@ func TestQueueFull(t *testing.T) {
 	e.maps.Set(testMapOf(t, nil, "c1"))
 	c := e.cell(cellOpts{queue: queue.Config{MaxMsgs: 1}})
 	c.accept(t, request("u-1"), nil)
+	c.wantStored(t, 1, 1, 0) // the queue's depth read, as the cell's sampler does
 	key := map[string]string{api.HeaderIdemKey: "k"}
 	id := inquiry.KeyID("c1", "", "u-2", "k")
 
-	// One queued, nothing sampled: Retry-After is the cap (60 s default).
+	// One queued, the shedder given no sample: Retry-After is the cap (60 s default).
 	p := c.wantShed(t, c.post(t, request("u-2"), key), "queue-full", "60")
 	if !strings.Contains(p.Detail, "queue is full") {
 		t.Errorf("detail %q", p.Detail)
 	}
 	if _, _, found := c.record(t, id); found {
-		t.Fatal("the record of a refused inquiry was not rolled back")
+		t.Fatal("the record of a refused inquiry was kept")
 	}
 	c.wantProblem(t, c.get(t, id), http.StatusNotFound, "unknown-inquiry", "")
 	c.wantStored(t, 1, 1, 0)
@@ -938,6 +940,7 @@ func TestQueueFull(t *testing.T) {
 	if err := msg.DoubleAck(ctx); err != nil {
 		t.Fatal(err)
 	}
+	c.wantStored(t, 1, 0, 0)
 	if a := c.accept(t, request("u-2"), key); a.ID != id {
 		t.Fatalf("retry id %s, want %s", a.ID, id)
 	}

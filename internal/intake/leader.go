@@ -30,9 +30,11 @@ const (
 
 // attempt is one request's taking of a new inquiry: until when it waits
 // for the streams' leader, whether it did (counted once per request), and
-// the jobs its tries wrote under (see replay).
+// the jobs its tries wrote under (see replay), and whether its id is an
+// Idempotency-Key's.
 type attempt struct {
 	deadline time.Time
+	keyed    bool
 	waited   bool
 	jobs     []string
 }
@@ -86,7 +88,7 @@ func (h *Handler) enqueue(ctx context.Context, a *attempt, rec *inquiry.Record) 
 			rec.Job = inquiry.NewJob()
 		}
 		a.jobs = append(a.jobs, rec.Job)
-		got, err = h.q.Enqueue(tctx, rec)
+		got, err = h.q.Enqueue(tctx, rec, a.keyed)
 		doubt = doubt || errors.Is(err, queue.ErrUncertain)
 		return err
 	})
@@ -112,9 +114,9 @@ func (h *Handler) replay(ctx context.Context, a *attempt, w http.ResponseWriter,
 			time.Sleep(backoff.Jittered(50*time.Millisecond, 200*time.Millisecond, n-2))
 		}
 		var cur inquiry.Record
-		var rev uint64
+		var ref queue.Ref
 		err := h.untilLeader(ctx, a, func(tctx context.Context) (err error) {
-			cur, rev, err = h.st.Get(tctx, want.ID)
+			cur, ref, err = h.q.Get(tctx, want.ID)
 			return err
 		})
 		if errors.Is(err, store.ErrNotFound) {
@@ -140,9 +142,9 @@ func (h *Handler) replay(ctx context.Context, a *attempt, w http.ResponseWriter,
 			return
 		}
 		if cur.Status == inquiry.Pending {
-			// Make sure it has its message (the first attempt may have
-			// died between record and message).
-			err := h.untilLeader(ctx, a, func(tctx context.Context) error { return h.q.Replay(tctx, cur, rev) })
+			// Make sure it is queued (on records, the first attempt may
+			// have died between record and message).
+			err := h.untilLeader(ctx, a, func(tctx context.Context) error { return h.q.Replay(tctx, cur, ref) })
 			if errors.Is(err, store.ErrConflict) {
 				continue
 			}
@@ -165,7 +167,7 @@ func (h *Handler) replay(ctx context.Context, a *attempt, w http.ResponseWriter,
 // health answers a router's probe, at once: the routers take an instance
 // that answers late for one that hangs. An instance whose new inquiries
 // have waited for a leader for over leaderlessHealth answers 503 unless
-// its work stream's leader answered a ping within the last
+// its ledger's leader answered a ping within the last
 // leaderlessHealth (a ping it sends in the background, within
 // pingTimeout, while none is under way): the routers then send new
 // inquiries to the cell's other instances, if they can take them. An
@@ -193,7 +195,7 @@ func (h *Handler) health(w http.ResponseWriter) {
 	httpx.JSON(w, http.StatusOK, map[string]any{"status": "ok", "cell": h.cfg.Cell, "open": h.IsOpen()})
 }
 
-// pingLeader pings the work stream's leader in the background, unless a
+// pingLeader pings the ledger's leader in the background, unless a
 // ping runs already, and records when it answered (h.pinged; negative
 // when it did not).
 func (h *Handler) pingLeader() {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/cellkit/cellkit/internal/inquiry"
 	"github.com/cellkit/cellkit/internal/queue"
+	"github.com/cellkit/cellkit/internal/store"
 	"github.com/cellkit/cellkit/internal/testkit"
 )
 
@@ -99,12 +100,12 @@ func TestNewInquiriesWaitOutAnElection(t *testing.T) {
 		t.Errorf("%v inquiries waited for a leader, want most of the 120 sent in the 3 s without one (each counted once)", waited)
 	}
 
-	// Every accepted inquiry: its record, and its job among the queued
-	// messages exactly once (read from the stream by sequence: a
-	// consumer's fetch may find nothing while its leader is elected).
+	// Every accepted inquiry: its record, and its job among the accepted
+	// work exactly once (read from the ledger by sequence: a consumer's
+	// fetch may find nothing while its leader is elected).
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	work, err := c.js.Stream(ctx, queue.WorkStream("c1"))
+	work, err := c.js.Stream(ctx, store.LedgerStream("c1"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -124,11 +125,14 @@ func TestNewInquiriesWaitOutAnElection(t *testing.T) {
 		if err != nil {
 			continue // no such message (removed)
 		}
-		var msg queue.Message
-		if err := json.Unmarshal(m.Data, &msg); err != nil {
+		if !strings.HasPrefix(m.Subject, ledgerWrites) {
+			continue // a later state
+		}
+		var rec inquiry.Record
+		if err := json.Unmarshal(m.Data, &rec); err != nil {
 			t.Fatal(err)
 		}
-		jobs[msg.ID+"/"+msg.Job]++
+		jobs[rec.ID+"/"+rec.Job]++
 	}
 	var missing []string
 	for _, id := range accepted {

@@ -121,7 +121,7 @@ func (h *Handler) Settle(ctx context.Context) {
 func (h *Handler) settle(ctx context.Context, id string, since time.Time) bool {
 	ctx, cancel := context.WithTimeout(ctx, h.cfg.TryTimeout)
 	defer cancel()
-	rec, rev, err := h.st.Get(ctx, id)
+	rec, ref, err := h.q.Get(ctx, id)
 	switch {
 	case errors.Is(err, store.ErrNotFound):
 		if h.now().Sub(since) < settleLate {
@@ -132,7 +132,7 @@ func (h *Handler) settle(ctx context.Context, id string, since time.Time) bool {
 	case err != nil:
 		return false
 	case rec.Status == inquiry.Pending:
-		if err := h.q.Replay(ctx, rec, rev); err != nil {
+		if err := h.q.Replay(ctx, rec, ref); err != nil {
 			return false
 		}
 	}

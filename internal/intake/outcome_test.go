@@ -17,12 +17,18 @@ import (
 	"github.com/cellkit/cellkit/internal/testkit"
 )
 
-// The subjects a cell's NATS connection writes an inquiry's record and its
-// work message to (prefixes of).
+// The subjects a cell's NATS connection writes an inquiry's acceptance
+// to (prefixes of): on the records layout its record, then its work
+// message; on the ledger one message.
 const (
 	recordWrites  = "$KV.cellkit-c1-inquiries."
 	messageWrites = "cellkit.c1.work."
+	ledgerWrites  = "cellkit.c1.ledger.new."
 )
+
+// onRecords is a cell in the records layout, as a release before the
+// ledger made it (its half states are tested on it).
+var onRecords = queue.Config{Layout: queue.LayoutRecords}
 
 // cutCell is a cell whose NATS connection the test cuts; its tries are
 // short, so that the intake gives up within a second or so, and its clock
@@ -108,18 +114,21 @@ func (c *testCell) wantProcessedOnce(t testing.TB, id string, records int) {
 func TestAWriteWithoutAnAnswerIsAnUnknownOutcome(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
+		queue   queue.Config
 		subject string // the write cut
 		forward bool   // it reached the server
 	}{
-		{"the record made, its answer lost", recordWrites, true},
-		{"the record's write lost", recordWrites, false},
-		{"the message stored, its answer lost", messageWrites, true},
-		{"the message's write lost", messageWrites, false},
+		{"ledger: the acceptance stored, its answer lost", queue.Config{}, ledgerWrites, true},
+		{"ledger: the acceptance's write lost", queue.Config{}, ledgerWrites, false},
+		{"records: the record made, its answer lost", onRecords, recordWrites, true},
+		{"records: the record's write lost", onRecords, recordWrites, false},
+		{"records: the message stored, its answer lost", onRecords, messageWrites, true},
+		{"records: the message's write lost", onRecords, messageWrites, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newEnv(t)
 			e.maps.Set(testMapOf(t, nil, "c1"))
-			c, cut := e.cutCell(cellOpts{})
+			c, cut := e.cutCell(cellOpts{queue: tc.queue})
 			key := map[string]string{api.HeaderIdemKey: "order-7"}
 			id := inquiry.KeyID("c1", "", "u-1", "order-7")
 
@@ -141,12 +150,13 @@ func TestAWriteWithoutAnAnswerIsAnUnknownOutcome(t *testing.T) {
 }
 
 // A keyed retry of an inquiry whose record is there without its message
-// replays it; a replay whose message's write gets no answer leaves the
-// outcome unknown (the record is there), and the next retry completes it.
+// (the records layout's half state) replays it; a replay whose message's
+// write gets no answer leaves the outcome unknown (the record is there),
+// and the next retry completes it.
 func TestAReplayWithoutAnAnswerIsAnUnknownOutcome(t *testing.T) {
 	e := newEnv(t)
 	e.maps.Set(testMapOf(t, nil, "c1"))
-	c, cut := e.cutCell(cellOpts{})
+	c, cut := e.cutCell(cellOpts{queue: onRecords})
 	key := map[string]string{api.HeaderIdemKey: "k"}
 	r := inquiry.Request{UserID: "u-1", Product: "credit_loan", Amount: 5_000_000, Priority: inquiry.High}
 	rec := inquiry.NewRecord(inquiry.KeyID("c1", "", "u-1", "k"), "c1", r, e.clk.Now())
@@ -172,7 +182,7 @@ func TestAReplayWithoutAnAnswerIsAnUnknownOutcome(t *testing.T) {
 func TestAFailedRollbackIsAnUnknownOutcome(t *testing.T) {
 	e := newEnv(t)
 	e.maps.Set(testMapOf(t, nil, "c1"))
-	c, cut := e.cutCell(cellOpts{queue: queue.Config{MaxMsgs: 1, PublishTimeout: 250 * time.Millisecond}})
+	c, cut := e.cutCell(cellOpts{queue: queue.Config{Layout: queue.LayoutRecords, MaxMsgs: 1, PublishTimeout: 250 * time.Millisecond}})
 	c.accept(t, request("u-1"), nil)
 	msg, _, ok := c.fetch(t, inquiry.High) // held, not acked: the stream stays full
 	if !ok {
@@ -200,15 +210,30 @@ func TestAFailedRollbackIsAnUnknownOutcome(t *testing.T) {
 }
 
 // A request without a key whose outcome is unknown is settled by the
-// instance once its queue answers: a record written without its message
-// gets it (the inquiry is accepted, once, and its GET says so); one never
-// written stays unknown to GET (404), and is let go settleLate later.
+// instance once its queue answers: on the ledger an acceptance written is
+// the work (GET says pending); on records a record written without its
+// message gets it (the inquiry is accepted, once, and its GET says so);
+// one never written stays unknown to GET (404), and is let go settleLate
+// later.
 func TestAnUnknownOutcomeIsSettled(t *testing.T) {
-	t.Run("record written", func(t *testing.T) {
+	t.Run("ledger: acceptance written", func(t *testing.T) {
 		e := newEnv(t)
 		e.maps.Set(testMapOf(t, nil, "c1"))
 		c, cut := e.cutCell(cellOpts{})
-		observer := e.cell(cellOpts{closed: true}) // another connection to the same streams
+		cut.arm(ledgerWrites, true)
+		id := c.wantUnknown(t, c.post(t, request("u-1"), nil), "", false)
+		cut.heal()
+		testkit.WaitFor(t, 5*time.Second, "the inquiry let go", func() bool { return c.h.doubtsHeld() == 0 })
+		if v := c.view(t, id); v.Status != inquiry.Pending {
+			t.Fatalf("GET %s after it settled: %+v", id, v)
+		}
+		c.wantProcessedOnce(t, id, 1)
+	})
+	t.Run("records: record written", func(t *testing.T) {
+		e := newEnv(t)
+		e.maps.Set(testMapOf(t, nil, "c1"))
+		c, cut := e.cutCell(cellOpts{queue: onRecords})
+		observer := e.cell(cellOpts{closed: true, queue: onRecords}) // another connection to the same streams
 		cut.arm(messageWrites, false)
 		id := c.wantUnknown(t, c.post(t, request("u-1"), nil), "", false)
 		if rec, _, found := observer.record(t, id); !found || rec.Status != inquiry.Pending {
@@ -225,22 +250,28 @@ func TestAnUnknownOutcomeIsSettled(t *testing.T) {
 		c.wantProcessedOnce(t, id, 1)
 		testkit.WaitFor(t, 5*time.Second, "the inquiry let go", func() bool { return c.h.doubtsHeld() == 0 })
 	})
-	t.Run("record never written", func(t *testing.T) {
-		e := newEnv(t)
-		e.maps.Set(testMapOf(t, nil, "c1"))
-		var skew atomic.Int64 // the cell's clock runs this far ahead of time
-		c, cut := e.cutCell(cellOpts{now: func() time.Time { return time.Now().Add(time.Duration(skew.Load())) }})
-		cut.arm(recordWrites, false)
-		id := c.wantUnknown(t, c.post(t, request("u-1"), nil), "", false)
-		cut.heal()
-		c.wantProblem(t, c.get(t, id), http.StatusNotFound, "unknown-inquiry", "")
-		if n := c.h.doubtsHeld(); n != 1 {
-			t.Fatalf("%d inquiries held to settle, want 1 until settleLate", n)
-		}
-		skew.Store(int64(settleLate))
-		testkit.WaitFor(t, 5*time.Second, "the inquiry let go", func() bool { return c.h.doubtsHeld() == 0 })
-		c.wantStored(t, 0, 0, 0)
-	})
+	for _, tc := range []struct {
+		name    string
+		queue   queue.Config
+		subject string
+	}{{"ledger: never written", queue.Config{}, ledgerWrites}, {"records: record never written", onRecords, recordWrites}} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t)
+			e.maps.Set(testMapOf(t, nil, "c1"))
+			var skew atomic.Int64 // the cell's clock runs this far ahead of time
+			c, cut := e.cutCell(cellOpts{queue: tc.queue, now: func() time.Time { return time.Now().Add(time.Duration(skew.Load())) }})
+			cut.arm(tc.subject, false)
+			id := c.wantUnknown(t, c.post(t, request("u-1"), nil), "", false)
+			cut.heal()
+			c.wantProblem(t, c.get(t, id), http.StatusNotFound, "unknown-inquiry", "")
+			if n := c.h.doubtsHeld(); n != 1 {
+				t.Fatalf("%d inquiries held to settle, want 1 until settleLate", n)
+			}
+			skew.Store(int64(settleLate))
+			testkit.WaitFor(t, 5*time.Second, "the inquiry let go", func() bool { return c.h.doubtsHeld() == 0 })
+			c.wantStored(t, 0, 0, 0)
+		})
+	}
 }
 
 // A store that fails a write cuts the intake's wait for its message's
@@ -249,6 +280,11 @@ func TestAnUnknownOutcomeIsSettled(t *testing.T) {
 // is marked overloaded: a router would send the request to another
 // instance).
 func TestAStoreThatFailsAWriteLeavesTheOutcomeUnknown(t *testing.T) {
+	t.Run("ledger", func(t *testing.T) { storeFailsAWrite(t, queue.Config{}, ledgerWrites) })
+	t.Run("records", func(t *testing.T) { storeFailsAWrite(t, onRecords, messageWrites) })
+}
+
+func storeFailsAWrite(t *testing.T, qc queue.Config, subject string) {
 	e := newEnv(t)
 	e.maps.Set(testMapOf(t, nil, "c1"))
 	// Watermarks no test machine's disk reaches: only a failed write
@@ -258,11 +294,11 @@ func TestAStoreThatFailsAWriteLeavesTheOutcomeUnknown(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Tries long enough that only the store's failure ends the wait.
-	c, cut := e.cutCell(cellOpts{storage: guard, intake: Config{Timeout: 10 * time.Second, LeaderWait: 5 * time.Second, TryTimeout: 5 * time.Second}})
+	c, cut := e.cutCell(cellOpts{queue: qc, storage: guard, intake: Config{Timeout: 10 * time.Second, LeaderWait: 5 * time.Second, TryTimeout: 5 * time.Second}})
 	key := map[string]string{api.HeaderIdemKey: "k"}
 	id := inquiry.KeyID("c1", "", "u-1", "k")
 
-	cutNow := cut.arm(messageWrites, true)
+	cutNow := cut.arm(subject, true)
 	failed := make(chan struct{})
 	go func() {
 		defer close(failed)
@@ -283,20 +319,26 @@ func TestAStoreThatFailsAWriteLeavesTheOutcomeUnknown(t *testing.T) {
 	c.wantProcessedOnce(t, id, 1)
 }
 
-// Refused writes accepted nothing, and say so: a full work stream refuses
-// the message and the record is rolled back (see TestQueueFull); the
-// classification is store.Refused's.
+// Refused writes accepted nothing, and say so: a queue at its depth limit
+// writes nothing on the ledger, and on records its full work stream
+// refuses the message and the record is rolled back (see TestQueueFull);
+// the classification is store.Refused's.
 func TestRefusedWritesAreNotUnknown(t *testing.T) {
-	e := newEnv(t)
-	e.maps.Set(testMapOf(t, nil, "c1"))
-	c := e.cell(cellOpts{queue: queue.Config{MaxMsgs: 1}})
-	c.accept(t, request("u-1"), nil)
-	c.wantShed(t, c.post(t, request("u-2"), map[string]string{api.HeaderIdemKey: "k"}), "queue-full", "60")
-	if _, _, found := c.record(t, inquiry.KeyID("c1", "", "u-2", "k")); found {
-		t.Fatal("the record of a refused inquiry was kept")
-	}
-	if n := c.h.doubtsHeld(); n != 0 {
-		t.Fatalf("%d inquiries held to settle after a refusal", n)
+	for _, layout := range []string{queue.LayoutLedger, queue.LayoutRecords} {
+		t.Run(layout, func(t *testing.T) {
+			e := newEnv(t)
+			e.maps.Set(testMapOf(t, nil, "c1"))
+			c := e.cell(cellOpts{queue: queue.Config{MaxMsgs: 1, Layout: layout}})
+			c.accept(t, request("u-1"), nil)
+			c.wantStored(t, 1, 1, 0) // the depth read, as the cell's sampler does
+			c.wantShed(t, c.post(t, request("u-2"), map[string]string{api.HeaderIdemKey: "k"}), "queue-full", "60")
+			if _, _, found := c.record(t, inquiry.KeyID("c1", "", "u-2", "k")); found {
+				t.Fatal("the record of a refused inquiry was kept")
+			}
+			if n := c.h.doubtsHeld(); n != 0 {
+				t.Fatalf("%d inquiries held to settle after a refusal", n)
+			}
+		})
 	}
 }
 

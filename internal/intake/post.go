@@ -121,13 +121,17 @@ func (h *Handler) post(w http.ResponseWriter, r *http.Request) {
 	}
 	rec := inquiry.NewRecord(id, h.cfg.Cell, req, h.now())
 	rec.Client = client
-	a := &attempt{deadline: h.now().Add(h.cfg.LeaderWait)}
+	a := &attempt{deadline: h.now().Add(h.cfg.LeaderWait), keyed: idemKey != ""}
 	defer func() {
 		if a.waited {
 			h.m.leaderWaits.Inc()
 		}
 	}()
+	faultAccept(pointBeforeWrite, r)
 	got, err := h.enqueue(ctx, a, &rec)
+	if err == nil {
+		faultAccept(pointAfterWrite, r)
+	}
 	if errors.Is(err, store.ErrExists) {
 		h.replay(ctx, a, w, rec)
 		return
@@ -139,6 +143,13 @@ func (h *Handler) post(w http.ResponseWriter, r *http.Request) {
 	h.taken(got.Priority)
 	h.accepted(w, got, false)
 }
+
+// Points of an acceptance a faults build can kill the process at
+// (faults.go).
+const (
+	pointBeforeWrite = "before-write" // every refusal made, nothing written
+	pointAfterWrite  = "after-write"  // the write acknowledged, not yet answered
+)
 
 // enqueueFailed answers a new inquiry the queue did not take: 503
 // outcome-unknown when it may have been (queue.ErrUncertain), whatever

@@ -26,7 +26,7 @@ func (h *Handler) shedNow(w http.ResponseWriter, reason shed.Reason, detail stri
 const (
 	shedClosed  shed.Reason = "closed"  // the intake is closed, or has no map yet
 	shedNATS    shed.Reason = "nats"    // the queue cannot be reached
-	shedFull    shed.Reason = "full"    // the work stream is at its limit
+	shedFull    shed.Reason = "full"    // the queue is at its depth limit
 	shedStorage shed.Reason = "storage" // the store is near full or failed a write
 )
 

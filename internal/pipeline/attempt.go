@@ -10,7 +10,7 @@ import (
 
 	"github.com/cellkit/cellkit/internal/agency"
 	"github.com/cellkit/cellkit/internal/inquiry"
-	"github.com/nats-io/nats.go/jetstream"
+	"github.com/cellkit/cellkit/internal/queue"
 	"golang.org/x/sync/errgroup"
 )
 
@@ -29,7 +29,7 @@ func (p *Pipeline) attempt(ctx context.Context, rec *inquiry.Record, service *ti
 
 // keepAlive tells the server the message is in progress every third of the
 // ack wait, until stopped (stop may be called more than once).
-func (p *Pipeline) keepAlive(m jetstream.Msg) (stop func()) {
+func (p *Pipeline) keepAlive(m *queue.Delivery) (stop func()) {
 	every := p.q.AckWait() / 3
 	done := make(chan struct{})
 	var wg sync.WaitGroup

@@ -104,7 +104,7 @@ func (p *Pipeline) Crashed(ctx context.Context, ids []string, done func(id strin
 
 func (p *Pipeline) crashedOne(ctx context.Context, id string) (bool, error) {
 	for range 8 { // a conflict is a concurrent write (another instance, a replay): read again
-		rec, rev, err := p.st.Get(ctx, id)
+		rec, ref, err := p.q.Get(ctx, id)
 		if errors.Is(err, store.ErrNotFound) {
 			return false, nil
 		}
@@ -119,11 +119,11 @@ func (p *Pipeline) crashedOne(ctx context.Context, id string) (bool, error) {
 		if quarantine {
 			rec.Dead = true
 			rec.Fail(suspectedReason(rec.Crashes), p.now())
-			if err := p.q.AddFailure(ctx, rec, true); err != nil {
+			if err := p.q.List(ctx, rec, ref); err != nil {
 				return false, err
 			}
 		}
-		_, err = p.st.Update(ctx, &rec, rev)
+		_, err = p.q.Update(ctx, &rec, ref)
 		if errors.Is(err, store.ErrConflict) {
 			continue
 		}

@@ -1,6 +1,8 @@
-// Package pipeline is a cell's workers: they pull inquiries from the work
-// stream (high lane first), ask every agency and the internal score (CSS)
-// concurrently, register the decision in core banking and write the result.
+// Package pipeline is a cell's workers: they take inquiries from the
+// cell's queue (high lane first; package queue), ask every agency and the
+// internal score (CSS) concurrently, register the decision in core banking
+// and write the result: on the ledger one write, which is also a failed
+// inquiry's listing.
 //
 // Guarantees:
 //   - A message is acked only after its record holds the outcome; a crash
@@ -10,7 +12,7 @@
 //     was rolled back or superseded) is dropped, and record writes are
 //     compare-and-swap, so an inquiry never gets a second, different result.
 //   - Agency failures (breaker open, agency error, timeout, no session)
-//     fail the inquiry at once with the reason, onto the error stream. An
+//     fail the inquiry at once with the reason, into the failed set. An
 //     agency that is down trips its breaker (see countUnreachable), so that
 //     inquiries then fail in microseconds. Transient failures (core banking,
 //     the store, no free place at an agency within GateWait, a permit
@@ -44,13 +46,11 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/cellkit/cellkit/internal/agency"
 	"github.com/cellkit/cellkit/internal/breaker"
 	"github.com/cellkit/cellkit/internal/queue"
-	"github.com/cellkit/cellkit/internal/store"
 )
 
 // Inquirer asks one agency for a score; *agency.Client is one.
@@ -210,7 +210,6 @@ type Options struct {
 type Pipeline struct {
 	cfg      Config
 	q        *queue.Queue
-	st       *store.Store
 	agencies []Agency
 	gates    map[string]*gate
 	css      CSS
@@ -239,7 +238,7 @@ func New(cfg Config, opts Options) (*Pipeline, error) {
 	}
 	m := newMetrics(opts.Registerer, names)
 	p := &Pipeline{
-		cfg: cfg, q: opts.Queue, st: opts.Queue.Store(), agencies: opts.Agencies, gates: map[string]*gate{},
+		cfg: cfg, q: opts.Queue, agencies: opts.Agencies, gates: map[string]*gate{},
 		css: opts.CSS, core: opts.Core, log: opts.Logger, now: opts.Now, drained: opts.Drained, m: m,
 		journal: opts.Journal, paused: opts.Paused, suspects: make(chan struct{}, 1),
 	}
@@ -323,8 +322,8 @@ func (p *Pipeline) Run(ctx context.Context) error {
 	}
 	nc := p.q.Conn()
 	var subs []*nats.Subscription
-	for _, lane := range queue.Lanes {
-		sub, err := nc.Subscribe(queue.LaneSubject(p.q.Cell(), lane), ring)
+	for _, subject := range p.q.WorkSubjects() {
+		sub, err := nc.Subscribe(subject, ring)
 		if err != nil {
 			return fmt.Errorf("subscribe to new work: %w", err)
 		}
@@ -357,7 +356,7 @@ fetching:
 				break grab
 			}
 		}
-		var msgs []jetstream.Msg
+		var msgs []*queue.Delivery
 		if !p.shut() && !p.paused() {
 			msgs = p.fetch(free)
 		}
@@ -431,24 +430,18 @@ func (p *Pipeline) shut() bool {
 	return false
 }
 
-// fetch pulls up to n messages, high lane first, without waiting.
-func (p *Pipeline) fetch(n int) []jetstream.Msg {
-	var out []jetstream.Msg
+// fetch takes up to n deliveries, high lane first, without waiting.
+func (p *Pipeline) fetch(n int) []*queue.Delivery {
+	var out []*queue.Delivery
 	for _, lane := range queue.Lanes {
 		if len(out) >= n {
 			break
 		}
-		batch, err := p.q.Consumer(lane).FetchNoWait(n - len(out))
+		got, err := p.q.Fetch(lane, n-len(out))
 		if err != nil {
 			p.log.Debug("fetch", "lane", lane, "err", err)
-			continue
 		}
-		for m := range batch.Messages() {
-			out = append(out, m)
-		}
-		if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) {
-			p.log.Debug("fetch", "lane", lane, "err", err)
-		}
+		out = append(out, got...)
 	}
 	return out
 }

@@ -2,7 +2,6 @@ package pipeline
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -10,7 +9,6 @@ import (
 	"github.com/cellkit/cellkit/internal/inquiry"
 	"github.com/cellkit/cellkit/internal/queue"
 	"github.com/cellkit/cellkit/internal/store"
-	"github.com/nats-io/nats.go/jetstream"
 )
 
 // Settling a delivery: the record read, the triage, the attempt's verdict,
@@ -23,7 +21,7 @@ const writeTimeout = 5 * time.Second
 
 // handle settles one message. free gives its worker's place back early, to
 // a message that has to wait without working (a suspect).
-func (p *Pipeline) handle(ctx context.Context, m jetstream.Msg, free func()) {
+func (p *Pipeline) handle(ctx context.Context, m *queue.Delivery, free func()) {
 	began := p.now()
 	if p.inflight.Add(1) == 1 {
 		p.progress.Store(began.UnixNano())
@@ -49,74 +47,70 @@ func (p *Pipeline) handle(ctx context.Context, m jetstream.Msg, free func()) {
 // the store) recovered: the inquiry is then dead-lettered at once if it
 // can be, else left for redelivery at the longest backoff, so that its
 // attempts still end at MaxDeliver.
-func (p *Pipeline) settleGuarded(ctx context.Context, m jetstream.Msg, service *time.Duration, free func()) (out outcome) {
+func (p *Pipeline) settleGuarded(ctx context.Context, m *queue.Delivery, service *time.Duration, free func()) (out outcome) {
 	defer func() {
 		r := recover()
 		if r == nil {
 			return
 		}
-		var msg queue.Message
-		_ = json.Unmarshal(m.Data(), &msg) // a message with no id is left for redelivery below
-		f := p.panicked("pipeline", msg.ID, r)
-		out = p.deadLetterAfterPanic(m, msg.ID, f.reason)
+		f := p.panicked("pipeline", m.ID, r)
+		out = p.deadLetterAfterPanic(m, f.reason)
 	}()
 	return p.settle(ctx, m, service, free)
 }
 
-// deadLetterAfterPanic fails and dead-letters inquiry id after a panic
-// outside its steps, reading its record again. A second panic, or a store
-// that fails, leaves the message for redelivery at the longest backoff.
-func (p *Pipeline) deadLetterAfterPanic(m jetstream.Msg, id string, reason string) (out outcome) {
+// deadLetterAfterPanic fails and dead-letters m's inquiry after a panic
+// outside its steps, reading its record again. A second panic, or a
+// store that fails, leaves the message for redelivery at the longest
+// backoff.
+func (p *Pipeline) deadLetterAfterPanic(m *queue.Delivery, reason string) (out outcome) {
 	later := func() outcome { // redelivered at the longest backoff
 		p.nak(m, len(p.cfg.Backoff))
 		return outRetry
 	}
 	defer func() {
 		if r := recover(); r != nil {
-			_ = p.panicked("pipeline", id, r) // counted and logged; the message goes back at the longest backoff
+			_ = p.panicked("pipeline", m.ID, r) // counted and logged; the message goes back at the longest backoff
 			out = later()
 		}
 	}()
-	md, err := m.Metadata()
-	if err != nil || id == "" {
+	if m.ID == "" {
 		return later()
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), writeTimeout)
-	rec, rev, err := p.st.Get(ctx, id)
+	rec, ref, err := p.q.Record(ctx, m)
 	cancel()
 	if err != nil || rec.Status != inquiry.Pending {
 		return later()
 	}
-	return p.failDead(m, rec, rev, int(md.NumDelivered), reason)
+	return p.failDead(m, rec, ref, m.Attempt, reason)
 }
 
 // failDead fails rec for reason and dead-letters it at once.
-func (p *Pipeline) failDead(m jetstream.Msg, rec inquiry.Record, rev uint64, attempt int, reason string) outcome {
+func (p *Pipeline) failDead(m *queue.Delivery, rec inquiry.Record, ref queue.Ref, attempt int, reason string) outcome {
 	rec.Dead = true
 	rec.Fail(reason, p.now())
-	return p.finish(m, rec, rev, attempt, outDead)
+	return p.finish(m, rec, ref, attempt, outDead)
 }
 
 // settle handles m and returns the outcome; *service is set to the
 // attempt's service time (see Options.Drained) when it made one.
-func (p *Pipeline) settle(ctx context.Context, m jetstream.Msg, service *time.Duration, free func()) outcome {
-	md, err := m.Metadata()
-	var msg queue.Message
-	if err != nil || json.Unmarshal(m.Data(), &msg) != nil || msg.ID == "" {
+func (p *Pipeline) settle(ctx context.Context, m *queue.Delivery, service *time.Duration, free func()) outcome {
+	if m.ID == "" {
 		p.log.Error("dropping a malformed work message", "subject", m.Subject(), "data", string(m.Data()))
 		m.Term()
 		return outMalformed
 	}
-	attempt := int(md.NumDelivered)
+	attempt := m.Attempt
 	wctx, cancel := context.WithTimeout(context.Background(), writeTimeout)
-	rec, rev, err := p.st.Get(wctx, msg.ID)
+	rec, ref, err := p.q.Record(wctx, m)
 	cancel()
-	switch triageOf(rec, err, msg.Job, attempt, p.cfg) {
+	switch triageOf(rec, err, m.Job, attempt, p.cfg) {
 	case triageGone, triageSuperseded:
 		m.Ack()
 		return outStale
 	case triageUnreadable:
-		p.log.Warn("cannot read inquiry record", "id", msg.ID, "err", err)
+		p.log.Warn("cannot read inquiry record", "id", m.ID, "err", err)
 		p.nak(m, attempt)
 		return outRetry
 	case triageDone:
@@ -125,17 +119,17 @@ func (p *Pipeline) settle(ctx context.Context, m jetstream.Msg, service *time.Du
 	case triageRelist:
 		wctx, cancel := context.WithTimeout(context.Background(), writeTimeout)
 		defer cancel()
-		if err := p.q.AddFailure(wctx, rec, rec.Dead); err != nil {
+		if err := p.q.List(wctx, rec, ref); err != nil {
 			p.nak(m, attempt)
 			return outRetry
 		}
 		m.Ack()
 		return outDuplicate
 	case triageExhausted:
-		return p.deadLetter(m, rec, rev, attempt, fmt.Sprintf("no attempt finished in %d deliveries", attempt-1))
+		return p.deadLetter(m, rec, ref, attempt, fmt.Sprintf("no attempt finished in %d deliveries", attempt-1))
 	case triageSuspect:
 		p.m.quarantined.Inc()
-		return p.failDead(m, rec, rev, attempt, suspectedReason(rec.Crashes))
+		return p.failDead(m, rec, ref, attempt, suspectedReason(rec.Crashes))
 	}
 
 	stopProgress := p.keepAlive(m)
@@ -164,7 +158,7 @@ func (p *Pipeline) settle(ctx context.Context, m jetstream.Msg, service *time.Du
 	switch v {
 	case verdictDone:
 		rec.Complete(res, p.now())
-		return p.finish(m, rec, rev, attempt, outDone)
+		return p.finish(m, rec, ref, attempt, outDone)
 	case verdictInterrupted:
 		// Drain timeout: leave it for redelivery. The nak makes it
 		// available at once to this server; after a restart the server
@@ -172,31 +166,32 @@ func (p *Pipeline) settle(ctx context.Context, m jetstream.Msg, service *time.Du
 		m.Nak()
 		return outInterrupted
 	case verdictPoison:
-		return p.failDead(m, rec, rev, attempt, f.reason)
+		return p.failDead(m, rec, ref, attempt, f.reason)
 	case verdictFailed:
 		rec.Fail(f.reason, p.now())
-		return p.finish(m, rec, rev, attempt, outFailed)
+		return p.finish(m, rec, ref, attempt, outFailed)
 	case verdictDeadLetter:
-		return p.deadLetter(m, rec, rev, attempt, f.reason)
+		return p.deadLetter(m, rec, ref, attempt, f.reason)
 	}
 	rec.Reason, rec.Updated = f.reason, p.now().UTC()
-	p.write(m, &rec, rev) // keeps the partial scores; a lost write only costs calls
+	p.write(m, &rec, ref) // keeps the partial scores; a lost write only costs calls
 	p.nak(m, attempt)
 	return outRetry
 }
 
-func (p *Pipeline) deadLetter(m jetstream.Msg, rec inquiry.Record, rev uint64, attempt int, reason string) outcome {
-	return p.failDead(m, rec, rev, attempt, fmt.Sprintf("dead-lettered after %d attempts: %s", min(attempt, p.cfg.MaxDeliver), reason))
+func (p *Pipeline) deadLetter(m *queue.Delivery, rec inquiry.Record, ref queue.Ref, attempt int, reason string) outcome {
+	return p.failDead(m, rec, ref, attempt, fmt.Sprintf("dead-lettered after %d attempts: %s", min(attempt, p.cfg.MaxDeliver), reason))
 }
 
 // finish lists a failure, writes the final record, then acks. The listing
 // comes first so that an inquiry anyone can see failed is always in the
-// retry console; a listing whose record write then fails is withdrawn, and
-// the console hides one whose record is not failed (see queue.Failed).
-func (p *Pipeline) finish(m jetstream.Msg, rec inquiry.Record, rev uint64, attempt int, out outcome) outcome {
+// retry console (on the ledger the write is the listing); a listing
+// whose record write then fails is withdrawn, and the console hides one
+// whose record is not failed (see queue.Failed).
+func (p *Pipeline) finish(m *queue.Delivery, rec inquiry.Record, ref queue.Ref, attempt int, out outcome) outcome {
 	if rec.Status == inquiry.Failed {
 		wctx, cancel := context.WithTimeout(context.Background(), writeTimeout)
-		err := p.q.AddFailure(wctx, rec, rec.Dead)
+		err := p.q.List(wctx, rec, ref)
 		cancel()
 		if err != nil {
 			p.log.Warn("cannot list failed inquiry", "id", rec.ID, "err", err)
@@ -204,7 +199,7 @@ func (p *Pipeline) finish(m jetstream.Msg, rec inquiry.Record, rev uint64, attem
 			return outRetry
 		}
 	}
-	switch p.write(m, &rec, rev) {
+	switch p.write(m, &rec, ref) {
 	case writeOK:
 	case writeSettled:
 		return outDuplicate
@@ -213,7 +208,7 @@ func (p *Pipeline) finish(m jetstream.Msg, rec inquiry.Record, rev uint64, attem
 	case writeFailed:
 		if rec.Status == inquiry.Failed {
 			wctx, cancel := context.WithTimeout(context.Background(), writeTimeout)
-			if err := p.q.Unlist(wctx, rec.ID); err != nil {
+			if err := p.q.Unlist(wctx, rec.ID, ref); err != nil {
 				p.log.Warn("cannot withdraw the listing of an inquiry not failed", "id", rec.ID, "err", err)
 			}
 			cancel()
@@ -236,17 +231,17 @@ const (
 	writeFailed              // the store failed: retry later
 )
 
-// write stores rec over revision rev. On a conflict it re-reads: another
+// write stores rec over ref. On a conflict it re-reads: another
 // delivery may have settled it, a replay may have touched it (then it is
 // written over the new revision), or it may have been rolled back.
-func (p *Pipeline) write(m jetstream.Msg, rec *inquiry.Record, rev uint64) writeResult {
+func (p *Pipeline) write(m *queue.Delivery, rec *inquiry.Record, ref queue.Ref) writeResult {
 	ctx, cancel := context.WithTimeout(context.Background(), writeTimeout)
 	defer cancel()
 	// Each lap loses to a concurrent replay (an idempotent retry of the
 	// request touches the record); there are only as many as the client
 	// sent at once.
 	for range 32 {
-		_, err := p.st.Update(ctx, rec, rev)
+		_, err := p.q.Update(ctx, rec, ref)
 		if err == nil {
 			return writeOK
 		}
@@ -254,7 +249,7 @@ func (p *Pipeline) write(m jetstream.Msg, rec *inquiry.Record, rev uint64) write
 			p.log.Warn("cannot write inquiry record", "id", rec.ID, "err", err)
 			return writeFailed
 		}
-		cur, curRev, err := p.st.Get(ctx, rec.ID)
+		cur, curRef, err := p.q.Get(ctx, rec.ID)
 		switch {
 		case errors.Is(err, store.ErrNotFound) || (err == nil && cur.Job != rec.Job):
 			m.Ack()
@@ -265,12 +260,12 @@ func (p *Pipeline) write(m jetstream.Msg, rec *inquiry.Record, rev uint64) write
 			m.Ack()
 			return writeSettled
 		}
-		rev = curRev
+		ref = curRef
 	}
 	return writeFailed
 }
 
-func (p *Pipeline) nak(m jetstream.Msg, attempt int) {
+func (p *Pipeline) nak(m *queue.Delivery, attempt int) {
 	i := min(max(attempt-1, 0), len(p.cfg.Backoff)-1)
 	m.NakWithDelay(p.cfg.Backoff[i])
 }

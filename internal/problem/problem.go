@@ -59,7 +59,7 @@ const (
 	Overloaded       = TypeBase + "overloaded"        // shed: retry later, not elsewhere
 	IntakeClosed     = TypeBase + "intake-closed"     // the cell is draining or starting
 	QueueUnavailable = TypeBase + "queue-unavailable" // the cell cannot reach its queue
-	QueueFull        = TypeBase + "queue-full"        // the cell's work stream is at its limit
+	QueueFull        = TypeBase + "queue-full"        // the cell's queue is at its depth limit
 	StorageFull      = TypeBase + "storage-full"      // the cell's store is at its high watermark, or failed a write
 	StoreUnavailable = TypeBase + "store-unavailable" // the cell cannot read its records
 	NoActiveCell     = TypeBase + "no-active-cell"    // the map has no active cell

@@ -10,7 +10,6 @@ package queue_test
 
 import (
 	"context"
-	"os"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -20,36 +19,14 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/cellkit/cellkit/internal/natsembed"
-	"github.com/cellkit/cellkit/internal/testkit"
+	"github.com/cellkit/cellkit/internal/celltest"
 )
 
 // benchJS starts an embedded server on $CELLKIT_BENCH_DIR (a temporary
 // directory of the test's disk when unset) and connects to it in process,
 // as a cell does.
 func benchJS(b *testing.B) jetstream.JetStream {
-	dir := b.TempDir()
-	if d := os.Getenv("CELLKIT_BENCH_DIR"); d != "" {
-		var err error
-		if dir, err = os.MkdirTemp(d, "layoutbench"); err != nil {
-			b.Fatal(err)
-		}
-		b.Cleanup(func() { os.RemoveAll(dir) })
-	}
-	srv, err := natsembed.Start(natsembed.Config{Name: "bench", StoreDir: dir, Port: -1}, natsembed.Options{Logger: testkit.Logger()})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(srv.Shutdown)
-	nc, err := srv.Connect()
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		b.Fatal(err)
-	}
+	_, js := celltest.NATSIn(b, celltest.BenchDir(b))
 	return js
 }
 

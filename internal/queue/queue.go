@@ -1,75 +1,102 @@
-// Package queue is a cell's work queue on JetStream: the work stream with
-// its high and normal lanes, the error stream and the dead-letter stream,
-// and the enqueue step that writes an inquiry's record and its message
-// without ever leaving one half-written.
+// Package queue is a cell's work queue on JetStream: the inquiries it
+// accepted, their records, their high and normal lanes, and the sets of
+// failed and dead-lettered inquiries the retry console lists.
+//
+// A cell keeps them in one of two layouts (docs/decisions/one-write-intake.md):
+//   - the ledger: one stream, each inquiry's acceptance one message (its
+//     record and its work at once), each later state another message of
+//     the inquiry (store.Ledger). Accepting costs one synced write.
+//   - records, the layout before the ledger: a record in a key-value
+//     bucket (store.Store), then a message on the work stream, and the
+//     failed and dead-lettered inquiries on two streams of their own.
+//
+// A new cell starts on the ledger. A cell that has data in the records
+// layout keeps writing it after an upgrade, until it is switched (Switch,
+// recorded in its JetStream and never undone, so that instances of an
+// older release, which know only records, never serve beside an intake
+// that writes the ledger); then its intake writes the ledger, its
+// workers work both until the old work stream is empty, and a record not
+// in the ledger is read from the bucket until the bucket's records expire.
 //
 // Guarantees:
-//   - Enqueue answers nil only after the record is stored and the message's
-//     PubAck came back (file store, synced writes): an accepted inquiry
-//     survives a crash. Its errors say which of two things happened.
-//     Nothing was accepted (ErrFull, ErrNotQueued): the server refused the
-//     record, or refused the message and the record was rolled back. Or the
-//     outcome is unknown (ErrUncertain): an answer never came (a timeout, a
-//     lost connection), so the server may have stored the write and its
-//     message may be at a worker already; or a rollback failed. An unknown
+//   - Enqueue answers nil only after the inquiry is stored (file store,
+//     synced writes): an accepted inquiry survives a crash. Its errors say
+//     which of two things happened. Nothing was accepted (ErrFull,
+//     ErrNotQueued): the server refused the write (or, on records, refused
+//     the message and the record was rolled back). Or the outcome is
+//     unknown (ErrUncertain): an answer never came (a timeout, a lost
+//     connection), so the server may have stored the write and a worker
+//     may have it already; or, on records, a rollback failed. An unknown
 //     outcome is not rolled back: a record deleted under a message a
-//     worker runs would leave the agencies called and the result dropped,
-//     and a retry would call them again. Replay completes it instead: it
-//     gives a pending record its message unless the stream holds it. So a
-//     caller told "no" never sees the inquiry processed, a caller told
-//     "yes" always does, and one told "unknown" sees it processed at most
-//     once, whoever replays it.
-//   - Messages carry Nats-Msg-Id = "<id>.<job>": a job published twice within
-//     the duplicate window (2 minutes) is stored once.
-//   - The work stream has WorkQueue retention and DiscardNew limits: when it
-//     is full, Enqueue fails with ErrFull rather than dropping old work.
-//   - The error and DLQ streams keep the latest entry per inquiry (one
-//     subject per id), so they are the sets of failed and dead-lettered
-//     inquiries that the retry console lists and re-enqueues.
+//     worker runs would leave the agencies called and the result dropped.
+//     On the ledger the record is its work, so a write whose answer was
+//     lost is whole or absent; on records Replay completes it (it gives a
+//     pending record its message unless the stream holds it). So a caller
+//     told "no" never sees the inquiry processed, a caller told "yes"
+//     always does, and one told "unknown" sees it processed at most once.
+//   - An inquiry's writes each expect the revision read (0 to accept): the
+//     intake, a worker, a redelivered message and a retry cannot overwrite
+//     each other (store.ErrConflict, store.ErrExists).
+//   - The work has a hard depth limit (MaxMsgs): past it, Enqueue fails
+//     with ErrFull rather than dropping old work. The shedder turns work
+//     away well before it.
+//   - The failed and dead-lettered sets hold the latest failure of each
+//     inquiry, so that the retry console lists and re-enqueues them.
 package queue
 
 import (
+	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/cellkit/cellkit/internal/api"
 	"github.com/cellkit/cellkit/internal/inquiry"
 	"github.com/cellkit/cellkit/internal/store"
 )
 
 var (
-	// ErrFull means the work stream is at its size limit (DiscardNew).
+	// ErrFull means the queue is at its depth limit (or, on records, the
+	// work stream at its size limit).
 	ErrFull = errors.New("work queue full")
-	// ErrNotQueued means the server refused the record, or refused the
-	// message and the record was rolled back: nothing was accepted.
+	// ErrNotQueued means the server refused the inquiry's write, or on
+	// records refused the message and the record was rolled back:
+	// nothing was accepted.
 	ErrNotQueued = errors.New("inquiry not queued")
-	// ErrUncertain means the outcome is unknown: the record, its message
-	// or both may be stored (a write whose answer never came, a rollback
-	// that failed, a record another writer holds). The caller must not
-	// answer that nothing was accepted: a retry with the same
-	// Idempotency-Key finds the record, and Replay completes it.
+	// ErrUncertain means the outcome is unknown: the inquiry may be
+	// stored (a write whose answer never came, a rollback that failed, a
+	// record another writer holds). The caller must not answer that
+	// nothing was accepted: a retry with the same Idempotency-Key finds
+	// the record.
 	ErrUncertain = errors.New("inquiry enqueue outcome unknown")
 	// ErrNotFailed means a retry was asked for an inquiry that is not failed.
 	ErrNotFailed = errors.New("inquiry is not failed")
 )
 
-// Config sizes a cell's streams. Zero values mean the defaults in brackets
+// Layouts a cell keeps its inquiries in.
+const (
+	LayoutLedger  = api.LayoutLedger
+	LayoutRecords = api.LayoutRecords
+)
+
+// Config sizes a cell's queue. Zero values mean the defaults in brackets
 // (see DefaultConfig).
 type Config struct {
 	// Cell is the cell id; every stream and subject name includes it.
 	Cell string
-	// MaxMsgs is the hard depth limit of the work stream [100000]; intake
-	// sheds well before it (see package shed).
+	// MaxMsgs is the hard depth limit of the work [100000]; intake sheds
+	// well before it (see package shed).
 	MaxMsgs int64
-	// MaxBytes is the hard size limit of the work stream [256 MiB].
+	// MaxBytes is the hard size limit of the records layout's work
+	// stream [256 MiB]; the ledger holds the records too, and the
+	// store's watermarks hold its disk.
 	MaxBytes int64
-	// Duplicates is the Nats-Msg-Id duplicate window [2m].
+	// Duplicates is the records layout's Nats-Msg-Id duplicate window [2m].
 	Duplicates time.Duration
 	// AckWait is how long a delivered message may go without an ack or an
 	// in-progress signal before it is redelivered [30s].
@@ -77,8 +104,8 @@ type Config struct {
 	// MaxAckPending caps the messages delivered and not yet acked, per lane
 	// [1000].
 	MaxAckPending int
-	// Retention is how long error and DLQ entries are kept [7 days, the
-	// record TTL].
+	// Retention is how long an inquiry is kept after its last write, its
+	// failed entry with it [7 days].
 	Retention time.Duration
 	// PublishTimeout bounds the wait for a PubAck when the caller's context
 	// has no earlier deadline [5s].
@@ -86,6 +113,14 @@ type Config struct {
 	// Replicas is the streams' replica count [1]: 3 on a JetStream
 	// cluster, so that a stored message survives the loss of a node.
 	Replicas int
+	// Layout is the layout a cell with no data starts in [ledger].
+	// LayoutRecords makes a cell as a release before the ledger did: for
+	// the tests of an upgrade.
+	Layout string
+	// SwitchGrace is how long after Switch the intake starts writing the
+	// ledger [15s]: every instance reads the switch within it (see Stats)
+	// and, meanwhile, looks a key up in both layouts.
+	SwitchGrace time.Duration
 }
 
 // DefaultConfig returns the defaults.
@@ -93,151 +128,138 @@ func DefaultConfig() Config {
 	return Config{
 		MaxMsgs: 100_000, MaxBytes: 256 << 20, Duplicates: 2 * time.Minute, AckWait: 30 * time.Second,
 		MaxAckPending: 1000, Retention: store.DefaultTTL, PublishTimeout: 5 * time.Second, Replicas: 1,
+		Layout: LayoutLedger, SwitchGrace: 15 * time.Second,
 	}
 }
 
-func (c *Config) defaults() {
+// withDefaults fills the zero fields of c field by field.
+func (c Config) withDefaults() Config {
 	d := DefaultConfig()
-	if c.MaxMsgs <= 0 {
-		c.MaxMsgs = d.MaxMsgs
-	}
-	if c.Replicas <= 0 {
-		c.Replicas = d.Replicas
-	}
-	if c.MaxBytes <= 0 {
-		c.MaxBytes = d.MaxBytes
-	}
-	if c.Duplicates <= 0 {
-		c.Duplicates = d.Duplicates
-	}
-	if c.AckWait <= 0 {
-		c.AckWait = d.AckWait
-	}
-	if c.MaxAckPending <= 0 {
-		c.MaxAckPending = d.MaxAckPending
-	}
-	if c.Retention <= 0 {
-		c.Retention = d.Retention
-	}
-	if c.PublishTimeout <= 0 {
-		c.PublishTimeout = d.PublishTimeout
-	}
+	c.MaxMsgs = cmp.Or(max(c.MaxMsgs, 0), d.MaxMsgs)
+	c.MaxBytes = cmp.Or(max(c.MaxBytes, 0), d.MaxBytes)
+	c.Duplicates = cmp.Or(max(c.Duplicates, 0), d.Duplicates)
+	c.AckWait = cmp.Or(max(c.AckWait, 0), d.AckWait)
+	c.MaxAckPending = cmp.Or(max(c.MaxAckPending, 0), d.MaxAckPending)
+	c.Retention = cmp.Or(max(c.Retention, 0), d.Retention)
+	c.PublishTimeout = cmp.Or(max(c.PublishTimeout, 0), d.PublishTimeout)
+	c.Replicas = cmp.Or(max(c.Replicas, 0), d.Replicas)
+	c.Layout = cmp.Or(c.Layout, d.Layout)
+	c.SwitchGrace = cmp.Or(max(c.SwitchGrace, 0), d.SwitchGrace)
+	return c
 }
 
 // Lanes in the order workers serve them.
 var Lanes = []inquiry.Priority{inquiry.High, inquiry.Normal}
 
-// Names of a cell's JetStream resources.
-func WorkStream(cell string) string  { return "cellkit-" + cell + "-work" }
-func ErrorStream(cell string) string { return "cellkit-" + cell + "-errors" }
-func DLQStream(cell string) string   { return "cellkit-" + cell + "-dlq" }
-
-// LaneSubject is the subject filter of a lane: its messages have one
-// subject per inquiry (MessageSubject), so that Replay can tell whether an
-// inquiry's message is still queued.
-func LaneSubject(cell string, lane inquiry.Priority) string {
-	return MessageSubject(cell, lane, "*")
-}
-
-// MessageSubject is the subject of an inquiry's work message.
-func MessageSubject(cell string, lane inquiry.Priority, id string) string {
-	return "cellkit." + cell + ".work." + string(lane) + "." + id
-}
-func LaneConsumer(lane inquiry.Priority) string { return "work-" + string(lane) }
-func errorSubject(cell, id string) string       { return "cellkit." + cell + ".errors." + id }
-func dlqSubject(cell, id string) string         { return "cellkit." + cell + ".dlq." + id }
-
-// Message is the body of a work message.
-type Message struct {
-	ID  string `json:"id"`
-	Job string `json:"job"`
-}
-
-// Queue is a cell's set of streams. It is safe for concurrent use.
+// Queue is a cell's inquiries and their work. It is safe for concurrent
+// use.
 type Queue struct {
-	cfg       Config
-	js        jetstream.JetStream
-	store     *store.Store
-	work      jetstream.Stream
-	errs, dlq jetstream.Stream
-	consumers map[inquiry.Priority]jetstream.Consumer
-	now       func() time.Time
+	cfg Config
+	js  jetstream.JetStream
+	now func() time.Time
+
+	ledger *store.Ledger
+	lanes  map[inquiry.Priority]jetstream.Consumer // the ledger's
+	// counters count the ledger's failed and dead entries (their
+	// consumers are never read: their pending count is the set's size).
+	counters map[string]jetstream.Consumer
+	// since is when the intake writes the ledger (unix ns; 0: not
+	// switched), read at Setup and at each Stats.
+	since atomic.Int64
+	// depth is the work's depth at the last Stats, for MaxMsgs.
+	depth atomic.Int64
+
+	old *records // nil on a cell that never had the records layout
 }
 
-// Setup creates or updates the streams and lane consumers of a cell.
-func Setup(ctx context.Context, js jetstream.JetStream, st *store.Store, cfg Config) (*Queue, error) {
-	cfg.defaults()
+// Setup opens a cell's queue: the ledger, and the records layout if the
+// cell has data in it (or cfg.Layout asks for it on a new cell).
+func Setup(ctx context.Context, js jetstream.JetStream, cfg Config) (*Queue, error) {
+	cfg = cfg.withDefaults()
 	if cfg.Cell == "" {
 		return nil, errors.New("queue: cell id is required")
 	}
-	q := &Queue{cfg: cfg, js: js, store: st, consumers: map[inquiry.Priority]jetstream.Consumer{}, now: time.Now}
+	if cfg.Layout != LayoutLedger && cfg.Layout != LayoutRecords {
+		return nil, fmt.Errorf("queue: layout %q is neither %s nor %s", cfg.Layout, LayoutLedger, LayoutRecords)
+	}
+	q := &Queue{cfg: cfg, js: js, now: time.Now, counters: map[string]jetstream.Consumer{}}
 	var err error
-	q.work, err = js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
-		Name:        WorkStream(cfg.Cell),
-		Description: "inquiries waiting for the pipeline of cell " + cfg.Cell,
-		Subjects:    []string{LaneSubject(cfg.Cell, inquiry.High), LaneSubject(cfg.Cell, inquiry.Normal)},
-		Retention:   jetstream.WorkQueuePolicy,
-		Discard:     jetstream.DiscardNew,
-		MaxMsgs:     cfg.MaxMsgs,
-		MaxBytes:    cfg.MaxBytes,
-		Duplicates:  cfg.Duplicates,
-		Storage:     jetstream.FileStorage,
-		Replicas:    cfg.Replicas,
-	})
+	if q.ledger, err = store.OpenLedger(ctx, js, store.LedgerConfig{Cell: cfg.Cell, TTL: cfg.Retention, Replicas: cfg.Replicas}); err != nil {
+		return nil, err
+	}
+	if q.lanes, err = q.ledgerConsumers(ctx); err != nil {
+		return nil, err
+	}
+	since, err := q.ledger.Since(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("work stream: %w", err)
+		return nil, err
 	}
-	for _, set := range []struct {
-		s    *jetstream.Stream
-		name string
-		subj string
-		desc string
-	}{
-		{&q.errs, ErrorStream(cfg.Cell), errorSubject(cfg.Cell, "*"), "failed inquiries of cell " + cfg.Cell},
-		{&q.dlq, DLQStream(cfg.Cell), dlqSubject(cfg.Cell, "*"), "dead-lettered inquiries of cell " + cfg.Cell},
-	} {
-		*set.s, err = js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
-			Name:              set.name,
-			Description:       set.desc,
-			Subjects:          []string{set.subj},
-			Retention:         jetstream.LimitsPolicy,
-			MaxMsgsPerSubject: 1,
-			MaxAge:            cfg.Retention,
-			Duplicates:        cfg.Duplicates,
-			Storage:           jetstream.FileStorage,
-			Replicas:          cfg.Replicas,
-		})
-		if err != nil {
-			return nil, fmt.Errorf("stream %s: %w", set.name, err)
+	hadRecords, err := hasRecords(ctx, js, cfg.Cell)
+	if err != nil {
+		return nil, err
+	}
+	if hadRecords || (since.IsZero() && cfg.Layout == LayoutRecords) {
+		if q.old, err = openRecords(ctx, js, cfg); err != nil {
+			return nil, err
 		}
 	}
-	for _, lane := range Lanes {
-		c, err := q.work.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
-			Durable:       LaneConsumer(lane),
-			Description:   string(lane) + " lane of cell " + cfg.Cell,
-			FilterSubject: LaneSubject(cfg.Cell, lane),
-			AckPolicy:     jetstream.AckExplicitPolicy,
-			AckWait:       cfg.AckWait,
-			// Attempts are counted and capped by the workers, which move
-			// the message to the DLQ themselves: a server-side MaxDeliver
-			// would strand the message in the WorkQueue stream, still
-			// counted in its depth and oldest age, delivered never again.
-			MaxDeliver:    -1,
-			MaxAckPending: cfg.MaxAckPending,
-		})
-		if err != nil {
-			return nil, fmt.Errorf("consumer %s: %w", LaneConsumer(lane), err)
+	if since.IsZero() && q.old == nil {
+		// A new cell: nothing in another layout, nobody to wait for.
+		if since, err = q.ledger.Switch(ctx, q.now()); err != nil {
+			return nil, err
 		}
-		q.consumers[lane] = c
 	}
+	q.setSince(since)
 	return q, nil
 }
 
-// Consumer is the pull consumer of a lane.
-func (q *Queue) Consumer(lane inquiry.Priority) jetstream.Consumer { return q.consumers[lane] }
+func (q *Queue) setSince(t time.Time) {
+	if !t.IsZero() {
+		q.since.Store(t.UnixNano())
+	}
+}
 
-// Store is the record store the queue writes with.
-func (q *Queue) Store() *store.Store { return q.store }
+// Layout is the layout the intake writes now (LayoutLedger once the
+// switch has taken effect).
+func (q *Queue) Layout() string {
+	if q.writesLedger() {
+		return LayoutLedger
+	}
+	return LayoutRecords
+}
+
+// Switched reports when the intake writes the ledger from (zero: not
+// switched).
+func (q *Queue) Switched() time.Time {
+	if n := q.since.Load(); n != 0 {
+		return time.Unix(0, n)
+	}
+	return time.Time{}
+}
+
+// writesLedger reports whether the switch has taken effect.
+func (q *Queue) writesLedger() bool {
+	n := q.since.Load()
+	return n != 0 && !q.now().Before(time.Unix(0, n))
+}
+
+// readsLedger reports whether the ledger may hold inquiries: the switch
+// was recorded (or is taking effect).
+func (q *Queue) readsLedger() bool { return q.since.Load() != 0 }
+
+// Switch records that the cell's intake writes the ledger from
+// SwitchGrace on (every instance reads it within that time), unless it
+// was recorded already; it returns when the intake writes the ledger
+// from. It is never undone: call it only once no instance of a release
+// that does not know the ledger serves the cell.
+func (q *Queue) Switch(ctx context.Context) (time.Time, error) {
+	since, err := q.ledger.Switch(ctx, q.now().Add(q.cfg.SwitchGrace))
+	if err != nil {
+		return time.Time{}, err
+	}
+	q.setSince(since)
+	return since, nil
+}
 
 // Cell is the queue's cell id.
 func (q *Queue) Cell() string { return q.cfg.Cell }
@@ -245,28 +267,120 @@ func (q *Queue) Cell() string { return q.cfg.Cell }
 // AckWait is the lane consumers' ack wait.
 func (q *Queue) AckWait() time.Duration { return q.cfg.AckWait }
 
+// Conn is the NATS connection the queue uses.
+func (q *Queue) Conn() *nats.Conn { return q.js.Conn() }
+
 func (q *Queue) pubCtx(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(ctx, q.cfg.PublishTimeout)
 }
 
-// publish stores the work message of rec's current job and waits for the
-// PubAck.
-func (q *Queue) publish(ctx context.Context, rec *inquiry.Record) error {
-	data, err := json.Marshal(Message{ID: rec.ID, Job: rec.Job})
-	if err != nil {
-		return err
+// A Ref is the revision of an inquiry's record as read, and which layout
+// holds it: a write passes it back.
+type Ref struct {
+	rev    uint64
+	ledger bool
+}
+
+// Get reads inquiry id's record: from the ledger, then (on a cell that
+// had the records layout) from the bucket.
+func (q *Queue) Get(ctx context.Context, id string) (inquiry.Record, Ref, error) {
+	if q.readsLedger() || q.old == nil {
+		rec, rev, err := q.ledger.Get(ctx, id)
+		if err == nil || !errors.Is(err, store.ErrNotFound) || q.old == nil {
+			return rec, Ref{rev: rev, ledger: true}, err
+		}
+	}
+	rec, rev, err := q.old.store.Get(ctx, id)
+	return rec, Ref{rev: rev}, err
+}
+
+// Update writes rec's next state over ref: store.ErrConflict if the
+// record moved on. On the ledger a failed record's write lists it in its
+// set too (see Listed).
+func (q *Queue) Update(ctx context.Context, rec *inquiry.Record, ref Ref) (Ref, error) {
+	if ref.ledger {
+		rev, err := q.ledger.Update(ctx, rec, ref.rev)
+		return Ref{rev: rev, ledger: true}, err
+	}
+	if q.old == nil {
+		return Ref{}, fmt.Errorf("write inquiry %s: no record of it was read", rec.ID)
+	}
+	rev, err := q.old.store.Update(ctx, rec, ref.rev)
+	return Ref{rev: rev}, err
+}
+
+// Enqueue stores a new pending record as accepted work. keyed says its
+// id is an Idempotency-Key's: on a cell switching layouts, or switched
+// with records in the bucket, the key's inquiry is looked up in the
+// other layout first. It returns store.ErrExists when the id is taken
+// (see Replay), ErrFull or ErrNotQueued when nothing was accepted, and
+// ErrUncertain when the outcome is unknown (see the package doc).
+func (q *Queue) Enqueue(ctx context.Context, rec *inquiry.Record, keyed bool) (inquiry.Record, error) {
+	if q.depth.Load() >= q.cfg.MaxMsgs {
+		return inquiry.Record{}, fmt.Errorf("%w: %d inquiries queued", ErrFull, q.depth.Load())
 	}
 	ctx, cancel := q.pubCtx(ctx)
 	defer cancel()
-	msg := &nats.Msg{Subject: q.subject(rec), Data: data, Header: nats.Header{}}
-	_, err = q.js.PublishMsg(ctx, msg, jetstream.WithMsgID(rec.MsgID()), jetstream.WithRetryAttempts(0))
-	if err != nil {
-		if isFull(err) {
-			return fmt.Errorf("%w: %w", ErrFull, err) // the server's answer kept: store.Refused
+	if !q.writesLedger() {
+		if keyed && q.readsLedger() {
+			if err := q.taken(ctx, rec.ID, func(ctx context.Context, id string) error {
+				_, _, err := q.ledger.Get(ctx, id)
+				return err
+			}); err != nil {
+				return inquiry.Record{}, err
+			}
 		}
-		return err
+		return q.old.enqueue(ctx, rec)
 	}
-	return nil
+	if keyed && q.old != nil {
+		if err := q.taken(ctx, rec.ID, func(ctx context.Context, id string) error {
+			_, _, err := q.old.store.Get(ctx, id)
+			return err
+		}); err != nil {
+			return inquiry.Record{}, err
+		}
+	}
+	_, err := q.ledger.Accept(ctx, rec)
+	switch {
+	case err == nil:
+		return *rec, nil
+	case errors.Is(err, store.ErrExists):
+		return inquiry.Record{}, err
+	case store.Refused(err):
+		return inquiry.Record{}, fmt.Errorf("%w: %w", ErrNotQueued, err)
+	default:
+		return inquiry.Record{}, fmt.Errorf("%w: the write got no answer: %w", ErrUncertain, err)
+	}
+}
+
+// taken looks inquiry id up with get before it is written: store.ErrExists
+// if found, ErrNotQueued if it cannot be read (nothing was written).
+func (q *Queue) taken(ctx context.Context, id string, get func(context.Context, string) error) error {
+	err := get(ctx, id)
+	switch {
+	case err == nil:
+		return store.ErrExists
+	case errors.Is(err, store.ErrNotFound):
+		return nil
+	default:
+		return fmt.Errorf("%w: the key's inquiry cannot be looked up: %w", ErrNotQueued, err)
+	}
+}
+
+// Replay makes sure a pending record read at ref is queued. On the
+// ledger the record is its work: nothing to do. On records it touches
+// the record (so that a concurrent rollback of the first attempt fails
+// instead of deleting it), then publishes its job again unless the work
+// stream still holds the job's message. An error but store.ErrConflict
+// (read the record again) leaves the inquiry's outcome unknown.
+func (q *Queue) Replay(ctx context.Context, rec inquiry.Record, ref Ref) error {
+	if ref.ledger {
+		return nil
+	}
+	rec.Updated = q.now().UTC()
+	ctx, cancel := q.pubCtx(ctx)
+	defer cancel()
+	return q.old.replay(ctx, rec, ref.rev)
 }
 
 // NotReady reports whether err is what JetStream answers (or fails to)
@@ -274,9 +388,9 @@ func (q *Queue) publish(ctx context.Context, rec *inquiry.Record) error {
 // after losing a node (no answer, no responders, "temporarily
 // unavailable", no suitable peers yet, no leader, insufficient resources
 // while its peers come back). Waiting for the leader and trying again is
-// safe: a work message carries its job's Nats-Msg-Id, and a record
-// written by a try whose answer was lost is found by the next
-// (store.ErrExists).
+// safe: every write expects a revision (a record written by a try whose
+// answer was lost is found by the next: store.ErrExists), and a records
+// layout's work message carries its job's Nats-Msg-Id.
 func NotReady(err error) bool {
 	if errors.Is(err, ErrFull) {
 		return false // the stream answered, and is full
@@ -297,163 +411,3 @@ func NotReady(err error) bool {
 		errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrNoStreamResponse) ||
 		errors.Is(err, jetstream.ErrJetStreamNotEnabled)
 }
-
-// subject is the subject of rec's work message.
-func (q *Queue) subject(rec *inquiry.Record) string {
-	lane := rec.Priority
-	if lane != inquiry.High {
-		lane = inquiry.Normal
-	}
-	return MessageSubject(q.cfg.Cell, lane, rec.ID)
-}
-
-func isFull(err error) bool {
-	s := err.Error()
-	return strings.Contains(s, "maximum messages") || strings.Contains(s, "maximum bytes")
-}
-
-// Enqueue stores a new pending record and its work message. It returns
-// store.ErrExists when the id is taken (see Replay), ErrFull or
-// ErrNotQueued when nothing was accepted, and ErrUncertain when the
-// outcome is unknown (see the package doc).
-func (q *Queue) Enqueue(ctx context.Context, rec *inquiry.Record) (inquiry.Record, error) {
-	rev, err := q.store.Create(ctx, rec)
-	if errors.Is(err, store.ErrExists) {
-		return inquiry.Record{}, err
-	}
-	if err != nil {
-		if store.Refused(err) {
-			return inquiry.Record{}, fmt.Errorf("%w: %w", ErrNotQueued, err)
-		}
-		return inquiry.Record{}, fmt.Errorf("%w: the record's write got no answer: %w", ErrUncertain, err)
-	}
-	perr := q.publish(ctx, rec)
-	if perr == nil {
-		return *rec, nil
-	}
-	if !store.Refused(perr) {
-		return inquiry.Record{}, fmt.Errorf("%w: the message's write got no answer: %w", ErrUncertain, perr)
-	}
-	return q.rollback(rec.ID, rev, perr)
-}
-
-// rollback deletes the record written at rev after the server refused its
-// message. If someone else wrote the record meanwhile, a worker took a
-// message of it (done or failed: it was accepted after all) or a replay
-// holds it (unknown: ErrUncertain).
-func (q *Queue) rollback(id string, rev uint64, cause error) (inquiry.Record, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), q.cfg.PublishTimeout)
-	defer cancel()
-	err := q.store.Delete(ctx, id, rev)
-	if errors.Is(err, store.ErrConflict) {
-		cur, _, gerr := q.store.Get(ctx, id)
-		if gerr == nil && cur.Status != inquiry.Pending {
-			return cur, nil
-		}
-		return inquiry.Record{}, fmt.Errorf("%w: %w (and a replay holds the record)", ErrUncertain, cause)
-	}
-	if err != nil {
-		return inquiry.Record{}, fmt.Errorf("%w: %w (and the record could not be rolled back: %v)", ErrUncertain, cause, err)
-	}
-	if errors.Is(cause, ErrFull) {
-		return inquiry.Record{}, cause
-	}
-	return inquiry.Record{}, fmt.Errorf("%w: %w", ErrNotQueued, cause)
-}
-
-// Replay makes sure a pending record read at rev has its work message: it
-// touches the record (so that a concurrent rollback of the first attempt
-// fails instead of deleting it), then publishes its job again unless the
-// stream still holds the job's message. The duplicate window alone would
-// let a retry that comes after it add a second message for the same job.
-// An error but store.ErrConflict (read the record again) leaves the
-// inquiry's outcome unknown: its record is pending and its message may
-// or may not be queued.
-func (q *Queue) Replay(ctx context.Context, rec inquiry.Record, rev uint64) error {
-	rec.Updated = q.now().UTC()
-	if _, err := q.store.Update(ctx, &rec, rev); err != nil {
-		return err
-	}
-	queued, err := q.queued(ctx, &rec)
-	if err != nil {
-		return fmt.Errorf("%w: %w", ErrUncertain, err) // a cause NotReady may tell: tried again
-	}
-	if queued {
-		return nil
-	}
-	return q.publish(ctx, &rec)
-}
-
-// queued reports whether the work stream holds the message of rec's job
-// (not yet acked: acked messages leave a work-queue stream).
-func (q *Queue) queued(ctx context.Context, rec *inquiry.Record) (bool, error) {
-	ctx, cancel := q.pubCtx(ctx)
-	defer cancel()
-	m, err := q.work.GetLastMsgForSubject(ctx, q.subject(rec))
-	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		return false, nil
-	}
-	if err != nil {
-		return false, err
-	}
-	var msg Message
-	return json.Unmarshal(m.Data, &msg) == nil && msg.Job == rec.Job, nil
-}
-
-// Stats is a snapshot of the work stream.
-type Stats struct {
-	Depth  map[inquiry.Priority]int `json:"depth"` // messages not yet acked, per lane
-	Total  int                      `json:"total"` // messages in the work stream
-	Bytes  uint64                   `json:"bytes"`
-	Oldest time.Time                `json:"oldest"` // when the oldest unacked message was stored; zero if none
-	// OldestByLane is Oldest per lane, for the lanes with messages.
-	OldestByLane map[inquiry.Priority]time.Time `json:"oldest_by_lane,omitempty"`
-}
-
-// Stats reads the work stream and its lane consumers.
-// Ping asks the work stream's leader for the stream's state: nil when the
-// stream has a leader that answers.
-func (q *Queue) Ping(ctx context.Context) error {
-	_, err := q.work.Info(ctx)
-	return err
-}
-
-func (q *Queue) Stats(ctx context.Context) (Stats, error) {
-	info, err := q.work.Info(ctx)
-	if err != nil {
-		return Stats{}, fmt.Errorf("work stream info: %w", err)
-	}
-	st := Stats{Depth: map[inquiry.Priority]int{}, Total: int(info.State.Msgs), Bytes: info.State.Bytes}
-	if info.State.Msgs > 0 {
-		st.Oldest = info.State.FirstTime
-	}
-	for lane, c := range q.consumers {
-		ci, err := c.Info(ctx)
-		if err != nil {
-			return Stats{}, fmt.Errorf("consumer %s info: %w", LaneConsumer(lane), err)
-		}
-		st.Depth[lane] = int(ci.NumPending) + ci.NumAckPending
-	}
-	// The work stream drops what is acked, so the first message of a
-	// lane's subject is its oldest pending one.
-	for _, lane := range Lanes {
-		if st.Depth[lane] == 0 || info.State.Msgs == 0 {
-			continue
-		}
-		msg, err := q.work.GetMsg(ctx, info.State.FirstSeq, jetstream.WithGetMsgSubject(LaneSubject(q.cfg.Cell, lane)))
-		if errors.Is(err, jetstream.ErrMsgNotFound) {
-			continue // acked meanwhile
-		}
-		if err != nil {
-			return Stats{}, fmt.Errorf("oldest message of the %s lane: %w", lane, err)
-		}
-		if st.OldestByLane == nil {
-			st.OldestByLane = map[inquiry.Priority]time.Time{}
-		}
-		st.OldestByLane[lane] = msg.Time
-	}
-	return st, nil
-}
-
-// Conn is the NATS connection the queue uses.
-func (q *Queue) Conn() *nats.Conn { return q.js.Conn() }

@@ -24,16 +24,20 @@ func TestMain(m *testing.M) { testkit.VerifyTestMain(m) }
 func setup(t *testing.T, cfg queue.Config) (*queue.Queue, jetstream.JetStream) {
 	t.Helper()
 	_, js := celltest.NATS(t)
-	st, err := store.Open(context.Background(), js, "c1", 0)
-	if err != nil {
-		t.Fatal(err)
-	}
 	cfg.Cell = "c1"
-	q, err := queue.Setup(context.Background(), js, st, cfg)
+	q, err := queue.Setup(context.Background(), js, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return q, js
+}
+
+// records is a queue on a new cell in the records layout, as a release
+// before the ledger made it.
+func records(t *testing.T, cfg queue.Config) (*queue.Queue, jetstream.JetStream) {
+	t.Helper()
+	cfg.Layout = queue.LayoutRecords
+	return setup(t, cfg)
 }
 
 func newRecord(n int, prio inquiry.Priority) inquiry.Record {
@@ -41,33 +45,28 @@ func newRecord(n int, prio inquiry.Priority) inquiry.Record {
 	return inquiry.NewRecord(inquiry.NewID("c1"), "c1", req, time.Now())
 }
 
-func fetchOne(t *testing.T, q *queue.Queue, lane inquiry.Priority) (jetstream.Msg, queue.Message) {
+// fetchOne takes the next delivery of lane, waiting for it a while.
+func fetchOne(t *testing.T, q *queue.Queue, lane inquiry.Priority) *queue.Delivery {
 	t.Helper()
-	b, err := q.Consumer(lane).Fetch(1, jetstream.FetchMaxWait(time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, ok := <-b.Messages()
-	if !ok {
-		t.Fatalf("no message on the %s lane", lane)
-	}
-	var msg queue.Message
-	if err := json.Unmarshal(m.Data(), &msg); err != nil {
-		t.Fatal(err)
-	}
-	return m, msg
+	var got []*queue.Delivery
+	testkit.WaitFor(t, 5*time.Second, "a delivery on the "+string(lane)+" lane", func() bool {
+		var err error
+		got, err = q.Fetch(lane, 1)
+		return err == nil && len(got) == 1
+	})
+	return got[0]
 }
 
 func TestEnqueueWritesRecordThenMessageOnItsLane(t *testing.T) {
-	q, _ := setup(t, queue.Config{})
+	q, _ := records(t, queue.Config{})
 	ctx := context.Background()
 	hi, lo := newRecord(1, inquiry.High), newRecord(2, inquiry.Normal)
 	for _, r := range []*inquiry.Record{&lo, &hi} {
-		if _, err := q.Enqueue(ctx, r); err != nil {
+		if _, err := q.Enqueue(ctx, r, false); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if _, err := q.Enqueue(ctx, &hi); !errors.Is(err, store.ErrExists) {
+	if _, err := q.Enqueue(ctx, &hi, false); !errors.Is(err, store.ErrExists) {
 		t.Fatalf("second Enqueue of one id = %v, want ErrExists", err)
 	}
 	// A lane consumer's pending count may trail the stream by a moment.
@@ -85,9 +84,9 @@ func TestEnqueueWritesRecordThenMessageOnItsLane(t *testing.T) {
 	if n, h := st.OldestByLane[inquiry.Normal], st.OldestByLane[inquiry.High]; !n.Equal(st.Oldest) || !h.After(n) {
 		t.Fatalf("oldest by lane %v, queue's oldest %v: want normal's = the queue's, before high's", st.OldestByLane, st.Oldest)
 	}
-	m, msg := fetchOne(t, q, inquiry.High)
-	if msg.ID != hi.ID || msg.Job != hi.Job || m.Headers().Get("Nats-Msg-Id") != hi.MsgID() {
-		t.Fatalf("high lane message %+v %v", msg, m.Headers())
+	m := fetchOne(t, q, inquiry.High)
+	if m.ID != hi.ID || m.Job != hi.Job || m.Headers().Get("Nats-Msg-Id") != hi.MsgID() {
+		t.Fatalf("high lane message %s %s %v", m.ID, m.Job, m.Headers())
 	}
 	if err := m.DoubleAck(ctx); err != nil {
 		t.Fatal(err)
@@ -96,11 +95,11 @@ func TestEnqueueWritesRecordThenMessageOnItsLane(t *testing.T) {
 		t.Fatalf("after the high one was acked: oldest by lane %v, %v; want the normal lane's only", st.OldestByLane, err)
 	}
 	// Replaying the pending record republishes the same job: deduplicated.
-	got, rev, err := q.Store().Get(ctx, lo.ID)
+	got, ref, err := q.Get(ctx, lo.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := q.Replay(ctx, got, rev); err != nil {
+	if err := q.Replay(ctx, got, ref); err != nil {
 		t.Fatal(err)
 	}
 	if st, _ := q.Stats(ctx); st.Total != 1 {
@@ -109,45 +108,45 @@ func TestEnqueueWritesRecordThenMessageOnItsLane(t *testing.T) {
 }
 
 func TestFullQueueRollsTheRecordBack(t *testing.T) {
-	q, _ := setup(t, queue.Config{MaxMsgs: 1})
+	q, _ := records(t, queue.Config{MaxMsgs: 1})
 	ctx := context.Background()
 	first, second := newRecord(1, inquiry.Normal), newRecord(2, inquiry.Normal)
-	if _, err := q.Enqueue(ctx, &first); err != nil {
+	if _, err := q.Enqueue(ctx, &first, false); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := q.Enqueue(ctx, &second); !errors.Is(err, queue.ErrFull) {
+	if _, err := q.Enqueue(ctx, &second, false); !errors.Is(err, queue.ErrFull) {
 		t.Fatalf("Enqueue on a full stream = %v, want ErrFull", err)
 	}
-	if _, _, err := q.Store().Get(ctx, second.ID); !errors.Is(err, store.ErrNotFound) {
+	if _, _, err := q.Get(ctx, second.ID); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("record of a refused inquiry: %v, want it rolled back", err)
 	}
 	// The id can be used again once there is room (an idempotent retry).
-	m, _ := fetchOne(t, q, inquiry.Normal)
+	m := fetchOne(t, q, inquiry.Normal)
 	if err := m.DoubleAck(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := q.Enqueue(ctx, &second); err != nil {
+	if _, err := q.Enqueue(ctx, &second, false); err != nil {
 		t.Fatalf("retry after the rollback: %v", err)
 	}
 }
 
 func TestFailuresAndRetry(t *testing.T) {
-	q, _ := setup(t, queue.Config{})
+	q, _ := records(t, queue.Config{})
 	ctx := context.Background()
 	rec := newRecord(1, inquiry.High)
-	if _, err := q.Enqueue(ctx, &rec); err != nil {
+	if _, err := q.Enqueue(ctx, &rec, false); err != nil {
 		t.Fatal(err)
 	}
-	m, _ := fetchOne(t, q, inquiry.High)
-	cur, rev, _ := q.Store().Get(ctx, rec.ID)
+	m := fetchOne(t, q, inquiry.High)
+	cur, ref, _ := q.Get(ctx, rec.ID)
 	cur.Fail("nice: agency answered code 5001", time.Now())
-	if _, err := q.Store().Update(ctx, &cur, rev); err != nil {
-		t.Fatal(err)
-	}
 	for range 2 { // listed once however often it is added
-		if err := q.AddFailure(ctx, cur, false); err != nil {
+		if err := q.List(ctx, cur, ref); err != nil {
 			t.Fatal(err)
 		}
+	}
+	if _, err := q.Update(ctx, &cur, ref); err != nil {
+		t.Fatal(err)
 	}
 	m.Ack()
 	list, err := q.Failed(ctx, 10)
@@ -163,10 +162,10 @@ func TestFailuresAndRetry(t *testing.T) {
 	if err := q.Retry(ctx, rec.ID); !errors.Is(err, queue.ErrNotFailed) {
 		t.Fatalf("retry of a pending inquiry = %v, want ErrNotFailed", err)
 	}
-	got, _, _ := q.Store().Get(ctx, rec.ID)
-	_, msg := fetchOne(t, q, inquiry.High)
+	got, _, _ := q.Get(ctx, rec.ID)
+	msg := fetchOne(t, q, inquiry.High)
 	if got.Status != inquiry.Pending || got.Job == rec.Job || msg.Job != got.Job {
-		t.Fatalf("after retry: record %+v, message %+v", got, msg)
+		t.Fatalf("after retry: record %+v, message's job %s", got, msg.Job)
 	}
 	if list, _ := q.Failed(ctx, 10); len(list) != 0 {
 		t.Fatalf("still listed after retry: %+v", list)
@@ -177,20 +176,25 @@ func TestFailuresAndRetry(t *testing.T) {
 // the record stays pending and the listing must not show it, and a listing
 // left behind is withdrawn once it is old.
 func TestListingWithoutAFailedRecordIsHiddenThenWithdrawn(t *testing.T) {
-	q, _ := setup(t, queue.Config{})
+	q, _ := records(t, queue.Config{})
 	ctx := context.Background()
 	young, old := newRecord(1, inquiry.Normal), newRecord(2, inquiry.Normal)
 	for _, r := range []*inquiry.Record{&young, &old} {
-		if _, err := q.Enqueue(ctx, r); err != nil {
+		if _, err := q.Enqueue(ctx, r, false); err != nil {
 			t.Fatal(err)
 		}
 	}
 	// Both listed as if failed, neither record written as failed.
 	yf, of := young, old
+	yf.Dead, of.Dead = true, true
 	yf.Fail("core banking unavailable", time.Now())
 	of.Fail("core banking unavailable", time.Now().Add(-2*time.Minute))
 	for _, r := range []inquiry.Record{yf, of} {
-		if err := q.AddFailure(ctx, r, true); err != nil {
+		_, ref, err := q.Get(ctx, r.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := q.List(ctx, r, ref); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -201,18 +205,19 @@ func TestListingWithoutAFailedRecordIsHiddenThenWithdrawn(t *testing.T) {
 		t.Fatalf("FailedCounts dead = %d, %v; want the young listing kept and the old one withdrawn", d, err)
 	}
 	// The young one's record is then written failed: it shows.
-	cur, rev, err := q.Store().Get(ctx, young.ID)
+	cur, ref, err := q.Get(ctx, young.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
+	cur.Dead = true
 	cur.Fail("core banking unavailable", time.Now())
-	if _, err := q.Store().Update(ctx, &cur, rev); err != nil {
+	if _, err := q.Update(ctx, &cur, ref); err != nil {
 		t.Fatal(err)
 	}
 	if list, err := q.Failed(ctx, 10); err != nil || len(list) != 1 || list[0].ID != young.ID {
 		t.Fatalf("Failed = %+v, %v; want the young one", list, err)
 	}
-	if err := q.Unlist(ctx, young.ID); err != nil {
+	if err := q.Unlist(ctx, young.ID, ref); err != nil {
 		t.Fatal(err)
 	}
 	if _, d, _ := q.FailedCounts(ctx); d != 0 {

@@ -331,6 +331,10 @@ func (r *Runner) replaceOnce(ctx context.Context, ro *control.Rollout, p proc, p
 	if err != nil {
 		return ro, pr, err
 	}
+	var since time.Time // when p's cell writes the ledger from, read before p is replaced
+	if !p.router {
+		since = r.ledgerSince(ctx, p)
+	}
 	if !cur.Same(target) || cur.Release == "" || cur.Release == pr.Before.Release {
 		if err := r.held(ctx); err != nil {
 			return ro, pr, err
@@ -347,6 +351,14 @@ func (r *Runner) replaceOnce(ctx context.Context, ro *control.Rollout, p proc, p
 	})
 	if err != nil {
 		return ro, pr, haltError{fmt.Sprintf("%s: %v", p.name(), err)}
+	}
+	if !p.router {
+		var halt haltError
+		if err := r.knowsLedger(ctx, p, since); errors.As(err, &halt) {
+			return ro, pr, halt
+		} else if err != nil {
+			return ro, pr, haltError{fmt.Sprintf("%s: its layout cannot be read: %v", p.name(), err)}
+		}
 	}
 	pr.Step, pr.Release = control.StepReady, rel
 	ro, err = r.step(ctx, ro, p, control.StepReplacing, control.StepReady, fmt.Sprintf("%s ready on %s", p.name(), rel), func(ro *control.Rollout, q *control.ProcessRollout) {

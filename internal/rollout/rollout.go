@@ -230,13 +230,17 @@ func (r *Runner) drive(ctx context.Context, ro *control.Rollout) (*control.Rollo
 		}
 		if ro.Wave >= len(ro.Waves) {
 			wave := ro.Wave
-			return r.update(ctx, "every wave out and baked: done", func(ro *control.Rollout) error {
+			done, err := r.update(ctx, "every wave out and baked: done", func(ro *control.Rollout) error {
 				if err := expect(ro, control.RolloutRunning); err != nil || ro.Wave != wave {
 					return errStopped
 				}
 				ro.State = control.RolloutDone
 				return nil
 			})
+			if err == nil {
+				r.switchLayouts(ctx, done)
+			}
+			return done, err
 		}
 		next, err := r.wave(ctx, ro)
 		switch {

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -89,6 +90,14 @@ func OpenLedger(ctx context.Context, js jetstream.JetStream, cfg LedgerConfig) (
 	}
 	cfg.TTL = cmp.Or(cfg.TTL, DefaultTTL)
 	cfg.Replicas = max(cfg.Replicas, 1)
+	// An update keeps the stream's metadata: the time of the switch to the
+	// ledger is there, and is never undone.
+	var meta map[string]string
+	if cur, err := js.Stream(ctx, LedgerStream(cfg.Cell)); err == nil {
+		meta = cur.CachedInfo().Config.Metadata
+	} else if !errors.Is(err, jetstream.ErrStreamNotFound) {
+		return nil, fmt.Errorf("open ledger %s: %w", LedgerStream(cfg.Cell), err)
+	}
 	st, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
 		Name:              LedgerStream(cfg.Cell),
 		Description:       "inquiries of cell " + cfg.Cell + ": each one's acceptance (its work) and later states",
@@ -98,6 +107,7 @@ func OpenLedger(ctx context.Context, js jetstream.JetStream, cfg LedgerConfig) (
 		MaxAge:            cfg.TTL,
 		Storage:           jetstream.FileStorage,
 		Replicas:          cfg.Replicas,
+		Metadata:          meta,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("open ledger %s: %w", LedgerStream(cfg.Cell), err)
@@ -107,6 +117,57 @@ func OpenLedger(ctx context.Context, js jetstream.JetStream, cfg LedgerConfig) (
 
 // Stream is the ledger's stream.
 func (j *Ledger) Stream() jetstream.Stream { return j.stream }
+
+// metaSince is the ledger stream's metadata key holding when the cell's
+// intake writes the ledger (RFC 3339).
+const metaSince = "cellkit.io/ledger-since"
+
+// Since reads when the cell's intake writes the ledger: zero while it
+// has not been switched to it.
+func (j *Ledger) Since(ctx context.Context) (time.Time, error) {
+	info, err := j.stream.Info(ctx)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("read ledger %s: %w", LedgerStream(j.cell), err)
+	}
+	return SinceOf(info.Config.Metadata)
+}
+
+// SinceOf is the switch's time in a ledger stream's metadata (zero: none).
+func SinceOf(meta map[string]string) (time.Time, error) {
+	v, ok := meta[metaSince]
+	if !ok {
+		return time.Time{}, nil
+	}
+	t, err := time.Parse(time.RFC3339Nano, v)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("ledger metadata %s=%q: %w", metaSince, v, err)
+	}
+	return t, nil
+}
+
+// Switch records that the cell's intake writes the ledger from at on,
+// unless it was recorded already: it returns the time recorded, which
+// is never changed.
+func (j *Ledger) Switch(ctx context.Context, at time.Time) (time.Time, error) {
+	info, err := j.stream.Info(ctx)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("read ledger %s: %w", LedgerStream(j.cell), err)
+	}
+	if since, err := SinceOf(info.Config.Metadata); err != nil || !since.IsZero() {
+		return since, err
+	}
+	cfg := info.Config
+	cfg.Metadata = maps.Clone(cfg.Metadata)
+	if cfg.Metadata == nil {
+		cfg.Metadata = map[string]string{}
+	}
+	cfg.Metadata[metaSince] = at.UTC().Format(time.RFC3339Nano)
+	st, err := j.js.UpdateStream(ctx, cfg)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("switch ledger %s: %w", LedgerStream(j.cell), err)
+	}
+	return SinceOf(st.CachedInfo().Config.Metadata)
+}
 
 // Accept writes r as a new inquiry, its work in its lane: ErrExists when
 // the inquiry has a message already. It returns the record's revision.

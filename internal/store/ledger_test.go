@@ -42,6 +42,11 @@ func testLedgerLife(t *testing.T, js jetstream.JetStream, replicas int) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// A replicated stream answers writes once its leader is elected.
+	testkit.WaitFor(t, 10*time.Second, "the ledger's leader", func() bool {
+		info, err := j.Stream().Info(ctx)
+		return err == nil && (info.Cluster == nil || info.Cluster.Leader != "")
+	})
 	if _, _, err := j.Get(ctx, inquiry.NewID("c1")); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("Get of an unknown id = %v, want ErrNotFound", err)
 	}

@@ -1,5 +1,7 @@
-// Package store keeps a cell's inquiry records in a JetStream key-value
-// bucket, one key per inquiry id.
+// Package store keeps a cell's inquiries on JetStream: in its ledger, one
+// stream of each inquiry's acceptance and later states (ledger.go), and
+// in the layout before it, a key-value bucket of records, one key per
+// inquiry id (Store).
 //
 // Every write is a compare-and-swap on the key's revision (Create only if
 // absent, Update and Delete only at the revision read), so that the intake,
