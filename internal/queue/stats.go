@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -92,14 +93,12 @@ func (q *Queue) Stats(ctx context.Context) (Stats, error) {
 		if n == 0 {
 			continue
 		}
-		// The lane's oldest unacked work is at or after its ack floor.
-		msg, err := q.ledger.Stream().GetMsg(ctx, ci.AckFloor.Stream+1, jetstream.WithGetMsgSubject(store.LedgerSubject(q.cfg.Cell, store.KindNew, lane, "*")))
-		switch {
-		case errors.Is(err, jetstream.ErrMsgNotFound):
-		case err != nil:
+		at, err := q.oldestAfter(ctx, lane, ci.AckFloor.Stream+1, info.State.FirstSeq)
+		if err != nil {
 			return Stats{}, fmt.Errorf("oldest message of the ledger's %s lane: %w", lane, err)
-		default:
-			oldest(lane, msg.Time)
+		}
+		if !at.IsZero() {
+			oldest(lane, at)
 		}
 	}
 	if q.old != nil {
@@ -112,6 +111,39 @@ func (q *Queue) Stats(ctx context.Context) (Stats, error) {
 	}
 	q.depth.Store(int64(st.Total))
 	return st, nil
+}
+
+// oldestAfter is when the first work of lane at or after sequence start
+// was stored (zero: none): the lane's oldest unacked work is at or after
+// its consumer's ack floor. The file store answers a next-by-subject
+// from the stream's first message by walking every subject of the
+// stream that the wildcard matches (every inquiry the ledger holds), and
+// from a later one by reading forward from it: so the first message is
+// looked at alone, and the search starts after it. Reading forward costs
+// the messages between the ack floor and the lane's next work: few
+// while the lane is busy, all written since its last work when it is
+// sparse (a high lane idle for hours).
+func (q *Queue) oldestAfter(ctx context.Context, lane inquiry.Priority, start, first uint64) (time.Time, error) {
+	filter := store.LedgerSubject(q.cfg.Cell, store.KindNew, lane, "*")
+	st := q.ledger.Stream()
+	if start <= first {
+		m, err := st.GetMsg(ctx, first)
+		switch {
+		case err == nil && strings.HasPrefix(m.Subject, strings.TrimSuffix(filter, "*")):
+			return m.Time, nil
+		case err != nil && !errors.Is(err, jetstream.ErrMsgNotFound):
+			return time.Time{}, err
+		}
+		start = first + 1
+	}
+	m, err := st.GetMsg(ctx, start, jetstream.WithGetMsgSubject(filter))
+	switch {
+	case errors.Is(err, jetstream.ErrMsgNotFound):
+		return time.Time{}, nil
+	case err != nil:
+		return time.Time{}, err
+	}
+	return m.Time, nil
 }
 
 // stats adds the records layout's work to st.
