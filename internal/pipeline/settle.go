@@ -249,7 +249,7 @@ func (p *Pipeline) write(m *queue.Delivery, rec *inquiry.Record, ref queue.Ref) 
 			p.log.Warn("cannot write inquiry record", "id", rec.ID, "err", err)
 			return writeFailed
 		}
-		cur, curRef, err := p.q.Get(ctx, rec.ID)
+		cur, curRef, err := p.q.Record(ctx, m) // never gone for a message the ledger holds: behind, retried
 		switch {
 		case errors.Is(err, store.ErrNotFound) || (err == nil && cur.Job != rec.Job):
 			m.Ack()

@@ -3,6 +3,8 @@ package queue
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -22,6 +24,7 @@ type Delivery struct {
 	Attempt int
 
 	ledger bool
+	seq    uint64 // the ledger's: the message's stream sequence
 }
 
 // WorkSubjects are the subjects new work is published on, in both
@@ -83,8 +86,8 @@ func delivery(m jetstream.Msg, ledger bool) *Delivery {
 	}
 	d.Attempt = int(md.NumDelivered)
 	if ledger {
-		if rec, _, err := store.Delivered(m); err == nil {
-			d.ID, d.Job = rec.ID, rec.Job
+		if rec, seq, err := store.Delivered(m); err == nil {
+			d.ID, d.Job, d.seq = rec.ID, rec.Job, seq
 		}
 		return d
 	}
@@ -103,10 +106,23 @@ func delivery(m jetstream.Msg, ledger bool) *Delivery {
 // crash counted, scores kept, done); for a records layout's message, from
 // either layout (an inquiry re-queued onto the ledger has another job
 // there).
+//
+// On a replicated ledger the stream's leader may not yet have applied
+// the message a follower's consumer delivered (each node applies what is
+// committed on its own): the leader then answers an older state, or none
+// — never taken for an inquiry that is gone, which would drop its work,
+// but for a state not readable yet (ErrBehind: retried later).
 func (q *Queue) Record(ctx context.Context, d *Delivery) (inquiry.Record, Ref, error) {
-	if d.ledger {
-		rec, rev, err := q.ledger.Get(ctx, d.ID)
-		return rec, Ref{rev: rev, ledger: true}, err
+	if !d.ledger {
+		return q.Get(ctx, d.ID)
 	}
-	return q.Get(ctx, d.ID)
+	rec, rev, err := q.ledger.Get(ctx, d.ID)
+	if errors.Is(err, store.ErrNotFound) || (err == nil && rev < d.seq) {
+		return inquiry.Record{}, Ref{}, fmt.Errorf("%w: inquiry %s's work %d not yet applied by the ledger's leader", ErrBehind, d.ID, d.seq)
+	}
+	return rec, Ref{rev: rev, ledger: true}, err
 }
+
+// ErrBehind means the ledger's leader has not yet applied a message a
+// consumer delivered: read again later.
+var ErrBehind = errors.New("the ledger's leader is behind its delivery")
