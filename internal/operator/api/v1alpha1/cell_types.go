@@ -51,7 +51,7 @@ type CellSpec struct {
 	// NATSImage is the image of the cell's JetStream nodes, the official
 	// nats image at the nats-server version the cells are built with.
 	// +optional
-	// +kubebuilder:default="nats:2.15.2"
+	// +kubebuilder:default="nats:2.15.3"
 	// +kubebuilder:validation:MaxLength=512
 	NATSImage string `json:"natsImage,omitempty"`
 
@@ -272,7 +272,7 @@ const (
 func (c *Cell) Default() {
 	s := &c.Spec
 	if s.NATSImage == "" {
-		s.NATSImage = "nats:2.15.2"
+		s.NATSImage = "nats:2.15.3"
 	}
 	if s.Instances == 0 {
 		s.Instances = 3
