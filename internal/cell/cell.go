@@ -124,6 +124,9 @@ type Cell struct {
 }
 
 // New opens a cell's parts. On error everything opened is closed again.
+// One piece: each part is opened with those before it (the store, NATS,
+// the queue, the registry, the agencies, the pipeline, the intake), and
+// the deferred close on error must see all that was opened.
 func New(ctx context.Context, cfg Config, opts Options) (_ *Cell, err error) {
 	if err := cfg.defaults(); err != nil {
 		return nil, err

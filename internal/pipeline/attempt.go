@@ -52,7 +52,9 @@ func (p *Pipeline) keepAlive(m *queue.Delivery) (stop func()) {
 
 // run computes the result: every agency and CSS at once (scores kept from
 // an earlier attempt are not asked again), then core banking. It sets
-// *service to the slowest call plus core banking.
+// *service to the slowest call plus core banking. One piece: the steps
+// share the scores being gathered, the group's context and the service
+// time, and core banking needs the decision of them all.
 func (p *Pipeline) run(ctx context.Context, rec *inquiry.Record, service *time.Duration) (inquiry.Result, *failure) {
 	var mu sync.Mutex
 	var slowest time.Duration // the slowest call, gate waits excluded
