@@ -24,21 +24,7 @@ func TestTheLedgerIsTheWork(t *testing.T) {
 	if q.Layout() != queue.LayoutLedger || q.Switched().IsZero() {
 		t.Fatalf("a new cell's layout %s (switched %v), want the ledger", q.Layout(), q.Switched())
 	}
-	hi, lo := newRecord(1, inquiry.High), newRecord(2, inquiry.Normal)
-	for _, r := range []*inquiry.Record{&lo, &hi} {
-		if _, err := q.Enqueue(ctx, r, false); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if _, err := q.Enqueue(ctx, &hi, true); !errors.Is(err, store.ErrExists) {
-		t.Fatalf("second Enqueue of one id = %v, want ErrExists", err)
-	}
-	var st queue.Stats
-	testkit.WaitFor(t, 5*time.Second, "both lanes' depth in the stats", func() bool {
-		var err error
-		st, err = q.Stats(ctx)
-		return err == nil && st.Depth[inquiry.High] == 1 && st.Depth[inquiry.Normal] == 1
-	})
+	hi, _, st := enqueueBothLanes(t, q, true)
 	if n, h := st.OldestByLane[inquiry.Normal], st.OldestByLane[inquiry.High]; st.Total != 2 || !n.Equal(st.Oldest) || !h.After(n) {
 		t.Fatalf("stats %+v: want 2, the normal one the oldest", st)
 	}

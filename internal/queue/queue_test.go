@@ -45,6 +45,30 @@ func newRecord(n int, prio inquiry.Priority) inquiry.Record {
 	return inquiry.NewRecord(inquiry.NewID("c1"), "c1", req, time.Now())
 }
 
+// enqueueBothLanes enqueues a normal then a high inquiry (keyed as
+// said), checks a second of the same id is refused as existing, and
+// waits for both lanes' depth in the stats (a lane consumer's pending
+// count may trail the stream by a moment).
+func enqueueBothLanes(t *testing.T, q *queue.Queue, keyed bool) (hi, lo inquiry.Record, st queue.Stats) {
+	t.Helper()
+	ctx := context.Background()
+	hi, lo = newRecord(1, inquiry.High), newRecord(2, inquiry.Normal)
+	for _, r := range []*inquiry.Record{&lo, &hi} {
+		if _, err := q.Enqueue(ctx, r, keyed); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := q.Enqueue(ctx, &hi, keyed); !errors.Is(err, store.ErrExists) {
+		t.Fatalf("second Enqueue of one id = %v, want ErrExists", err)
+	}
+	testkit.WaitFor(t, 5*time.Second, "both lanes' depth in the stats", func() bool {
+		var err error
+		st, err = q.Stats(ctx)
+		return err == nil && st.Depth[inquiry.High] == 1 && st.Depth[inquiry.Normal] == 1
+	})
+	return hi, lo, st
+}
+
 // fetchOne takes the next delivery of lane, waiting for it a while.
 func fetchOne(t *testing.T, q *queue.Queue, lane inquiry.Priority) *queue.Delivery {
 	t.Helper()
@@ -60,22 +84,7 @@ func fetchOne(t *testing.T, q *queue.Queue, lane inquiry.Priority) *queue.Delive
 func TestEnqueueWritesRecordThenMessageOnItsLane(t *testing.T) {
 	q, _ := records(t, queue.Config{})
 	ctx := context.Background()
-	hi, lo := newRecord(1, inquiry.High), newRecord(2, inquiry.Normal)
-	for _, r := range []*inquiry.Record{&lo, &hi} {
-		if _, err := q.Enqueue(ctx, r, false); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if _, err := q.Enqueue(ctx, &hi, false); !errors.Is(err, store.ErrExists) {
-		t.Fatalf("second Enqueue of one id = %v, want ErrExists", err)
-	}
-	// A lane consumer's pending count may trail the stream by a moment.
-	var st queue.Stats
-	testkit.WaitFor(t, 5*time.Second, "both lanes' depth in the stats", func() bool {
-		var err error
-		st, err = q.Stats(ctx)
-		return err == nil && st.Depth[inquiry.High] == 1 && st.Depth[inquiry.Normal] == 1
-	})
+	hi, lo, st := enqueueBothLanes(t, q, false)
 	if st.Total != 2 || st.Oldest.IsZero() {
 		t.Fatalf("Stats = %+v", st)
 	}
