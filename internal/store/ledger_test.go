@@ -51,10 +51,8 @@ func testLedgerLife(t *testing.T, js jetstream.JetStream, replicas int) {
 		t.Fatalf("Get of an unknown id = %v, want ErrNotFound", err)
 	}
 	rec := inquiry.NewRecord(inquiry.NewID("c1"), "c1", inquiry.Request{UserID: "u", Product: "p", Amount: 1, Priority: inquiry.High}, time.Now())
-	rev, err := j.Accept(ctx, &rec)
-	if err != nil {
-		t.Fatal(err)
-	}
+	var rev uint64
+	firstWrite(t, func() error { rev, err = j.Accept(ctx, &rec); return err })
 	again := rec
 	again.Job = inquiry.NewJob()
 	if _, err := j.Accept(ctx, &again); !errors.Is(err, store.ErrExists) {

@@ -37,6 +37,21 @@ func TestReplicatedStoreReadsTheLeader(t *testing.T) {
 	}
 }
 
+// firstWrite makes a test's first write to a stream, tried again while no
+// server received it: its leader elected, a replicated stream still
+// answers no one until the routes carry its interest to the node the
+// client is on, and a write nobody received was surely not made.
+func firstWrite(t *testing.T, write func() error) {
+	t.Helper()
+	testkit.WaitFor(t, 10*time.Second, "the stream answering through this node", func() bool {
+		err := write()
+		if err != nil && !errors.Is(err, jetstream.ErrNoStreamResponse) && !errors.Is(err, nats.ErrNoResponders) {
+			t.Fatal(err)
+		}
+		return err == nil
+	})
+}
+
 // threeNodes starts a three-node JetStream cluster for the test.
 func threeNodes(t *testing.T, name string) []*natsembed.Server {
 	t.Helper()
@@ -63,10 +78,8 @@ func testCompareAndSwap(t *testing.T, js jetstream.JetStream, replicas int) {
 		t.Fatalf("Get of an unknown id = %v, want ErrNotFound", err)
 	}
 	rec := inquiry.NewRecord(inquiry.NewID("c1"), "c1", inquiry.Request{UserID: "u", Product: "p", Amount: 1}, time.Now())
-	rev, err := st.Create(ctx, &rec)
-	if err != nil {
-		t.Fatal(err)
-	}
+	var rev uint64
+	firstWrite(t, func() error { rev, err = st.Create(ctx, &rec); return err })
 	if _, err := st.Create(ctx, &rec); !errors.Is(err, store.ErrExists) {
 		t.Fatalf("Create twice = %v", err)
 	}
@@ -103,10 +116,8 @@ func TestRefusedTellsARefusalFromAnAnswerThatNeverCame(t *testing.T) {
 		t.Fatal(err)
 	}
 	rec := inquiry.NewRecord(inquiry.NewID("c1"), "c1", inquiry.Request{UserID: "u", Product: "p", Amount: 1}, time.Now())
-	rev, err := st.Create(ctx, &rec)
-	if err != nil {
-		t.Fatal(err)
-	}
+	var rev uint64
+	firstWrite(t, func() error { rev, err = st.Create(ctx, &rec); return err })
 	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "one", Subjects: []string{"one"}, MaxMsgs: 1, Discard: jetstream.DiscardNew}); err != nil {
 		t.Fatal(err)
 	}
