@@ -2,7 +2,9 @@ package cell
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"slices"
@@ -19,6 +21,7 @@ import (
 	"github.com/cellkit/cellkit/internal/celltest"
 	"github.com/cellkit/cellkit/internal/inquiry"
 	"github.com/cellkit/cellkit/internal/queue"
+	"github.com/cellkit/cellkit/internal/store"
 	"github.com/cellkit/cellkit/internal/testkit"
 )
 
@@ -37,14 +40,22 @@ func benchClient() *http.Client {
 const intakeParallelism = 16
 
 // BenchmarkIntake measures accepted inquiries per second, each 202 after
-// its writes are synced, beside the limit one synced publish per request
-// sets on the same disk, from as many clients: "publish" is a raw
-// JetStream client on an embedded server as a cell runs it, "ledger" a
-// cell on the ledger (one write per acceptance), "records" one on the
-// layout before it (a KV record, then the work message). The workers are
-// held so that only the intake writes.
+// its writes are synced, from as many clients in each variant, on the
+// same store directory:
+//   - publish: a raw JetStream client publishing one synced message per
+//     request to an embedded server as a cell runs it — the limit one
+//     synced write sets;
+//   - accept: the ledger's acceptance alone (store.Ledger.Accept: the
+//     record marshalled, one publish expecting no message of the id);
+//   - http-publish: the least an HTTP intake with one synced write does
+//     (publishOverHTTP) — what the HTTP hop costs any intake;
+//   - ledger: a cell on the ledger (one write per acceptance);
+//   - records: a cell on the layout before it (a KV record, then the work
+//     message).
 //
-//	make bench-cell                    # BENCH_DIR=/dev/shm: tmpfs
+// The cells' workers are held so that only the intake writes.
+//
+//	make bench-cell BENCHCOUNT=5                    # BENCH_DIR=/dev/shm: tmpfs
 func BenchmarkIntake(b *testing.B) {
 	b.Run("publish", func(b *testing.B) {
 		js := benchJetStream(b)
@@ -60,6 +71,44 @@ func BenchmarkIntake(b *testing.B) {
 			for pb.Next() {
 				if _, err := js.Publish(context.Background(), "bench."+strconv.FormatInt(n.Add(1), 10), body); err != nil {
 					b.Error(err)
+					return
+				}
+			}
+		})
+		b.ReportMetric(float64(b.N)/time.Since(began).Seconds(), "accepted/s")
+	})
+	b.Run("accept", func(b *testing.B) {
+		l, err := store.OpenLedger(context.Background(), benchJetStream(b), store.LedgerConfig{Cell: "c1"})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.SetParallelism(intakeParallelism)
+		b.ResetTimer()
+		began := time.Now()
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				rec := inquiry.NewRecord(inquiry.NewID("c1"), "c1", inquiry.Request{UserID: "u", Product: "p", Amount: 1, Priority: inquiry.Normal}, time.Now())
+				if _, err := l.Accept(context.Background(), &rec); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+		b.ReportMetric(float64(b.N)/time.Since(began).Seconds(), "accepted/s")
+	})
+	b.Run("http-publish", func(b *testing.B) {
+		url := publishOverHTTP(b, benchJetStream(b))
+		client := benchClient()
+		defer client.CloseIdleConnections()
+		var n atomic.Int64
+		b.SetParallelism(intakeParallelism)
+		b.ResetTimer()
+		began := time.Now()
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				r, err := testkit.Send(client, "POST", url, user(int(n.Add(1))), nil)
+				if err != nil || r.Status != http.StatusAccepted {
+					b.Errorf("POST = %v %d %s", err, r.Status, r.Body)
 					return
 				}
 			}
@@ -167,6 +216,42 @@ func heldIntake(b *testing.B, layout string) *harness {
 		c.QueueMaxMsgs = 10_000_000
 		c.QueueMaxBytes = 4 << 30
 	}})
+}
+
+// publishOverHTTP serves the least an HTTP intake with one synced write
+// can do — read a request, make its pending record, publish it synced,
+// answer 202 with its id — on loopback, and returns its URL: the floor
+// the intake's own work is measured against, the HTTP both pay included.
+func publishOverHTTP(b *testing.B, js jetstream.JetStream) string {
+	if _, err := js.CreateStream(context.Background(), jetstream.StreamConfig{Name: "bench", Subjects: []string{"bench.>"}, Storage: jetstream.FileStorage}); err != nil {
+		b.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var req inquiry.Request
+		if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<16)).Decode(&req); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		rec := inquiry.NewRecord(inquiry.NewID("c1"), "c1", req, time.Now())
+		data, err := json.Marshal(rec)
+		if err == nil {
+			_, err = js.Publish(r.Context(), "bench."+rec.ID, data)
+		}
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusAccepted)
+		_ = json.NewEncoder(w).Encode(map[string]string{"id": rec.ID})
+	})}
+	go func() { _ = srv.Serve(ln) }()
+	b.Cleanup(func() { _ = srv.Close() })
+	return "http://" + ln.Addr().String()
 }
 
 // benchJetStream is an embedded server on the benchmarks' store, synced
