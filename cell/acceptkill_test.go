@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/cellkit/cellkit/internal/api"
+	"github.com/cellkit/cellkit/internal/celltest"
 	"github.com/cellkit/cellkit/internal/inquiry"
 	"github.com/cellkit/cellkit/internal/testkit"
 )
@@ -56,7 +57,7 @@ func TestAKillAtEveryPointOfAnAccept(t *testing.T) {
 		replayed bool // the retry answers it as a replay
 	}{{"before-write", false, false}, {"after-write", true, true}} {
 		user, key := "u-"+tc.point, "k-"+tc.point
-		id := inquiry.KeyID("c1", "", user, key)
+		id := celltest.KeyID("c1", "", user, key)
 		hdr := map[string]string{api.HeaderIdemKey: key, "Cellkit-Fault": "kill-accept-" + tc.point}
 		if r, err := testkit.Send(client, "POST", p.intake+"/v1/inquiries", body(user), hdr); err == nil {
 			t.Fatalf("%s: answered %d %s, want the process killed first", tc.point, r.Status, r.Body)

@@ -87,7 +87,7 @@ func BenchmarkIntake(b *testing.B) {
 		began := time.Now()
 		b.RunParallel(func(pb *testing.PB) {
 			for pb.Next() {
-				rec := inquiry.NewRecord(inquiry.NewID("c1"), "c1", inquiry.Request{UserID: "u", Product: "p", Amount: 1, Priority: inquiry.Normal}, time.Now())
+				rec := inquiry.NewRecord(inquiry.NewID("c1", 0), "c1", inquiry.Request{UserID: "u", Product: "p", Amount: 1, Priority: inquiry.Normal}, time.Now())
 				if _, err := l.Accept(context.Background(), &rec); err != nil {
 					b.Error(err)
 					return
@@ -236,7 +236,7 @@ func publishOverHTTP(b *testing.B, js jetstream.JetStream) string {
 			http.Error(w, err.Error(), http.StatusBadRequest)
 			return
 		}
-		rec := inquiry.NewRecord(inquiry.NewID("c1"), "c1", req, time.Now())
+		rec := inquiry.NewRecord(inquiry.NewID("c1", 0), "c1", req, time.Now())
 		data, err := json.Marshal(rec)
 		if err == nil {
 			_, err = js.Publish(r.Context(), "bench."+rec.ID, data)

@@ -96,6 +96,12 @@ func NewRegistry(t testing.TB, agencies map[string]int, cells ...slotmap.Cell) *
 	return r
 }
 
+// KeyID is the id a cell following a map of NewRegistry's makes for an
+// Idempotency-Key (the default slot count).
+func KeyID(cell, client, user, key string) string {
+	return inquiry.KeyID(cell, int(slotmap.HashUser(user)%slotmap.DefaultSlots), client, user, key)
+}
+
 // URL is the registry URL to give a cell.
 func (r *Registry) URL() string { return "file:" + r.Path }
 

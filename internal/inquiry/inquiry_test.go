@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"github.com/cellkit/cellkit/internal/api"
 	"strings"
 	"testing"
 	"time"
@@ -65,25 +66,37 @@ func TestDecodeRequest(t *testing.T) {
 
 func TestIDs(t *testing.T) {
 	for _, cell := range []string{"c1", "eu-west-1"} {
-		id := NewID(cell)
-		if got, ok := CellOf(id); !ok || got != cell || strings.Contains(id[len(cell)+1:], "-") {
-			t.Errorf("CellOf(%q) = %q, %v, want %q", id, got, ok, cell)
-		}
-		k := KeyID(cell, "a", "u1", "key")
-		if k != KeyID(cell, "a", "u1", "key") || k == KeyID(cell, "a", "u2", "key") || k == KeyID(cell, "a", "u1", "key2") ||
-			k == KeyID(cell, "b", "u1", "key") || k == KeyID(cell, "", "u1", "key") {
-			t.Errorf("KeyID is not a function of (client, user, key)")
-		}
-		if got, ok := CellOf(k); !ok || got != cell {
-			t.Errorf("CellOf(%q) = %q, %v", k, got, ok)
+		for _, slot := range []int{0, 1, 4095, 1<<20 - 1} {
+			id := NewID(cell, slot)
+			gotCell, gotSlot, unique, ok := api.ParseInquiryID(id)
+			if !ok || gotCell != cell || gotSlot != slot || len(unique) != api.IDUniqueLen || strings.Contains(id[len(cell)+1:], "-") {
+				t.Errorf("ParseInquiryID(%q) = %q, %d, %q, %v; want %q, %d", id, gotCell, gotSlot, unique, ok, cell, slot)
+			}
+			k := KeyID(cell, slot, "a", "u1", "key")
+			if k != KeyID(cell, slot, "a", "u1", "key") || k == KeyID(cell, slot, "a", "u2", "key") || k == KeyID(cell, slot, "a", "u1", "key2") ||
+				k == KeyID(cell, slot, "b", "u1", "key") || k == KeyID(cell, slot, "", "u1", "key") {
+				t.Errorf("KeyID is not a function of (client, user, key)")
+			}
+			if got, ok := CellOf(k); !ok || got != cell {
+				t.Errorf("CellOf(%q) = %q, %v", k, got, ok)
+			}
+			// A key's inquiry is the same one whatever cell takes it.
+			if other := KeyID("c9", slot, "a", "u1", "key"); other[len("c9"):] != k[len(cell):] {
+				t.Errorf("KeyID in c9 = %q, in %s %q: want the same slot and unique part", other, cell, k)
+			}
 		}
 	}
-	for _, bad := range []string{"", "c1", "c1-", "-0123456789abcdefghij", "c1-0123456789abcdefghi", "c1-0123456789abcdefghiz", "C1-0123456789abcdefghij", "c1-0123456789ABCDEFGHIJ"} {
+	// Ids from before ids held the slot: the cell and 20 characters.
+	if cell, slot, unique, ok := api.ParseInquiryID("eu-west-1-0123456789abcdefghij"); !ok || cell != "eu-west-1" || slot != api.NoSlot || unique != "0123456789abcdefghij" {
+		t.Errorf("an id without a slot parsed as %q %d %q %v", cell, slot, unique, ok)
+	}
+	for _, bad := range []string{"", "c1", "c1-", "-0123456789abcdefghij", "c1-0123456789abcdefghi", "c1-0123456789abcdefghiz",
+		"C1-0123456789abcdefghij", "c1-0123456789ABCDEFGHIJ", "c1-000000123456789abcdefghij", "c1-0000123456789abcdefghij", "c1-w000" + "0123456789abcdefghij"} {
 		if _, ok := CellOf(bad); ok {
 			t.Errorf("CellOf(%q) accepted", bad)
 		}
 	}
-	a, b := NewID("c1"), NewID("c1")
+	a, b := NewID("c1", 7), NewID("c1", 7)
 	j1, j2 := NewJob(), NewJob()
 	if a == b || j1 == j2 {
 		t.Error("ids repeat")
@@ -95,10 +108,10 @@ func TestIDs(t *testing.T) {
 // with the next one).
 func TestNewIDsAreNotGuessable(t *testing.T) {
 	const n = 2000
-	prev := NewID("c1")[3:]
+	prev := NewID("c1", 0)[3+api.IDSlotLen:]
 	same := 0
 	for range n {
-		id := NewID("c1")[3:]
+		id := NewID("c1", 0)[3+api.IDSlotLen:]
 		for i := range id {
 			if id[i] == prev[i] {
 				same++
@@ -107,8 +120,8 @@ func TestNewIDsAreNotGuessable(t *testing.T) {
 		prev = id
 	}
 	// 32 symbols: a position matches the previous id's with p = 1/32.
-	if want := float64(n*uniqueLen) / 32; float64(same) > 1.5*want {
-		t.Errorf("consecutive ids share %d positions of %d; random ids would share about %.0f", same, n*uniqueLen, want)
+	if want := float64(n*api.IDUniqueLen) / 32; float64(same) > 1.5*want {
+		t.Errorf("consecutive ids share %d positions of %d; random ids would share about %.0f", same, n*api.IDUniqueLen, want)
 	}
 }
 

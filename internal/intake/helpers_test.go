@@ -284,6 +284,12 @@ func testMapOf(t *testing.T, urls map[string]string, cells ...string) *slotmap.M
 	return m
 }
 
+// keyID is the id cell makes for an Idempotency-Key of user's without a
+// client, in the tests' maps of 64 slots (testMapOf).
+func keyID(cell, user, key string) string {
+	return inquiry.KeyID(cell, int(slotmap.HashUser(user)%64), "", user, key)
+}
+
 // userOf returns the n-th (from 0) user id of the form prefix+number that m
 // routes to cell.
 func userOf(t *testing.T, m *slotmap.Map, cell, prefix string, n int) string {

@@ -296,7 +296,7 @@ func TestMethodsAndPaths(t *testing.T) {
 	e := newEnv(t)
 	e.maps.Set(testMapOf(t, nil, "c1"))
 	c := e.cell(cellOpts{})
-	byID := prefixByID + inquiry.NewID("c1")
+	byID := prefixByID + inquiry.NewID("c1", 0)
 	for _, tc := range []struct {
 		method, path string
 		status       int
@@ -355,7 +355,7 @@ func TestGet(t *testing.T) {
 		t.Fatalf("HEAD = %s", head)
 	}
 
-	unknown := inquiry.NewID("c1")
+	unknown := inquiry.NewID("c1", 0)
 	p := c.wantProblem(t, c.get(t, unknown), http.StatusNotFound, "unknown-inquiry", "")
 	if !strings.Contains(p.Detail, unknown) {
 		t.Errorf("404 detail %q does not name the id", p.Detail)
@@ -393,7 +393,7 @@ func TestIdempotencyKey(t *testing.T) {
 	key := map[string]string{api.HeaderIdemKey: "order-42"}
 
 	a := c.accept(t, request("u-1"), key)
-	if want := inquiry.KeyID("c1", "", "u-1", "order-42"); a.ID != want {
+	if want := keyID("c1", "u-1", "order-42"); a.ID != want {
 		t.Fatalf("keyed id %s, want %s", a.ID, want)
 	}
 	first, _, _ := c.record(t, a.ID)
@@ -442,7 +442,7 @@ func TestIdempotencyKey(t *testing.T) {
 	// Keys are per user; another key is another inquiry; no key, a new one
 	// every time.
 	other := c.accept(t, request("u-2"), key)
-	if other.ID != inquiry.KeyID("c1", "", "u-2", "order-42") || other.ID == a.ID {
+	if other.ID != keyID("c1", "u-2", "order-42") || other.ID == a.ID {
 		t.Fatalf("same key, another user: id %s", other.ID)
 	}
 	if n := c.accept(t, request("u-1"), map[string]string{api.HeaderIdemKey: "order-43"}); n.ID == a.ID {
@@ -477,7 +477,7 @@ func TestIdempotencyKey(t *testing.T) {
 				}
 				return
 			}
-			if got := c.wantAccepted(t, r, inquiry.Pending, false); got.ID != inquiry.KeyID("c1", "", "u-3", tc.key) {
+			if got := c.wantAccepted(t, r, inquiry.Pending, false); got.ID != keyID("c1", "u-3", tc.key) {
 				t.Fatalf("id %s, want the key's", got.ID)
 			}
 		})
@@ -526,7 +526,7 @@ func TestIdempotentReplayQueuesAMissingMessage(t *testing.T) {
 	e.maps.Set(testMapOf(t, nil, "c1"))
 	c := e.cell(cellOpts{queue: queue.Config{Layout: queue.LayoutRecords}})
 	r := inquiry.Request{UserID: "u-1", Product: "credit_loan", Amount: 5_000_000, Priority: inquiry.High}
-	rec := inquiry.NewRecord(inquiry.KeyID("c1", "", "u-1", "k"), "c1", r, e.clk.Now())
+	rec := inquiry.NewRecord(keyID("c1", "u-1", "k"), "c1", r, e.clk.Now())
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if _, err := c.st.Create(ctx, &rec); err != nil {
@@ -568,7 +568,7 @@ func TestIdempotencyKeyConcurrentPosts(t *testing.T) {
 	e := newEnv(t)
 	e.maps.Set(testMapOf(t, nil, "c1"))
 	c := e.cell(cellOpts{})
-	want := inquiry.KeyID("c1", "", "u-1", "same")
+	want := keyID("c1", "u-1", "same")
 	body, _ := json.Marshal(request("u-1"))
 	type result struct {
 		status int
@@ -678,7 +678,7 @@ func TestShedding(t *testing.T) {
 			}
 
 			key := map[string]string{api.HeaderIdemKey: "shed-me"}
-			id := inquiry.KeyID("c1", "", "u-1", "shed-me")
+			id := keyID("c1", "u-1", "shed-me")
 			for _, r := range []response{
 				c.post(t, request("u-1"), nil),
 				c.post(t, request("u-1"), key),
@@ -733,7 +733,7 @@ func TestClosedIntake(t *testing.T) {
 	key := map[string]string{api.HeaderIdemKey: "closed"}
 	c.wantShed(t, c.post(t, request(own), nil), "intake-closed", "7")
 	c.wantShed(t, c.post(t, request(own), key), "intake-closed", "7")
-	if _, _, found := c.record(t, inquiry.KeyID("c1", "", own, "closed")); found {
+	if _, _, found := c.record(t, keyID("c1", own, "closed")); found {
 		t.Fatal("a keyed request to a closed intake left a record")
 	}
 	// A closed intake still reads the body first, and sends users it does
@@ -753,7 +753,7 @@ func TestClosedIntake(t *testing.T) {
 	if v := c.view(t, a.ID); v.ID != a.ID || v.Status != inquiry.Pending {
 		t.Fatalf("view with the intake closed: %+v", v)
 	}
-	c.wantProblem(t, c.get(t, inquiry.NewID("c1")), http.StatusNotFound, "unknown-inquiry", "")
+	c.wantProblem(t, c.get(t, inquiry.NewID("c1", 0)), http.StatusNotFound, "unknown-inquiry", "")
 
 	c.h.Open()
 	c.accept(t, request(own), key)
@@ -881,7 +881,7 @@ func TestNoMapYet(t *testing.T) {
 	}
 	c.wantStored(t, 0, 0, 0)
 	// Status reads need no map.
-	c.wantProblem(t, c.get(t, inquiry.NewID("c1")), http.StatusNotFound, "unknown-inquiry", "")
+	c.wantProblem(t, c.get(t, inquiry.NewID("c1", 0)), http.StatusNotFound, "unknown-inquiry", "")
 }
 
 func TestQueueUnavailable(t *testing.T) {
@@ -914,7 +914,7 @@ func TestQueueFull(t *testing.T) {
 	c.accept(t, request("u-1"), nil)
 	c.wantStored(t, 1, 1, 0) // the queue's depth read, as the cell's sampler does
 	key := map[string]string{api.HeaderIdemKey: "k"}
-	id := inquiry.KeyID("c1", "", "u-2", "k")
+	id := keyID("c1", "u-2", "k")
 
 	// One queued, the shedder given no sample: Retry-After is the cap (60 s default).
 	p := c.wantShed(t, c.post(t, request("u-2"), key), "queue-full", "60")
@@ -991,7 +991,7 @@ func TestKeyedRetryAfterAMoveGetsThePreviousCellsInquiry(t *testing.T) {
 
 	// A key the previous cell never saw is a new inquiry here.
 	n := c1.accept(t, request(u), map[string]string{api.HeaderIdemKey: "k2"})
-	if n.ID != inquiry.KeyID("c1", "", u, "k2") {
+	if n.ID != keyID("c1", u, "k2") {
 		t.Fatalf("new key at c1: id %s", n.ID)
 	}
 	c1.wantStored(t, 1, 1, 0)
@@ -1001,7 +1001,7 @@ func TestKeyedRetryAfterAMoveGetsThePreviousCellsInquiry(t *testing.T) {
 
 	// Past the window, the previous cell is no longer asked.
 	e.clk.Advance(api.MoveWindow)
-	if a := c1.accept(t, request(u), key); a.ID != inquiry.KeyID("c1", "", u, "k1") {
+	if a := c1.accept(t, request(u), key); a.ID != keyID("c1", u, "k1") {
 		t.Fatalf("after the window: id %s", a.ID)
 	}
 	c1.wantStored(t, 3, 3, 0)

@@ -248,7 +248,7 @@ func (h *Handler) askPrevious(ctx context.Context, prev, client, user, key, fp s
 	if !ok {
 		return rec, false, nil // removed from the map: nothing to ask
 	}
-	id := inquiry.KeyID(prev, client, user, key)
+	id := inquiry.KeyID(prev, m.SlotOf(user), client, user, key)
 	addrs := peerIntakes(c, id)
 	type answer struct {
 		rec   Accepted

@@ -130,7 +130,7 @@ func TestAWriteWithoutAnAnswerIsAnUnknownOutcome(t *testing.T) {
 			e.maps.Set(testMapOf(t, nil, "c1"))
 			c, cut := e.cutCell(cellOpts{queue: tc.queue})
 			key := map[string]string{api.HeaderIdemKey: "order-7"}
-			id := inquiry.KeyID("c1", "", "u-1", "order-7")
+			id := keyID("c1", "u-1", "order-7")
 
 			cut.arm(tc.subject, tc.forward)
 			c.wantUnknown(t, c.post(t, request("u-1"), key), id, false)
@@ -159,7 +159,7 @@ func TestAReplayWithoutAnAnswerIsAnUnknownOutcome(t *testing.T) {
 	c, cut := e.cutCell(cellOpts{queue: onRecords})
 	key := map[string]string{api.HeaderIdemKey: "k"}
 	r := inquiry.Request{UserID: "u-1", Product: "credit_loan", Amount: 5_000_000, Priority: inquiry.High}
-	rec := inquiry.NewRecord(inquiry.KeyID("c1", "", "u-1", "k"), "c1", r, e.clk.Now())
+	rec := inquiry.NewRecord(keyID("c1", "u-1", "k"), "c1", r, e.clk.Now())
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if _, err := c.st.Create(ctx, &rec); err != nil {
@@ -189,7 +189,7 @@ func TestAFailedRollbackIsAnUnknownOutcome(t *testing.T) {
 		t.Fatal("no message")
 	}
 	key := map[string]string{api.HeaderIdemKey: "k"}
-	id := inquiry.KeyID("c1", "", "u-2", "k")
+	id := keyID("c1", "u-2", "k")
 
 	cut.armAfter(recordWrites+id, 1, true) // the write after the record's: its rollback
 	c.wantUnknown(t, c.post(t, request("u-2"), key), id, false)
@@ -296,7 +296,7 @@ func storeFailsAWrite(t *testing.T, qc queue.Config, subject string) {
 	// Tries long enough that only the store's failure ends the wait.
 	c, cut := e.cutCell(cellOpts{queue: qc, storage: guard, intake: Config{Timeout: 10 * time.Second, LeaderWait: 5 * time.Second, TryTimeout: 5 * time.Second}})
 	key := map[string]string{api.HeaderIdemKey: "k"}
-	id := inquiry.KeyID("c1", "", "u-1", "k")
+	id := keyID("c1", "u-1", "k")
 
 	cutNow := cut.arm(subject, true)
 	failed := make(chan struct{})
@@ -332,7 +332,7 @@ func TestRefusedWritesAreNotUnknown(t *testing.T) {
 			c.accept(t, request("u-1"), nil)
 			c.wantStored(t, 1, 1, 0) // the depth read, as the cell's sampler does
 			c.wantShed(t, c.post(t, request("u-2"), map[string]string{api.HeaderIdemKey: "k"}), "queue-full", "60")
-			if _, _, found := c.record(t, inquiry.KeyID("c1", "", "u-2", "k")); found {
+			if _, _, found := c.record(t, keyID("c1", "u-2", "k")); found {
 				t.Fatal("the record of a refused inquiry was kept")
 			}
 			if n := c.h.doubtsHeld(); n != 0 {

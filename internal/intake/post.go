@@ -89,8 +89,9 @@ func (h *Handler) post(w http.ResponseWriter, r *http.Request) {
 			}
 		}()
 	}
+	slot := h.cmap().SlotOf(req.UserID)
 	if idemKey != "" && h.moves != nil {
-		if prev, ok := h.moves.Previous(req.UserID, h.cmap().SlotOf(req.UserID), h.now()); ok {
+		if prev, ok := h.moves.Previous(req.UserID, slot, h.now()); ok {
 			// The user's slot came from another cell lately: a retry of a
 			// request that cell accepted must get that inquiry back, not a
 			// second one. If that cell cannot be asked, whether it
@@ -108,16 +109,16 @@ func (h *Handler) post(w http.ResponseWriter, r *http.Request) {
 				httpx.JSON(w, http.StatusAccepted, rec)
 				return
 			case err != nil:
-				id := inquiry.KeyID(prev, client, req.UserID, idemKey)
+				id := inquiry.KeyID(prev, slot, client, req.UserID, idemKey)
 				h.unknownOutcome(w, id, false, err, fmt.Sprintf("cell %s cannot ask cell %s, which owned the user until lately, whether it accepted this Idempotency-Key's inquiry %s; "+
 					"nothing was taken here: retry with the same Idempotency-Key", h.cfg.Cell, prev, id))
 				return
 			}
 		}
 	}
-	id := inquiry.NewID(h.cfg.Cell)
+	id := inquiry.NewID(h.cfg.Cell, slot)
 	if idemKey != "" {
-		id = inquiry.KeyID(h.cfg.Cell, client, req.UserID, idemKey)
+		id = inquiry.KeyID(h.cfg.Cell, slot, client, req.UserID, idemKey)
 	}
 	rec := inquiry.NewRecord(id, h.cfg.Cell, req, h.now())
 	rec.Client = client

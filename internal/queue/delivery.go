@@ -32,7 +32,7 @@ type Delivery struct {
 func (q *Queue) WorkSubjects() []string {
 	var out []string
 	for _, lane := range Lanes {
-		out = append(out, store.LedgerSubject(q.cfg.Cell, store.KindNew, lane, "*"))
+		out = append(out, store.LedgerLaneSubjects(q.cfg.Cell, store.KindNew, lane))
 		if q.old != nil {
 			out = append(out, laneSubject(q.cfg.Cell, lane))
 		}

@@ -22,7 +22,7 @@ func TestALedgerDeliveryAheadOfTheLeaderIsBehindNotGone(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rec := inquiry.NewRecord(inquiry.NewID("c1"), "c1", inquiry.Request{UserID: "u", Product: "p", Amount: 1}, time.Now())
+	rec := inquiry.NewRecord(inquiry.NewID("c1", 0), "c1", inquiry.Request{UserID: "u", Product: "p", Amount: 1}, time.Now())
 	if _, err := q.Enqueue(ctx, &rec, false); err != nil {
 		t.Fatal(err)
 	}
@@ -32,7 +32,7 @@ func TestALedgerDeliveryAheadOfTheLeaderIsBehindNotGone(t *testing.T) {
 	}
 	for _, d := range []*Delivery{
 		{ID: rec.ID, Job: rec.Job, Attempt: 1, ledger: true, seq: ref.rev + 5},                       // a later message than the leader has
-		{ID: inquiry.NewID("c1"), Job: inquiry.NewJob(), Attempt: 1, ledger: true, seq: ref.rev + 6}, // one the leader has none of
+		{ID: inquiry.NewID("c1", 0), Job: inquiry.NewJob(), Attempt: 1, ledger: true, seq: ref.rev + 6}, // one the leader has none of
 	} {
 		if _, _, err := q.Record(ctx, d); !errors.Is(err, ErrBehind) || errors.Is(err, store.ErrNotFound) {
 			t.Errorf("Record of %s at %d = %v, want ErrBehind", d.ID, d.seq, err)

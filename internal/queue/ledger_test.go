@@ -212,3 +212,41 @@ func TestAnUpgradeKeepsTheRecordsLayoutsData(t *testing.T) {
 		t.Fatalf("after a restart: %s since %v, %v; want the ledger since %v", again.Layout(), again.Switched(), err, since)
 	}
 }
+
+// A key's inquiry accepted by a release before ids held the slot is
+// under the id it had then ("<cell>-<unique>"): a keyed retry after the
+// upgrade, whose id holds the slot, finds it — on the records layout and
+// after the switch to the ledger — and is not accepted a second time.
+func TestAKeyTakenBeforeIdsHeldTheSlotIsFound(t *testing.T) {
+	_, js := celltest.NATS(t)
+	ctx := context.Background()
+	q, err := queue.Setup(ctx, js, queue.Config{Cell: "c1", Layout: queue.LayoutRecords, SwitchGrace: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	taken := func(key string) (slotted string) {
+		slotted = inquiry.KeyID("c1", 5, "acme", "u", key)
+		old := inquiry.NewRecord(inquiry.Unslotted(slotted), "c1", inquiry.Request{UserID: "u", Product: "p", Amount: 1}, time.Now())
+		if _, err := q.Enqueue(ctx, &old, true); err != nil {
+			t.Fatal(err)
+		}
+		return slotted
+	}
+	retry := func(when, id string) {
+		t.Helper()
+		again := inquiry.NewRecord(id, "c1", inquiry.Request{UserID: "u", Product: "p", Amount: 1}, time.Now())
+		if _, err := q.Enqueue(ctx, &again, true); !errors.Is(err, store.ErrExists) {
+			t.Fatalf("%s: a keyed retry of %s = %v, want ErrExists", when, id, err)
+		}
+		if got, _, err := q.Get(ctx, id); err != nil || got.ID != inquiry.Unslotted(id) {
+			t.Fatalf("%s: Get(%s) = %s, %v; want the inquiry taken before", when, id, got.ID, err)
+		}
+	}
+	before := taken("k1")
+	retry("on records", before)
+	if _, err := q.Switch(ctx); err != nil {
+		t.Fatal(err)
+	}
+	testkit.WaitFor(t, 5*time.Second, "the switch to take effect", func() bool { return q.Layout() == queue.LayoutLedger })
+	retry("on the ledger", before)
+}

@@ -290,7 +290,7 @@ func (q *Queue) Get(ctx context.Context, id string) (inquiry.Record, Ref, error)
 			return rec, Ref{rev: rev, ledger: true}, err
 		}
 	}
-	rec, rev, err := q.old.store.Get(ctx, id)
+	rec, rev, err := q.old.get(ctx, id)
 	return rec, Ref{rev: rev}, err
 }
 
@@ -330,11 +330,21 @@ func (q *Queue) Enqueue(ctx context.Context, rec *inquiry.Record, keyed bool) (i
 				return inquiry.Record{}, err
 			}
 		}
+		if keyed && inquiry.Unslotted(rec.ID) != "" {
+			// The key's inquiry, accepted before ids held the slot, is
+			// under the id it had then.
+			if err := q.taken(ctx, inquiry.Unslotted(rec.ID), func(ctx context.Context, id string) error {
+				_, _, err := q.old.store.Get(ctx, id)
+				return err
+			}); err != nil {
+				return inquiry.Record{}, err
+			}
+		}
 		return q.old.enqueue(ctx, rec)
 	}
 	if keyed && q.old != nil {
 		if err := q.taken(ctx, rec.ID, func(ctx context.Context, id string) error {
-			_, _, err := q.old.store.Get(ctx, id)
+			_, _, err := q.old.get(ctx, id)
 			return err
 		}); err != nil {
 			return inquiry.Record{}, err

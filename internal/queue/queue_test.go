@@ -42,7 +42,7 @@ func records(t *testing.T, cfg queue.Config) (*queue.Queue, jetstream.JetStream)
 
 func newRecord(n int, prio inquiry.Priority) inquiry.Record {
 	req := inquiry.Request{UserID: "u" + string(rune('a'+n)), Product: "p", Amount: 1, Priority: prio}
-	return inquiry.NewRecord(inquiry.NewID("c1"), "c1", req, time.Now())
+	return inquiry.NewRecord(inquiry.NewID("c1", 0), "c1", req, time.Now())
 }
 
 // enqueueBothLanes enqueues a normal then a high inquiry (keyed as

@@ -179,6 +179,16 @@ func isFull(err error) bool {
 
 // enqueue creates rec's record, then publishes its message; a message
 // refused rolls the record back.
+// get reads inquiry id's record, or that of the id a keyed id had before
+// ids held the slot (inquiry.Unslotted): a key's inquiry accepted then.
+func (r *records) get(ctx context.Context, id string) (inquiry.Record, uint64, error) {
+	rec, rev, err := r.store.Get(ctx, id)
+	if old := inquiry.Unslotted(id); errors.Is(err, store.ErrNotFound) && old != "" {
+		return r.store.Get(ctx, old)
+	}
+	return rec, rev, err
+}
+
 func (r *records) enqueue(ctx context.Context, rec *inquiry.Record) (inquiry.Record, error) {
 	rev, err := r.store.Create(ctx, rec)
 	if errors.Is(err, store.ErrExists) {

@@ -23,7 +23,7 @@ func (q *Queue) ledgerConsumers(ctx context.Context) (map[inquiry.Priority]jetst
 	st := q.ledger.Stream()
 	lanes := map[inquiry.Priority]jetstream.Consumer{}
 	for _, lane := range Lanes {
-		c, err := st.CreateOrUpdateConsumer(ctx, laneConsumerConfig(q.cfg, ledgerLane(lane), lane, store.LedgerSubject(q.cfg.Cell, store.KindNew, lane, "*")))
+		c, err := st.CreateOrUpdateConsumer(ctx, laneConsumerConfig(q.cfg, ledgerLane(lane), lane, store.LedgerLaneSubjects(q.cfg.Cell, store.KindNew, lane)))
 		if err != nil {
 			return nil, fmt.Errorf("consumer %s: %w", ledgerLane(lane), err)
 		}
@@ -124,12 +124,12 @@ func (q *Queue) Stats(ctx context.Context) (Stats, error) {
 // while the lane is busy, all written since its last work when it is
 // sparse (a high lane idle for hours).
 func (q *Queue) oldestAfter(ctx context.Context, lane inquiry.Priority, start, first uint64) (time.Time, error) {
-	filter := store.LedgerSubject(q.cfg.Cell, store.KindNew, lane, "*")
+	filter := store.LedgerLaneSubjects(q.cfg.Cell, store.KindNew, lane)
 	st := q.ledger.Stream()
 	if start <= first {
 		m, err := st.GetMsg(ctx, first)
 		switch {
-		case err == nil && strings.HasPrefix(m.Subject, strings.TrimSuffix(filter, "*")):
+		case err == nil && strings.HasPrefix(m.Subject, strings.TrimSuffix(filter, "*.*")):
 			return m.Time, nil
 		case err != nil && !errors.Is(err, jetstream.ErrMsgNotFound):
 			return time.Time{}, err

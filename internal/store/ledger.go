@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/cellkit/cellkit/internal/api"
 	"github.com/cellkit/cellkit/internal/inquiry"
 )
 
@@ -19,8 +20,14 @@ import (
 // inquiry is one message, which is also its work, and each later state
 // is another message of the same inquiry (docs/decisions/one-write-intake.md).
 //
-// An inquiry's messages are on cellkit.<cell>.ledger.<kind>.<lane>.<id>,
-// one message per subject:
+// An inquiry's messages are on
+// cellkit.<cell>.ledger.<kind>.<lane>.<slot>.<unique>, one message per
+// subject, where slot and unique are its id's (api.ParseInquiryID): a
+// slot's inquiries are one filter away (a move reads them so), and an
+// inquiry is found by its slot and unique part whatever cell accepted it
+// (a keyed request's id made here finds the inquiry another cell took
+// before the user's data came here). An id made before ids held a slot
+// is on <kind>.<lane>._.<id>. The kinds:
 //   - new: the record as accepted, or as re-queued by a retry: the work,
 //     which the lanes' consumers read;
 //   - rec: a later state (scores kept while pending, done, a crash counted);
@@ -50,19 +57,34 @@ const (
 // LedgerStream is the name of a cell's ledger stream.
 func LedgerStream(cell string) string { return "cellkit-" + cell + "-ledger" }
 
-// LedgerSubject is the subject of an inquiry's message of kind in lane.
+// LedgerSubject is the subject of inquiry id's message of kind in lane.
 func LedgerSubject(cell, kind string, lane inquiry.Priority, id string) string {
-	return "cellkit." + cell + ".ledger." + kind + "." + string(laneOf(lane)) + "." + id
+	return "cellkit." + cell + ".ledger." + kind + "." + string(laneOf(lane)) + "." + idTokens(id)
+}
+
+// LedgerLaneSubjects is the filter of every message of kind in lane.
+func LedgerLaneSubjects(cell, kind string, lane inquiry.Priority) string {
+	return "cellkit." + cell + ".ledger." + kind + "." + string(laneOf(lane)) + ".*.*"
 }
 
 // LedgerKindSubjects is the filter of every message of kind in every lane
 // (kind "*": every kind).
 func LedgerKindSubjects(cell, kind string) string {
-	return "cellkit." + cell + ".ledger." + kind + ".*.*"
+	return "cellkit." + cell + ".ledger." + kind + ".*.*.*"
 }
 
 // inquirySubjects is the filter of every message of inquiry id.
-func inquirySubjects(cell, id string) string { return "cellkit." + cell + ".ledger.*.*." + id }
+func inquirySubjects(cell, id string) string { return "cellkit." + cell + ".ledger.*.*." + idTokens(id) }
+
+// idTokens are the last two tokens of id's subjects: its slot and unique
+// part, or "_" and the whole id for an id without a slot (or one that
+// does not parse, which no write makes).
+func idTokens(id string) string {
+	if _, slot, unique, ok := api.ParseInquiryID(id); ok && slot != api.NoSlot {
+		return id[len(id)-len(unique)-api.IDSlotLen:len(id)-len(unique)] + "." + unique
+	}
+	return "_." + id
+}
 
 // laneOf is the lane a record's priority puts it in.
 func laneOf(p inquiry.Priority) inquiry.Priority {
@@ -101,7 +123,7 @@ func OpenLedger(ctx context.Context, js jetstream.JetStream, cfg LedgerConfig) (
 	st, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
 		Name:              LedgerStream(cfg.Cell),
 		Description:       "inquiries of cell " + cfg.Cell + ": each one's acceptance (its work) and later states",
-		Subjects:          []string{"cellkit." + cfg.Cell + ".ledger.*.*.*"},
+		Subjects:          []string{"cellkit." + cfg.Cell + ".ledger.*.*.*.*"},
 		Retention:         jetstream.LimitsPolicy,
 		MaxMsgsPerSubject: 1,
 		MaxAge:            cfg.TTL,

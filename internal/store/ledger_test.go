@@ -47,10 +47,10 @@ func testLedgerLife(t *testing.T, js jetstream.JetStream, replicas int) {
 		info, err := j.Stream().Info(ctx)
 		return err == nil && (info.Cluster == nil || info.Cluster.Leader != "")
 	})
-	if _, _, err := j.Get(ctx, inquiry.NewID("c1")); !errors.Is(err, store.ErrNotFound) {
+	if _, _, err := j.Get(ctx, inquiry.NewID("c1", 0)); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("Get of an unknown id = %v, want ErrNotFound", err)
 	}
-	rec := inquiry.NewRecord(inquiry.NewID("c1"), "c1", inquiry.Request{UserID: "u", Product: "p", Amount: 1, Priority: inquiry.High}, time.Now())
+	rec := inquiry.NewRecord(inquiry.NewID("c1", 0), "c1", inquiry.Request{UserID: "u", Product: "p", Amount: 1, Priority: inquiry.High}, time.Now())
 	var rev uint64
 	firstWrite(t, func() error { rev, err = j.Accept(ctx, &rec); return err })
 	again := rec
@@ -67,7 +67,7 @@ func testLedgerLife(t *testing.T, js jetstream.JetStream, replicas int) {
 	lanes := map[inquiry.Priority]jetstream.Consumer{}
 	for _, lane := range []inquiry.Priority{inquiry.High, inquiry.Normal} {
 		c, err := j.Stream().CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
-			Durable: "t-" + string(lane), FilterSubject: store.LedgerSubject("c1", store.KindNew, lane, "*"), AckPolicy: jetstream.AckExplicitPolicy})
+			Durable: "t-" + string(lane), FilterSubject: store.LedgerLaneSubjects("c1", store.KindNew, lane), AckPolicy: jetstream.AckExplicitPolicy})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -148,4 +148,47 @@ func countOn(t *testing.T, j *store.Ledger, filter string) int {
 		n += int(c)
 	}
 	return n
+}
+
+// An inquiry is found by its slot and unique part whatever cell accepted
+// it: a keyed request's id made in the cell that has the user's data now
+// finds the inquiry another cell took, and cannot be accepted a second
+// time. Ids without a slot are found only as themselves.
+func TestALedgerFindsAnInquiryByItsSlotAndUniquePart(t *testing.T) {
+	_, js := celltest.NATS(t)
+	ctx := testkit.Context(t, 30*time.Second)
+	j, err := store.OpenLedger(ctx, js, store.LedgerConfig{Cell: "c1", TTL: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := inquiry.Request{UserID: "u", Product: "p", Amount: 1}
+	there := inquiry.NewRecord(inquiry.KeyID("c9", 77, "acme", "u", "k"), "c9", req, time.Now())
+	rev, err := j.Accept(ctx, &there)
+	if err != nil {
+		t.Fatal(err)
+	}
+	here := inquiry.KeyID("c1", 77, "acme", "u", "k")
+	if got, gotRev, err := j.Get(ctx, here); err != nil || got.ID != there.ID || gotRev != rev {
+		t.Fatalf("Get(%s) = %s at %d, %v; want %s at %d", here, got.ID, gotRev, err, there.ID, rev)
+	}
+	again := inquiry.NewRecord(here, "c1", req, time.Now())
+	if _, err := j.Accept(ctx, &again); !errors.Is(err, store.ErrExists) {
+		t.Fatalf("Accept(%s) over %s = %v, want ErrExists", here, there.ID, err)
+	}
+	for _, other := range []string{inquiry.KeyID("c1", 78, "acme", "u", "k"), inquiry.KeyID("c1", 77, "acme", "u", "k2")} {
+		if _, _, err := j.Get(ctx, other); !errors.Is(err, store.ErrNotFound) {
+			t.Errorf("Get(%s) = %v, want ErrNotFound", other, err)
+		}
+	}
+	// Without a slot: only the id itself.
+	old := inquiry.NewRecord("c9-0123456789abcdefghij", "c9", req, time.Now())
+	if _, err := j.Accept(ctx, &old); err != nil {
+		t.Fatal(err)
+	}
+	if got, _, err := j.Get(ctx, old.ID); err != nil || got.ID != old.ID {
+		t.Fatalf("Get(%s) = %s, %v", old.ID, got.ID, err)
+	}
+	if _, _, err := j.Get(ctx, "c1-0123456789abcdefghij"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("an id without a slot of another cell found: %v", err)
+	}
 }

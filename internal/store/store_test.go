@@ -74,10 +74,10 @@ func testCompareAndSwap(t *testing.T, js jetstream.JetStream, replicas int) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := st.Get(ctx, inquiry.NewID("c1")); !errors.Is(err, store.ErrNotFound) {
+	if _, _, err := st.Get(ctx, inquiry.NewID("c1", 0)); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("Get of an unknown id = %v, want ErrNotFound", err)
 	}
-	rec := inquiry.NewRecord(inquiry.NewID("c1"), "c1", inquiry.Request{UserID: "u", Product: "p", Amount: 1}, time.Now())
+	rec := inquiry.NewRecord(inquiry.NewID("c1", 0), "c1", inquiry.Request{UserID: "u", Product: "p", Amount: 1}, time.Now())
 	var rev uint64
 	firstWrite(t, func() error { rev, err = st.Create(ctx, &rec); return err })
 	if _, err := st.Create(ctx, &rec); !errors.Is(err, store.ErrExists) {
@@ -115,7 +115,7 @@ func TestRefusedTellsARefusalFromAnAnswerThatNeverCame(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rec := inquiry.NewRecord(inquiry.NewID("c1"), "c1", inquiry.Request{UserID: "u", Product: "p", Amount: 1}, time.Now())
+	rec := inquiry.NewRecord(inquiry.NewID("c1", 0), "c1", inquiry.Request{UserID: "u", Product: "p", Amount: 1}, time.Now())
 	var rev uint64
 	firstWrite(t, func() error { rev, err = st.Create(ctx, &rec); return err })
 	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "one", Subjects: []string{"one"}, MaxMsgs: 1, Discard: jetstream.DiscardNew}); err != nil {
@@ -138,7 +138,7 @@ func TestRefusedTellsARefusalFromAnAnswerThatNeverCame(t *testing.T) {
 		{"no stream", func() error { _, err := js.Publish(ctx, "none", nil); return err }(), true},
 		{"no answer in time", func() error { _, err := js.Publish(expired, "one", nil); return err }(), false},
 		{"a record's write without an answer in time", func() error {
-			other := inquiry.NewRecord(inquiry.NewID("c1"), "c1", inquiry.Request{UserID: "u", Product: "p", Amount: 1}, time.Now())
+			other := inquiry.NewRecord(inquiry.NewID("c1", 0), "c1", inquiry.Request{UserID: "u", Product: "p", Amount: 1}, time.Now())
 			_, err := st.Create(expired, &other)
 			return err
 		}(), false},
