@@ -31,7 +31,7 @@ func TestALedgerDeliveryAheadOfTheLeaderIsBehindNotGone(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, d := range []*Delivery{
-		{ID: rec.ID, Job: rec.Job, Attempt: 1, ledger: true, seq: ref.rev + 5},                       // a later message than the leader has
+		{ID: rec.ID, Job: rec.Job, Attempt: 1, ledger: true, seq: ref.rev + 5},                          // a later message than the leader has
 		{ID: inquiry.NewID("c1", 0), Job: inquiry.NewJob(), Attempt: 1, ledger: true, seq: ref.rev + 6}, // one the leader has none of
 	} {
 		if _, _, err := q.Record(ctx, d); !errors.Is(err, ErrBehind) || errors.Is(err, store.ErrNotFound) {

@@ -74,7 +74,9 @@ func LedgerKindSubjects(cell, kind string) string {
 }
 
 // inquirySubjects is the filter of every message of inquiry id.
-func inquirySubjects(cell, id string) string { return "cellkit." + cell + ".ledger.*.*." + idTokens(id) }
+func inquirySubjects(cell, id string) string {
+	return "cellkit." + cell + ".ledger.*.*." + idTokens(id)
+}
 
 // idTokens are the last two tokens of id's subjects: its slot and unique
 // part, or "_" and the whole id for an id without a slot (or one that
