@@ -129,6 +129,7 @@ func OpenLedger(ctx context.Context, js jetstream.JetStream, cfg LedgerConfig) (
 		Retention:         jetstream.LimitsPolicy,
 		MaxMsgsPerSubject: 1,
 		MaxAge:            cfg.TTL,
+		AllowMsgTTL:       true, // a message copied from another cell lives as long as it had left there
 		Storage:           jetstream.FileStorage,
 		Replicas:          cfg.Replicas,
 		Metadata:          meta,

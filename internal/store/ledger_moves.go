@@ -1,0 +1,397 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/cespare/xxhash/v2"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/cellkit/cellkit/internal/api"
+	"github.com/cellkit/cellkit/internal/inquiry"
+)
+
+// What a move does to a ledger (docs/decisions/moving-users-data.md): the
+// source's messages of the moving users are copied to the destination's
+// ledger as they are, in the source's order, except that an accepted
+// inquiry's "new" message arrives as "hold" (kept, read, not worked);
+// the source hands each pending inquiry over with a "hand" message (the
+// record under a job no message of the source carries: the source's
+// workers drop its work as stale, a worker still in flight cannot write
+// over it), and the destination turns the hand messages it holds into
+// work once the map gives it the users.
+
+// Kinds of a moving inquiry's messages.
+const (
+	// KindHold is a "new" message copied from another cell: history, not
+	// work.
+	KindHold = "hold"
+	// KindHand is a pending inquiry handed to another cell: its record,
+	// under a job of the move's.
+	KindHand = "hand"
+)
+
+// headerWritten carries a copied message's first writing time (RFC 3339)
+// through moves: its life is counted from it.
+const headerWritten = "Cellkit-Written"
+
+// Moved is one ledger message as a move carries it.
+type Moved struct {
+	// Seq is its sequence at the source: the cursor of a copy.
+	Seq  uint64 `json:"seq"`
+	Kind string `json:"kind"`
+	// Written is when it was first written, in whatever cell.
+	Written time.Time       `json:"written"`
+	Record  json.RawMessage `json:"record"`
+}
+
+// MoveFilter chooses the messages a move carries: the slot of its
+// subject (api.NoSlot for an id without one) and its record's user.
+type MoveFilter func(slot int, user string) bool
+
+// Export calls fn with each message after sequence after that want
+// chooses, oldest first, up to limit of them; it returns the sequence to
+// continue after and whether the ledger had no more. slots, if not nil,
+// are the only slots want can choose (a subject filter each: the file
+// store reads only those slots' messages).
+func (j *Ledger) Export(ctx context.Context, after uint64, slots []int, want MoveFilter, limit int, fn func(Moved) error) (next uint64, done bool, err error) {
+	next = after
+	err = j.scan(ctx, after, slots, limit, func(m jetstream.Msg, md *jetstream.MsgMetadata, slot int, rec moveRecord) error {
+		next = md.Sequence.Stream
+		if !want(slot, rec.UserID) {
+			return nil
+		}
+		kind, _, _ := subjectKind(m.Subject())
+		return fn(Moved{Seq: md.Sequence.Stream, Kind: kind, Written: writtenAt(m, md), Record: m.Data()})
+	})
+	if errors.Is(err, errScanLimit) {
+		return next, false, nil
+	}
+	return next, err == nil, err
+}
+
+// Import writes m into the ledger as the source had it ("new" as
+// "hold"), to live as long as it had left there; a message whose life is
+// over is skipped. Writing one message twice leaves one.
+func (j *Ledger) Import(ctx context.Context, m Moved, ttl time.Duration, now time.Time) error {
+	var rec moveRecord
+	if err := json.Unmarshal(m.Record, &rec); err != nil || rec.ID == "" {
+		return fmt.Errorf("import: an undecodable record of seq %d", m.Seq)
+	}
+	kind := m.Kind
+	switch kind {
+	case KindNew:
+		kind = KindHold
+	case KindHold, KindRec, KindFail, KindDead, KindHand:
+	default:
+		return fmt.Errorf("import: inquiry %s: unknown kind %q", rec.ID, m.Kind)
+	}
+	left := m.Written.Add(ttl).Sub(now)
+	if left < time.Second {
+		return nil // its life is over: it is gone at the source too
+	}
+	msg := &nats.Msg{Subject: LedgerSubject(j.cell, kind, rec.Priority, rec.ID), Data: m.Record, Header: nats.Header{}}
+	msg.Header.Set(headerWritten, m.Written.UTC().Format(time.RFC3339Nano))
+	if _, err := j.js.PublishMsg(ctx, msg, jetstream.WithMsgTTL(left.Truncate(time.Second)), jetstream.WithRetryAttempts(0)); err != nil {
+		return fmt.Errorf("import inquiry %s: %w", rec.ID, err)
+	}
+	return nil
+}
+
+// SlotDigest is what a move compares of one slot on both sides: how many
+// messages, and a sum of their hashes (kind, inquiry and bytes), which
+// does not depend on their order.
+type SlotDigest struct {
+	Messages int    `json:"messages"`
+	Sum      uint64 `json:"sum"`
+}
+
+// Digest digests, per slot, the messages want chooses that were first
+// written after horizon (older ones may be expiring on one side and not
+// yet on the other). "hold" counts as "new".
+func (j *Ledger) Digest(ctx context.Context, slots []int, want MoveFilter, horizon time.Time) (map[int]SlotDigest, error) {
+	out := map[int]SlotDigest{}
+	err := j.scan(ctx, 0, slots, 0, func(m jetstream.Msg, md *jetstream.MsgMetadata, slot int, rec moveRecord) error {
+		if !want(slot, rec.UserID) || !writtenAt(m, md).After(horizon) {
+			return nil
+		}
+		kind, tokens, _ := subjectKind(m.Subject())
+		if kind == KindHold {
+			kind = KindNew
+		}
+		h := xxhash.New()
+		_, _ = h.WriteString(kind)
+		_, _ = h.WriteString("\x00" + tokens + "\x00")
+		_, _ = h.Write(m.Data())
+		d := out[slot]
+		d.Messages++
+		d.Sum += h.Sum64()
+		out[slot] = d
+		return nil
+	})
+	return out, err
+}
+
+// Discard removes every message want chooses: a whole slot at once when
+// want chooses every message of it (whole), else inquiry by inquiry.
+func (j *Ledger) Discard(ctx context.Context, slots []int, want MoveFilter, whole func(slot int) bool) error {
+	var each []int
+	for _, s := range slots {
+		if whole(s) {
+			if err := j.stream.Purge(ctx, jetstream.WithPurgeSubject(slotSubjects(j.cell, s))); err != nil {
+				return fmt.Errorf("discard slot %d: %w", s, err)
+			}
+			continue
+		}
+		each = append(each, s)
+	}
+	if len(each) == 0 {
+		return nil
+	}
+	purged := map[string]bool{}
+	return j.scan(ctx, 0, each, 0, func(m jetstream.Msg, _ *jetstream.MsgMetadata, slot int, rec moveRecord) error {
+		if !want(slot, rec.UserID) || purged[rec.ID] {
+			return nil
+		}
+		purged[rec.ID] = true
+		if err := j.stream.Purge(ctx, jetstream.WithPurgeSubject(inquirySubjects(j.cell, rec.ID))); err != nil {
+			return fmt.Errorf("discard inquiry %s: %w", rec.ID, err)
+		}
+		return nil
+	})
+}
+
+// Hand hands inquiry id, pending, to another cell under job (one no
+// message of this ledger carries): its work here is stale from now on,
+// and a write over the revision read before fails. A record no longer
+// pending is not handed (it is done or failed here, and moves so);
+// handed reports whether it was.
+func (j *Ledger) Hand(ctx context.Context, id, job string) (handed bool, err error) {
+	for {
+		rec, rev, err := j.Get(ctx, id)
+		if err != nil {
+			return false, err
+		}
+		if rec.Status != inquiry.Pending {
+			return false, nil
+		}
+		if rec.Job == job {
+			return true, nil
+		}
+		rec.Job = job
+		_, err = j.write(ctx, KindHand, &rec, rev)
+		switch {
+		case err == nil:
+			return true, nil
+		case !errors.Is(err, ErrConflict):
+			return false, err
+		}
+	}
+}
+
+// Activate makes the inquiries handed to this cell in slots and chosen by
+// want its work: each hand message becomes a "new" one under a fresh
+// job (its attempts and scores kept), over the hand's revision; one already made work is left as it is.
+// It returns how many it made work.
+func (j *Ledger) Activate(ctx context.Context, slots []int, want MoveFilter, now time.Time) (int, error) {
+	var hands []string
+	err := j.scan(ctx, 0, slots, 0, func(m jetstream.Msg, _ *jetstream.MsgMetadata, slot int, rec moveRecord) error {
+		if kind, _, _ := subjectKind(m.Subject()); kind == KindHand && want(slot, rec.UserID) {
+			hands = append(hands, rec.ID)
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, id := range hands {
+		rec, rev, err := j.Get(ctx, id)
+		if err != nil {
+			return n, err
+		}
+		if rec.Status == inquiry.Pending && rec.Job != "" && strings.HasPrefix(rec.Job, handJobPrefix) {
+			rec.Job, rec.Updated = inquiry.NewJob(), now.UTC() // its attempts and scores kept
+			if _, err := j.write(ctx, KindNew, &rec, rev); err != nil && !errors.Is(err, ErrConflict) {
+				return n, err
+			} else if err == nil {
+				n++
+			}
+		}
+		if err := j.stream.Purge(ctx, jetstream.WithPurgeSubject(LedgerSubject(j.cell, KindHand, rec.Priority, id))); err != nil {
+			return n, fmt.Errorf("activate inquiry %s: %w", id, err)
+		}
+	}
+	return n, nil
+}
+
+// handJobPrefix starts the job of a handed inquiry (HandJob).
+const handJobPrefix = "moved-"
+
+// HandJob is the job an inquiry handed over in move is kept under.
+func HandJob(move string) string { return handJobPrefix + move }
+
+// moveRecord is what a move reads of a record.
+type moveRecord struct {
+	ID       string           `json:"id"`
+	UserID   string           `json:"user_id"`
+	Priority inquiry.Priority `json:"priority"`
+}
+
+// errScanLimit stops a scan at its limit.
+var errScanLimit = errors.New("scan limit reached")
+
+// scanBatch is how many messages a scan asks for at once.
+const scanBatch = 256
+
+// maxSlotFilters is the most slots a scan names as subject filters;
+// with more, it reads every message and chooses by slot itself.
+const maxSlotFilters = 64
+
+// scan calls fn with each message after sequence after, oldest first, in
+// slots (all, when nil), up to limit of them (0: no limit, errScanLimit
+// when reached), through an ordered consumer.
+func (j *Ledger) scan(ctx context.Context, after uint64, slots []int, limit int, fn func(jetstream.Msg, *jetstream.MsgMetadata, int, moveRecord) error) error {
+	info, err := j.stream.Info(ctx)
+	if err != nil {
+		return err
+	}
+	if info.State.Msgs == 0 || info.State.LastSeq <= after {
+		return nil
+	}
+	cfg := jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: after + 1}
+	in := map[int]bool{}
+	for _, s := range slots {
+		in[s] = true
+	}
+	if slots != nil && len(slots) <= maxSlotFilters {
+		if len(slots) == 0 {
+			return nil
+		}
+		for _, s := range slots {
+			cfg.FilterSubjects = append(cfg.FilterSubjects, slotSubjects(j.cell, s))
+		}
+		// Ids without a slot: their records' users decide.
+		cfg.FilterSubjects = append(cfg.FilterSubjects, "cellkit."+j.cell+".ledger.*.*._.*")
+	}
+	c, err := j.stream.OrderedConsumer(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	seen := 0
+	for {
+		// No wait: the server answers with what it has at once, so that
+		// a batch given up early is drained at once.
+		batch, err := c.FetchNoWait(scanBatch)
+		if err != nil {
+			return err
+		}
+		read, err := scanBatchOf(batch, in, slots == nil, func(m jetstream.Msg, md *jetstream.MsgMetadata, slot int, rec moveRecord) error {
+			if err := fn(m, md, slot, rec); err != nil {
+				return err
+			}
+			if seen++; limit > 0 && seen >= limit && md.NumPending > 0 {
+				return errScanLimit
+			}
+			if md.NumPending == 0 {
+				return errScanEnd
+			}
+			return nil
+		})
+		for range batch.Messages() {
+			// the rest of a batch given up
+		}
+		switch {
+		case errors.Is(err, errScanEnd):
+			return nil
+		case err != nil:
+			return err
+		}
+		if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) && !errors.Is(err, nats.ErrTimeout) {
+			return err
+		}
+		if read == 0 {
+			return nil
+		}
+	}
+}
+
+// errScanEnd stops a scan at the stream's last message.
+var errScanEnd = errors.New("scan at the end")
+
+// scanBatchOf calls fn with each message of batch in the slots of in
+// (every slot when all; messages without a slot always, for their
+// records' users to decide) and returns how many it read.
+func scanBatchOf(batch jetstream.MessageBatch, in map[int]bool, all bool, fn func(jetstream.Msg, *jetstream.MsgMetadata, int, moveRecord) error) (int, error) {
+	read := 0
+	for m := range batch.Messages() {
+		read++
+		md, err := m.Metadata()
+		if err != nil {
+			return read, err
+		}
+		_, tokens, ok := subjectKind(m.Subject())
+		var rec moveRecord
+		if !ok || json.Unmarshal(m.Data(), &rec) != nil || rec.ID == "" {
+			continue // no write makes one: not an inquiry's
+		}
+		slot := tokenSlot(tokens)
+		if all || in[slot] || slot == api.NoSlot {
+			if err := fn(m, md, slot, rec); err != nil {
+				return read, err
+			}
+		} else if md.NumPending == 0 {
+			return read, errScanEnd
+		}
+	}
+	return read, nil
+}
+
+// slotSubjects is the filter of every message of slot.
+func slotSubjects(cell string, slot int) string {
+	return "cellkit." + cell + ".ledger.*.*." + string(api.AppendIDSlot(nil, slot)) + ".*"
+}
+
+// subjectKind splits a ledger subject into its kind and its last two
+// tokens (slot and unique part).
+func subjectKind(subject string) (kind, tokens string, ok bool) {
+	i := strings.Index(subject, ".ledger.")
+	if i < 0 {
+		return "", "", false
+	}
+	parts := strings.SplitN(subject[i+len(".ledger."):], ".", 3)
+	if len(parts) != 3 {
+		return "", "", false
+	}
+	return parts[0], parts[2], true
+}
+
+// tokenSlot is the slot of a subject's last two tokens (api.NoSlot for
+// "_").
+func tokenSlot(tokens string) int {
+	dot := strings.IndexByte(tokens, '.')
+	if dot != api.IDSlotLen {
+		return api.NoSlot
+	}
+	_, slot, _, ok := api.ParseInquiryID("x-" + tokens[:dot] + tokens[dot+1:])
+	if !ok {
+		return api.NoSlot
+	}
+	return slot
+}
+
+// writtenAt is when a message was first written: its header's time when a
+// move carried it here, else its own.
+func writtenAt(m jetstream.Msg, md *jetstream.MsgMetadata) time.Time {
+	if v := m.Headers().Get(headerWritten); v != "" {
+		if t, err := time.Parse(time.RFC3339Nano, v); err == nil {
+			return t
+		}
+	}
+	return md.Timestamp
+}
