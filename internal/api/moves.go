@@ -1,6 +1,12 @@
 package api
 
-import "time"
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+)
 
 // MoveWindow is how long a cell remembers which cell owned a slot (or a
 // user) before it. A client retrying a request with the same
@@ -10,3 +16,156 @@ import "time"
 // away (the operator deleting one) keeps it answering for this long after
 // its slots moved.
 const MoveWindow = 10 * time.Minute
+
+// MoveSpec says which users a move carries from one cell to another
+// (docs/decisions/moving-users-data.md): the users of Slots but those in
+// Keep, and the users named in Users (moved by an override).
+type MoveSpec struct {
+	// ID names the move: the same in both cells' records and the
+	// control's. 1–64 of [A-Za-z0-9_-].
+	ID   string `json:"id"`
+	From string `json:"from"`
+	To   string `json:"to"`
+	// Slots are slots whose users move, but Keep.
+	Slots []int `json:"slots,omitempty"`
+	// Keep are users of Slots who do not move (pinned elsewhere).
+	Keep []MoveUser `json:"keep,omitempty"`
+	// Users are users of other slots who move.
+	Users []MoveUser `json:"users,omitempty"`
+}
+
+// MoveUser is a user a move names, with the user's slot.
+type MoveUser struct {
+	User string `json:"user"`
+	Slot int    `json:"slot"`
+}
+
+// Moves reports whether the move carries user, whose slot is slot.
+func (s *MoveSpec) Moves(slot int, user string) bool {
+	if _, ok := slices.BinarySearch(s.Slots, slot); ok {
+		return !slices.ContainsFunc(s.Keep, func(u MoveUser) bool { return u.User == user })
+	}
+	return slices.ContainsFunc(s.Users, func(u MoveUser) bool { return u.User == user })
+}
+
+// ScanSlots are the slots whose inquiries a move reads: Slots and those of
+// Users, sorted.
+func (s *MoveSpec) ScanSlots() []int {
+	out := slices.Clone(s.Slots)
+	for _, u := range s.Users {
+		out = append(out, u.Slot)
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// Whole reports whether the move carries every user of slot (no user of
+// it is kept, none of it named alone).
+func (s *MoveSpec) Whole(slot int) bool {
+	if _, ok := slices.BinarySearch(s.Slots, slot); !ok {
+		return false
+	}
+	return !slices.ContainsFunc(s.Keep, func(u MoveUser) bool { return u.Slot == slot })
+}
+
+// ErrBadMoveSpec is what a spec that is not one is (Check's errors).
+var ErrBadMoveSpec = errors.New("bad move spec")
+
+// Check says what is wrong with a move's spec (ErrBadMoveSpec), or nil. The slots are
+// sorted and below slots.
+func (s *MoveSpec) Check(slots int) error {
+	switch {
+	case !ValidMoveID(s.ID):
+		return fmt.Errorf("%w: move id %q: want 1–64 of [A-Za-z0-9_-]", ErrBadMoveSpec, s.ID)
+	case !ValidCellID(s.From) || !ValidCellID(s.To) || s.From == s.To:
+		return fmt.Errorf("%w: move %s: from %q to %q: want two cells", ErrBadMoveSpec, s.ID, s.From, s.To)
+	case len(s.Slots) == 0 && len(s.Users) == 0:
+		return fmt.Errorf("%w: move %s: no slot and no user", ErrBadMoveSpec, s.ID)
+	case !slices.IsSorted(s.Slots):
+		return fmt.Errorf("%w: move %s: slots not sorted", ErrBadMoveSpec, s.ID)
+	}
+	for _, slot := range s.Slots {
+		if slot < 0 || slot >= slots {
+			return fmt.Errorf("%w: move %s: slot %d not in [0, %d)", ErrBadMoveSpec, s.ID, slot, slots)
+		}
+	}
+	for _, u := range append(slices.Clone(s.Keep), s.Users...) {
+		if !ValidUserID(u.User) || u.Slot < 0 || u.Slot >= slots {
+			return fmt.Errorf("%w: move %s: user %q of slot %d", ErrBadMoveSpec, s.ID, u.User, u.Slot)
+		}
+	}
+	return nil
+}
+
+// ValidMoveID: a move's id, 1–64 of [A-Za-z0-9_-] (a key in a cell's
+// JetStream bucket and a path segment).
+func ValidMoveID(id string) bool { return of(id, userChars, MaxUserID) }
+
+// The roles of a cell in a move.
+const (
+	MoveSource      = "source"
+	MoveDestination = "destination"
+)
+
+// CellMove is a cell's record of its part in a move (PUT and GET
+// /v1/admin/moves/{id}): kept in the cell's JetStream, so that every
+// instance follows it and a restarted one finds it.
+type CellMove struct {
+	Spec MoveSpec `json:"spec"`
+	Role string   `json:"role"`
+	// Fenced, at the source: the moving users' new inquiries are refused
+	// (user-moving) and no attempt of theirs starts.
+	Fenced bool      `json:"fenced,omitempty"`
+	Since  time.Time `json:"since"`
+	// Inflight (read only) is how many attempts of the moving users the
+	// instance that answered has in flight.
+	Inflight int `json:"inflight"`
+}
+
+// MovedMessage is one ledger message a move carries (the export's page,
+// the import's body).
+type MovedMessage struct {
+	Seq     uint64          `json:"seq"`
+	Kind    string          `json:"kind"`
+	Written time.Time       `json:"written"`
+	Record  json.RawMessage `json:"record"`
+}
+
+// MovePage is a page of a source's export (GET
+// /v1/admin/moves/{id}/export?after=SEQ&limit=N) and an import's body
+// (POST /v1/admin/moves/{id}/import).
+type MovePage struct {
+	Messages []MovedMessage `json:"messages"`
+	// Next is the cursor to ask after; Done says the source had no more.
+	Next uint64 `json:"next"`
+	Done bool   `json:"done"`
+}
+
+// MoveDigest is a cell's digest of a move's users (GET
+// /v1/admin/moves/{id}/digest?horizon=RFC3339): per slot, the messages
+// first written after the horizon.
+type MoveDigest struct {
+	Slots map[int]SlotDigest `json:"slots"`
+}
+
+// SlotDigest is one slot's messages: how many, and the sum of their
+// hashes.
+type SlotDigest struct {
+	Messages int    `json:"messages"`
+	Sum      uint64 `json:"sum"`
+}
+
+// The paths of a cell's part in moves (admin API): PathCellMoves lists
+// them (GET); PathCellMoves + id is one (PUT, GET, DELETE); its actions
+// are PathCellMoves + id + "/" + one of MoveActions.
+const PathCellMoves = "/v1/admin/moves/"
+
+// Actions on a cell's move.
+const (
+	MoveExport   = "export"   // GET: a page of the source's messages
+	MoveImport   = "import"   // POST: a page into the destination
+	MoveDigestOf = "digest"   // GET: the digest of the move's users
+	MoveHand     = "hand"     // POST: the source hands its pending inquiries over
+	MoveDiscard  = "discard"  // POST: the cell lets the move's users' messages go ({"slots": [...]}: only those)
+	MoveActivate = "activate" // POST: the handed inquiries become work (at the source, for a move called off)
+)

@@ -58,6 +58,7 @@ func (c *Cell) adminHandler() http.Handler {
 	mux.HandleFunc("/v1/admin/failed", only(http.MethodGet, c.listFailed))
 	mux.HandleFunc("/v1/admin/failed/retry", only(http.MethodPost, c.retryFailed))
 	mux.HandleFunc(api.PathCellLedger, only(http.MethodPost, c.switchLedger))
+	c.moveRoutes(mux)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		problem.Write(w, problem.New(http.StatusNotFound, problem.NotFound, "no such path: "+r.URL.Path))
 	})

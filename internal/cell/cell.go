@@ -37,6 +37,7 @@ import (
 	"github.com/cellkit/cellkit/internal/api"
 	"github.com/cellkit/cellkit/internal/inflight"
 	"github.com/cellkit/cellkit/internal/intake"
+	"github.com/cellkit/cellkit/internal/move"
 	"github.com/cellkit/cellkit/internal/natsembed"
 	"github.com/cellkit/cellkit/internal/pipeline"
 	"github.com/cellkit/cellkit/internal/queue"
@@ -100,6 +101,7 @@ type Cell struct {
 	registry registry.Registry
 	follower *registry.Follower
 	moves    *intake.Moves
+	mover    *move.Mover // the cell's part in moving users' inquiries between cells
 	clients  map[string]*agency.Client
 	names    []string
 	pipe     *pipeline.Pipeline
@@ -204,6 +206,15 @@ func New(ctx context.Context, cfg Config, opts Options) (_ *Cell, err error) {
 		return nil, err
 	}
 
+	if err = c.untilJetStream(ctx, func(ctx context.Context) (err error) {
+		c.mover, err = move.Open(ctx, c.js, move.Config{Cell: cfg.ID, Replicas: cfg.Replicas, TTL: cfg.RecordTTL}, move.Options{
+			Ledger: c.queue.Ledger(), SlotOf: c.slotOf, Logger: c.log,
+		})
+		return err
+	}); err != nil {
+		return nil, err
+	}
+
 	am := agency.NewMetrics(c.metrics)
 	var agencies []pipeline.Agency
 	for _, a := range cfg.Agencies {
@@ -230,13 +241,14 @@ func New(ctx context.Context, cfg Config, opts Options) (_ *Cell, err error) {
 	c.pipe, err = pipeline.New(cfg.Pipeline, pipeline.Options{
 		Queue: c.queue, Agencies: agencies, Logger: c.log, Registerer: c.metrics,
 		Drained: func(service time.Duration) { c.shed.Drained(1); c.shed.Served(service) }, CSS: css, Core: core,
-		Journal: c.journal, Paused: c.storeFailed,
+		Journal: c.journal, Paused: c.storeFailed, Held: c.mover.Fenced,
 	})
 	if err != nil {
 		return nil, err
 	}
 	iopts := intake.Options{
 		Queue: c.queue, Shedder: c.shed, Map: c.follower.Map, Logger: c.log, Registerer: c.metrics, PeerTLS: opts.PeerTLS,
+		Moving: c.mover.Fenced,
 	}
 	if c.disk != nil {
 		iopts.Storage = c.disk
@@ -264,6 +276,15 @@ func New(ctx context.Context, cfg Config, opts Options) (_ *Cell, err error) {
 		c.adminLn, c.adminTLS = tls.NewListener(c.adminLn, opts.AdminTLS), true
 	}
 	return c, nil
+}
+
+// slotOf is user's slot in the map the cell follows (false: no map yet).
+func (c *Cell) slotOf(user string) (int, bool) {
+	m := c.follower.Map()
+	if m == nil {
+		return 0, false
+	}
+	return m.SlotOf(user), true
 }
 
 // readToken reads a token file: its first line, which must not be empty.

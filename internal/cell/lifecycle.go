@@ -24,6 +24,7 @@ func (c *Cell) Run(ctx context.Context) error {
 	g.Go(func() error { return c.follower.Run(gctx) })
 	g.Go(func() error { c.moves.Follow(gctx, c.follower.Map, c.follower.Changed, time.Now); return nil })
 	g.Go(func() error { c.intake.Settle(gctx); return nil })
+	g.Go(func() error { c.mover.Follow(gctx); return nil })
 	g.Go(func() error { return serve(adminSrv, c.adminLn) })
 	g.Go(func() error { return serve(intakeSrv, c.intakeLn) })
 	g.Go(func() error { c.sampleLoop(gctx); return nil })

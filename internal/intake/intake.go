@@ -118,6 +118,10 @@ type Options struct {
 	// client certificate should name PeerRole. Nil means Go's defaults (the
 	// system's roots, no client certificate).
 	PeerTLS *tls.Config
+	// Moving, if not nil, says that a user's inquiries are being moved
+	// out of this cell (internal/move's fence): the user's new inquiries
+	// are answered 503 user-moving, with Cellkit-Overloaded.
+	Moving func(user string) bool
 }
 
 // Storage is the cell's store as intake sees it (internal/storage.Guard).
@@ -138,6 +142,7 @@ type Handler struct {
 	shed    *shed.Shedder
 	disk    Storage // nil: not watched
 	cmap    func() *slotmap.Map
+	moving  func(user string) bool // nil: no user is
 	log     *slog.Logger
 	now     func() time.Time
 	open    atomic.Bool
@@ -202,7 +207,7 @@ func New(cfg Config, opts Options) (*Handler, error) {
 		cfg.RouterRole = d.RouterRole
 	}
 	h := &Handler{
-		cfg: cfg, q: opts.Queue, shed: opts.Shedder, disk: opts.Storage, cmap: opts.Map,
+		cfg: cfg, q: opts.Queue, shed: opts.Shedder, disk: opts.Storage, cmap: opts.Map, moving: opts.Moving,
 		log: opts.Logger, now: opts.Now, m: newMetrics(opts.Registerer), peerTLS: opts.PeerTLS,
 		doubts: doubts{since: map[string]time.Time{}},
 	}

@@ -30,7 +30,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}, []string{"route"}),
 		shed: auto.NewCounterVec(prometheus.CounterOpts{
 			Name: "cellkit_cell_intake_shed_total",
-			Help: "Inquiries turned away with 503, by reason: age (oldest pending over budget), wait (backlog would take longer than the budget to drain), depth, share (high priority over its share while normal asks for the rest), full (stream limit), closed, nats, storage (the store near full or failing a write).",
+			Help: "Inquiries turned away with 503, by reason: age (oldest pending over budget), wait (backlog would take longer than the budget to drain), depth, share (high priority over its share while normal asks for the rest), full (stream limit), closed, nats, storage (the store near full or failing a write), moving (the user's inquiries being moved to another cell).",
 		}, []string{"reason"}),
 		laneShed: auto.NewCounterVec(prometheus.CounterOpts{
 			Name: "cellkit_cell_intake_lane_shed_total",

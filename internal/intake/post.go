@@ -77,6 +77,10 @@ func (h *Handler) post(w http.ResponseWriter, r *http.Request) {
 	if !h.fence(w, r, req.UserID) {
 		return
 	}
+	if h.moving != nil && h.moving(req.UserID) {
+		h.shedNow(w, shedMoving, "the user's inquiries are being moved from cell "+h.cfg.Cell+" to the cell that takes the user's slot; nothing was accepted", time.Second)
+		return
+	}
 	ctx, cancel := context.WithTimeout(r.Context(), h.cfg.Timeout)
 	defer cancel()
 	if h.disk != nil {

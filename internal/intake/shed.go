@@ -28,11 +28,12 @@ const (
 	shedNATS    shed.Reason = "nats"    // the queue cannot be reached
 	shedFull    shed.Reason = "full"    // the queue is at its depth limit
 	shedStorage shed.Reason = "storage" // the store is near full or failed a write
+	shedMoving  shed.Reason = "moving"  // the user's inquiries are being moved to another cell
 )
 
 // reasonKind is the problem type of each reason to shed (and the label
 // values of the shed metric).
 var reasonKind = map[shed.Reason]string{
 	shedClosed: problem.IntakeClosed, shed.Age: problem.Overloaded, shed.Depth: problem.Overloaded, shed.Wait: problem.Overloaded, shed.Share: problem.Overloaded,
-	shedNATS: problem.QueueUnavailable, shedFull: problem.QueueFull, shedStorage: problem.StorageFull,
+	shedNATS: problem.QueueUnavailable, shedFull: problem.QueueFull, shedStorage: problem.StorageFull, shedMoving: problem.UserMoving,
 }

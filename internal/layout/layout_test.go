@@ -25,7 +25,7 @@ var planes = map[string]string{
 	"agency": "agency", "sessionpool": "agency", "wire": "agency", "telegram": "agency", "agencysim": "agency",
 	// cell: one cell.
 	"cell": "cell", "intake": "cell", "pipeline": "cell", "queue": "cell", "store": "cell", "shed": "cell",
-	"inflight": "cell", "inquiry": "cell", "natsembed": "cell", "quotalease": "cell",
+	"inflight": "cell", "inquiry": "cell", "natsembed": "cell", "quotalease": "cell", "move": "cell",
 	// edge: the router.
 	"router": "edge", "apikey": "edge", "route": "edge", "guard": "edge", "h1": "edge", "hotkeys": "edge", "slotrate": "edge", "quota": "edge",
 	// control: changing the map and operating cells.

@@ -19,6 +19,8 @@ import (
 func (p *Pipeline) attempt(ctx context.Context, rec *inquiry.Record, service *time.Duration) (res inquiry.Result, f *failure) {
 	p.journal.Begin(rec.ID)
 	defer p.journal.End(rec.ID)
+	p.attempting.Store(rec.ID, rec.UserID)
+	defer p.attempting.Delete(rec.ID)
 	defer func() {
 		if r := recover(); r != nil {
 			res, f = inquiry.Result{}, p.panicked("pipeline", rec.ID, r)

@@ -204,6 +204,12 @@ type Options struct {
 	// fetched then would spend its attempts on writes that fail. Work in
 	// flight goes on.
 	Paused func() bool
+	// Held, if not nil, holds the attempts of a user whose inquiries are
+	// being moved out of the cell (internal/move's fence): a delivery of
+	// theirs waits, its worker's place given back, until the user is let
+	// go (then it is worked) or the inquiry is handed over (then it is
+	// stale). Attempts under way go on.
+	Held func(user string) bool
 }
 
 // Pipeline is a cell's set of workers. Create it with New, run it with Run.
@@ -223,6 +229,9 @@ type Pipeline struct {
 	progress atomic.Int64 // unix ns: the last message settled, or work begun after none was in flight
 	journal  Journal
 	paused   func() bool
+	held     func(user string) bool
+	// attempting holds each attempt under way: inquiry id → user.
+	attempting sync.Map
 	suspects chan struct{} // held by the suspect running: one at a time
 }
 
@@ -244,6 +253,9 @@ func New(cfg Config, opts Options) (*Pipeline, error) {
 	}
 	if p.paused == nil {
 		p.paused = func() bool { return false }
+	}
+	if p.held = opts.Held; p.held == nil {
+		p.held = func(string) bool { return false }
 	}
 	if p.journal == nil {
 		p.journal = noJournal{}
@@ -285,6 +297,18 @@ func (p *Pipeline) Resize(agencyName string, sessions int) {
 
 // Inflight is the number of inquiries being processed.
 func (p *Pipeline) Inflight() int { return int(p.inflight.Load()) }
+
+// Attempting is how many attempts under way are of users match chooses.
+func (p *Pipeline) Attempting(match func(user string) bool) int {
+	n := 0
+	p.attempting.Range(func(_, user any) bool {
+		if match(user.(string)) {
+			n++
+		}
+		return true
+	})
+	return n
+}
 
 // Stalled reports how long the pipeline has had work in flight and settled
 // none of it (0 when it has none in flight, or settled some since). Every

@@ -132,6 +132,9 @@ func (p *Pipeline) settle(ctx context.Context, m *queue.Delivery, service *time.
 		return p.failDead(m, rec, ref, attempt, suspectedReason(rec.Crashes))
 	}
 
+	if p.held(rec.UserID) {
+		return p.hold(ctx, m, rec.UserID, service, free)
+	}
 	stopProgress := p.keepAlive(m)
 	defer stopProgress()
 	if rec.Crashes > 0 {
@@ -177,6 +180,37 @@ func (p *Pipeline) settle(ctx context.Context, m *queue.Delivery, service *time.
 	p.write(m, &rec, ref) // keeps the partial scores; a lost write only costs calls
 	p.nak(m, attempt)
 	return outRetry
+}
+
+// holdPoll is how often a held delivery looks whether its user is let go
+// or its inquiry handed over.
+const holdPoll = 250 * time.Millisecond
+
+// hold keeps m, whose user is held (Options.Held), in progress with its
+// worker's place given back until the user is let go or the inquiry is
+// handed over to another cell (its record's job then is not m's: stale),
+// then settles it again.
+func (p *Pipeline) hold(ctx context.Context, m *queue.Delivery, user string, service *time.Duration, free func()) outcome {
+	free()
+	stop := p.keepAlive(m)
+	defer stop()
+	for p.held(user) {
+		select {
+		case <-ctx.Done():
+			m.Nak()
+			return outInterrupted
+		case <-time.After(holdPoll):
+		}
+		wctx, cancel := context.WithTimeout(context.Background(), writeTimeout)
+		rec, _, err := p.q.Record(wctx, m)
+		cancel()
+		if err == nil && rec.Job != m.Job {
+			m.Ack()
+			return outStale
+		}
+	}
+	stop()
+	return p.settle(ctx, m, service, func() {})
 }
 
 func (p *Pipeline) deadLetter(m *queue.Delivery, rec inquiry.Record, ref queue.Ref, attempt int, reason string) outcome {

@@ -54,6 +54,8 @@ const (
 	IdempotencyKeyReused = TypeBase + "idempotency-key-reused" // 422: the key was used for another request
 	Misdirected          = TypeBase + "misdirected"            // 421: this cell does not own the user or the inquiry
 	NotReady             = TypeBase + "not-ready"              // 409: the cell is starting or stopping
+	UnknownMove          = TypeBase + "unknown-move"           // 404 (cell admin): the cell is in no move of that id
+	MoveConflict         = TypeBase + "move-conflict"          // 409 (cell admin): the step does not fit the move's record
 
 	// Overload and outages (503 with Retry-After unless noted).
 	Overloaded       = TypeBase + "overloaded"        // shed: retry later, not elsewhere
@@ -65,6 +67,7 @@ const (
 	NoActiveCell     = TypeBase + "no-active-cell"    // the map has no active cell
 	NoCellMap        = TypeBase + "no-cell-map"       // the router has no map yet
 	MapMoving        = TypeBase + "map-moving"        // the user's slot is moving; the router has no newer map yet
+	UserMoving       = TypeBase + "user-moving"       // the user's inquiries are being moved to another cell: retry after Retry-After
 	CellUnavailable  = TypeBase + "cell-unavailable"  // the router cannot reach the cell
 	CellTimeout      = TypeBase + "cell-timeout"      // 504: the cell did not answer in time
 	OutcomeUnknown   = TypeBase + "outcome-unknown"   // 503: the cell cannot tell whether the inquiry was accepted

@@ -219,6 +219,9 @@ func (q *Queue) setSince(t time.Time) {
 	}
 }
 
+// Ledger is the cell's ledger (a move reads and writes it directly).
+func (q *Queue) Ledger() *store.Ledger { return q.ledger }
+
 // Layout is the layout the intake writes now (LayoutLedger once the
 // switch has taken effect).
 func (q *Queue) Layout() string {

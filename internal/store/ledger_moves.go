@@ -40,16 +40,6 @@ const (
 // through moves: its life is counted from it.
 const headerWritten = "Cellkit-Written"
 
-// Moved is one ledger message as a move carries it.
-type Moved struct {
-	// Seq is its sequence at the source: the cursor of a copy.
-	Seq  uint64 `json:"seq"`
-	Kind string `json:"kind"`
-	// Written is when it was first written, in whatever cell.
-	Written time.Time       `json:"written"`
-	Record  json.RawMessage `json:"record"`
-}
-
 // MoveFilter chooses the messages a move carries: the slot of its
 // subject (api.NoSlot for an id without one) and its record's user.
 type MoveFilter func(slot int, user string) bool
@@ -59,7 +49,7 @@ type MoveFilter func(slot int, user string) bool
 // continue after and whether the ledger had no more. slots, if not nil,
 // are the only slots want can choose (a subject filter each: the file
 // store reads only those slots' messages).
-func (j *Ledger) Export(ctx context.Context, after uint64, slots []int, want MoveFilter, limit int, fn func(Moved) error) (next uint64, done bool, err error) {
+func (j *Ledger) Export(ctx context.Context, after uint64, slots []int, want MoveFilter, limit int, fn func(api.MovedMessage) error) (next uint64, done bool, err error) {
 	next = after
 	err = j.scan(ctx, after, slots, limit, func(m jetstream.Msg, md *jetstream.MsgMetadata, slot int, rec moveRecord) error {
 		next = md.Sequence.Stream
@@ -67,7 +57,7 @@ func (j *Ledger) Export(ctx context.Context, after uint64, slots []int, want Mov
 			return nil
 		}
 		kind, _, _ := subjectKind(m.Subject())
-		return fn(Moved{Seq: md.Sequence.Stream, Kind: kind, Written: writtenAt(m, md), Record: m.Data()})
+		return fn(api.MovedMessage{Seq: md.Sequence.Stream, Kind: kind, Written: writtenAt(m, md), Record: m.Data()})
 	})
 	if errors.Is(err, errScanLimit) {
 		return next, false, nil
@@ -78,7 +68,7 @@ func (j *Ledger) Export(ctx context.Context, after uint64, slots []int, want Mov
 // Import writes m into the ledger as the source had it ("new" as
 // "hold"), to live as long as it had left there; a message whose life is
 // over is skipped. Writing one message twice leaves one.
-func (j *Ledger) Import(ctx context.Context, m Moved, ttl time.Duration, now time.Time) error {
+func (j *Ledger) Import(ctx context.Context, m api.MovedMessage, ttl time.Duration, now time.Time) error {
 	var rec moveRecord
 	if err := json.Unmarshal(m.Record, &rec); err != nil || rec.ID == "" {
 		return fmt.Errorf("import: an undecodable record of seq %d", m.Seq)
@@ -103,19 +93,13 @@ func (j *Ledger) Import(ctx context.Context, m Moved, ttl time.Duration, now tim
 	return nil
 }
 
-// SlotDigest is what a move compares of one slot on both sides: how many
-// messages, and a sum of their hashes (kind, inquiry and bytes), which
-// does not depend on their order.
-type SlotDigest struct {
-	Messages int    `json:"messages"`
-	Sum      uint64 `json:"sum"`
-}
-
 // Digest digests, per slot, the messages want chooses that were first
 // written after horizon (older ones may be expiring on one side and not
-// yet on the other). "hold" counts as "new".
-func (j *Ledger) Digest(ctx context.Context, slots []int, want MoveFilter, horizon time.Time) (map[int]SlotDigest, error) {
-	out := map[int]SlotDigest{}
+// yet on the other): how many, and the sum of their hashes (kind,
+// inquiry and bytes), which does not depend on their order. "hold"
+// counts as "new".
+func (j *Ledger) Digest(ctx context.Context, slots []int, want MoveFilter, horizon time.Time) (map[int]api.SlotDigest, error) {
+	out := map[int]api.SlotDigest{}
 	err := j.scan(ctx, 0, slots, 0, func(m jetstream.Msg, md *jetstream.MsgMetadata, slot int, rec moveRecord) error {
 		if !want(slot, rec.UserID) || !writtenAt(m, md).After(horizon) {
 			return nil
@@ -192,6 +176,34 @@ func (j *Ledger) Hand(ctx context.Context, id, job string) (handed bool, err err
 			return false, err
 		}
 	}
+}
+
+// HandAll hands every pending inquiry want chooses in slots over (see
+// Hand), and returns how many it handed.
+func (j *Ledger) HandAll(ctx context.Context, slots []int, want MoveFilter, job string) (int, error) {
+	seen := map[string]bool{}
+	var ids []string
+	err := j.scan(ctx, 0, slots, 0, func(m jetstream.Msg, _ *jetstream.MsgMetadata, slot int, rec moveRecord) error {
+		if kind, _, _ := subjectKind(m.Subject()); (kind == KindNew || kind == KindRec || kind == KindHand) && want(slot, rec.UserID) && !seen[rec.ID] {
+			seen[rec.ID] = true
+			ids = append(ids, rec.ID)
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, id := range ids {
+		handed, err := j.Hand(ctx, id, job)
+		if err != nil {
+			return n, err
+		}
+		if handed {
+			n++
+		}
+	}
+	return n, nil
 }
 
 // Activate makes the inquiries handed to this cell in slots and chosen by

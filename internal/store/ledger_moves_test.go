@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cellkit/cellkit/internal/api"
 	"github.com/cellkit/cellkit/internal/celltest"
 	"github.com/cellkit/cellkit/internal/inquiry"
 	"github.com/cellkit/cellkit/internal/store"
@@ -64,7 +65,7 @@ func TestAMoveCopiesVerifiesAndHandsOverALedgersInquiries(t *testing.T) {
 	copyFrom := func(after uint64, slots []int) uint64 {
 		t.Helper()
 		for {
-			next, end, err := src.Export(ctx, after, slots, want, 2, func(m store.Moved) error { return dst.Import(ctx, m, time.Hour, time.Now()) })
+			next, end, err := src.Export(ctx, after, slots, want, 2, func(m api.MovedMessage) error { return dst.Import(ctx, m, time.Hour, time.Now()) })
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -107,7 +108,7 @@ func TestAMoveCopiesVerifiesAndHandsOverALedgersInquiries(t *testing.T) {
 	copyFrom(cursor, moving)
 
 	horizon := time.Now().Add(-time.Hour)
-	digests := func() (a, b map[int]store.SlotDigest) {
+	digests := func() (a, b map[int]api.SlotDigest) {
 		t.Helper()
 		a, err := src.Digest(ctx, moving, want, horizon)
 		if err != nil {

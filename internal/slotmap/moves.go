@@ -1,0 +1,69 @@
+package slotmap
+
+import (
+	"cmp"
+	"maps"
+	"slices"
+
+	"github.com/cellkit/cellkit/internal/api"
+)
+
+// DataMoves are the moves of users' inquiries a change from p.Before to
+// p.After needs (docs/decisions/moving-users-data.md): one per pair of
+// cells, carrying the users whose route goes from the one to the other.
+// A slot that changes owner carries its users but those pinned (in
+// either map) elsewhere than its old and new owner, who are kept; a
+// pinned user whose route changes otherwise moves alone. Slots or users
+// without an owner on one side (a map with no active cell) move nothing.
+// The moves are sorted by source and destination, their ids empty for
+// the caller to name.
+func (p *Plan) DataMoves() []api.MoveSpec {
+	before, after := p.Before, p.After
+	if before == nil || after == nil || before.Slots() != after.Slots() {
+		return nil
+	}
+	specs := map[[2]string]*api.MoveSpec{}
+	spec := func(from, to string) *api.MoveSpec {
+		k := [2]string{from, to}
+		if specs[k] == nil {
+			specs[k] = &api.MoveSpec{From: from, To: to}
+		}
+		return specs[k]
+	}
+	for _, mv := range p.Moves {
+		if mv.FromCell == "" || mv.ToCell == "" {
+			continue
+		}
+		s := spec(mv.FromCell, mv.ToCell)
+		for slot := mv.From; slot <= mv.To; slot++ {
+			s.Slots = append(s.Slots, slot)
+		}
+	}
+	pinned := map[string]bool{}
+	for u := range before.overrides {
+		pinned[u] = true
+	}
+	for u := range after.overrides {
+		pinned[u] = true
+	}
+	for _, u := range slices.Sorted(maps.Keys(pinned)) {
+		slot := before.SlotOf(u)
+		from, to := before.Lookup(u).Cell, after.Lookup(u).Cell
+		slotFrom, slotTo := before.Owner(slot), after.Owner(slot)
+		if slotFrom != slotTo && slotFrom != "" && slotTo != "" && (from != slotFrom || to != slotTo) {
+			// The slot moves, but not this user with it.
+			k := spec(slotFrom, slotTo)
+			k.Keep = append(k.Keep, api.MoveUser{User: u, Slot: slot})
+		}
+		if from != to && from != "" && to != "" && (from != slotFrom || to != slotTo) {
+			k := spec(from, to)
+			k.Users = append(k.Users, api.MoveUser{User: u, Slot: slot})
+		}
+	}
+	out := make([]api.MoveSpec, 0, len(specs))
+	for _, s := range specs {
+		out = append(out, *s)
+	}
+	slices.SortFunc(out, func(a, b api.MoveSpec) int { return cmp.Or(cmp.Compare(a.From, b.From), cmp.Compare(a.To, b.To)) })
+	return out
+}

@@ -1,0 +1,81 @@
+package slotmap
+
+import (
+	"strconv"
+	"testing"
+)
+
+// A change's data moves: the slots that change owner carry their users,
+// but a user pinned elsewhere, who is kept; a pin or unpin moves that
+// user alone; every user whose route changes is carried by exactly one
+// move, from the cell before to the cell after, and no other user is.
+func TestAPlansDataMovesCarryExactlyTheUsersWhoseRouteChanges(t *testing.T) {
+	m := buildMap(t, []int{1, 1, 1})
+	var err error
+	// Before: a user pinned to c02, who stays pinned.
+	stay := userOfSlotOwnedBy(t, m, "c00", "stay-")
+	if m, err = applied(m.SetOverride(stay, "c02")); err != nil {
+		t.Fatal(err)
+	}
+	p, err := m.SetWeight("c01", 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The same plan, and two pins: one to a cell the user's slot does not
+	// go to, one cleared.
+	pinned := userOfSlotOwnedBy(t, m, "c00", "pin-")
+	after, err := applied(p.After.SetOverride(pinned, "c02"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after, err = applied(after.ClearOverride(stay)); err != nil {
+		t.Fatal(err)
+	}
+	p.After = after
+	specs := p.DataMoves()
+	if len(specs) < 2 {
+		t.Fatalf("moves %+v: want the weight's and the pins'", specs)
+	}
+	for u := range 20000 {
+		user := "u" + strconv.Itoa(u)
+		for _, extra := range []string{user, stay, pinned} {
+			from, to := m.Lookup(extra).Cell, after.Lookup(extra).Cell
+			carried := 0
+			for _, s := range specs {
+				if s.Moves(m.SlotOf(extra), extra) {
+					carried++
+					if s.From != from || s.To != to {
+						t.Fatalf("user %s (%s → %s) carried by the move %s → %s", extra, from, to, s.From, s.To)
+					}
+				}
+			}
+			if want := map[bool]int{true: 1, false: 0}[from != to]; carried != want {
+				t.Fatalf("user %s (%s → %s) carried by %d moves, want %d", extra, from, to, carried, want)
+			}
+		}
+	}
+	for _, s := range specs {
+		s.ID = "m"
+		if err := s.Check(m.Slots()); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func applied(p *Plan, err error) (*Map, error) {
+	if err != nil {
+		return nil, err
+	}
+	return p.After, nil
+}
+
+func userOfSlotOwnedBy(t *testing.T, m *Map, cell, prefix string) string {
+	t.Helper()
+	for i := range 100000 {
+		if u := prefix + strconv.Itoa(i); m.Owner(m.SlotOf(u)) == cell {
+			return u
+		}
+	}
+	t.Fatalf("no user of %s", cell)
+	return ""
+}
