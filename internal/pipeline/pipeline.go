@@ -232,7 +232,7 @@ type Pipeline struct {
 	held     func(user string) bool
 	// attempting holds each attempt under way: inquiry id → user.
 	attempting sync.Map
-	suspects chan struct{} // held by the suspect running: one at a time
+	suspects   chan struct{} // held by the suspect running: one at a time
 }
 
 // New builds a pipeline over opts.Queue with opts.Agencies.
