@@ -52,6 +52,9 @@ type Client struct {
 	// CertAsked is set when a server asked for a client certificate and
 	// there was none to give (no --tls-cert); nil without TLS.
 	CertAsked *atomic.Bool
+	// Timeout bounds one call [CallTimeout]: longer for the steps of a
+	// move, which read a slot set's whole ledger.
+	Timeout time.Duration
 }
 
 // ReadToken reads a client's bearer token file: its content without
@@ -223,7 +226,7 @@ func (c Client) Metrics(ctx context.Context, base string) (map[string]*dto.Metri
 // fetch sends one request to base+path and returns a 2xx answer's body
 // and its status, or an *Error (also for a body over MaxBody).
 func (c Client) fetch(ctx context.Context, method, base, path string, body any, accept string) ([]byte, string, int, error) {
-	ctx, cancel := context.WithTimeout(ctx, CallTimeout)
+	ctx, cancel := context.WithTimeout(ctx, cmp.Or(c.Timeout, CallTimeout))
 	defer cancel()
 	target := strings.TrimRight(base, "/") + path
 	var rd io.Reader
@@ -422,4 +425,81 @@ func (c Client) SetIntakes(ctx context.Context, cell slotmap.Cell, open bool) er
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// The steps of a cell's part in a move (internal/cell's admin API of
+// moves; docs/decisions/moving-users-data.md).
+
+// PutMove records a cell's part in a move (or its fence) and returns the
+// cell's record.
+func (c Client) PutMove(ctx context.Context, base string, cm api.CellMove) (*api.CellMove, error) {
+	var out api.CellMove
+	if err := c.Call(ctx, http.MethodPut, base, api.PathCellMoves+cm.Spec.ID, cm, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// Move reads a cell's record of move id, with the attempts of its users
+// the process that answered has under way.
+func (c Client) Move(ctx context.Context, base, id string) (*api.CellMove, error) {
+	var out api.CellMove
+	if err := c.Call(ctx, http.MethodGet, base, api.PathCellMoves+id, nil, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// DeleteMove forgets a cell's part in move id.
+func (c Client) DeleteMove(ctx context.Context, base, id string) error {
+	return c.Call(ctx, http.MethodDelete, base, api.PathCellMoves+id, nil, nil)
+}
+
+// ExportMove reads a page of a source's messages of move id after
+// sequence after, in slots (nil: all the move's).
+func (c Client) ExportMove(ctx context.Context, base, id string, after uint64, limit int, slots []int) (*api.MovePage, error) {
+	q := url.Values{"after": {strconv.FormatUint(after, 10)}, "limit": {strconv.Itoa(limit)}}
+	if slots != nil {
+		parts := make([]string, len(slots))
+		for i, s := range slots {
+			parts[i] = strconv.Itoa(s)
+		}
+		q.Set("slots", strings.Join(parts, ","))
+	}
+	var out api.MovePage
+	if err := c.Call(ctx, http.MethodGet, base, api.PathCellMoves+id+"/"+api.MoveExport+"?"+q.Encode(), nil, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// ImportMove writes a page into a destination.
+func (c Client) ImportMove(ctx context.Context, base, id string, page *api.MovePage) error {
+	return c.Call(ctx, http.MethodPost, base, api.PathCellMoves+id+"/"+api.MoveImport, page, nil)
+}
+
+// DigestMove reads a cell's digest of move id's users' messages written
+// after horizon.
+func (c Client) DigestMove(ctx context.Context, base, id string, horizon time.Time) (*api.MoveDigest, error) {
+	var out api.MoveDigest
+	q := url.Values{"horizon": {horizon.UTC().Format(time.RFC3339Nano)}}
+	if err := c.Call(ctx, http.MethodGet, base, api.PathCellMoves+id+"/"+api.MoveDigestOf+"?"+q.Encode(), nil, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// MoveStep runs one of a move's steps that answer a count (hand,
+// activate) or nothing (discard, with slots: only those).
+func (c Client) MoveStep(ctx context.Context, base, id, action string, slots []int) (int, error) {
+	var out map[string]any
+	var body any
+	if action == api.MoveDiscard {
+		body = map[string][]int{"slots": slots}
+	}
+	if err := c.Call(ctx, http.MethodPost, base, api.PathCellMoves+id+"/"+action, body, &out); err != nil {
+		return 0, err
+	}
+	n, _ := out[map[string]string{api.MoveHand: "handed", api.MoveActivate: "activated"}[action]].(float64)
+	return int(n), nil
 }

@@ -33,4 +33,8 @@ const (
 	// the call's, and the router need not ask the kernel before each call
 	// whether unasked bytes wait on the connection.
 	HeaderCall = "Cellkit-Call"
+	// HeaderLocalRead marks a read one cell asks another for on behalf
+	// of a reader (an inquiry of a user pinned there, or one that did not
+	// move): the asked cell answers from its own store, asking no one.
+	HeaderLocalRead = "Cellkit-Local-Read"
 )

@@ -120,6 +120,9 @@ type CellMove struct {
 	// Inflight (read only) is how many attempts of the moving users the
 	// instance that answered has in flight.
 	Inflight int `json:"inflight"`
+	// RecordTTLSeconds (read only) is how long the cell keeps a record
+	// after its last write: a digest leaves out what may be expiring.
+	RecordTTLSeconds int64 `json:"record_ttl_seconds,omitempty"`
 }
 
 // MovedMessage is one ledger message a move carries (the export's page,
@@ -169,3 +172,49 @@ const (
 	MoveDiscard  = "discard"  // POST: the cell lets the move's users' messages go ({"slots": [...]}: only those)
 	MoveActivate = "activate" // POST: the handed inquiries become work (at the source, for a move called off)
 )
+
+// MovesDocument is the name of the record of the data moves of a map
+// change under way, beside the map (registry.DocumentFor): written by the
+// control library before each step, read by cellctl move status and the
+// console.
+const MovesDocument = "moves"
+
+// The phases of a map change's data moves.
+const (
+	MovesPreparing = "preparing" // copying, fencing, verifying; the map unchanged
+	MovesCommitted = "committed" // the map gives the users to their new cells; finishing
+)
+
+// MovesRecord is the record of a map change's data moves.
+type MovesRecord struct {
+	// Version is the map version the change commits.
+	Version int64  `json:"version"`
+	Change  string `json:"change"`
+	Phase   string `json:"phase"`
+	Holder  string `json:"holder"`
+	// Moves are the change's moves, each with what its steps did so far.
+	Moves   []MoveProgress `json:"moves"`
+	Started time.Time      `json:"started"`
+	Updated time.Time      `json:"updated"`
+}
+
+// MoveProgress is one move of a change and where it stands.
+type MoveProgress struct {
+	Spec MoveSpec `json:"spec"`
+	// Step is the last step begun: recorded, copying, fenced, handed,
+	// copied, verified, activated, done (or called-off).
+	Step     string `json:"step"`
+	Copied   int    `json:"copied"`
+	Bytes    int    `json:"bytes"`
+	Again    int    `json:"again,omitempty"`
+	Handed   int    `json:"handed"`
+	Slots    int    `json:"slots"`
+	Messages int    `json:"messages"`
+	Verified bool   `json:"verified"`
+	// Fenced is when the users' new inquiries began to be refused;
+	// Finished when the destination took them (the fence's end).
+	Fenced    *time.Time `json:"fenced,omitempty"`
+	Finished  *time.Time `json:"finished,omitempty"`
+	Activated int        `json:"activated"`
+	Error     string     `json:"error,omitempty"`
+}

@@ -23,7 +23,7 @@ import (
 //	PUT    /v1/admin/moves/{id}             its part in a move, or its fence (api.CellMove)
 //	GET    /v1/admin/moves/{id}             the same, with this instance's attempts in flight of the moving users
 //	DELETE /v1/admin/moves/{id}             forget it (and its fence)
-//	GET    /v1/admin/moves/{id}/export      ?after=SEQ&limit=N: a page of the source's messages
+//	GET    /v1/admin/moves/{id}/export      ?after=SEQ&limit=N[&slots=A,B]: a page of the source's messages
 //	POST   /v1/admin/moves/{id}/import      a page into the destination
 //	GET    /v1/admin/moves/{id}/digest      ?horizon=RFC3339: per slot, the moving users' messages
 //	POST   /v1/admin/moves/{id}/hand        the source hands its pending inquiries over
@@ -116,7 +116,18 @@ func (c *Cell) moveAction(w http.ResponseWriter, r *http.Request) {
 				problem.Write(w, problem.New(http.StatusBadRequest, problem.InvalidField, "after must be a sequence and limit a positive count").WithField("after"))
 				return
 			}
-			page, err := c.mover.Export(ctx, id, after, limit)
+			var slots []int
+			if v := q.Get("slots"); v != "" {
+				for _, part := range strings.Split(v, ",") {
+					n, err := strconv.Atoi(part)
+					if err != nil || n < 0 {
+						problem.Write(w, problem.New(http.StatusBadRequest, problem.InvalidField, "slots must be slot numbers, comma-separated").WithField("slots"))
+						return
+					}
+					slots = append(slots, n)
+				}
+			}
+			page, err := c.mover.Export(ctx, id, after, limit, slots)
 			respondMove(w, page, err)
 		case api.MoveImport:
 			var page api.MovePage

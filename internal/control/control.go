@@ -24,6 +24,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cellkit/cellkit/internal/api"
 	"github.com/cellkit/cellkit/internal/registry"
 	"github.com/cellkit/cellkit/internal/slotmap"
 )
@@ -69,6 +70,11 @@ type Options struct {
 	// asked once per change; an error is a warning (the plan shows no
 	// traffic), unless Abort marks it.
 	Traffic func(ctx context.Context, slots int) (*slotmap.Traffic, error)
+	// Moves, if set, moves the users' inquiries with every change that
+	// gives users another cell (see Mover): copied and verified before
+	// the map is committed, let go at the old cell after. Nil: the map
+	// alone changes (tests of the map without cells).
+	Moves *Mover
 }
 
 // Note is a message from a change under way: a note (waiting for the
@@ -98,6 +104,8 @@ type Change struct {
 
 // Result is what a change did.
 type Result struct {
+	// Moves are the change's data moves and what each did.
+	Moves []api.MoveProgress
 	// Plan is the last plan made.
 	Plan     *slotmap.Plan
 	DryRun   bool
@@ -286,6 +294,11 @@ func (c *Controller) Apply(ctx context.Context, ch Change) (*Result, error) {
 		defer release()
 		lock = l
 	}
+	if !ch.DryRun && c.opts.Moves != nil {
+		if err := c.ResumeMoves(ctx); err != nil {
+			return nil, err
+		}
+	}
 	var tr *slotmap.Traffic
 	for attempt := 0; ; attempt++ {
 		cur, err := c.Load(ctx)
@@ -327,7 +340,17 @@ func (c *Controller) Apply(ctx context.Context, ch Change) (*Result, error) {
 		// The version planned against, in case another tool wrote it.
 		c.keep(ctx, cur)
 		next := c.Noted(p.After)
+		moves, err := c.prepareMoves(ctx, cur, p, next)
+		if err != nil {
+			return nil, err
+		}
 		err = c.reg.CompareAndSwap(ctx, cur.Version(), next)
+		if err != nil && moves != nil {
+			// Not committed: the moves are called off.
+			if aerr := c.abortMoves(context.WithoutCancel(ctx), cur, moves); aerr != nil {
+				c.note(true, "call the data moves off: %v ('cellctl move resume' finishes it)", aerr)
+			}
+		}
 		if errors.Is(err, registry.ErrConflict) {
 			if attempt < MaxReplans {
 				c.note(false, "The map changed while this plan was made (%v): planning again (%d of %d).", err, attempt+1, MaxReplans)
@@ -344,6 +367,13 @@ func (c *Controller) Apply(ctx context.Context, ch Change) (*Result, error) {
 		}
 		res.Applied, res.Version = true, next.Version()
 		c.keep(ctx, next)
+		if moves != nil {
+			res.Moves = moves.Moves
+			if err := c.finishMoves(ctx, next, moves); err != nil {
+				c.note(true, "version %d is committed; finishing its data moves: %v ('cellctl move resume' finishes them)", next.Version(), err)
+			}
+			res.Moves = moves.Moves
+		}
 		return c.done(ch, res), nil
 	}
 }

@@ -3,10 +3,13 @@ package control
 import (
 	"context"
 	"errors"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"go.uber.org/goleak"
 
 	"github.com/cellkit/cellkit/internal/celltest"
 	"github.com/cellkit/cellkit/internal/consultest"
@@ -15,7 +18,15 @@ import (
 	"github.com/cellkit/cellkit/internal/testkit"
 )
 
-func TestMain(m *testing.M) { testkit.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	testkit.VerifyTestMain(m,
+		goleak.IgnoreTopFunction("internal/poll.runtime_pollWait"),
+		goleak.Cleanup(func(code int) {
+			celltest.RemoveCellBinary()
+			os.Exit(code)
+		}),
+	)
+}
 
 // fileRegistry is a file registry holding a map of 64 slots with cells c1
 // and c2, as version v0 (3).

@@ -374,7 +374,11 @@ func TestGet(t *testing.T) {
 			c.wantProblem(t, c.get(t, id), http.StatusBadRequest, "invalid-id", "id")
 		})
 	}
-	for _, id := range []string{"c2-" + zeros, "c10-" + zeros, "cell-with-dashes-" + zeros, a.ID[:1] + "x" + a.ID[2:]} {
+	// An id holding the slot names its inquiry whatever cell it names.
+	if r := c.get(t, "cx"+a.ID[2:]); r.status != http.StatusOK || !strings.Contains(string(r.body), a.ID) {
+		t.Errorf("GET of %s under another cell's name = %d %s, want %s", a.ID, r.status, r.body, a.ID)
+	}
+	for _, id := range []string{"c2-" + zeros, "c10-" + zeros, "cell-with-dashes-" + zeros} {
 		t.Run("other cell "+id, func(t *testing.T) {
 			cell, _ := inquiry.CellOf(id)
 			p := c.wantProblem(t, c.get(t, id), http.StatusMisdirectedRequest, "misdirected", "id")

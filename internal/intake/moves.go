@@ -321,7 +321,9 @@ func (h *Handler) askAt(ctx context.Context, base, prev, id, client, fp string) 
 			return rec, false, fmt.Errorf("cell %s answered an unreadable inquiry %s", prev, id)
 		}
 		return Accepted{ID: id, Cell: prev, Status: got.Status, StatusURL: prefixByID + id}, true, nil
-	case http.StatusNotFound:
+	case http.StatusNotFound, http.StatusMisdirectedRequest:
+		// 421: the cell has it not and owns the slot no more (the user's
+		// inquiries moved on with it, here or elsewhere).
 		return rec, false, nil
 	case http.StatusUnprocessableEntity:
 		return Accepted{ID: id}, false, errKeyReused

@@ -217,6 +217,7 @@ func (m *Mover) get(ctx context.Context, id string) (api.CellMove, uint64, error
 	if err := json.Unmarshal(e.Value(), &cm); err != nil {
 		return cm, 0, fmt.Errorf("read move %s: %w", id, err)
 	}
+	cm.RecordTTLSeconds = int64(m.cfg.TTL / time.Second)
 	return cm, e.Revision(), nil
 }
 
@@ -252,7 +253,7 @@ func (m *Mover) Put(ctx context.Context, cm api.CellMove, slots int) error {
 	default:
 		cm.Since = cur.Since
 	}
-	cm.Inflight = 0
+	cm.Inflight, cm.RecordTTLSeconds = 0, 0
 	b, err := json.Marshal(cm)
 	if err != nil {
 		return err
@@ -338,14 +339,15 @@ func (m *Mover) filter(spec api.MoveSpec) store.MoveFilter {
 const maxPage = 1000
 
 // Export is a page of the source's messages of move id's users after
-// sequence after, up to limit (at most maxPage).
-func (m *Mover) Export(ctx context.Context, id string, after uint64, limit int) (api.MovePage, error) {
+// sequence after, up to limit (at most maxPage), in slots (nil: all the
+// move's).
+func (m *Mover) Export(ctx context.Context, id string, after uint64, limit int, slots []int) (api.MovePage, error) {
 	cm, err := m.role(ctx, id, api.MoveSource)
 	if err != nil {
 		return api.MovePage{}, err
 	}
 	page := api.MovePage{Messages: []api.MovedMessage{}}
-	page.Next, page.Done, err = m.ledger.Export(ctx, after, cm.Spec.ScanSlots(), m.filter(cm.Spec), min(max(limit, 1), maxPage), func(msg api.MovedMessage) error {
+	page.Next, page.Done, err = m.ledger.Export(ctx, after, within(cm.Spec, slots), m.filter(cm.Spec), min(max(limit, 1), maxPage), func(msg api.MovedMessage) error {
 		page.Messages = append(page.Messages, msg)
 		return nil
 	})
@@ -410,11 +412,16 @@ func (m *Mover) Discard(ctx context.Context, id string, slots []int) error {
 	if err != nil {
 		return err
 	}
-	scan := cm.Spec.ScanSlots()
-	if slots != nil {
-		scan = slices.DeleteFunc(slices.Clone(slots), func(s int) bool { _, ok := slices.BinarySearch(scan, s); return !ok })
+	return m.ledger.Discard(ctx, within(cm.Spec, slots), m.filter(cm.Spec), cm.Spec.Whole)
+}
+
+// within is the slots of spec's among slots (nil: all of spec's).
+func within(spec api.MoveSpec, slots []int) []int {
+	scan := spec.ScanSlots()
+	if slots == nil {
+		return scan
 	}
-	return m.ledger.Discard(ctx, scan, m.filter(cm.Spec), cm.Spec.Whole)
+	return slices.DeleteFunc(slices.Clone(slots), func(s int) bool { _, ok := slices.BinarySearch(scan, s); return !ok })
 }
 
 // Activate makes the inquiries handed in move id work: at the

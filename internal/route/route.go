@@ -53,6 +53,21 @@ func Classify(method, path []byte) (Kind, []byte) {
 	return NotFound, nil
 }
 
+// SlotOfRead is the user's slot an inquiry id in a Read path holds
+// (api.ParseInquiryID), or api.NoSlot: the router sends the read to the
+// slot's owner, where the user's inquiries live, and a read of an id
+// without a slot to the cell the id names.
+func SlotOfRead(path []byte) int {
+	if !bytes.HasPrefix(path, []byte(pathInquiryPre)) {
+		return api.NoSlot
+	}
+	_, slot, _, ok := api.ParseInquiryID(path[len(pathInquiryPre):])
+	if !ok {
+		return api.NoSlot
+	}
+	return slot
+}
+
 // Allowed is the Allow header's value for a BadMethod path.
 func Allowed(path []byte) []byte {
 	if len(path) >= len(pathInquiryPre) {

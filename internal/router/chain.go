@@ -30,6 +30,7 @@ type exchange struct {
 	cell     string
 	kind     route.Kind
 	cellID   []byte
+	readSlot int // a read's: the slot its id holds (api.NoSlot: none)
 	userID   []byte
 	lane     []byte // the Cellkit-Priority the cell gets (new inquiries)
 	slot     int
@@ -107,13 +108,25 @@ func (lp *loop) admit(cl *client) bool {
 			lp.refuseHead(cl, &probNoMap, time.Second, nil, false)
 			return false
 		}
-		if ex.u = t.byID[bstr(cellID)]; ex.u == nil {
+		ex.readSlot = route.SlotOfRead(h.Path)
+		if ex.u = t.readCell(ex); ex.u == nil {
 			lp.refuseHead(cl, &probBadInquiry, 0, nil, false)
 			return false
 		}
 		ex.version = t.m.Version()
 	}
 	return true
+}
+
+// readCell is the cell a read goes to: the owner of the slot its id
+// holds, where the user's inquiries live now, else the cell its id names.
+func (t *cellTable) readCell(ex *exchange) *upstream {
+	if s := ex.readSlot; s != api.NoSlot && s < t.m.Slots() {
+		if owner := t.m.Owner(s); owner != "" {
+			return t.byID[owner]
+		}
+	}
+	return t.byID[bstr(ex.cellID)]
 }
 
 // refuseHead answers a request from its head alone. A body already in
@@ -388,7 +401,7 @@ func (lp *loop) reroute(cl *client) {
 		rt := t.m.Lookup(bstr(ex.userID))
 		u, ex.slot = t.byID[rt.Cell], rt.Slot
 	} else {
-		u = t.byID[bstr(ex.cellID)]
+		u = t.readCell(ex)
 	}
 	if u == nil {
 		r.noCell.shed[guard.NoCell].Inc()

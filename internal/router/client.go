@@ -314,7 +314,7 @@ func (lp *loop) maxRequest() int {
 func (lp *loop) begin(cl *client) {
 	r := lp.e.r
 	ex := &cl.ex
-	*ex = exchange{start: time.Now(), cm: r.noCell, slot: -1}
+	*ex = exchange{start: time.Now(), cm: r.noCell, slot: -1, readSlot: -1}
 	cl.close, cl.unread = cl.head.Close, 0
 	cl.seq++
 	ex.rid = r.requestIDFrom(&cl.head, &ex.ridBuf)

@@ -1,0 +1,373 @@
+package control
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"golang.org/x/time/rate"
+
+	"github.com/cellkit/cellkit/internal/adminclient"
+	"github.com/cellkit/cellkit/internal/api"
+	"github.com/cellkit/cellkit/internal/slotmap"
+)
+
+// A change of the map that gives users another cell moves their
+// inquiries with them (docs/decisions/moving-users-data.md): before the
+// map is committed, each data move of the plan (slotmap.Plan.DataMoves)
+// is copied while the source works on, fenced, copied again and verified;
+// after it, the destination makes the handed-over work its own and the
+// source lets the users go. The steps are the cells' (internal/move,
+// through their admin API); a Mover drives them.
+
+// MoveConfig shapes the moves of data a change runs.
+type MoveConfig struct {
+	// Rate bounds the messages copied per second, per move [0: none]:
+	// the copy shares the cells' stores with their traffic.
+	Rate int
+	// Page is how many messages one call of the copy carries [500].
+	Page int
+	// AttemptWait bounds the wait, after the fence, for the moving users'
+	// attempts under way to end [1 minute]: past it the hand-over goes on
+	// (an attempt that ends after it cannot write: its record changed).
+	AttemptWait time.Duration
+	// Poll is how often the attempts under way are asked for [200 ms].
+	Poll time.Duration
+}
+
+// MoveAdmin is what a move asks of cells (an adminclient.Client with a
+// long enough timeout for a slot set's ledger).
+type MoveAdmin interface {
+	PutMove(ctx context.Context, base string, cm api.CellMove) (*api.CellMove, error)
+	Move(ctx context.Context, base, id string) (*api.CellMove, error)
+	DeleteMove(ctx context.Context, base, id string) error
+	ExportMove(ctx context.Context, base, id string, after uint64, limit int, slots []int) (*api.MovePage, error)
+	ImportMove(ctx context.Context, base, id string, page *api.MovePage) error
+	DigestMove(ctx context.Context, base, id string, horizon time.Time) (*api.MoveDigest, error)
+	MoveStep(ctx context.Context, base, id, action string, slots []int) (int, error)
+}
+
+var _ MoveAdmin = adminclient.Client{}
+
+// Mover drives the cells' steps of data moves.
+type Mover struct {
+	admin MoveAdmin
+	cfg   MoveConfig
+	note  func(Note)
+	now   func() time.Time
+}
+
+// NewMover drives moves through admin. note hears of each step (nil:
+// nobody), now is the clock (nil: time.Now).
+func NewMover(admin MoveAdmin, cfg MoveConfig, note func(Note), now func() time.Time) *Mover {
+	cfg.Page = cmp.Or(cfg.Page, 500)
+	cfg.AttemptWait = cmp.Or(cfg.AttemptWait, time.Minute)
+	cfg.Poll = cmp.Or(cfg.Poll, 200*time.Millisecond)
+	if note == nil {
+		note = func(Note) {}
+	}
+	if now == nil {
+		now = time.Now
+	}
+	return &Mover{admin: admin, cfg: cfg, note: note, now: now}
+}
+
+// ErrVerify is a move whose two sides' digests differ after a slot was
+// copied again: the move is called off, nothing changed.
+var ErrVerify = errors.New("the copies differ")
+
+// Prepare runs a move's steps before the map: each cell records its part,
+// the source's messages of the users are copied, the source is fenced,
+// its attempts under way are waited for, its pending inquiries are
+// handed over, what changed is copied, and both sides are digested per
+// slot (a slot that differs is copied again whole, once). On a failure it
+// calls the move off (Abort) and returns the error.
+//
+// rep is where it stands (its Spec the move's); save, called after each
+// step, keeps it (the change's record).
+func (mv *Mover) Prepare(ctx context.Context, m *slotmap.Map, rep *api.MoveProgress, save func() error) error {
+	err := mv.prepare(ctx, m, rep, save)
+	if err != nil {
+		spec := rep.Spec
+		rep.Error = err.Error()
+		if aerr := mv.Abort(context.WithoutCancel(ctx), m, rep); aerr != nil {
+			return fmt.Errorf("%w; calling move %s off failed too: %v", err, spec.ID, aerr)
+		}
+		return fmt.Errorf("move %s (%s → %s) called off, nothing changed: %w", spec.ID, spec.From, spec.To, err)
+	}
+	return nil
+}
+
+func (mv *Mover) prepare(ctx context.Context, m *slotmap.Map, rep *api.MoveProgress, save func() error) error {
+	spec := rep.Spec
+	step := func(name string) error {
+		rep.Step = name
+		return save()
+	}
+	from, to, err := moveCells(m, spec)
+	if err != nil {
+		return err
+	}
+	src, err := atCell(from, func(a string) (*api.CellMove, error) {
+		return mv.admin.PutMove(ctx, a, api.CellMove{Spec: spec, Role: api.MoveSource})
+	})
+	if err != nil {
+		return fmt.Errorf("record the move at %s: %w", spec.From, err)
+	}
+	dst, err := atCell(to, func(a string) (*api.CellMove, error) {
+		return mv.admin.PutMove(ctx, a, api.CellMove{Spec: spec, Role: api.MoveDestination})
+	})
+	if err != nil {
+		return fmt.Errorf("record the move at %s: %w", spec.To, err)
+	}
+	if err := step("copying"); err != nil {
+		return err
+	}
+	mv.note(Note{Text: fmt.Sprintf("Move %s: copying the inquiries of %d slots and %d users from %s to %s ...", spec.ID, len(spec.Slots), len(spec.Users), spec.From, spec.To)})
+	limiter := rate.NewLimiter(rate.Inf, 0)
+	if mv.cfg.Rate > 0 {
+		limiter = rate.NewLimiter(rate.Limit(mv.cfg.Rate), max(mv.cfg.Rate, mv.cfg.Page))
+	}
+	cursor, err := mv.copyFrom(ctx, limiter, from, to, spec.ID, 0, nil, &rep.Copied, &rep.Bytes)
+	if err != nil {
+		return err
+	}
+	fenced := mv.now().UTC()
+	rep.Fenced = &fenced
+	if err := step("fenced"); err != nil {
+		return err
+	}
+	if _, err := atCell(from, func(a string) (*api.CellMove, error) {
+		return mv.admin.PutMove(ctx, a, api.CellMove{Spec: spec, Role: api.MoveSource, Fenced: true})
+	}); err != nil {
+		return fmt.Errorf("fence the users at %s: %w", spec.From, err)
+	}
+	mv.waitAttempts(ctx, from, spec.ID)
+	if rep.Handed, err = atCell(from, func(a string) (int, error) { return mv.admin.MoveStep(ctx, a, spec.ID, api.MoveHand, nil) }); err != nil {
+		return fmt.Errorf("hand the pending inquiries over at %s: %w", spec.From, err)
+	}
+	if err := step("handed"); err != nil {
+		return err
+	}
+	if _, err := mv.copyFrom(ctx, limiter, from, to, spec.ID, cursor, nil, &rep.Copied, &rep.Bytes); err != nil {
+		return err
+	}
+	ttl := time.Duration(min(cmp.Or(src.RecordTTLSeconds, 1<<40), cmp.Or(dst.RecordTTLSeconds, 1<<40))) * time.Second
+	horizon := mv.now().Add(-ttl + time.Minute)
+	if err := step("copied"); err != nil {
+		return err
+	}
+	differ, err := mv.verify(ctx, from, to, spec.ID, horizon, rep)
+	if err != nil {
+		return err
+	}
+	if len(differ) == 0 {
+		rep.Verified = true
+		return step("verified")
+	}
+	mv.note(Note{Warning: true, Text: fmt.Sprintf("Move %s: %d slots differ after the copy (%v): copying them again whole.", spec.ID, len(differ), firstSlots(differ))})
+	if _, err := atCell(to, func(a string) (int, error) { return mv.admin.MoveStep(ctx, a, spec.ID, api.MoveDiscard, differ) }); err != nil {
+		return fmt.Errorf("clear the slots to copy again at %s: %w", spec.To, err)
+	}
+	if _, err := mv.copyFrom(ctx, limiter, from, to, spec.ID, 0, differ, &rep.Again, &rep.Bytes); err != nil {
+		return err
+	}
+	if differ, err = mv.verify(ctx, from, to, spec.ID, horizon, rep); err != nil {
+		return err
+	}
+	if len(differ) > 0 {
+		return fmt.Errorf("%w in %d slots after copying them again (%v)", ErrVerify, len(differ), firstSlots(differ))
+	}
+	rep.Verified = true
+	return step("verified")
+}
+
+// copyFrom copies the source's messages after cursor (in slots: nil, all
+// the move's) page by page and returns the cursor after the last.
+func (mv *Mover) copyFrom(ctx context.Context, limiter *rate.Limiter, from, to slotmap.Cell, id string, cursor uint64, slots []int, copied, bytes *int) (uint64, error) {
+	for {
+		page, err := atCell(from, func(a string) (*api.MovePage, error) {
+			return mv.admin.ExportMove(ctx, a, id, cursor, mv.cfg.Page, slots)
+		})
+		if err != nil {
+			return cursor, fmt.Errorf("read the inquiries to move at %s: %w", from.ID, err)
+		}
+		if n := len(page.Messages); n > 0 {
+			if err := limiter.WaitN(ctx, min(n, limiter.Burst())); err != nil && limiter.Limit() != rate.Inf {
+				return cursor, err
+			}
+			if _, err := atCell(to, func(a string) (struct{}, error) { return struct{}{}, mv.admin.ImportMove(ctx, a, id, page) }); err != nil {
+				return cursor, fmt.Errorf("write the moved inquiries at %s: %w", to.ID, err)
+			}
+			*copied += n
+			for _, msg := range page.Messages {
+				*bytes += len(msg.Record)
+			}
+		}
+		cursor = max(cursor, page.Next)
+		if page.Done {
+			return cursor, nil
+		}
+	}
+}
+
+// waitAttempts waits until no process of cell from has an attempt of the
+// move's users under way, or AttemptWait passes; a process that does not
+// answer has none (it is down: its attempts ended with it, and one that
+// comes back cannot write over the hand-over).
+func (mv *Mover) waitAttempts(ctx context.Context, from slotmap.Cell, id string) {
+	deadline := mv.now().Add(mv.cfg.AttemptWait)
+	for {
+		busy := 0
+		for _, a := range from.Admins() {
+			if cm, err := mv.admin.Move(ctx, a, id); err == nil {
+				busy += cm.Inflight
+			}
+		}
+		if busy == 0 || !mv.now().Before(deadline) || ctx.Err() != nil {
+			if busy > 0 {
+				mv.note(Note{Warning: true, Text: fmt.Sprintf("Move %s: %d attempts of the moving users still under way at %s after %s: handing over (they cannot write after it).", id, busy, from.ID, mv.cfg.AttemptWait)})
+			}
+			return
+		}
+		t := time.NewTimer(mv.cfg.Poll)
+		select {
+		case <-ctx.Done():
+		case <-t.C:
+		}
+		t.Stop()
+	}
+}
+
+// verify compares both sides' digests and returns the slots that differ.
+func (mv *Mover) verify(ctx context.Context, from, to slotmap.Cell, id string, horizon time.Time, rep *api.MoveProgress) ([]int, error) {
+	a, err := atCell(from, func(a string) (*api.MoveDigest, error) { return mv.admin.DigestMove(ctx, a, id, horizon) })
+	if err != nil {
+		return nil, fmt.Errorf("digest the moving inquiries at %s: %w", from.ID, err)
+	}
+	b, err := atCell(to, func(a string) (*api.MoveDigest, error) { return mv.admin.DigestMove(ctx, a, id, horizon) })
+	if err != nil {
+		return nil, fmt.Errorf("digest the moved inquiries at %s: %w", to.ID, err)
+	}
+	var differ []int
+	rep.Slots, rep.Messages = 0, 0
+	for slot, d := range a.Slots {
+		rep.Slots++
+		rep.Messages += d.Messages
+		if b.Slots[slot] != d {
+			differ = append(differ, slot)
+		}
+	}
+	for slot := range b.Slots {
+		if _, ok := a.Slots[slot]; !ok {
+			differ = append(differ, slot)
+		}
+	}
+	slices.Sort(differ)
+	return differ, nil
+}
+
+func firstSlots(slots []int) string {
+	if len(slots) > 8 {
+		return fmt.Sprint(slots[:8]) + " …"
+	}
+	return fmt.Sprint(slots)
+}
+
+// Finish runs a move's steps once the map m gives the users to the
+// destination: it makes the handed-over inquiries its work, the source
+// lets the users' messages go, and both forget the move. Each step can be
+// run again.
+func (mv *Mover) Finish(ctx context.Context, m *slotmap.Map, rep *api.MoveProgress) error {
+	spec := rep.Spec
+	from, to, err := moveCells(m, spec)
+	if err != nil {
+		return err
+	}
+	n, err := atCell(to, func(a string) (int, error) { return mv.admin.MoveStep(ctx, a, spec.ID, api.MoveActivate, nil) })
+	if err != nil && !unknownMove(err) {
+		return fmt.Errorf("make the handed inquiries work at %s: %w", spec.To, err)
+	}
+	if rep.Finished == nil {
+		finished := mv.now().UTC()
+		rep.Activated, rep.Finished = n, &finished
+	}
+	if _, err := atCell(from, func(a string) (int, error) { return mv.admin.MoveStep(ctx, a, spec.ID, api.MoveDiscard, nil) }); err != nil && !unknownMove(err) {
+		return fmt.Errorf("let the moved users go at %s: %w", spec.From, err)
+	}
+	if err := mv.forget(ctx, from, to, spec.ID); err != nil {
+		return err
+	}
+	rep.Step = "done"
+	return nil
+}
+
+// Abort calls a move off before the map changed: the source takes its
+// handed-over inquiries back as work and lifts the fence, the
+// destination lets the copies go, and both forget the move. Each step can
+// be run again.
+func (mv *Mover) Abort(ctx context.Context, m *slotmap.Map, rep *api.MoveProgress) error {
+	spec := rep.Spec
+	from, to, err := moveCells(m, spec)
+	if err != nil {
+		return err
+	}
+	if _, err := atCell(from, func(a string) (int, error) { return mv.admin.MoveStep(ctx, a, spec.ID, api.MoveActivate, nil) }); err != nil && !unknownMove(err) {
+		return fmt.Errorf("take the handed inquiries back at %s: %w", spec.From, err)
+	}
+	if _, err := atCell(to, func(a string) (int, error) { return mv.admin.MoveStep(ctx, a, spec.ID, api.MoveDiscard, nil) }); err != nil && !unknownMove(err) {
+		return fmt.Errorf("let the copies go at %s: %w", spec.To, err)
+	}
+	if err := mv.forget(ctx, from, to, spec.ID); err != nil {
+		return err
+	}
+	rep.Step = "called-off"
+	return nil
+}
+
+func (mv *Mover) forget(ctx context.Context, from, to slotmap.Cell, id string) error {
+	_, errFrom := atCell(from, func(a string) (struct{}, error) { return struct{}{}, mv.admin.DeleteMove(ctx, a, id) })
+	_, errTo := atCell(to, func(a string) (struct{}, error) { return struct{}{}, mv.admin.DeleteMove(ctx, a, id) })
+	return errors.Join(errFrom, errTo)
+}
+
+// atCell calls f with the admin APIs of cell in turn, its own first,
+// until one answers: a process that is down does not stop a step (every
+// process of a cell reads the same store).
+func atCell[T any](cell slotmap.Cell, f func(admin string) (T, error)) (T, error) {
+	admins := append([]string{cell.Admin}, cell.Admins()...)
+	var zero T
+	var err error
+	for i, a := range admins {
+		if a == "" || slices.Contains(admins[:i], a) {
+			continue
+		}
+		var v T
+		if v, err = f(a); err == nil || !adminclient.Unreachable(err) {
+			return v, err
+		}
+	}
+	return zero, err
+}
+
+// unknownMove: the cell has forgotten the move already (a step run
+// again).
+func unknownMove(err error) bool {
+	var ae *adminclient.Error
+	return errors.As(err, &ae) && ae.Status == 404
+}
+
+// moveCells are the source and destination of spec in m.
+func moveCells(m *slotmap.Map, spec api.MoveSpec) (from, to slotmap.Cell, err error) {
+	var ok bool
+	if from, ok = m.Cell(spec.From); !ok {
+		return from, to, fmt.Errorf("move %s: cell %s is not in the map", spec.ID, spec.From)
+	}
+	if to, ok = m.Cell(spec.To); !ok {
+		return from, to, fmt.Errorf("move %s: cell %s is not in the map", spec.ID, spec.To)
+	}
+	return from, to, nil
+}

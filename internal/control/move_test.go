@@ -1,0 +1,193 @@
+package control_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/cellkit/cellkit/internal/adminclient"
+	"github.com/cellkit/cellkit/internal/agencysim"
+	"github.com/cellkit/cellkit/internal/api"
+	"github.com/cellkit/cellkit/internal/celltest"
+	"github.com/cellkit/cellkit/internal/control"
+	"github.com/cellkit/cellkit/internal/inquiry"
+	"github.com/cellkit/cellkit/internal/slotmap"
+	"github.com/cellkit/cellkit/internal/telegram"
+	"github.com/cellkit/cellkit/internal/testkit"
+)
+
+// A change that gives some of c1's users to c2 moves their inquiries with
+// them, on two cell processes: done ones, pending ones (NICE answering
+// in a minute meanwhile: two in flight at c1, whose late answers cannot
+// be written over the hand-over, and two queued) and keyed ones. Once the map is
+// committed every inquiry is read at its user's cell, the pending ones
+// are finished there and nowhere else, c1 keeps none of the moved users'
+// and a keyed retry at c2 gets the id c1 gave.
+func TestAChangeMovesTheUsersInquiriesWithThem(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs two cell processes")
+	}
+	// Each cell its own simulators: c1's NICE is made slow below.
+	sim := agencysim.Config{MaxSessions: 8, Latency: agencysim.FixedLatency(2 * time.Millisecond)}
+	sims := map[string][2]*agencysim.Server{}
+	for _, id := range []string{"c1", "c2"} {
+		sims[id] = [2]*agencysim.Server{celltest.StartSim(t, telegram.NICE(), sim), celltest.StartSim(t, telegram.KCB(), sim)}
+	}
+	addr := map[string][2]string{}
+	var cells []slotmap.Cell
+	for _, id := range []string{"c1", "c2"} {
+		in, ad := testkit.FreeAddr(t), testkit.FreeAddr(t)
+		addr[id] = [2]string{in, ad}
+		cells = append(cells, slotmap.Cell{ID: id, Weight: 1, Intake: "http://" + in, Admin: "http://" + ad})
+	}
+	reg := celltest.NewRegistry(t, map[string]int{"nice": 8, "kcb": 8}, cells...)
+	run := map[string]*celltest.RealCell{}
+	for _, id := range []string{"c1", "c2"} {
+		run[id] = celltest.StartCell(t, celltest.CellProcess{ID: id, Registry: reg.URL(), Intake: addr[id][0], Admin: addr[id][1],
+			Nice: sims[id][0].Addr().String(), KCB: sims[id][1].Addr().String()})
+	}
+	client := &http.Client{Timeout: 10 * time.Second}
+	ctx := testkit.Context(t, 3*time.Minute)
+	admin := adminclient.Client{HTTP: client, Timeout: time.Minute}
+
+	before := reg.Map()
+	after, err := before.SetWeight("c2", 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	moving := func(u string) bool { return after.After.Lookup(u).Cell == "c2" }
+	post := func(u, key string) string {
+		t.Helper()
+		hdr := map[string]string{}
+		if key != "" {
+			hdr[api.HeaderIdemKey] = key
+		}
+		r, err := testkit.Send(client, "POST", run["c1"].Intake+"/v1/inquiries", inquiry.Request{UserID: u, Product: "loan", Amount: 1000, Priority: inquiry.Normal}, hdr)
+		if err != nil || r.Status != http.StatusAccepted {
+			t.Fatalf("POST for %s = %v %d %s", u, err, r.Status, r.Body)
+		}
+		var a struct{ ID string }
+		_ = json.Unmarshal(r.Body, &a)
+		return a.ID
+	}
+	read := func(cell, id string, local bool) (int, inquiry.View) {
+		t.Helper()
+		hdr := map[string]string{}
+		if local {
+			hdr[api.HeaderLocalRead] = "1"
+		}
+		r, err := testkit.Send(client, "GET", run[cell].Intake+"/v1/inquiries/"+id, nil, hdr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var v inquiry.View
+		_ = json.Unmarshal(r.Body, &v)
+		return r.Status, v
+	}
+	// c1's users: done first, then pending behind an open circuit.
+	users := map[string]string{} // id → user
+	var movedDone, movedPending, keyed []string
+	n := 0
+	for len(movedDone) < 6 {
+		u := fmt.Sprintf("u%d", n)
+		n++
+		if before.Lookup(u).Cell != "c1" {
+			continue
+		}
+		id := post(u, "k-"+u)
+		users[id] = u
+		if moving(u) {
+			movedDone = append(movedDone, id)
+			keyed = append(keyed, u)
+		}
+	}
+	testkit.WaitFor(t, 30*time.Second, "c1's first inquiries done", func() bool {
+		for id := range users {
+			if _, v := read("c1", id, false); v.Status != inquiry.Done {
+				return false
+			}
+		}
+		return true
+	})
+	// NICE answers in a minute: c1's next inquiries stay pending, two in
+	// flight (its two workers), the others queued.
+	celltest.SetSim(t, sims["c1"][0], func(c *agencysim.Config) { c.Latency = agencysim.FixedLatency(time.Minute) })
+	for len(movedPending) < 4 {
+		u := fmt.Sprintf("u%d", n)
+		n++
+		if before.Lookup(u).Cell != "c1" {
+			continue
+		}
+		id := post(u, "")
+		users[id] = u
+		if moving(u) {
+			movedPending = append(movedPending, id)
+		}
+	}
+
+	ctl := control.New(reg.Reg, control.Config{Holder: "test"}, control.Options{
+		Moves: control.NewMover(admin, control.MoveConfig{Page: 3, AttemptWait: 2 * time.Second}, func(n control.Note) { t.Log(n.Text) }, nil),
+	})
+	res, err := ctl.Apply(ctx, control.Change{Plan: func(m *slotmap.Map) (*slotmap.Plan, error) { return m.SetWeight("c2", 3) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Moves) != 1 {
+		t.Fatalf("%d moves, want one from c1 to c2", len(res.Moves))
+	}
+	// The attempts in flight at the fence end at c1 (their calls time
+	// out: failed, and moved so); the others are handed over.
+	if mv := res.Moves[0]; mv.Spec.From != "c1" || mv.Spec.To != "c2" || mv.Step != "done" || !mv.Verified || mv.Handed == 0 || mv.Handed > len(movedPending) || mv.Activated != mv.Handed {
+		t.Fatalf("move %s → %s: step %s, verified %v, copied %d, handed %d, activated %d; want done, verified, some of %d handed over and all of those made work",
+			mv.Spec.From, mv.Spec.To, mv.Step, mv.Verified, mv.Copied, mv.Handed, mv.Activated, len(movedPending))
+	}
+	if _, err := ctl.Moves(ctx); err == nil {
+		t.Error("the moves' record is still there after the change")
+	}
+
+	// Every inquiry at its user's cell, and final (c1's own users and the
+	// attempts in flight at the fence may fail there, their NICE sessions
+	// held by the slow calls); the handed-over ones done at c2; none of
+	// the moved left at c1.
+	testkit.WaitFor(t, 30*time.Second, "every inquiry done at its user's cell", func() bool {
+		for id, u := range users {
+			cell := after.After.Lookup(u).Cell
+			status, v := read(cell, id, true)
+			if status != http.StatusOK || v.Status == inquiry.Pending {
+				return false
+			}
+		}
+		return true
+	})
+	done := 0
+	for _, id := range movedPending {
+		if _, v := read("c2", id, true); v.Status == inquiry.Done {
+			done++
+		}
+	}
+	if done < res.Moves[0].Handed {
+		t.Errorf("%d of the %d handed-over inquiries done at c2", done, res.Moves[0].Handed)
+	}
+	for _, id := range append(append([]string{}, movedDone...), movedPending...) {
+		if status, _ := read("c1", id, true); status != http.StatusNotFound {
+			t.Errorf("c1 still has moved inquiry %s: %d", id, status)
+		}
+		// Through the cell the reader reaches first, as a router with an
+		// older map would: c1 answers 421, so the router reads again.
+		if status, _ := read("c1", id, false); status != http.StatusMisdirectedRequest {
+			t.Errorf("c1's read of moved inquiry %s = %d, want 421", id, status)
+		}
+	}
+	// A keyed retry at c2 gets the id c1 gave.
+	for i, u := range keyed {
+		r, err := testkit.Send(client, "POST", run["c2"].Intake+"/v1/inquiries", inquiry.Request{UserID: u, Product: "loan", Amount: 1000, Priority: inquiry.Normal},
+			map[string]string{api.HeaderIdemKey: "k-" + u})
+		var a struct{ ID string }
+		_ = json.Unmarshal(r.Body, &a)
+		if err != nil || r.Status != http.StatusAccepted || a.ID != movedDone[i] {
+			t.Errorf("keyed retry of %s at c2 = %v %d id %s, want 202 with %s", u, err, r.Status, a.ID, movedDone[i])
+		}
+	}
+}
