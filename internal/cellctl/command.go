@@ -54,6 +54,8 @@ func commands() []*command {
 
 		rolloutPlanCommand(), rolloutStartCommand(), rolloutStatusCommand(), rolloutPauseCommand(),
 		rolloutResumeCommand(), rolloutAbortCommand(), rolloutRollbackCommand(), rolloutGateCommand(),
+
+		moveStatusCommand(), moveResumeCommand(),
 	}
 }
 

@@ -2,8 +2,10 @@ package control_test
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -13,6 +15,7 @@ import (
 	"github.com/cellkit/cellkit/internal/celltest"
 	"github.com/cellkit/cellkit/internal/control"
 	"github.com/cellkit/cellkit/internal/inquiry"
+	"github.com/cellkit/cellkit/internal/registry"
 	"github.com/cellkit/cellkit/internal/slotmap"
 	"github.com/cellkit/cellkit/internal/telegram"
 	"github.com/cellkit/cellkit/internal/testkit"
@@ -29,26 +32,8 @@ func TestAChangeMovesTheUsersInquiriesWithThem(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs two cell processes")
 	}
-	// Each cell its own simulators: c1's NICE is made slow below.
-	sim := agencysim.Config{MaxSessions: 8, Latency: agencysim.FixedLatency(2 * time.Millisecond)}
-	sims := map[string][2]*agencysim.Server{}
-	for _, id := range []string{"c1", "c2"} {
-		sims[id] = [2]*agencysim.Server{celltest.StartSim(t, telegram.NICE(), sim), celltest.StartSim(t, telegram.KCB(), sim)}
-	}
-	addr := map[string][2]string{}
-	var cells []slotmap.Cell
-	for _, id := range []string{"c1", "c2"} {
-		in, ad := testkit.FreeAddr(t), testkit.FreeAddr(t)
-		addr[id] = [2]string{in, ad}
-		cells = append(cells, slotmap.Cell{ID: id, Weight: 1, Intake: "http://" + in, Admin: "http://" + ad})
-	}
-	reg := celltest.NewRegistry(t, map[string]int{"nice": 8, "kcb": 8}, cells...)
-	run := map[string]*celltest.RealCell{}
-	for _, id := range []string{"c1", "c2"} {
-		run[id] = celltest.StartCell(t, celltest.CellProcess{ID: id, Registry: reg.URL(), Intake: addr[id][0], Admin: addr[id][1],
-			Nice: sims[id][0].Addr().String(), KCB: sims[id][1].Addr().String()})
-	}
-	client := &http.Client{Timeout: 10 * time.Second}
+	tc := startTwoCells(t)
+	reg, run, sims, client := tc.reg, tc.run, tc.sims, tc.client
 	ctx := testkit.Context(t, 3*time.Minute)
 	admin := adminclient.Client{HTTP: client, Timeout: time.Minute}
 
@@ -58,35 +43,9 @@ func TestAChangeMovesTheUsersInquiriesWithThem(t *testing.T) {
 		t.Fatal(err)
 	}
 	moving := func(u string) bool { return after.After.Lookup(u).Cell == "c2" }
-	post := func(u, key string) string {
-		t.Helper()
-		hdr := map[string]string{}
-		if key != "" {
-			hdr[api.HeaderIdemKey] = key
-		}
-		r, err := testkit.Send(client, "POST", run["c1"].Intake+"/v1/inquiries", inquiry.Request{UserID: u, Product: "loan", Amount: 1000, Priority: inquiry.Normal}, hdr)
-		if err != nil || r.Status != http.StatusAccepted {
-			t.Fatalf("POST for %s = %v %d %s", u, err, r.Status, r.Body)
-		}
-		var a struct{ ID string }
-		_ = json.Unmarshal(r.Body, &a)
-		return a.ID
-	}
-	read := func(cell, id string, local bool) (int, inquiry.View) {
-		t.Helper()
-		hdr := map[string]string{}
-		if local {
-			hdr[api.HeaderLocalRead] = "1"
-		}
-		r, err := testkit.Send(client, "GET", run[cell].Intake+"/v1/inquiries/"+id, nil, hdr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var v inquiry.View
-		_ = json.Unmarshal(r.Body, &v)
-		return r.Status, v
-	}
-	// c1's users: done first, then pending behind an open circuit.
+	post := func(u, key string) string { t.Helper(); return tc.post(t, "c1", u, key) }
+	read := func(cell, id string, local bool) (int, inquiry.View) { t.Helper(); return tc.read(t, cell, id, local) }
+	// c1's users: done first, then pending behind a slow agency.
 	users := map[string]string{} // id → user
 	var movedDone, movedPending, keyed []string
 	n := 0
@@ -190,4 +149,152 @@ func TestAChangeMovesTheUsersInquiriesWithThem(t *testing.T) {
 			t.Errorf("keyed retry of %s at c2 = %v %d id %s, want 202 with %s", u, err, r.Status, a.ID, movedDone[i])
 		}
 	}
+}
+
+// A change cut after its moves were prepared and before its map was
+// committed (its cellctl killed) is called off by the next one: c1 takes
+// its handed-over inquiries back as work and lifts the fence, c2 lets the
+// copies go, the record goes; nothing moved, nothing is lost.
+func TestAChangeCutBeforeItsMapIsCalledOffByTheNext(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs two cell processes")
+	}
+	tc := startTwoCells(t)
+	ctx := testkit.Context(t, 3*time.Minute)
+	admin := adminclient.Client{HTTP: tc.client, Timeout: time.Minute}
+	before := tc.reg.Map()
+	plan, err := before.SetWeight("c2", 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// c1's NICE answers in a minute: its moving users' inquiries pending.
+	celltest.SetSim(t, tc.sims["c1"][0], func(c *agencysim.Config) { c.Latency = agencysim.FixedLatency(time.Minute) })
+	var pending []string
+	var mover string
+	for n := 0; len(pending) < 4; n++ {
+		u := fmt.Sprintf("u%d", n)
+		if before.Lookup(u).Cell == "c1" && plan.After.Lookup(u).Cell == "c2" {
+			pending = append(pending, tc.post(t, "c1", u, ""))
+			mover = u
+		}
+	}
+	spec := plan.DataMoves()[0]
+	spec.ID = fmt.Sprintf("v%d-%s-%s", before.Version()+1, spec.From, spec.To)
+	rec := api.MovesRecord{Version: before.Version() + 1, Change: plan.After.Change(), Phase: api.MovesPreparing, Holder: "a cellctl killed",
+		Moves: []api.MoveProgress{{Spec: spec, Step: "recorded"}}}
+	doc := registry.DocumentFor(tc.reg.Reg, api.MovesDocument)
+	var rev uint64
+	save := func() error {
+		data, err := json.Marshal(rec)
+		if err == nil {
+			err = doc.Put(ctx, data, rev)
+		}
+		if err == nil {
+			_, rev, err = doc.Get(ctx)
+		}
+		return err
+	}
+	mv := control.NewMover(admin, control.MoveConfig{AttemptWait: time.Second}, nil, nil)
+	if err := mv.Prepare(ctx, before, &rec.Moves[0], save); err != nil {
+		t.Fatal(err)
+	}
+	// Cut here: fenced, handed over, copied, verified; the map unchanged.
+	if rec.Moves[0].Handed == 0 {
+		t.Fatalf("prepared %+v: want some handed over", rec.Moves[0])
+	}
+	r, _ := testkit.Send(tc.client, "POST", tc.run["c1"].Intake+"/v1/inquiries", inquiry.Request{UserID: mover, Product: "loan", Amount: 1000, Priority: inquiry.Normal}, nil)
+	if r.Status != http.StatusServiceUnavailable || !strings.Contains(string(r.Body), "user-moving") {
+		t.Fatalf("a moving user's inquiry at the fenced c1 = %d %s, want 503 user-moving", r.Status, r.Body)
+	}
+	if status, _ := tc.read(t, "c2", pending[0], true); status != http.StatusOK {
+		t.Fatalf("c2's copy of %s: %d", pending[0], status)
+	}
+
+	celltest.SetSim(t, tc.sims["c1"][0], func(c *agencysim.Config) { c.Latency = agencysim.FixedLatency(2 * time.Millisecond) })
+	ctl := control.New(tc.reg.Reg, control.Config{Holder: "the next"}, control.Options{Moves: mv})
+	if _, err := ctl.Apply(ctx, control.Change{Plan: func(m *slotmap.Map) (*slotmap.Plan, error) { return m.SetCapacity("c1", 500) }}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ctl.Moves(ctx); !errors.Is(err, control.ErrNoMoves) {
+		t.Fatalf("the record after the next change: %v, want none", err)
+	}
+	if m := tc.reg.Map(); m.Lookup(mover).Cell != "c1" {
+		t.Fatalf("%s routed to %s after the call-off, want c1", mover, m.Lookup(mover).Cell)
+	}
+	testkit.WaitFor(t, 60*time.Second, "c1's inquiries worked again there", func() bool {
+		for _, id := range pending {
+			if status, v := tc.read(t, "c1", id, true); status != http.StatusOK || v.Status == inquiry.Pending {
+				return false
+			}
+		}
+		return true
+	})
+	for _, id := range pending {
+		if status, _ := tc.read(t, "c2", id, true); status != http.StatusNotFound {
+			t.Errorf("c2 keeps a copy of %s after the call-off: %d", id, status)
+		}
+	}
+	tc.post(t, "c1", mover, "") // the fence is lifted
+}
+
+// twoCells are two cell processes, c1 and c2, each with its own agency
+// simulators, on one registry.
+type twoCells struct {
+	reg    *celltest.Registry
+	run    map[string]*celltest.RealCell
+	sims   map[string][2]*agencysim.Server // NICE, KCB
+	client *http.Client
+}
+
+func startTwoCells(t *testing.T) *twoCells {
+	t.Helper()
+	sim := agencysim.Config{MaxSessions: 8, Latency: agencysim.FixedLatency(2 * time.Millisecond)}
+	tc := &twoCells{run: map[string]*celltest.RealCell{}, sims: map[string][2]*agencysim.Server{}, client: &http.Client{Timeout: 10 * time.Second}}
+	addr := map[string][2]string{}
+	var cells []slotmap.Cell
+	for _, id := range []string{"c1", "c2"} {
+		tc.sims[id] = [2]*agencysim.Server{celltest.StartSim(t, telegram.NICE(), sim), celltest.StartSim(t, telegram.KCB(), sim)}
+		in, ad := testkit.FreeAddr(t), testkit.FreeAddr(t)
+		addr[id] = [2]string{in, ad}
+		cells = append(cells, slotmap.Cell{ID: id, Weight: 1, Intake: "http://" + in, Admin: "http://" + ad})
+	}
+	tc.reg = celltest.NewRegistry(t, map[string]int{"nice": 8, "kcb": 8}, cells...)
+	for _, id := range []string{"c1", "c2"} {
+		tc.run[id] = celltest.StartCell(t, celltest.CellProcess{ID: id, Registry: tc.reg.URL(), Intake: addr[id][0], Admin: addr[id][1],
+			Nice: tc.sims[id][0].Addr().String(), KCB: tc.sims[id][1].Addr().String()})
+	}
+	return tc
+}
+
+// post sends an inquiry of user (keyed if key is set) to cell and returns
+// its id.
+func (tc *twoCells) post(t *testing.T, cell, user, key string) string {
+	t.Helper()
+	hdr := map[string]string{}
+	if key != "" {
+		hdr[api.HeaderIdemKey] = key
+	}
+	r, err := testkit.Send(tc.client, "POST", tc.run[cell].Intake+"/v1/inquiries", inquiry.Request{UserID: user, Product: "loan", Amount: 1000, Priority: inquiry.Normal}, hdr)
+	if err != nil || r.Status != http.StatusAccepted {
+		t.Fatalf("POST for %s at %s = %v %d %s", user, cell, err, r.Status, r.Body)
+	}
+	var a struct{ ID string }
+	_ = json.Unmarshal(r.Body, &a)
+	return a.ID
+}
+
+// read reads inquiry id at cell (local: from its own store only).
+func (tc *twoCells) read(t *testing.T, cell, id string, local bool) (int, inquiry.View) {
+	t.Helper()
+	hdr := map[string]string{}
+	if local {
+		hdr[api.HeaderLocalRead] = "1"
+	}
+	r, err := testkit.Send(tc.client, "GET", tc.run[cell].Intake+"/v1/inquiries/"+id, nil, hdr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v inquiry.View
+	_ = json.Unmarshal(r.Body, &v)
+	return r.Status, v
 }
