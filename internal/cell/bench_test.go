@@ -275,6 +275,9 @@ func BenchmarkPipelineAgencyBound(b *testing.B) {
 	}
 }
 
+// pipelineAgencyBound runs BenchmarkPipelineAgencyBound on one layout.
+// One piece: the open-loop load, its measures and the report of what bound
+// the run belong to one window.
 func pipelineAgencyBound(b *testing.B, layout string) {
 	const (
 		sessions = 20

@@ -27,7 +27,8 @@ import (
 // be written over the hand-over, and two queued) and keyed ones. Once the map is
 // committed every inquiry is read at its user's cell, the pending ones
 // are finished there and nowhere else, c1 keeps none of the moved users'
-// and a keyed retry at c2 gets the id c1 gave.
+// and a keyed retry at c2 gets the id c1 gave. One piece: one scenario,
+// read top to bottom, its steps each the precondition of the next.
 func TestAChangeMovesTheUsersInquiriesWithThem(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs two cell processes")

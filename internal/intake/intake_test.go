@@ -764,6 +764,9 @@ func TestClosedIntake(t *testing.T) {
 	c.wantStored(t, 2, 2, 0)
 }
 
+// TestFencing: a cell takes only the users it owns in its newest map,
+// unless the caller knows a newer one. One piece: one cell's maps, in
+// the order a move brings them.
 func TestFencing(t *testing.T) {
 	e := newEnv(t)
 	m := testMapOf(t, nil, "c1", "c2")

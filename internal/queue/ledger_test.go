@@ -109,7 +109,8 @@ func mustRef(t *testing.T, q *queue.Queue, id string) queue.Ref {
 // it on the new release until it is switched; then the intake writes the
 // ledger, the workers take the old work stream's inquiries first, a
 // keyed inquiry of the bucket is found, and a failed inquiry of the old
-// sets is listed and retried onto the ledger.
+// sets is listed and retried onto the ledger. One piece: the life of one
+// cell across the upgrade, each step on the state the last left.
 func TestAnUpgradeKeepsTheRecordsLayoutsData(t *testing.T) {
 	_, js := celltest.NATS(t)
 	ctx := context.Background()

@@ -21,7 +21,8 @@ import (
 // cursor; the digests show the slot whose purge the copy could not carry,
 // which is copied again whole; then c2 makes the handed inquiries its
 // work, and c1 lets the moved users' messages go. A user of a moving slot
-// who stays (pinned to c1) is neither copied nor let go.
+// who stays (pinned to c1) is neither copied nor let go. One piece: the
+// steps of one move in their order, each on the state the last left.
 func TestAMoveCopiesVerifiesAndHandsOverALedgersInquiries(t *testing.T) {
 	_, js := celltest.NATS(t)
 	ctx := testkit.Context(t, 60*time.Second)
