@@ -201,8 +201,12 @@ type MovesRecord struct {
 // MoveProgress is one move of a change and where it stands.
 type MoveProgress struct {
 	Spec MoveSpec `json:"spec"`
+	// Admins are the admin URLs of its two cells (each cell's own, then
+	// its instances'): a cell that the change was adding is in no
+	// committed map when the change is called off.
+	Admins map[string][]string `json:"admins,omitempty"`
 	// Step is the last step begun: recorded, copying, fenced, handed,
-	// copied, verified, activated, done (or called-off).
+	// copied, verified, done; or called-off, skipped.
 	Step     string `json:"step"`
 	Copied   int    `json:"copied"`
 	Bytes    int    `json:"bytes"`

@@ -36,6 +36,11 @@ type MoveConfig struct {
 	AttemptWait time.Duration
 	// Poll is how often the attempts under way are asked for [200 ms].
 	Poll time.Duration
+	// LeaveData changes the map even when a move's cell does not answer at
+	// all: that move is skipped, its users' inquiries left where they are
+	// (read there through the users' new cell while it answers). Without
+	// it such a change is refused, nothing changed.
+	LeaveData bool
 }
 
 // MoveAdmin is what a move asks of cells (an adminclient.Client with a
@@ -75,6 +80,17 @@ func NewMover(admin MoveAdmin, cfg MoveConfig, note func(Note), now func() time.
 	return &Mover{admin: admin, cfg: cfg, note: note, now: now}
 }
 
+// silentCell: no process of a move's cell answered before anything was
+// moved.
+type silentCell struct {
+	cell string
+	err  error
+}
+
+func (e *silentCell) Error() string {
+	return fmt.Sprintf("cell %s does not answer (%v)", e.cell, e.err)
+}
+
 // ErrVerify is a move whose two sides' digests differ after a slot was
 // copied again: the move is called off, nothing changed.
 var ErrVerify = errors.New("the copies differ")
@@ -90,6 +106,23 @@ var ErrVerify = errors.New("the copies differ")
 // step, keeps it (the change's record).
 func (mv *Mover) Prepare(ctx context.Context, m *slotmap.Map, rep *api.MoveProgress, save func() error) error {
 	err := mv.prepare(ctx, m, rep, save)
+	var silent *silentCell
+	if errors.As(err, &silent) {
+		// Nothing was moved: at most the source recorded the move.
+		if silent.cell != rep.Spec.From {
+			if from, ok := m.Cell(rep.Spec.From); ok {
+				_, _ = atCell(from, func(a string) (struct{}, error) { return struct{}{}, mv.admin.DeleteMove(ctx, a, rep.Spec.ID) })
+			}
+		}
+		rep.Error = err.Error()
+		if !mv.cfg.LeaveData {
+			rep.Step = "called-off"
+			return fmt.Errorf("move %s: %w: its users' inquiries cannot move with them; nothing changed (--leave-data changes the map and leaves them in %s)", rep.Spec.ID, err, rep.Spec.From)
+		}
+		mv.note(Note{Warning: true, Text: fmt.Sprintf("Move %s skipped: %v; the inquiries of its users stay in %s.", rep.Spec.ID, err, rep.Spec.From)})
+		rep.Step = "skipped"
+		return save()
+	}
 	if err != nil {
 		spec := rep.Spec
 		rep.Error = err.Error()
@@ -107,19 +140,25 @@ func (mv *Mover) prepare(ctx context.Context, m *slotmap.Map, rep *api.MoveProgr
 		rep.Step = name
 		return save()
 	}
-	from, to, err := moveCells(m, spec)
+	from, to, err := moveCells(m, rep)
 	if err != nil {
 		return err
 	}
 	src, err := atCell(from, func(a string) (*api.CellMove, error) {
 		return mv.admin.PutMove(ctx, a, api.CellMove{Spec: spec, Role: api.MoveSource})
 	})
+	if adminclient.Unreachable(err) {
+		return &silentCell{cell: spec.From, err: err}
+	}
 	if err != nil {
 		return fmt.Errorf("record the move at %s: %w", spec.From, err)
 	}
 	dst, err := atCell(to, func(a string) (*api.CellMove, error) {
 		return mv.admin.PutMove(ctx, a, api.CellMove{Spec: spec, Role: api.MoveDestination})
 	})
+	if adminclient.Unreachable(err) {
+		return &silentCell{cell: spec.To, err: err}
+	}
 	if err != nil {
 		return fmt.Errorf("record the move at %s: %w", spec.To, err)
 	}
@@ -283,7 +322,7 @@ func firstSlots(slots []int) string {
 // run again.
 func (mv *Mover) Finish(ctx context.Context, m *slotmap.Map, rep *api.MoveProgress) error {
 	spec := rep.Spec
-	from, to, err := moveCells(m, spec)
+	from, to, err := moveCells(m, rep)
 	if err != nil {
 		return err
 	}
@@ -311,7 +350,7 @@ func (mv *Mover) Finish(ctx context.Context, m *slotmap.Map, rep *api.MoveProgre
 // be run again.
 func (mv *Mover) Abort(ctx context.Context, m *slotmap.Map, rep *api.MoveProgress) error {
 	spec := rep.Spec
-	from, to, err := moveCells(m, spec)
+	from, to, err := moveCells(m, rep)
 	if err != nil {
 		return err
 	}
@@ -360,14 +399,35 @@ func unknownMove(err error) bool {
 	return errors.As(err, &ae) && ae.Status == 404
 }
 
-// moveCells are the source and destination of spec in m.
-func moveCells(m *slotmap.Map, spec api.MoveSpec) (from, to slotmap.Cell, err error) {
-	var ok bool
-	if from, ok = m.Cell(spec.From); !ok {
-		return from, to, fmt.Errorf("move %s: cell %s is not in the map", spec.ID, spec.From)
+// moveCells are the source and destination of rep's move: as m has them,
+// else as its record has them (a cell that a change called off was
+// adding is in no committed map).
+func moveCells(m *slotmap.Map, rep *api.MoveProgress) (from, to slotmap.Cell, err error) {
+	get := func(id string) (slotmap.Cell, error) {
+		if c, ok := m.Cell(id); ok {
+			return c, nil
+		}
+		if a := rep.Admins[id]; len(a) > 0 {
+			c := slotmap.Cell{ID: id, Admin: a[0]}
+			for _, x := range a[1:] {
+				c.Instances = append(c.Instances, slotmap.Instance{Admin: x})
+			}
+			return c, nil
+		}
+		return slotmap.Cell{}, fmt.Errorf("move %s: cell %s is not in the map", rep.Spec.ID, id)
 	}
-	if to, ok = m.Cell(spec.To); !ok {
-		return from, to, fmt.Errorf("move %s: cell %s is not in the map", spec.ID, spec.To)
+	if from, err = get(rep.Spec.From); err == nil {
+		to, err = get(rep.Spec.To)
 	}
-	return from, to, nil
+	return from, to, err
+}
+
+// MoveAdmins are the admin URLs of cell (its own, then its instances'), as
+// a move's record keeps them.
+func MoveAdmins(c slotmap.Cell) []string {
+	out := []string{c.Admin}
+	for _, in := range c.Instances {
+		out = append(out, in.Admin)
+	}
+	return out
 }

@@ -299,3 +299,40 @@ func (tc *twoCells) read(t *testing.T, cell, id string, local bool) (int, inquir
 	_ = json.Unmarshal(r.Body, &v)
 	return r.Status, v
 }
+
+// A change whose moving users' cell does not answer at all is refused,
+// nothing changed and no record left; with LeaveData it is applied, the
+// move skipped (its users' inquiries left where they are) and said so.
+func TestAChangeWhoseCellDoesNotAnswer(t *testing.T) {
+	reg := celltest.NewRegistry(t, map[string]int{"nice": 8},
+		slotmap.Cell{ID: "c1", Weight: 1, Intake: "http://127.0.0.1:1", Admin: "http://127.0.0.1:1"},
+		slotmap.Cell{ID: "c2", Weight: 1, Intake: "http://127.0.0.1:1", Admin: "http://127.0.0.1:1"})
+	ctx := testkit.Context(t, 30*time.Second)
+	admin := adminclient.Client{HTTP: &http.Client{Timeout: time.Second}}
+	weight := control.Change{Plan: func(m *slotmap.Map) (*slotmap.Plan, error) { return m.SetWeight("c2", 3) }}
+	before := reg.Map().Version()
+	ctl := control.New(reg.Reg, control.Config{Holder: "test"}, control.Options{Moves: control.NewMover(admin, control.MoveConfig{}, nil, nil)})
+	_, err := ctl.Apply(ctx, weight)
+	if err == nil || !strings.Contains(err.Error(), "cell c1 does not answer") || !strings.Contains(err.Error(), "nothing changed") {
+		t.Fatalf("a change whose source does not answer = %v, want refused", err)
+	}
+	if v := reg.Map().Version(); v != before {
+		t.Fatalf("the map went from version %d to %d", before, v)
+	}
+	if _, err := ctl.Moves(ctx); !errors.Is(err, control.ErrNoMoves) {
+		t.Fatalf("a record left after the refusal: %v", err)
+	}
+	var notes []string
+	leave := control.New(reg.Reg, control.Config{Holder: "test"}, control.Options{
+		Moves: control.NewMover(admin, control.MoveConfig{LeaveData: true}, func(n control.Note) { notes = append(notes, n.Text) }, nil)})
+	res, err := leave.Apply(ctx, weight)
+	if err != nil || !res.Applied || len(res.Moves) != 1 || res.Moves[0].Step != "skipped" {
+		t.Fatalf("with LeaveData: %+v, %v; want applied, the move skipped", res, err)
+	}
+	if len(notes) == 0 || !strings.Contains(strings.Join(notes, "\n"), "stay in c1") {
+		t.Errorf("notes %q do not say the inquiries stay in c1", notes)
+	}
+	if _, err := leave.Moves(ctx); !errors.Is(err, control.ErrNoMoves) {
+		t.Fatalf("a record left after the change: %v", err)
+	}
+}

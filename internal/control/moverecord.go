@@ -88,7 +88,15 @@ func (c *Controller) prepareMoves(ctx context.Context, cur *slotmap.Map, p *slot
 	d := &movesDoc{doc: doc, MovesRecord: api.MovesRecord{Version: next.Version(), Change: next.Change(), Phase: api.MovesPreparing, Holder: c.cfg.Holder, Started: now}}
 	for _, s := range specs {
 		s.ID = fmt.Sprintf("v%d-%s-%s", next.Version(), s.From, s.To)
-		d.Moves = append(d.Moves, api.MoveProgress{Spec: s, Step: "recorded"})
+		admins := map[string][]string{}
+		for _, id := range []string{s.From, s.To} {
+			if cell, ok := next.Cell(id); ok {
+				admins[id] = MoveAdmins(cell)
+			} else if cell, ok := cur.Cell(id); ok {
+				admins[id] = MoveAdmins(cell)
+			}
+		}
+		d.Moves = append(d.Moves, api.MoveProgress{Spec: s, Admins: admins, Step: "recorded"})
 	}
 	if err := c.save(ctx, d); err != nil {
 		return nil, err
@@ -113,7 +121,7 @@ func (c *Controller) finishMoves(ctx context.Context, m *slotmap.Map, d *movesDo
 	}
 	var errs []error
 	for i := range d.Moves {
-		if d.Moves[i].Step == "done" {
+		if d.Moves[i].Step == "done" || d.Moves[i].Step == "skipped" {
 			continue
 		}
 		if err := c.opts.Moves.Finish(ctx, m, &d.Moves[i]); err != nil {
@@ -135,7 +143,7 @@ func (c *Controller) finishMoves(ctx context.Context, m *slotmap.Map, d *movesDo
 func (c *Controller) abortMoves(ctx context.Context, m *slotmap.Map, d *movesDoc) error {
 	var errs []error
 	for i := range d.Moves {
-		if d.Moves[i].Step == "called-off" {
+		if d.Moves[i].Step == "called-off" || d.Moves[i].Step == "skipped" {
 			continue
 		}
 		if err := c.opts.Moves.Abort(ctx, m, &d.Moves[i]); err != nil {
