@@ -205,8 +205,9 @@ type MoveProgress struct {
 	// its instances'): a cell that the change was adding is in no
 	// committed map when the change is called off.
 	Admins map[string][]string `json:"admins,omitempty"`
-	// Step is the last step begun: recorded, copying, fenced, handed,
-	// copied, verified, done; or called-off, skipped.
+	// Step is the last step begun: recorded (nothing asked of a cell
+	// yet), recording, copying, fenced, handed, copied, verified, done; or
+	// called-off, skipped.
 	Step     string `json:"step"`
 	Copied   int    `json:"copied"`
 	Bytes    int    `json:"bytes"`

@@ -80,15 +80,18 @@ func NewMover(admin MoveAdmin, cfg MoveConfig, note func(Note), now func() time.
 	return &Mover{admin: admin, cfg: cfg, note: note, now: now}
 }
 
-// silentCell: no process of a move's cell answered before anything was
-// moved.
+// silentCell: a move's cell could not record its part (no process
+// answered, or one refused): nothing was moved.
 type silentCell struct {
 	cell string
 	err  error
 }
 
 func (e *silentCell) Error() string {
-	return fmt.Sprintf("cell %s does not answer (%v)", e.cell, e.err)
+	if adminclient.Unreachable(e.err) {
+		return fmt.Sprintf("cell %s does not answer (%v)", e.cell, e.err)
+	}
+	return fmt.Sprintf("cell %s cannot take part (%v)", e.cell, e.err)
 }
 
 // ErrVerify is a move whose two sides' digests differ after a slot was
@@ -144,23 +147,22 @@ func (mv *Mover) prepare(ctx context.Context, m *slotmap.Map, rep *api.MoveProgr
 	if err != nil {
 		return err
 	}
+	if err := step("recording"); err != nil {
+		return err
+	}
+	// A cell that cannot record its part (down, starting, a release
+	// without moves) takes none: nothing is moved.
 	src, err := atCell(from, func(a string) (*api.CellMove, error) {
 		return mv.admin.PutMove(ctx, a, api.CellMove{Spec: spec, Role: api.MoveSource})
 	})
-	if adminclient.Unreachable(err) {
-		return &silentCell{cell: spec.From, err: err}
-	}
 	if err != nil {
-		return fmt.Errorf("record the move at %s: %w", spec.From, err)
+		return &silentCell{cell: spec.From, err: err}
 	}
 	dst, err := atCell(to, func(a string) (*api.CellMove, error) {
 		return mv.admin.PutMove(ctx, a, api.CellMove{Spec: spec, Role: api.MoveDestination})
 	})
-	if adminclient.Unreachable(err) {
-		return &silentCell{cell: spec.To, err: err}
-	}
 	if err != nil {
-		return fmt.Errorf("record the move at %s: %w", spec.To, err)
+		return &silentCell{cell: spec.To, err: err}
 	}
 	if err := step("copying"); err != nil {
 		return err
@@ -368,9 +370,13 @@ func (mv *Mover) Abort(ctx context.Context, m *slotmap.Map, rep *api.MoveProgres
 }
 
 func (mv *Mover) forget(ctx context.Context, from, to slotmap.Cell, id string) error {
-	_, errFrom := atCell(from, func(a string) (struct{}, error) { return struct{}{}, mv.admin.DeleteMove(ctx, a, id) })
-	_, errTo := atCell(to, func(a string) (struct{}, error) { return struct{}{}, mv.admin.DeleteMove(ctx, a, id) })
-	return errors.Join(errFrom, errTo)
+	var errs []error
+	for _, c := range []slotmap.Cell{from, to} {
+		if _, err := atCell(c, func(a string) (struct{}, error) { return struct{}{}, mv.admin.DeleteMove(ctx, a, id) }); err != nil && !unknownMove(err) {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // atCell calls f with the admin APIs of cell in turn, its own first,
@@ -393,7 +399,7 @@ func atCell[T any](cell slotmap.Cell, f func(admin string) (T, error)) (T, error
 }
 
 // unknownMove: the cell has forgotten the move already (a step run
-// again).
+// again), or never had it (a release without moves answers the path 404).
 func unknownMove(err error) bool {
 	var ae *adminclient.Error
 	return errors.As(err, &ae) && ae.Status == 404

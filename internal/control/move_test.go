@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -15,6 +16,7 @@ import (
 	"github.com/cellkit/cellkit/internal/celltest"
 	"github.com/cellkit/cellkit/internal/control"
 	"github.com/cellkit/cellkit/internal/inquiry"
+	"github.com/cellkit/cellkit/internal/problem"
 	"github.com/cellkit/cellkit/internal/registry"
 	"github.com/cellkit/cellkit/internal/slotmap"
 	"github.com/cellkit/cellkit/internal/telegram"
@@ -318,6 +320,21 @@ func TestAChangeWhoseCellDoesNotAnswer(t *testing.T) {
 	}
 	if v := reg.Map().Version(); v != before {
 		t.Fatalf("the map went from version %d to %d", before, v)
+	}
+	if _, err := ctl.Moves(ctx); !errors.Is(err, control.ErrNoMoves) {
+		t.Fatalf("a record left after the refusal: %v", err)
+	}
+	// A cell on a release without moves (the path unknown): refused too.
+	old := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		problem.Write(w, problem.New(http.StatusNotFound, problem.NotFound, "no such path: "+r.URL.Path))
+	}))
+	defer old.Close()
+	reg.Change(func(m *slotmap.Map) (*slotmap.Plan, error) {
+		return m.SetEndpoints("c1", "http://127.0.0.1:1", old.URL)
+	})
+	_, err = ctl.Apply(ctx, weight)
+	if err == nil || !strings.Contains(err.Error(), "cell c1 cannot take part") || strings.Count(err.Error(), "no such path") != 1 {
+		t.Fatalf("a change whose source runs a release without moves = %v, want refused in one line", err)
 	}
 	if _, err := ctl.Moves(ctx); !errors.Is(err, control.ErrNoMoves) {
 		t.Fatalf("a record left after the refusal: %v", err)

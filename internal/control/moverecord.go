@@ -1,6 +1,7 @@
 package control
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -143,7 +144,9 @@ func (c *Controller) finishMoves(ctx context.Context, m *slotmap.Map, d *movesDo
 func (c *Controller) abortMoves(ctx context.Context, m *slotmap.Map, d *movesDoc) error {
 	var errs []error
 	for i := range d.Moves {
-		if d.Moves[i].Step == "called-off" || d.Moves[i].Step == "skipped" {
+		if step := d.Moves[i].Step; step == "called-off" || step == "skipped" || step == "recorded" {
+			// Called off, skipped, or never begun: nothing to undo.
+			d.Moves[i].Step = cmp.Or(map[string]string{"recorded": "called-off"}[step], step)
 			continue
 		}
 		if err := c.opts.Moves.Abort(ctx, m, &d.Moves[i]); err != nil {
