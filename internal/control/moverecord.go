@@ -40,7 +40,7 @@ func (c *Controller) Moves(ctx context.Context) (*api.MovesRecord, error) {
 func (c *Controller) loadMoves(ctx context.Context) (*movesDoc, error) {
 	doc := registry.DocumentFor(c.reg, api.MovesDocument)
 	if doc == nil {
-		return nil, fmt.Errorf("registry %s keeps no record of data moves", c.reg.Describe())
+		return nil, ErrNoMoves // a registry that keeps none beside its map
 	}
 	data, rev, err := doc.Get(ctx)
 	if errors.Is(err, registry.ErrNoDocument) {
@@ -56,9 +56,13 @@ func (c *Controller) loadMoves(ctx context.Context) (*movesDoc, error) {
 	return d, nil
 }
 
-// save writes the record over the revision read.
+// save writes the record over the revision read (nothing without a
+// document).
 func (c *Controller) save(ctx context.Context, d *movesDoc) error {
 	d.Updated = c.opts.Now().UTC()
+	if d.doc == nil {
+		return nil
+	}
 	data, err := json.Marshal(d.MovesRecord)
 	if err != nil {
 		return err
@@ -83,7 +87,7 @@ func (c *Controller) prepareMoves(ctx context.Context, cur *slotmap.Map, p *slot
 	}
 	doc := registry.DocumentFor(c.reg, api.MovesDocument)
 	if doc == nil {
-		return nil, fmt.Errorf("registry %s keeps no record of data moves: the users' inquiries cannot move with them", c.reg.Describe())
+		c.note(true, "registry %s keeps no record beside the map: the data moves run unrecorded (a change cut in the middle leaves its cells fenced until they are called off by hand)", c.reg.Describe())
 	}
 	now := c.opts.Now().UTC()
 	d := &movesDoc{doc: doc, MovesRecord: api.MovesRecord{Version: next.Version(), Change: next.Change(), Phase: api.MovesPreparing, Holder: c.cfg.Holder, Started: now}}
@@ -163,6 +167,9 @@ func (c *Controller) abortMoves(ctx context.Context, m *slotmap.Map, d *movesDoc
 }
 
 func (c *Controller) dropMoves(ctx context.Context, d *movesDoc) error {
+	if d.doc == nil {
+		return nil
+	}
 	if err := d.doc.Delete(ctx, d.rev); err != nil {
 		return fmt.Errorf("remove the data moves' record %s: %w", d.doc.Describe(), err)
 	}
