@@ -329,8 +329,14 @@ func (c *Cell) retryFailed(w http.ResponseWriter, r *http.Request) {
 	}
 	res := RetryResult{Retried: []string{}, Skipped: map[string]string{}}
 	for _, id := range ids {
-		if cell, ok := inquiry.CellOf(id); !ok || cell != c.cfg.ID {
-			res.Skipped[id] = "not an inquiry id of cell " + c.cfg.ID
+		// An id of another cell's naming may be here: its user's
+		// inquiries moved here with the user.
+		if _, ok := inquiry.CellOf(id); !ok {
+			res.Skipped[id] = "not an inquiry id"
+			continue
+		}
+		if rec, _, err := c.queue.Get(ctx, id); err == nil && c.mover.Fenced(rec.UserID) {
+			res.Skipped[id] = "its user's inquiries are being moved to another cell: retry it there once the move is done"
 			continue
 		}
 		err := c.queue.Retry(ctx, id)

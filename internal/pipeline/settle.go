@@ -105,6 +105,11 @@ func (p *Pipeline) settle(ctx context.Context, m *queue.Delivery, service *time.
 	wctx, cancel := context.WithTimeout(context.Background(), writeTimeout)
 	rec, ref, err := p.q.Record(wctx, m)
 	cancel()
+	if err == nil && p.held(rec.UserID) {
+		// Nothing of a held user's is written here, not even a listing
+		// or a dead letter: its inquiries are being copied elsewhere.
+		return p.hold(ctx, m, rec.UserID, service, free)
+	}
 	switch triageOf(rec, err, m.Job, attempt, p.cfg) {
 	case triageGone, triageSuperseded:
 		m.Ack()
@@ -132,9 +137,6 @@ func (p *Pipeline) settle(ctx context.Context, m *queue.Delivery, service *time.
 		return p.failDead(m, rec, ref, attempt, suspectedReason(rec.Crashes))
 	}
 
-	if p.held(rec.UserID) {
-		return p.hold(ctx, m, rec.UserID, service, free)
-	}
 	stopProgress := p.keepAlive(m)
 	defer stopProgress()
 	if rec.Crashes > 0 {

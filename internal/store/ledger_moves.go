@@ -328,8 +328,35 @@ func (j *Ledger) scan(ctx context.Context, after uint64, slots []int, limit int,
 			return err
 		}
 		if read == 0 {
-			return nil
+			// A batch with nothing in it says only that nothing had
+			// reached the consumer yet: the consumer's own count says
+			// whether anything is left.
+			info, err := c.Info(ctx)
+			if err != nil {
+				return err
+			}
+			if info.NumPending == 0 {
+				return nil
+			}
+			if err := sleepCtx(ctx, scanWait); err != nil {
+				return err
+			}
 		}
+	}
+}
+
+// scanWait is how long a scan waits for messages its consumer has not
+// delivered yet.
+const scanWait = 10 * time.Millisecond
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
 	}
 }
 

@@ -172,3 +172,58 @@ func TestAMoveCopiesVerifiesAndHandsOverALedgersInquiries(t *testing.T) {
 		}
 	}
 }
+
+// A scan reads every message, however many and however fast its consumer
+// delivers them: a digest counts each inquiry of a large slot set, and an
+// export in pages carries each message once.
+func TestAMoveReadsEveryMessage(t *testing.T) {
+	_, js := celltest.NATS(t)
+	ctx := testkit.Context(t, 60*time.Second)
+	j, err := store.OpenLedger(ctx, js, store.LedgerConfig{Cell: "c1", TTL: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 3000
+	var slots []int
+	for i := range n {
+		slot := i % 100
+		rec := inquiry.NewRecord(inquiry.NewID("c1", slot), "c1", inquiry.Request{UserID: "u", Product: "p", Amount: 1}, time.Now())
+		if _, err := j.Accept(ctx, &rec); err != nil {
+			t.Fatal(err)
+		}
+		if i < 100 {
+			slots = append(slots, slot)
+		}
+	}
+	all := func(int, string) bool { return true }
+	for _, scan := range [][]int{slots, slots[:10]} {
+		d, err := j.Digest(ctx, scan, all, time.Now().Add(-time.Hour))
+		count := 0
+		for _, s := range d {
+			count += s.Messages
+		}
+		if want := n * len(scan) / 100; err != nil || count != want {
+			t.Fatalf("digest of %d slots counted %d messages, %v; want %d", len(scan), count, err, want)
+		}
+	}
+	seen, after := map[uint64]bool{}, uint64(0)
+	for {
+		next, done, err := j.Export(ctx, after, slots, all, 700, func(m api.MovedMessage) error {
+			if seen[m.Seq] {
+				t.Fatalf("message %d exported twice", m.Seq)
+			}
+			seen[m.Seq] = true
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		after = next
+		if done {
+			break
+		}
+	}
+	if len(seen) != n {
+		t.Fatalf("exported %d messages, want %d", len(seen), n)
+	}
+}
