@@ -63,80 +63,61 @@ func BenchmarkIntake(b *testing.B) {
 			b.Fatal(err)
 		}
 		body := make([]byte, 420) // a pending record's size
-		var n atomic.Int64
-		b.SetParallelism(intakeParallelism)
-		b.ResetTimer()
-		began := time.Now()
-		b.RunParallel(func(pb *testing.PB) {
-			for pb.Next() {
-				if _, err := js.Publish(context.Background(), "bench."+strconv.FormatInt(n.Add(1), 10), body); err != nil {
-					b.Error(err)
-					return
-				}
-			}
+		acceptedPerSecond(b, func(n int64) error {
+			_, err := js.Publish(context.Background(), "bench."+strconv.FormatInt(n, 10), body)
+			return err
 		})
-		b.ReportMetric(float64(b.N)/time.Since(began).Seconds(), "accepted/s")
 	})
 	b.Run("accept", func(b *testing.B) {
 		l, err := store.OpenLedger(context.Background(), benchJetStream(b), store.LedgerConfig{Cell: "c1"})
 		if err != nil {
 			b.Fatal(err)
 		}
-		b.SetParallelism(intakeParallelism)
-		b.ResetTimer()
-		began := time.Now()
-		b.RunParallel(func(pb *testing.PB) {
-			for pb.Next() {
-				rec := inquiry.NewRecord(inquiry.NewID("c1", 0), "c1", inquiry.Request{UserID: "u", Product: "p", Amount: 1, Priority: inquiry.Normal}, time.Now())
-				if _, err := l.Accept(context.Background(), &rec); err != nil {
-					b.Error(err)
-					return
-				}
-			}
+		acceptedPerSecond(b, func(int64) error {
+			rec := inquiry.NewRecord(inquiry.NewID("c1", 0), "c1", inquiry.Request{UserID: "u", Product: "p", Amount: 1, Priority: inquiry.Normal}, time.Now())
+			_, err := l.Accept(context.Background(), &rec)
+			return err
 		})
-		b.ReportMetric(float64(b.N)/time.Since(began).Seconds(), "accepted/s")
 	})
 	b.Run("http-publish", func(b *testing.B) {
-		url := publishOverHTTP(b, benchJetStream(b))
-		client := benchClient()
-		defer client.CloseIdleConnections()
-		var n atomic.Int64
-		b.SetParallelism(intakeParallelism)
-		b.ResetTimer()
-		began := time.Now()
-		b.RunParallel(func(pb *testing.PB) {
-			for pb.Next() {
-				r, err := testkit.Send(client, "POST", url, user(int(n.Add(1))), nil)
-				if err != nil || r.Status != http.StatusAccepted {
-					b.Errorf("POST = %v %d %s", err, r.Status, r.Body)
-					return
-				}
-			}
-		})
-		b.ReportMetric(float64(b.N)/time.Since(began).Seconds(), "accepted/s")
+		postEach(b, publishOverHTTP(b, benchJetStream(b)))
 	})
 	for _, layout := range []string{queue.LayoutLedger, queue.LayoutRecords} {
 		b.Run(layout, func(b *testing.B) {
-			h := heldIntake(b, layout)
-			client := benchClient()
-			defer client.CloseIdleConnections()
-			var n atomic.Int64
-			b.SetParallelism(intakeParallelism)
-			b.ResetTimer()
-			began := time.Now()
-			b.RunParallel(func(pb *testing.PB) {
-				for pb.Next() {
-					i := n.Add(1)
-					r, err := testkit.Send(client, "POST", h.intake+"/v1/inquiries", user(int(i)), nil)
-					if err != nil || r.Status != http.StatusAccepted {
-						b.Errorf("POST = %v %d %s", err, r.Status, r.Body)
-						return
-					}
-				}
-			})
-			b.ReportMetric(float64(b.N)/time.Since(began).Seconds(), "accepted/s")
+			postEach(b, heldIntake(b, layout).intake+"/v1/inquiries")
 		})
 	}
+}
+
+// acceptedPerSecond runs send from intakeParallelism clients per
+// GOMAXPROCS (n counts the sends from 1) and reports the sends a second.
+func acceptedPerSecond(b *testing.B, send func(n int64) error) {
+	var n atomic.Int64
+	b.SetParallelism(intakeParallelism)
+	b.ResetTimer()
+	began := time.Now()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			if err := send(n.Add(1)); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+	b.ReportMetric(float64(b.N)/time.Since(began).Seconds(), "accepted/s")
+}
+
+// postEach posts one inquiry per send to url, each to be answered 202.
+func postEach(b *testing.B, url string) {
+	client := benchClient()
+	defer client.CloseIdleConnections()
+	acceptedPerSecond(b, func(n int64) error {
+		r, err := testkit.Send(client, "POST", url, user(int(n)), nil)
+		if err == nil && r.Status != http.StatusAccepted {
+			err = fmt.Errorf("POST = %d %s", r.Status, r.Body)
+		}
+		return err
+	})
 }
 
 // BenchmarkIntakeLatency offers 1,000 inquiries a second for 5 s

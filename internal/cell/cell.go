@@ -173,29 +173,9 @@ func New(ctx context.Context, cfg Config, opts Options) (_ *Cell, err error) {
 			return nil, err
 		}
 	}
-	if cfg.Instance != "" {
-		lc := quotalease.Config{Instance: cfg.Instance, Lease: cfg.Lease, Grace: cfg.LeaseGrace}
-		var kv jetstream.KeyValue
-		if err = c.untilJetStream(ctx, func(ctx context.Context) (err error) {
-			kv, err = c.js.CreateOrUpdateKeyValue(ctx, quotalease.BucketConfig(cfg.ID, lc, cfg.Replicas))
-			return err
-		}); err != nil {
-			return nil, fmt.Errorf("open the session lease bucket: %w", err)
-		}
-		if c.leaser, err = quotalease.New(lc, quotalease.Options{KV: kv, Sessions: leasedSessions{c}, Logger: c.log, Registerer: c.metrics}); err != nil {
-			return nil, err
-		}
-	}
-	if err = c.untilJetStream(ctx, func(ctx context.Context) (err error) {
-		c.queue, err = queue.Setup(ctx, c.js, queue.Config{
-			Cell: cfg.ID, MaxMsgs: cfg.QueueMaxMsgs, MaxBytes: cfg.QueueMaxBytes, AckWait: cfg.AckWait, Replicas: cfg.Replicas, Layout: cfg.QueueLayout,
-			MaxAckPending: max(1000, 2*cfg.Pipeline.Workers), Retention: cfg.RecordTTL,
-		})
-		return err
-	}); err != nil {
+	if err = c.openStreams(ctx); err != nil {
 		return nil, err
 	}
-
 	if c.registry, err = registry.Open(registry.Config{URL: cfg.Registry}, registry.Options{}); err != nil {
 		return nil, err
 	}
@@ -206,28 +186,9 @@ func New(ctx context.Context, cfg Config, opts Options) (_ *Cell, err error) {
 		return nil, err
 	}
 
-	if err = c.untilJetStream(ctx, func(ctx context.Context) (err error) {
-		c.mover, err = move.Open(ctx, c.js, move.Config{Cell: cfg.ID, Replicas: cfg.Replicas, TTL: cfg.RecordTTL}, move.Options{
-			Ledger: c.queue.Ledger(), SlotOf: c.slotOf, Logger: c.log,
-		})
-		return err
-	}); err != nil {
+	agencies, err := c.openAgencies()
+	if err != nil {
 		return nil, err
-	}
-
-	am := agency.NewMetrics(c.metrics)
-	var agencies []pipeline.Agency
-	for _, a := range cfg.Agencies {
-		cl, err := agency.New(agency.Config{
-			Name: a.Name, Addr: a.Addr, Sessions: 0, CallTimeout: cfg.CallTimeout,
-			Pool: sessionpool.Config{BorrowTimeout: cfg.BorrowTimeout}, Breaker: cfg.Breaker,
-		}, agency.Options{Logger: c.log, Metrics: am})
-		if err != nil {
-			return nil, err
-		}
-		c.clients[a.Name] = cl
-		c.names = append(c.names, a.Name)
-		agencies = append(agencies, pipeline.Agency{Name: a.Name, Client: cl, Sessions: 0})
 	}
 
 	c.shed = shed.New(cfg.Shed, shed.Options{})
@@ -263,11 +224,77 @@ func New(ctx context.Context, cfg Config, opts Options) (_ *Cell, err error) {
 	}
 	c.intake.TrackMoves(c.moves)
 	c.registerMetrics()
+	if err = c.listen(opts); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// openStreams opens what the cell keeps in JetStream beside its NATS
+// connection: an instance's session lease bucket, the queue (the ledger,
+// and the records layout's streams if the cell has them) and the moves'
+// bucket.
+func (c *Cell) openStreams(ctx context.Context) (err error) {
+	cfg := c.cfg
+	if cfg.Instance != "" {
+		lc := quotalease.Config{Instance: cfg.Instance, Lease: cfg.Lease, Grace: cfg.LeaseGrace}
+		var kv jetstream.KeyValue
+		if err = c.untilJetStream(ctx, func(ctx context.Context) (err error) {
+			kv, err = c.js.CreateOrUpdateKeyValue(ctx, quotalease.BucketConfig(cfg.ID, lc, cfg.Replicas))
+			return err
+		}); err != nil {
+			return fmt.Errorf("open the session lease bucket: %w", err)
+		}
+		if c.leaser, err = quotalease.New(lc, quotalease.Options{KV: kv, Sessions: leasedSessions{c}, Logger: c.log, Registerer: c.metrics}); err != nil {
+			return err
+		}
+	}
+	if err = c.untilJetStream(ctx, func(ctx context.Context) (err error) {
+		c.queue, err = queue.Setup(ctx, c.js, queue.Config{
+			Cell: cfg.ID, MaxMsgs: cfg.QueueMaxMsgs, MaxBytes: cfg.QueueMaxBytes, AckWait: cfg.AckWait, Replicas: cfg.Replicas, Layout: cfg.QueueLayout,
+			MaxAckPending: max(1000, 2*cfg.Pipeline.Workers), Retention: cfg.RecordTTL,
+		})
+		return err
+	}); err != nil {
+		return err
+	}
+	return c.untilJetStream(ctx, func(ctx context.Context) (err error) {
+		c.mover, err = move.Open(ctx, c.js, move.Config{Cell: cfg.ID, Replicas: cfg.Replicas, TTL: cfg.RecordTTL}, move.Options{
+			Ledger: c.queue.Ledger(), SlotOf: c.slotOf, Logger: c.log,
+		})
+		return err
+	})
+}
+
+// openAgencies makes a client per agency, its sessions sized later by
+// the map.
+func (c *Cell) openAgencies() ([]pipeline.Agency, error) {
+	cfg := c.cfg
+	am := agency.NewMetrics(c.metrics)
+	var agencies []pipeline.Agency
+	for _, a := range cfg.Agencies {
+		cl, err := agency.New(agency.Config{
+			Name: a.Name, Addr: a.Addr, Sessions: 0, CallTimeout: cfg.CallTimeout,
+			Pool: sessionpool.Config{BorrowTimeout: cfg.BorrowTimeout}, Breaker: cfg.Breaker,
+		}, agency.Options{Logger: c.log, Metrics: am})
+		if err != nil {
+			return nil, err
+		}
+		c.clients[a.Name] = cl
+		c.names = append(c.names, a.Name)
+		agencies = append(agencies, pipeline.Agency{Name: a.Name, Client: cl, Sessions: 0})
+	}
+	return agencies, nil
+}
+
+// listen opens the intake and admin listeners, with TLS when given.
+func (c *Cell) listen(opts Options) (err error) {
+	cfg := c.cfg
 	if c.intakeLn, err = net.Listen("tcp", cfg.IntakeAddr); err != nil {
-		return nil, fmt.Errorf("intake listener: %w", err)
+		return fmt.Errorf("intake listener: %w", err)
 	}
 	if c.adminLn, err = net.Listen("tcp", cfg.AdminAddr); err != nil {
-		return nil, fmt.Errorf("admin listener: %w", err)
+		return fmt.Errorf("admin listener: %w", err)
 	}
 	if opts.IntakeTLS != nil {
 		c.intakeLn, c.intakeTLS = tls.NewListener(c.intakeLn, opts.IntakeTLS), true
@@ -275,7 +302,7 @@ func New(ctx context.Context, cfg Config, opts Options) (_ *Cell, err error) {
 	if opts.AdminTLS != nil {
 		c.adminLn, c.adminTLS = tls.NewListener(c.adminLn, opts.AdminTLS), true
 	}
-	return c, nil
+	return nil
 }
 
 // slotOf is user's slot in the map the cell follows (false: no map yet).

@@ -1,6 +1,7 @@
 package cell
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -73,17 +74,12 @@ func (c *Cell) moveRecord(w http.ResponseWriter, r *http.Request) {
 		if !c.movesAllowed(w) {
 			return
 		}
-		err := c.mover.Put(ctx, cm, c.follower.Map().Slots())
+		cur, err := c.mover.Put(ctx, cm, c.follower.Map().Slots())
 		if err != nil {
 			moveProblem(w, err)
 			return
 		}
 		c.log.Info("move recorded", "move", id, "role", cm.Role, "fenced", cm.Fenced)
-		cur, err := c.mover.Get(ctx, id)
-		if err != nil {
-			moveProblem(w, err)
-			return
-		}
 		httpx.Indent(w, http.StatusOK, cur)
 	case http.MethodDelete:
 		if err := c.mover.Delete(ctx, id); err != nil {
@@ -110,8 +106,8 @@ func (c *Cell) moveAction(w http.ResponseWriter, r *http.Request) {
 		q := r.URL.Query()
 		switch action {
 		case api.MoveExport:
-			after, err1 := strconv.ParseUint(cmpOr(q.Get("after"), "0"), 10, 64)
-			limit, err2 := strconv.Atoi(cmpOr(q.Get("limit"), "1000"))
+			after, err1 := strconv.ParseUint(cmp.Or(q.Get("after"), "0"), 10, 64)
+			limit, err2 := strconv.Atoi(cmp.Or(q.Get("limit"), "1000"))
 			if err1 != nil || err2 != nil || limit <= 0 {
 				problem.Write(w, problem.New(http.StatusBadRequest, problem.InvalidField, "after must be a sequence and limit a positive count").WithField("after"))
 				return
@@ -172,13 +168,6 @@ func (c *Cell) moveAction(w http.ResponseWriter, r *http.Request) {
 			problem.Write(w, problem.New(http.StatusNotFound, problem.NotFound, "no such action of a move: "+action))
 		}
 	})(w, r)
-}
-
-func cmpOr(v, def string) string {
-	if v == "" {
-		return def
-	}
-	return v
 }
 
 // movesAllowed answers 409 unless the cell follows a map and its intake

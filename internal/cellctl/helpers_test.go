@@ -25,13 +25,7 @@ import (
 var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
 
 func TestMain(m *testing.M) {
-	testkit.VerifyTestMain(m,
-		goleak.IgnoreTopFunction("internal/poll.runtime_pollWait"),
-		goleak.Cleanup(func(code int) {
-			celltest.RemoveCellBinary()
-			os.Exit(code)
-		}),
-	)
+	celltest.VerifyTestMain(m, goleak.IgnoreTopFunction("internal/poll.runtime_pollWait"))
 }
 
 // epoch is the fake clock's start: maps committed in tests carry it.

@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/goleak"
+
 	"github.com/cellkit/cellkit/internal/pki"
 	"github.com/cellkit/cellkit/internal/testkit"
 )
@@ -133,4 +135,13 @@ func RemoveCellBinary() {
 	if cellBin != "" {
 		_ = os.RemoveAll(filepath.Dir(cellBin))
 	}
+}
+
+// VerifyTestMain is testkit.VerifyTestMain for a package whose tests run
+// cell processes: it removes what CellBinary built once they are done.
+func VerifyTestMain(m *testing.M, extra ...goleak.Option) {
+	testkit.VerifyTestMain(m, append(extra, goleak.Cleanup(func(code int) {
+		RemoveCellBinary()
+		os.Exit(code)
+	}))...)
 }

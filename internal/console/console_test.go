@@ -17,8 +17,6 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
 	"github.com/cellkit/cellkit/internal/adminclient"
 	"github.com/cellkit/cellkit/internal/agencysim"
 	"github.com/cellkit/cellkit/internal/celltest"
@@ -29,12 +27,7 @@ import (
 	"github.com/cellkit/cellkit/internal/testkit"
 )
 
-func TestMain(m *testing.M) {
-	testkit.VerifyTestMain(m, goleak.Cleanup(func(code int) {
-		celltest.RemoveCellBinary()
-		os.Exit(code)
-	}))
-}
+func TestMain(m *testing.M) { celltest.VerifyTestMain(m) }
 
 const token = "console-test-token-0123456789abcdef"
 

@@ -3,7 +3,6 @@ package control
 import (
 	"context"
 	"errors"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -19,13 +18,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	testkit.VerifyTestMain(m,
-		goleak.IgnoreTopFunction("internal/poll.runtime_pollWait"),
-		goleak.Cleanup(func(code int) {
-			celltest.RemoveCellBinary()
-			os.Exit(code)
-		}),
-	)
+	celltest.VerifyTestMain(m, goleak.IgnoreTopFunction("internal/poll.runtime_pollWait"))
 }
 
 // fileRegistry is a file registry holding a map of 64 slots with cells c1

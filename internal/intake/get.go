@@ -90,13 +90,7 @@ func (h *Handler) getElsewhere(ctx context.Context, w http.ResponseWriter, r *ht
 			fmt.Sprintf("cell %s does not own slot %d in map version %d (owner: %s); refresh the map", h.cfg.Cell, slot, m.Version(), owner)).WithField("id"))
 		return
 	}
-	var ask []string
-	for user, pinned := range m.Overrides() {
-		if pinned != h.cfg.Cell && m.SlotOf(user) == slot && !slices.Contains(ask, pinned) {
-			ask = append(ask, pinned)
-		}
-	}
-	slices.Sort(ask)
+	ask := slices.DeleteFunc(m.PinnedCells(slot), func(c string) bool { return c == h.cfg.Cell })
 	if cell != h.cfg.Cell && !slices.Contains(ask, cell) {
 		ask = append(ask, cell)
 	}

@@ -83,42 +83,10 @@ func (h *Handler) post(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), h.cfg.Timeout)
 	defer cancel()
-	if h.disk != nil {
-		failing := h.disk.Failing()
-		go func() {
-			select {
-			case <-failing:
-				cancel()
-			case <-ctx.Done():
-			}
-		}()
-	}
+	h.cancelOnStoreFailure(ctx, cancel)
 	slot := h.cmap().SlotOf(req.UserID)
-	if idemKey != "" && h.moves != nil {
-		if prev, ok := h.moves.Previous(req.UserID, slot, h.now()); ok {
-			// The user's slot came from another cell lately: a retry of a
-			// request that cell accepted must get that inquiry back, not a
-			// second one. If that cell cannot be asked, whether it
-			// accepted the key's inquiry is unknown: taking the request
-			// here could make a second one, so nothing is taken until it
-			// answers (or leaves the map, or api.MoveWindow passes).
-			rec, found, err := h.askPrevious(ctx, prev, client, req.UserID, idemKey, inquiry.Fingerprint(req))
-			switch {
-			case errors.Is(err, errKeyReused):
-				problem.Write(w, keyReused(rec.ID))
-				return
-			case found:
-				w.Header().Set("Location", rec.StatusURL)
-				w.Header().Set("Idempotent-Replayed", "true")
-				httpx.JSON(w, http.StatusAccepted, rec)
-				return
-			case err != nil:
-				id := inquiry.KeyID(prev, slot, client, req.UserID, idemKey)
-				h.unknownOutcome(w, id, false, err, fmt.Sprintf("cell %s cannot ask cell %s, which owned the user until lately, whether it accepted this Idempotency-Key's inquiry %s; "+
-					"nothing was taken here: retry with the same Idempotency-Key", h.cfg.Cell, prev, id))
-				return
-			}
-		}
+	if idemKey != "" && h.moves != nil && h.answeredByPrevious(ctx, w, req, slot, client, idemKey) {
+		return
 	}
 	id := inquiry.NewID(h.cfg.Cell, slot)
 	if idemKey != "" {
@@ -147,6 +115,53 @@ func (h *Handler) post(w http.ResponseWriter, r *http.Request) {
 	}
 	h.taken(got.Priority)
 	h.accepted(w, got, false)
+}
+
+// cancelOnStoreFailure cancels an acceptance's context when the store
+// fails a write (a publish waiting on a full disk gets no answer).
+func (h *Handler) cancelOnStoreFailure(ctx context.Context, cancel context.CancelFunc) {
+	if h.disk == nil {
+		return
+	}
+	failing := h.disk.Failing()
+	go func() {
+		select {
+		case <-failing:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+}
+
+// answeredByPrevious asks the cell that owned the user until lately (see
+// Moves) for the inquiry of a keyed request, and answers with it (or
+// refuses the request) when there is one, or when that cell cannot be
+// asked: it reports whether it answered. A retry of a request that cell
+// accepted must get that inquiry back, not a second one; if the cell
+// cannot be asked, whether it accepted the key's inquiry is unknown:
+// taking the request here could make a second one, so nothing is taken
+// until it answers (or leaves the map, or api.MoveWindow passes).
+func (h *Handler) answeredByPrevious(ctx context.Context, w http.ResponseWriter, req inquiry.Request, slot int, client, idemKey string) bool {
+	prev, ok := h.moves.Previous(req.UserID, slot, h.now())
+	if !ok {
+		return false
+	}
+	rec, found, err := h.askPrevious(ctx, prev, client, req.UserID, idemKey, inquiry.Fingerprint(req))
+	switch {
+	case errors.Is(err, errKeyReused):
+		problem.Write(w, keyReused(rec.ID))
+	case found:
+		w.Header().Set("Location", rec.StatusURL)
+		w.Header().Set("Idempotent-Replayed", "true")
+		httpx.JSON(w, http.StatusAccepted, rec)
+	case err != nil:
+		id := inquiry.KeyID(prev, slot, client, req.UserID, idemKey)
+		h.unknownOutcome(w, id, false, err, fmt.Sprintf("cell %s cannot ask cell %s, which owned the user until lately, whether it accepted this Idempotency-Key's inquiry %s; "+
+			"nothing was taken here: retry with the same Idempotency-Key", h.cfg.Cell, prev, id))
+	default:
+		return false
+	}
+	return true
 }
 
 // Points of an acceptance a faults build can kill the process at

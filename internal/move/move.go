@@ -22,6 +22,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/cellkit/cellkit/internal/api"
+	"github.com/cellkit/cellkit/internal/backoff"
 	"github.com/cellkit/cellkit/internal/store"
 )
 
@@ -138,7 +139,7 @@ func (m *Mover) Follow(ctx context.Context) {
 		w, err := m.kv.WatchAll(ctx)
 		if err != nil {
 			m.log.Warn("cannot watch the moves bucket", "err", err)
-			sleep(ctx, time.Second)
+			_ = backoff.Sleep(ctx, time.Second)
 			continue
 		}
 		for e := range w.Updates() {
@@ -155,16 +156,7 @@ func (m *Mover) Follow(ctx context.Context) {
 			m.mu.Unlock()
 		}
 		_ = w.Stop()
-		sleep(ctx, time.Second)
-	}
-}
-
-func sleep(ctx context.Context, d time.Duration) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-	case <-t.C:
+		_ = backoff.Sleep(ctx, time.Second)
 	}
 }
 
@@ -224,39 +216,40 @@ func (m *Mover) get(ctx context.Context, id string) (api.CellMove, uint64, error
 // Put records the cell's part in a move, or changes its fence: the spec
 // of a move once recorded never changes, a cell is a move's source or
 // its destination as the spec says, and two moves under way in one cell
-// share no slot. Putting what is recorded changes nothing.
-func (m *Mover) Put(ctx context.Context, cm api.CellMove, slots int) error {
+// share no slot. Putting what is recorded changes nothing. It returns the
+// cell's record.
+func (m *Mover) Put(ctx context.Context, cm api.CellMove, slots int) (api.CellMove, error) {
 	if err := cm.Spec.Check(slots); err != nil {
-		return err
+		return api.CellMove{}, err
 	}
 	switch {
 	case cm.Role == api.MoveSource && cm.Spec.From != m.cfg.Cell, cm.Role == api.MoveDestination && cm.Spec.To != m.cfg.Cell:
-		return fmt.Errorf("%w: cell %s is not the %s of move %s (from %s to %s)", ErrConflict, m.cfg.Cell, cm.Role, cm.Spec.ID, cm.Spec.From, cm.Spec.To)
+		return api.CellMove{}, fmt.Errorf("%w: cell %s is not the %s of move %s (from %s to %s)", ErrConflict, m.cfg.Cell, cm.Role, cm.Spec.ID, cm.Spec.From, cm.Spec.To)
 	case cm.Role != api.MoveSource && cm.Role != api.MoveDestination:
-		return fmt.Errorf("%w: move %s: role %q: want %s or %s", api.ErrBadMoveSpec, cm.Spec.ID, cm.Role, api.MoveSource, api.MoveDestination)
+		return api.CellMove{}, fmt.Errorf("%w: move %s: role %q: want %s or %s", api.ErrBadMoveSpec, cm.Spec.ID, cm.Role, api.MoveSource, api.MoveDestination)
 	case cm.Fenced && cm.Role != api.MoveSource:
-		return fmt.Errorf("%w: only a move's source is fenced", ErrConflict)
+		return api.CellMove{}, fmt.Errorf("%w: only a move's source is fenced", ErrConflict)
 	}
 	cur, rev, err := m.get(ctx, cm.Spec.ID)
 	switch {
 	case errors.Is(err, ErrUnknown):
 		if err := m.overlaps(cm.Spec); err != nil {
-			return err
+			return api.CellMove{}, err
 		}
 		cm.Since = m.now().UTC()
 	case err != nil:
-		return err
+		return api.CellMove{}, err
 	case !sameSpec(cur.Spec, cm.Spec) || cur.Role != cm.Role:
-		return fmt.Errorf("%w: move %s is recorded with another spec", ErrConflict, cm.Spec.ID)
+		return api.CellMove{}, fmt.Errorf("%w: move %s is recorded with another spec", ErrConflict, cm.Spec.ID)
 	case cur.Fenced == cm.Fenced:
-		return nil
+		return cur, nil
 	default:
 		cm.Since = cur.Since
 	}
 	cm.Inflight, cm.RecordTTLSeconds = 0, 0
 	b, err := json.Marshal(cm)
 	if err != nil {
-		return err
+		return api.CellMove{}, err
 	}
 	if rev == 0 {
 		_, err = m.kv.Create(ctx, cm.Spec.ID, b)
@@ -264,15 +257,16 @@ func (m *Mover) Put(ctx context.Context, cm api.CellMove, slots int) error {
 		_, err = m.kv.Update(ctx, cm.Spec.ID, b, rev)
 	}
 	if errors.Is(err, jetstream.ErrKeyExists) {
-		return fmt.Errorf("%w: move %s was written meanwhile", ErrConflict, cm.Spec.ID)
+		return api.CellMove{}, fmt.Errorf("%w: move %s was written meanwhile", ErrConflict, cm.Spec.ID)
 	}
 	if err != nil {
-		return fmt.Errorf("record move %s: %w", cm.Spec.ID, err)
+		return api.CellMove{}, fmt.Errorf("record move %s: %w", cm.Spec.ID, err)
 	}
 	m.mu.Lock()
 	m.moves[cm.Spec.ID] = cm
 	m.mu.Unlock()
-	return nil
+	cm.RecordTTLSeconds = int64(m.cfg.TTL / time.Second)
+	return cm, nil
 }
 
 // overlaps says which move under way shares a slot with spec.

@@ -79,3 +79,30 @@ func userOfSlotOwnedBy(t *testing.T, m *Map, cell, prefix string) string {
 	t.Fatalf("no user of %s", cell)
 	return ""
 }
+
+// A slot's pinned cells: those its pinned users are pinned to, but its
+// owner; none for a slot without a pinned user.
+func TestPinnedCells(t *testing.T) {
+	m := buildMap(t, []int{1, 1, 1})
+	u := userOfSlotOwnedBy(t, m, "c00", "pin-")
+	slot := m.SlotOf(u)
+	if got := m.PinnedCells(slot); got != nil {
+		t.Fatalf("PinnedCells before any pin = %v", got)
+	}
+	p, err := m.SetOverride(u, "c02")
+	if err != nil {
+		t.Fatal(err)
+	}
+	home := userOfSlotOwnedBy(t, p.After, "c00", "home-")
+	if p, err = p.After.SetOverride(home, "c00"); err != nil {
+		t.Fatal(err)
+	}
+	if got := p.After.PinnedCells(slot); len(got) != 1 || got[0] != "c02" {
+		t.Fatalf("PinnedCells(%d) = %v, want [c02]", slot, got)
+	}
+	for other := range 3 {
+		if other != slot && other != p.After.SlotOf(home) && p.After.PinnedCells(other) != nil {
+			t.Fatalf("slot %d, which no pinned user is of, has pinned cells %v", other, p.After.PinnedCells(other))
+		}
+	}
+}

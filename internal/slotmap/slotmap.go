@@ -181,6 +181,24 @@ func (m *Map) Lookup(userID string) Route {
 	return Route{Cell: m.cells[m.table[s]].ID, Slot: s}
 }
 
+// PinnedCells are the cells other than the slot's owner that users of
+// slot are pinned to (sorted; nil for a slot with no pinned user: the
+// common case costs one bit).
+func (m *Map) PinnedCells(slot int) []string {
+	if m.ovSlots == nil || slot < 0 || slot >= m.slots || m.ovSlots[slot>>6]&(1<<(slot&63)) == 0 {
+		return nil
+	}
+	owner := m.Owner(slot)
+	var out []string
+	for user, i := range m.ovCell {
+		if id := m.cells[i].ID; id != owner && m.SlotOf(user) == slot && !slices.Contains(out, id) {
+			out = append(out, id)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
 // SlotOf returns the slot a user id hashes to.
 func (m *Map) SlotOf(userID string) int {
 	h := HashUser(userID)

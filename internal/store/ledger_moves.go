@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/cellkit/cellkit/internal/api"
+	"github.com/cellkit/cellkit/internal/backoff"
 	"github.com/cellkit/cellkit/internal/inquiry"
 )
 
@@ -338,7 +339,7 @@ func (j *Ledger) scan(ctx context.Context, after uint64, slots []int, limit int,
 			if info.NumPending == 0 {
 				return nil
 			}
-			if err := sleepCtx(ctx, scanWait); err != nil {
+			if err := backoff.Sleep(ctx, scanWait); err != nil {
 				return err
 			}
 		}
@@ -348,17 +349,6 @@ func (j *Ledger) scan(ctx context.Context, after uint64, slots []int, limit int,
 // scanWait is how long a scan waits for messages its consumer has not
 // delivered yet.
 const scanWait = 10 * time.Millisecond
-
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
-}
 
 // errScanEnd stops a scan at the stream's last message.
 var errScanEnd = errors.New("scan at the end")
