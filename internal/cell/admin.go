@@ -335,9 +335,18 @@ func (c *Cell) retryFailed(w http.ResponseWriter, r *http.Request) {
 			res.Skipped[id] = "not an inquiry id"
 			continue
 		}
-		if rec, _, err := c.queue.Get(ctx, id); err == nil && c.mover.Fenced(rec.UserID) {
-			res.Skipped[id] = "its user's inquiries are being moved to another cell: retry it there once the move is done"
-			continue
+		if rec, _, err := c.queue.Get(ctx, id); err == nil {
+			if c.mover.Fenced(rec.UserID) {
+				res.Skipped[id] = "its user's inquiries are being moved to another cell: retry it there once the move is done"
+				continue
+			}
+			// Re-queued in a cell that no longer serves its user, it
+			// would wait for work that never comes (a drained cell has
+			// no sessions): a change left it here.
+			if owner := c.follower.Map().Lookup(rec.UserID).Cell; owner != c.cfg.ID {
+				res.Skipped[id] = fmt.Sprintf("its user is served by cell %q now; a map change left this inquiry here (--leave-data): it moves there, to be retried there, when this cell is marked drained or removed", owner)
+				continue
+			}
 		}
 		err := c.queue.Retry(ctx, id)
 		switch {

@@ -215,12 +215,25 @@ func TestAgencyErrorsFailInquiriesOntoTheErrorStream(t *testing.T) {
 	if f := list.Failed[0]; f.ID != id || f.Set != queue.SetError || f.Reason != v.Reason {
 		t.Fatalf("failure %+v", f)
 	}
+	// Not while a map gives its user to another cell (a change left it
+	// here): re-queued here it would wait for a cell's work, not this one's.
+	var res RetryResult
+	h.reg.Change(func(m *slotmap.Map) (*slotmap.Plan, error) { return m.AddCell(celltest.TestCell("c2")) })
+	h.reg.Change(func(m *slotmap.Map) (*slotmap.Plan, error) { return m.SetOverride(user(1).UserID, "c2") })
+	want := h.reg.Map().Version()
+	testkit.WaitFor(t, 5*time.Second, "the cell to see the user's new cell", func() bool { return h.cell.follower.Map().Version() == want })
+	h.adminDo("POST", "/v1/admin/failed/retry", map[string]any{"ids": []string{id}}).JSON(t, &res)
+	if len(res.Retried) != 0 || !strings.Contains(res.Skipped[id], `served by cell "c2" now`) {
+		t.Fatalf("retry in a cell that no longer serves the user = %+v", res)
+	}
+	h.reg.Change(func(m *slotmap.Map) (*slotmap.Plan, error) { return m.SetOverride(user(1).UserID, "c1") })
+	want = h.reg.Map().Version()
+	testkit.WaitFor(t, 5*time.Second, "the cell to see the user back", func() bool { return h.cell.follower.Map().Version() == want })
 	// The retry console re-enqueues it once the agency is fine.
 	celltest.SetSim(t, h.nice, func(c *agencysim.Config) { c.ErrorRate = 0 })
 	celltest.SetSim(t, h.kcb, func(c *agencysim.Config) { c.ErrorRate = 0 })
 	h.cell.clients["nice"].Breaker().Reset()
 	h.cell.clients["kcb"].Breaker().Reset()
-	var res RetryResult
 	h.adminDo("POST", "/v1/admin/failed/retry", map[string]any{"all": true}).JSON(t, &res)
 	if len(res.Retried) != 1 || res.Retried[0] != id {
 		t.Fatalf("retry = %+v", res)

@@ -40,10 +40,11 @@ func (x *inv) note(n control.Note) {
 }
 
 // controller is the Controller of this command on reg; traffic, if not
-// nil, measures what its plans project.
+// nil, measures what its plans project. Its changes move the users'
+// inquiries with them (mover).
 func (x *inv) controller(reg registry.Registry, traffic func(ctx context.Context, slots int) (*slotmap.Traffic, error)) *control.Controller {
 	return control.New(reg, control.Config{Holder: x.cli.holder(x.cmd.name), LockWait: x.g.lockWait},
-		control.Options{Now: x.cli.now, Note: x.note, Traffic: traffic})
+		control.Options{Now: x.cli.now, Note: x.note, Traffic: traffic, Moves: x.mover()})
 }
 
 // apply plans a change, prints the plan (unless --json) and, unless this is

@@ -154,7 +154,9 @@ const globalFlagsHelp = `Global flags (before or after the command):
   --registry URL       the registry: file:PATH or consul://HOST:PORT/PREFIX
                        (default $CELLKIT_REGISTRY)
   --json               print JSON for machines instead of tables
-  --timeout D          give up after D (default 30s; drain --wait: no limit)
+  --timeout D          give up after D (default 30s; drain --wait: no limit);
+                       the time a change's data moves spend at the cells
+                       is not counted (each call to a cell: at most 2m)
   --lock-wait D        wait at most D for the registry's writer lock (default:
                        as long as --timeout allows)
   --admin-token TOKEN  bearer token for admin APIs (default $CELLKIT_ADMIN_TOKEN)
@@ -192,6 +194,7 @@ type inv struct {
 	certAsked  *atomic.Bool    // with --tls-* but no certificate: a server asked for one
 	adminToken string          // --admin-token, or --admin-token-file's content
 	measured   *measured       // the routers' traffic, once asked (see traffic)
+	deadline   *deadline       // --timeout's, nil when the command has none
 }
 
 // usageError is a bad command line: exit status 2.
@@ -248,12 +251,7 @@ func (c *CLI) Run(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	x.g.register(fs)
-	if cmd.mutates {
-		fs.BoolVar(&cmd.dryRun, "dry-run", false, "print the plan, change nothing")
-	}
-	if cmd.flags != nil {
-		cmd.flags(fs)
-	}
+	cmd.register(fs)
 	pos, err := parseInterspersed(fs, rest[n:])
 	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -267,9 +265,10 @@ func (c *CLI) Run(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	top.Visit(func(f *flag.Flag) { _ = fs.Set(f.Name, f.Value.String()) }) // parsed once already: a valid value
 	x.given = map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { x.given[f.Name] = true })
-	// --check only from the command line: a variable must never turn
-	// every command into a printout.
-	origins, err := flagenv.FillFrom(fs, "cellctl", c.getenv, "check")
+	// --check, --leave-data and --force only from the command line: a
+	// variable must never turn every command into a printout, nor every
+	// change into one that leaves users' inquiries behind.
+	origins, err := flagenv.FillFrom(fs, "cellctl", c.getenv, "check", "leave-data", "force")
 	if x.g.check {
 		return x.check(fs, origins, err, pos)
 	}
@@ -293,10 +292,11 @@ func (c *CLI) Run(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	// The command's deadline: --timeout, or DefaultTimeout unless the
 	// command waits for as long as it takes (drain --wait) and no
 	// --timeout was given. Zero means none.
+	// The clock stops while a data move's steps run at the cells (hold).
 	if d := x.g.timeout; d > 0 && (x.timeout || cmd.unbounded == nil || !cmd.unbounded()) {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, d)
-		defer cancel()
+		dl, stop := withDeadline(ctx, d)
+		defer stop()
+		ctx, x.deadline = dl, dl
 	}
 	if err := cmd.run(ctx, x, pos); err != nil {
 		return x.fail(name, err)

@@ -27,7 +27,7 @@ func statusEnv(t *testing.T, e *env) map[string]*fakeCell {
 	e.replace = append(e.replace, broken.URL, "http://ADMIN-c4")
 	admin := map[string]string{"c1": cells["c1"].URL(), "c2": cells["c2"].URL(), "c3": "http://127.0.0.1:1", "c4": broken.URL}
 	e.setup([]string{"c1", "c2", "c3", "c4"}, func(id string) string { return admin[id] })
-	e.ok("drain", "c2")
+	e.ok("drain", "c2", "--leave-data")
 	v := e.load().Version()
 	cells["c1"].set(func(f *fakeCell) {
 		f.high, f.normal, f.inflight, f.mapVersion = 2, 17, 2, v
@@ -230,7 +230,7 @@ func testHotkeys(t *testing.T, e *env) {
 		}
 	}
 	// The proposal is runnable as printed.
-	e.ok(strings.Fields(h.Users[0].Command)[1:]...)
+	e.ok(append(strings.Fields(h.Users[0].Command)[1:], "--leave-data")...)
 	if r := e.run("hotkeys", "http://127.0.0.1:1"); r.code != ExitFailure || !strings.Contains(r.stderr, "no router answered") {
 		t.Errorf("%v", r)
 	}

@@ -66,7 +66,7 @@ cannot be reused while the old cell is in the map.`,
 		examples: `cellctl provision c4 --intake http://10.0.1.8:8081 --admin http://10.0.1.8:9081
 cellctl provision c5 --intake http://c5:8081 --admin http://c5:9081 --weight 2 --dry-run`,
 		minArgs: 1, maxArgs: 1,
-		mutates: true,
+		mutates: true, moves: true,
 		flags: func(fs *flag.FlagSet) {
 			fs.StringVar(&intake, "intake", "", "base `URL` of the cell's intake API (required)")
 			fs.StringVar(&admin, "admin", "", "base `URL` of the cell's admin API (required)")
@@ -97,7 +97,7 @@ reached: reopen it later with another undrain, or on the cell).`,
 		examples: `cellctl undrain c2
 cellctl undrain c2 --dry-run`,
 		minArgs: 1, maxArgs: 1,
-		mutates: true,
+		mutates: true, moves: true,
 	}
 	c.run = func(ctx context.Context, x *inv, args []string) error {
 		id := args[0]
@@ -145,7 +145,7 @@ func weightCommand() *command {
 		examples: `cellctl weight c3 2
 cellctl weight c3 1 --dry-run`,
 		minArgs: 2, maxArgs: 2,
-		mutates: true,
+		mutates: true, moves: true,
 	}
 	c.run = func(ctx context.Context, x *inv, args []string) error {
 		id := args[0]
@@ -181,7 +181,7 @@ proposes overrides for those.`,
 cellctl rebalance
 cellctl rebalance --by traffic --routers http://router-a:9080,http://router-b:9080 --dry-run`,
 		maxArgs: 0,
-		mutates: true,
+		mutates: true, moves: true,
 		flags: func(fs *flag.FlagSet) {
 			fs.StringVar(&by, "by", by, "`WHAT` to even out: slots (each slot to its target) or traffic (weights from the routers' measured load)")
 		},
@@ -239,12 +239,19 @@ func removeCommand() *command {
 		name:      "remove",
 		argsUsage: "CELL",
 		section:   secMap,
-		summary:   "delete a drained cell from the map",
+		summary:   "delete a drained cell from the map, moving what it still holds",
 		help: `Deletes a drained cell from the map (its id becomes free again). Refused for
-a cell that is not drained or that users are still pinned to.`,
-		examples: `cellctl remove c2`,
-		minArgs:  1, maxArgs: 1,
-		mutates: true,
+a cell that is not drained or that users are still pinned to.
+
+Whatever the cell still holds of any user (inquiries a change left there with
+--leave-data) first moves to the user's cell, verified, so that its users keep
+reading their history. A cell that does not answer cannot hand anything over:
+the remove is refused, nothing changed, unless --force removes it all the
+same, and what it held is lost with it.`,
+		examples: `cellctl remove c2
+cellctl remove c2 --force    # c2 is gone for good, and its store with it`,
+		minArgs: 1, maxArgs: 1,
+		mutates: true, moves: true, leave: "force",
 	}
 	c.run = func(ctx context.Context, x *inv, args []string) error {
 		return x.applyAndReport(ctx, control.Remove(args[0]))

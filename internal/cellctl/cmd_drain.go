@@ -69,7 +69,7 @@ cellctl drain c2            # move slots and close intake only; later:
 cellctl drain c2 --wait     # resume: wait for the queue, then mark drained
 cellctl drain c1 --wait --last   # the last active cell: nobody is served after this`,
 		minArgs: 1, maxArgs: 1,
-		mutates: true,
+		mutates: true, moves: true,
 		flags: func(fs *flag.FlagSet) {
 			fs.BoolVar(&wait, "wait", false, "wait for the queue to empty, then mark the cell drained")
 			fs.BoolVar(&force, "force", false, "mark the cell drained without waiting for its queue")

@@ -1,6 +1,7 @@
 package cellctl
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -14,11 +15,16 @@ import (
 // set's whole ledger).
 const moveTimeout = 2 * time.Minute
 
-// mover drives the cells' steps of data moves for this command.
+// mover drives the cells' steps of data moves for this command, its
+// --timeout held while they run.
 func (x *inv) mover() *control.Mover {
 	admin := x.admin()
 	admin.Timeout = moveTimeout
-	return control.NewMover(admin, control.MoveConfig{}, x.note, x.cli.now)
+	cfg := control.MoveConfig{LeaveData: x.cmd.leaveData, LeaveHow: "--" + cmp.Or(x.cmd.leave, "leave-data"), Rate: x.cmd.moveRate}
+	if x.deadline != nil {
+		cfg.Hold = x.deadline.hold
+	}
+	return control.NewMover(admin, cfg, x.note, x.cli.now)
 }
 
 func moveStatusCommand() *command {
@@ -90,6 +96,7 @@ old ones let the users go; when it does not, the moves are called off (the
 old cells take their handed-over inquiries back, the copies are let go).
 Under the registry's writer lock. Nothing under way: nothing to do.`,
 		examples: `cellctl move resume`,
+		moves:    true, leave: "-",
 	}
 	c.run = func(ctx context.Context, x *inv, _ []string) error {
 		reg, err := x.openRegistry()
@@ -97,8 +104,7 @@ Under the registry's writer lock. Nothing under way: nothing to do.`,
 			return err
 		}
 		defer reg.Close()
-		ctl := control.New(reg, control.Config{Holder: x.cli.holder(x.cmd.name), LockWait: x.g.lockWait},
-			control.Options{Now: x.cli.now, Note: x.note, Moves: x.mover()})
+		ctl := x.controller(reg, nil)
 		if _, err := ctl.Moves(ctx); errors.Is(err, control.ErrNoMoves) {
 			fmt.Fprintf(x.out, "No data move under way in %s.\n", reg.Describe())
 			return nil

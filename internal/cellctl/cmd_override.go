@@ -23,7 +23,7 @@ func overrideSetCommand() *command {
 requests go to CELL (their earlier inquiries stay readable where they are).`,
 		examples: `cellctl override set vip-user-17 c3`,
 		minArgs:  2, maxArgs: 2,
-		mutates: true,
+		mutates: true, moves: true,
 	}
 	c.run = func(ctx context.Context, x *inv, args []string) error {
 		return x.applyAndReport(ctx, control.SetOverride(args[0], args[1]))
@@ -40,7 +40,7 @@ func overrideClearCommand() *command {
 		help:      `Removes USER's pin: the user goes back to the owner of their slot.`,
 		examples:  `cellctl override clear vip-user-17`,
 		minArgs:   1, maxArgs: 1,
-		mutates: true,
+		mutates: true, moves: true,
 	}
 	c.run = func(ctx context.Context, x *inv, args []string) error {
 		return x.applyAndReport(ctx, control.ClearOverride(args[0]))

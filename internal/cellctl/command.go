@@ -22,6 +22,14 @@ type command struct {
 	minArgs   int
 	maxArgs   int  // -1: no limit
 	mutates   bool // takes --dry-run and the writer lock
+	// moves: the command runs data moves (it can give users another
+	// cell): it takes --move-rate and the flag named by leave [leave-data;
+	// remove: force; "-": none] that changes the map even when a cell
+	// whose users move does not answer (leaveData).
+	moves     bool
+	leave     string
+	leaveData bool
+	moveRate  int
 	dryRun    bool
 	hidden    bool // an alias, not listed in the overview
 	flags     func(fs *flag.FlagSet)
@@ -107,12 +115,7 @@ func (x *inv) help(cmds []*command, args []string) int {
 		return x.fail("cellctl help", usagef("unknown command %q (see 'cellctl help')", strings.Join(args, " ")))
 	}
 	fs := flag.NewFlagSet(cmd.name, flag.ContinueOnError)
-	if cmd.mutates {
-		fs.Bool("dry-run", false, "print the plan, change nothing")
-	}
-	if cmd.flags != nil {
-		cmd.flags(fs)
-	}
+	cmd.register(fs)
 	writeHelp(x.out, cmd, fs)
 	return ExitOK
 }
@@ -217,4 +220,24 @@ func isNegativeNumber(s string) bool {
 		}
 	}
 	return true
+}
+
+// register adds the command's flags to fs: --dry-run, --move-rate and
+// --leave-data where they apply, then its own.
+func (c *command) register(fs *flag.FlagSet) {
+	if c.mutates {
+		fs.BoolVar(&c.dryRun, "dry-run", false, "print the plan, change nothing")
+	}
+	if c.moves {
+		fs.IntVar(&c.moveRate, "move-rate", 0, "copy at most `N` messages a second per data move (0: as fast as the cells take them), sparing the cells' stores under load")
+		switch c.leave {
+		case "":
+			fs.BoolVar(&c.leaveData, "leave-data", false, "change the map even when a cell whose users move does not answer: their inquiries stay in that cell (read there through the users' new cell); without it such a change is refused")
+		case "force":
+			fs.BoolVar(&c.leaveData, "force", false, "remove the cell even when it does not answer: what it still holds is lost")
+		}
+	}
+	if c.flags != nil {
+		c.flags(fs)
+	}
 }

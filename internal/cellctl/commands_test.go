@@ -44,9 +44,9 @@ func TestSession(t *testing.T) {
 			return r
 		}
 		step("init", "init", "--agency", "nice=80", "--agency", "kcb=40", "--slots", "4096")
-		step("provision_c1", "provision", "c1", "--intake", "http://10.0.1.1:8081", "--admin", "http://127.0.0.1:1")
-		step("provision_c2", "provision", "c2", "--intake", "http://10.0.1.2:8081", "--admin", "http://127.0.0.1:1")
-		step("provision_c3", "provision", "c3", "--intake", "http://10.0.1.3:8081", "--admin", "http://127.0.0.1:1", "--weight", "2")
+		step("provision_c1", "provision", "c1", "--intake", "http://10.0.1.1:8081", "--admin", "http://127.0.0.1:1", "--leave-data")
+		step("provision_c2", "provision", "c2", "--intake", "http://10.0.1.2:8081", "--admin", "http://127.0.0.1:1", "--leave-data")
+		step("provision_c3", "provision", "c3", "--intake", "http://10.0.1.3:8081", "--admin", "http://127.0.0.1:1", "--weight", "2", "--leave-data")
 		if m := e.load(); m.Version() != 4 || len(m.ActiveCells()) != 3 {
 			t.Fatalf("after provisioning: version %d, active %v", m.Version(), m.ActiveCells())
 		}
@@ -60,7 +60,7 @@ func TestSession(t *testing.T) {
 			t.Fatal("a dry run changed the map")
 		}
 
-		step("override_set", "override", "set", "vip-17", "c1")
+		step("override_set", "override", "set", "vip-17", "c1", "--leave-data")
 		step("override_list", "override", "list")
 		step("lookup", "map", "lookup", "vip-17", "user-42")
 		step("quota_set", "quota", "set", "nice", "c1", "30")
@@ -70,19 +70,26 @@ func TestSession(t *testing.T) {
 		step("diff", "map", "diff", "4")
 		step("history", "map", "history")
 
-		// A cell whose admin API is down is drained all the same.
-		r := step("drain_c2", "drain", "c2")
+		// A cell whose admin API is down cannot hand its users'
+		// inquiries over: the drain is refused, the map unchanged, unless
+		// --leave-data leaves them there.
+		before = e.raw()
+		if r := e.run("drain", "c2"); r.code != ExitFailure || !strings.Contains(r.stderr, "cell c2 does not answer") ||
+			!strings.Contains(r.stderr, "--leave-data") || !bytes.Equal(before, e.raw()) {
+			t.Errorf("drain of an unreachable cell without --leave-data: %v", r)
+		}
+		r := step("drain_c2", "drain", "c2", "--leave-data")
 		if !strings.Contains(r.stderr, "warning: c2's admin API cannot be reached") {
 			t.Errorf("drain of an unreachable cell: stderr %q, want a warning", r.stderr)
 		}
 		if c, _ := e.load().Cell("c2"); c.State != slotmap.Draining {
 			t.Fatalf("c2 is %s after drain, want draining", c.State)
 		}
-		step("drain_c2_force", "drain", "c2", "--force")
+		step("drain_c2_force", "drain", "c2", "--force", "--leave-data")
 		if c, _ := e.load().Cell("c2"); c.State != slotmap.Drained || len(c.Quota) != 0 {
 			t.Fatalf("c2 after drain --force: %+v, want drained without quota", c)
 		}
-		step("undrain_c2", "undrain", "c2")
+		step("undrain_c2", "undrain", "c2", "--leave-data")
 		m := e.load()
 		if c, _ := m.Cell("c2"); c.State != slotmap.Active {
 			t.Fatalf("c2 is %s after undrain, want active", c.State)
@@ -95,12 +102,12 @@ func TestSession(t *testing.T) {
 		if p.MovedSlots != 0 {
 			t.Errorf("drain + undrain moved %d slots, want 0", p.MovedSlots)
 		}
-		step("override_clear", "override", "clear", "vip-17")
+		step("override_clear", "override", "clear", "vip-17", "--leave-data")
 		step("quota_clear", "quota", "clear", "nice", "c1")
 		step("quota_limit", "quota", "limit", "nice", "100")
 		step("endpoints", "endpoints", "c3", "--intake", "http://10.0.1.33:8081")
-		e.ok("drain", "c3", "--force")
-		step("remove_c3", "remove", "c3")
+		e.ok("drain", "c3", "--force", "--leave-data")
+		step("remove_c3", "remove", "c3", "--force")
 		if _, ok := e.load().Cell("c3"); ok {
 			t.Fatal("c3 still in the map after remove")
 		}
@@ -143,7 +150,7 @@ func TestJSON(t *testing.T) {
 			Version int64 `json:"version"`
 		}
 		for i, id := range []string{"c1", "c2"} {
-			e.json(&ar, "provision", id, "--intake", "http://10.0.0.1:8081", "--admin", "http://127.0.0.1:1")
+			e.json(&ar, "provision", id, "--intake", "http://10.0.0.1:8081", "--admin", "http://127.0.0.1:1", "--leave-data")
 			if !ar.Applied || ar.Version != int64(i+2) || ar.Plan.Op != "add cell "+id {
 				t.Errorf("provision %s --json = %+v", id, ar)
 			}
@@ -212,7 +219,7 @@ func TestJSON(t *testing.T) {
 			t.Errorf("status --json = %+v", st)
 		}
 		var dr drainResult
-		e.json(&dr, "drain", "c1")
+		e.json(&dr, "drain", "c1", "--leave-data")
 		if dr.State != slotmap.Draining || dr.Drain == nil || !dr.Drain.Applied || dr.Intake != "unreachable" {
 			t.Errorf("drain --json = %+v", dr)
 		}
@@ -227,7 +234,7 @@ func TestSavedFileDiff(t *testing.T) {
 	if err := os.WriteFile(saved, []byte(e.ok("map", "show", "--json").stdout), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	e.ok("drain", "c3")
+	e.ok("drain", "c3", "--leave-data")
 	var d planJSON
 	e.json(&d, "map", "diff", saved)
 	for _, mv := range d.Moves {
@@ -250,8 +257,8 @@ func TestSavedFileDiff(t *testing.T) {
 func TestVerify(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, e *env) {
 		e.setup([]string{"c1", "c2", "c3"}, nil)
-		e.ok("override", "set", "vip-1", "c3")
-		e.ok("drain", "c3")
+		e.ok("override", "set", "vip-1", "c3", "--leave-data")
+		e.ok("drain", "c3", "--leave-data")
 
 		// Another writer moves slots 0-99 to c1, off their targets. It
 		// writes format 1, whose table lists [from, to, "cell"] runs.
@@ -300,7 +307,7 @@ func TestVerify(t *testing.T) {
 				MovedSlots int `json:"moved_slots"`
 			} `json:"plan"`
 		}
-		e.json(&res, "rebalance")
+		e.json(&res, "rebalance", "--leave-data")
 		if res.Plan.MovedSlots != want {
 			t.Errorf("rebalance moved %d slots, want the %d that drifted", res.Plan.MovedSlots, want)
 		}

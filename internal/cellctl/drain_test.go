@@ -166,6 +166,7 @@ func TestDrainProgressTerminal(t *testing.T) {
 func TestDrainDryRun(t *testing.T) {
 	e := newFileEnv(t)
 	cells := drainEnv(t, e)
+	cells["c2"].set(func(f *fakeCell) { f.calls = nil }) // the setup's moves
 	before := e.raw()
 	r := e.ok("drain", "c2", "--wait", "--dry-run")
 	if !bytes.Equal(before, e.raw()) {

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cellkit/cellkit/internal/api"
 	"github.com/cellkit/cellkit/internal/problem"
 )
 
@@ -39,6 +40,7 @@ type fakeCell struct {
 	emptyAt    int            // the status call that first reported an empty queue
 	release    string         // the release id it reports ("": none)
 	layout     map[string]any // its status's layout (nil: a release from before the ledger)
+	cellMoves  map[string]api.CellMove
 }
 
 func newFakeCell(t *testing.T, id string) *fakeCell {
@@ -156,9 +158,55 @@ func (f *fakeCell) serve(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 		write(res)
+	case strings.HasPrefix(path, api.PathCellMoves) && f.moves(w, r.Method, strings.TrimPrefix(path, api.PathCellMoves), body):
 	default:
 		problem.Write(w, problem.New(http.StatusNotFound, problem.NotFound, "no such path: "+path))
 	}
+}
+
+// moves answers a data move's steps as a cell whose store holds none of
+// the moving users' inquiries (the fake's queue is counters, not
+// inquiries): it records its part, exports and digests nothing, hands
+// nothing over. False: not a move's path.
+func (f *fakeCell) moves(w http.ResponseWriter, method, rest string, body []byte) bool {
+	write := func(v any) {
+		w.Header().Set("Content-Type", "application/json")
+		json.NewEncoder(w).Encode(v)
+	}
+	id, action, _ := strings.Cut(rest, "/")
+	if f.cellMoves == nil {
+		f.cellMoves = map[string]api.CellMove{}
+	}
+	cm, known := f.cellMoves[id]
+	switch {
+	case method == http.MethodPut && action == "":
+		if err := json.Unmarshal(body, &cm); err != nil {
+			problem.Write(w, problem.New(http.StatusBadRequest, problem.InvalidJSON, err.Error()))
+			return true
+		}
+		f.cellMoves[id] = cm
+		write(cm)
+	case !known:
+		problem.Write(w, problem.New(http.StatusNotFound, problem.UnknownMove, "no move "+id))
+	case method == http.MethodGet && action == "":
+		write(cm)
+	case method == http.MethodDelete && action == "":
+		delete(f.cellMoves, id)
+		w.WriteHeader(http.StatusNoContent)
+	case action == api.MoveExport:
+		write(api.MovePage{Messages: []api.MovedMessage{}, Done: true})
+	case action == api.MoveImport:
+		write(map[string]int{"imported": 0})
+	case action == api.MoveDigestOf:
+		write(api.MoveDigest{Slots: map[int]api.SlotDigest{}})
+	case action == api.MoveHand || action == api.MoveActivate:
+		write(map[string]int{"handed": 0, "activated": 0})
+	case action == api.MoveDiscard:
+		write(map[string]bool{"discarded": true})
+	default:
+		return false
+	}
+	return true
 }
 
 // statusDoc is GET /v1/admin/status as internal/cell answers it.

@@ -1,6 +1,7 @@
 package cellctl
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -88,7 +89,7 @@ func TestDrainWaitRealCell(t *testing.T) {
 		// inquiries a second.
 		e.ok("init", "--agency", "nice=4", "--agency", "kcb=4", "--slots", "4096")
 		e.ok("provision", "c1", "--intake", "http://"+intakeAddr, "--admin", "http://"+adminAddr)
-		e.ok("provision", "c2", "--intake", "http://127.0.0.1:1", "--admin", "http://127.0.0.1:1")
+		e.ok("provision", "c2", "--intake", "http://127.0.0.1:1", "--admin", "http://127.0.0.1:1", "--leave-data")
 		cell := startCell(t, "c1", e.url, intakeAddr, adminAddr, nice, kcb)
 
 		m := e.load()
@@ -111,7 +112,9 @@ func TestDrainWaitRealCell(t *testing.T) {
 			t.Fatalf("c1 has no queued work before the drain: %+v", c)
 		}
 
-		r := e.ok("drain", "c1", "--wait", "--interval", "200ms")
+		// c2 does not run: its users' inquiries stay in c1 (--leave-data),
+		// which works them off while it drains.
+		r := e.ok("drain", "c1", "--wait", "--interval", "200ms", "--leave-data")
 		t.Logf("drain --wait:\n%s", r.stdout)
 
 		// Finished only when the queue was empty: every inquiry is done.
@@ -155,3 +158,98 @@ func TestDrainWaitRealCell(t *testing.T) {
 }
 
 func regexpMatch(pattern, s string) bool { return regexp.MustCompile(pattern).MatchString(s) }
+
+// TestDrainAndRemoveMoveTheUsersInquiries: a drain hands the users'
+// inquiries, pending ones too, to the cells that take their slots,
+// verified, before the map changes: the drained cell keeps none, the new
+// cell answers for every one and works the pending ones, each once. A
+// remove of a cell that does not answer is refused, nothing changed,
+// unless --force.
+func TestDrainAndRemoveMoveTheUsersInquiries(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the cell binary")
+	}
+	sim := agencysim.Config{Latency: agencysim.FixedLatency(150 * time.Millisecond)}
+	niceSim, kcbSim := celltest.StartSim(t, telegram.NICE(), sim), celltest.StartSim(t, telegram.KCB(), sim)
+	nice, kcb := niceSim.Addr().String(), kcbSim.Addr().String()
+	e := newFileEnv(t)
+	e.ok("init", "--agency", "nice=4", "--agency", "kcb=4", "--slots", "4096")
+	addrs := map[string][2]string{}
+	for _, id := range []string{"c1", "c2"} {
+		addrs[id] = [2]string{testkit.FreeAddr(t), testkit.FreeAddr(t)}
+		// Nothing runs yet: nothing to move.
+		e.ok("provision", id, "--intake", "http://"+addrs[id][0], "--admin", "http://"+addrs[id][1], "--leave-data")
+	}
+	cells := map[string]*realCell{}
+	for id, a := range addrs {
+		cells[id] = startCell(t, id, e.url, a[0], a[1], nice, kcb)
+	}
+	m := e.load()
+	var ids []string
+	for i := 0; len(ids) < 30; i++ {
+		if u := fmt.Sprintf("user-%d", i); m.Lookup(u).Cell == "c1" {
+			ids = append(ids, cells["c1"].post(t, u, "normal"))
+		}
+	}
+	var st statusJSON
+	e.json(&st, "status")
+	if c := st.Cells[0]; c.Status == nil || c.Status.Pending() == 0 {
+		t.Fatalf("c1 has no queued work before the drain: %+v", c)
+	}
+
+	r := e.ok("drain", "c1", "--wait", "--interval", "200ms")
+	if !strings.Contains(r.stderr, "Move v4-c1-c2: copying") {
+		t.Errorf("the drain does not say it moves c1's inquiries:\n%v", r)
+	}
+	for _, id := range ids {
+		if code, _ := cells["c1"].read(t, id, true); code != http.StatusNotFound {
+			t.Errorf("c1 still holds %s after its drain (%d)", id, code)
+		}
+	}
+	testkit.WaitFor(t, 30*time.Second, "c2 to finish c1's former inquiries", func() bool {
+		for _, id := range ids {
+			if _, status := cells["c2"].read(t, id, true); status != "done" {
+				return false
+			}
+		}
+		return true
+	})
+	for _, s := range []*agencysim.Server{niceSim, kcbSim} {
+		if calls := s.Stats().Calls; calls != int64(len(ids)) {
+			t.Errorf("%s called %d times for %d inquiries, want once each", s.Profile().Name, calls, len(ids))
+		}
+	}
+
+	cells["c1"].Stop()
+	before := e.raw()
+	r = e.run("remove", "c1")
+	if r.code != ExitFailure || !strings.Contains(r.stderr, "cell c1 does not answer") || !strings.Contains(r.stderr, "--force") || !bytes.Equal(before, e.raw()) {
+		t.Errorf("remove of a cell that does not answer: %v", r)
+	}
+	e.ok("remove", "c1", "--force")
+	for _, id := range ids {
+		if code, status := cells["c2"].read(t, id, false); code != http.StatusOK || status != "done" {
+			t.Errorf("%s after c1's removal: %d %s", id, code, status)
+		}
+	}
+}
+
+// read reads inquiry id (local: from the cell's own store only) and
+// returns the answer's status code and the inquiry's status.
+func (c *realCell) read(t *testing.T, id string, local bool) (int, string) {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodGet, c.Intake+"/v1/inquiries/"+id, nil)
+	if local {
+		req.Header.Set(api.HeaderLocalRead, "1")
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var v struct {
+		Status string `json:"status"`
+	}
+	json.NewDecoder(resp.Body).Decode(&v)
+	return resp.StatusCode, v.Status
+}

@@ -20,7 +20,7 @@ func TestRefusals(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, e *env) {
 		// c1 active, c2 drained: c1 is the last active cell.
 		e.setup([]string{"c1", "c2"}, nil)
-		e.ok("drain", "c2", "--force")
+		e.ok("drain", "c2", "--force", "--leave-data")
 		e.ok("quota", "set", "kcb", "c1", "30")
 
 		for _, tc := range []struct {
@@ -155,7 +155,7 @@ func TestConcurrentProvision(t *testing.T) {
 		var wg sync.WaitGroup
 		for i, id := range ids {
 			wg.Go(func() {
-				results[i] = e.run("provision", id, "--intake", "http://10.0.0.1:8081", "--admin", "http://10.0.0.1:9081")
+				results[i] = e.run("provision", id, "--intake", "http://10.0.0.1:8081", "--admin", "http://10.0.0.1:9081", "--leave-data")
 			})
 		}
 		wg.Wait()
@@ -224,7 +224,7 @@ func TestReplan(t *testing.T) {
 			r.Registry = reg
 			return r, err
 		}
-		res := e.ok("provision", "c3", "--intake", "http://h:1", "--admin", "http://h:2")
+		res := e.ok("provision", "c3", "--intake", "http://h:1", "--admin", "http://h:2", "--leave-data")
 		if !strings.Contains(res.stderr, "The map changed while this plan was made") || strings.Count(res.stdout, "Plan: add cell c3") != 2 {
 			t.Errorf("re-plan not reported:\n%v", res)
 		}
@@ -235,7 +235,7 @@ func TestReplan(t *testing.T) {
 
 		r.races = 4
 		before := len(e.load().Overrides())
-		res = e.run("weight", "c1", "3")
+		res = e.run("weight", "c1", "3", "--leave-data")
 		if res.code != ExitFailure || !strings.Contains(res.stderr, "the map kept changing under this command (3 re-plans); nothing applied") {
 			t.Errorf("endless races: %v", res)
 		}
@@ -277,7 +277,7 @@ func TestLockHeld(t *testing.T) {
 		e.ok("status")
 		// Released, the change goes through.
 		done := make(chan result, 1)
-		go func() { done <- e.run("--timeout", "20s", "weight", "c1", "2") }()
+		go func() { done <- e.run("--timeout", "20s", "weight", "c1", "2", "--leave-data") }()
 		time.Sleep(control.LockNotice + 300*time.Millisecond)
 		if err := lock.Unlock(context.Background()); err != nil {
 			t.Fatal(err)

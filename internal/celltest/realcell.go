@@ -26,7 +26,12 @@ import (
 type RealCell struct {
 	Intake, Admin string // base URLs
 	Log           *bytes.Buffer
+	stop          func()
 }
+
+// Stop ends the cell as the test's end would (SIGTERM, then SIGKILL
+// after 20 s) and waits for it: a cell that is down.
+func (c *RealCell) Stop() { c.stop() }
 
 // CellProcess is how StartCell runs a cell.
 type CellProcess struct {
@@ -101,14 +106,20 @@ func StartCell(t testing.TB, p CellProcess) *RealCell {
 	}
 	exited := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(exited) }()
+	var once sync.Once
+	c.stop = func() {
+		once.Do(func() {
+			_ = cmd.Process.Signal(syscall.SIGTERM)
+			select {
+			case <-exited:
+			case <-time.After(20 * time.Second):
+				_ = cmd.Process.Kill()
+				<-exited
+			}
+		})
+	}
 	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(20 * time.Second):
-			_ = cmd.Process.Kill()
-			<-exited
-		}
+		c.stop()
 		if t.Failed() {
 			t.Logf("cell %s log:\n%s", p.ID, c.Log)
 		}

@@ -41,6 +41,14 @@ type MoveConfig struct {
 	// (read there through the users' new cell while it answers). Without
 	// it such a change is refused, nothing changed.
 	LeaveData bool
+	// LeaveHow is how the caller's user asks for LeaveData, named in a
+	// refusal ["LeaveData"]: cellctl's --leave-data, or remove's --force.
+	LeaveHow string
+	// Hold, if set, is called as a move's steps begin, and what it returns
+	// as they end: cellctl stops its command's --timeout meanwhile (each
+	// call to a cell is bounded on its own; a copy takes as long as the
+	// data and Rate make it).
+	Hold func() (resume func())
 }
 
 // MoveAdmin is what a move asks of cells (an adminclient.Client with a
@@ -71,11 +79,15 @@ func NewMover(admin MoveAdmin, cfg MoveConfig, note func(Note), now func() time.
 	cfg.Page = cmp.Or(cfg.Page, 500)
 	cfg.AttemptWait = cmp.Or(cfg.AttemptWait, time.Minute)
 	cfg.Poll = cmp.Or(cfg.Poll, 200*time.Millisecond)
+	cfg.LeaveHow = cmp.Or(cfg.LeaveHow, "LeaveData")
 	if note == nil {
 		note = func(Note) {}
 	}
 	if now == nil {
 		now = time.Now
+	}
+	if cfg.Hold == nil {
+		cfg.Hold = func() func() { return func() {} }
 	}
 	return &Mover{admin: admin, cfg: cfg, note: note, now: now}
 }
@@ -108,6 +120,7 @@ var ErrVerify = errors.New("the copies differ")
 // rep is where it stands (its Spec the move's); save, called after each
 // step, keeps it (the change's record).
 func (mv *Mover) Prepare(ctx context.Context, m *slotmap.Map, rep *api.MoveProgress, save func() error) error {
+	defer mv.cfg.Hold()()
 	err := mv.prepare(ctx, m, rep, save)
 	var silent *silentCell
 	if errors.As(err, &silent) {
@@ -120,7 +133,7 @@ func (mv *Mover) Prepare(ctx context.Context, m *slotmap.Map, rep *api.MoveProgr
 		rep.Error = err.Error()
 		if !mv.cfg.LeaveData {
 			rep.Step = "called-off"
-			return fmt.Errorf("move %s: %w: its users' inquiries cannot move with them; nothing changed (--leave-data changes the map and leaves them in %s)", rep.Spec.ID, err, rep.Spec.From)
+			return fmt.Errorf("move %s: %w: its users' inquiries cannot move with them; nothing changed (%s changes the map all the same and leaves them in %s)", rep.Spec.ID, err, mv.cfg.LeaveHow, rep.Spec.From)
 		}
 		mv.note(Note{Warning: true, Text: fmt.Sprintf("Move %s skipped: %v; the inquiries of its users stay in %s.", rep.Spec.ID, err, rep.Spec.From)})
 		rep.Step = "skipped"
@@ -152,15 +165,11 @@ func (mv *Mover) prepare(ctx context.Context, m *slotmap.Map, rep *api.MoveProgr
 	}
 	// A cell that cannot record its part (down, starting, a release
 	// without moves) takes none: nothing is moved.
-	src, err := atCell(from, func(a string) (*api.CellMove, error) {
-		return mv.admin.PutMove(ctx, a, api.CellMove{Spec: spec, Role: api.MoveSource})
-	})
+	src, err := mv.record(ctx, from, api.CellMove{Spec: spec, Role: api.MoveSource})
 	if err != nil {
 		return &silentCell{cell: spec.From, err: err}
 	}
-	dst, err := atCell(to, func(a string) (*api.CellMove, error) {
-		return mv.admin.PutMove(ctx, a, api.CellMove{Spec: spec, Role: api.MoveDestination})
-	})
+	dst, err := mv.record(ctx, to, api.CellMove{Spec: spec, Role: api.MoveDestination})
 	if err != nil {
 		return &silentCell{cell: spec.To, err: err}
 	}
@@ -226,6 +235,16 @@ func (mv *Mover) prepare(ctx context.Context, m *slotmap.Map, rep *api.MoveProgr
 	return step("verified")
 }
 
+// record has cell record its part cm, and checks that what it answered
+// is that part (a server that answers anything is no cell taking part).
+func (mv *Mover) record(ctx context.Context, cell slotmap.Cell, cm api.CellMove) (*api.CellMove, error) {
+	got, err := atCell(cell, func(a string) (*api.CellMove, error) { return mv.admin.PutMove(ctx, a, cm) })
+	if err == nil && (got == nil || got.Spec.ID != cm.Spec.ID || got.Role != cm.Role) {
+		err = fmt.Errorf("its admin API answered no record of move %s", cm.Spec.ID)
+	}
+	return got, err
+}
+
 // copyFrom copies the source's messages after cursor (in slots: nil, all
 // the move's) page by page and returns the cursor after the last.
 func (mv *Mover) copyFrom(ctx context.Context, limiter *rate.Limiter, from, to slotmap.Cell, id string, cursor uint64, slots []int, copied, bytes *int) (uint64, error) {
@@ -248,10 +267,13 @@ func (mv *Mover) copyFrom(ctx context.Context, limiter *rate.Limiter, from, to s
 				*bytes += len(msg.Record)
 			}
 		}
-		cursor = max(cursor, page.Next)
 		if page.Done {
-			return cursor, nil
+			return max(cursor, page.Next), nil
 		}
+		if page.Next <= cursor {
+			return cursor, fmt.Errorf("read the inquiries to move at %s: its page ended at %d, not after %d: the copy would not advance", from.ID, page.Next, cursor)
+		}
+		cursor = page.Next
 	}
 }
 
@@ -323,6 +345,7 @@ func firstSlots(slots []int) string {
 // lets the users' messages go, and both forget the move. Each step can be
 // run again.
 func (mv *Mover) Finish(ctx context.Context, m *slotmap.Map, rep *api.MoveProgress) error {
+	defer mv.cfg.Hold()()
 	spec := rep.Spec
 	from, to, err := moveCells(m, rep)
 	if err != nil {
@@ -351,6 +374,7 @@ func (mv *Mover) Finish(ctx context.Context, m *slotmap.Map, rep *api.MoveProgre
 // destination lets the copies go, and both forget the move. Each step can
 // be run again.
 func (mv *Mover) Abort(ctx context.Context, m *slotmap.Map, rep *api.MoveProgress) error {
+	defer mv.cfg.Hold()()
 	spec := rep.Spec
 	from, to, err := moveCells(m, rep)
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -338,6 +339,23 @@ func TestAChangeWhoseCellDoesNotAnswer(t *testing.T) {
 	}
 	if _, err := ctl.Moves(ctx); !errors.Is(err, control.ErrNoMoves) {
 		t.Fatalf("a record left after the refusal: %v", err)
+	}
+	// A server that answers anything with 200 is no cell taking part:
+	// refused, not a copy that never ends.
+	anything := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, `{"cell":"c1","ready":true}`)
+	}))
+	defer anything.Close()
+	reg.Change(func(m *slotmap.Map) (*slotmap.Plan, error) {
+		return m.SetEndpoints("c1", "http://127.0.0.1:1", anything.URL)
+	})
+	before = reg.Map().Version()
+	if _, err = ctl.Apply(ctx, weight); err == nil || !strings.Contains(err.Error(), "answered no record of move") {
+		t.Fatalf("a change whose source answers anything = %v, want refused", err)
+	}
+	if v := reg.Map().Version(); v != before {
+		t.Fatalf("the map went from version %d to %d", before, v)
 	}
 	var notes []string
 	leave := control.New(reg.Reg, control.Config{Holder: "test"}, control.Options{

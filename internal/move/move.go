@@ -368,7 +368,7 @@ func (m *Mover) Import(ctx context.Context, id string, page api.MovePage) error 
 		if !ok || !want(slot, rec.UserID) {
 			return fmt.Errorf("%w: move %s does not carry inquiry %q of user %q", ErrConflict, id, rec.ID, rec.UserID)
 		}
-		if err := m.ledger.Import(ctx, msg, m.cfg.TTL, m.now()); err != nil {
+		if err := m.ledger.Import(ctx, id, msg, m.cfg.TTL, m.now()); err != nil {
 			return err
 		}
 	}
@@ -381,7 +381,7 @@ func (m *Mover) Digest(ctx context.Context, id string, horizon time.Time) (api.M
 	if err != nil {
 		return api.MoveDigest{}, err
 	}
-	slots, err := m.ledger.Digest(ctx, cm.Spec.ScanSlots(), m.filter(cm.Spec), horizon)
+	slots, err := m.ledger.Digest(ctx, cm.Spec.ScanSlots(), m.filter(cm.Spec), copies(cm), horizon)
 	return api.MoveDigest{Slots: slots}, err
 }
 
@@ -406,7 +406,18 @@ func (m *Mover) Discard(ctx context.Context, id string, slots []int) error {
 	if err != nil {
 		return err
 	}
-	return m.ledger.Discard(ctx, within(cm.Spec, slots), m.filter(cm.Spec), cm.Spec.Whole)
+	return m.ledger.Discard(ctx, within(cm.Spec, slots), m.filter(cm.Spec), cm.Spec.Whole, copies(cm))
+}
+
+// copies is the move whose copies alone a step of cm's touches: at the
+// destination, which may hold the users' inquiries of its own (they are
+// its users already, or a change left some there), cm's; at the source,
+// "" (all the users' messages).
+func copies(cm api.CellMove) string {
+	if cm.Role == api.MoveDestination {
+		return cm.Spec.ID
+	}
+	return ""
 }
 
 // within is the slots of spec's among slots (nil: all of spec's).
@@ -426,5 +437,5 @@ func (m *Mover) Activate(ctx context.Context, id string) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	return m.ledger.Activate(ctx, cm.Spec.ScanSlots(), m.filter(cm.Spec), m.now())
+	return m.ledger.Activate(ctx, cm.Spec.ScanSlots(), m.filter(cm.Spec), cm.Spec.ID, m.now())
 }

@@ -62,6 +62,68 @@ func TestAPlansDataMovesCarryExactlyTheUsersWhoseRouteChanges(t *testing.T) {
 	}
 }
 
+// TestACellLettingGoIsSwept: marking a cell drained, or removing it,
+// carries whatever it still holds of every user to the user's cell (a
+// pinned user to the pin's cell, alone), exactly once.
+func TestACellLettingGoIsSwept(t *testing.T) {
+	m := buildMap(t, []int{1, 1, 1})
+	pinned := userOfSlotOwnedBy(t, m, "c00", "pin-")
+	m, err := applied(m.SetOverride(pinned, "c02"))
+	if err == nil {
+		m, err = applied(m.Drain("c01"))
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	mark, err := m.MarkDrained("c01")
+	if err != nil {
+		t.Fatal(err)
+	}
+	drained := mark.After
+	remove, err := drained.RemoveCell("c01")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []*Plan{mark, remove} {
+		specs := p.DataMoves()
+		if len(specs) != 2 || specs[0].From != "c01" || specs[1].From != "c01" {
+			t.Fatalf("%s: moves %+v, want c01's to each other cell", p.Op, specs)
+		}
+		for u := range 5000 {
+			for _, user := range []string{"u" + strconv.Itoa(u), pinned} {
+				carried := 0
+				for _, s := range specs {
+					if s.Moves(p.After.SlotOf(user), user) {
+						carried++
+						if to := p.After.Lookup(user).Cell; s.To != to {
+							t.Fatalf("%s: user %s of %s carried to %s", p.Op, user, to, s.To)
+						}
+					}
+				}
+				if carried != 1 {
+					t.Fatalf("%s: user %s carried by %d moves, want 1", p.Op, user, carried)
+				}
+			}
+		}
+		for _, s := range specs {
+			s.ID = "m"
+			if err := s.Check(m.Slots()); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	// A change that keeps the drained cell drained sweeps nothing.
+	p, err := drained.SetWeight("c00", 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range p.DataMoves() {
+		if s.From == "c01" {
+			t.Fatalf("a weight change swept the drained cell: %+v", s)
+		}
+	}
+}
+
 func applied(p *Plan, err error) (*Map, error) {
 	if err != nil {
 		return nil, err

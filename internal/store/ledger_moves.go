@@ -41,6 +41,17 @@ const (
 // through moves: its life is counted from it.
 const headerWritten = "Cellkit-Written"
 
+// headerMovedIn names the move a copied message came in with: the
+// destination's digest, discard and activation touch its copies alone,
+// never what it held of the users before (its own, or what an earlier
+// change left there).
+const headerMovedIn = "Cellkit-Moved-In"
+
+// movedIn reports whether m is one of move's copies ("": any message).
+func movedIn(m jetstream.Msg, move string) bool {
+	return move == "" || (m.Headers() != nil && m.Headers().Get(headerMovedIn) == move)
+}
+
 // MoveFilter chooses the messages a move carries: the slot of its
 // subject (api.NoSlot for an id without one) and its record's user.
 type MoveFilter func(slot int, user string) bool
@@ -67,9 +78,10 @@ func (j *Ledger) Export(ctx context.Context, after uint64, slots []int, want Mov
 }
 
 // Import writes m into the ledger as the source had it ("new" as
-// "hold"), to live as long as it had left there; a message whose life is
-// over is skipped. Writing one message twice leaves one.
-func (j *Ledger) Import(ctx context.Context, m api.MovedMessage, ttl time.Duration, now time.Time) error {
+// "hold"), marked as move's copy, to live as long as it had left there; a
+// message whose life is over is skipped. Writing one message twice
+// leaves one.
+func (j *Ledger) Import(ctx context.Context, move string, m api.MovedMessage, ttl time.Duration, now time.Time) error {
 	var rec moveRecord
 	if err := json.Unmarshal(m.Record, &rec); err != nil || rec.ID == "" {
 		return fmt.Errorf("import: an undecodable record of seq %d", m.Seq)
@@ -88,6 +100,7 @@ func (j *Ledger) Import(ctx context.Context, m api.MovedMessage, ttl time.Durati
 	}
 	msg := &nats.Msg{Subject: LedgerSubject(j.cell, kind, rec.Priority, rec.ID), Data: m.Record, Header: nats.Header{}}
 	msg.Header.Set(headerWritten, m.Written.UTC().Format(time.RFC3339Nano))
+	msg.Header.Set(headerMovedIn, move)
 	if _, err := j.js.PublishMsg(ctx, msg, jetstream.WithMsgTTL(left.Truncate(time.Second)), jetstream.WithRetryAttempts(0)); err != nil {
 		return fmt.Errorf("import inquiry %s: %w", rec.ID, err)
 	}
@@ -98,11 +111,12 @@ func (j *Ledger) Import(ctx context.Context, m api.MovedMessage, ttl time.Durati
 // written after horizon (older ones may be expiring on one side and not
 // yet on the other): how many, and the sum of their hashes (kind,
 // inquiry and bytes), which does not depend on their order. "hold"
-// counts as "new".
-func (j *Ledger) Digest(ctx context.Context, slots []int, want MoveFilter, horizon time.Time) (map[int]api.SlotDigest, error) {
+// counts as "new". copies, if not "", counts that move's copies alone
+// (the destination's side).
+func (j *Ledger) Digest(ctx context.Context, slots []int, want MoveFilter, copies string, horizon time.Time) (map[int]api.SlotDigest, error) {
 	out := map[int]api.SlotDigest{}
 	err := j.scan(ctx, 0, slots, 0, func(m jetstream.Msg, md *jetstream.MsgMetadata, slot int, rec moveRecord) error {
-		if !want(slot, rec.UserID) || !writtenAt(m, md).After(horizon) {
+		if !want(slot, rec.UserID) || !movedIn(m, copies) || !writtenAt(m, md).After(horizon) {
 			return nil
 		}
 		kind, tokens, _ := subjectKind(m.Subject())
@@ -124,7 +138,20 @@ func (j *Ledger) Digest(ctx context.Context, slots []int, want MoveFilter, horiz
 
 // Discard removes every message want chooses: a whole slot at once when
 // want chooses every message of it (whole), else inquiry by inquiry.
-func (j *Ledger) Discard(ctx context.Context, slots []int, want MoveFilter, whole func(slot int) bool) error {
+// copies, if not "", removes that move's copies alone, message by message
+// (the destination's side).
+func (j *Ledger) Discard(ctx context.Context, slots []int, want MoveFilter, whole func(slot int) bool, copies string) error {
+	if copies != "" {
+		return j.scan(ctx, 0, slots, 0, func(m jetstream.Msg, _ *jetstream.MsgMetadata, slot int, rec moveRecord) error {
+			if !want(slot, rec.UserID) || !movedIn(m, copies) {
+				return nil
+			}
+			if err := j.stream.Purge(ctx, jetstream.WithPurgeSubject(m.Subject())); err != nil {
+				return fmt.Errorf("discard the copy of inquiry %s: %w", rec.ID, err)
+			}
+			return nil
+		})
+	}
 	var each []int
 	for _, s := range slots {
 		if whole(s) {
@@ -207,14 +234,15 @@ func (j *Ledger) HandAll(ctx context.Context, slots []int, want MoveFilter, job 
 	return n, nil
 }
 
-// Activate makes the inquiries handed to this cell in slots and chosen by
-// want its work: each hand message becomes a "new" one under a fresh
-// job (its attempts and scores kept), over the hand's revision; one already made work is left as it is.
-// It returns how many it made work.
-func (j *Ledger) Activate(ctx context.Context, slots []int, want MoveFilter, now time.Time) (int, error) {
+// Activate makes the inquiries handed over in move, in slots and chosen
+// by want, this cell's work: each of move's hand messages becomes a "new"
+// one under a fresh job (its attempts and scores kept), over the hand's
+// revision; one already made work is left as it is. Another move's hand
+// messages are left alone. It returns how many it made work.
+func (j *Ledger) Activate(ctx context.Context, slots []int, want MoveFilter, move string, now time.Time) (int, error) {
 	var hands []string
 	err := j.scan(ctx, 0, slots, 0, func(m jetstream.Msg, _ *jetstream.MsgMetadata, slot int, rec moveRecord) error {
-		if kind, _, _ := subjectKind(m.Subject()); kind == KindHand && want(slot, rec.UserID) {
+		if kind, _, _ := subjectKind(m.Subject()); kind == KindHand && rec.Job == HandJob(move) && want(slot, rec.UserID) {
 			hands = append(hands, rec.ID)
 		}
 		return nil
@@ -228,7 +256,7 @@ func (j *Ledger) Activate(ctx context.Context, slots []int, want MoveFilter, now
 		if err != nil {
 			return n, err
 		}
-		if rec.Status == inquiry.Pending && rec.Job != "" && strings.HasPrefix(rec.Job, handJobPrefix) {
+		if rec.Status == inquiry.Pending && rec.Job == HandJob(move) {
 			rec.Job, rec.Updated = inquiry.NewJob(), now.UTC() // its attempts and scores kept
 			if _, err := j.write(ctx, KindNew, &rec, rev); err != nil && !errors.Is(err, ErrConflict) {
 				return n, err
@@ -254,6 +282,7 @@ type moveRecord struct {
 	ID       string           `json:"id"`
 	UserID   string           `json:"user_id"`
 	Priority inquiry.Priority `json:"priority"`
+	Job      string           `json:"job,omitempty"`
 }
 
 // errScanLimit stops a scan at its limit.

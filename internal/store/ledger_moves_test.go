@@ -59,6 +59,13 @@ func TestAMoveCopiesVerifiesAndHandsOverALedgersInquiries(t *testing.T) {
 	fail := func(r *inquiry.Record) { r.Fail("nice: 5001", time.Now()) }
 
 	pending, finished, failed := accept(1, "u1"), accept(1, "u2"), accept(2, "u3")
+	// c2 holds an inquiry of a moving user of its own (an earlier change
+	// left it there): the move's digest, discard and activation at c2
+	// touch the copies alone.
+	own := inquiry.NewRecord(inquiry.NewID("c2", 2), "c2", inquiry.Request{UserID: "u3", Product: "p", Amount: 1}, time.Now())
+	if _, err := dst.Accept(ctx, &own); err != nil {
+		t.Fatal(err)
+	}
 	later, stays, elsewhere := accept(2, "u4"), accept(2, "stay"), accept(3, "u5")
 	update(finished.ID, done)
 	update(failed.ID, fail)
@@ -66,7 +73,7 @@ func TestAMoveCopiesVerifiesAndHandsOverALedgersInquiries(t *testing.T) {
 	copyFrom := func(after uint64, slots []int) uint64 {
 		t.Helper()
 		for {
-			next, end, err := src.Export(ctx, after, slots, want, 2, func(m api.MovedMessage) error { return dst.Import(ctx, m, time.Hour, time.Now()) })
+			next, end, err := src.Export(ctx, after, slots, want, 2, func(m api.MovedMessage) error { return dst.Import(ctx, "m1", m, time.Hour, time.Now()) })
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -111,11 +118,11 @@ func TestAMoveCopiesVerifiesAndHandsOverALedgersInquiries(t *testing.T) {
 	horizon := time.Now().Add(-time.Hour)
 	digests := func() (a, b map[int]api.SlotDigest) {
 		t.Helper()
-		a, err := src.Digest(ctx, moving, want, horizon)
+		a, err := src.Digest(ctx, moving, want, "", horizon)
 		if err != nil {
 			t.Fatal(err)
 		}
-		b, err = dst.Digest(ctx, moving, want, horizon)
+		b, err = dst.Digest(ctx, moving, want, "m1", horizon)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -126,7 +133,7 @@ func TestAMoveCopiesVerifiesAndHandsOverALedgersInquiries(t *testing.T) {
 		t.Fatalf("digests c1 %v, c2 %v: want slot 1 the same, slot 2 not (c1 purged the failed entry)", a, b)
 	}
 	// Slot 2 copied again, whole.
-	if err := dst.Discard(ctx, []int{2}, want, func(int) bool { return true }); err != nil {
+	if err := dst.Discard(ctx, []int{2}, want, func(int) bool { return true }, "m1"); err != nil {
 		t.Fatal(err)
 	}
 	copyFrom(0, []int{2})
@@ -135,11 +142,11 @@ func TestAMoveCopiesVerifiesAndHandsOverALedgersInquiries(t *testing.T) {
 	}
 
 	// c2 makes the handed ones its work; they read the same there.
-	n, err := dst.Activate(ctx, moving, want, time.Now())
+	n, err := dst.Activate(ctx, moving, want, "m1", time.Now())
 	if err != nil || n != 3 {
 		t.Fatalf("Activate = %d, %v; want 3", n, err)
 	}
-	if again, err := dst.Activate(ctx, moving, want, time.Now()); err != nil || again != 0 {
+	if again, err := dst.Activate(ctx, moving, want, "m1", time.Now()); err != nil || again != 0 {
 		t.Fatalf("a second Activate = %d, %v; want 0", again, err)
 	}
 	for _, id := range []string{pending.ID, fresh.ID, failed.ID, finished.ID, later.ID} {
@@ -157,13 +164,16 @@ func TestAMoveCopiesVerifiesAndHandsOverALedgersInquiries(t *testing.T) {
 			t.Errorf("c2 has %s, which does not move: %v", id, err)
 		}
 	}
+	if got, _, err := dst.Get(ctx, own.ID); err != nil || got.Status != inquiry.Pending || got.Job != own.Job {
+		t.Errorf("c2's own inquiry of a moving user after the move: %+v, %v", got, err)
+	}
 
 	// c1 lets the moved users go: slot 1 whole, slot 2 but the user who
 	// stays.
-	if err := src.Discard(ctx, moving, want, func(s int) bool { return s == 1 }); err != nil {
+	if err := src.Discard(ctx, moving, want, func(s int) bool { return s == 1 }, ""); err != nil {
 		t.Fatal(err)
 	}
-	if left, err := src.Digest(ctx, moving, want, horizon); err != nil || len(left) != 0 {
+	if left, err := src.Digest(ctx, moving, want, "", horizon); err != nil || len(left) != 0 {
 		t.Fatalf("c1 keeps %v of the moved users, %v", left, err)
 	}
 	for _, id := range []string{stays.ID, elsewhere.ID} {
@@ -197,7 +207,7 @@ func TestAMoveReadsEveryMessage(t *testing.T) {
 	}
 	all := func(int, string) bool { return true }
 	for _, scan := range [][]int{slots, slots[:10]} {
-		d, err := j.Digest(ctx, scan, all, time.Now().Add(-time.Hour))
+		d, err := j.Digest(ctx, scan, all, "", time.Now().Add(-time.Hour))
 		count := 0
 		for _, s := range d {
 			count += s.Messages
