@@ -73,6 +73,7 @@ type options struct {
 	bake            time.Duration
 	latencyFactor   float64
 	latencyMargin   time.Duration
+	moveRate        int
 	shutdownTimeout time.Duration
 	logLevel        slog.Level
 }
@@ -92,6 +93,7 @@ func parseFlags(args []string, getenv func(string) string, output io.Writer) (o 
 	g := gate.DefaultConfig()
 	fs.Float64Var(&o.latencyFactor, "gate-latency-factor", g.LatencyFactor, "the latency gate fails a wave whose p99 is this many times its baseline's (and by --gate-latency-margin more), beside significance")
 	fs.DurationVar(&o.latencyMargin, "gate-latency-margin", time.Duration(g.LatencyMargin*float64(time.Second)), "and by this much more")
+	fs.IntVar(&o.moveRate, "move-rate", 0, "the most messages a second a data move copies between two cells (0: as fast as the cells take them)")
 	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 30*time.Second, "how long a reconcile in flight may finish at shutdown")
 	fs.TextVar(&o.logLevel, "log-level", slog.LevelInfo, "log level: debug, info, warn or error")
 	if err := fs.Parse(args, getenv); err != nil {
@@ -108,6 +110,9 @@ func parseFlags(args []string, getenv func(string) string, output io.Writer) (o 
 	}
 	if o.latencyMargin < time.Millisecond || o.latencyMargin > time.Minute {
 		return o, fmt.Errorf("--gate-latency-margin %v: want 1ms..1m", o.latencyMargin)
+	}
+	if o.moveRate < 0 {
+		return o, fmt.Errorf("--move-rate %d: want 0 or more", o.moveRate)
 	}
 	if o.leaderNamespace == "" {
 		o.leaderNamespace = o.namespace
@@ -150,7 +155,10 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	cfg.Workers = o.workers
 	r := operator.New(cfg, operator.Options{
 		Client:  mgr.GetClient(),
-		Control: control.New(mapReg, control.Config{Holder: control.Holder("cellkit-operator"), Origin: "operator"}, control.Options{}),
+		Control: control.New(mapReg, control.Config{Holder: control.Holder("cellkit-operator"), Origin: "operator"},
+			control.Options{Moves: control.NewMover(moveClient(admin), control.MoveConfig{Rate: o.moveRate}, func(n control.Note) {
+				log.Info(n.Text, "warning", n.Warning)
+			}, nil)}),
 		Admin:   admin,
 		Events:  mgr.GetEventRecorder("cellkit-operator"),
 		Log:     log,
@@ -197,6 +205,16 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		return srv.Shutdown(sctx)
 	})
 	return g.Wait()
+}
+
+// moveClient is admin for the steps of data moves: each bounded by two
+// minutes (a step reads a slot set's whole ledger), not admin's five
+// seconds.
+func moveClient(admin adminclient.Client) adminclient.Client {
+	hc := *admin.HTTP
+	hc.Timeout = 0
+	admin.HTTP, admin.Timeout = &hc, 2*time.Minute
+	return admin
 }
 
 // adminClient is the client of the cells' admin APIs: the token of

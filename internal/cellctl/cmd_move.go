@@ -22,7 +22,7 @@ func (x *inv) mover() *control.Mover {
 	admin.Timeout = moveTimeout
 	cfg := control.MoveConfig{LeaveData: x.cmd.leaveData, LeaveHow: "--" + cmp.Or(x.cmd.leave, "leave-data"), Rate: x.cmd.moveRate}
 	if x.deadline != nil {
-		cfg.Hold = x.deadline.hold
+		cfg.Hold = x.deadline.Hold
 	}
 	return control.NewMover(admin, cfg, x.note, x.cli.now)
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/cellkit/cellkit/internal/cellctl"
 	"github.com/cellkit/cellkit/internal/celltest"
 	"github.com/cellkit/cellkit/internal/consultest"
+	"github.com/cellkit/cellkit/internal/control"
 	"github.com/cellkit/cellkit/internal/registry"
 	"github.com/cellkit/cellkit/internal/slotmap"
 	"github.com/cellkit/cellkit/internal/telegram"
@@ -77,6 +78,9 @@ type tf struct {
 	dir string
 	env []string
 	reg string
+	// strict: the provider without leave_data (a change whose cell does
+	// not answer fails).
+	strict bool
 }
 
 func newTF(t *testing.T, reg string) *tf {
@@ -108,10 +112,11 @@ func (f *tf) config(body string) {
   }
 }
 provider "cellkit" {
-  registry  = %q
-  lock_wait = "2s"
+  registry   = %q
+  lock_wait  = "2s"
+  leave_data = %t # the tests' cells do not run, or hold nothing
 }
-`, f.reg)
+`, f.reg, !f.strict)
 	if err := os.WriteFile(filepath.Join(f.dir, "main.tf"), []byte(head+body), 0o644); err != nil {
 		f.t.Fatal(err)
 	}
@@ -157,7 +162,7 @@ func (f *tf) noChanges() {
 // load reads the registry's map (nil when there is none).
 func (f *tf) load() *slotmap.Map {
 	f.t.Helper()
-	m, err := newClient(f.reg, time.Second, "").load(context.Background())
+	m, err := newClient(f.reg, time.Second, "", control.MoveConfig{}).load(context.Background())
 	if errors.Is(err, registry.ErrNoMap) {
 		return nil
 	}
@@ -290,10 +295,10 @@ func TestDriftAndImport(t *testing.T) {
 	f := newTF(t, "file:"+filepath.Join(t.TempDir(), "map.json"))
 	f.cellctl("init", "--agency", "nice=80", "--agency", "kcb=40")
 	for _, c := range []string{"c1", "c2", "c3", "c4"} {
-		f.cellctl("provision", c, "--intake", "http://127.0.0.1:81"+c[1:]+"0", "--admin", "http://127.0.0.1:91"+c[1:]+"0")
+		f.cellctl("provision", c, "--intake", "http://127.0.0.1:81"+c[1:]+"0", "--admin", "http://127.0.0.1:91"+c[1:]+"0", "--leave-data")
 		f.cellctl("capacity", "set", c, "100/s")
 	}
-	f.cellctl("override", "set", "vip-17", "c3")
+	f.cellctl("override", "set", "vip-17", "c3", "--leave-data")
 	f.config(fourCells(1))
 	f.ok("import", "cellkit_map.this", f.reg)
 	for _, c := range []string{"c1", "c2", "c3", "c4"} {
@@ -309,7 +314,7 @@ func TestDriftAndImport(t *testing.T) {
 	}
 	f.noChanges()
 
-	f.cellctl("drain", "c2", "--force")
+	f.cellctl("drain", "c2", "--force", "--leave-data")
 	out, code := f.run("plan", "-detailed-exitcode")
 	if code != 2 || !strings.Contains(out, `~ state         = "drained" -> "active"`) {
 		t.Fatalf("plan after cellctl drain c2: exit %d, want 2 with c2's state change:\n%s", code, out)
@@ -465,6 +470,39 @@ func startCell(t *testing.T, id, reg, intake, admin, nice, kcb string) {
 // state = "drained" on a running cell with queued work: apply waits until
 // the queue and in-flight work are empty, then the cell owns no slot and
 // every inquiry it had accepted is done.
+// TestAChangeWhoseCellDoesNotAnswerFails: without leave_data, a cell that
+// would take users from a cell that does not answer is not created (their
+// inquiries could not move with them), in one diagnostic, the map as the
+// first cell left it.
+func TestAChangeWhoseCellDoesNotAnswerFails(t *testing.T) {
+	f := newTF(t, "file:"+filepath.Join(t.TempDir(), "map.json"))
+	f.strict = true
+	f.config(`
+resource "cellkit_map" "this" {
+  agencies = { nice = 80 }
+}
+resource "cellkit_cell" "c1" {
+  id         = "c1"
+  intake     = "http://127.0.0.1:1"
+  admin      = "http://127.0.0.1:1"
+  depends_on = [cellkit_map.this]
+}
+resource "cellkit_cell" "c2" {
+  id         = "c2"
+  intake     = "http://127.0.0.1:2"
+  admin      = "http://127.0.0.1:2"
+  depends_on = [cellkit_cell.c1]
+}
+`)
+	out, code := f.run("apply", "-auto-approve")
+	if code == 0 || !strings.Contains(out, "cell c1 does not answer") || !strings.Contains(out, "leave_data = true") {
+		t.Fatalf("apply with a cell that does not answer: exit %d:\n%s", code, out)
+	}
+	if m := f.load(); m == nil || len(m.ActiveCells()) != 1 {
+		t.Fatalf("after the failed apply: %v", m)
+	}
+}
+
 func TestDrainWaitsForTheQueue(t *testing.T) {
 	f := newTF(t, "file:"+filepath.Join(t.TempDir(), "map.json"))
 	slow := agencysim.Config{Latency: agencysim.FixedLatency(200 * time.Millisecond)}
@@ -562,11 +600,12 @@ func TestExamples(t *testing.T) {
 			}
 			f.dir = filepath.Join(f.dir, "terraform", "examples", ex.name)
 			f.ok("get")
-			f.ok("apply", "-auto-approve", "-var", ex.varName+"="+value)
+			// The example's cells do not run here: nothing to move.
+			f.ok("apply", "-auto-approve", "-var", ex.varName+"="+value, "-var", "leave_data=true")
 			if m := f.load(); m == nil || len(m.ActiveCells()) != 4 {
 				t.Fatalf("after applying the example: %v", m)
 			}
-			if out, code := f.run("plan", "-detailed-exitcode", "-var", ex.varName+"="+value); code != 0 {
+			if out, code := f.run("plan", "-detailed-exitcode", "-var", ex.varName+"="+value, "-var", "leave_data=true"); code != 0 {
 				t.Fatalf("plan after apply: exit %d:\n%s", code, out)
 			}
 		})

@@ -26,11 +26,25 @@ type client struct {
 	registry string
 	lockWait time.Duration
 	admin    adminclient.Client
+	moves    control.MoveConfig // the data moves' settings (leave_data, move_rate)
 }
 
-func newClient(reg string, lockWait time.Duration, adminToken string) *client {
-	return &client{registry: reg, lockWait: lockWait, admin: adminclient.Client{HTTP: http.DefaultClient, Token: adminToken}}
+func newClient(reg string, lockWait time.Duration, adminToken string, moves control.MoveConfig) *client {
+	moves.LeaveHow = "the provider's leave_data = true"
+	return &client{registry: reg, lockWait: lockWait, admin: adminclient.Client{HTTP: http.DefaultClient, Token: adminToken}, moves: moves}
 }
+
+// leavingData is c with leave_data set: a change whose cell does not
+// answer leaves that cell's users' inquiries where they are.
+func (c *client) leavingData() *client {
+	l := *c
+	l.moves.LeaveData = true
+	return &l
+}
+
+// moveStepTimeout bounds one step of a data move at a cell (it reads a
+// slot set's whole ledger), as cellctl's.
+const moveStepTimeout = 2 * time.Minute
 
 // configured is the client a resource or data source gets from the
 // provider's Configure (ProviderData is nil while Terraform validates a
@@ -44,7 +58,8 @@ func configured(providerData any, had *client) *client {
 
 // controller runs fn with a Controller on the provider's registry, named
 // for op in the writer lock, within cellctl's default time for a command
-// (within, if set, instead).
+// (within, if set, instead), not counting the time the cells spend on
+// the change's data moves (which move the users' inquiries with them).
 func (c *client) controller(ctx context.Context, op string, within time.Duration, fn func(ctx context.Context, ctl *control.Controller) error) error {
 	reg, err := registry.Open(registry.Config{URL: c.registry}, registry.Options{})
 	if err != nil {
@@ -54,10 +69,15 @@ func (c *client) controller(ctx context.Context, op string, within time.Duration
 	if within <= 0 {
 		within = control.DefaultTimeout
 	}
-	ctx, cancel := context.WithTimeout(ctx, within)
-	defer cancel()
-	ctl := control.New(reg, control.Config{Holder: control.Holder(Origin + " " + op), Origin: Origin, LockWait: c.lockWait}, control.Options{})
-	return fn(ctx, ctl)
+	dl, stop := control.WithDeadline(ctx, within)
+	defer stop()
+	admin := c.admin
+	admin.Timeout = moveStepTimeout
+	cfg := c.moves
+	cfg.Hold = dl.Hold
+	ctl := control.New(reg, control.Config{Holder: control.Holder(Origin + " " + op), Origin: Origin, LockWait: c.lockWait},
+		control.Options{Moves: control.NewMover(admin, cfg, nil, nil)})
+	return fn(dl, ctl)
 }
 
 // change commits one map change (op names it in the lock).

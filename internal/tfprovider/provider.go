@@ -8,6 +8,7 @@ package tfprovider
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"time"
 
@@ -19,6 +20,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/types"
 
 	"github.com/cellkit/cellkit/internal/adminclient"
+	"github.com/cellkit/cellkit/internal/control"
 	"github.com/cellkit/cellkit/internal/registry"
 )
 
@@ -42,6 +44,8 @@ type providerModel struct {
 	Registry   types.String `tfsdk:"registry"`
 	LockWait   types.String `tfsdk:"lock_wait"`
 	AdminToken types.String `tfsdk:"admin_token"`
+	LeaveData  types.Bool   `tfsdk:"leave_data"`
+	MoveRate   types.Int64  `tfsdk:"move_rate"`
 }
 
 func (p *cellkitProvider) Metadata(_ context.Context, _ provider.MetadataRequest, resp *provider.MetadataResponse) {
@@ -64,7 +68,15 @@ func (p *cellkitProvider) Schema(_ context.Context, _ provider.SchemaRequest, re
 			"admin_token": schema.StringAttribute{
 				Optional:    true,
 				Sensitive:   true,
-				Description: "Bearer token of the cells' admin APIs (a drain closes a cell's intake and watches its queue). Default $CELLKIT_ADMIN_TOKEN.",
+				Description: "Bearer token of the cells' admin APIs (a drain closes a cell's intake and watches its queue; a change moves the users' inquiries between cells). Default $CELLKIT_ADMIN_TOKEN.",
+			},
+			"move_rate": schema.Int64Attribute{
+				Optional:    true,
+				Description: "The most messages a second a change's data move copies between two cells (0 or unset: as fast as the cells take them), sparing the cells' stores under load.",
+			},
+			"leave_data": schema.BoolAttribute{
+				Optional:    true,
+				Description: "Change the map even when a cell whose users move does not answer: their inquiries stay in that cell (read through the users' new cell while it answers, moved when it is marked drained or removed; lost if it is removed without answering). Unset, such a change fails and changes nothing.",
 			},
 		},
 	}
@@ -99,7 +111,11 @@ func (p *cellkitProvider) Configure(ctx context.Context, req provider.ConfigureR
 	if token == "" {
 		token = os.Getenv(adminclient.EnvToken)
 	}
-	c := newClient(reg, wait, token)
+	if m.MoveRate.ValueInt64() < 0 {
+		resp.Diagnostics.AddAttributeError(path.Root("move_rate"), "Invalid move_rate", fmt.Sprintf("move_rate must not be negative, not %d.", m.MoveRate.ValueInt64()))
+		return
+	}
+	c := newClient(reg, wait, token, control.MoveConfig{LeaveData: m.LeaveData.ValueBool(), Rate: int(m.MoveRate.ValueInt64())})
 	resp.ResourceData, resp.DataSourceData = c, c
 }
 

@@ -93,7 +93,7 @@ func (r *cellResource) Schema(ctx context.Context, _ resource.SchemaRequest, res
 			},
 			"force_destroy": schema.BoolAttribute{
 				Optional: true, Computed: true, Default: booldefault.StaticBool(false),
-				Description: "On destroy, mark the cell drained without waiting for its queue (for a cell that is gone for good; its queued work stays in its store).",
+				Description: "On destroy, mark the cell drained without waiting for its queue and remove it even when it does not answer (for a cell that is gone for good: what it still holds is lost with it; a cell that answers hands its users' inquiries over first).",
 			},
 		},
 		Blocks: map[string]schema.Block{
@@ -365,13 +365,19 @@ func (r *cellResource) Delete(ctx context.Context, req resource.DeleteRequest, r
 	if !r.refresh(ctx, &cur, &resp.Diagnostics) {
 		return // already gone
 	}
+	// A cell gone for good (force_destroy) cannot hand its users'
+	// inquiries over: they are left, and lost with it.
+	c := r.c
+	if state.ForceDestroy.ValueBool() {
+		c = r.c.leavingData()
+	}
 	if cur.State.ValueString() != string(slotmap.Drained) {
-		r.drain(ctx, id, state.ForceDestroy.ValueBool(), true, within, &resp.Diagnostics)
+		(&cellResource{c: c}).drain(ctx, id, state.ForceDestroy.ValueBool(), true, within, &resp.Diagnostics)
 		if resp.Diagnostics.HasError() {
 			return
 		}
 	}
-	if err := r.c.change(ctx, "remove", control.Remove(id)); err != nil {
+	if err := c.change(ctx, "remove", control.Remove(id)); err != nil {
 		resp.Diagnostics.AddError("Cannot remove cell "+id, err.Error())
 	}
 }

@@ -24,9 +24,16 @@ variable "cells" {
   description = "The cells: the host their intake (:8081) and admin (:9081) listen on, weight and state."
 }
 
+variable "leave_data" {
+  type        = bool
+  default     = false
+  description = "Change the map even when a cell whose users move does not answer, leaving their inquiries there: for a map whose cells do not run yet (they hold nothing)."
+}
+
 provider "cellkit" {
-  registry  = "consul://${var.consul}/cellkit"
-  lock_wait = "2m"
+  registry   = "consul://${var.consul}/cellkit"
+  lock_wait  = "2m"
+  leave_data = var.leave_data
 }
 
 resource "cellkit_map" "this" {

@@ -13,8 +13,15 @@ variable "registry" {
   description = "The registry of the local stack."
 }
 
+variable "leave_data" {
+  type        = bool
+  default     = false
+  description = "Change the map even when a cell whose users move does not answer, leaving their inquiries there: for a map whose cells do not run yet (they hold nothing)."
+}
+
 provider "cellkit" {
-  registry = var.registry
+  registry   = var.registry
+  leave_data = var.leave_data
 }
 
 resource "cellkit_map" "this" {

@@ -1,20 +1,22 @@
-package cellctl
+package control_test
 
 import (
 	"context"
 	"errors"
 	"testing"
 	"time"
+
+	"github.com/cellkit/cellkit/internal/control"
 )
 
 // TestDeadlineHeld: --timeout's clock stops while held (a data move's
 // steps), runs on after, and ends with context.DeadlineExceeded; the
 // parent's end ends it too.
 func TestDeadlineHeld(t *testing.T) {
-	ctx, stop := withDeadline(context.Background(), 200*time.Millisecond)
+	ctx, stop := control.WithDeadline(context.Background(), 200*time.Millisecond)
 	defer stop()
-	resume := ctx.hold()
-	inner := ctx.hold() // holds nest
+	resume := ctx.Hold()
+	inner := ctx.Hold() // holds nest
 	time.Sleep(400 * time.Millisecond)
 	inner()
 	if err := ctx.Err(); err != nil {
@@ -36,9 +38,9 @@ func TestDeadlineHeld(t *testing.T) {
 	}
 
 	parent, cancel := context.WithCancel(context.Background())
-	ctx, stop = withDeadline(parent, time.Hour)
+	ctx, stop = control.WithDeadline(parent, time.Hour)
 	defer stop()
-	defer ctx.hold()()
+	defer ctx.Hold()()
 	cancel()
 	<-ctx.Done()
 	if !errors.Is(ctx.Err(), context.Canceled) {

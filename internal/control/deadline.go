@@ -1,0 +1,82 @@
+package control
+
+import (
+	"context"
+	"sync"
+	"time"
+)
+
+// Deadline is a change's time limit (cellctl's --timeout, the Terraform
+// provider's DefaultTimeout): a context that ends with
+// context.DeadlineExceeded once its time has run, its clock stopped while
+// held. A change holds it while its data moves' steps run at the cells
+// (MoveConfig.Hold = Deadline.Hold): each call to a cell is bounded on
+// its own, and a copy takes as long as the data does, which a command's
+// 30 seconds were never meant to bound.
+type Deadline struct {
+	context.Context // the parent: values, and its own end
+	done            chan struct{}
+
+	mu    sync.Mutex
+	err   error
+	left  time.Duration
+	since time.Time // when the clock last started (held == 0)
+	held  int
+	timer *time.Timer
+}
+
+// WithDeadline is parent ending after d of unheld time; stop frees it.
+func WithDeadline(parent context.Context, d time.Duration) (ctx *Deadline, stop func()) {
+	dl := &Deadline{Context: parent, done: make(chan struct{}), left: d, since: time.Now()}
+	dl.timer = time.AfterFunc(d, func() { dl.end(context.DeadlineExceeded) })
+	go func() {
+		select {
+		case <-parent.Done():
+			dl.end(parent.Err())
+		case <-dl.done:
+		}
+	}()
+	return dl, func() { dl.end(context.Canceled) }
+}
+
+func (d *Deadline) Done() <-chan struct{} { return d.done }
+
+func (d *Deadline) Err() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.err
+}
+
+// Deadline: none that a callee could plan by (it may be held).
+func (d *Deadline) Deadline() (time.Time, bool) { return time.Time{}, false }
+
+func (d *Deadline) end(err error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.err != nil {
+		return
+	}
+	d.err = err
+	d.timer.Stop()
+	close(d.done)
+}
+
+// Hold stops the clock until the returned func is called (holds nest).
+func (d *Deadline) Hold() (resume func()) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.held++; d.held == 1 && d.err == nil && d.timer.Stop() {
+		d.left -= time.Since(d.since)
+	}
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			d.mu.Lock()
+			defer d.mu.Unlock()
+			if d.held--; d.held == 0 && d.err == nil {
+				d.since = time.Now()
+				d.timer.Reset(max(d.left, 0))
+			}
+		})
+	}
+}
