@@ -154,14 +154,14 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	cfg := operator.DefaultConfig()
 	cfg.Workers = o.workers
 	r := operator.New(cfg, operator.Options{
-		Client:  mgr.GetClient(),
+		Client: mgr.GetClient(),
 		Control: control.New(mapReg, control.Config{Holder: control.Holder("cellkit-operator"), Origin: "operator"},
 			control.Options{Moves: control.NewMover(moveClient(admin), control.MoveConfig{Rate: o.moveRate}, func(n control.Note) {
 				log.Info(n.Text, "warning", n.Warning)
 			}, nil)}),
-		Admin:   admin,
-		Events:  mgr.GetEventRecorder("cellkit-operator"),
-		Log:     log,
+		Admin:  admin,
+		Events: mgr.GetEventRecorder("cellkit-operator"),
+		Log:    log,
 	})
 	if err := r.SetupWithManager(mgr); err != nil {
 		return err
