@@ -23,9 +23,6 @@ const (
 	// the body's priority is taken and shedding treats the request as
 	// normal until its body is read.
 	HeaderPriority = "Cellkit-Priority"
-	// HeaderFingerprint carries a request's fingerprint when a cell asks
-	// the slot's previous owner for the inquiry of an Idempotency-Key.
-	HeaderFingerprint = "Cellkit-Fingerprint"
 	// HeaderCall is the router's number for one call on one connection to
 	// a cell (a decimal, growing along the connection). A cell echoes it
 	// in its answer: an answer naming another call — a late or stray

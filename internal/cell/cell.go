@@ -100,7 +100,6 @@ type Cell struct {
 	queue    *queue.Queue
 	registry registry.Registry
 	follower *registry.Follower
-	moves    *intake.Moves
 	mover    *move.Mover // the cell's part in moving users' inquiries between cells
 	clients  map[string]*agency.Client
 	names    []string
@@ -219,10 +218,6 @@ func New(ctx context.Context, cfg Config, opts Options) (_ *Cell, err error) {
 	if err != nil {
 		return nil, err
 	}
-	if c.moves, err = intake.NewMoves(intake.MovesConfig{Cell: cfg.ID, Path: filepath.Join(cfg.StoreDir, "moves.json")}, intake.MovesOptions{Logger: c.log}); err != nil {
-		return nil, err
-	}
-	c.intake.TrackMoves(c.moves)
 	c.registerMetrics()
 	if err = c.listen(opts); err != nil {
 		return nil, err

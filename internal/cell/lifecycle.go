@@ -22,7 +22,6 @@ func (c *Cell) Run(ctx context.Context) error {
 	intakeSrv := &http.Server{Handler: httpx.EchoCall(c.contained("intake", c.intake)), ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second, IdleTimeout: time.Minute, ErrorLog: errLog}
 	adminSrv := &http.Server{Handler: c.contained("admin", c.adminHandler()), ReadHeaderTimeout: 5 * time.Second, ErrorLog: errLog}
 	g.Go(func() error { return c.follower.Run(gctx) })
-	g.Go(func() error { c.moves.Follow(gctx, c.follower.Map, c.follower.Changed, time.Now); return nil })
 	g.Go(func() error { c.intake.Settle(gctx); return nil })
 	g.Go(func() error { c.mover.Follow(gctx); return nil })
 	g.Go(func() error { return serve(adminSrv, c.adminLn) })

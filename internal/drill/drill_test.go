@@ -13,7 +13,6 @@ import (
 
 	"github.com/cellkit/cellkit/internal/loadtest"
 	"github.com/cellkit/cellkit/internal/operator/api/v1alpha1"
-	"github.com/cellkit/cellkit/internal/slotmap"
 )
 
 func TestScaleLatency(t *testing.T) {
@@ -156,53 +155,6 @@ func TestRunningTheirSpec(t *testing.T) {
 		if _, err := runningTheirSpec(cells); err == nil {
 			t.Errorf("%s: no error", name)
 		}
-	}
-}
-
-// A drill waits out the moves of slots between cells the map still holds
-// (their new owners ask the previous ones about keyed requests): a cell
-// joining moves slots between two cells; the first cell of an empty map
-// moves none, and neither does a move from a cell since removed.
-func TestMovedBetween(t *testing.T) {
-	cell := func(id string) slotmap.Cell {
-		return slotmap.Cell{ID: id, Weight: 1, Intake: "http://127.0.0.1:8081/" + id, Admin: "http://127.0.0.1:9081/" + id}
-	}
-	empty, err := slotmap.New(64, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	add := func(m *slotmap.Map, id string) *slotmap.Map {
-		p, err := m.AddCell(cell(id))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return p.After
-	}
-	one := add(empty, "c1")
-	two := add(one, "c2")
-	gone := two
-	for _, step := range []func(*slotmap.Map) (*slotmap.Plan, error){
-		func(m *slotmap.Map) (*slotmap.Plan, error) { return m.Drain("c1") },
-		func(m *slotmap.Map) (*slotmap.Plan, error) { return m.MarkDrained("c1") },
-		func(m *slotmap.Map) (*slotmap.Plan, error) { return m.RemoveCell("c1") },
-	} {
-		p, err := step(gone)
-		if err != nil {
-			t.Fatal(err)
-		}
-		gone = p.After
-	}
-	if movedBetween(empty, one, two) {
-		t.Error("the first cell of an empty map moved slots")
-	}
-	if !movedBetween(one, two, two) {
-		t.Error("a second cell joining moved no slots")
-	}
-	if movedBetween(one, two, gone) {
-		t.Error("a move from a cell the map no longer holds counts")
-	}
-	if movedBetween(two, two, two) {
-		t.Error("a version with the same owners moved slots")
 	}
 }
 

@@ -16,8 +16,6 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/cellkit/cellkit/internal/api"
-	"github.com/cellkit/cellkit/internal/backoff"
 	"github.com/cellkit/cellkit/internal/control"
 	"github.com/cellkit/cellkit/internal/kubenode"
 	"github.com/cellkit/cellkit/internal/kubenode/kubestack"
@@ -26,7 +24,6 @@ import (
 	"github.com/cellkit/cellkit/internal/operator/api/v1alpha1"
 	"github.com/cellkit/cellkit/internal/registry"
 	"github.com/cellkit/cellkit/internal/release"
-	"github.com/cellkit/cellkit/internal/slotmap"
 )
 
 // The Kubernetes drills run on the one-node cluster of this machine with
@@ -143,10 +140,8 @@ type k8sRun struct {
 }
 
 // newK8sRun reads the cluster and its stack in c.Dir and makes the load
-// of total through the routers' Service, after waiting for a settled map
-// if settled says so (settle: before the load's clock starts); close
-// ends what it opened.
-func newK8sRun(ctx context.Context, c *K8sConfig, total time.Duration, settled bool) (*k8sRun, error) {
+// of total through the routers' Service; close ends what it opened.
+func newK8sRun(ctx context.Context, c *K8sConfig, total time.Duration) (*k8sRun, error) {
 	rec, err := kubenode.ReadRecord(c.Dir)
 	if err != nil {
 		return nil, fmt.Errorf("%w (make cluster)", err)
@@ -164,12 +159,6 @@ func newK8sRun(ctx context.Context, c *K8sConfig, total time.Duration, settled b
 		return nil, err
 	}
 	n := &k8sRun{c: c, rec: rec, st: st, kc: kc, reg: reg, ctl: control.New(reg, control.Config{Holder: "loadtest drill"}, control.Options{})}
-	if settled {
-		if err := n.settle(ctx); err != nil {
-			reg.Close()
-			return nil, err
-		}
-	}
 	quietDisk()
 	r, err := loadtest.NewRunner(loadtest.Config{
 		Target: st.Router, Key: st.APIKey, CA: st.CA, ServerName: kubestack.RouterName,
@@ -359,77 +348,4 @@ func k8sCommand(ctx context.Context, name string, run func(context.Context, K8sC
 	}
 	res, err := run(ctx, c)
 	return report(stdout, out, name, res, err)
-}
-
-// settle waits until the map's last move of slots between two cells it
-// still holds is api.MoveWindow old. For that long after a move, the
-// new owner of a moved slot asks the previous one about every keyed
-// request first (a retry must not make a second inquiry): the cells then
-// lean on each other, which is what the drills check they do not. The
-// stack's setup moves slots as its cells join the map one by one, so a
-// drill right after make cluster-stack would measure the setup; a drill
-// of a move (k8s-cell-delete, after k8s-cell-add) does not settle.
-func (n *k8sRun) settle(ctx context.Context) error {
-	at, err := n.lastMove(ctx)
-	if err != nil || at.IsZero() {
-		return err
-	}
-	wait := time.Until(at.Add(api.MoveWindow))
-	if wait <= 0 {
-		return nil
-	}
-	n.c.logf("waiting %s: the map moved slots between its cells at %s, and keyed requests to them ask the previous cell for %s", wait.Round(time.Second), at.Format(time.TimeOnly), api.MoveWindow)
-	return backoff.Sleep(ctx, wait)
-}
-
-// lastMove is when the newest version of the map's history that moved a
-// slot between two cells the map still holds was committed; zero if none
-// did.
-func (n *k8sRun) lastMove(ctx context.Context) (time.Time, error) {
-	cur, err := n.reg.Load(ctx)
-	if err != nil {
-		return time.Time{}, err
-	}
-	h := n.ctl.History()
-	if h == nil {
-		return cur.Updated(), nil // no history: any change counts
-	}
-	vs, err := h.Versions(ctx)
-	if err != nil {
-		return time.Time{}, err
-	}
-	slices.Sort(vs)
-	var newer *slotmap.Map
-	for i := len(vs) - 1; i >= 0; i-- {
-		m, err := h.Load(ctx, vs[i])
-		if err != nil {
-			return time.Time{}, err
-		}
-		if newer != nil && movedBetween(m, newer, cur) {
-			return newer.Updated(), nil
-		}
-		newer = m
-	}
-	return time.Time{}, nil
-}
-
-// movedBetween says whether a slot owned in before by one cell is owned
-// in after by another, both still in cur.
-func movedBetween(before, after, cur *slotmap.Map) bool {
-	if before.Slots() != after.Slots() {
-		return false
-	}
-	for s := range after.Slots() {
-		from, to := before.Owner(s), after.Owner(s)
-		if from == "" || to == "" || from == to {
-			continue
-		}
-		if _, ok := cur.Cell(from); !ok {
-			continue
-		}
-		if _, ok := cur.Cell(to); ok {
-			return true
-		}
-	}
-	return false
 }

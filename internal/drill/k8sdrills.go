@@ -14,7 +14,6 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/cellkit/cellkit/internal/api"
 	"github.com/cellkit/cellkit/internal/kubenode/kubestack"
 	"github.com/cellkit/cellkit/internal/loadtest"
 	"github.com/cellkit/cellkit/internal/operator"
@@ -115,7 +114,7 @@ func (n *k8sRun) finish(ctx context.Context, d *loadtest.Verdict, res *loadtest.
 // ends final, none twice.
 func PodDelete(ctx context.Context, c K8sConfig) (*loadtest.Result, error) {
 	c.defaults()
-	n, err := newK8sRun(ctx, &c, c.Baseline+c.Within+c.After, true)
+	n, err := newK8sRun(ctx, &c, c.Baseline+c.Within+c.After)
 	if err != nil {
 		return nil, err
 	}
@@ -148,7 +147,7 @@ func PodDelete(ctx context.Context, c K8sConfig) (*loadtest.Result, error) {
 // the other cells are untouched; nothing lost or duplicated.
 func NATSKill(ctx context.Context, c K8sConfig) (*loadtest.Result, error) {
 	c.defaults()
-	n, err := newK8sRun(ctx, &c, c.Baseline+c.Within+c.After, true)
+	n, err := newK8sRun(ctx, &c, c.Baseline+c.Within+c.After)
 	if err != nil {
 		return nil, err
 	}
@@ -203,7 +202,7 @@ func containerStatus(p *corev1.Pod, name string) (corev1.ContainerStatus, bool) 
 // Service, no request fails: none refused, none cut.
 func RouterReplace(ctx context.Context, c K8sConfig) (*loadtest.Result, error) {
 	c.defaults()
-	n, err := newK8sRun(ctx, &c, c.Baseline+c.Within+c.After, true)
+	n, err := newK8sRun(ctx, &c, c.Baseline+c.Within+c.After)
 	if err != nil {
 		return nil, err
 	}
@@ -281,7 +280,7 @@ func RouterReplace(ctx context.Context, c K8sConfig) (*loadtest.Result, error) {
 // accepted inquiry ends final.
 func CellAdd(ctx context.Context, c K8sConfig) (*loadtest.Result, error) {
 	c.defaults()
-	n, err := newK8sRun(ctx, &c, c.Baseline+c.Within+c.After, true)
+	n, err := newK8sRun(ctx, &c, c.Baseline+c.Within+c.After)
 	if err != nil {
 		return nil, err
 	}
@@ -393,24 +392,18 @@ func startedBy(pods []corev1.Pod, t time.Time) (int, []string) {
 }
 
 // CellDelete: the Cell NewCell deleted under load. The operator drains
-// it first (its slots move away, its queue empties: the map marks it
-// drained only then), then keeps it, drained in the map and running, for
-// the cells' move window (api.MoveWindow), then takes it out of the map,
-// then its objects go. Its users are served elsewhere with no error
-// throughout, the removal included, and every other cell's inquiry ends
-// final. While it retires, what it accepted reads final through the
-// routers and a keyed retry gets the same id (its users' new owners ask
-// it). Once it has gone its records and keys stay on its kept volumes:
-// read through the routers they answer 404, and a keyed retry gets a new
-// id — reported, not checked, until a user's data moves with the user.
-// It lasts the move window and about a minute. One piece: a drill script
-// on one timeline — delete, drained, read while it retires, removed,
-// gone — then the checks, which read the marks of each step.
+// it first (its slots move away with their users' inquiries, its
+// in-flight work ends, what remains is swept to the users' cells: the
+// map marks it drained only then), then takes it out of the map, then
+// its objects go. Its users are served elsewhere with no error
+// throughout, the removal included, and every inquiry ends final. Once
+// it has gone, what it accepted reads final through the routers and a
+// keyed retry gets the same id: its users' data moved with them. One
+// piece: a drill script on one timeline — delete, drained, removed, gone
+// — then the checks, which read the marks of each step.
 func CellDelete(ctx context.Context, c K8sConfig) (*loadtest.Result, error) {
 	c.defaults()
-	// Not settled: the moves of k8s-cell-add, just before, are what
-	// this drill undoes.
-	n, err := newK8sRun(ctx, &c, c.Baseline+api.MoveWindow+2*c.Within+c.After, false)
+	n, err := newK8sRun(ctx, &c, c.Baseline+3*c.Within+c.After)
 	if err != nil {
 		return nil, err
 	}
@@ -438,7 +431,6 @@ func CellDelete(ctx context.Context, c K8sConfig) (*loadtest.Result, error) {
 	defer stop()
 	wait := startLoad(lctx, n.r)
 	var delAt, drainedAt, removedAt, goneAt time.Duration
-	var retiring loadtest.Verification
 	actErr := func() error {
 		if err := sleepUntil(ctx, n.r, c.Baseline); err != nil {
 			return err
@@ -457,20 +449,8 @@ func CellDelete(ctx context.Context, c K8sConfig) (*loadtest.Result, error) {
 		}
 		drainedAt = n.r.Elapsed()
 		n.r.Mark(c.NewCell + " drained")
-		c.logf("%s drained at %.1fs; it retires for %s", c.NewCell, drainedAt.Seconds(), api.MoveWindow)
-		if err := sleepUntil(ctx, n.r, drainedAt+c.After); err != nil {
-			return err
-		}
-		// Read while it retires: everything it accepted, through the
-		// routers, and keyed retries, which reach its users' new owners.
-		var its []loadtest.Sample
-		for _, s := range n.r.SamplesSoFar() {
-			if s.Cell == c.NewCell && s.ID != "" && !s.Read {
-				its = append(its, s)
-			}
-		}
-		retiring = n.r.Verify(ctx, its, c.VerifyWithin, min(len(its), 50))
-		if err := until(ctx, api.MoveWindow+c.Within, c.NewCell+" out of the map", func(ctx context.Context) (bool, error) {
+		c.logf("%s drained at %.1fs", c.NewCell, drainedAt.Seconds())
+		if err := until(ctx, c.Within, c.NewCell+" out of the map", func(ctx context.Context) (bool, error) {
 			_, ok, err := inMap(ctx)
 			return !ok, err
 		}); err != nil {
@@ -508,18 +488,8 @@ func CellDelete(ctx context.Context, c K8sConfig) (*loadtest.Result, error) {
 	}
 	d.Check(c.NewCell+" in the map: drained before it was removed", slices.Equal(states, []string{"draining", "drained", "removed"}),
 		strings.Join(states, " → "), "draining → drained → removed")
-	// The map is read every 200 ms, and the operator counts from its
-	// Drained condition's time, which the API server keeps to the second:
-	// the removal may be seen up to 2 s short of the window.
-	kept := removedAt - drainedAt
-	d.Check(c.NewCell+" kept, drained, for the move window", kept >= api.MoveWindow-2*time.Second,
-		fmt.Sprintf("%.1fs", kept.Seconds()), fmt.Sprintf("≥ %s", api.MoveWindow))
-	d.Check(c.NewCell+"'s inquiries read while it retires: lost", retiring.Accepted > 0 && retiring.Lost == 0 && retiring.Unfinished == 0,
-		fmt.Sprintf("%d lost, %d unfinished of %d", retiring.Lost, retiring.Unfinished, retiring.Accepted), "0")
-	d.Check(c.NewCell+"'s keyed retries while it retires: a new id", retiring.Replayed > 0 && retiring.ReplayNewID == 0,
-		fmt.Sprintf("%d of %d", retiring.ReplayNewID, retiring.Replayed), "0")
 	d.Note("%s drained %.1fs after its deletion, out of the map %.1fs after that, its Cell and StatefulSet gone %.1fs later",
-		c.NewCell, (drainedAt - delAt).Seconds(), kept.Seconds(), (goneAt - removedAt).Seconds())
+		c.NewCell, (drainedAt - delAt).Seconds(), (removedAt - drainedAt).Seconds(), (goneAt - removedAt).Seconds())
 	cells := usersOf(res, delAt)
 	mine := func(u int) bool { return cells[u] == c.NewCell }
 	st := loadtest.Window{From: delAt, To: end, Users: mine}.Stats(res.Samples)
@@ -539,22 +509,21 @@ func CellDelete(ctx context.Context, c K8sConfig) (*loadtest.Result, error) {
 			d.Note("event on %s: %s", c.NewCell, e)
 		}
 	}
-	// The others' inquiries are verified as in every drill; the deleted
-	// cell's are read once more, for the record.
-	var others, gone []loadtest.Sample
+	// Every inquiry is verified as in every drill, the deleted cell's
+	// too: read after it has gone, through the cells its users moved to,
+	// with keyed retries that must get the same id.
+	var gone []loadtest.Sample
 	for _, s := range res.Samples {
 		if s.Cell == c.NewCell && s.ID != "" && !s.Read {
 			gone = append(gone, s)
-		} else {
-			others = append(others, s)
 		}
 	}
-	v := n.r.Verify(ctx, gone, 5*time.Second, min(len(gone), 50))
-	d.Note("%s accepted %d inquiries; read after it has gone: %d answer 404, %d final; of %d keyed retries %d got a new id (its records and keys stay on its volumes, kept: kubectl delete pvc -l %s=%s)",
-		c.NewCell, len(gone), v.Lost, v.Done+v.Failed, v.Replayed, v.ReplayNewID, operator.LabelCell, c.NewCell)
-	res.Samples = others
+	v := n.r.Verify(ctx, gone, c.VerifyWithin, min(len(gone), 50))
+	d.Check(c.NewCell+"'s inquiries read after it has gone: lost", v.Accepted > 0 && v.Lost == 0 && v.Unfinished == 0,
+		fmt.Sprintf("%d lost, %d unfinished of %d", v.Lost, v.Unfinished, v.Accepted), "0")
+	d.Check(c.NewCell+"'s keyed retries after it has gone: a new id", v.ReplayNewID == 0,
+		fmt.Sprintf("%d of %d", v.ReplayNewID, v.Replayed), "0")
 	n.finish(ctx, d, res)
-	res.Samples = append(others, gone...)
 	return res, nil
 }
 

@@ -45,7 +45,7 @@ type k8sRelease struct {
 // the checks read what both did.
 func K8sRelease(ctx context.Context, c K8sConfig) (*loadtest.Result, error) {
 	c.defaults()
-	n, err := newK8sRun(ctx, &c, c.Baseline+2*ReleaseWithin+c.After, true)
+	n, err := newK8sRun(ctx, &c, c.Baseline+2*ReleaseWithin+c.After)
 	if err != nil {
 		return nil, err
 	}

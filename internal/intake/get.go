@@ -10,10 +10,13 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/cespare/xxhash/v2"
+
 	"github.com/cellkit/cellkit/internal/api"
 	"github.com/cellkit/cellkit/internal/httpx"
 	"github.com/cellkit/cellkit/internal/inquiry"
 	"github.com/cellkit/cellkit/internal/problem"
+	"github.com/cellkit/cellkit/internal/slotmap"
 	"github.com/cellkit/cellkit/internal/store"
 )
 
@@ -57,12 +60,6 @@ func (h *Handler) get(w http.ResponseWriter, r *http.Request, id string) {
 	case err != nil:
 		h.log.Warn("cannot read inquiry", "id", id, "err", err)
 		problem.WriteRetry(w, problem.New(http.StatusServiceUnavailable, problem.StoreUnavailable, "cannot read the inquiry now"), time.Second)
-		return
-	}
-	if fp := r.Header.Get(api.HeaderFingerprint); fp != "" && fp != rec.Fingerprint {
-		// A cell that gained the user's slot asks on behalf of a keyed
-		// retry (see askPrevious): the key was used for another request.
-		problem.Write(w, keyReused(rec.ID))
 		return
 	}
 	httpx.JSON(w, http.StatusOK, rec.View())
@@ -145,4 +142,20 @@ func (h *Handler) readAt(ctx context.Context, bases []string, id, client string)
 		last = fmt.Errorf("%s answered %d", base, resp.StatusCode)
 	}
 	return 0, nil, last
+}
+
+// peerIntakes are the intake URLs to ask a cell at: its instances', from
+// the one pick chooses, then its own Intake.
+func peerIntakes(c slotmap.Cell, pick string) []string {
+	var out []string
+	if n := len(c.Instances); n > 0 {
+		first := int(xxhash.Sum64String(pick) % uint64(n))
+		for i := range n {
+			out = append(out, c.Instances[(first+i)%n].Intake)
+		}
+	}
+	if !slices.Contains(out, c.Intake) {
+		out = append(out, c.Intake)
+	}
+	return out
 }

@@ -131,7 +131,6 @@ type cellOpts struct {
 	cmap   func() *slotmap.Map
 	now    func() time.Time // the env's fake clock if nil
 	closed bool             // leave the intake as New makes it (closed)
-	moves  *Moves           // TrackMoves before serving
 	// tls serves the intake over TLS with a cell certificate of certs,
 	// client certificates of its CA required (their role is the
 	// handler's to judge); requests are sent with the router's
@@ -218,9 +217,6 @@ func (e *env) cell(o cellOpts) *testCell {
 	h, err := New(o.intake, opts)
 	if err != nil {
 		t.Fatal(err)
-	}
-	if o.moves != nil {
-		h.TrackMoves(o.moves)
 	}
 	settling, stopSettling := context.WithCancel(context.Background())
 	settled := make(chan struct{})

@@ -5,10 +5,10 @@
 //   - 202 is answered only after the record is stored and the work message
 //     acknowledged by JetStream (synced to disk). When the cell cannot
 //     tell whether an inquiry was accepted (a write whose answer never
-//     came, a rollback that failed, a slot's previous owner that cannot be
-//     asked about a key) the answer is 503 outcome-unknown naming the
-//     inquiry, and the instance settles it (Settle); every other answer
-//     accepted nothing (see package queue for the half-write rules).
+//     came, a rollback that failed) the answer is 503 outcome-unknown
+//     naming the inquiry, and the instance settles it (Settle); every
+//     other answer accepted nothing (see package queue for the half-write
+//     rules).
 //   - The same Idempotency-Key (per user) always names the same inquiry: a
 //     retry gets the same id and enqueues nothing new; the key reused with
 //     another body is refused with 422.
@@ -114,8 +114,8 @@ type Options struct {
 	// 503 storage-full, with Cellkit-Overloaded (the cell chose to refuse).
 	Storage Storage
 	// PeerTLS is the TLS configuration for asking other cells' intake
-	// (https ones) about an inquiry after a slot move (see TrackMoves): its
-	// client certificate should name PeerRole. Nil means Go's defaults (the
+	// (https ones) for an inquiry whose user's data is not here (see
+	// getElsewhere): its client certificate should name PeerRole. Nil means Go's defaults (the
 	// system's roots, no client certificate).
 	PeerTLS *tls.Config
 	// Moving, if not nil, says that a user's inquiries are being moved
@@ -149,9 +149,7 @@ type Handler struct {
 	leaving atomic.Bool // stopping: the health check fails (Leaving)
 	m       *metrics
 
-	moves   *Moves       // nil: keyed retries are not checked against the slot's previous cell
-	peers   *http.Client // asks other cells' intake APIs
-	peerTLS *tls.Config
+	peers *http.Client // asks other cells' intake APIs (getElsewhere)
 
 	refusedLog atomic.Int64 // when a refused caller was last logged (Unix ns)
 	leaderless atomic.Int64 // when new inquiries began waiting for a leader (Unix ns; 0: they do not)
@@ -162,18 +160,6 @@ type Handler struct {
 	pinging atomic.Bool
 
 	doubts doubts // the inquiries of unknown outcome to settle (see Settle)
-}
-
-// TrackMoves makes keyed requests for users whose slot moved here within
-// api.MoveWindow check the previous owner first (see Moves).
-func (h *Handler) TrackMoves(mv *Moves) {
-	h.moves = mv
-	tr := http.DefaultTransport.(*http.Transport).Clone()
-	tr.Proxy = nil // cells talk to each other directly
-	if h.peerTLS != nil {
-		tr.TLSClientConfig = h.peerTLS.Clone()
-	}
-	h.peers = &http.Client{Timeout: time.Second, Transport: tr}
 }
 
 // New builds the handler.
@@ -208,7 +194,7 @@ func New(cfg Config, opts Options) (*Handler, error) {
 	}
 	h := &Handler{
 		cfg: cfg, q: opts.Queue, shed: opts.Shedder, disk: opts.Storage, cmap: opts.Map, moving: opts.Moving,
-		log: opts.Logger, now: opts.Now, m: newMetrics(opts.Registerer), peerTLS: opts.PeerTLS,
+		log: opts.Logger, now: opts.Now, m: newMetrics(opts.Registerer), peers: peerClient(opts.PeerTLS),
 		doubts: doubts{since: map[string]time.Time{}},
 	}
 	if h.log == nil {
@@ -289,4 +275,15 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func methodNotAllowed(w http.ResponseWriter, allow string) {
 	w.Header().Set("Allow", allow)
 	problem.Write(w, problem.New(http.StatusMethodNotAllowed, problem.MethodNotAllowed, "allowed: "+allow))
+}
+
+// peerClient asks other cells' intake APIs, directly (no proxy), with
+// tlsConf (nil: Go's defaults), each request within a second.
+func peerClient(tlsConf *tls.Config) *http.Client {
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.Proxy = nil // cells talk to each other directly
+	if tlsConf != nil {
+		tr.TLSClientConfig = tlsConf.Clone()
+	}
+	return &http.Client{Timeout: time.Second, Transport: tr}
 }

@@ -5,9 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
-	"net/http/httptest"
 	"strconv"
 	"strings"
 	"sync"
@@ -18,7 +16,6 @@ import (
 
 	"github.com/cellkit/cellkit/internal/api"
 	"github.com/cellkit/cellkit/internal/inquiry"
-	"github.com/cellkit/cellkit/internal/problem"
 	"github.com/cellkit/cellkit/internal/queue"
 	"github.com/cellkit/cellkit/internal/shed"
 	"github.com/cellkit/cellkit/internal/slotmap"
@@ -955,18 +952,14 @@ func TestQueueFull(t *testing.T) {
 }
 
 // moveSetup has cells c1 and c2 on one NATS, with user u owned by c2 in the
-// first map and by c1 after c2 is drained; c1 remembers the move.
+// first map and by c1 after c2 is drained (its data not moved: the
+// intake's part alone).
 func moveSetup(t *testing.T) (e *env, c1, c2 *testCell, u string, after *slotmap.Map) {
 	e = newEnv(t)
-	mv, err := NewMoves(MovesConfig{Cell: "c1"}, MovesOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	c1 = e.cell(cellOpts{id: "c1", moves: mv})
+	c1 = e.cell(cellOpts{id: "c1"})
 	c2 = e.cell(cellOpts{id: "c2"})
 	before := testMapOf(t, map[string]string{"c1": c1.url, "c2": c2.url}, "c1", "c2")
 	e.maps.Set(before)
-	mv.Observe(before, e.clk.Now())
 	u = userOf(t, before, "c2", "m-", 0)
 	p, err := before.Drain("c2")
 	if err != nil {
@@ -979,150 +972,11 @@ func moveSetup(t *testing.T) (e *env, c1, c2 *testCell, u string, after *slotmap
 	return e, c1, c2, u, after
 }
 
-func TestKeyedRetryAfterAMoveGetsThePreviousCellsInquiry(t *testing.T) {
-	e, c1, c2, u, after := moveSetup(t)
-	key := map[string]string{api.HeaderIdemKey: "k1"}
-	prev := c2.accept(t, request(u), key)
-
-	e.maps.Set(after)
-	c1.h.moves.Observe(after, e.clk.Now())
-	e.clk.Advance(time.Minute)
-	hdr := map[string]string{api.HeaderIdemKey: "k1", api.HeaderMapVersion: strconv.FormatInt(after.Version(), 10)}
-	r := c1.post(t, request(u), hdr)
-	got := c1.wantAccepted(t, r, inquiry.Pending, true)
-	if got != prev {
-		t.Fatalf("retry at the new owner answered %+v, want c2's %+v", got, prev)
-	}
-	c1.wantStored(t, 0, 0, 0)
-	c2.wantStored(t, 1, 1, 0)
-
-	// A key the previous cell never saw is a new inquiry here.
-	n := c1.accept(t, request(u), map[string]string{api.HeaderIdemKey: "k2"})
-	if n.ID != keyID("c1", u, "k2") {
-		t.Fatalf("new key at c1: id %s", n.ID)
-	}
-	c1.wantStored(t, 1, 1, 0)
-	// Unkeyed requests do not ask.
-	c1.accept(t, request(u), nil)
-	c1.wantStored(t, 2, 2, 0)
-
-	// Past the window, the previous cell is no longer asked.
-	e.clk.Advance(api.MoveWindow)
-	if a := c1.accept(t, request(u), key); a.ID != keyID("c1", u, "k1") {
-		t.Fatalf("after the window: id %s", a.ID)
-	}
-	c1.wantStored(t, 3, 3, 0)
-	c2.wantStored(t, 1, 1, 0)
-}
-
-// A keyed request for a user whose slot came from a cell that cannot be
-// asked whether it accepted the key's inquiry (down, or unable to read its
-// store) is not taken here: the earlier request's outcome is unknown, and
-// a second inquiry could be processed beside it. The answer is 503
-// outcome-unknown naming that cell's inquiry, marked overloaded (nothing
-// was written here: a router may try another instance, and does not count
-// it against this one); once the cell answers, the retry gets its inquiry.
-func TestKeyedRetryAfterAMoveWhenThePreviousCellIsDown(t *testing.T) {
-	e, c1, c2, u, after := moveSetup(t)
-	key := map[string]string{api.HeaderIdemKey: "k1"}
-	prev := c2.accept(t, request(u), key)
-	e.maps.Set(after)
-	c1.h.moves.Observe(after, e.clk.Now())
-
-	addr := c2.ts.Listener.Addr().String()
-	c2.ts.Close() // c2 cannot be asked
-	c1.wantUnknown(t, c1.post(t, request(u), key), prev.ID, true)
-	c1.wantStored(t, 0, 0, 0)
-
-	ln, err := net.Listen("tcp", addr) // c2 back, at the same address
-	if err != nil {
-		t.Fatal(err)
-	}
-	back := &http.Server{Handler: c2.h}
-	served := make(chan struct{})
-	go func() { defer close(served); _ = back.Serve(ln) }() // ErrServerClosed when the test ends
-	t.Cleanup(func() { back.Close(); <-served })
-	if a := c1.wantAccepted(t, c1.post(t, request(u), key), inquiry.Pending, true); a != prev {
-		t.Fatalf("retry once c2 answers: %+v, want c2's %+v", a, prev)
-	}
-
-	c2.nc.Close() // c2 answers, but cannot read its record: 503
-	c1.wantUnknown(t, c1.post(t, request(u), key), prev.ID, true)
-	c1.wantStored(t, 0, 0, 0)
-}
-
-// The previous cell is asked at its instances, not only at its intake
-// URL: a load balancer in front of a drained cell (a Kubernetes Service,
-// whose endpoints follow readiness) has none, while its instances still
-// answer reads. An instance that cannot be reached, that hangs, or that
-// answers an error does not decide: the next address is asked as well,
-// and the one that knows answers, within the ask's budget.
-func TestKeyedRetryAfterAMoveAsksThePreviousCellsInstances(t *testing.T) {
-	e, c1, c2, u, after := moveSetup(t)
-	key := map[string]string{api.HeaderIdemKey: "k1"}
-	prev := c2.accept(t, request(u), key)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	dead := "http://" + ln.Addr().String()
-	ln.Close()
-	release := make(chan struct{})
-	hung := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		select { // answers only once the test ends
-		case <-release:
-		case <-r.Context().Done():
-		}
-	}))
-	t.Cleanup(hung.Close)
-	t.Cleanup(func() { close(release) })
-	failing := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		problem.Write(w, problem.New(http.StatusServiceUnavailable, problem.StoreUnavailable, "store not ready"))
-	}))
-	t.Cleanup(failing.Close)
-	// Whichever instance the id picks first, the one that knows is last.
-	for i, url := range []string{dead, hung.URL, failing.URL} {
-		p, err := after.SetInstance("c2", slotmap.Instance{ID: fmt.Sprintf("i%d", i+1), Intake: url, Admin: dead})
-		if err != nil {
-			t.Fatal(err)
-		}
-		after = p.After
-	}
-	p, err := after.SetEndpoints("c2", c2.url, dead)
-	if err != nil {
-		t.Fatal(err)
-	}
-	after = p.After
-	e.maps.Set(after)
-	c1.h.moves.Observe(after, e.clk.Now())
-	start := time.Now()
-	if a := c1.wantAccepted(t, c1.post(t, request(u), key), inquiry.Pending, true); a != prev {
-		t.Fatalf("retry at the new owner answered %+v, want c2's %+v", a, prev)
-	}
-	if took := time.Since(start); took > askBudget {
-		t.Errorf("the ask took %v, over its budget %v", took, askBudget)
-	}
-	c1.wantStored(t, 0, 0, 0)
-}
-
-func TestKeyReusedWithAnotherBodyAfterAMoveIsRefused(t *testing.T) {
-	e, c1, c2, u, after := moveSetup(t)
-	key := map[string]string{api.HeaderIdemKey: "k1"}
-	c2.accept(t, request(u), key)
-	e.maps.Set(after)
-	c1.h.moves.Observe(after, e.clk.Now())
-
-	changed := request(u)
-	changed["amount"] = 1
-	c1.wantProblem(t, c1.post(t, changed, key), http.StatusUnprocessableEntity, "idempotency-key-reused", api.HeaderIdemKey)
-	c1.wantStored(t, 0, 0, 0)
-}
-
 // TestInquiryBelongsToItsClient: an inquiry is read only by the client
 // that created it (Cellkit-Client, set by the router); another client's
 // read is a 404 like an unknown id. It holds after the user's slot moved
-// to another cell (the record stays, and is read, where it was made), and
-// for keyed retries asked of the previous cell.
+// to another cell whose data stayed where it was made: read there through
+// the user's new cell.
 func TestInquiryBelongsToItsClient(t *testing.T) {
 	e, c1, c2, u, after := moveSetup(t)
 	alice := map[string]string{api.HeaderClient: "alice"}
@@ -1148,14 +1002,14 @@ func TestInquiryBelongsToItsClient(t *testing.T) {
 	c2.wantProblem(t, c2.do(t, http.MethodGet, prefixByID+a.ID, nil, map[string]string{api.HeaderClient: "bad client"}),
 		http.StatusBadRequest, "invalid-header", api.HeaderClient)
 
-	// The user moves to c1: the records stay in c2, readable by alice only.
+	// The user moves to c1, the records stay in c2: read through c1 by
+	// alice only.
 	e.maps.Set(after)
-	c1.h.moves.Observe(after, e.clk.Now())
 	e.clk.Advance(time.Minute)
-	if s := read(c2, a.ID, alice); s != http.StatusOK {
+	if s := read(c1, a.ID, alice); s != http.StatusOK {
 		t.Errorf("alice reading after the move: %d", s)
 	}
-	if s := read(c2, a.ID, bob); s != http.StatusNotFound {
+	if s := read(c1, a.ID, bob); s != http.StatusNotFound {
 		t.Errorf("bob reading after the move: %d", s)
 	}
 	// Bob's retry with alice's key is not alice's inquiry: a new one, his.
@@ -1163,11 +1017,6 @@ func TestInquiryBelongsToItsClient(t *testing.T) {
 	nb := c1.accept(t, request(u), map[string]string{api.HeaderClient: "bob", api.HeaderIdemKey: "k1", api.HeaderMapVersion: v})
 	if nb.ID == a.ID || nb.Cell != "c1" {
 		t.Fatalf("bob's keyed retry got %+v; want a new inquiry at c1, not alice's %s", nb, a.ID)
-	}
-	// Alice's retry finds hers at the previous cell.
-	r := c1.post(t, request(u), map[string]string{api.HeaderClient: "alice", api.HeaderIdemKey: "k1", api.HeaderMapVersion: v})
-	if got := c1.wantAccepted(t, r, inquiry.Pending, true); got.ID != a.ID {
-		t.Fatalf("alice's keyed retry got %s, want %s", got.ID, a.ID)
 	}
 }
 

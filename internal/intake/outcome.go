@@ -9,7 +9,6 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/cellkit/cellkit/internal/api"
 	"github.com/cellkit/cellkit/internal/inquiry"
 	"github.com/cellkit/cellkit/internal/problem"
 	"github.com/cellkit/cellkit/internal/store"
@@ -17,8 +16,7 @@ import (
 
 // Inquiries whose outcome the intake cannot tell: a write of its record or
 // message whose answer never came, a rollback that failed, a record found
-// whose message cannot be confirmed, a previous owner of the user's slot
-// that cannot be asked about a key. Such a request is never answered as
+// whose message cannot be confirmed. Such a request is never answered as
 // if nothing was accepted (a retry without a key would make a second
 // inquiry, processed too): it gets 503 outcome-unknown naming the inquiry,
 // and the instance settles what it may have written (Settle).
@@ -45,20 +43,14 @@ type doubts struct {
 
 // unknownOutcome answers that whether inquiry id was accepted is unknown:
 // 503 outcome-unknown with Retry-After, the id in the problem's
-// inquiry_id and its status URL in Location. wrote says this instance may
-// have written it: Settle then completes it, and the answer is not marked
+// inquiry_id and its status URL in Location. This instance may have
+// written it: Settle completes it, and the answer is not marked
 // overloaded (a router neither sends it to another instance, which would
 // make a second inquiry of an unkeyed request, nor takes it for a choice:
-// the instance's queue failed). Else nothing was written here (the
-// previous owner of the user's slot could not be asked) and it is: a
-// router may try another instance.
-func (h *Handler) unknownOutcome(w http.ResponseWriter, id string, wrote bool, err error, detail string) {
+// the instance's queue failed).
+func (h *Handler) unknownOutcome(w http.ResponseWriter, id string, err error, detail string) {
 	h.log.Warn("inquiry outcome unknown", "id", id, "err", err)
-	if wrote {
-		h.doubt(id)
-	} else {
-		w.Header().Set(api.HeaderOverloaded, "true")
-	}
+	h.doubt(id)
 	w.Header().Set("Location", prefixByID+id)
 	problem.WriteRetry(w, problem.New(http.StatusServiceUnavailable, problem.OutcomeUnknown, detail).WithInquiry(id), h.shed.RetryAfter())
 }

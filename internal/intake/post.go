@@ -18,11 +18,11 @@ import (
 )
 
 // post takes a new inquiry: the request read, the cell's refusals
-// (closed, disk, shedding, queue), the key and the map's fence, the key's
-// earlier inquiry at the user's previous cell, then the record and the
-// queued job. One piece: each step answers and returns, and their order
-// is the contract (nothing is written before every refusal was made and
-// the previous cell was asked).
+// (closed, disk, shedding, queue), the key and the map's fence, then the
+// record and the queued job. One piece: each step answers and returns,
+// and their order is the contract (nothing is written before every
+// refusal was made). A keyed retry finds its inquiry here whichever cell
+// accepted it: the user's inquiries moved here with the user.
 func (h *Handler) post(w http.ResponseWriter, r *http.Request) {
 	if !h.IsOpen() {
 		// A closed intake is usually a drain: a user this cell no longer
@@ -85,9 +85,6 @@ func (h *Handler) post(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	h.cancelOnStoreFailure(ctx, cancel)
 	slot := h.cmap().SlotOf(req.UserID)
-	if idemKey != "" && h.moves != nil && h.answeredByPrevious(ctx, w, req, slot, client, idemKey) {
-		return
-	}
 	id := inquiry.NewID(h.cfg.Cell, slot)
 	if idemKey != "" {
 		id = inquiry.KeyID(h.cfg.Cell, slot, client, req.UserID, idemKey)
@@ -133,37 +130,6 @@ func (h *Handler) cancelOnStoreFailure(ctx context.Context, cancel context.Cance
 	}()
 }
 
-// answeredByPrevious asks the cell that owned the user until lately (see
-// Moves) for the inquiry of a keyed request, and answers with it (or
-// refuses the request) when there is one, or when that cell cannot be
-// asked: it reports whether it answered. A retry of a request that cell
-// accepted must get that inquiry back, not a second one; if the cell
-// cannot be asked, whether it accepted the key's inquiry is unknown:
-// taking the request here could make a second one, so nothing is taken
-// until it answers (or leaves the map, or api.MoveWindow passes).
-func (h *Handler) answeredByPrevious(ctx context.Context, w http.ResponseWriter, req inquiry.Request, slot int, client, idemKey string) bool {
-	prev, ok := h.moves.Previous(req.UserID, slot, h.now())
-	if !ok {
-		return false
-	}
-	rec, found, err := h.askPrevious(ctx, prev, client, req.UserID, idemKey, inquiry.Fingerprint(req))
-	switch {
-	case errors.Is(err, errKeyReused):
-		problem.Write(w, keyReused(rec.ID))
-	case found:
-		w.Header().Set("Location", rec.StatusURL)
-		w.Header().Set("Idempotent-Replayed", "true")
-		httpx.JSON(w, http.StatusAccepted, rec)
-	case err != nil:
-		id := inquiry.KeyID(prev, slot, client, req.UserID, idemKey)
-		h.unknownOutcome(w, id, false, err, fmt.Sprintf("cell %s cannot ask cell %s, which owned the user until lately, whether it accepted this Idempotency-Key's inquiry %s; "+
-			"nothing was taken here: retry with the same Idempotency-Key", h.cfg.Cell, prev, id))
-	default:
-		return false
-	}
-	return true
-}
-
 // Points of an acceptance a faults build can kill the process at
 // (faults.go).
 const (
@@ -176,7 +142,7 @@ const (
 // else is wrong; else the reason nothing was accepted.
 func (h *Handler) enqueueFailed(w http.ResponseWriter, id string, err error) {
 	if errors.Is(err, queue.ErrUncertain) {
-		h.unknownOutcome(w, id, true, err, "cell "+h.cfg.Cell+" cannot tell whether inquiry "+id+" was accepted: a write to its queue got no answer. "+
+		h.unknownOutcome(w, id, err, "cell "+h.cfg.Cell+" cannot tell whether inquiry "+id+" was accepted: a write to its queue got no answer. "+
 			"Retry with the same Idempotency-Key; without one, do not send it again: GET the inquiry, which the cell settles once its queue answers")
 		return
 	}

@@ -21,9 +21,9 @@ import (
 //
 //   - a connection with a verified client certificate (an intake with a
 //     client CA) is a router's when the certificate names RouterRole; one
-//     naming PeerRole is another cell, which may read inquiries (a keyed
-//     retry after a slot move asks the slot's previous cell) and do
-//     nothing else;
+//     naming PeerRole is another cell, which may read inquiries (a read
+//     of an inquiry whose user's data is not in the user's cell asks the
+//     cell that holds it) and do nothing else;
 //   - any other connection (plain HTTP, or TLS without client
 //     certificates) is a router's when its peer address is in
 //     TrustedCIDRs.

@@ -3,10 +3,8 @@ package intake
 import (
 	"net/http"
 	"net/netip"
-	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/cellkit/cellkit/internal/api"
 	"github.com/cellkit/cellkit/internal/celltest"
@@ -87,36 +85,26 @@ func TestTrustOverMutualTLS(t *testing.T) {
 	anyCert.wantAccepted(t, anyCert.post(t, request(u), nil), inquiry.Pending, false)
 }
 
-// TestKeyedRetryAfterAMoveOverMutualTLS: a cell asks the slot's previous
-// cell over mutual TLS, presenting its cell certificate, and finds the
-// inquiry there.
-func TestKeyedRetryAfterAMoveOverMutualTLS(t *testing.T) {
+// TestAReadElsewhereOverMutualTLS: the user's cell asks the cell that
+// holds an inquiry (its user's data did not move) over mutual TLS,
+// presenting its cell certificate, and answers with it.
+func TestAReadElsewhereOverMutualTLS(t *testing.T) {
 	certs := celltest.DevCerts(t)
 	e := newEnv(t)
-	mv, err := NewMoves(MovesConfig{Cell: "c1"}, MovesOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	c1 := e.cell(cellOpts{id: "c1", moves: mv, tls: &certs})
+	c1 := e.cell(cellOpts{id: "c1", tls: &certs})
 	c2 := e.cell(cellOpts{id: "c2", tls: &certs})
 	before := testMapOf(t, map[string]string{"c1": c1.url, "c2": c2.url}, "c1", "c2")
 	e.maps.Set(before)
-	mv.Observe(before, e.clk.Now())
 	u := userOf(t, before, "c2", "m-", 0)
 	p, err := before.Drain("c2")
 	if err != nil {
 		t.Fatal(err)
 	}
-	after := p.After
-
-	key := map[string]string{api.HeaderIdemKey: "k1", api.HeaderClient: "alice"}
-	prev := c2.accept(t, request(u), key)
-	e.maps.Set(after)
-	mv.Observe(after, e.clk.Now())
-	e.clk.Advance(time.Minute)
-	r := c1.post(t, request(u), map[string]string{api.HeaderIdemKey: "k1", api.HeaderClient: "alice", api.HeaderMapVersion: strconv.FormatInt(after.Version(), 10)})
-	if got := c1.wantAccepted(t, r, inquiry.Pending, true); got != prev {
-		t.Fatalf("keyed retry at the new owner over mTLS answered %+v, want c2's %+v", got, prev)
+	alice := map[string]string{api.HeaderClient: "alice"}
+	prev := c2.accept(t, request(u), alice)
+	e.maps.Set(p.After)
+	r := c1.do(t, http.MethodGet, prefixByID+prev.ID, nil, alice)
+	if r.status != http.StatusOK || !strings.Contains(string(r.body), prev.ID) {
+		t.Fatalf("a read at the user's new cell over mTLS = %d %s, want c2's inquiry %s", r.status, r.body, prev.ID)
 	}
-	c1.wantStored(t, 0, 0, 0)
 }

@@ -39,10 +39,6 @@ import (
 
 const within = 30 * time.Second
 
-// retire is the operator's move window in these tests: how long a
-// deleted cell stays, drained, after its drain.
-const retire = 3 * time.Second
-
 // cellAdmin is a cell's admin API as the test serves it: its release and
 // queue depth, and whether its intake is open.
 type cellAdmin struct {
@@ -204,7 +200,7 @@ func (b *bench) startWith(cfg operator.ManagerConfig, ctl *control.Controller, r
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := operator.New(operator.Config{DrainStep: 500 * time.Millisecond, Recheck: 2 * time.Second, Retire: retire}, operator.Options{
+	r := operator.New(operator.Config{DrainStep: 500 * time.Millisecond, Recheck: 2 * time.Second}, operator.Options{
 		Client: mgr.GetClient(), Control: ctl, Admin: b.admins.client(), Events: mgr.GetEventRecorder("cellkit-operator"), Log: testkit.Logger()})
 	if err := r.SetupWithManager(mgr); err != nil {
 		t.Fatal(err)

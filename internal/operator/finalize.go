@@ -7,8 +7,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/meta"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
@@ -21,13 +19,12 @@ import (
 const drainPoll = time.Second
 
 // finalize takes a deleted cell out: drained first (its slots to the
-// other cells, its intake closed, its queue empty, its sessions handed
-// on), then kept, drained in the map and running, for cfg.Retire after
-// its drain (its former users' keyed retries ask it; reads of its
-// inquiries reach it), then removed from the map, then its finalizer
+// other cells with their users' inquiries, its intake closed, its
+// in-flight work done, what it still holds swept to the users' cells,
+// its sessions handed on), then removed from the map, then its finalizer
 // goes and with it, by their owner references, its objects. A cell whose
 // drain cannot finish keeps its finalizer and says why in its Drained
-// condition; a retiring one says until when in its Retired condition.
+// condition.
 func (r *Reconciler) finalize(ctx context.Context, cell *v1alpha1.Cell, st *status) (ctrl.Result, error) {
 	st.phase = v1alpha1.PhaseDeleting
 	if !controllerutil.ContainsFinalizer(cell, Finalizer) {
@@ -51,9 +48,6 @@ func (r *Reconciler) finalize(ctx context.Context, cell *v1alpha1.Cell, st *stat
 		}
 	}
 	if ok {
-		if left := r.retiring(st, time.Now()); left > 0 {
-			return ctrl.Result{RequeueAfter: min(left, r.cfg.Recheck)}, nil
-		}
 		if done, err := r.change(ctx, cell, st, "remove", control.Remove(cell.Name)); !done {
 			return ctrl.Result{RequeueAfter: r.cfg.Recheck}, err
 		}
@@ -64,31 +58,6 @@ func (r *Reconciler) finalize(ctx context.Context, cell *v1alpha1.Cell, st *stat
 	}
 	r.event(cell, corev1.EventTypeNormal, "Removed", "finalize", "drained and out of the map: its objects go")
 	return ctrl.Result{}, nil
-}
-
-// retiring says how long a deleted, drained cell has still to stay: until
-// its Drained condition is cfg.Retire old. A cell drained in the map
-// before the operator drained it (no Drained condition True) counts from
-// now.
-func (r *Reconciler) retiring(st *status, now time.Time) time.Duration {
-	c := meta.FindStatusCondition(st.conds, v1alpha1.ConditionDrained)
-	if c == nil || c.Status != metav1.ConditionTrue {
-		st.set(v1alpha1.ConditionDrained, true, "Drained", "drained in the map before its deletion")
-		c = meta.FindStatusCondition(st.conds, v1alpha1.ConditionDrained)
-	}
-	at := c.LastTransitionTime.Time
-	if at.IsZero() {
-		at = now
-	}
-	until := at.Add(r.cfg.Retire)
-	left := until.Sub(now)
-	if left <= 0 {
-		st.set(v1alpha1.ConditionRetired, true, "MoveWindowPassed", fmt.Sprintf("drained at %s: its former users' keyed retries no longer ask it", at.UTC().Format(time.RFC3339)))
-		return 0
-	}
-	st.fail(v1alpha1.ConditionRetired, "MoveWindow", fmt.Sprintf("drained at %s; kept in the map and running until %s (%s after its drain): its former users' keyed retries ask it whether it accepted them, and reads of its inquiries reach it",
-		at.UTC().Format(time.RFC3339), until.UTC().Format(time.RFC3339), control.HumanDuration(r.cfg.Retire)))
-	return left
 }
 
 // drain takes the cell one step along its drain, for at most DrainStep:

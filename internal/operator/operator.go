@@ -38,7 +38,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/cellkit/cellkit/internal/adminclient"
-	"github.com/cellkit/cellkit/internal/api"
 	"github.com/cellkit/cellkit/internal/control"
 	"github.com/cellkit/cellkit/internal/operator/api/v1alpha1"
 )
@@ -60,18 +59,11 @@ type Config struct {
 	// Recheck is how often a cell is looked at again without a change
 	// (its queue depth and slots in the status) [30s].
 	Recheck time.Duration
-	// Retire is how long a deleted cell stays in the map, drained, and
-	// running after its drain, before it is removed and its objects go:
-	// the cells' move window, for which its former users' keyed retries
-	// ask it first [api.MoveWindow]. Shorter would answer those retries
-	// 503; tests shorten it.
-	Retire time.Duration
 }
 
-// DefaultConfig: 4 workers, 10 s drain steps, a recheck every 30 s, a
-// deleted cell kept for the move window after its drain.
+// DefaultConfig: 4 workers, 10 s drain steps, a recheck every 30 s.
 func DefaultConfig() Config {
-	return Config{Workers: 4, DrainStep: 10 * time.Second, Recheck: 30 * time.Second, Retire: api.MoveWindow}
+	return Config{Workers: 4, DrainStep: 10 * time.Second, Recheck: 30 * time.Second}
 }
 
 // Options are the operator's collaborators.
@@ -115,9 +107,6 @@ func New(cfg Config, opts Options) *Reconciler {
 	}
 	if cfg.Recheck <= 0 {
 		cfg.Recheck = d.Recheck
-	}
-	if cfg.Retire <= 0 {
-		cfg.Retire = d.Retire
 	}
 	if opts.Log == nil {
 		opts.Log = slog.New(slog.DiscardHandler)

@@ -259,11 +259,6 @@ const (
 	// ConditionDrained: its queue is empty and it holds no sessions
 	// (spec.drained, or on its way out); False says what it waits for.
 	ConditionDrained = "Drained"
-	// ConditionRetired: a deleted cell, drained, no longer has to answer
-	// for its former users. False while it stays in the map and running
-	// for the cells' move window after its drain (their keyed retries ask
-	// it whether it accepted them), saying until when.
-	ConditionRetired = "Retired"
 )
 
 // Default fills what c leaves empty as the API server's defaults do
