@@ -75,7 +75,7 @@ func TestRolloutComponents(t *testing.T) {
 	ok("init", "--agency", "nice=80", "--agency", "kcb=40")
 	for _, c := range cellIDs {
 		svc := "https://cellkit-cell-" + c + ".cellkit.svc"
-		ok("provision", c, "--intake", svc+":8081", "--admin", svc+":9081")
+		ok("provision", c, "--intake", svc+":8081", "--admin", svc+":9081", "--leave-data")
 	}
 
 	k := copyDeploy(t)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/cellkit/cellkit/internal/api"
 	"github.com/cellkit/cellkit/internal/control"
 	"github.com/cellkit/cellkit/internal/registry"
 	"github.com/cellkit/cellkit/internal/slotmap"
@@ -25,6 +26,9 @@ type applyResult struct {
 	// Version is the map version in the registry afterwards.
 	Version int64 `json:"version"`
 	Replans int   `json:"replans"`
+	// Moves are the change's data moves and what each did (copied,
+	// handed over, verified); none when no user changed cells.
+	Moves []api.MoveProgress `json:"moves,omitempty"`
 }
 
 // planner plans a change against the current map.
@@ -120,7 +124,7 @@ func (x *inv) showDone(r *control.Result) {
 
 // toApplyResult is a change's result for --json, with its plan's.
 func toApplyResult(r *control.Result, plan *planJSON) *applyResult {
-	return &applyResult{Plan: plan, DryRun: r.DryRun, Applied: r.Applied, NoChange: r.NoChange, Version: r.Version, Replans: r.Replans}
+	return &applyResult{Plan: plan, DryRun: r.DryRun, Applied: r.Applied, NoChange: r.NoChange, Version: r.Version, Replans: r.Replans, Moves: r.Moves}
 }
 
 // projection is the traffic a change's plans project (the routers'), its

@@ -28,7 +28,9 @@ type Deadline struct {
 // WithDeadline is parent ending after d of unheld time; stop frees it.
 func WithDeadline(parent context.Context, d time.Duration) (ctx *Deadline, stop func()) {
 	dl := &Deadline{Context: parent, done: make(chan struct{}), left: d, since: time.Now()}
+	dl.mu.Lock() // end, from the timer, reads dl.timer
 	dl.timer = time.AfterFunc(d, func() { dl.end(context.DeadlineExceeded) })
+	dl.mu.Unlock()
 	go func() {
 		select {
 		case <-parent.Done():

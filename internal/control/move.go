@@ -31,8 +31,11 @@ type MoveConfig struct {
 	// Page is how many messages one call of the copy carries [500].
 	Page int
 	// AttemptWait bounds the wait, after the fence, for the moving users'
-	// attempts under way to end [1 minute]: past it the hand-over goes on
-	// (an attempt that ends after it cannot write: its record changed).
+	// attempts under way to end [10s]: one that ends within it writes its
+	// result, one that ends after it cannot (its record was handed over)
+	// and the destination calls the agency again. The moving users' new
+	// inquiries are refused (user-moving) meanwhile: longer spares the
+	// agencies a call, shorter spares the users the wait.
 	AttemptWait time.Duration
 	// Poll is how often the attempts under way are asked for [200 ms].
 	Poll time.Duration
@@ -77,7 +80,7 @@ type Mover struct {
 // nobody), now is the clock (nil: time.Now).
 func NewMover(admin MoveAdmin, cfg MoveConfig, note func(Note), now func() time.Time) *Mover {
 	cfg.Page = cmp.Or(cfg.Page, 500)
-	cfg.AttemptWait = cmp.Or(cfg.AttemptWait, time.Minute)
+	cfg.AttemptWait = cmp.Or(cfg.AttemptWait, 10*time.Second)
 	cfg.Poll = cmp.Or(cfg.Poll, 200*time.Millisecond)
 	cfg.LeaveHow = cmp.Or(cfg.LeaveHow, "LeaveData")
 	if note == nil {

@@ -23,7 +23,7 @@ import (
 // together, top to bottom.
 func Command(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" {
-		fmt.Fprintln(stdout, "loadtest drill kill|freeze|disk-full|drain|agency-slow|priority|poison|release|handoff [flags]; 'loadtest drill kill -h' lists the flags")
+		fmt.Fprintln(stdout, "loadtest drill kill|freeze|disk-full|drain|moves|agency-slow|priority|poison|release|handoff [flags]; 'loadtest drill kill -h' lists the flags")
 		fmt.Fprintln(stdout, "loadtest drill "+strings.Join(slices.Sorted(maps.Keys(NetDrills)), "|")+" [flags]: on a network lab, as root; 'loadtest drill host-loss -h' lists the flags")
 		fmt.Fprintln(stdout, "loadtest drill "+strings.Join(slices.Sorted(maps.Keys(K8sDrills)), "|")+" [flags]: on the cluster of make cluster-stack, as root; 'loadtest drill k8s-pod-delete -h' lists the flags")
 		return nil
@@ -36,12 +36,12 @@ func Command(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return k8sCommand(ctx, name, run, args[1:], stdout, stderr)
 	}
 	drills := map[string]func(context.Context, Config) (*loadtest.Result, error){
-		"kill": Kill, "freeze": Freeze, "disk-full": DiskFull, "drain": Drain, "agency-slow": AgencySlow, "priority": Priority, "poison": Poison,
+		"kill": Kill, "freeze": Freeze, "disk-full": DiskFull, "drain": Drain, "moves": Moves, "agency-slow": AgencySlow, "priority": Priority, "poison": Poison,
 		"release": Release, "handoff": Handoff,
 	}
 	run, ok := drills[name]
 	if !ok {
-		return fmt.Errorf("unknown drill %q: kill, freeze, disk-full, drain, agency-slow, priority, poison, release, handoff, or on a network lab %s, or on a cluster %s", name,
+		return fmt.Errorf("unknown drill %q: kill, freeze, disk-full, drain, moves, agency-slow, priority, poison, release, handoff, or on a network lab %s, or on a cluster %s", name,
 			strings.Join(slices.Sorted(maps.Keys(NetDrills)), ", "), strings.Join(slices.Sorted(maps.Keys(K8sDrills)), ", "))
 	}
 	fs := flag.NewFlagSet("loadtest drill "+name, flag.ContinueOnError)

@@ -9,8 +9,11 @@ import (
 	"github.com/cellkit/cellkit/internal/loadtest"
 )
 
-// Drain: under load, `cellctl drain CELL --wait`; the moved users see
-// no errors, the drained cell's queue empties, no id is lost; then undrain.
+// Drain: under load, `cellctl drain CELL --wait`, which moves the
+// users' inquiries with them; the moved users see no error but the
+// fence's (503 user-moving with Retry-After, while their last messages
+// are copied), the drained cell's queue empties, no id is lost; then
+// undrain (the inquiries move back).
 func Drain(ctx context.Context, c Config) (*loadtest.Result, error) {
 	c.defaults(60 * time.Second)
 	st := c.Stack
@@ -60,7 +63,17 @@ func Drain(ctx context.Context, c Config) (*loadtest.Result, error) {
 	cells := loadtest.UserCells(res.Samples, 0, drainAt)
 	moved := loadtest.Window{From: drainAt, To: end, Users: func(u int) bool { return cells[u] == c.Cell }}.Stats(res.Samples)
 	others := loadtest.Window{From: drainAt, To: end, Users: func(u int) bool { return cells[u] != c.Cell }}.Stats(res.Samples)
-	d.Check("moved users' errors", moved.N > 0 && moved.Errors == 0, fmt.Sprintf("%d of %d %v", moved.Errors, moved.N, moved.Status), "0")
+	fenced, noRetry := 0, 0
+	for _, s := range res.Samples {
+		if s.At >= drainAt && cells[s.User] == c.Cell && s.Problem == "user-moving" {
+			fenced++
+			if !s.RetryAfter {
+				noRetry++
+			}
+		}
+	}
+	d.Check("moved users' errors, the fence's user-moving aside", moved.N > 0 && moved.Errors-fenced == 0, fmt.Sprintf("%d of %d %v", moved.Errors-fenced, moved.N, moved.Status), "0")
+	d.Check("moved users' user-moving answers with Retry-After", noRetry == 0, fmt.Sprintf("%d of %d without", noRetry, fenced), "0 without")
 	d.Check("other users' errors", others.Errors == 0, fmt.Sprintf("%d of %d %v", others.Errors, others.N, others.Status), "0")
 	after := loadtest.UserCells(res.Samples, drainedAt, end)
 	still := 0

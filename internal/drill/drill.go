@@ -81,7 +81,8 @@ type Config struct {
 	// Rules is the alert rules file [deploy/observability/prometheus/rules.yml].
 	Rules string
 	// ReadShare is the share of requests that read an inquiry's status
-	// (loadtest.Config.ReadShare) [0; handoff: HandoffReadShare].
+	// (loadtest.Config.ReadShare) [0; handoff: HandoffReadShare; moves:
+	// 0.3].
 	ReadShare float64
 	// NewConnShare is the share of the handoff drill's requests sent each
 	// on a new connection, the rest on kept-alive ones [0: 0.5].
@@ -131,7 +132,7 @@ func (c *Config) runner(total time.Duration) (*loadtest.Runner, error) {
 	quietDisk()
 	return loadtest.NewRunner(loadtest.Config{
 		Target: c.Stack.Router, Key: c.Stack.APIKey, Steps: []loadtest.Step{{Rate: c.Rate, For: total}},
-		Users: c.Users, Zipf: c.Zipf, KeepSamples: true, Timeout: 5 * time.Second, HighShare: c.HighShare,
+		Users: c.Users, Zipf: c.Zipf, KeepSamples: true, Timeout: 5 * time.Second, HighShare: c.HighShare, ReadShare: c.ReadShare,
 	}, loadtest.Options{Progress: c.Progress})
 }
 

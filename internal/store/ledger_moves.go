@@ -137,45 +137,40 @@ func (j *Ledger) Digest(ctx context.Context, slots []int, want MoveFilter, copie
 }
 
 // Discard removes every message want chooses: a whole slot at once when
-// want chooses every message of it (whole), else inquiry by inquiry.
-// copies, if not "", removes that move's copies alone, message by message
-// (the destination's side).
+// want chooses every message of it (whole), else inquiry by inquiry; a
+// slot that holds none of them costs nothing (one scan finds what
+// there is). copies, if not "", removes that move's copies alone, message
+// by message (the destination's side).
 func (j *Ledger) Discard(ctx context.Context, slots []int, want MoveFilter, whole func(slot int) bool, copies string) error {
-	if copies != "" {
-		return j.scan(ctx, 0, slots, 0, func(m jetstream.Msg, _ *jetstream.MsgMetadata, slot int, rec moveRecord) error {
-			if !want(slot, rec.UserID) || !movedIn(m, copies) {
-				return nil
-			}
-			if err := j.stream.Purge(ctx, jetstream.WithPurgeSubject(m.Subject())); err != nil {
-				return fmt.Errorf("discard the copy of inquiry %s: %w", rec.ID, err)
-			}
-			return nil
-		})
-	}
-	var each []int
-	for _, s := range slots {
-		if whole(s) {
-			if err := j.stream.Purge(ctx, jetstream.WithPurgeSubject(slotSubjects(j.cell, s))); err != nil {
-				return fmt.Errorf("discard slot %d: %w", s, err)
-			}
-			continue
+	var subjects []string // purged one by one
+	seen := map[string]bool{}
+	add := func(subject string) {
+		if !seen[subject] {
+			seen[subject] = true
+			subjects = append(subjects, subject)
 		}
-		each = append(each, s)
 	}
-	if len(each) == 0 {
-		return nil
-	}
-	purged := map[string]bool{}
-	return j.scan(ctx, 0, each, 0, func(m jetstream.Msg, _ *jetstream.MsgMetadata, slot int, rec moveRecord) error {
-		if !want(slot, rec.UserID) || purged[rec.ID] {
-			return nil
-		}
-		purged[rec.ID] = true
-		if err := j.stream.Purge(ctx, jetstream.WithPurgeSubject(inquirySubjects(j.cell, rec.ID))); err != nil {
-			return fmt.Errorf("discard inquiry %s: %w", rec.ID, err)
+	err := j.scan(ctx, 0, slots, 0, func(m jetstream.Msg, _ *jetstream.MsgMetadata, slot int, rec moveRecord) error {
+		switch {
+		case !want(slot, rec.UserID) || !movedIn(m, copies):
+		case copies != "":
+			add(m.Subject())
+		case whole(slot) && slot != api.NoSlot:
+			add(slotSubjects(j.cell, slot))
+		default:
+			add(inquirySubjects(j.cell, rec.ID))
 		}
 		return nil
 	})
+	if err != nil {
+		return err
+	}
+	for _, subject := range subjects {
+		if err := j.stream.Purge(ctx, jetstream.WithPurgeSubject(subject)); err != nil {
+			return fmt.Errorf("discard %s: %w", subject, err)
+		}
+	}
+	return nil
 }
 
 // Hand hands inquiry id, pending, to another cell under job (one no
@@ -264,8 +259,14 @@ func (j *Ledger) Activate(ctx context.Context, slots []int, want MoveFilter, mov
 				n++
 			}
 		}
-		if err := j.stream.Purge(ctx, jetstream.WithPurgeSubject(LedgerSubject(j.cell, KindHand, rec.Priority, id))); err != nil {
-			return n, fmt.Errorf("activate inquiry %s: %w", id, err)
+		// Its "new" message is its acceptance now: the "hold" copied
+		// before the hand-over goes (a later move would carry both as
+		// "hold", one over the other), then the hand, which a re-run
+		// would look for.
+		for _, kind := range []string{KindHold, KindHand} {
+			if err := j.stream.Purge(ctx, jetstream.WithPurgeSubject(LedgerSubject(j.cell, kind, rec.Priority, id))); err != nil {
+				return n, fmt.Errorf("activate inquiry %s: %w", id, err)
+			}
 		}
 	}
 	return n, nil

@@ -181,6 +181,26 @@ func TestAMoveCopiesVerifiesAndHandsOverALedgersInquiries(t *testing.T) {
 			t.Errorf("c1 lost %s, which does not move: %v", id, err)
 		}
 	}
+
+	// The users move on, from c2 to c3: what c2 made its work moves as
+	// one acceptance, and both sides digest the same.
+	third := open("c3")
+	for after := uint64(0); ; {
+		next, end, err := dst.Export(ctx, after, moving, want, 100, func(m api.MovedMessage) error { return third.Import(ctx, "m2", m, time.Hour, time.Now()) })
+		if err != nil {
+			t.Fatal(err)
+		}
+		if after = next; end {
+			break
+		}
+	}
+	a, err = dst.Digest(ctx, moving, want, "", horizon)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, err = third.Digest(ctx, moving, want, "m2", horizon); err != nil || !maps.Equal(a, b) {
+		t.Fatalf("digests of a second move: c2 %v, c3 %v (%v)", a, b, err)
+	}
 }
 
 // A scan reads every message, however many and however fast its consumer

@@ -22,7 +22,7 @@ func mapOf(t *testing.T, cells ...string) string {
 		t.Fatalf("%v", r)
 	}
 	for _, id := range cells {
-		if r := run("--registry", url, "provision", id, "--intake", "http://127.0.0.1:1", "--admin", "http://127.0.0.1:1"); r.code != cellctl.ExitOK {
+		if r := run("--registry", url, "provision", id, "--intake", "http://127.0.0.1:1", "--admin", "http://127.0.0.1:1", "--leave-data"); r.code != cellctl.ExitOK {
 			t.Fatalf("%v", r)
 		}
 	}
