@@ -41,8 +41,20 @@ func startCellWith(t *testing.T, id, registryURL, intakeAddr, adminAddr, nice, k
 // post sends one inquiry and returns its id.
 func (c *realCell) post(t *testing.T, user, priority string) string {
 	t.Helper()
+	return c.postKeyed(t, user, priority, "")
+}
+
+// postKeyed sends one inquiry with Idempotency-Key key ("": none) and
+// returns its id.
+func (c *realCell) postKeyed(t *testing.T, user, priority, key string) string {
+	t.Helper()
 	body := fmt.Sprintf(`{"user_id":%q,"product":"credit_loan","amount":5000000,"priority":%q}`, user, priority)
-	resp, err := http.Post(c.Intake+"/v1/inquiries", "application/json", strings.NewReader(body))
+	req, _ := http.NewRequest(http.MethodPost, c.Intake+"/v1/inquiries", strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	if key != "" {
+		req.Header.Set(api.HeaderIdemKey, key)
+	}
+	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -164,7 +176,8 @@ func regexpMatch(pattern, s string) bool { return regexp.MustCompile(pattern).Ma
 // verified, before the map changes: the drained cell keeps none, the new
 // cell answers for every one and works the pending ones, each once. A
 // remove of a cell that does not answer is refused, nothing changed,
-// unless --force.
+// unless --force; the removed cell's users read their inquiries and get
+// them back on a keyed retry.
 func TestDrainAndRemoveMoveTheUsersInquiries(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the cell binary")
@@ -185,10 +198,11 @@ func TestDrainAndRemoveMoveTheUsersInquiries(t *testing.T) {
 		cells[id] = startCell(t, id, e.url, a[0], a[1], nice, kcb)
 	}
 	m := e.load()
-	var ids []string
+	var ids, users []string
 	for i := 0; len(ids) < 30; i++ {
 		if u := fmt.Sprintf("user-%d", i); m.Lookup(u).Cell == "c1" {
-			ids = append(ids, cells["c1"].post(t, u, "normal"))
+			ids = append(ids, cells["c1"].postKeyed(t, u, "normal", "key-"+u))
+			users = append(users, u)
 		}
 	}
 	var st statusJSON
@@ -227,9 +241,13 @@ func TestDrainAndRemoveMoveTheUsersInquiries(t *testing.T) {
 		t.Errorf("remove of a cell that does not answer: %v", r)
 	}
 	e.ok("remove", "c1", "--force")
-	for _, id := range ids {
+	for i, id := range ids {
 		if code, status := cells["c2"].read(t, id, false); code != http.StatusOK || status != "done" {
 			t.Errorf("%s after c1's removal: %d %s", id, code, status)
+		}
+		// A keyed retry gets its inquiry, the cell that took it gone.
+		if again := cells["c2"].postKeyed(t, users[i], "normal", "key-"+users[i]); again != id {
+			t.Errorf("keyed retry of %s after c1's removal: %s", id, again)
 		}
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/cellkit/cellkit/internal/adminclient"
+	"github.com/cellkit/cellkit/internal/api"
 	"github.com/cellkit/cellkit/internal/celltest"
 	"github.com/cellkit/cellkit/internal/console"
 	"github.com/cellkit/cellkit/internal/control"
@@ -193,6 +194,22 @@ func TestConsoleInABrowser(t *testing.T) {
 			return nil
 		})
 		return map[string]any{"id": "r-console"}, err
+	})
+	hook("/moves", func() (map[string]any, error) {
+		// A map change's data moves under way, as the control library
+		// records them beside the map (the console reads only the record).
+		slots := make([]int, 1465)
+		for i := range slots {
+			slots[i] = 3 * i
+		}
+		rec := api.MovesRecord{Version: 99, Change: "weight c3 2", Phase: api.MovesPreparing, Holder: "cellctl weight by ops@host",
+			Started: time.Now().Add(-20 * time.Second), Updated: time.Now(),
+			Moves: []api.MoveProgress{{Spec: api.MoveSpec{ID: "v99-c1-c3", From: "c1", To: "c3", Slots: slots}, Step: "copying", Copied: 48210, Bytes: 2113404}}}
+		data, err := json.Marshal(rec)
+		if err != nil {
+			return nil, err
+		}
+		return map[string]any{"id": "v99-c1-c3"}, registry.DocumentFor(reg, api.MovesDocument).Put(ctx, data, 0)
 	})
 	hook("/kill", func() (map[string]any, error) {
 		start := time.Now()

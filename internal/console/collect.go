@@ -162,6 +162,12 @@ func (c *collector) collectOnce(ctx context.Context) *View {
 		wg.Go(func() { v.Routers[i] = c.routerCard(cctx, r, start) })
 	}
 	ro, rerr := c.ctl.Rollout(cctx)
+	switch mv, err := c.ctl.Moves(cctx); {
+	case err == nil:
+		v.Moves = mv
+	case !errors.Is(err, control.ErrNoMoves):
+		v.MovesError = err.Error()
+	}
 	wg.Wait()
 	c.vet(v)
 

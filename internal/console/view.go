@@ -25,6 +25,10 @@ type View struct {
 	Rollout      *RolloutView `json:"rollout"`
 	RolloutError string       `json:"rollout_error,omitempty"`
 	Drains       []DrainView  `json:"drains"`
+	// Moves is the record of a map change's data moves under way (nil:
+	// none), MovesError why it could not be read.
+	Moves      *api.MovesRecord `json:"moves"`
+	MovesError string           `json:"moves_error,omitempty"`
 	// Quotas are the clients whose quota is most used, over the routers
 	// (at most maxQuotas, the most used first).
 	Quotas  []ClientQuotaView `json:"quotas"`

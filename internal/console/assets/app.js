@@ -216,6 +216,33 @@ function renderDrains(v) {
       el("td", {}, d.pending < 0 ? "unknown" : fmt.int(d.pending)), el("td", {}, d.intake || "")))));
 }
 
+function renderMoves(v) {
+  const box = $("moves");
+  const r = v.moves;
+  if (!r) {
+    replace(box, el("p", { class: v.moves_error ? "error" : "muted" },
+      v.moves_error ? "The data moves' record cannot be read: " + v.moves_error : "No data move under way."));
+    return;
+  }
+  const rows = (r.moves || []).map((m) => {
+    const s = m.spec;
+    const verified = m.verified ? "yes (" + fmt.int(m.slots) + " slots, " + fmt.int(m.messages) + " messages)" : "no";
+    return el("tr", { dataset: { move: s.id } }, el("td", {}, s.id), el("td", {}, s.from + " → " + s.to),
+      el("td", {}, fmt.int((s.slots || []).length) + " slots, " + fmt.int((s.users || []).length) + " users"),
+      el("td", {}, badge(m.step, m.step === "called-off" || m.step === "skipped" ? "warn" : m.step === "done" ? "ok" : "")),
+      el("td", {}, fmt.int((m.copied || 0) + (m.again || 0)) + " copied, " + fmt.int(m.handed || 0) + " handed over"),
+      el("td", {}, verified), el("td", { class: m.error ? "error" : "" }, m.error || ""));
+  });
+  replace(box, [
+    el("h3", {}, "Data moves of map version " + r.version, badge(r.phase)),
+    kv([["change", r.change], ["held by", r.holder], ["started", fmt.ago(r.started)], ["updated", fmt.ago(r.updated)]]),
+    el("table", { class: "moves" },
+      el("tr", {}, el("th", {}, "move"), el("th", {}, "cells"), el("th", {}, "carries"), el("th", {}, "step"), el("th", {}, "data"),
+        el("th", {}, "verified"), el("th", {}, "")),
+      rows),
+  ]);
+}
+
 // ---- routers
 
 function renderRouters(v) {
@@ -325,6 +352,7 @@ function render(v) {
   renderRefused(v);
   renderRollout(v);
   renderDrains(v);
+  renderMoves(v);
   renderRouters(v);
   renderQuotas(v);
   renderChanges(v);

@@ -128,6 +128,14 @@ try {
   }
   const left = Number((rollout.match(/(\d+(?:\.\d+)?) s left of 30 s/) || [])[1]);
   check(left > 10 && left <= 20, `the bake's time left ${left} s, about 20 s`);
+
+  // A map change's data moves under way: each move, its step and data.
+  const mv = await (await fetch(t.hooks + "/moves")).json();
+  await page.waitForFunction((id) => document.getElementById("moves").innerText.includes(id), mv.id, { timeout: 10000 });
+  const moves = await page.innerText("#moves");
+  for (const want of ["Data moves of map version 99", "preparing", "weight c3 2", "c1 → c3", "1,465 slots, 0 users", "copying", "48,210 copied"]) {
+    check(moves.includes(want), `the moves panel shows "${want}": ${moves}`);
+  }
   await page.locator("#rollout-section").screenshot({ path: t.out + "/console-rollout.png" });
 
   // A killed cell turns red within seconds.
