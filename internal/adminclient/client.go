@@ -456,6 +456,15 @@ func (c Client) DeleteMove(ctx context.Context, base, id string) error {
 }
 
 // ExportMove reads a page of a source's messages of move id after
+// MoveSize asks the cell at base what spec would carry out of it.
+func (c Client) MoveSize(ctx context.Context, base string, spec api.MoveSpec) (*api.MoveSize, error) {
+	var out api.MoveSize
+	if err := c.Call(ctx, http.MethodPost, base, api.PathCellMoveSize, spec, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
 // sequence after, in slots (nil: all the move's).
 func (c Client) ExportMove(ctx context.Context, base, id string, after uint64, limit int, slots []int) (*api.MovePage, error) {
 	q := url.Values{"after": {strconv.FormatUint(after, 10)}, "limit": {strconv.Itoa(limit)}}

@@ -154,6 +154,18 @@ type SlotDigest struct {
 // are PathCellMoves + id + "/" + one of MoveActions.
 const PathCellMoves = "/v1/admin/moves/"
 
+// PathCellMoveSize measures what a move would carry out of the cell
+// (POST a MoveSpec; answered with a MoveSize): a plan's estimate, nothing
+// recorded.
+const PathCellMoveSize = "/v1/admin/move-size"
+
+// MoveSize is what a move would carry out of its source: the moving
+// users' messages and their records' bytes.
+type MoveSize struct {
+	Messages int `json:"messages"`
+	Bytes    int `json:"bytes"`
+}
+
 // Actions on a cell's move.
 const (
 	MoveExport   = "export"   // GET: a page of the source's messages

@@ -30,6 +30,7 @@ import (
 //	POST   /v1/admin/moves/{id}/hand        the source hands its pending inquiries over
 //	POST   /v1/admin/moves/{id}/discard     {"slots": [...]} or {}: let the moving users' messages go
 //	POST   /v1/admin/moves/{id}/activate    the handed inquiries become work
+//	POST   /v1/admin/move-size              a spec: what it would carry out of this cell (nothing recorded)
 func (c *Cell) moveRoutes(mux *http.ServeMux) {
 	mux.HandleFunc(api.PathCellMoves, only(http.MethodGet, func(w http.ResponseWriter, r *http.Request) {
 		moves := c.mover.List()
@@ -40,6 +41,20 @@ func (c *Cell) moveRoutes(mux *http.ServeMux) {
 	}))
 	mux.HandleFunc(api.PathCellMoves+"{id}", c.moveRecord)
 	mux.HandleFunc(api.PathCellMoves+"{id}/{action}", c.moveAction)
+	mux.HandleFunc(api.PathCellMoveSize, only(http.MethodPost, func(w http.ResponseWriter, r *http.Request) {
+		var spec api.MoveSpec
+		if !decodeMoveBody(w, r, maxMoveSpecBytes, &spec) || !c.movesAllowed(w) {
+			return
+		}
+		ctx, cancel := context.WithTimeout(r.Context(), moveStepTimeout)
+		defer cancel()
+		size, err := c.mover.Size(ctx, spec, c.follower.Map().Slots())
+		if err != nil {
+			moveProblem(w, err)
+			return
+		}
+		httpx.Indent(w, http.StatusOK, size)
+	}))
 }
 
 // Bounds of the bodies a move's steps take.

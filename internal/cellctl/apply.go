@@ -54,7 +54,7 @@ func (x *inv) controller(reg registry.Registry, traffic func(ctx context.Context
 // apply plans a change, prints the plan (unless --json) and, unless this is
 // a dry run, commits it (control.Controller.Apply).
 func (x *inv) apply(ctx context.Context, reg registry.Registry, plan planner) (*applyResult, error) {
-	v := x.newPlanView()
+	v := x.newPlanView(ctx)
 	r, err := x.controller(reg, v.traffic()).Apply(ctx, control.Change{
 		Plan: plan, DryRun: x.cmd.dryRun, Planned: v.planned, Done: x.showDone,
 	})
@@ -69,12 +69,13 @@ func (x *inv) apply(ctx context.Context, reg registry.Registry, plan planner) (*
 // with.
 type planView struct {
 	x       *inv
+	ctx     context.Context // the command's: the plans' data is measured with it
 	summary *trafficSummary
 	shown   map[*slotmap.Plan]*planJSON
 }
 
-func (x *inv) newPlanView() *planView {
-	return &planView{x: x, shown: map[*slotmap.Plan]*planJSON{}}
+func (x *inv) newPlanView(ctx context.Context) *planView {
+	return &planView{x: x, ctx: ctx, shown: map[*slotmap.Plan]*planJSON{}}
 }
 
 // traffic is the routers' traffic for the plans to project.
@@ -82,12 +83,37 @@ func (v *planView) traffic() func(ctx context.Context, slots int) (*slotmap.Traf
 	return v.x.projection(&v.summary)
 }
 
-// planned shows p and keeps its --json form (a control.Change's Planned).
+// planned shows p, with the data its moves would carry, and keeps its
+// --json form (a control.Change's Planned).
 func (v *planView) planned(p *slotmap.Plan) {
 	pj := toPlanJSON(p)
 	pj.Traffic = v.summary
+	if !p.NoChange() && len(p.DataMoves()) > 0 {
+		size, err := v.x.mover().Size(v.ctx, p)
+		pj.Data = &dataJSON{PlanSize: size}
+		if err != nil {
+			pj.Data.Error = err.Error()
+		}
+	}
 	v.shown[p] = &pj
 	v.x.showPlan(p)
+	if pj.Data != nil && !v.x.g.json {
+		v.x.showData(pj.Data)
+	}
+}
+
+// showData prints what a plan's data moves would carry, and how long
+// the copy takes at --move-rate.
+func (x *inv) showData(d *dataJSON) {
+	if d.Error != "" {
+		fmt.Fprintf(x.out, "\nData to move: unknown: %s; the change moves the users' inquiries only if it answers.\n", d.Error)
+		return
+	}
+	how := "copied as fast as the cells take them (--move-rate bounds it)"
+	if x.cmd.moveRate > 0 {
+		how = fmt.Sprintf("about %s to copy at --move-rate %d", control.HumanDuration(d.Copy), x.cmd.moveRate)
+	}
+	fmt.Fprintf(x.out, "\nData to move: %d messages (%d KiB) in %d moves, %s.\n", d.Messages, (d.Bytes+1023)>>10, d.Moves, how)
 }
 
 // result is r for --json, with its plan as it was shown.

@@ -105,7 +105,7 @@ func (x *inv) drain(ctx context.Context, id string, o drainOpts) error {
 	res := &drainResult{Cell: id}
 	p := &progress{w: x.out, term: x.cli.terminal(x.out), quiet: x.g.json, now: x.cli.now}
 	defer p.done()
-	v := x.newPlanView()
+	v := x.newPlanView(ctx)
 	r, err := x.controller(reg, v.traffic()).Drain(ctx, x.admin(), control.DrainRequest{
 		Cell: id, Wait: o.wait, Force: o.force, Last: o.last, Interval: o.interval, DryRun: x.cmd.dryRun,
 		Planned: v.planned, Done: x.showDone,

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cellkit/cellkit/internal/api"
 	"github.com/cellkit/cellkit/internal/slotmap"
 	"github.com/cellkit/cellkit/internal/testkit"
 )
@@ -172,10 +173,13 @@ func TestDrainDryRun(t *testing.T) {
 	if !bytes.Equal(before, e.raw()) {
 		t.Error("drain --dry-run changed the map")
 	}
-	if calls := cells["c2"].called(""); len(calls) != 0 {
-		t.Errorf("drain --dry-run called the cell: %v", calls)
+	// It asks what the moves would carry, and nothing else.
+	sized := cells["c2"].called("POST " + api.PathCellMoveSize)
+	if calls := cells["c2"].called(""); len(calls) != len(sized) || len(sized) == 0 {
+		t.Errorf("drain --dry-run called the cell for more than the moves' size (%d calls): %.300v", len(calls), calls)
 	}
-	if !strings.Contains(r.stdout, "Plan: drain c2 (map version 4 → 5)") || !strings.Contains(r.stdout, "Plan: mark drained c2 (map version 5 → 6)") {
+	if !strings.Contains(r.stdout, "Plan: drain c2 (map version 4 → 5)") || !strings.Contains(r.stdout, "Plan: mark drained c2 (map version 5 → 6)") ||
+		!strings.Contains(r.stdout, "Data to move: 0 messages (0 KiB) in 2 moves, copied as fast as the cells take them") {
 		t.Errorf("drain --wait --dry-run:\n%s", r.stdout)
 	}
 }

@@ -158,6 +158,8 @@ func (f *fakeCell) serve(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 		write(res)
+	case r.Method == http.MethodPost && path == api.PathCellMoveSize:
+		write(api.MoveSize{})
 	case strings.HasPrefix(path, api.PathCellMoves) && f.moves(w, r.Method, strings.TrimPrefix(path, api.PathCellMoves), body):
 	default:
 		problem.Write(w, problem.New(http.StatusNotFound, problem.NotFound, "no such path: "+path))

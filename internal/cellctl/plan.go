@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/cellkit/cellkit/internal/control"
 	"github.com/cellkit/cellkit/internal/slotmap"
 )
 
@@ -27,6 +28,15 @@ type planJSON struct {
 	AgenciesAfter  map[string]int `json:"agencies_after"`
 	// Traffic says where the cells' projected rates came from (--routers).
 	Traffic *trafficSummary `json:"traffic,omitempty"`
+	// Data is what the plan's data moves would carry, as their sources
+	// measured it (none when no user changes cells).
+	Data *dataJSON `json:"data,omitempty"`
+}
+
+// dataJSON is a plan's data to move, or why it could not be measured.
+type dataJSON struct {
+	control.PlanSize
+	Error string `json:"error,omitempty"`
 }
 
 func toPlanJSON(p *slotmap.Plan) planJSON {

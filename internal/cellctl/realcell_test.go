@@ -211,7 +211,14 @@ func TestDrainAndRemoveMoveTheUsersInquiries(t *testing.T) {
 		t.Fatalf("c1 has no queued work before the drain: %+v", c)
 	}
 
-	r := e.ok("drain", "c1", "--wait", "--interval", "200ms")
+	// The plan says what would move and how long the copy takes.
+	r := e.ok("drain", "c1", "--dry-run", "--move-rate", "10")
+	var n int
+	if _, err := fmt.Sscanf(r.stdout[max(0, strings.Index(r.stdout, "Data to move: ")):], "Data to move: %d messages", &n); err != nil || n < len(ids) ||
+		!strings.Contains(r.stdout, "to copy at --move-rate 10") {
+		t.Errorf("the drain's plan does not say what would move (%d messages, %v):\n%s", n, err, r.stdout)
+	}
+	r = e.ok("drain", "c1", "--wait", "--interval", "200ms")
 	if !strings.Contains(r.stderr, "Move v4-c1-c2: copying") {
 		t.Errorf("the drain does not say it moves c1's inquiries:\n%v", r)
 	}

@@ -64,6 +64,7 @@ type MoveAdmin interface {
 	ImportMove(ctx context.Context, base, id string, page *api.MovePage) error
 	DigestMove(ctx context.Context, base, id string, horizon time.Time) (*api.MoveDigest, error)
 	MoveStep(ctx context.Context, base, id, action string, slots []int) (int, error)
+	MoveSize(ctx context.Context, base string, spec api.MoveSpec) (*api.MoveSize, error)
 }
 
 var _ MoveAdmin = adminclient.Client{}
@@ -93,6 +94,41 @@ func NewMover(admin MoveAdmin, cfg MoveConfig, note func(Note), now func() time.
 		cfg.Hold = func() func() { return func() {} }
 	}
 	return &Mover{admin: admin, cfg: cfg, note: note, now: now}
+}
+
+// PlanSize is what a plan's data moves would carry: the messages and
+// bytes of every move's source (Size), and how long copying them takes
+// at the Mover's Rate (0: no rate, as fast as the cells take them).
+type PlanSize struct {
+	Moves    int           `json:"moves"`
+	Messages int           `json:"messages"`
+	Bytes    int           `json:"bytes"`
+	Copy     time.Duration `json:"copy_ns,omitempty"`
+}
+
+// Size asks each source of p's data moves what its move would carry
+// (nothing is recorded): the plan's estimate. A source that does not
+// answer makes it an error naming the cell.
+func (mv *Mover) Size(ctx context.Context, p *slotmap.Plan) (PlanSize, error) {
+	var ps PlanSize
+	for _, spec := range p.DataMoves() {
+		from, ok := p.Before.Cell(spec.From)
+		if !ok {
+			continue
+		}
+		spec.ID = "size"
+		sz, err := atCell(from, func(a string) (*api.MoveSize, error) { return mv.admin.MoveSize(ctx, a, spec) })
+		if err != nil {
+			return ps, &silentCell{cell: spec.From, err: err}
+		}
+		ps.Moves++
+		ps.Messages += sz.Messages
+		ps.Bytes += sz.Bytes
+	}
+	if mv.cfg.Rate > 0 {
+		ps.Copy = time.Duration(ps.Messages) * time.Second / time.Duration(mv.cfg.Rate)
+	}
+	return ps, nil
 }
 
 // silentCell: a move's cell could not record its part (no process

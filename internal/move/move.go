@@ -334,6 +334,16 @@ const maxPage = 1000
 
 // Export is a page of the source's messages of move id's users after
 // sequence after, up to limit (at most maxPage), in slots (nil: all the
+// Size measures what spec would carry out of this cell (its id is not
+// looked up: nothing is recorded); slots is the map's slot count.
+func (m *Mover) Size(ctx context.Context, spec api.MoveSpec, slots int) (api.MoveSize, error) {
+	if err := spec.Check(slots); err != nil {
+		return api.MoveSize{}, err
+	}
+	n, b, err := m.ledger.Measure(ctx, spec.ScanSlots(), m.filter(spec))
+	return api.MoveSize{Messages: n, Bytes: b}, err
+}
+
 // move's).
 func (m *Mover) Export(ctx context.Context, id string, after uint64, limit int, slots []int) (api.MovePage, error) {
 	cm, err := m.role(ctx, id, api.MoveSource)

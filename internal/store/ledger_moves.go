@@ -77,6 +77,19 @@ func (j *Ledger) Export(ctx context.Context, after uint64, slots []int, want Mov
 	return next, err == nil, err
 }
 
+// Measure counts the messages want chooses in slots and their records'
+// bytes (what an export would carry).
+func (j *Ledger) Measure(ctx context.Context, slots []int, want MoveFilter) (messages, bytes int, err error) {
+	err = j.scan(ctx, 0, slots, 0, func(m jetstream.Msg, _ *jetstream.MsgMetadata, slot int, rec moveRecord) error {
+		if want(slot, rec.UserID) {
+			messages++
+			bytes += len(m.Data())
+		}
+		return nil
+	})
+	return messages, bytes, err
+}
+
 // Import writes m into the ledger as the source had it ("new" as
 // "hold"), marked as move's copy, to live as long as it had left there; a
 // message whose life is over is skipped. Writing one message twice
