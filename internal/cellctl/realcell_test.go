@@ -72,16 +72,8 @@ func (c *realCell) postKeyed(t *testing.T, user, priority, key string) string {
 
 func (c *realCell) inquiryStatus(t *testing.T, id string) string {
 	t.Helper()
-	resp, err := http.Get(c.Intake + "/v1/inquiries/" + id)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	var v struct {
-		Status string `json:"status"`
-	}
-	json.NewDecoder(resp.Body).Decode(&v)
-	return v.Status
+	_, status := c.read(t, id, false)
+	return status
 }
 
 // TestDrainWaitRealCell drains a real cell (its binary, embedded NATS, two

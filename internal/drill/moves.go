@@ -45,10 +45,10 @@ type movePhase struct {
 // read but those of the killed cell's users while it is down answers
 // 200. Then every accepted inquiry ends final, none lost, none whose
 // final result changes (processed once), and keyed retries get their
-// ids back; the users no change moved see no error; each change's p99
-// within P99Factor of the baseline's. The stack is put back (c2
+// ids back; the users no change moved see no error; the p99 while the
+// changes ran within P99Factor of the baseline's. The stack is put back (c2
 // provisioned again, c3 undrained, c1's weight 1). One piece: a drill
-// script on one timeline, then the checks that read its marks.
+// script on one timeline (movesVerdict checks what it marked).
 func Moves(ctx context.Context, c Config) (*loadtest.Result, error) {
 	c.defaults(60 * time.Second)
 	if c.ReadShare <= 0 {
@@ -162,7 +162,30 @@ func Moves(ctx context.Context, c Config) (*loadtest.Result, error) {
 	if err != nil {
 		return res, err
 	}
-	end := r.Elapsed()
+	d := movesVerdict(c, res.Samples, phases, killAt, backAt, r.Elapsed())
+	c.logf("verifying %d accepted ids...", countAccepted(res.Samples))
+	d.CheckVerification(r.Verify(ctx, res.Samples, c.VerifyWithin, c.Replays))
+
+	// Put the stack back.
+	for _, args := range [][]string{
+		{"provision", "c2", "--intake", c2.Intake, "--admin", c2.Admin},
+		{"undrain", "c3"},
+		{"weight", "c1", "1"},
+	} {
+		if _, err := st.Cellctl(ctx, args...); err != nil {
+			return res, err
+		}
+	}
+	res.Events = append(res.Events, loadtest.Event{At: r.Elapsed(), Name: "stack put back"})
+	d.Finish()
+	res.Drill = d
+	return res, nil
+}
+
+// movesVerdict checks the moves drill's samples: the reads, the users no
+// change moved, each change's moves and the p99 while they ran. The
+// killed cell was down from killAt to backAt; end is the load's end.
+func movesVerdict(c Config, samples []loadtest.Sample, phases []*movePhase, killAt, backAt, end time.Duration) *loadtest.Verdict {
 	d := &loadtest.Verdict{Name: "moves"}
 	first := phases[0].from
 
@@ -170,7 +193,7 @@ func Moves(ctx context.Context, c Config) (*loadtest.Result, error) {
 	// inquiries of the killed cell's users while it is down (and until
 	// the routers find it back) answer 503. A read's user is the
 	// inquiry's, not the one its sample drew.
-	news := writes(res.Samples)
+	news := writes(samples)
 	userOf := map[string]int{}
 	for _, s := range news {
 		if s.ID != "" {
@@ -184,7 +207,7 @@ func Moves(ctx context.Context, c Config) (*loadtest.Result, error) {
 		u, ok := userOf[s.ID]
 		return ok && atKill[u] == "c3" && s.At >= killAt && s.At < backAt+ThawedBound
 	}
-	for _, s := range res.Samples {
+	for _, s := range samples {
 		if !s.Read {
 			continue
 		}
@@ -216,7 +239,7 @@ func Moves(ctx context.Context, c Config) (*loadtest.Result, error) {
 
 	// Each change: its moves, and the p99 while it ran against the
 	// baseline's.
-	base := loadtest.Window{To: first}.Stats(res.Samples)
+	base := loadtest.Window{To: first}.Stats(samples)
 	var changing []time.Duration // [from, to) of each change that went through
 	for _, p := range phases {
 		if p.refusedOut != "" {
@@ -239,7 +262,7 @@ func Moves(ctx context.Context, c Config) (*loadtest.Result, error) {
 			verified = verified && (m.Verified || m.Step == "done")
 		}
 		d.Check(p.name+": its moves verified", verified, fmt.Sprintf("%d moves, %d slots, %d messages compared", len(p.moves), slots, messages), "every move")
-		during := loadtest.Window{From: p.from, To: p.to + time.Second}.Stats(res.Samples)
+		during := loadtest.Window{From: p.from, To: p.to + time.Second}.Stats(samples)
 		d.Note("%s: %.1fs, %d moves, %d slots and %d users, %d messages copied (%d KiB), %d pending handed over, the users fenced for at most %.1fs; p99 %s (%d requests)",
 			p.name, (p.to - p.from).Seconds(), len(p.moves), slots, users, copied, bytes>>10, handed, fenced.Seconds(), msf(during.P99), during.N)
 		changing = append(changing, p.from, p.to+time.Second)
@@ -248,7 +271,7 @@ func Moves(ctx context.Context, c Config) (*loadtest.Result, error) {
 	// second at 100/s has too few requests for a p99 of its own), against
 	// the baseline's.
 	var during []loadtest.Sample
-	for _, s := range res.Samples {
+	for _, s := range samples {
 		for i := 0; i < len(changing); i += 2 {
 			if s.At >= changing[i] && s.At < changing[i+1] {
 				during = append(during, s)
@@ -257,23 +280,7 @@ func Moves(ctx context.Context, c Config) (*loadtest.Result, error) {
 		}
 	}
 	checkTail(d, "p99 while the changes ran", during, base, "before the first change", loadtest.Window{To: end}, c.P99Factor)
-	c.logf("verifying %d accepted ids...", countAccepted(res.Samples))
-	d.CheckVerification(r.Verify(ctx, res.Samples, c.VerifyWithin, c.Replays))
-
-	// Put the stack back.
-	for _, args := range [][]string{
-		{"provision", "c2", "--intake", c2.Intake, "--admin", c2.Admin},
-		{"undrain", "c3"},
-		{"weight", "c1", "1"},
-	} {
-		if _, err := st.Cellctl(ctx, args...); err != nil {
-			return res, err
-		}
-	}
-	res.Events = append(res.Events, loadtest.Event{At: r.Elapsed(), Name: "stack put back"})
-	d.Finish()
-	res.Drill = d
-	return res, nil
+	return d
 }
 
 // writes are samples' new inquiries (their reads left out).
