@@ -165,6 +165,9 @@ type bench struct {
 func crdDir() string { return filepath.Join("..", "..", "deploy", "kubernetes", "operator", "crd") }
 
 func newBench(t *testing.T, opts ...kubetest.Option) *bench {
+	if testing.Short() {
+		t.Skip("starts etcd and kube-apiserver: skipped with -short (make check)")
+	}
 	scheme, err := operator.Scheme()
 	if err != nil {
 		t.Fatal(err)
