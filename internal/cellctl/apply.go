@@ -88,11 +88,11 @@ func (v *planView) traffic() func(ctx context.Context, slots int) (*slotmap.Traf
 func (v *planView) planned(p *slotmap.Plan) {
 	pj := toPlanJSON(p)
 	pj.Traffic = v.summary
-	if !p.NoChange() && len(p.DataMoves()) > 0 {
-		size, err := v.x.mover().Size(v.ctx, p)
-		pj.Data = &dataJSON{PlanSize: size}
-		if err != nil {
-			pj.Data.Error = err.Error()
+	if !p.NoChange() {
+		if size, err := v.x.mover().Size(v.ctx, p); err != nil {
+			pj.Data = &dataJSON{PlanSize: size, Error: err.Error()}
+		} else if size.Moves > 0 {
+			pj.Data = &dataJSON{PlanSize: size}
 		}
 	}
 	v.shown[p] = &pj

@@ -398,9 +398,9 @@ func startedBy(pods []corev1.Pod, t time.Time) (int, []string) {
 // its objects go. Its users are served elsewhere with no error
 // throughout, the removal included, and every inquiry ends final. Once
 // it has gone, what it accepted reads final through the routers and a
-// keyed retry gets the same id: its users' data moved with them. One
-// piece: a drill script on one timeline — delete, drained, removed, gone
-// — then the checks, which read the marks of each step.
+// keyed retry gets the same id: its users' data moved with them.
+// One piece: a drill script on one timeline — delete, drained, removed,
+// gone — then the checks, which read the marks of each step.
 func CellDelete(ctx context.Context, c K8sConfig) (*loadtest.Result, error) {
 	c.defaults()
 	n, err := newK8sRun(ctx, &c, c.Baseline+3*c.Within+c.After)

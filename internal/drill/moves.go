@@ -30,7 +30,53 @@ type movePhase struct {
 	name       string
 	from, to   time.Duration
 	moves      []api.MoveProgress
-	refusedOut string // a change refused on purpose: its one line
+	refusedOut string        // a change refused on purpose: its one line
+	killAt     time.Duration // when its source was killed, if it was
+}
+
+// drainKilledMidCopy drains c3 and SIGKILLs it while its first move
+// copies: the change must be refused (and is called off by `move resume`
+// once c3 is back, at the phase's end).
+func drainKilledMidCopy(ctx context.Context, c Config, r *loadtest.Runner) (*movePhase, error) {
+	st := c.Stack
+	p := &movePhase{name: "drain c3, c3 killed while it copies", from: r.Elapsed()}
+	r.Mark(p.name)
+	dctx, cancel := context.WithTimeout(ctx, c.Fault)
+	defer cancel()
+	refused := make(chan error, 1)
+	var out string
+	go func() {
+		var err error
+		out, err = st.Cellctl(dctx, "drain", "c3", "--wait", "--move-rate=100")
+		refused <- err
+	}()
+	if err := until(ctx, c.Fault, "c3's drain copying", func(ctx context.Context) (bool, error) {
+		s, _ := st.Cellctl(ctx, "move", "status", "--json")
+		return strings.Contains(s, `"step": "copying"`), nil
+	}); err != nil {
+		return p, err
+	}
+	if err := st.Kill(ctx, "c3"); err != nil {
+		return p, err
+	}
+	p.killAt = r.Elapsed()
+	r.Mark("c3 killed")
+	c.logf("c3 killed (SIGKILL) at %.1fs, in the middle of its copy", p.killAt.Seconds())
+	if err := <-refused; err == nil {
+		return p, fmt.Errorf("c3's drain went through with c3 killed in the middle of its copy:\n%s", out)
+	}
+	p.refusedOut = lastLine(out)
+	if err := st.Restart("c3"); err != nil {
+		return p, err
+	}
+	if err := st.WaitReady(ctx, "c3", c.Fault); err != nil {
+		return p, err
+	}
+	p.to = r.Elapsed()
+	r.Mark("c3 back")
+	c.logf("c3 back at %.1fs; the change it cut: %s", p.to.Seconds(), p.refusedOut)
+	_, err := st.Cellctl(ctx, "move", "resume")
+	return p, err
 }
 
 // Moves: users' inquiries moving with them under load
@@ -112,49 +158,12 @@ func Moves(ctx context.Context, c Config) (*loadtest.Result, error) {
 		if err := change("remove c2", "remove", "c2"); err != nil {
 			return err
 		}
-		// c3's drain, its source killed while it copies: refused, called
-		// off once c3 is back.
-		p := &movePhase{name: "drain c3, c3 killed while it copies", from: r.Elapsed()}
+		p, err := drainKilledMidCopy(ctx, c, r)
 		phases = append(phases, p)
-		r.Mark(p.name)
-		dctx, cancel := context.WithTimeout(ctx, c.Fault)
-		defer cancel()
-		refused := make(chan error, 1)
-		var out string
-		go func() {
-			var err error
-			out, err = st.Cellctl(dctx, "drain", "c3", "--wait", "--move-rate=100")
-			refused <- err
-		}()
-		if err := until(ctx, c.Fault, "c3's drain copying", func(ctx context.Context) (bool, error) {
-			s, _ := st.Cellctl(ctx, "move", "status", "--json")
-			return strings.Contains(s, `"step": "copying"`), nil
-		}); err != nil {
+		if err != nil {
 			return err
 		}
-		if err := st.Kill(ctx, "c3"); err != nil {
-			return err
-		}
-		killAt = r.Elapsed()
-		r.Mark("c3 killed")
-		c.logf("c3 killed (SIGKILL) at %.1fs, in the middle of its copy", killAt.Seconds())
-		if err := <-refused; err == nil {
-			return fmt.Errorf("c3's drain went through with c3 killed in the middle of its copy:\n%s", out)
-		}
-		p.refusedOut = lastLine(out)
-		if err := st.Restart("c3"); err != nil {
-			return err
-		}
-		if err := st.WaitReady(ctx, "c3", c.Fault); err != nil {
-			return err
-		}
-		backAt = r.Elapsed()
-		p.to = backAt
-		r.Mark("c3 back")
-		c.logf("c3 back at %.1fs; the change it cut: %s", backAt.Seconds(), p.refusedOut)
-		if _, err := st.Cellctl(ctx, "move", "resume"); err != nil {
-			return err
-		}
+		killAt, backAt = p.killAt, p.to
 		return change("drain c3 again", "drain", "c3", "--wait")
 	}()
 	stopLoad()
