@@ -189,12 +189,11 @@ type inv struct {
 	cmd     *command
 	timeout bool // --timeout was given explicitly
 
-	given      map[string]bool   // the flags on the command line (not from the environment)
-	adminHTTP  *http.Client      // with --tls-*: their TLS configuration
-	certAsked  *atomic.Bool      // with --tls-* but no certificate: a server asked for one
-	adminToken string            // --admin-token, or --admin-token-file's content
-	measured   *measured         // the routers' traffic, once asked (see traffic)
-	deadline   *control.Deadline // --timeout's, nil when the command has none
+	given      map[string]bool // the flags on the command line (not from the environment)
+	adminHTTP  *http.Client    // with --tls-*: their TLS configuration
+	certAsked  *atomic.Bool    // with --tls-* but no certificate: a server asked for one
+	adminToken string          // --admin-token, or --admin-token-file's content
+	measured   *measured       // the routers' traffic, once asked (see traffic)
 }
 
 // usageError is a bad command line: exit status 2.
@@ -296,7 +295,7 @@ func (c *CLI) Run(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if d := x.g.timeout; d > 0 && (x.timeout || cmd.unbounded == nil || !cmd.unbounded()) {
 		dl, stop := control.WithDeadline(ctx, d)
 		defer stop()
-		ctx, x.deadline = dl, dl
+		ctx = dl
 	}
 	if err := cmd.run(ctx, x, pos); err != nil {
 		return x.fail(name, err)

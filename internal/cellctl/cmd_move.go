@@ -15,15 +15,12 @@ import (
 // set's whole ledger).
 const moveTimeout = 2 * time.Minute
 
-// mover drives the cells' steps of data moves for this command, its
-// --timeout held while they run.
+// mover drives the cells' steps of data moves for this command (its
+// --timeout, the context's Deadline, held while they run).
 func (x *inv) mover() *control.Mover {
 	admin := x.admin()
 	admin.Timeout = moveTimeout
 	cfg := control.MoveConfig{LeaveData: x.cmd.leaveData, LeaveHow: "--" + cmp.Or(x.cmd.leave, "leave-data"), Rate: x.cmd.moveRate}
-	if x.deadline != nil {
-		cfg.Hold = x.deadline.Hold
-	}
 	return control.NewMover(admin, cfg, x.note, x.cli.now)
 }
 

@@ -7,12 +7,12 @@ import (
 )
 
 // Deadline is a change's time limit (cellctl's --timeout, the Terraform
-// provider's DefaultTimeout): a context that ends with
-// context.DeadlineExceeded once its time has run, its clock stopped while
-// held. A change holds it while its data moves' steps run at the cells
-// (MoveConfig.Hold = Deadline.Hold): each call to a cell is bounded on
-// its own, and a copy takes as long as the data does, which a command's
-// 30 seconds were never meant to bound.
+// provider's DefaultTimeout, the operator's drain step): a context that
+// ends with context.DeadlineExceeded once its time has run, its clock
+// stopped while held. A change holds the Deadline of its context while
+// its data moves' steps run at the cells (Hold): each call to a cell is
+// bounded on its own, and a copy takes as long as the data does, which a
+// command's 30 seconds (or a reconcile's step) were never meant to bound.
 type Deadline struct {
 	context.Context // the parent: values, and its own end
 	done            chan struct{}
@@ -42,6 +42,25 @@ func WithDeadline(parent context.Context, d time.Duration) (ctx *Deadline, stop 
 }
 
 func (d *Deadline) Done() <-chan struct{} { return d.done }
+
+// deadlineKey finds a Deadline in the contexts made from it.
+type deadlineKey struct{}
+
+func (d *Deadline) Value(key any) any {
+	if key == (deadlineKey{}) {
+		return d
+	}
+	return d.Context.Value(key)
+}
+
+// Hold holds the Deadline ctx was made from, if any (see Deadline.Hold);
+// with none it does nothing.
+func Hold(ctx context.Context) (resume func()) {
+	if d, ok := ctx.Value(deadlineKey{}).(*Deadline); ok {
+		return d.Hold()
+	}
+	return func() {}
+}
 
 func (d *Deadline) Err() error {
 	d.mu.Lock()

@@ -16,7 +16,10 @@ func TestDeadlineHeld(t *testing.T) {
 	ctx, stop := control.WithDeadline(context.Background(), 200*time.Millisecond)
 	defer stop()
 	resume := ctx.Hold()
-	inner := ctx.Hold() // holds nest
+	// Held through a context made from it, as a change's steps hold it.
+	derived, cancel := context.WithCancel(ctx)
+	defer cancel()
+	inner := control.Hold(derived) // holds nest
 	time.Sleep(400 * time.Millisecond)
 	inner()
 	if err := ctx.Err(); err != nil {
@@ -41,6 +44,7 @@ func TestDeadlineHeld(t *testing.T) {
 	ctx, stop = control.WithDeadline(parent, time.Hour)
 	defer stop()
 	defer ctx.Hold()()
+	control.Hold(context.Background())() // no Deadline: nothing held
 	cancel()
 	<-ctx.Done()
 	if !errors.Is(ctx.Err(), context.Canceled) {

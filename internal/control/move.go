@@ -47,11 +47,6 @@ type MoveConfig struct {
 	// LeaveHow is how the caller's user asks for LeaveData, named in a
 	// refusal ["LeaveData"]: cellctl's --leave-data, or remove's --force.
 	LeaveHow string
-	// Hold, if set, is called as a move's steps begin, and what it returns
-	// as they end: cellctl stops its command's --timeout meanwhile (each
-	// call to a cell is bounded on its own; a copy takes as long as the
-	// data and Rate make it).
-	Hold func() (resume func())
 }
 
 // MoveAdmin is what a move asks of cells (an adminclient.Client with a
@@ -89,9 +84,6 @@ func NewMover(admin MoveAdmin, cfg MoveConfig, note func(Note), now func() time.
 	}
 	if now == nil {
 		now = time.Now
-	}
-	if cfg.Hold == nil {
-		cfg.Hold = func() func() { return func() {} }
 	}
 	return &Mover{admin: admin, cfg: cfg, note: note, now: now}
 }
@@ -159,7 +151,7 @@ var ErrVerify = errors.New("the copies differ")
 // rep is where it stands (its Spec the move's); save, called after each
 // step, keeps it (the change's record).
 func (mv *Mover) Prepare(ctx context.Context, m *slotmap.Map, rep *api.MoveProgress, save func() error) error {
-	defer mv.cfg.Hold()()
+	defer Hold(ctx)() // the change's time limit stops while the cells work
 	err := mv.prepare(ctx, m, rep, save)
 	var silent *silentCell
 	if errors.As(err, &silent) {
@@ -384,7 +376,7 @@ func firstSlots(slots []int) string {
 // lets the users' messages go, and both forget the move. Each step can be
 // run again.
 func (mv *Mover) Finish(ctx context.Context, m *slotmap.Map, rep *api.MoveProgress) error {
-	defer mv.cfg.Hold()()
+	defer Hold(ctx)() // the change's time limit stops while the cells work
 	spec := rep.Spec
 	from, to, err := moveCells(m, rep)
 	if err != nil {
@@ -413,7 +405,7 @@ func (mv *Mover) Finish(ctx context.Context, m *slotmap.Map, rep *api.MoveProgre
 // destination lets the copies go, and both forget the move. Each step can
 // be run again.
 func (mv *Mover) Abort(ctx context.Context, m *slotmap.Map, rep *api.MoveProgress) error {
-	defer mv.cfg.Hold()()
+	defer Hold(ctx)() // the change's time limit stops while the cells work
 	spec := rep.Spec
 	from, to, err := moveCells(m, rep)
 	if err != nil {

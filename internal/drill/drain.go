@@ -63,17 +63,7 @@ func Drain(ctx context.Context, c Config) (*loadtest.Result, error) {
 	cells := loadtest.UserCells(res.Samples, 0, drainAt)
 	moved := loadtest.Window{From: drainAt, To: end, Users: func(u int) bool { return cells[u] == c.Cell }}.Stats(res.Samples)
 	others := loadtest.Window{From: drainAt, To: end, Users: func(u int) bool { return cells[u] != c.Cell }}.Stats(res.Samples)
-	fenced, noRetry := 0, 0
-	for _, s := range res.Samples {
-		if s.At >= drainAt && cells[s.User] == c.Cell && s.Problem == "user-moving" {
-			fenced++
-			if !s.RetryAfter {
-				noRetry++
-			}
-		}
-	}
-	d.Check("moved users' errors, the fence's user-moving aside", moved.N > 0 && moved.Errors-fenced == 0, fmt.Sprintf("%d of %d %v", moved.Errors-fenced, moved.N, moved.Status), "0")
-	d.Check("moved users' user-moving answers with Retry-After", noRetry == 0, fmt.Sprintf("%d of %d without", noRetry, fenced), "0 without")
+	checkMoved(d, "moved users", moved)
 	d.Check("other users' errors", others.Errors == 0, fmt.Sprintf("%d of %d %v", others.Errors, others.N, others.Status), "0")
 	after := loadtest.UserCells(res.Samples, drainedAt, end)
 	still := 0

@@ -401,6 +401,16 @@ func checkOthers(d *loadtest.Verdict, res *loadtest.Result, cells map[int]string
 	}
 }
 
+// checkMoved checks the users a change moves over st (their window):
+// no error but the fence of their inquiries' move (503 user-moving, the
+// last copy), each of those with Retry-After.
+func checkMoved(d *loadtest.Verdict, what string, st loadtest.Stats) {
+	d.Check(what+": errors, the fence's user-moving aside", st.N > 0 && st.Errors-st.Fenced == 0,
+		fmt.Sprintf("%d of %d %v", st.Errors-st.Fenced, st.N, st.Status), "0")
+	d.Check(what+": user-moving answers with Retry-After", st.FencedNoRetryAfter == 0,
+		fmt.Sprintf("%d of %d without", st.FencedNoRetryAfter, st.Fenced), "0 without")
+}
+
 // checkOthersP99 checks the other cells' p99 in [from, to) against their
 // baseline before from, pooled over those cells (one cell's p99 over a
 // few hundred requests is its third slowest: too noisy to bound alone)

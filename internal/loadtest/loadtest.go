@@ -20,11 +20,13 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"path"
 	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/cellkit/cellkit/internal/problem"
 	"github.com/cellkit/cellkit/internal/tlsconf"
 )
 
@@ -125,6 +127,12 @@ func (s Sample) OK() bool {
 		return s.Status == http.StatusOK
 	}
 	return s.Status == http.StatusAccepted
+}
+
+// Fenced says whether s was answered by a move's fence: 503 user-moving,
+// the user's inquiries being copied to its new cell.
+func (s Sample) Fenced() bool {
+	return s.Status == http.StatusServiceUnavailable && s.Problem == path.Base(problem.UserMoving)
 }
 
 // Event is something that happened during a run, marked on the chart.

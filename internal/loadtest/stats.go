@@ -21,6 +21,10 @@ type Stats struct {
 	Status                  map[string]int
 	P50, P99                time.Duration
 	NoRetryAfter            int // 503s without Retry-After
+	// Fenced are the errors that were a move's fence (503 user-moving:
+	// the user's last messages were being copied to its new cell), and
+	// FencedNoRetryAfter those of them without Retry-After.
+	Fenced, FencedNoRetryAfter int
 }
 
 // holds tells whether s is in the window.
@@ -51,6 +55,12 @@ func (w Window) Stats(samples []Sample) Stats {
 		}
 		if s.Status == http.StatusServiceUnavailable && !s.RetryAfter {
 			st.NoRetryAfter++
+		}
+		if s.Fenced() {
+			st.Fenced++
+			if !s.RetryAfter {
+				st.FencedNoRetryAfter++
+			}
 		}
 	}
 	slices.Sort(lat)

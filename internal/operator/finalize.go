@@ -69,7 +69,10 @@ func (r *Reconciler) drain(ctx context.Context, cell *v1alpha1.Cell, st *status,
 	if !leaving {
 		st.phase = v1alpha1.PhaseDraining
 	}
-	step, cancel := context.WithTimeout(ctx, r.cfg.DrainStep)
+	// The step's clock stops while the drain's data moves run at the
+	// cells: a move cut by it would be called off and begun again by the
+	// next step, for ever once a copy takes longer than a step.
+	step, cancel := control.WithDeadline(ctx, r.cfg.DrainStep)
 	defer cancel()
 	var last control.DrainEvent
 	// Readings close enough that a step sees the two empty ones in a row

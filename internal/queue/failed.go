@@ -220,58 +220,33 @@ func readFailures(ctx context.Context, st jetstream.Stream, limit int) ([]Failur
 }
 
 // readOrdered reads up to limit messages of st on filter ("": all),
-// oldest first, through an ordered consumer; count, if not nil, is a
-// consumer whose pending count says how many there are (else the
-// stream's).
+// oldest first (store.Read); count, if not nil, is a consumer whose
+// pending count says whether there are any (else the stream's).
 func readOrdered(ctx context.Context, st jetstream.Stream, filter string, count jetstream.Consumer, limit int, each func(jetstream.Msg)) error {
-	var total uint64
+	if limit <= 0 {
+		return nil
+	}
 	if count != nil {
 		ci, err := count.Info(ctx)
 		if err != nil {
 			return err
 		}
-		total = ci.NumPending
-	} else {
-		info, err := st.Info(ctx)
-		if err != nil {
-			return err
+		if ci.NumPending == 0 {
+			return nil
 		}
-		total = info.State.Msgs
 	}
-	n := min(int(total), limit)
-	if n <= 0 {
-		return nil
-	}
-	cfg := jetstream.OrderedConsumerConfig{}
+	var filters []string
 	if filter != "" {
-		cfg.FilterSubjects = []string{filter}
+		filters = []string{filter}
 	}
-	c, err := st.OrderedConsumer(ctx, cfg)
-	if err != nil {
-		return err
-	}
-	for got := 0; got < n; {
-		batch, err := c.Fetch(n-got, jetstream.FetchMaxWait(time.Second))
-		if err != nil {
-			return err
+	got := 0
+	return store.Read(ctx, st, 0, filters, func(m jetstream.Msg, _ *jetstream.MsgMetadata) error {
+		each(m)
+		if got++; got >= limit {
+			return store.ErrReadStop
 		}
-		read := 0
-		for m := range batch.Messages() {
-			read++
-			got++
-			each(m)
-			if md, err := m.Metadata(); err == nil && md.NumPending == 0 {
-				return nil
-			}
-		}
-		if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) {
-			return err
-		}
-		if read == 0 {
-			break
-		}
-	}
-	return nil
+		return nil
+	})
 }
 
 // Retry re-enqueues a failed inquiry under a new job, its scores kept:

@@ -13,7 +13,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/cellkit/cellkit/internal/api"
-	"github.com/cellkit/cellkit/internal/backoff"
 	"github.com/cellkit/cellkit/internal/inquiry"
 )
 
@@ -302,126 +301,48 @@ type moveRecord struct {
 // errScanLimit stops a scan at its limit.
 var errScanLimit = errors.New("scan limit reached")
 
-// scanBatch is how many messages a scan asks for at once.
-const scanBatch = 256
-
 // maxSlotFilters is the most slots a scan names as subject filters;
 // with more, it reads every message and chooses by slot itself.
 const maxSlotFilters = 64
 
 // scan calls fn with each message after sequence after, oldest first, in
 // slots (all, when nil), up to limit of them (0: no limit, errScanLimit
-// when reached), through an ordered consumer.
+// when reached and more is left).
 func (j *Ledger) scan(ctx context.Context, after uint64, slots []int, limit int, fn func(jetstream.Msg, *jetstream.MsgMetadata, int, moveRecord) error) error {
-	info, err := j.stream.Info(ctx)
-	if err != nil {
-		return err
-	}
-	if info.State.Msgs == 0 || info.State.LastSeq <= after {
-		return nil
-	}
-	cfg := jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: after + 1}
 	in := map[int]bool{}
 	for _, s := range slots {
 		in[s] = true
 	}
+	var filters []string
 	if slots != nil && len(slots) <= maxSlotFilters {
 		if len(slots) == 0 {
 			return nil
 		}
 		for _, s := range slots {
-			cfg.FilterSubjects = append(cfg.FilterSubjects, slotSubjects(j.cell, s))
+			filters = append(filters, slotSubjects(j.cell, s))
 		}
 		// Ids without a slot: their records' users decide.
-		cfg.FilterSubjects = append(cfg.FilterSubjects, "cellkit."+j.cell+".ledger.*.*._.*")
-	}
-	c, err := j.stream.OrderedConsumer(ctx, cfg)
-	if err != nil {
-		return err
+		filters = append(filters, "cellkit."+j.cell+".ledger.*.*._.*")
 	}
 	seen := 0
-	for {
-		// No wait: the server answers with what it has at once, so that
-		// a batch given up early is drained at once.
-		batch, err := c.FetchNoWait(scanBatch)
-		if err != nil {
-			return err
-		}
-		read, err := scanBatchOf(batch, in, slots == nil, func(m jetstream.Msg, md *jetstream.MsgMetadata, slot int, rec moveRecord) error {
-			if err := fn(m, md, slot, rec); err != nil {
-				return err
-			}
-			if seen++; limit > 0 && seen >= limit && md.NumPending > 0 {
-				return errScanLimit
-			}
-			if md.NumPending == 0 {
-				return errScanEnd
-			}
-			return nil
-		})
-		for range batch.Messages() {
-			// the rest of a batch given up
-		}
-		switch {
-		case errors.Is(err, errScanEnd):
-			return nil
-		case err != nil:
-			return err
-		}
-		if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) && !errors.Is(err, nats.ErrTimeout) {
-			return err
-		}
-		if read == 0 {
-			// A batch with nothing in it says only that nothing had
-			// reached the consumer yet: the consumer's own count says
-			// whether anything is left.
-			info, err := c.Info(ctx)
-			if err != nil {
-				return err
-			}
-			if info.NumPending == 0 {
-				return nil
-			}
-			if err := backoff.Sleep(ctx, scanWait); err != nil {
-				return err
-			}
-		}
-	}
-}
-
-// scanWait is how long a scan waits for messages its consumer has not
-// delivered yet.
-const scanWait = 10 * time.Millisecond
-
-// errScanEnd stops a scan at the stream's last message.
-var errScanEnd = errors.New("scan at the end")
-
-// scanBatchOf calls fn with each message of batch in the slots of in
-// (every slot when all; messages without a slot always, for their
-// records' users to decide) and returns how many it read.
-func scanBatchOf(batch jetstream.MessageBatch, in map[int]bool, all bool, fn func(jetstream.Msg, *jetstream.MsgMetadata, int, moveRecord) error) (int, error) {
-	read := 0
-	for m := range batch.Messages() {
-		read++
-		md, err := m.Metadata()
-		if err != nil {
-			return read, err
-		}
+	return Read(ctx, j.stream, after+1, filters, func(m jetstream.Msg, md *jetstream.MsgMetadata) error {
 		_, tokens, ok := subjectKind(m.Subject())
 		var rec moveRecord
 		if !ok || json.Unmarshal(m.Data(), &rec) != nil || rec.ID == "" {
-			continue // no write makes one: not an inquiry's
+			return nil // no write makes one: not an inquiry's
 		}
 		slot := tokenSlot(tokens)
-		if all || in[slot] || slot == api.NoSlot {
-			if err := fn(m, md, slot, rec); err != nil {
-				return read, err
-			}
-		} else if md.NumPending == 0 {
-			return read, errScanEnd
+		if slots != nil && !in[slot] && slot != api.NoSlot {
+			return nil
 		}
-	}
-	return read, nil
+		if err := fn(m, md, slot, rec); err != nil {
+			return err
+		}
+		if seen++; limit > 0 && seen >= limit && md.NumPending > 0 {
+			return errScanLimit
+		}
+		return nil
+	})
 }
 
 // slotSubjects is the filter of every message of slot.

@@ -73,10 +73,8 @@ func (c *client) controller(ctx context.Context, op string, within time.Duration
 	defer stop()
 	admin := c.admin
 	admin.Timeout = moveStepTimeout
-	cfg := c.moves
-	cfg.Hold = dl.Hold
 	ctl := control.New(reg, control.Config{Holder: control.Holder(Origin + " " + op), Origin: Origin, LockWait: c.lockWait},
-		control.Options{Moves: control.NewMover(admin, cfg, nil, nil)})
+		control.Options{Moves: control.NewMover(admin, c.moves, nil, nil)})
 	return fn(dl, ctl)
 }
 
