@@ -141,20 +141,69 @@ func (e *silentCell) Error() string {
 // copied again: the move is called off, nothing changed.
 var ErrVerify = errors.New("the copies differ")
 
-// Prepare runs a move's steps before the map: each cell records its part,
-// the source's messages of the users are copied, the source is fenced,
-// its attempts under way are waited for, its pending inquiries are
+// Prepare runs the steps of a change's moves before the map, in two
+// rounds, so that each move's users are fenced for the short one alone:
+// first each move's cells record their parts and the source's messages
+// of the users are copied while the source works on; then every source
+// is fenced, and for each move the attempts under way are waited for
+// (together: no new one starts anywhere), its pending inquiries are
 // handed over, what changed is copied, and both sides are digested per
-// slot (a slot that differs is copied again whole, once). On a failure it
-// calls the move off (Abort) and returns the error.
+// slot (a slot that differs is copied again whole, once). A move that
+// fails is called off (Abort) and its error returned; the caller calls
+// the others off. A move whose cell cannot take part is skipped with
+// LeaveData, else it fails the change.
 //
-// rep is where it stands (its Spec the move's); save, called after each
-// step, keeps it (the change's record).
-func (mv *Mover) Prepare(ctx context.Context, m *slotmap.Map, rep *api.MoveProgress, save func() error) error {
+// reps are where the moves stand (each Spec a move's); save, called
+// after each step, keeps them (the change's record).
+func (mv *Mover) Prepare(ctx context.Context, m *slotmap.Map, reps []api.MoveProgress, save func() error) error {
 	defer Hold(ctx)() // the change's time limit stops while the cells work
-	err := mv.prepare(ctx, m, rep, save)
+	runs := make([]moveRun, len(reps))
+	for i := range reps {
+		runs[i] = moveRun{rep: &reps[i], step: func(name string) error { reps[i].Step = name; return save() }}
+		if err := mv.settle(ctx, m, runs[i], mv.copyFirst(ctx, m, &runs[i])); err != nil {
+			return err
+		}
+	}
+	for _, r := range runs {
+		if r.rep.Step == "skipped" {
+			continue
+		}
+		if err := mv.settle(ctx, m, r, mv.fence(ctx, r)); err != nil {
+			return err
+		}
+	}
+	for _, r := range runs {
+		if r.rep.Step == "skipped" {
+			continue
+		}
+		if err := mv.settle(ctx, m, r, mv.seal(ctx, r)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// moveRun is one move of Prepare's: where it stands, its cells, its rate
+// and its first copy's cursor.
+type moveRun struct {
+	rep      *api.MoveProgress
+	step     func(name string) error
+	from, to slotmap.Cell
+	src, dst *api.CellMove
+	limiter  *rate.Limiter
+	cursor   uint64
+}
+
+// settle ends a step of r that failed with err: a cell that cannot take
+// part skips the move (LeaveData) or refuses the change; any other
+// failure calls the move off.
+func (mv *Mover) settle(ctx context.Context, m *slotmap.Map, r moveRun, err error) error {
+	rep := r.rep
 	var silent *silentCell
-	if errors.As(err, &silent) {
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &silent):
 		// Nothing was moved: at most the source recorded the move.
 		if silent.cell != rep.Spec.From {
 			if from, ok := m.Cell(rep.Spec.From); ok {
@@ -167,103 +216,109 @@ func (mv *Mover) Prepare(ctx context.Context, m *slotmap.Map, rep *api.MoveProgr
 			return fmt.Errorf("move %s: %w: its users' inquiries cannot move with them; nothing changed (%s changes the map all the same and leaves them in %s)", rep.Spec.ID, err, mv.cfg.LeaveHow, rep.Spec.From)
 		}
 		mv.note(Note{Warning: true, Text: fmt.Sprintf("Move %s skipped: %v; the inquiries of its users stay in %s.", rep.Spec.ID, err, rep.Spec.From)})
-		rep.Step = "skipped"
-		return save()
+		return r.step("skipped")
 	}
-	if err != nil {
-		spec := rep.Spec
-		rep.Error = err.Error()
-		if aerr := mv.Abort(context.WithoutCancel(ctx), m, rep); aerr != nil {
-			return fmt.Errorf("%w; calling move %s off failed too: %v", err, spec.ID, aerr)
-		}
-		return fmt.Errorf("move %s (%s → %s) called off, nothing changed: %w", spec.ID, spec.From, spec.To, err)
+	spec := rep.Spec
+	rep.Error = err.Error()
+	if aerr := mv.Abort(context.WithoutCancel(ctx), m, rep); aerr != nil {
+		return fmt.Errorf("%w; calling move %s off failed too: %v", err, spec.ID, aerr)
 	}
-	return nil
+	return fmt.Errorf("move %s (%s → %s) called off, nothing changed: %w", spec.ID, spec.From, spec.To, err)
 }
 
-func (mv *Mover) prepare(ctx context.Context, m *slotmap.Map, rep *api.MoveProgress, save func() error) error {
-	spec := rep.Spec
-	step := func(name string) error {
-		rep.Step = name
-		return save()
-	}
-	from, to, err := moveCells(m, rep)
-	if err != nil {
+// copyFirst has r's cells record their parts and copies the source's
+// messages of the users as they are.
+func (mv *Mover) copyFirst(ctx context.Context, m *slotmap.Map, r *moveRun) error {
+	spec := r.rep.Spec
+	var err error
+	if r.from, r.to, err = moveCells(m, r.rep); err != nil {
 		return err
 	}
-	if err := step("recording"); err != nil {
+	if err := r.step("recording"); err != nil {
 		return err
 	}
 	// A cell that cannot record its part (down, starting, a release
 	// without moves) takes none: nothing is moved.
-	src, err := mv.record(ctx, from, api.CellMove{Spec: spec, Role: api.MoveSource})
-	if err != nil {
+	if r.src, err = mv.record(ctx, r.from, api.CellMove{Spec: spec, Role: api.MoveSource}); err != nil {
 		return &silentCell{cell: spec.From, err: err}
 	}
-	dst, err := mv.record(ctx, to, api.CellMove{Spec: spec, Role: api.MoveDestination})
-	if err != nil {
+	if r.dst, err = mv.record(ctx, r.to, api.CellMove{Spec: spec, Role: api.MoveDestination}); err != nil {
 		return &silentCell{cell: spec.To, err: err}
 	}
-	if err := step("copying"); err != nil {
+	if err := r.step("copying"); err != nil {
 		return err
 	}
 	mv.note(Note{Text: fmt.Sprintf("Move %s: copying the inquiries of %d slots and %d users from %s to %s ...", spec.ID, len(spec.Slots), len(spec.Users), spec.From, spec.To)})
-	limiter := rate.NewLimiter(rate.Inf, 0)
+	r.limiter = rate.NewLimiter(rate.Inf, 0)
 	if mv.cfg.Rate > 0 {
-		limiter = rate.NewLimiter(rate.Limit(mv.cfg.Rate), max(mv.cfg.Rate, mv.cfg.Page))
+		r.limiter = rate.NewLimiter(rate.Limit(mv.cfg.Rate), max(mv.cfg.Rate, mv.cfg.Page))
 	}
-	cursor, err := mv.copyFrom(ctx, limiter, from, to, spec.ID, 0, nil, &rep.Copied, &rep.Bytes)
-	if err != nil {
-		return err
-	}
+	r.cursor, err = mv.copyFrom(ctx, r.limiter, r.from, r.to, spec.ID, 0, nil, &r.rep.Copied, &r.rep.Bytes)
+	return err
+}
+
+// fence has r's source refuse its users' new inquiries and start no
+// attempt of theirs.
+func (mv *Mover) fence(ctx context.Context, r moveRun) error {
 	fenced := mv.now().UTC()
-	rep.Fenced = &fenced
-	if err := step("fenced"); err != nil {
+	r.rep.Fenced = &fenced
+	if err := r.step("fenced"); err != nil {
 		return err
 	}
-	if _, err := atCell(from, func(a string) (*api.CellMove, error) {
+	spec := r.rep.Spec
+	if _, err := atCell(r.from, func(a string) (*api.CellMove, error) {
 		return mv.admin.PutMove(ctx, a, api.CellMove{Spec: spec, Role: api.MoveSource, Fenced: true})
 	}); err != nil {
 		return fmt.Errorf("fence the users at %s: %w", spec.From, err)
 	}
-	mv.waitAttempts(ctx, from, spec.ID)
-	if rep.Handed, err = atCell(from, func(a string) (int, error) { return mv.admin.MoveStep(ctx, a, spec.ID, api.MoveHand, nil) }); err != nil {
+	return nil
+}
+
+// seal finishes r's copy under the fence: it waits for the attempts
+// under way, has the source hand its pending inquiries over, copies what
+// changed, and verifies both sides (a slot that differs copied again
+// whole, once).
+func (mv *Mover) seal(ctx context.Context, r moveRun) error {
+	rep, spec := r.rep, r.rep.Spec
+	mv.waitAttempts(ctx, r.from, spec.ID)
+	var err error
+	if rep.Handed, err = atCell(r.from, func(a string) (int, error) { return mv.admin.MoveStep(ctx, a, spec.ID, api.MoveHand, nil) }); err != nil {
 		return fmt.Errorf("hand the pending inquiries over at %s: %w", spec.From, err)
 	}
-	if err := step("handed"); err != nil {
+	if err := r.step("handed"); err != nil {
 		return err
 	}
-	if _, err := mv.copyFrom(ctx, limiter, from, to, spec.ID, cursor, nil, &rep.Copied, &rep.Bytes); err != nil {
+	if _, err := mv.copyFrom(ctx, r.limiter, r.from, r.to, spec.ID, r.cursor, nil, &rep.Copied, &rep.Bytes); err != nil {
 		return err
 	}
-	ttl := time.Duration(min(cmp.Or(src.RecordTTLSeconds, 1<<40), cmp.Or(dst.RecordTTLSeconds, 1<<40))) * time.Second
+	ttl := time.Duration(min(cmp.Or(r.src.RecordTTLSeconds, 1<<40), cmp.Or(r.dst.RecordTTLSeconds, 1<<40))) * time.Second
 	horizon := mv.now().Add(-ttl + time.Minute)
-	if err := step("copied"); err != nil {
+	if err := r.step("copied"); err != nil {
 		return err
 	}
-	differ, err := mv.verify(ctx, from, to, spec.ID, horizon, rep)
+	differ, err := mv.verify(ctx, r.from, r.to, spec.ID, horizon, rep)
 	if err != nil {
 		return err
 	}
 	if len(differ) == 0 {
 		rep.Verified = true
-		return step("verified")
+		return r.step("verified")
 	}
 	mv.note(Note{Warning: true, Text: fmt.Sprintf("Move %s: %d slots differ after the copy (%v): copying them again whole.", spec.ID, len(differ), firstSlots(differ))})
-	if _, err := atCell(to, func(a string) (int, error) { return mv.admin.MoveStep(ctx, a, spec.ID, api.MoveDiscard, differ) }); err != nil {
+	if _, err := atCell(r.to, func(a string) (int, error) { return mv.admin.MoveStep(ctx, a, spec.ID, api.MoveDiscard, differ) }); err != nil {
 		return fmt.Errorf("clear the slots to copy again at %s: %w", spec.To, err)
 	}
-	if _, err := mv.copyFrom(ctx, limiter, from, to, spec.ID, 0, differ, &rep.Again, &rep.Bytes); err != nil {
+	if _, err := mv.copyFrom(ctx, r.limiter, r.from, r.to, spec.ID, 0, differ, &rep.Again, &rep.Bytes); err != nil {
 		return err
 	}
-	if differ, err = mv.verify(ctx, from, to, spec.ID, horizon, rep); err != nil {
+	if differ, err = mv.verify(ctx, r.from, r.to, spec.ID, horizon, rep); err != nil {
 		return err
 	}
 	if len(differ) > 0 {
 		return fmt.Errorf("%w in %d slots after copying them again (%v)", ErrVerify, len(differ), firstSlots(differ))
 	}
 	rep.Verified = true
-	return step("verified")
+	return r.step("verified")
 }
 
 // record has cell record its part cm, and checks that what it answered

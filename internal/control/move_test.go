@@ -205,7 +205,7 @@ func TestAChangeCutBeforeItsMapIsCalledOffByTheNext(t *testing.T) {
 		return err
 	}
 	mv := control.NewMover(admin, control.MoveConfig{AttemptWait: time.Second}, nil, nil)
-	if err := mv.Prepare(ctx, before, &rec.Moves[0], save); err != nil {
+	if err := mv.Prepare(ctx, before, rec.Moves[:1], save); err != nil {
 		t.Fatal(err)
 	}
 	// Cut here: fenced, handed over, copied, verified; the map unchanged.

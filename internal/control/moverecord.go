@@ -106,13 +106,11 @@ func (c *Controller) prepareMoves(ctx context.Context, cur *slotmap.Map, p *slot
 	if err := c.save(ctx, d); err != nil {
 		return nil, err
 	}
-	for i := range d.Moves {
-		if err := c.opts.Moves.Prepare(ctx, cur, &d.Moves[i], func() error { return c.save(ctx, d) }); err != nil {
-			if aerr := c.abortMoves(context.WithoutCancel(ctx), cur, d); aerr != nil {
-				return nil, fmt.Errorf("%w; and calling the other moves off: %v ('cellctl move resume' finishes it)", err, aerr)
-			}
-			return nil, fmt.Errorf("%w; the map is unchanged (version %d)", err, cur.Version())
+	if err := c.opts.Moves.Prepare(ctx, cur, d.Moves, func() error { return c.save(ctx, d) }); err != nil {
+		if aerr := c.abortMoves(context.WithoutCancel(ctx), cur, d); aerr != nil {
+			return nil, fmt.Errorf("%w; and calling the other moves off: %v ('cellctl move resume' finishes it)", err, aerr)
 		}
+		return nil, fmt.Errorf("%w; the map is unchanged (version %d)", err, cur.Version())
 	}
 	return d, nil
 }
