@@ -6,6 +6,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
 
+	"github.com/cellkit/cellkit/internal/api"
 	"github.com/cellkit/cellkit/internal/inquiry"
 	"github.com/cellkit/cellkit/internal/queue"
 	"github.com/cellkit/cellkit/internal/slotmap"
@@ -50,7 +51,7 @@ func (c *Cell) registerMetrics() {
 		Help: "Inquiries on the dead-letter stream.",
 	}, last(func(s *sample) float64 { return float64(s.Dead) }))
 	auto.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: "cellkit_cell_ready",
+		Name: api.MetricCellReady,
 		Help: "1 when /readyz answers 200.",
 	}, func() float64 {
 		if ok, _ := c.readiness(); ok {

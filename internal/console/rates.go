@@ -10,6 +10,7 @@ import (
 
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/cellkit/cellkit/internal/api"
 	"github.com/cellkit/cellkit/internal/gate"
 )
 
@@ -33,24 +34,16 @@ const (
 	rateShed     = "shed"
 )
 
-// The metrics the rates are read from (docs/metrics.md).
-const (
-	metricCellIntake = "cellkit_cell_intake_requests_total"
-	metricCellShed   = "cellkit_cell_intake_shed_total"
-	metricRouterReqs = "cellkit_router_requests_total"
-	metricRouterShed = "cellkit_router_shed_total"
-)
-
 // cellCounters reads a cell process's intake counters: requests but the
 // routers' probes, those answered 5xx but 503, and those shed.
 func cellCounters(mfs map[string]*dto.MetricFamily, at time.Time) counters {
-	return countersOf(mfs, at, metricCellIntake, metricCellShed, func(m *dto.Metric) bool { return labelOf(m, "route") != "health" })
+	return countersOf(mfs, at, api.MetricCellIntakeRequests, api.MetricCellIntakeShed, func(m *dto.Metric) bool { return labelOf(m, "route") != "health" })
 }
 
 // routerCounters reads a router's: every answer, those 5xx but a cell's
 // 503, and those its guards answered 503 at once.
 func routerCounters(mfs map[string]*dto.MetricFamily, at time.Time) counters {
-	return countersOf(mfs, at, metricRouterReqs, metricRouterShed, func(*dto.Metric) bool { return true })
+	return countersOf(mfs, at, api.MetricRouterRequests, api.MetricRouterShed, func(*dto.Metric) bool { return true })
 }
 
 // countersOf sums the counter family requests (the series counted, 5xx

@@ -7,6 +7,8 @@ import (
 	"strconv"
 
 	dto "github.com/prometheus/client_model/go"
+
+	"github.com/cellkit/cellkit/internal/api"
 )
 
 // Sample is what the gates read of one process's metrics at one moment:
@@ -60,29 +62,13 @@ func (h Health) worst(o Health) Health {
 	return Health{Restarts: max(h.Restarts, o.Restarts), Flaps: max(h.Flaps, o.Flaps)}
 }
 
-// The metrics a Sample is read from (docs/metrics.md, the cell's).
-const (
-	metricIntake      = "cellkit_cell_intake_requests_total"
-	metricDeliveries  = "cellkit_cell_deliveries_total"
-	metricPanics      = "cellkit_cell_panics_total"
-	metricIntakeTime  = "cellkit_cell_intake_seconds"
-	metricInquiryTime = "cellkit_cell_inquiry_seconds"
-	metricStarted     = "process_start_time_seconds"
-	metricReady       = "cellkit_cell_ready"
-	// The router's, by cell.
-	metricEdge     = "cellkit_router_requests_total"
-	metricEdgeShed = "cellkit_router_shed_total"
-	metricEdgeTime = "cellkit_router_request_duration_seconds"
-	metricBreaker  = "cellkit_router_breaker_state"
-)
-
 // OpenBreakers are those of cells whose circuit breaker a router's
 // scrape says is open or half-open (cellkit_router_breaker_state 1 or 2):
 // the router does not send them all their users. A breaker forced by an
 // operator is not the release's doing and is left out.
 func OpenBreakers(mfs map[string]*dto.MetricFamily, cells []string) []string {
 	var out []string
-	for _, m := range metrics(mfs, metricBreaker) {
+	for _, m := range metrics(mfs, api.MetricRouterBreakerState) {
 		if v := m.GetGauge().GetValue(); (v == 1 || v == 2) && slices.Contains(cells, label(m, "cell")) {
 			out = append(out, label(m, "cell"))
 		}
@@ -94,13 +80,13 @@ func OpenBreakers(mfs map[string]*dto.MetricFamily, cells []string) []string {
 // seconds; 0 when it does not say): a change between two scrapes is a
 // restart. A value that is not a finite positive number is an error.
 func StartedOf(mfs map[string]*dto.MetricFamily) (float64, error) {
-	ms := metrics(mfs, metricStarted)
+	ms := metrics(mfs, api.MetricProcessStarted)
 	if len(ms) == 0 {
 		return 0, nil
 	}
 	v := ms[0].GetGauge().GetValue()
 	if math.IsNaN(v) || math.IsInf(v, 0) || v < 0 {
-		return 0, fmt.Errorf("%s is %v, not a time", metricStarted, v)
+		return 0, fmt.Errorf("%s is %v, not a time", api.MetricProcessStarted, v)
 	}
 	return v, nil
 }
@@ -108,12 +94,12 @@ func StartedOf(mfs map[string]*dto.MetricFamily) (float64, error) {
 // ReadyOf says whether a cell process's scrape says it is ready
 // (cellkit_cell_ready, its /readyz at the moment of the scrape).
 func ReadyOf(mfs map[string]*dto.MetricFamily) bool {
-	for _, m := range metrics(mfs, metricReady) {
+	for _, m := range metrics(mfs, api.MetricCellReady) {
 		if m.GetGauge().GetValue() != 1 {
 			return false
 		}
 	}
-	return len(metrics(mfs, metricReady)) > 0
+	return len(metrics(mfs, api.MetricCellReady)) > 0
 }
 
 // Edge is one router's figures for one cell (running totals).
@@ -143,8 +129,8 @@ func refusal(code int) bool { return code == 503 || code == 429 || code == 401 |
 func edgeByCell(mfs map[string]*dto.MetricFamily) (map[string]Edge, error) {
 	out := map[string]Edge{}
 	refused := map[string]int64{} // 503s, the breaker's among them
-	for _, m := range metrics(mfs, metricEdge) {
-		v, err := count(metricEdge, m)
+	for _, m := range metrics(mfs, api.MetricRouterRequests) {
+		v, err := count(api.MetricRouterRequests, m)
 		if err != nil {
 			return nil, err
 		}
@@ -159,11 +145,11 @@ func edgeByCell(mfs map[string]*dto.MetricFamily) (map[string]Edge, error) {
 		}
 		out[cell] = e
 	}
-	for _, m := range metrics(mfs, metricEdgeShed) {
+	for _, m := range metrics(mfs, api.MetricRouterShed) {
 		if label(m, "reason") != "breaker" {
 			continue
 		}
-		v, err := count(metricEdgeShed, m)
+		v, err := count(api.MetricRouterShed, m)
 		if err != nil {
 			return nil, err
 		}
@@ -177,8 +163,8 @@ func edgeByCell(mfs map[string]*dto.MetricFamily) (map[string]Edge, error) {
 		e.Refusals = Counts{Total: e.Requests.Total, Failed: max(refused[cell], 0)}
 		out[cell] = e
 	}
-	for _, m := range metrics(mfs, metricEdgeTime) {
-		h, err := histogramOf(metricEdgeTime, m)
+	for _, m := range metrics(mfs, api.MetricRouterRequestSeconds) {
+		h, err := histogramOf(api.MetricRouterRequestSeconds, m)
 		if err != nil {
 			return nil, err
 		}
@@ -222,8 +208,8 @@ func (c Counts) since(before Counts) Counts {
 // of order is an error, not a number.
 func SampleOf(mfs map[string]*dto.MetricFamily) (Sample, error) {
 	var s Sample
-	for _, m := range metrics(mfs, metricIntake) {
-		v, err := count(metricIntake, m)
+	for _, m := range metrics(mfs, api.MetricCellIntakeRequests) {
+		v, err := count(api.MetricCellIntakeRequests, m)
 		if err != nil {
 			return Sample{}, err
 		}
@@ -239,8 +225,8 @@ func SampleOf(mfs map[string]*dto.MetricFamily) (Sample, error) {
 		}
 	}
 	s.Refusals.Total = s.Intake.Total
-	for _, m := range metrics(mfs, metricDeliveries) {
-		v, err := count(metricDeliveries, m)
+	for _, m := range metrics(mfs, api.MetricCellDeliveries) {
+		v, err := count(api.MetricCellDeliveries, m)
 		if err != nil {
 			return Sample{}, err
 		}
@@ -252,20 +238,20 @@ func SampleOf(mfs map[string]*dto.MetricFamily) (Sample, error) {
 			s.Inquiries.Failed += v
 		}
 	}
-	for _, m := range metrics(mfs, metricPanics) {
-		v, err := count(metricPanics, m)
+	for _, m := range metrics(mfs, api.MetricCellPanics) {
+		v, err := count(api.MetricCellPanics, m)
 		if err != nil {
 			return Sample{}, err
 		}
 		s.Panics += v
 	}
-	for _, name := range []string{metricIntakeTime, metricInquiryTime} {
+	for _, name := range []string{api.MetricCellIntakeSeconds, api.MetricCellInquirySeconds} {
 		for _, m := range metrics(mfs, name) {
 			h, err := histogramOf(name, m)
 			switch {
 			case err != nil:
 				return Sample{}, err
-			case name == metricInquiryTime:
+			case name == api.MetricCellInquirySeconds:
 				s.DoneLatency = s.DoneLatency.Add(h)
 			case label(m, "route") == "post":
 				s.IntakeLatency = s.IntakeLatency.Add(h)

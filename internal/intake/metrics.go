@@ -3,6 +3,8 @@ package intake
 import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
+
+	"github.com/cellkit/cellkit/internal/api"
 )
 
 type metrics struct {
@@ -20,16 +22,16 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	auto := promauto.With(reg)
 	m := &metrics{
 		requests: auto.NewCounterVec(prometheus.CounterOpts{
-			Name: "cellkit_cell_intake_requests_total",
+			Name: api.MetricCellIntakeRequests,
 			Help: "Intake API requests, by route (post, get, health: the routers' probes, other) and status code.",
 		}, []string{"route", "code"}),
 		seconds: auto.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "cellkit_cell_intake_seconds",
+			Name:    api.MetricCellIntakeSeconds,
 			Help:    "Intake API latency, by route; a POST includes the synced record write and PubAck.",
 			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5},
 		}, []string{"route"}),
 		shed: auto.NewCounterVec(prometheus.CounterOpts{
-			Name: "cellkit_cell_intake_shed_total",
+			Name: api.MetricCellIntakeShed,
 			Help: "Inquiries turned away with 503, by reason: age (oldest pending over budget), wait (backlog would take longer than the budget to drain), depth, share (high priority over its share while normal asks for the rest), full (stream limit), closed, nats, storage (the store near full or failing a write), moving (the user's inquiries being moved to another cell).",
 		}, []string{"reason"}),
 		laneShed: auto.NewCounterVec(prometheus.CounterOpts{

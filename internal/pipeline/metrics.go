@@ -5,6 +5,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
+
+	"github.com/cellkit/cellkit/internal/api"
 )
 
 type metrics struct {
@@ -57,7 +59,7 @@ func buildMetrics(reg prometheus.Registerer) *metrics {
 	auto := promauto.With(reg)
 	return &metrics{
 		inquiries: auto.NewCounterVec(prometheus.CounterOpts{
-			Name: "cellkit_cell_deliveries_total",
+			Name: api.MetricCellDeliveries,
 			Help: "Work messages handled, by outcome: done, failed, dead, retry, interrupted, duplicate, stale, malformed.",
 		}, []string{"outcome"}),
 		failures: auto.NewCounterVec(prometheus.CounterOpts{
@@ -70,7 +72,7 @@ func buildMetrics(reg prometheus.Registerer) *metrics {
 			Buckets: []float64{.001, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
 		}, []string{"outcome"}),
 		latency: auto.NewHistogram(prometheus.HistogramOpts{
-			Name:    "cellkit_cell_inquiry_seconds",
+			Name:    api.MetricCellInquirySeconds,
 			Help:    "Time from intake to a final status (done or failed).",
 			Buckets: []float64{.01, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300},
 		}),
@@ -88,7 +90,7 @@ func buildMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Callbacks, by outcome: ok (delivered), retry (an attempt failed transiently and is tried again), error (failed for good), refused (an internal address), dropped (queue full).",
 		}, []string{"outcome"}),
 		panics: auto.NewCounterVec(prometheus.CounterOpts{
-			Name: "cellkit_cell_panics_total",
+			Name: api.MetricCellPanics,
 			Help: "Panics recovered while processing an inquiry (which is then failed with \"internal error\" and dead-lettered), delivering a callback or serving a request (answered 500), by step: an agency's name, css, scoring, core_banking, pipeline, callback, intake, admin.",
 		}, []string{"step"}),
 		quarantined: auto.NewCounter(prometheus.CounterOpts{

@@ -5,6 +5,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/cellkit/cellkit/internal/api"
 	"github.com/cellkit/cellkit/internal/apikey"
 	"github.com/cellkit/cellkit/internal/guard"
 	"github.com/prometheus/client_golang/prometheus"
@@ -89,11 +90,11 @@ func newMetrics(reg prometheus.Registerer, gauges prometheus.Collector, loops fu
 	}
 	m := &metrics{
 		requests: auto.NewCounterVec(prometheus.CounterOpts{
-			Name: "cellkit_router_requests_total",
+			Name: api.MetricRouterRequests,
 			Help: "Answers by cell and status code (cell \"none\": answered before routing).",
 		}, []string{"cell", "code"}),
 		duration: auto.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "cellkit_router_request_duration_seconds",
+			Name:    api.MetricRouterRequestSeconds,
 			Help:    "Time from the request's arrival to its answer, by cell.",
 			Buckets: []float64{0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10},
 		}, []string{"cell"}),
@@ -102,7 +103,7 @@ func newMetrics(reg prometheus.Registerer, gauges prometheus.Collector, loops fu
 			Help: "Requests refused with 429 by the client's rate limit.",
 		}, []string{"client"}),
 		shed: auto.NewCounterVec(prometheus.CounterOpts{
-			Name: "cellkit_router_shed_total",
+			Name: api.MetricRouterShed,
 			Help: "Requests answered 503 at once by a cell's guard: reason breaker (open), bulkhead (full) or no_cell (no active cell).",
 		}, []string{"cell", "reason"}),
 		panics: auto.NewCounter(prometheus.CounterOpts{
@@ -271,7 +272,7 @@ func newGuardGauges(guards func() []*guard.Guard) *guardGauges {
 		guards:   guards,
 		inFlight: prometheus.NewDesc("cellkit_router_in_flight", "Requests being proxied to the cell.", []string{"cell"}, nil),
 		limit:    prometheus.NewDesc("cellkit_router_bulkhead_limit", "Most requests the router proxies to the cell at once.", []string{"cell"}, nil),
-		state: prometheus.NewDesc("cellkit_router_breaker_state",
+		state: prometheus.NewDesc(api.MetricRouterBreakerState,
 			"The cell's circuit breaker: 0 closed, 1 open, 2 half-open, 3 forced open, 4 forced closed.", []string{"cell"}, nil),
 	}
 }

@@ -2,7 +2,11 @@ package grafana
 
 //lint:file-ignore SA1019 the SDK marks its dashboard (v1) builder deprecated in favour of the v2 schema, which Grafana 10 and 11 cannot import; these dashboards are v1 JSON on purpose
 
-import "github.com/grafana/grafana-foundation-sdk/go/dashboard"
+import (
+	"github.com/grafana/grafana-foundation-sdk/go/dashboard"
+
+	"github.com/cellkit/cellkit/internal/api"
+)
 
 // cellDetail is cellkit-cell.json: one cell (the `cell` variable) in detail,
 // from its intake to its agencies, and the router's view of it.
@@ -22,12 +26,12 @@ func cellDetail() *dashboard.DashboardBuilder {
 		"One cell in detail (the cell variable): intake, queue, pipeline, agencies and sessions, the map, and the router's view of the cell.", false).
 		WithRow(row("Intake")).
 		WithPanel(series("Intake requests", "Intake API requests by route (post, get, other) and status code.", "reqps", 8,
-			q(sumRate("route, code", "cellkit_cell_intake_requests_total"), "{{route}} {{code}}"))).
+			q(sumRate("route, code", api.MetricCellIntakeRequests), "{{route}} {{code}}"))).
 		WithPanel(series("Intake latency", "Intake API latency by route; a POST includes the synced record write and the PubAck.", "s", 8,
-			q(quantile("0.5", sel("cellkit_cell_intake_seconds_bucket"), "route"), "{{route}} p50"),
-			q(quantile("0.99", sel("cellkit_cell_intake_seconds_bucket"), "route"), "{{route}} p99"))).
+			q(quantile("0.5", sel(api.MetricCellIntakeSeconds+"_bucket"), "route"), "{{route}} p50"),
+			q(quantile("0.99", sel(api.MetricCellIntakeSeconds+"_bucket"), "route"), "{{route}} p99"))).
 		WithPanel(series("Shed by reason", "Inquiries turned away with 503: age (oldest pending over budget), wait (backlog over budget), depth, full, closed, nats; and refused with 421 (not this cell's user).", "reqps", 8,
-			q(sumRate("reason", "cellkit_cell_intake_shed_total"), "{{reason}}"),
+			q(sumRate("reason", api.MetricCellIntakeShed), "{{reason}}"),
 			q(`sum(`+rate(sel("cellkit_cell_intake_misdirected_total"))+`)`, "misdirected (421)"))).
 		WithRow(row("Queue")).
 		WithPanel(series("Queue depth", "Work messages not yet acked, by lane, and messages in the work stream.", "short", 6,
@@ -38,13 +42,13 @@ func cellDetail() *dashboard.DashboardBuilder {
 		WithPanel(series("Drain rate", "Work messages settled per second (the cell's moving average).", "short", 6,
 			q(`max(`+sel("cellkit_cell_queue_drain_rate")+`)`, "settled/s"))).
 		WithPanel(series("Deliveries", "Work messages handled, by outcome: done, failed, dead, retry, interrupted, duplicate, stale, malformed.", "ops", 6,
-			q(sumRate("outcome", "cellkit_cell_deliveries_total"), "{{outcome}}"))).
+			q(sumRate("outcome", api.MetricCellDeliveries), "{{outcome}}"))).
 		WithRow(row("Pipeline")).
 		WithPanel(series("In flight", "Inquiries being processed by the workers.", "short", 6,
 			q(`max(`+sel("cellkit_cell_inflight")+`)`, "workers"))).
 		WithPanel(series("Inquiry latency", "Time from intake to a final status (done or failed); and to handle one work message.", "s", 6,
-			q(quantile("0.5", sel("cellkit_cell_inquiry_seconds_bucket")), "inquiry p50"),
-			q(quantile("0.99", sel("cellkit_cell_inquiry_seconds_bucket")), "inquiry p99"),
+			q(quantile("0.5", sel(api.MetricCellInquirySeconds+"_bucket")), "inquiry p50"),
+			q(quantile("0.99", sel(api.MetricCellInquirySeconds+"_bucket")), "inquiry p99"),
 			q(quantile("0.99", sel("cellkit_cell_delivery_seconds_bucket", `outcome="done"`)), "delivery p99 (done)"))).
 		WithPanel(series("Step p99", "Pipeline step latency (each agency, css, core_banking), waits for a session included.", "s", 6,
 			q(quantile("0.99", sel("cellkit_cell_step_seconds_bucket"), "step"), "{{step}}"))).
@@ -56,7 +60,7 @@ func cellDetail() *dashboard.DashboardBuilder {
 			q(sumRate("outcome", "cellkit_cell_callbacks_total"), "{{outcome}}"))).
 		WithPanel(series("Ready", "Scraped (up), ready (/readyz answers 200) and taking inquiries (intake open).", "short", 6,
 			q(`max(up{job="cellkit-cell", `+c+`})`, "up"),
-			q(`max(`+sel("cellkit_cell_ready")+`)`, "ready"),
+			q(`max(`+sel(api.MetricCellReady)+`)`, "ready"),
 			q(`max(`+sel("cellkit_cell_intake_open")+`)`, "intake open"))).
 		WithRow(row("Agencies")).
 		WithPanel(series("Agency calls", "Agency calls by agency and outcome: ok, code_error, timeout, transport_error, circuit_open, limited, exhausted, canceled.", "ops", 8,
@@ -99,17 +103,17 @@ func cellDetail() *dashboard.DashboardBuilder {
 			q(`sum(increase(`+sel("cellkit_cell_map_sync_errors_total")+`[$__rate_interval]))`, "sync errors"))).
 		WithRow(row("Router to this cell")).
 		WithPanel(series("Answers by code", "The router's answers for this cell, by status code.", "reqps", 8,
-			q(`sum by (code) (`+rate(sel("cellkit_router_requests_total"))+`)`, "{{code}}"))).
+			q(`sum by (code) (`+rate(sel(api.MetricRouterRequests))+`)`, "{{code}}"))).
 		WithPanel(series("Answer p50 / p99", "Time from a request's arrival at the router to its answer.", "s", 8,
-			q(quantile("0.5", sel("cellkit_router_request_duration_seconds_bucket")), "p50"),
-			q(quantile("0.99", sel("cellkit_router_request_duration_seconds_bucket")), "p99"))).
+			q(quantile("0.5", sel(api.MetricRouterRequestSeconds+"_bucket")), "p50"),
+			q(quantile("0.99", sel(api.MetricRouterRequestSeconds+"_bucket")), "p99"))).
 		WithPanel(series("In flight / bulkhead", "Requests the router proxies to the cell, against its bulkhead limit.", "short", 8,
 			q(`sum(`+sel("cellkit_router_in_flight")+`)`, "in flight"),
 			q(`max(`+sel("cellkit_router_bulkhead_limit")+`)`, "bulkhead limit"))).
 		WithPanel(breakers("Router breaker", "The router's circuit breaker for this cell.", 8,
-			q(`max(`+sel("cellkit_router_breaker_state")+`)`, "router to cell"))).
+			q(`max(`+sel(api.MetricRouterBreakerState)+`)`, "router to cell"))).
 		WithPanel(series("Shed and errors", "Requests the router's guard answered 503 at once (breaker, bulkhead), calls that got no answer (timeout, connection), and 421 answers (the map changed).", "reqps", 8,
-			q(sumRate("reason", "cellkit_router_shed_total"), "shed {{reason}}"),
+			q(sumRate("reason", api.MetricRouterShed), "shed {{reason}}"),
 			q(sumRate("kind", "cellkit_router_upstream_errors_total"), "no answer: {{kind}}"),
 			q(`sum(`+rate(sel("cellkit_router_misdirected_total"))+`)`, "misdirected (421)")))
 }
