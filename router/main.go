@@ -42,7 +42,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/panjf2000/gnet/v2/pkg/netpoll"
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sync/errgroup"
 
@@ -85,8 +84,6 @@ type options struct {
 	reloadInterval      time.Duration
 	logLevel            slog.Level
 	pprof               bool
-	loopProbe           bool
-	loopSyscalls        bool
 	server              router.ServerLimits
 	cell                router.CellLimits
 	adminTokenFile      string
@@ -116,8 +113,6 @@ func parseFlags(args []string, getenv func(string) string, output io.Writer) (o 
 	fs.DurationVar(&o.reloadInterval, "reload-interval", time.Second, "how often the keys, admin token and certificate files are checked for changes (SIGHUP: at once)")
 	fs.TextVar(&o.logLevel, "log-level", slog.LevelInfo, "log level: debug, info, warn or error")
 	fs.BoolVar(&o.pprof, "pprof", false, "serve /debug/pprof/ on the admin listener")
-	fs.BoolVar(&o.loopSyscalls, "loop-syscalls", false, "event loops read and write each socket with a system call of its own (the way before; without it, a round's reads go to the kernel in one io_uring call and its writes in another, where the kernel allows io_uring)")
-	fs.BoolVar(&o.loopProbe, "loop-probe", false, "event loops ask epoll once more without blocking after each round of events before they wait (gnet's own way: two system calls per wake-up when events come one at a time; without it, one)")
 	fs.StringVar(&o.handoffSocket, "handoff-socket", "", "Unix socket where the router hands its listening sockets to a successor on this host, and where it takes them from a predecessor at its start: a restart or an upgrade with no connection refused; SIGUSR2 starts this program's path again as the successor. Its directory is private: made 0700 if missing, refused if group or others have access, another user owns it or it is a symbolic link; only a process of the router's user takes part (empty: none; see docs/router.md)")
 	fs.DurationVar(&o.handoffWait, "handoff-wait", time.Minute, "how long a successor that took the sockets has to become ready; after that this router refuses it and serves on")
 	fs.DurationVar(&o.quota.Round, "quota-round", 500*time.Millisecond, "how often the router writes its lease of the clients' quotas in the registry and reads the other routers' (a client's quota holds across all routers; see docs/router.md)")
@@ -143,7 +138,6 @@ func parseFlags(args []string, getenv func(string) string, output io.Writer) (o 
 	fs.DurationVar(&o.cell.DialTimeout, "cell-dial-timeout", d.Cell.DialTimeout, "time to connect to a cell")
 	fs.DurationVar(&o.cell.UnackedTimeout, "cell-unacked-timeout", d.Cell.UnackedTimeout, "close a connection to a cell whose sent bytes stay unacknowledged this long (TCP_USER_TIMEOUT): a cell cut off by the network fails requests after this, not after --cell-timeout")
 	fs.DurationVar(&o.cell.IdleConnTimeout, "cell-idle-conn-timeout", d.Cell.IdleConnTimeout, "close connections to a cell idle this long")
-	fs.BoolVar(&o.cell.AlwaysPeek, "cell-always-peek", d.Cell.AlwaysPeek, "ask the kernel before every call on a kept-alive connection to a cell whether the cell wrote unasked bytes to it, even on one whose cell echoes each call's number (Cellkit-Call): the I/O path before the echo, a system call per request")
 	fs.IntVar(&o.cell.Breaker.Window, "breaker-window", d.Cell.Breaker.Window, "circuit breaker: outcomes remembered per cell")
 	fs.IntVar(&o.cell.Breaker.MinCalls, "breaker-min-calls", d.Cell.Breaker.MinCalls, "circuit breaker: outcomes needed before it can open")
 	fs.Float64Var(&o.cell.Breaker.FailureRate, "breaker-failure-rate", d.Cell.Breaker.FailureRate, "circuit breaker: open at this share of failures (5xx, errors, timeouts)")
@@ -335,8 +329,6 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, ready fun
 	if board, ok := reg.(registry.LeaseBoard); ok {
 		sharing = &router.QuotaSharing{Board: board, Config: o.quota}
 	}
-	netpoll.ProbeBeforeWait.Store(o.loopProbe) // process-wide: read by each loop as it starts
-	netpoll.SyscallPerSocketIO.Store(o.loopSyscalls)
 	rt, err = router.New(router.Config{Server: o.server, Cell: cellLimits, SlotRateWindow: o.slotRateWindow}, router.Options{
 		Maps:       follower,
 		Refresh:    reg.Load,

@@ -33,8 +33,8 @@ func uringAvailable(t *testing.T) bool {
 // buffers for it and reading them late: the loops read a round's sockets
 // together and write its answers together (io_uring), a write the socket
 // does not take whole goes on when it can, and every client gets its own
-// answers, whole and in order. With -loop-syscalls the same holds, and
-// no batch is made.
+// answers, whole and in order. On the call-per-socket path (a kernel
+// that refuses io_uring) the same holds, and no batch is made.
 func TestBatchedReadsAndWritesKeepEveryAnswerWhole(t *testing.T) {
 	for _, syscalls := range []bool{false, true} {
 		t.Run(fmt.Sprintf("syscalls=%v", syscalls), func(t *testing.T) {

@@ -375,12 +375,11 @@ func (uc *upconn) buffered() int {
 // told of yet), and the cell has not closed it; if not, it closes it. A
 // connection given a request must be quiet: whatever waits on it would
 // be read as the request's answer. The kernel is asked (a system call)
-// before a connection's first call, and before later ones only with
-// Cell.AlwaysPeek: a connection carries a second call only once its cell
-// has echoed a call's number on it (finish), and from then on every
-// answer names its call (echoed), so unasked bytes cannot pass for an
-// answer — they fail the one call they meet instead of being found
-// before it.
+// before a connection's first call only: a connection carries a second
+// call only once its cell has echoed a call's number on it (finish), and
+// from then on every answer names its call (echoed), so unasked bytes
+// cannot pass for an answer — they fail the one call they meet instead of
+// being found before it.
 // On an https cell the kernel's bytes are not looked at: they may be
 // TLS's own messages (a session ticket), which carry no answer.
 func (uc *upconn) quiet(when string) bool {
@@ -395,7 +394,7 @@ func (uc *upconn) quiet(when string) bool {
 		}
 		return true
 	}
-	if uc.echoes && !uc.p.lp.e.r.cfg.Cell.AlwaysPeek {
+	if uc.echoes {
 		return true
 	}
 	uc.p.lp.e.r.metrics.peeks.Inc()

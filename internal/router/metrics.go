@@ -72,11 +72,11 @@ func newMetrics(reg prometheus.Registerer, gauges prometheus.Collector, loops fu
 	auto := promauto.With(reg)
 	waits := auto.NewCounterFunc(prometheus.CounterOpts{
 		Name: "cellkit_router_loop_waits_total",
-		Help: "epoll_wait calls of the event loops, each a system call: a loop makes one per wake-up (with -loop-probe, two when its events come one at a time).",
+		Help: "epoll_wait calls of the event loops, each a system call: a loop makes one per wake-up.",
 	}, func() float64 { return float64(loops().waits) })
 	auto.NewCounterFunc(prometheus.CounterOpts{
 		Name: "cellkit_router_loop_batches_total",
-		Help: "io_uring calls of the event loops, each a system call carrying a round's reads or its writes (two or more; one is a read or write call of its own). None with -loop-syscalls or where the kernel refuses io_uring.",
+		Help: "io_uring calls of the event loops, each a system call carrying a round's reads or its writes (two or more; one is a read or write call of its own). None where the kernel refuses io_uring.",
 	}, func() float64 { return float64(loops().batches) })
 	for _, op := range []struct {
 		name string
@@ -140,7 +140,7 @@ func newMetrics(reg prometheus.Registerer, gauges prometheus.Collector, loops fu
 		}, []string{"reason"}),
 		peeks: auto.NewCounter(prometheus.CounterOpts{
 			Name: "cellkit_router_cell_peeks_total",
-			Help: "System calls asking the kernel whether a cell wrote unasked bytes to a kept-alive connection before a call: once per connection to a cell that echoes Cellkit-Call, once per call to one that does not (or with -cell-always-peek).",
+			Help: "System calls asking the kernel whether a cell wrote unasked bytes to a kept-alive connection before a call: once per connection to a cell that echoes Cellkit-Call, once per call to one that does not.",
 		}),
 		evicted: auto.NewCounter(prometheus.CounterOpts{
 			Name: "cellkit_router_connections_evicted_total",

@@ -550,8 +550,8 @@ func cellConns(w *world) int {
 
 // TestACellThatEchoesIsNotAskedBeforeEachCall: a connection whose cell
 // echoes each call's number (Cellkit-Call) is looked at in the kernel for
-// unasked bytes once, not before every call (-cell-always-peek: before
-// every call all the same); one that does not echo, before every call.
+// unasked bytes once, not before every call; one that does not echo,
+// before every call.
 // An answer naming another call, or none once the cell has echoed, fails
 // its call: it is never passed off as the call's answer.
 func TestACellThatEchoesIsNotAskedBeforeEachCall(t *testing.T) {
@@ -562,12 +562,12 @@ func TestACellThatEchoesIsNotAskedBeforeEachCall(t *testing.T) {
 		}
 		return textAnswer("answer to "+id, call)
 	}
-	run := func(t *testing.T, echo, always bool) (peeks float64, conns int64) {
+	run := func(t *testing.T, echo bool) (peeks float64, conns int64) {
 		f := newFakeCell(t, func(_ int, req *http.Request, _ []byte) string {
 			return reply(echo, req.Header.Get("Cellkit-Call"), req.Header.Get("X-Request-Id"))
 		})
 		w := newWorld(t, worldOptions{cells: []string{"c1"}, intake: map[string]string{"c1": f.url()},
-			cfg: Config{Cell: CellLimits{ProbeInterval: -1, AlwaysPeek: always}}})
+			cfg: Config{Cell: CellLimits{ProbeInterval: -1}}})
 		for i := range calls {
 			id := "r" + strconv.Itoa(i)
 			if a := w.do("GET", "/v1/inquiries/c1-abc", "", "X-Request-Id", id); a.status != 200 || string(a.body) != "answer to "+id {
@@ -576,14 +576,11 @@ func TestACellThatEchoesIsNotAskedBeforeEachCall(t *testing.T) {
 		}
 		return testutil.ToFloat64(w.router.metrics.peeks), f.conns.Load()
 	}
-	if peeks, conns := run(t, true, false); peeks > float64(2*conns) || conns > 2 {
+	if peeks, conns := run(t, true); peeks > float64(2*conns) || conns > 2 {
 		t.Errorf("a cell that echoes: %v peeks on %d connections for %d calls, want at most 2 per connection", peeks, conns, calls)
 	}
-	if peeks, _ := run(t, false, false); peeks < calls {
+	if peeks, _ := run(t, false); peeks < calls {
 		t.Errorf("a cell that does not echo: %v peeks for %d calls, want one per call at least", peeks, calls)
-	}
-	if peeks, _ := run(t, true, true); peeks < calls {
-		t.Errorf("-cell-always-peek: %v peeks for %d calls, want one per call at least", peeks, calls)
 	}
 
 	// The 3rd answer names a call never sent; the 5th names none, from a

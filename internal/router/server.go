@@ -183,12 +183,6 @@ type CellLimits struct {
 	IdleConnTimeout time.Duration
 	// MaxResponseBytes bounds a cell's answer; more is a failed call [1 MiB].
 	MaxResponseBytes int
-	// AlwaysPeek asks the kernel before every call on a kept-alive
-	// connection whether the cell wrote unasked bytes to it (a system call
-	// per request), even once the cell has echoed the calls' numbers
-	// (Cellkit-Call), which makes the question needless: the I/O path
-	// before the echo [false].
-	AlwaysPeek bool
 	// Breaker is each cell's circuit breaker [Window 50, MinCalls 10,
 	// FailureRate 0.5, SlowCall Timeout, SlowRate 0.5, OpenFor 5s,
 	// HalfOpenProbes 3] (see internal/breaker for the rule).

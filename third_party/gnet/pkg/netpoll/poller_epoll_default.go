@@ -127,7 +127,6 @@ func (p *Poller) Polling(callback PollEventHandler) error {
 	var doChores bool
 
 	msec := -1
-	probe := ProbeBeforeWait.Load()
 	for {
 		p.waits.Add(1)
 		n, err := unix.EpollWait(p.fd, el.events, msec)
@@ -138,9 +137,6 @@ func (p *Poller) Polling(callback PollEventHandler) error {
 		} else if err != nil {
 			logging.Errorf("error occurs in epoll: %v", os.NewSyscallError("epoll_wait", err))
 			return err
-		}
-		if probe {
-			msec = 0
 		}
 		if p.batcher != nil {
 			p.batcher.Prepare(el.events[:n])
@@ -203,11 +199,10 @@ func (p *Poller) Polling(callback PollEventHandler) error {
 		} else if n < el.size>>1 {
 			el.shrink()
 		}
-		if !probe {
-			// Let the other goroutines run, and events gather, before
-			// waiting: what the probe's yield did, without its call.
-			runtime.Gosched()
-		}
+		// Let the other goroutines run, and events gather, before
+		// waiting (cellkit): what gnet's probe with a zero timeout and its
+		// yield did, without the probe's system call.
+		runtime.Gosched()
 	}
 }
 

@@ -126,7 +126,6 @@ func (p *Poller) Polling() error {
 	var doChores bool
 
 	msec := -1
-	probe := ProbeBeforeWait.Load()
 	for {
 		p.waits.Add(1)
 		n, err := epollWait(p.fd, el.events, msec)
@@ -137,9 +136,6 @@ func (p *Poller) Polling() error {
 		} else if err != nil {
 			logging.Errorf("error occurs in epoll: %v", os.NewSyscallError("epoll_wait", err))
 			return err
-		}
-		if probe {
-			msec = 0
 		}
 
 		for i := 0; i < n; i++ {
@@ -196,9 +192,7 @@ func (p *Poller) Polling() error {
 		} else if n < el.size>>1 {
 			el.shrink()
 		}
-		if !probe {
-			runtime.Gosched()
-		}
+		runtime.Gosched() // cellkit: the yield without gnet's probe
 	}
 }
 

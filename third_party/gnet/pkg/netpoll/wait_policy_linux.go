@@ -20,21 +20,14 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// ProbeBeforeWait, when true as a poller starts polling, keeps gnet's own
-// way of waiting: after a round of events, epoll_wait again with a zero
-// timeout, and only when that finds nothing, yield and block. False (the
-// cellkit patch) yields after a round and blocks at once: one system call
-// per wake-up instead of two when events come one at a time, the same one
-// call when they come faster than a round takes (the blocking wait then
-// returns at once).
-var ProbeBeforeWait atomic.Bool
-
-// SyscallPerSocketIO, when true as a loop starts, keeps gnet's own way: a
-// read or write system call per socket. False (the cellkit patch), a
-// loop reads the sockets a round of events found readable in one
-// io_uring call and writes what the round wrote in another, where the
-// kernel allows io_uring (a loop that cannot set up a ring says so in its
-// log and makes a system call per read and write).
+// SyscallPerSocketIO, when true as a loop starts, gives it what a kernel
+// that refuses io_uring gives every loop: a read or write system call per
+// socket (gnet's own way). Tests set it to run that path; nothing else
+// does. False (the cellkit patch), a loop reads the sockets a round of
+// events found readable in one io_uring call and writes what the round
+// wrote in another, where the kernel allows io_uring (a loop that cannot
+// set up a ring says so in its log and makes a system call per read and
+// write).
 var SyscallPerSocketIO atomic.Bool
 
 // Batcher is told of each round of events before they are dispatched
