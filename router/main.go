@@ -211,11 +211,12 @@ func checkServerFiles(prefix string, f *tlsconf.ServerFiles, given map[string]bo
 type addrs struct{ Public, Admin net.Addr }
 
 // run serves until ctx ends, then shuts down gracefully. ready, if not nil,
-// is called once the public listener accepts requests. One piece: the
-// process's wiring in the order it must happen (a predecessor's sockets
-// and state taken before anything listens, the files and their watchers,
-// the registry, the router, the quota sharer, the listeners), then one
+// is called once the public listener accepts requests: the process's
+// wiring in the order it must happen (a predecessor's sockets and state
+// taken before anything listens, the files and their watchers, the
+// registry, the router, the quota sharer, the listeners), then one
 // errgroup whose goroutines share the handoff and shutdown flags it made.
+// One piece: the start order and the errgroup's shared flags (a run group of paired components is the planned split).
 func run(ctx context.Context, args []string, stdout, stderr io.Writer, ready func(addrs)) error {
 	if len(args) > 0 {
 		switch args[0] {

@@ -19,8 +19,7 @@ import (
 )
 
 // Command is `loadtest drill NAME`: args are the name and its flags.
-// One piece: the flag set every drill shares and the table of drills are
-// read together, top to bottom.
+// One piece: the shared flag set and the table of drills, read together.
 func Command(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" {
 		fmt.Fprintln(stdout, "loadtest drill kill|freeze|disk-full|drain|moves|agency-slow|priority|poison|release|handoff [flags]; 'loadtest drill kill -h' lists the flags")

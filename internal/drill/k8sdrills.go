@@ -280,6 +280,7 @@ func RouterReplace(ctx context.Context, c K8sConfig) (*loadtest.Result, error) {
 // error but the fence's (503 user-moving with Retry-After, while their
 // last messages are copied), the others none; every accepted inquiry
 // ends final.
+// One piece: a script on one timeline (created, in the map), then its checks.
 func CellAdd(ctx context.Context, c K8sConfig) (*loadtest.Result, error) {
 	c.defaults()
 	n, err := newK8sRun(ctx, &c, c.Baseline+c.Within+c.After)
@@ -409,11 +410,10 @@ func startedBy(pods []corev1.Pod, t time.Time) (int, []string) {
 // map marks it drained only then), then takes it out of the map, then
 // its objects go. Its users are served elsewhere with no error but the
 // fence's throughout, the removal included, and every inquiry ends
-// final. Once
-// it has gone, what it accepted reads final through the routers and a
-// keyed retry gets the same id: its users' data moved with them.
-// One piece: a drill script on one timeline — delete, drained, removed,
-// gone — then the checks, which read the marks of each step.
+// final. Once it has gone, what it accepted reads final through the
+// routers and a keyed retry gets the same id: its users' data moved with
+// them.
+// One piece: a script on one timeline (deleted, drained, removed, gone), then its checks.
 func CellDelete(ctx context.Context, c K8sConfig) (*loadtest.Result, error) {
 	c.defaults()
 	n, err := newK8sRun(ctx, &c, c.Baseline+3*c.Within+c.After)

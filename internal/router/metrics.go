@@ -66,8 +66,8 @@ type codeCounter struct{ prometheus.Counter }
 // loopCounts are the event loops' system-call counters, summed.
 type loopCounts struct{ waits, batches, batchedReads, batchedWrites uint64 }
 
-// newMetrics registers the router's series. One piece: a list of
-// declarations, one per series, read top to bottom like the struct.
+// newMetrics registers the router's series.
+// One piece: one declaration per series, read top to bottom like the struct.
 func newMetrics(reg prometheus.Registerer, gauges prometheus.Collector, loops func() loopCounts) *metrics {
 	auto := promauto.With(reg)
 	waits := auto.NewCounterFunc(prometheus.CounterOpts{

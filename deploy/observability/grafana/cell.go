@@ -10,6 +10,7 @@ import (
 
 // cellDetail is cellkit-cell.json: one cell (the `cell` variable) in detail,
 // from its intake to its agencies, and the router's view of it.
+// One piece: the dashboard's rows in the order they are shown.
 func cellDetail() *dashboard.DashboardBuilder {
 	const c = `cell="$cell"`
 	sel := func(name string, more ...string) string {
