@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -18,7 +17,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/cellkit/cellkit/internal/handoff"
-	"github.com/cellkit/cellkit/internal/program"
 	"github.com/cellkit/cellkit/internal/quota"
 	"github.com/cellkit/cellkit/internal/router"
 	"github.com/cellkit/cellkit/internal/tlsconf"
@@ -295,16 +293,15 @@ func warm(ctx context.Context, log *slog.Logger, d handoffData, rt *router.Route
 		"took", time.Since(start).Round(time.Millisecond))
 }
 
-// handOver stops a router whose successor serves: the admin listener is
-// closed (the successor answers on it), the public connections drain
-// within --shutdown-timeout, and what happened to them is logged.
-func handOver(rt *router.Router, admin *http.Server, o options, log *slog.Logger, hm *handoffMetrics, to handoff.Hello) error {
+// handOver drains a router whose successor serves: the public
+// connections drain within --shutdown-timeout and what happened to them
+// is logged (the admin listener's stop is the group's next).
+func handOver(rt *router.Router, o options, log *slog.Logger, hm *handoffMetrics, to handoff.Hello) error {
 	log.Info("handed over: no more connections accepted here; draining", "successor_pid", to.PID,
 		"successor_release", to.Release, "bound", o.shutdownTimeout)
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), o.shutdownTimeout)
 	defer cancel()
-	var errs []error
 	d, err := rt.HandOver(ctx)
 	hm.drained.WithLabelValues("after_answer").Add(float64(d.Conns - d.Idle - d.Cut))
 	hm.drained.WithLabelValues("idle").Add(float64(d.Idle))
@@ -317,17 +314,9 @@ func handOver(rt *router.Router, admin *http.Server, o options, log *slog.Logger
 		log.Info("drained after the handoff", attrs...)
 	}
 	if err != nil && !errors.Is(err, context.DeadlineExceeded) {
-		errs = append(errs, err)
+		return err
 	}
-	actx, acancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer acancel()
-	if err := admin.Shutdown(actx); err != nil {
-		errs = append(errs, fmt.Errorf("admin: %w", err))
-	}
-	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("after the handoff: %w", err)
-	}
-	return program.ErrHandedOver
+	return nil
 }
 
 // handoffMetrics show a router's handoffs.

@@ -26,7 +26,6 @@ package main
 
 import (
 	"context"
-	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -34,16 +33,10 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"net/http"
-	"net/http/pprof"
 	"os"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"time"
-
-	"github.com/prometheus/client_golang/prometheus"
-	"golang.org/x/sync/errgroup"
 
 	// The Mozilla roots, used only where the system has none (the images'
 	// empty base): callbacks and registries on public certificates verify.
@@ -53,12 +46,10 @@ import (
 	"github.com/cellkit/cellkit/internal/api"
 	"github.com/cellkit/cellkit/internal/apikey"
 	"github.com/cellkit/cellkit/internal/flagenv"
-	"github.com/cellkit/cellkit/internal/handoff"
 	"github.com/cellkit/cellkit/internal/pki"
 	"github.com/cellkit/cellkit/internal/program"
 	"github.com/cellkit/cellkit/internal/quota"
 	"github.com/cellkit/cellkit/internal/registry"
-	"github.com/cellkit/cellkit/internal/reload"
 	"github.com/cellkit/cellkit/internal/router"
 	"github.com/cellkit/cellkit/internal/tlsconf"
 )
@@ -210,13 +201,9 @@ func checkServerFiles(prefix string, f *tlsconf.ServerFiles, given map[string]bo
 // addrs are where run listens.
 type addrs struct{ Public, Admin net.Addr }
 
-// run serves until ctx ends, then shuts down gracefully. ready, if not nil,
-// is called once the public listener accepts requests: the process's
-// wiring in the order it must happen (a predecessor's sockets and state
-// taken before anything listens, the files and their watchers, the
-// registry, the router, the quota sharer, the listeners), then one
-// errgroup whose goroutines share the handoff and shutdown flags it made.
-// One piece: the start order and the errgroup's shared flags (a run group of paired components is the planned split).
+// run serves until ctx ends, then shuts down gracefully (the process's
+// components: lifecycle.go). ready, if not nil, is called once the public
+// listener accepts requests.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer, ready func(addrs)) error {
 	if len(args) > 0 {
 		switch args[0] {
@@ -235,273 +222,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, ready fun
 	}
 	log, metrics := program.Start(stderr, o.logLevel)
 	program.BuildInfo(metrics, "router", o.release)
-	succ, pred, err := takeOver(ctx, o, log)
+	p, err := start(ctx, o, log, metrics)
 	if err != nil {
 		return err
 	}
-	if succ != nil {
-		defer succ.Close() // a start that fails leaves the predecessor serving
-	}
-	hm := newHandoffMetrics(metrics, succ)
-	// The keys' watcher records the file before it is read, so that a
-	// change made meanwhile is seen; it runs once the router exists.
-	var rt *router.Router
-	keysWatcher := reload.New([]string{o.keysPath}, func() error {
-		k, err := apikey.Load(o.keysPath)
-		if err != nil {
-			return err
-		}
-		return rt.SetKeys(k)
-	}, reload.Config{What: "keys", Interval: o.reloadInterval}, reload.Options{Logger: log, Registerer: metrics})
-	keys, err := apikey.Load(o.keysPath)
-	if err != nil {
-		return err
-	}
-
-	// The files read at runtime, each with its watcher: a bad one stops
-	// the start, with an error naming it.
-	watchers := []*reload.Watcher{keysWatcher}
-	watch := func(w *reload.Watcher) {
-		if w != nil {
-			watchers = append(watchers, w)
-		}
-	}
-	tlsOpts := func(what string) tlsconf.Options {
-		return tlsconf.Options{What: what, Interval: o.reloadInterval, Logger: log, Registerer: metrics}
-	}
-	var publicTLS *tls.Config
-	var publicTLSServer *tlsconf.Server
-	if o.publicTLS.Enabled() {
-		srv, err := tlsconf.NewServer(o.publicTLS, tlsOpts("public_tls"))
-		if err != nil {
-			return fmt.Errorf("public listener: %w", err)
-		}
-		if err := carryTicketKeys(pred, srv); err != nil {
-			return err
-		}
-		publicTLS, publicTLSServer = srv.Config(), srv
-		watch(srv.Watcher())
-	}
-	var adminTLS *tlsconf.Server
-	if o.adminTLS.Enabled() {
-		if adminTLS, err = tlsconf.NewServer(o.adminTLS, tlsOpts("admin_tls")); err != nil {
-			return fmt.Errorf("admin listener: %w", err)
-		}
-		watch(adminTLS.Watcher())
-	}
-	cellLimits := o.cell
-	if o.cellTLS.Enabled() {
-		c, err := tlsconf.NewClient(o.cellTLS, tlsOpts("cell_tls"))
-		if err != nil {
-			return fmt.Errorf("cells: %w", err)
-		}
-		cellLimits.TLS = c.Config()
-		watch(c.Watcher())
-	}
-	guard, err := program.AdminGuard(adminauth.Config{
-		TokenFile:   o.adminTokenFile,
-		ClientCerts: o.adminTLS.ClientCA != "",
-		ClientRole:  o.adminTLS.ClientRole,
-		Interval:    o.reloadInterval,
-	}, o.adminListen, adminTLS != nil, log, metrics)
-	if err != nil {
-		return err
-	}
-	watch(guard.Watcher())
-
-	reg, err := registry.Open(registry.Config{URL: o.registryURL}, registry.Options{})
-	if err != nil {
-		return err
-	}
-	defer reg.Close()
-	follower, err := registry.NewFollower(registry.FollowerConfig{StaleAfter: o.staleAfter, CachePath: o.mapCache}, registry.FollowerOptions{
-		Registry: reg, Logger: log, Registerer: prometheus.WrapRegistererWithPrefix("cellkit_router_", metrics),
-	})
-	if err != nil {
-		return err
-	}
-	adminRaw, err := takeOrListen(succ, "admin", o.adminListen, log, func(a string) (net.Listener, error) { return net.Listen("tcp", a) })
-	if err != nil {
-		return fmt.Errorf("admin: listen: %w", err)
-	}
-	adminAddr := adminRaw.Addr()
-	o.quota.Router = routerID(o, adminAddr)
-	var sharing *router.QuotaSharing
-	if board, ok := reg.(registry.LeaseBoard); ok {
-		sharing = &router.QuotaSharing{Board: board, Config: o.quota}
-	}
-	rt, err = router.New(router.Config{Server: o.server, Cell: cellLimits, SlotRateWindow: o.slotRateWindow}, router.Options{
-		Maps:       follower,
-		Refresh:    reg.Load,
-		Keys:       keys,
-		Quota:      sharing,
-		Logger:     log,
-		Registerer: metrics,
-		TLS:        publicTLS,
-		Release:    o.release,
-		Generation: hm.generation,
-	})
-	if err != nil {
-		return err
-	}
-	defer rt.Close()
-	if err := carryQuota(pred, rt); err != nil {
-		return err
-	}
-
-	adminLn := adminRaw
-	// The public socket a predecessor handed over is held from now on;
-	// a fresh one is opened only once there is a map (below).
-	publicLn, err := takeOrListen(succ, "public", o.listen, log, nil)
-	if err != nil {
-		return err
-	}
-	if adminTLS != nil {
-		adminLn = tls.NewListener(adminLn, adminTLS.Config())
-	}
-	var adminHandler http.Handler = rt.AdminHandler(metrics)
-	if o.pprof {
-		mux := http.NewServeMux()
-		mux.HandleFunc("/debug/pprof/", pprof.Index)
-		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-		mux.Handle("/", adminHandler)
-		adminHandler = mux
-	}
-	admin := &http.Server{
-		Handler:           guard.Handler(adminHandler),
-		ReadHeaderTimeout: 5 * time.Second,
-		ReadTimeout:       10 * time.Second,
-		WriteTimeout:      30 * time.Second,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
-	}
-
-	listening := make(chan struct{}) // closed once the public listener accepts
-	var handedOver atomic.Bool       // a successor serves these sockets
-	g, gctx := errgroup.WithContext(ctx)
-	g.Go(func() error { return follower.Run(gctx) })
-	if rw := registry.NewRolloutWatch(reg, registry.RolloutWatchEvery, prometheus.WrapRegistererWithPrefix("cellkit_router_", metrics), log); rw != nil {
-		g.Go(func() error { return rw.Run(gctx) })
-	}
-	if ann, ok := reg.(registry.Announcer); ok && o.adminAdvertise != "none" {
-		if a, err := announcement(o, adminAddr, adminTLS != nil); err != nil {
-			log.Warn("the router is not announced in the registry: cellctl finds it only with --routers", "why", err)
-		} else {
-			g.Go(func() error {
-				registry.AnnounceLoop(gctx, ann, a, func() bool { return !handedOver.Load() }, func(err error) { log.Warn("cannot announce the router in the registry", "err", err) })
-				return nil
-			})
-			log.Info("announcing the router in the registry", "id", a.ID, "admin", a.Admin)
-		}
-	}
-	// The quota sharer runs past the start of a stop: it stops (its
-	// buckets no longer refill, its lease is withdrawn) once the drain
-	// begins, or once a successor has taken its buckets over.
-	qctx, stopQuota := context.WithCancel(context.WithoutCancel(ctx))
-	defer stopQuota()
-	if q := rt.Quota(); q != nil {
-		g.Go(func() error { return q.Run(qctx, handedOver.Load) })
-	}
-	g.Go(func() error { return program.Watch(gctx, watchers) })
-	g.Go(func() error {
-		if err := admin.Serve(adminLn); !errors.Is(err, http.ErrServerClosed) {
-			return fmt.Errorf("admin: %w", err)
-		}
-		return nil
-	})
-	serving := make(chan struct{})
-	g.Go(func() error {
-		// The router starts only once it has a map.
-		wctx := gctx
-		if o.mapWait > 0 {
-			var cancel context.CancelFunc
-			wctx, cancel = context.WithTimeout(gctx, o.mapWait)
-			defer cancel()
-		}
-		log.Info("waiting for the cell map", "registry", reg.Describe())
-		if err := follower.WaitReady(wctx); err != nil {
-			if gctx.Err() != nil {
-				return nil
-			}
-			return err
-		}
-		if q := rt.Quota(); q != nil {
-			// Nor before it holds its shares of the clients' quotas: its
-			// first lease, at most --quota-lease away.
-			if err := q.WaitReady(wctx); err != nil {
-				if gctx.Err() != nil {
-					return nil
-				}
-				return err
-			}
-		}
-		if publicLn == nil {
-			if publicLn, err = router.Listen(o.listen); err != nil {
-				return err
-			}
-		}
-		close(serving)
-		return rt.Serve(publicLn, func(a net.Addr) {
-			log.Info("router ready", "listen", a.String(), "admin", adminAddr.String(),
-				"map_version", follower.Map().Version(), "clients", len(rt.Keys().Clients()),
-				"tls", publicTLS != nil, "admin_tls", adminTLS != nil, "admin_auth", guard.Enabled(),
-				"generation", hm.generation)
-			close(listening)
-			if ready != nil {
-				ready(addrs{Public: a, Admin: adminAddr})
-			}
-		})
-	})
-	handedTo := make(chan handoff.Hello, 1)
-	if o.handoffSocket != "" {
-		g.Go(func() error { return upgradeOnSignal(gctx, log, listening) })
-		g.Go(func() error {
-			select {
-			case <-listening:
-			case <-gctx.Done():
-				return nil
-			}
-			return offerSockets(gctx, o, log, hm, succ, pred, rt, handedTo, func() (handoff.Offer, error) {
-				return offer(hm.generation, o.release.ID, publicLn, adminRaw, publicTLSServer, rt) // set before listening closed
-			})
-		})
-	}
-	g.Go(func() error {
-		select {
-		case <-gctx.Done():
-		case to := <-handedTo:
-			handedOver.Store(true)
-			stopQuota()
-			return handOver(rt, admin, o, log, hm, to)
-		}
-		select {
-		case <-serving:
-			if o.shutdownDelay > 0 {
-				rt.Stopping()
-				log.Info("stopping: readiness fails, serving on", "delay", o.shutdownDelay)
-				time.Sleep(o.shutdownDelay) // the load balancers' time to notice; bounded by the flag
-			}
-		default:
-		}
-		stopQuota()
-		log.Info("shutting down", "timeout", o.shutdownTimeout)
-		// A fresh context: the one that ended must not cut the drain short.
-		sctx, cancel := context.WithTimeout(context.Background(), o.shutdownTimeout)
-		defer cancel()
-		var errs []error
-		select {
-		case <-serving:
-			errs = append(errs, rt.Shutdown(sctx))
-		default:
-		}
-		errs = append(errs, admin.Shutdown(sctx))
-		if err := errors.Join(errs...); err != nil {
-			return fmt.Errorf("shutdown: %w", err)
-		}
-		return nil
-	})
-	return g.Wait()
+	defer p.close()
+	return p.serve(ctx, ready)
 }
 
 // keygen makes a new API key: the key goes to stdout (it is shown once and

@@ -7,84 +7,82 @@ import (
 	"net/http"
 	"time"
 
-	"golang.org/x/sync/errgroup"
+	"github.com/oklog/run"
 
 	"github.com/cellkit/cellkit/internal/httpx"
+	"github.com/cellkit/cellkit/internal/program"
 )
 
 // Run serves until ctx ends, then shuts down gracefully (see the package
-// doc). It closes the cell: a Cell runs once.
+// doc). It closes the cell: a Cell runs once. The cell's components run
+// as one group (internal/program), each start beside its stop, stopped
+// in the order added: the loops that follow at once, then the notice
+// period, the intake, the pipeline, the agencies' sessions and NATS, the
+// admin listener, and last the sessions' leases.
 func (c *Cell) Run(ctx context.Context) error {
-	g, gctx := errgroup.WithContext(ctx)
 	// net/http's own errors (a failed TLS handshake, mostly) go to the
 	// cell's log.
 	errLog := slog.NewLogLogger(c.log.Handler(), slog.LevelWarn)
 	intakeSrv := &http.Server{Handler: httpx.EchoCall(c.contained("intake", c.intake)), ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second, IdleTimeout: time.Minute, ErrorLog: errLog}
 	adminSrv := &http.Server{Handler: c.contained("admin", c.adminHandler()), ReadHeaderTimeout: 5 * time.Second, ErrorLog: errLog}
-	g.Go(func() error { return c.follower.Run(gctx) })
-	g.Go(func() error { c.intake.Settle(gctx); return nil })
-	g.Go(func() error { c.mover.Follow(gctx); return nil })
-	g.Go(func() error { return serve(adminSrv, c.adminLn) })
-	g.Go(func() error { return serve(intakeSrv, c.intakeLn) })
-	g.Go(func() error { c.sampleLoop(gctx); return nil })
-	g.Go(func() error { return c.watchStall(gctx) })
-	if c.disk != nil {
-		g.Go(func() error { c.disk.Run(gctx); return nil })
-		g.Go(func() error { return c.healStore(gctx) })
-	}
+	var g run.Group
+	started := make(chan struct{}) // the pipeline takes work
 
-	pctx, stopPipeline := context.WithCancel(context.WithoutCancel(ctx))
-	defer stopPipeline()
-	pipeDone := make(chan struct{})
-	started := make(chan struct{})
-	g.Go(func() error {
-		defer close(pipeDone)
-		if !c.waitForMap(gctx) {
-			return nil
-		}
-		c.countCrash(gctx)
-		close(started)
-		return c.pipe.Run(pctx)
-	})
-	g.Go(func() error {
+	// The loops that follow the map, the store, the disk and the moves;
+	// they end with ctx, which stops the group.
+	follow := program.Followers(ctx, &g)
+	follow(c.follower.Run)
+	follow(func(ctx context.Context) error { c.intake.Settle(ctx); return nil })
+	follow(func(ctx context.Context) error { c.mover.Follow(ctx); return nil })
+	follow(func(ctx context.Context) error { c.sampleLoop(ctx); return nil })
+	follow(c.watchStall)
+	if c.disk != nil {
+		follow(func(ctx context.Context) error { c.disk.Run(ctx); return nil })
+		follow(c.healStore)
+	}
+	follow(func(ctx context.Context) error {
 		select {
 		case <-started:
-		case <-gctx.Done():
+		case <-ctx.Done():
 			return nil
 		}
 		c.ready.Store(true)
 		c.intake.Open()
 		c.log.Info("cell ready", "intake", c.IntakeURL(), "admin", c.AdminURL(), "map_version", c.follower.Map().Version())
-		c.followQuotas(gctx)
+		c.followQuotas(ctx)
 		return nil
 	})
 
-	// The leases outlive the pipeline: its work in flight keeps its
-	// sessions until it stops, then the leases are given back.
-	lctx, stopLeases := context.WithCancel(context.WithoutCancel(ctx))
-	defer stopLeases()
-	leasesDone := make(chan struct{})
+	program.OnStop(&g, c.notice)
+	g.Add(func() error { return serve(intakeSrv, c.intakeLn) }, func(error) {
+		c.intake.Close()
+		c.log.Info("cell stopping: intake closed")
+		c.shutdownServer(intakeSrv, "intake requests did not finish")
+	})
+	c.addPipeline(&g, ctx, started)
+	program.OnStop(&g, c.closeSessions)
+	g.Add(func() error { return serve(adminSrv, c.adminLn) }, func(error) { c.shutdownServer(adminSrv, "") })
 	if c.leaser != nil {
-		g.Go(func() error {
+		// The leases outlive the pipeline: its work in flight keeps its
+		// sessions until it stops, then the leases are given back.
+		lctx, stopLeases := context.WithCancel(context.WithoutCancel(ctx))
+		defer stopLeases()
+		leasesDone := make(chan struct{})
+		g.Add(func() error {
 			defer close(leasesDone)
 			select {
 			case <-started:
-			case <-gctx.Done():
+			case <-lctx.Done():
 				return nil
 			}
-			return c.leaser.Run(lctx)
-		})
-	} else {
-		close(leasesDone)
+			if err := c.leaser.Run(lctx); err != nil {
+				return err
+			}
+			<-lctx.Done()
+			return nil
+		}, func(error) { stopLeases(); <-leasesDone })
 	}
-	g.Go(func() error {
-		<-gctx.Done()
-		c.shutdown(intakeSrv, adminSrv, stopPipeline, pipeDone)
-		stopLeases()
-		<-leasesDone
-		return nil
-	})
-	err := g.Wait()
+	err := g.Run()
 	c.close()
 	if err != nil {
 		return err
@@ -93,34 +91,67 @@ func (c *Cell) Run(ctx context.Context) error {
 	return nil
 }
 
-// shutdown runs the graceful stop, each phase with its own fresh timeout.
-func (c *Cell) shutdown(intakeSrv, adminSrv *http.Server, stopPipeline func(), pipeDone <-chan struct{}) {
+// addPipeline adds the pipeline: it starts once the map names the cell
+// and the last run's crash is counted, and stops once the intake has
+// closed: the work in flight is stopped, and a clean stop removes the
+// in-flight journal.
+func (c *Cell) addPipeline(g *run.Group, ctx context.Context, started chan<- struct{}) {
+	sctx, stopStarting := context.WithCancel(ctx)
+	pctx, stopPipeline := context.WithCancel(context.WithoutCancel(ctx))
+	pipeDone := make(chan struct{})
+	g.Add(func() error {
+		defer close(pipeDone)
+		if !c.waitForMap(sctx) {
+			return nil
+		}
+		c.countCrash(sctx)
+		close(started)
+		return c.pipe.Run(pctx)
+	}, func(error) {
+		stopStarting()
+		stopPipeline()
+		<-pipeDone
+		if n := c.pipe.Inflight(); n > 0 {
+			// Stuck work the pipeline could not stop: not a clean stop.
+			// The journal stays, so that the next start counts a crash
+			// for them.
+			c.log.Warn("inflight journal kept: the next start counts a crash for the inquiries still in flight", "inflight", n)
+		} else if err := c.journal.Close(); err != nil { // a clean stop: the next start finds no crash
+			c.log.Warn("inflight journal", "err", err)
+		}
+	})
+}
+
+// notice is the stop's first phase: readiness fails, and with a
+// ShutdownDelay the intake goes on taking what the routers send for that
+// long while their checks see it leaving.
+func (c *Cell) notice() {
 	c.stopping.Store(true)
 	c.ready.Store(false)
 	if d := c.cfg.ShutdownDelay; d > 0 {
-		// The routers' checks fail from now on; they stop sending here
-		// while the intake still takes what they send.
 		c.intake.Leaving()
 		c.log.Info("cell stopping: health check failing, serving on", "delay", d)
 		time.Sleep(d)
 	}
-	c.intake.Close()
-	c.log.Info("cell stopping: intake closed")
+}
+
+// shutdownServer stops srv within ShutdownTimeout (a fresh one for each
+// server), closing it if its requests do not finish; why, if set, is
+// logged then.
+func (c *Cell) shutdownServer(srv *http.Server, why string) {
 	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.ShutdownTimeout)
-	if err := intakeSrv.Shutdown(ctx); err != nil {
-		c.log.Warn("intake requests did not finish", "err", err)
-		intakeSrv.Close()
+	defer cancel()
+	if err := srv.Shutdown(ctx); err != nil {
+		if why != "" {
+			c.log.Warn(why, "err", err)
+		}
+		_ = srv.Close() // its requests are cut: the warning above says so
 	}
-	cancel()
-	stopPipeline()
-	<-pipeDone
-	if n := c.pipe.Inflight(); n > 0 {
-		// Stuck work the pipeline could not stop: not a clean stop. The
-		// journal stays, so that the next start counts a crash for them.
-		c.log.Warn("inflight journal kept: the next start counts a crash for the inquiries still in flight", "inflight", n)
-	} else if err := c.journal.Close(); err != nil { // a clean stop: the next start finds no crash
-		c.log.Warn("inflight journal", "err", err)
-	}
+}
+
+// closeSessions closes the agencies' sessions once the pipeline has
+// stopped, and flushes what the cell published to NATS.
+func (c *Cell) closeSessions() {
 	for name, cl := range c.clients {
 		if err := cl.Close(); err != nil {
 			c.log.Warn("agency sessions close", "agency", name, "err", err)
@@ -129,11 +160,6 @@ func (c *Cell) shutdown(intakeSrv, adminSrv *http.Server, stopPipeline func(), p
 	if err := c.nc.FlushTimeout(c.cfg.ShutdownTimeout); err != nil {
 		c.log.Warn("nats flush", "err", err)
 	}
-	ctx, cancel = context.WithTimeout(context.Background(), c.cfg.ShutdownTimeout)
-	if err := adminSrv.Shutdown(ctx); err != nil {
-		adminSrv.Close()
-	}
-	cancel()
 }
 
 // close releases everything New opened; safe on a partly built cell.
