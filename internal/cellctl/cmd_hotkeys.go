@@ -112,44 +112,10 @@ cellctl hotkeys http://router-a:9080 http://router-b:9080 --top 20`,
 		if top <= 0 {
 			return usagef("--top must be positive")
 		}
-		counts := map[string]int64{}
-		var total int64
-		var ok []string
-		for _, raw := range args {
-			target, err := hotkeysURL(raw, min(1000, 2*top))
-			if err != nil {
-				return usagef("router admin URL %q: %v", raw, err)
-			}
-			var rep hotReport
-			if err := x.admin().Call(ctx, http.MethodGet, target, "", nil, &rep); err != nil {
-				x.warnf("router %s: %v", raw, err)
-				continue
-			}
-			ok = append(ok, raw)
-			var sum int64
-			for _, k := range rep.Keys {
-				if k.User != "" {
-					counts[k.User] += k.Count
-					sum += k.Count
-				}
-			}
-			total += max(rep.Total, sum)
+		res, err := gatherHotKeys(ctx, x, args, top)
+		if err != nil {
+			return err
 		}
-		if len(ok) == 0 {
-			return fmt.Errorf("no router answered (%s)", strings.Join(args, ", "))
-		}
-		res := hotJSON{Routers: ok, Total: total, Users: []hotRow{}}
-		for u, n := range counts {
-			res.Users = append(res.Users, hotRow{User: u, Count: n})
-		}
-		slices.SortFunc(res.Users, func(a, b hotRow) int { return cmp.Or(cmp.Compare(b.Count, a.Count), cmp.Compare(a.User, b.User)) })
-		res.Users = res.Users[:min(len(res.Users), top)]
-		for i := range res.Users {
-			if total > 0 {
-				res.Users[i].Share = float64(res.Users[i].Count) / float64(total)
-			}
-		}
-
 		var m *slotmap.Map
 		if reg, err := x.openRegistry(); err == nil {
 			m, err = x.load(ctx, reg)
@@ -171,39 +137,90 @@ cellctl hotkeys http://router-a:9080 http://router-b:9080 --top 20`,
 		if x.g.json {
 			return writeJSON(x.out, res)
 		}
-		fmt.Fprintf(x.out, "Heaviest users over %d router%s (%d requests counted):\n", len(ok), plural(len(ok)), total)
-		t := newTable(x.out, "USER", "REQUESTS", "SHARE", "SLOT", "CELL", "PINNED")
-		for _, r := range res.Users {
-			slot, cell, pinned := "-", "-", "-"
-			if m != nil {
-				slot, cell, pinned = itoa(r.Slot), orNone(r.Cell), "no"
-				if r.Override {
-					pinned = "yes"
-				}
-			}
-			t.row(r.User, fmt.Sprintf("%d", r.Count), fmt.Sprintf("%.1f%%", 100*r.Share), slot, cell, pinned)
-		}
-		t.flush()
-		if m == nil {
-			return nil
-		}
-		var lines []string
-		for _, r := range res.Users {
-			if r.Command != "" {
-				lines = append(lines, r.Command)
-			}
-		}
-		if len(lines) == 0 {
-			fmt.Fprintf(x.out, "\nNo override proposed: these users are already spread over the active cells by weight.\n")
-			return nil
-		}
-		fmt.Fprintf(x.out, "\nProposed overrides (spread these users over the active cells by weight):\n")
-		for _, l := range lines {
-			fmt.Fprintf(x.out, "  %s\n", l)
-		}
+		writeHotKeys(x, res, m != nil)
 		return nil
 	}
 	return c
+}
+
+// gatherHotKeys asks each router for its 2×top heaviest users and adds
+// them up: the top users by requests, each with its share of all the
+// requests counted. A router that does not answer is warned about; none
+// answering is an error.
+func gatherHotKeys(ctx context.Context, x *inv, args []string, top int) (hotJSON, error) {
+	counts := map[string]int64{}
+	var total int64
+	var ok []string
+	for _, raw := range args {
+		target, err := hotkeysURL(raw, min(1000, 2*top))
+		if err != nil {
+			return hotJSON{}, usagef("router admin URL %q: %v", raw, err)
+		}
+		var rep hotReport
+		if err := x.admin().Call(ctx, http.MethodGet, target, "", nil, &rep); err != nil {
+			x.warnf("router %s: %v", raw, err)
+			continue
+		}
+		ok = append(ok, raw)
+		var sum int64
+		for _, k := range rep.Keys {
+			if k.User != "" {
+				counts[k.User] += k.Count
+				sum += k.Count
+			}
+		}
+		total += max(rep.Total, sum)
+	}
+	if len(ok) == 0 {
+		return hotJSON{}, fmt.Errorf("no router answered (%s)", strings.Join(args, ", "))
+	}
+	res := hotJSON{Routers: ok, Total: total, Users: []hotRow{}}
+	for u, n := range counts {
+		res.Users = append(res.Users, hotRow{User: u, Count: n})
+	}
+	slices.SortFunc(res.Users, func(a, b hotRow) int { return cmp.Or(cmp.Compare(b.Count, a.Count), cmp.Compare(a.User, b.User)) })
+	res.Users = res.Users[:min(len(res.Users), top)]
+	for i := range res.Users {
+		if total > 0 {
+			res.Users[i].Share = float64(res.Users[i].Count) / float64(total)
+		}
+	}
+	return res, nil
+}
+
+// writeHotKeys prints the users as a table and, with a map (mapped), the
+// proposed overrides.
+func writeHotKeys(x *inv, res hotJSON, mapped bool) {
+	fmt.Fprintf(x.out, "Heaviest users over %d router%s (%d requests counted):\n", len(res.Routers), plural(len(res.Routers)), res.Total)
+	t := newTable(x.out, "USER", "REQUESTS", "SHARE", "SLOT", "CELL", "PINNED")
+	for _, r := range res.Users {
+		slot, cell, pinned := "-", "-", "-"
+		if mapped {
+			slot, cell, pinned = itoa(r.Slot), orNone(r.Cell), "no"
+			if r.Override {
+				pinned = "yes"
+			}
+		}
+		t.row(r.User, fmt.Sprintf("%d", r.Count), fmt.Sprintf("%.1f%%", 100*r.Share), slot, cell, pinned)
+	}
+	t.flush()
+	if !mapped {
+		return
+	}
+	var lines []string
+	for _, r := range res.Users {
+		if r.Command != "" {
+			lines = append(lines, r.Command)
+		}
+	}
+	if len(lines) == 0 {
+		fmt.Fprintf(x.out, "\nNo override proposed: these users are already spread over the active cells by weight.\n")
+		return
+	}
+	fmt.Fprintf(x.out, "\nProposed overrides (spread these users over the active cells by weight):\n")
+	for _, l := range lines {
+		fmt.Fprintf(x.out, "  %s\n", l)
+	}
 }
 
 // hotkeysURL is the hot keys endpoint of a router admin URL (the URL itself

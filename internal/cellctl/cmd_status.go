@@ -171,6 +171,8 @@ func (x *inv) collectStatus(ctx context.Context, m *slotmap.Map) statusJSON {
 	return st
 }
 
+// writeStatus prints the cells as a table, each cell's instances under
+// its row, and then the notes on what needs a look.
 func (x *inv) writeStatus(m *slotmap.Map, st statusJSON) {
 	w := x.out
 	fmt.Fprintf(w, "%s\n", x.mapHeader(m))
@@ -187,102 +189,21 @@ func (x *inv) writeStatus(m *slotmap.Map, st statusJSON) {
 	header = append(header, "BREAKERS", "FAILED/DLQ", "STORE", "RELEASE")
 	t := newTable(w, header...)
 	var notes []string
-	// instanceRows writes a cell's instances under its row.
-	instanceRows := func(c cellStatus) {
-		for _, is := range c.Instances {
-			state := "in rotation"
-			if is.Drained {
-				state = "drained"
-			}
-			ready := "yes"
-			switch {
-			case !is.Reachable && is.Error != "":
-				ready = "unreachable"
-				notes = append(notes, fmt.Sprintf("%s/%s: %s", c.ID, is.ID, is.Error))
-			case is.Error != "":
-				ready = "error"
-				notes = append(notes, fmt.Sprintf("%s/%s: %s", c.ID, is.ID, is.Error))
-			case !is.Ready:
-				ready = "no"
-			}
-			row := make([]string, len(header))
-			row[0], row[1], row[5] = "  "+c.ID+"/"+is.ID, state, ready
-			if is.status != nil {
-				row[len(row)-1] = releaseText(is.status.Release.ID)
-			}
-			t.row(row...)
-		}
-	}
 	for _, c := range st.Cells {
 		row := []string{c.ID, string(c.State), itoa(c.Weight), itoa(c.Slots), pct(c.Slots, st.Slots)}
-		s := c.Status
-		if s == nil {
+		if c.Status == nil {
 			what := "unreachable"
 			if c.Reachable {
 				what = "error"
 			}
 			row = append(row, what)
 			notes = append(notes, fmt.Sprintf("%s: %s", c.ID, c.Error))
-			t.row(row...)
-			instanceRows(c)
-			continue
-		}
-		ready := "yes"
-		if !s.Ready {
-			ready = "no"
-			if c.State == slotmap.Active {
-				notes = append(notes, fmt.Sprintf("%s not ready: %s", c.ID, orNone(s.NotReady())))
-			}
-		}
-		if !s.IntakeOpen() && c.State == slotmap.Active {
-			notes = append(notes, fmt.Sprintf("%s: intake closed although the cell is active ('cellctl undrain %s' reopens it)", c.ID, c.ID))
-		}
-		if s.Map.Version != 0 && s.Map.Version != m.Version() {
-			notes = append(notes, fmt.Sprintf("%s is on map version %d (registry %d)", c.ID, s.Map.Version, m.Version()))
-		}
-		queue, oldest := fmt.Sprintf("%d/%d", s.High(), s.Normal()), ageStr(s.OldestPending())
-		if !s.Known() {
-			queue, oldest = "?", "?"
-			notes = append(notes, fmt.Sprintf("%s cannot read its queue: %s", c.ID, strings.Join(mapValues(s.Errors), "; ")))
-		}
-		row = append(row, ready, queue, oldest, fmt.Sprintf("%d", s.Inflight))
-		var breakers []string
-		for _, a := range agencies {
-			as, ok := s.Agencies[a]
-			if !ok {
-				row = append(row, "-")
-				continue
-			}
-			row = append(row, fmt.Sprintf("%d/%d", as.Pool.InUse, as.Pool.Size))
-			if as.Breaker != "" && as.Breaker != "closed" {
-				breakers = append(breakers, a+"="+as.Breaker)
-			}
-		}
-		// Agencies the cell knows that the map does not (should not happen).
-		for _, a := range slices.Sorted(maps.Keys(s.Agencies)) {
-			if !slices.Contains(agencies, a) && s.Agencies[a].Breaker != "" && s.Agencies[a].Breaker != "closed" {
-				breakers = append(breakers, a+"="+s.Agencies[a].Breaker)
-			}
-		}
-		b := "closed"
-		if len(breakers) > 0 {
-			b = strings.Join(breakers, ",")
-		}
-		rel := releaseText(s.Release.ID)
-		if ids := instanceReleases(c); len(ids) > 1 {
-			rel = "mixed"
-			notes = append(notes, fmt.Sprintf("%s's instances run different releases: %s", c.ID, strings.Join(ids, ", ")))
-		}
-		row = append(row, b, fmt.Sprintf("%d/%d", s.Failed, s.DLQ), storeText(s), rel)
-		if st := s.Store; st != nil && (st.Refusing || st.Failed != "") {
-			why := fmt.Sprintf("its store's filesystem is %.1f%% in use (high watermark %.0f%%)", 100*st.Used, 100*st.High)
-			if st.Failed != "" {
-				why = "its store failed a write (" + st.Failed + "); it restarts its NATS once there is room"
-			}
-			notes = append(notes, fmt.Sprintf("%s refuses new inquiries: %s", c.ID, why))
+		} else {
+			cells, cellNotes := statusColumns(c, m, agencies)
+			row, notes = append(row, cells...), append(notes, cellNotes...)
 		}
 		t.row(row...)
-		instanceRows(c)
+		notes = append(notes, instanceRows(t, len(header), c)...)
 	}
 	t.flush()
 	if len(notes) > 0 {
@@ -291,6 +212,96 @@ func (x *inv) writeStatus(m *slotmap.Map, st statusJSON) {
 			fmt.Fprintf(w, "%s\n", n)
 		}
 	}
+}
+
+// statusColumns are a reachable cell's columns from READY on, and the
+// notes on what in them needs a look.
+func statusColumns(c cellStatus, m *slotmap.Map, agencies []string) (row, notes []string) {
+	s := c.Status
+	ready := "yes"
+	if !s.Ready {
+		ready = "no"
+		if c.State == slotmap.Active {
+			notes = append(notes, fmt.Sprintf("%s not ready: %s", c.ID, orNone(s.NotReady())))
+		}
+	}
+	if !s.IntakeOpen() && c.State == slotmap.Active {
+		notes = append(notes, fmt.Sprintf("%s: intake closed although the cell is active ('cellctl undrain %s' reopens it)", c.ID, c.ID))
+	}
+	if s.Map.Version != 0 && s.Map.Version != m.Version() {
+		notes = append(notes, fmt.Sprintf("%s is on map version %d (registry %d)", c.ID, s.Map.Version, m.Version()))
+	}
+	queue, oldest := fmt.Sprintf("%d/%d", s.High(), s.Normal()), ageStr(s.OldestPending())
+	if !s.Known() {
+		queue, oldest = "?", "?"
+		notes = append(notes, fmt.Sprintf("%s cannot read its queue: %s", c.ID, strings.Join(mapValues(s.Errors), "; ")))
+	}
+	row = append(row, ready, queue, oldest, fmt.Sprintf("%d", s.Inflight))
+	var breakers []string
+	for _, a := range agencies {
+		as, ok := s.Agencies[a]
+		if !ok {
+			row = append(row, "-")
+			continue
+		}
+		row = append(row, fmt.Sprintf("%d/%d", as.Pool.InUse, as.Pool.Size))
+		if as.Breaker != "" && as.Breaker != "closed" {
+			breakers = append(breakers, a+"="+as.Breaker)
+		}
+	}
+	// Agencies the cell knows that the map does not (should not happen).
+	for _, a := range slices.Sorted(maps.Keys(s.Agencies)) {
+		if !slices.Contains(agencies, a) && s.Agencies[a].Breaker != "" && s.Agencies[a].Breaker != "closed" {
+			breakers = append(breakers, a+"="+s.Agencies[a].Breaker)
+		}
+	}
+	b := "closed"
+	if len(breakers) > 0 {
+		b = strings.Join(breakers, ",")
+	}
+	rel := releaseText(s.Release.ID)
+	if ids := instanceReleases(c); len(ids) > 1 {
+		rel = "mixed"
+		notes = append(notes, fmt.Sprintf("%s's instances run different releases: %s", c.ID, strings.Join(ids, ", ")))
+	}
+	row = append(row, b, fmt.Sprintf("%d/%d", s.Failed, s.DLQ), storeText(s), rel)
+	if st := s.Store; st != nil && (st.Refusing || st.Failed != "") {
+		why := fmt.Sprintf("its store's filesystem is %.1f%% in use (high watermark %.0f%%)", 100*st.Used, 100*st.High)
+		if st.Failed != "" {
+			why = "its store failed a write (" + st.Failed + "); it restarts its NATS once there is room"
+		}
+		notes = append(notes, fmt.Sprintf("%s refuses new inquiries: %s", c.ID, why))
+	}
+	return row, notes
+}
+
+// instanceRows writes a cell's instances under its row (width columns),
+// and gives the notes on those that answered with an error.
+func instanceRows(t *table, width int, c cellStatus) (notes []string) {
+	for _, is := range c.Instances {
+		state := "in rotation"
+		if is.Drained {
+			state = "drained"
+		}
+		ready := "yes"
+		switch {
+		case !is.Reachable && is.Error != "":
+			ready = "unreachable"
+			notes = append(notes, fmt.Sprintf("%s/%s: %s", c.ID, is.ID, is.Error))
+		case is.Error != "":
+			ready = "error"
+			notes = append(notes, fmt.Sprintf("%s/%s: %s", c.ID, is.ID, is.Error))
+		case !is.Ready:
+			ready = "no"
+		}
+		row := make([]string, width)
+		row[0], row[1], row[5] = "  "+c.ID+"/"+is.ID, state, ready
+		if is.status != nil {
+			row[len(row)-1] = releaseText(is.status.Release.ID)
+		}
+		t.row(row...)
+	}
+	return notes
 }
 
 // releaseText is a release id for the table ("-": none reported).

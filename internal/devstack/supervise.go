@@ -162,6 +162,7 @@ var forwarded = []os.Signal{syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, sys
 // SIGINT has come (nor ctx ended), after the backoff of cfg. It returns the
 // exit status to end with: the program's last (128+N for signal N), or 0
 // when stopped while the program waited to restart.
+// One piece: one select loop whose every case changes the same state (the program, its successor, stopping).
 func Supervise(ctx context.Context, cfg SuperviseConfig, bin string, args []string, log *slog.Logger) int {
 	sigs := make(chan os.Signal, 8)
 	signal.Notify(sigs, forwarded...)

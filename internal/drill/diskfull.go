@@ -43,6 +43,7 @@ const (
 // store failed writes: it restarts its embedded NATS in process) and serve
 // again within HealBound; every accepted inquiry ends final, none twice.
 // At the end the store goes back to its directory on the machine's disk.
+// One piece: a drill script on one timeline (fill, free, heal), then its checks.
 func DiskFull(ctx context.Context, c Config) (_ *loadtest.Result, err error) {
 	c.defaults(15 * time.Second)
 	st := c.Stack

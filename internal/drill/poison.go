@@ -26,6 +26,7 @@ import (
 // "internal error" and dead-lettered, the cell keeps serving its other
 // users without an error, the other cells see nothing, no cell restarts
 // and nothing else accepted is lost or failed.
+// One piece: a drill script on one timeline (the burst under load), then its checks.
 func Poison(ctx context.Context, c Config) (*loadtest.Result, error) {
 	c.defaults(10 * time.Second)
 	st := c.Stack

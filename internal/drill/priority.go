@@ -17,6 +17,7 @@ import (
 // the one run. On the lane-aware cells high inquiries are all accepted
 // while high alone is under its share of the cell's pace, and normal ones
 // take all the shedding; nothing accepted is lost anywhere.
+// One piece: a drill script on one timeline (slowed, loaded by lane), then its checks.
 func Priority(ctx context.Context, c Config) (*loadtest.Result, error) {
 	c.defaults(40 * time.Second)
 	st := c.Stack

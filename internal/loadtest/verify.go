@@ -42,6 +42,7 @@ type LaneTally struct {
 // re-sends up to replays of the accepted requests with their
 // Idempotency-Key and checks the same id comes back. It reports to the
 // run's Progress.
+// One piece: the three passes share the accepted samples, their outcomes and one deadline.
 func (r *Runner) Verify(ctx context.Context, samples []Sample, within time.Duration, replays int) Verification {
 	hc, target, key, progress := r.opts.Client, r.cfg.Target, r.cfg.Key, r.opts.Progress
 	var acc []Sample

@@ -59,110 +59,133 @@ func main() {
 	}
 }
 
+// commands are bench-router's subcommands, each with its flag set.
+var commands = map[string]func(ctx context.Context, fs *flag.FlagSet, args []string, stdout io.Writer) error{
+	"backends": cmdBackends,
+	"minproxy": cmdMinproxy,
+	"mkmap":    cmdMkmap,
+	"churn":    cmdChurn,
+	"certs":    cmdCerts,
+	"load":     cmdLoad,
+}
+
 func run(ctx context.Context, args []string, stdout io.Writer) error {
 	if len(args) == 0 {
 		return errors.New("usage: bench-router backends|minproxy|mkmap|churn|certs|load [flags]")
 	}
-	fs := flag.NewFlagSet("bench-router "+args[0], flag.ContinueOnError)
-	switch args[0] {
-	case "backends":
-		ports := fs.String("ports", "9101,9102,9103,9104", "loopback ports, one cell each")
-		var files tlsconf.ServerFiles
-		files.RegisterFlags(fs, "", "the backends", "router")
-		if err := fs.Parse(args[1:]); err != nil {
-			return err
-		}
-		var tc *tls.Config
-		if files.Enabled() {
-			srv, err := tlsconf.NewServer(files, tlsconf.Options{What: "backends"})
-			if err != nil {
-				return err
-			}
-			tc = srv.Config()
-		}
-		return backends(ctx, strings.Split(*ports, ","), tc)
-	case "minproxy":
-		listen := fs.String("listen", "127.0.0.1:9201", "address")
-		targets := fs.String("backends", "", "backend URLs, comma-separated")
-		profile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
-		if err := fs.Parse(args[1:]); err != nil {
-			return err
-		}
-		if *profile != "" {
-			f, err := os.Create(*profile)
-			if err != nil {
-				return err
-			}
-			defer f.Close()
-			if err := pprof.StartCPUProfile(f); err != nil {
-				return err
-			}
-			defer pprof.StopCPUProfile()
-		}
-		return minproxy(ctx, *listen, strings.Split(*targets, ","))
-	case "mkmap":
-		out := fs.String("out", "", "registry file to write")
-		targets := fs.String("backends", "", "backend URLs, comma-separated: cells c1, c2...")
-		cells := fs.Int("cells", 0, "cells in the map, their intakes taken from the backends in turn (0: one per backend)")
-		if err := fs.Parse(args[1:]); err != nil {
-			return err
-		}
-		return mkmap(ctx, *out, strings.Split(*targets, ","), *cells)
-	case "churn":
-		path := fs.String("registry", "", "the file registry's map to change")
-		every := fs.Duration("every", time.Second, "time between two changes")
-		total := fs.Duration("for", 20*time.Second, "how long to go on")
-		cell := fs.String("cell", "c1", "the cell whose weight goes 1 ↔ 2")
-		most := fs.Int("changes", 0, "stop after this many changes (0: when -for ends)")
-		if err := fs.Parse(args[1:]); err != nil {
-			return err
-		}
-		n, err := churn(ctx, *path, *cell, *every, *total, *most)
-		fmt.Fprintf(stdout, "{\"changes\":%d}\n", n)
+	cmd, ok := commands[args[0]]
+	if !ok {
+		return fmt.Errorf("unknown command %q", args[0])
+	}
+	return cmd(ctx, flag.NewFlagSet("bench-router "+args[0], flag.ContinueOnError), args[1:], stdout)
+}
+
+func cmdBackends(ctx context.Context, fs *flag.FlagSet, args []string, stdout io.Writer) error {
+	ports := fs.String("ports", "9101,9102,9103,9104", "loopback ports, one cell each")
+	var files tlsconf.ServerFiles
+	files.RegisterFlags(fs, "", "the backends", "router")
+	if err := fs.Parse(args); err != nil {
 		return err
-	case "certs":
-		dir := fs.String("dir", "", "directory to write a CA and role certificates (for localhost and 127.0.0.1) into")
-		if err := fs.Parse(args[1:]); err != nil {
+	}
+	var tc *tls.Config
+	if files.Enabled() {
+		srv, err := tlsconf.NewServer(files, tlsconf.Options{What: "backends"})
+		if err != nil {
 			return err
 		}
-		return pki.WriteDev(*dir, []string{"localhost", "127.0.0.1"})
-	case "load":
-		var o loadOptions
-		targets := fs.String("targets", "", "base URLs, comma-separated; connections are spread over them")
-		fs.StringVar(&o.name, "name", "", "label of the result")
-		fs.StringVar(&o.key, "key", "", "X-API-Key to send")
-		fs.Float64Var(&o.rate, "rate", 2000, "requests per second")
-		fs.DurationVar(&o.duration, "duration", 10*time.Second, "measured time")
-		fs.DurationVar(&o.warmup, "warmup", 2*time.Second, "unmeasured time first")
-		fs.IntVar(&o.conns, "conns", 64, "keep-alive connections")
-		fs.IntVar(&o.users, "users", 1000, "distinct user ids")
-		fs.IntVar(&o.requests, "requests", 0, "closed loop: send this many requests, each connection its share back to back, as fast as answered (no rate, no latency figures)")
-		ca := fs.String("ca", "", "CA file (PEM) verifying https targets")
-		if err := fs.Parse(args[1:]); err != nil {
+		tc = srv.Config()
+	}
+	return backends(ctx, strings.Split(*ports, ","), tc)
+}
+
+func cmdMinproxy(ctx context.Context, fs *flag.FlagSet, args []string, stdout io.Writer) error {
+	listen := fs.String("listen", "127.0.0.1:9201", "address")
+	targets := fs.String("backends", "", "backend URLs, comma-separated")
+	profile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *profile != "" {
+		f, err := os.Create(*profile)
+		if err != nil {
 			return err
 		}
-		if *ca != "" {
-			pool, err := tlsconf.LoadPool(*ca)
-			if err != nil {
-				return err
-			}
-			o.tls = &tls.Config{RootCAs: pool, ServerName: "localhost", ClientSessionCache: tls.NewLRUClientSessionCache(1024)}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
 		}
-		o.targets = strings.Split(*targets, ",")
-		if o.requests > 0 {
-			res, err := burst(ctx, o)
-			if err != nil {
-				return err
-			}
-			return json.NewEncoder(stdout).Encode(res)
+		defer pprof.StopCPUProfile()
+	}
+	return minproxy(ctx, *listen, strings.Split(*targets, ","))
+}
+
+func cmdMkmap(ctx context.Context, fs *flag.FlagSet, args []string, stdout io.Writer) error {
+	out := fs.String("out", "", "registry file to write")
+	targets := fs.String("backends", "", "backend URLs, comma-separated: cells c1, c2...")
+	cells := fs.Int("cells", 0, "cells in the map, their intakes taken from the backends in turn (0: one per backend)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	return mkmap(ctx, *out, strings.Split(*targets, ","), *cells)
+}
+
+func cmdChurn(ctx context.Context, fs *flag.FlagSet, args []string, stdout io.Writer) error {
+	path := fs.String("registry", "", "the file registry's map to change")
+	every := fs.Duration("every", time.Second, "time between two changes")
+	total := fs.Duration("for", 20*time.Second, "how long to go on")
+	cell := fs.String("cell", "c1", "the cell whose weight goes 1 ↔ 2")
+	most := fs.Int("changes", 0, "stop after this many changes (0: when -for ends)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	n, err := churn(ctx, *path, *cell, *every, *total, *most)
+	fmt.Fprintf(stdout, "{\"changes\":%d}\n", n)
+	return err
+}
+
+func cmdCerts(ctx context.Context, fs *flag.FlagSet, args []string, stdout io.Writer) error {
+	dir := fs.String("dir", "", "directory to write a CA and role certificates (for localhost and 127.0.0.1) into")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	return pki.WriteDev(*dir, []string{"localhost", "127.0.0.1"})
+}
+
+func cmdLoad(ctx context.Context, fs *flag.FlagSet, args []string, stdout io.Writer) error {
+	var o loadOptions
+	targets := fs.String("targets", "", "base URLs, comma-separated; connections are spread over them")
+	fs.StringVar(&o.name, "name", "", "label of the result")
+	fs.StringVar(&o.key, "key", "", "X-API-Key to send")
+	fs.Float64Var(&o.rate, "rate", 2000, "requests per second")
+	fs.DurationVar(&o.duration, "duration", 10*time.Second, "measured time")
+	fs.DurationVar(&o.warmup, "warmup", 2*time.Second, "unmeasured time first")
+	fs.IntVar(&o.conns, "conns", 64, "keep-alive connections")
+	fs.IntVar(&o.users, "users", 1000, "distinct user ids")
+	fs.IntVar(&o.requests, "requests", 0, "closed loop: send this many requests, each connection its share back to back, as fast as answered (no rate, no latency figures)")
+	ca := fs.String("ca", "", "CA file (PEM) verifying https targets")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *ca != "" {
+		pool, err := tlsconf.LoadPool(*ca)
+		if err != nil {
+			return err
 		}
-		res, err := load(ctx, o)
+		o.tls = &tls.Config{RootCAs: pool, ServerName: "localhost", ClientSessionCache: tls.NewLRUClientSessionCache(1024)}
+	}
+	o.targets = strings.Split(*targets, ",")
+	if o.requests > 0 {
+		res, err := burst(ctx, o)
 		if err != nil {
 			return err
 		}
 		return json.NewEncoder(stdout).Encode(res)
 	}
-	return fmt.Errorf("unknown command %q", args[0])
+	res, err := load(ctx, o)
+	if err != nil {
+		return err
+	}
+	return json.NewEncoder(stdout).Encode(res)
 }
 
 // backends serves the trivial cells: each answers any request at once with
