@@ -6,6 +6,26 @@
 // terraform/README.md says how to point the CLI at a local build.
 package main
 
-import "github.com/cellkit/cellkit/internal/tfprovider"
+import (
+	"context"
+	"flag"
+	"log"
 
-func main() { tfprovider.Main() }
+	"github.com/hashicorp/terraform-plugin-framework/providerserver"
+
+	"github.com/cellkit/cellkit/internal/buildinfo"
+	"github.com/cellkit/cellkit/internal/tfprovider"
+)
+
+func main() {
+	var debug bool
+	flag.BoolVar(&debug, "debug", false, "run with support for debuggers such as delve")
+	flag.Parse()
+	err := providerserver.Serve(context.Background(), tfprovider.New(buildinfo.Version()), providerserver.ServeOpts{
+		Address: tfprovider.Address,
+		Debug:   debug,
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+}

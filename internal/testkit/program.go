@@ -36,29 +36,22 @@ func RunAsProgram(name string, main func()) {
 }
 
 // Program is the command that runs this test binary as the program name
-// with args: its package's TestMain calls RunAsProgram(name, main). Its
-// environment is the test's with ProgramEnv(name). The caller sets what
-// else it needs (output, more variables) and starts it.
+// with args: its package's TestMain calls RunAsProgram(name, main). The
+// command's environment is the test's with EnvProgram set, and with
+// atexit_sleep_ms=0 added to GORACE: a -race binary otherwise sleeps a
+// second at every clean exit, which the program's own binary does not.
+// The caller sets what else it needs (output, more variables) and starts it.
 func Program(t testing.TB, name string, args ...string) *exec.Cmd {
 	t.Helper()
 	self, err := os.Executable()
 	if err != nil {
 		t.Fatalf("this test binary's path, to run it as %s: %v", name, err)
 	}
-	cmd := exec.Command(self, args...)
-	cmd.Env = append(os.Environ(), ProgramEnv(name)...)
-	return cmd
-}
-
-// ProgramEnv is what to add to the test's environment for this test
-// binary, started by another program (the terraform CLI starts its
-// provider), to run as the program name: EnvProgram, and atexit_sleep_ms=0
-// added to GORACE, since a -race binary otherwise sleeps a second at
-// every clean exit, which the program's own binary does not.
-func ProgramEnv(name string) []string {
 	gorace := "atexit_sleep_ms=0"
 	if v := os.Getenv("GORACE"); v != "" {
 		gorace = v + " " + gorace
 	}
-	return []string{EnvProgram + "=" + name, "GORACE=" + gorace}
+	cmd := exec.Command(self, args...)
+	cmd.Env = append(os.Environ(), EnvProgram+"="+name, "GORACE="+gorace)
+	return cmd
 }

@@ -29,19 +29,13 @@ import (
 )
 
 // The acceptance tests run the real terraform CLI against the provider
-// of this tree (a dev_overrides CLI configuration: nothing is
-// downloaded), on a file registry and on a real Consul agent. The
-// provider is this test binary, run as the program (Main).
-
-// providerProgram is the name terraform finds the provider by in a
-// dev_overrides directory.
-const providerProgram = "terraform-provider-cellkit"
+// built from this tree (a dev_overrides CLI configuration: nothing is
+// downloaded), on a file registry and on a real Consul agent.
 
 func TestMain(m *testing.M) {
-	testkit.RunAsProgram(providerProgram, Main)
 	testkit.VerifyTestMain(m, goleak.Cleanup(func(code int) {
-		if linkDir != "" {
-			os.RemoveAll(linkDir)
+		if buildDir != "" {
+			os.RemoveAll(buildDir) // the provider's binary
 		}
 		celltest.RemoveCellBinary()
 		os.Exit(code)
@@ -49,31 +43,34 @@ func TestMain(m *testing.M) {
 }
 
 var (
-	linkOnce sync.Once
-	linkDir  string
-	linkErr  error
+	buildOnce sync.Once
+	buildDir  string
+	buildErr  error
 )
 
-// providerDir returns a temporary directory, made once per test binary,
-// holding terraform-provider-cellkit: a symbolic link to this test binary,
-// which runs as the provider when terraform starts it with the
-// environment of providerEnv.
+// providerDir builds bin/terraform-provider-cellkit into a temporary
+// directory once per test binary and returns the directory.
 func providerDir(t *testing.T) string {
 	t.Helper()
-	linkOnce.Do(func() {
-		var self string
-		if self, linkErr = os.Executable(); linkErr != nil {
+	buildOnce.Do(func() {
+		buildDir, buildErr = os.MkdirTemp("", "cellkit-tf-provider-")
+		if buildErr != nil {
 			return
 		}
-		if linkDir, linkErr = os.MkdirTemp("", "cellkit-tf-provider-"); linkErr != nil {
-			return
+		_, file, _, _ := runtime.Caller(0)
+		root := filepath.Join(filepath.Dir(file), "..", "..")
+		// Built, not this test binary run as the provider: under make test
+		// that is a -race build, too slow for the tests' lock_wait of 2 s.
+		cmd := exec.Command("go", "build", "-o", filepath.Join(buildDir, "terraform-provider-cellkit"), "./terraform")
+		cmd.Dir = root
+		if out, err := cmd.CombinedOutput(); err != nil {
+			buildErr = fmt.Errorf("go build ./terraform: %v: %s", err, out)
 		}
-		linkErr = os.Symlink(self, filepath.Join(linkDir, providerProgram))
 	})
-	if linkErr != nil {
-		t.Fatal(linkErr)
+	if buildErr != nil {
+		t.Fatal(buildErr)
 	}
-	return linkDir
+	return buildDir
 }
 
 // tf is one Terraform working directory against one registry.
@@ -103,9 +100,7 @@ func newTF(t *testing.T, reg string) *tf {
 	if err := os.WriteFile(rc, []byte(conf), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	// terraform passes its environment on to the provider it starts.
-	env := append(os.Environ(), testkit.ProgramEnv(providerProgram)...)
-	env = append(env, "TF_CLI_CONFIG_FILE="+rc, "TF_IN_AUTOMATION=1", "CHECKPOINT_DISABLE=1",
+	env := append(os.Environ(), "TF_CLI_CONFIG_FILE="+rc, "TF_IN_AUTOMATION=1", "CHECKPOINT_DISABLE=1",
 		"TF_DATA_DIR="+filepath.Join(dir, ".terraform"), "CELLKIT_REGISTRY=", "CELLKIT_ADMIN_TOKEN=")
 	return &tf{t: t, bin: bin, dir: dir, env: env, reg: reg}
 }
