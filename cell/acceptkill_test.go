@@ -24,7 +24,7 @@ func TestAKillAtEveryPointOfAnAccept(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the binary: skipped with -short")
 	}
-	bin := buildBinary(t, "faults")
+	bin := buildBinary(t, "faults") // built: the fault hooks are only in a build with the tag
 	args, nice := faultsCell(t)
 	client := &http.Client{Timeout: 5 * time.Second}
 	defer client.CloseIdleConnections()

@@ -28,7 +28,7 @@ func TestCrashLoopEndsInQuarantine(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the binary: skipped with -short")
 	}
-	bin := buildBinary(t, "faults")
+	bin := buildBinary(t, "faults") // built: the fault hooks are only in a build with the tag
 	args, _ := faultsCell(t, "--quarantine-after", "2", "--max-deliver", "5")
 	client := &http.Client{Timeout: 5 * time.Second}
 	defer client.CloseIdleConnections()

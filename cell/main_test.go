@@ -25,7 +25,12 @@ import (
 	"github.com/cellkit/cellkit/internal/testkit"
 )
 
-func TestMain(m *testing.M) { testkit.VerifyTestMain(m) }
+// The test binary is also the cell, for the tests that run it as a
+// process (testkit.Program).
+func TestMain(m *testing.M) {
+	testkit.RunAsProgram("cell", main)
+	testkit.VerifyTestMain(m)
+}
 
 func TestFlagsAndEnvironment(t *testing.T) {
 	env := map[string]string{
@@ -84,18 +89,27 @@ func TestFlagsAndEnvironment(t *testing.T) {
 	}
 }
 
+// A binary makes the command that runs a cell with the arguments given.
+type binary func(args []string) *exec.Cmd
+
+// thisBinary runs this test binary as the cell (TestMain).
+func thisBinary(t *testing.T) binary {
+	return func(args []string) *exec.Cmd { return testkit.Program(t, "cell", args...) }
+}
+
 // buildBinary builds the cell into the test's temporary directory, with
-// the build tags given.
-func buildBinary(t *testing.T, tags ...string) string {
+// the build tags given: a cell with the tags is what the test needs, and
+// this test binary is built without them.
+func buildBinary(t *testing.T, tags ...string) binary {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), "cell")
 	if out, err := exec.Command("go", "build", "-tags", strings.Join(tags, ","), "-o", bin, ".").CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
-	return bin
+	return func(args []string) *exec.Cmd { return exec.Command(bin, args...) }
 }
 
-// proc is one run of the built cell binary.
+// proc is one run of a cell process.
 type proc struct {
 	cmd    *exec.Cmd
 	intake string
@@ -103,9 +117,9 @@ type proc struct {
 	exited chan error
 }
 
-func startBinary(t *testing.T, bin string, args []string) *proc {
+func startBinary(t *testing.T, bin binary, args []string) *proc {
 	t.Helper()
-	cmd := exec.Command(bin, args...)
+	cmd := bin(args)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -156,17 +170,17 @@ func (p *proc) waitReady(t *testing.T, client *http.Client) {
 	})
 }
 
-// TestCrashLosesNothing runs the built binary, kills it with SIGKILL in the
+// TestCrashLosesNothing runs the cell as a process, kills it with SIGKILL in the
 // middle of a load, restarts it on the same store and checks like a queue
 // checker: every inquiry answered 202 settles (lost = 0) and none has two
 // ids or an unexpected result (duplicated = 0). It ends with a SIGTERM that
 // must exit 0.
 func TestCrashLosesNothing(t *testing.T) {
 	if testing.Short() {
-		t.Skip("builds the binary and runs a load: skipped with -short")
+		t.Skip("runs the cell as a process under load: skipped with -short")
 	}
 	dir := t.TempDir()
-	bin := buildBinary(t)
+	bin := thisBinary(t)
 	// 8 sessions at 40 ms: the pipeline drains 200/s, less than the load
 	// offers, so work is queued and in flight when the cell is killed.
 	sim := agencysim.Config{MaxSessions: 32, Latency: agencysim.FixedLatency(40 * time.Millisecond)}

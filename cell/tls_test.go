@@ -101,7 +101,7 @@ func TestBadCertificateStopsTheStart(t *testing.T) {
 	}
 }
 
-// TestBinaryOnMutualTLS runs the built cell with both listeners on mutual
+// TestBinaryOnMutualTLS runs the cell as a process with both listeners on mutual
 // TLS, as `cellctl dev up --tls` does: a router's request is served, an
 // operator reads the admin API without a token (an admin token file is
 // given too), and certificates renewed on disk are served
@@ -109,7 +109,7 @@ func TestBadCertificateStopsTheStart(t *testing.T) {
 // a second anyway, so this does not tell the two apart).
 func TestBinaryOnMutualTLS(t *testing.T) {
 	if testing.Short() {
-		t.Skip("builds and runs the binary: skipped with -short")
+		t.Skip("runs the cell as a process: skipped with -short")
 	}
 	certs := celltest.DevCerts(t)
 	sim := agencysim.Config{MaxSessions: 8, Latency: agencysim.FixedLatency(time.Millisecond)}
@@ -119,7 +119,7 @@ func TestBinaryOnMutualTLS(t *testing.T) {
 	if err := os.WriteFile(tokens, []byte("s3cret\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	p := startBinary(t, buildBinary(t), []string{
+	p := startBinary(t, thisBinary(t), []string{
 		"--cell", "c1", "--registry", reg.URL(), "--store", t.TempDir(), "--agency", "nice=" + nice.Addr().String(),
 		"--intake", "127.0.0.1:0", "--admin", "127.0.0.1:0", "--nats-port", "-1",
 		"--tls-cert", certs.Cert(pki.RoleCell), "--tls-key", certs.Key(pki.RoleCell), "--tls-client-ca", certs.CA(),

@@ -19,7 +19,12 @@ import (
 	"github.com/cellkit/cellkit/internal/testkit"
 )
 
-func TestMain(m *testing.M) { testkit.VerifyTestMain(m) }
+// The test binary is also the router, for the tests that run it as a
+// process (testkit.Program).
+func TestMain(m *testing.M) {
+	testkit.RunAsProgram("router", main)
+	testkit.VerifyTestMain(m)
+}
 
 func TestKeygen(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "keys.json")

@@ -18,20 +18,16 @@ import (
 	"github.com/cellkit/cellkit/internal/testkit"
 )
 
-// TestSIGUSR2StartsASuccessor: the built router, run as a service manager
-// runs it (NOTIFY_SOCKET), starts its own successor at SIGUSR2: the
-// successor takes the sockets over under load with nothing refused or
-// failed, tells the manager it is the main process now, and the old
-// process ends with the handed-over status.
+// TestSIGUSR2StartsASuccessor: the router process (this test binary run
+// as the router), run as a service manager runs it (NOTIFY_SOCKET), starts
+// its own successor at SIGUSR2: the successor takes the sockets over under
+// load with nothing refused or failed, tells the manager it is the main
+// process now, and the old process ends with the handed-over status.
 func TestSIGUSR2StartsASuccessor(t *testing.T) {
 	if testing.Short() {
-		t.Skip("builds the router")
+		t.Skip("runs the router as a process through an upgrade under load")
 	}
 	dir := t.TempDir()
-	bin := filepath.Join(dir, "router")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
 	notify, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: filepath.Join(dir, "notify"), Net: "unixgram"})
 	if err != nil {
 		t.Fatal(err)
@@ -47,8 +43,8 @@ func TestSIGUSR2StartsASuccessor(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer logs.Close()
-	cmd := exec.Command(bin, s.at(public, admin)...)
-	cmd.Env = append(os.Environ(), "NOTIFY_SOCKET="+notify.LocalAddr().String())
+	cmd := testkit.Program(t, "router", s.at(public, admin)...)
+	cmd.Env = append(cmd.Env, "NOTIFY_SOCKET="+notify.LocalAddr().String())
 	cmd.Stdout, cmd.Stderr = logs, logs
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -52,7 +52,8 @@ var (
 )
 
 // CellBinary builds the cell program once for the test binary and returns
-// its path.
+// its path. Built, not this test binary run as the cell: the cell's main
+// is in package main, which the packages using celltest cannot import.
 func CellBinary(t testing.TB) string {
 	t.Helper()
 	cellOnce.Do(func() {

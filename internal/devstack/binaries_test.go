@@ -49,6 +49,8 @@ func TestAPIKey(t *testing.T) {
 		t.Skip("builds the router")
 	}
 	ctx := testkit.Context(t, 2*time.Minute)
+	// Built: the router's main is in package main, which this package's
+	// tests cannot import to run as it (testkit.RunAsProgram).
 	bin := filepath.Join(t.TempDir(), "router")
 	build := exec.CommandContext(ctx, "go", "build", "-o", bin, "github.com/cellkit/cellkit/router")
 	if out, err := build.CombinedOutput(); err != nil {

@@ -1,7 +1,7 @@
 // Package testkit holds what tests across cellkit share: waiting for a
 // condition with a deadline instead of sleeping, a fake clock, the goroutine
-// leak check, loopback listeners, loggers and log buffers, and HTTP requests
-// read whole.
+// leak check, loopback listeners, loggers and log buffers, HTTP requests
+// read whole, and a test binary run as its package's program.
 //
 // It imports nothing of cellkit, so that every package's tests, internal or
 // external, can use it without an import cycle. Helpers that start cellkit's

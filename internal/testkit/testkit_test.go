@@ -16,7 +16,10 @@ import (
 	"go.uber.org/goleak"
 )
 
-func TestMain(m *testing.M) { VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	RunAsProgram(echoProgram, echoMain)
+	VerifyTestMain(m)
+}
 
 // fatalTB records the first Fatalf and ends the goroutine that called it,
 // as testing.T does.

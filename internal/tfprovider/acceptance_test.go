@@ -59,6 +59,8 @@ func providerDir(t *testing.T) string {
 		}
 		_, file, _, _ := runtime.Caller(0)
 		root := filepath.Join(filepath.Dir(file), "..", "..")
+		// Built, not this test binary run as the provider: under make test
+		// that is a -race build, too slow for the tests' lock_wait of 2 s.
 		cmd := exec.Command("go", "build", "-o", filepath.Join(buildDir, "terraform-provider-cellkit"), "./terraform")
 		cmd.Dir = root
 		if out, err := cmd.CombinedOutput(); err != nil {

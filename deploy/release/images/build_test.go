@@ -154,6 +154,7 @@ func TestReadBinaryRefusesFaultHooks(t *testing.T) {
 		refused bool
 	}{{"faults", true}, {"netgo,faults", true}, {"netgo", false}} {
 		bin := filepath.Join(dir, "bin-"+strings.ReplaceAll(tc.tags, ",", "-"))
+		// Built: the build's tags are what ReadBinary reads.
 		cmd := exec.Command("go", "build", "-tags", tc.tags, "-o", bin, ".")
 		cmd.Dir = dir
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOFLAGS=")

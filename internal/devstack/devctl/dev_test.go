@@ -36,6 +36,8 @@ func TestDevStack(t *testing.T) {
 	}
 	root := t.TempDir()
 	bin := filepath.Join(root, "bin")
+	// Built: four programs, found by name in one bin dir, whose mains are
+	// in packages main that this test cannot import to run as them.
 	for _, name := range []string{"cellctl", "agencysim", "cell", "router"} {
 		out, err := exec.Command("go", "build", "-o", filepath.Join(bin, name), "github.com/cellkit/cellkit/"+name).CombinedOutput()
 		if err != nil {

@@ -106,6 +106,8 @@ func TestDevStackTLS(t *testing.T) {
 	}
 	root := t.TempDir()
 	bin := filepath.Join(root, "bin")
+	// Built: the programs are found by name in one bin dir, and their mains
+	// are in packages main that this test cannot import to run as them.
 	build := func(name string) {
 		out, err := exec.Command("go", "build", "-o", filepath.Join(bin, name), "github.com/cellkit/cellkit/"+name).CombinedOutput()
 		if err != nil {
