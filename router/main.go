@@ -315,7 +315,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, ready fun
 	}
 	defer reg.Close()
 	follower, err := registry.NewFollower(registry.FollowerConfig{StaleAfter: o.staleAfter, CachePath: o.mapCache}, registry.FollowerOptions{
-		Registry: reg, Logger: log, Registerer: prometheus.WrapRegistererWithPrefix("cellkit_router_", metrics),
+		Registry: reg, Logger: log, Registerer: prometheus.WrapRegistererWithPrefix(api.MetricPrefixRouter, metrics),
 	})
 	if err != nil {
 		return err
@@ -381,7 +381,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, ready fun
 	var handedOver atomic.Bool       // a successor serves these sockets
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return follower.Run(gctx) })
-	if rw := registry.NewRolloutWatch(reg, registry.RolloutWatchEvery, prometheus.WrapRegistererWithPrefix("cellkit_router_", metrics), log); rw != nil {
+	if rw := registry.NewRolloutWatch(reg, registry.RolloutWatchEvery, prometheus.WrapRegistererWithPrefix(api.MetricPrefixRouter, metrics), log); rw != nil {
 		g.Go(func() error { return rw.Run(gctx) })
 	}
 	if ann, ok := reg.(registry.Announcer); ok && o.adminAdvertise != "none" {

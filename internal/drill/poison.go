@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/cellkit/cellkit/internal/api"
 	"net/http"
 	"strconv"
 	"strings"
@@ -178,7 +179,7 @@ func postInquiry(ctx context.Context, st *Stack, user string) (id string, status
 
 // cellPanics reads a cell's cellkit_cell_panics_total, summed over steps.
 func cellPanics(ctx context.Context, st *Stack, cell string) (int, error) {
-	n, err := cellCounter(ctx, st, cell, "cellkit_cell_panics_total")
+	n, err := cellCounter(ctx, st, cell, api.MetricCellPanics.Name)
 	return int(n), err
 }
 
