@@ -166,7 +166,7 @@ func postInquiry(ctx context.Context, st *Stack, user string) (id string, status
 		ID string `json:"id"`
 	}
 	body := inquiry.Request{UserID: user, Product: "credit_loan", Amount: 1_000_000, Priority: inquiry.Normal}
-	err = requestJSON(ctx, adminClient, http.MethodPost, st.Router+"/v1/inquiries", "", body, &a, "X-API-Key", st.APIKey)
+	err = requestJSON(ctx, adminClient, http.MethodPost, st.Router+api.PathInquiries, "", body, &a, "X-API-Key", st.APIKey)
 	var se *statusError
 	switch {
 	case err == nil:
