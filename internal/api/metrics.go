@@ -91,7 +91,8 @@ func (m MetricSpec) Prefixed(prefix string, outer ...string) MetricSpec {
 // of the process (Unix seconds): a change is a restart. The gates and the
 // alert rules read it.
 var MetricProcessStarted = MetricSpec{
-	Name: "process_start_time_seconds", Type: Gauge,
+	Name: "process_start_time_seconds",
+	Type: Gauge,
 	Help: "Start time of the process since unix epoch in seconds.",
 }
 
