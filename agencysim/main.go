@@ -249,7 +249,7 @@ func adminMux(servers []*agencysim.Server, reg *prometheus.Registry, stopping *a
 		httpx.JSON(w, code, map[string]any{"status": status, "agencies": detail})
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
-	mux.HandleFunc("GET /v1/agencies", func(w http.ResponseWriter, r *http.Request) {
+	mux.HandleFunc("GET "+api.PathAgencies, func(w http.ResponseWriter, r *http.Request) {
 		out := make([]agencysim.Status, 0, len(servers))
 		for _, s := range servers {
 			out = append(out, s.Status())
@@ -257,7 +257,7 @@ func adminMux(servers []*agencysim.Server, reg *prometheus.Registry, stopping *a
 		httpx.JSON(w, http.StatusOK, out)
 	})
 	for _, s := range servers {
-		prefix := "/v1/agencies/" + s.Profile().Name
+		prefix := api.PathAgencies + "/" + s.Profile().Name
 		mux.Handle(prefix+"/", http.StripPrefix(prefix, s.AdminHandler()))
 	}
 	return mux

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/cellkit/cellkit/internal/api"
 	"log/slog"
 	"net"
 	"os"
@@ -333,17 +334,17 @@ func newHandoffMetrics(reg prometheus.Registerer, succ *handoff.Succession) *han
 	if succ != nil {
 		hm.generation = succ.State.Generation + 1
 	}
-	gen := prometheus.NewGauge(prometheus.GaugeOpts{Name: "cellkit_router_generation",
-		Help: "How many routers in a row have served these listening sockets on this host: 1 for a router that listened afresh, its predecessor's + 1 for one that took them over."})
+	gen := prometheus.NewGauge(prometheus.GaugeOpts{Name: api.MetricRouterGeneration.Name,
+		Help: api.MetricRouterGeneration.Help})
 	gen.Set(float64(hm.generation))
-	hm.offering = prometheus.NewGauge(prometheus.GaugeOpts{Name: "cellkit_router_handoff_offering",
-		Help: "1 while the router offers its sockets to a successor at --handoff-socket."})
-	hm.handoffs = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "cellkit_router_handoffs_total",
-		Help: "Successors that came for the router's sockets: handed_over (the successor serves; this router drains and ends) or failed (it ended, refused them or was not ready within --handoff-wait; this router serves on)."}, []string{"outcome"})
-	hm.drained = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "cellkit_router_handoff_drained_connections_total",
-		Help: "Client connections a router that handed over closed without cutting a request: after_answer (told Connection: close) or idle (kept alive and idle for a second)."}, []string{"how"})
-	hm.cut = prometheus.NewCounter(prometheus.CounterOpts{Name: "cellkit_router_handoff_cut_connections_total",
-		Help: "Client connections a router that handed over still had at --shutdown-timeout, closed then."})
+	hm.offering = prometheus.NewGauge(prometheus.GaugeOpts{Name: api.MetricRouterHandoffOffering.Name,
+		Help: api.MetricRouterHandoffOffering.Help})
+	hm.handoffs = prometheus.NewCounterVec(prometheus.CounterOpts{Name: api.MetricRouterHandoffs.Name,
+		Help: api.MetricRouterHandoffs.Help}, api.MetricRouterHandoffs.Labels)
+	hm.drained = prometheus.NewCounterVec(prometheus.CounterOpts{Name: api.MetricRouterHandoffDrainedConnections.Name,
+		Help: api.MetricRouterHandoffDrainedConnections.Help}, api.MetricRouterHandoffDrainedConnections.Labels)
+	hm.cut = prometheus.NewCounter(prometheus.CounterOpts{Name: api.MetricRouterHandoffCutConnections.Name,
+		Help: api.MetricRouterHandoffCutConnections.Help})
 	for _, o := range []string{"handed_over", "failed"} {
 		hm.handoffs.WithLabelValues(o)
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/cellkit/cellkit/internal/adminauth"
+	"github.com/cellkit/cellkit/internal/api"
 	"github.com/cellkit/cellkit/internal/apikey"
 	"github.com/cellkit/cellkit/internal/handoff"
 	"github.com/cellkit/cellkit/internal/program"
@@ -78,7 +79,7 @@ func start(ctx context.Context, o options, log *slog.Logger, metrics *prometheus
 		return nil, err
 	}
 	p.follower, err = registry.NewFollower(registry.FollowerConfig{StaleAfter: o.staleAfter, CachePath: o.mapCache}, registry.FollowerOptions{
-		Registry: p.reg, Logger: log, Registerer: prometheus.WrapRegistererWithPrefix("cellkit_router_", metrics),
+		Registry: p.reg, Logger: log, Registerer: prometheus.WrapRegistererWithPrefix(api.MetricPrefixRouter, metrics),
 	})
 	if err != nil {
 		return nil, err
@@ -309,7 +310,7 @@ func (p *process) serve(ctx context.Context, ready func(addrs)) error {
 func (p *process) addFollowers(g *rungroup.Group, ctx context.Context, listening <-chan struct{}, handedTo chan<- handoff.Hello) {
 	follow := program.Followers(ctx, g)
 	follow(p.follower.Run)
-	if rw := registry.NewRolloutWatch(p.reg, registry.RolloutWatchEvery, prometheus.WrapRegistererWithPrefix("cellkit_router_", p.metrics), p.log); rw != nil {
+	if rw := registry.NewRolloutWatch(p.reg, registry.RolloutWatchEvery, prometheus.WrapRegistererWithPrefix(api.MetricPrefixRouter, p.metrics), p.log); rw != nil {
 		follow(rw.Run)
 	}
 	if ann, ok := p.reg.(registry.Announcer); ok && p.o.adminAdvertise != "none" {

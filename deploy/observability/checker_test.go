@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 
+	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/prometheus/promql/parser"
 )
 
@@ -35,8 +36,8 @@ func fakeExports(t *testing.T) *exports {
 		{Targets: []string{"127.0.0.1:1"}, Labels: map[string]string{"job": "cellkit-cell", "cell": "c1"}},
 		{Targets: []string{"127.0.0.1:2"}, Labels: map[string]string{"job": "cellkit-router"}},
 	})
-	x.rare = map[string]documented{
-		"cellkit_router_limited_total": {job: "cellkit-router", labels: setOf("client"), inCode: true},
+	x.rare = map[string]*family{
+		"cellkit_router_limited_total": {typ: dto.MetricType_COUNTER, jobs: setOf("cellkit-router"), labels: setOf("client")},
 	}
 	if err := x.add("cellkit-cell", []byte(fakeCell)); err != nil {
 		t.Fatal(err)
@@ -59,7 +60,7 @@ func TestChecker(t *testing.T) {
 		{"histogram count", `rate(cellkit_cell_inquiry_seconds_count[5m])`, "", ""},
 		{"up and target labels", `up{job="cellkit-cell", cell="c1"} == 0`, "{{instance}}", ""},
 		{"recorded", `cell:requests:rate5m{cell="c1"} > 0`, "{{cell}} {{team}}", ""},
-		{"rare, from the docs", `sum by (client) (rate(cellkit_router_limited_total[5m]))`, "", ""},
+		{"rare, from the catalogue", `sum by (client) (rate(cellkit_router_limited_total[5m]))`, "", ""},
 		{"group_left", `cellkit_pool_size / on (cell) group_left () sum by (cell) (cellkit_cell_queue_depth)`, "{{agency}}", ""},
 		{"renamed metric", `cellkit_cell_queue_length{cell="c1"}`, "", "metric cellkit_cell_queue_length is not exported"},
 		{"sum of a bucket-less histogram", `histogram_quantile(0.5, rate(cellkit_cell_inquiry_seconds_sum[5m]))`, "", "histogram_quantile uses label le"},

@@ -3,13 +3,11 @@ package observability
 import (
 	"bytes"
 	"fmt"
-	"io/fs"
 	"maps"
-	"os"
-	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
+	"testing"
 
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
@@ -31,22 +29,15 @@ type target struct {
 type exports struct {
 	families map[string]*family
 	targets  []target
-	rare     map[string]documented // rareMetrics as the docs and the code have them
+	rare     map[string]*family // rareMetrics as the catalogue declares them
 }
 
 // rareMetrics are the metrics used by the pack that a plain stack does not
-// export, with what would. They are checked against the code (the name is
-// a string literal of a non-test Go file) and docs/metrics.md (its labels)
-// instead. Every other metric the pack reads is exported from the start.
+// export, with what would. They are checked against the catalogue
+// (internal/api) instead. Every other metric the pack reads is exported
+// from the start.
 var rareMetrics = map[string]string{
 	"cellkit_tls_certificate_expiry_timestamp_seconds": "a listener or a client on TLS (cellctl dev up --tls; TestLivePackTLSSeries)",
-}
-
-// documented is a metric's row in docs/metrics.md.
-type documented struct {
-	job    string // of the process whose section lists it
-	labels set
-	inCode bool // its name is a string literal of the code
 }
 
 type family struct {
@@ -159,68 +150,25 @@ func (x *exports) lookup(name string) (set, bool) {
 			return f.labels.union(x.targetLabels(f.jobs)), true
 		}
 	}
-	if d, ok := x.rare[name]; ok && d.inCode {
-		return d.labels.union(x.targetLabels(setOf(d.job))), true
+	if f, ok := x.rare[name]; ok {
+		return f.labels.union(x.targetLabels(f.jobs)), true
 	}
 	return nil, false
 }
 
-// sectionJob is the job of each process section of docs/metrics.md.
-var sectionJob = map[string]string{"router": "cellkit-router", "cell": "cellkit-cell", "agencysim": "cellkit-agencysim"}
+var docSection = regexp.MustCompile(`^## (\w+)`)
 
-var (
-	docSection = regexp.MustCompile(`^## (\w+)`)
-	docRow     = regexp.MustCompile("^\\| `([a-zA-Z_:][a-zA-Z0-9_:]*)` \\| \\w+ \\| ([a-z_, ]*) \\|")
-)
-
-// loadRare reads rareMetrics' rows in docs/metrics.md and looks for each
-// name as a string literal in the non-test Go files under root.
-func loadRare(root string) (map[string]documented, error) {
-	b, err := os.ReadFile(filepath.Join(root, "docs", "metrics.md"))
-	if err != nil {
-		return nil, err
+// rareFromCatalogue is rareMetrics as the catalogue declares them.
+func rareFromCatalogue(t *testing.T) map[string]*family {
+	t.Helper()
+	all := catalogueExports(t)
+	out := map[string]*family{}
+	for name := range rareMetrics {
+		if f, ok := all.families[name]; ok {
+			out[name] = f
+		}
 	}
-	out := map[string]documented{}
-	job := ""
-	for _, line := range strings.Split(string(b), "\n") {
-		if m := docSection.FindStringSubmatch(line); m != nil {
-			job = sectionJob[m[1]]
-		}
-		m := docRow.FindStringSubmatch(line)
-		if m == nil || rareMetrics[m[1]] == "" {
-			continue
-		}
-		d := documented{job: job, labels: set{}}
-		for _, l := range strings.Split(m[2], ",") {
-			if l = strings.TrimSpace(l); l != "" {
-				d.labels[l] = true
-			}
-		}
-		out[m[1]] = d
-	}
-	err = filepath.WalkDir(root, func(path string, e fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if e.IsDir() && (e.Name() == "var" || e.Name() == "bin" || strings.HasPrefix(e.Name(), ".")) {
-			return filepath.SkipDir
-		}
-		if e.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
-			return nil
-		}
-		src, err := os.ReadFile(path)
-		if err != nil {
-			return err
-		}
-		for name, d := range out {
-			if bytes.Contains(src, []byte(`"`+name+`"`)) {
-				d.inCode = true
-				out[name] = d
-			}
-		}
-		return nil
-	})
-	return out, err
+	return out
 }
 
 // checker checks the pack's expressions against what a stack exports.
@@ -296,7 +244,7 @@ func (c *checker) selector(where string, vs *parser.VectorSelector) {
 	ls, ok := c.lookup(name)
 	if !ok {
 		if why := rareMetrics[name]; why != "" {
-			c.failf(where, "metric %s is not exported (it needs %s), not in docs/metrics.md or not a string literal of the code", name, why)
+			c.failf(where, "metric %s is not exported (it needs %s) and not in the catalogue", name, why)
 			return
 		}
 		c.failf(where, "metric %s is not exported by any process of the stack (nor recorded by a rule)", name)

@@ -22,6 +22,7 @@ import (
 	"crypto/subtle"
 	"errors"
 	"fmt"
+	"github.com/cellkit/cellkit/internal/api"
 	"log/slog"
 	"net"
 	"net/http"
@@ -90,9 +91,9 @@ func New(cfg Config, opts Options) (*Guard, error) {
 		cfg.Open = DefaultOpen
 	}
 	fails := promauto.With(opts.Registerer).NewCounterVec(prometheus.CounterOpts{
-		Name: "cellkit_admin_auth_failures_total",
-		Help: "Admin API requests refused with 401: reason missing (no bearer token) or wrong (a token not in the token file).",
-	}, []string{"reason"})
+		Name: api.MetricAdminAuthFailures.Name,
+		Help: api.MetricAdminAuthFailures.Help,
+	}, api.MetricAdminAuthFailures.Labels)
 	g := &Guard{cfg: cfg, missing: fails.WithLabelValues("missing"), wrong: fails.WithLabelValues("wrong")}
 	if cfg.TokenFile == "" {
 		return g, nil

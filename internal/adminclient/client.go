@@ -317,7 +317,7 @@ func problemDetail(data []byte) string {
 // Status is a cell's GET /v1/admin/status.
 func (c Client) Status(ctx context.Context, base string) (*api.CellStatus, error) {
 	var s api.CellStatus
-	if err := c.Call(ctx, http.MethodGet, base, "/v1/admin/status", nil, &s); err != nil {
+	if err := c.Call(ctx, http.MethodGet, base, api.PathCellStatus, nil, &s); err != nil {
 		return nil, err
 	}
 	return &s, nil
@@ -339,14 +339,14 @@ func (c Client) SetIntake(ctx context.Context, base string, open bool) error {
 	if open {
 		action = "open"
 	}
-	return c.Call(ctx, http.MethodPost, base, "/v1/admin/intake/"+action, nil, nil)
+	return c.Call(ctx, http.MethodPost, base, api.PathCellIntake+action, nil, nil)
 }
 
 // Circuit forces an agency breaker open or closed, or resets it; the answer
 // (the breaker's state afterwards) is returned as decoded JSON.
 func (c Client) Circuit(ctx context.Context, base, agency, action string) (map[string]any, error) {
 	var out map[string]any
-	err := c.Call(ctx, http.MethodPost, base, "/v1/admin/circuit/"+url.PathEscape(agency)+"/"+action, nil, &out)
+	err := c.Call(ctx, http.MethodPost, base, api.PathCellCircuit+url.PathEscape(agency)+"/"+action, nil, &out)
 	return out, err
 }
 
@@ -355,7 +355,7 @@ func (c Client) Failed(ctx context.Context, base string, limit int) ([]api.Faile
 	var out struct {
 		Failed []api.FailedInquiry `json:"failed"`
 	}
-	path := "/v1/admin/failed"
+	path := api.PathCellFailed
 	if limit > 0 {
 		path += "?limit=" + strconv.Itoa(limit)
 	}
@@ -374,7 +374,7 @@ func (c Client) Retry(ctx context.Context, base string, ids []string, all bool) 
 		body["ids"] = ids
 	}
 	var out api.RetryResult
-	if err := c.Call(ctx, http.MethodPost, base, "/v1/admin/failed/retry", body, &out); err != nil {
+	if err := c.Call(ctx, http.MethodPost, base, api.PathCellFailedRetry, body, &out); err != nil {
 		return nil, err
 	}
 	return &out, nil

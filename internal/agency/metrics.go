@@ -1,6 +1,7 @@
 package agency
 
 import (
+	"github.com/cellkit/cellkit/internal/api"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -29,26 +30,26 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	auto := promauto.With(reg)
 	return &Metrics{
 		calls: auto.NewCounterVec(prometheus.CounterOpts{
-			Name: "cellkit_agency_calls_total",
-			Help: "Agency calls by outcome: ok, code_error, timeout, transport_error, circuit_open, limited, exhausted, canceled.",
-		}, []string{"agency", "outcome"}),
+			Name: api.MetricAgencyCalls.Name,
+			Help: api.MetricAgencyCalls.Help,
+		}, api.MetricAgencyCalls.Labels),
 		latency: auto.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "cellkit_agency_call_seconds",
-			Help:    "Agency call latency, rejections included.",
+			Name:    api.MetricAgencyCallSeconds.Name,
+			Help:    api.MetricAgencyCallSeconds.Help,
 			Buckets: []float64{0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10},
-		}, []string{"agency", "outcome"}),
+		}, api.MetricAgencyCallSeconds.Labels),
 		state: auto.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "cellkit_agency_breaker_state",
-			Help: "Circuit breaker state: 0 closed, 1 open, 2 half-open, 3 forced open, 4 forced closed.",
-		}, []string{"agency"}),
+			Name: api.MetricAgencyBreakerState.Name,
+			Help: api.MetricAgencyBreakerState.Help,
+		}, api.MetricAgencyBreakerState.Labels),
 		transitions: auto.NewCounterVec(prometheus.CounterOpts{
-			Name: "cellkit_agency_breaker_transitions_total",
-			Help: "Circuit breaker state changes, by the state entered.",
-		}, []string{"agency", "to"}),
+			Name: api.MetricAgencyBreakerTransitions.Name,
+			Help: api.MetricAgencyBreakerTransitions.Help,
+		}, api.MetricAgencyBreakerTransitions.Labels),
 		limit: auto.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "cellkit_agency_concurrency_limit",
-			Help: "Current adaptive concurrency limit.",
-		}, []string{"agency"}),
+			Name: api.MetricAgencyConcurrencyLimit.Name,
+			Help: api.MetricAgencyConcurrencyLimit.Help,
+		}, api.MetricAgencyConcurrencyLimit.Labels),
 		pool: sessionpool.NewMetrics(reg),
 	}
 }

@@ -1,6 +1,10 @@
 package agencysim
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/cellkit/cellkit/internal/api"
+)
 
 // collector exports a server's Stats as metrics; Stats stays the one source
 // of truth. Its descriptors carry agency=<profile name> as a constant label,
@@ -8,31 +12,31 @@ import "github.com/prometheus/client_golang/prometheus"
 type collector struct{ s *Server }
 
 type metricDesc struct {
-	name, help string
-	kind       prometheus.ValueType
-	value      func(Stats) int64
+	spec  api.MetricSpec
+	kind  prometheus.ValueType
+	value func(Stats) int64
 }
 
 // metricDescs lists the exported counters (a function: no package state).
 func metricDescs() []metricDesc {
 	return []metricDesc{
-		{"sessions_active", "Admitted sessions now open.", prometheus.GaugeValue, func(st Stats) int64 { return st.ActiveSessions }},
-		{"sessions_peak", "Most admitted sessions open at once.", prometheus.GaugeValue, func(st Stats) int64 { return st.PeakSessions }},
-		{"sessions_accepted_total", "Sessions admitted.", prometheus.CounterValue, func(st Stats) int64 { return st.Accepted }},
-		{"sessions_refused_total", "Connections refused over the session limit.", prometheus.CounterValue, func(st Stats) int64 { return st.Refused }},
-		{"calls_total", "Requests received, whatever their outcome.", prometheus.CounterValue, func(st Stats) int64 { return st.Calls }},
-		{"errors_total", "Requests answered with an error code.", prometheus.CounterValue, func(st Stats) int64 { return st.Errors }},
-		{"garbage_total", "Requests answered with a garbage frame.", prometheus.CounterValue, func(st Stats) int64 { return st.Garbage }},
-		{"resets_total", "Requests answered by resetting the connection.", prometheus.CounterValue, func(st Stats) int64 { return st.Resets }},
-		{"idle_cuts_total", "Sessions cut by the idle firewall.", prometheus.CounterValue, func(st Stats) int64 { return st.IdleCuts }},
-		{"heartbeats_total", "Heartbeats answered.", prometheus.CounterValue, func(st Stats) int64 { return st.Heartbeats }},
-		{"malformed_frames_total", "Sessions closed for a malformed client frame.", prometheus.CounterValue, func(st Stats) int64 { return st.Malformed }},
-		{"written_bytes_total", "Bytes written to clients.", prometheus.CounterValue, func(st Stats) int64 { return st.BytesOut }},
+		{api.MetricAgencysimSessionsActive, prometheus.GaugeValue, func(st Stats) int64 { return st.ActiveSessions }},
+		{api.MetricAgencysimSessionsPeak, prometheus.GaugeValue, func(st Stats) int64 { return st.PeakSessions }},
+		{api.MetricAgencysimSessionsAccepted, prometheus.CounterValue, func(st Stats) int64 { return st.Accepted }},
+		{api.MetricAgencysimSessionsRefused, prometheus.CounterValue, func(st Stats) int64 { return st.Refused }},
+		{api.MetricAgencysimCalls, prometheus.CounterValue, func(st Stats) int64 { return st.Calls }},
+		{api.MetricAgencysimErrors, prometheus.CounterValue, func(st Stats) int64 { return st.Errors }},
+		{api.MetricAgencysimGarbage, prometheus.CounterValue, func(st Stats) int64 { return st.Garbage }},
+		{api.MetricAgencysimResets, prometheus.CounterValue, func(st Stats) int64 { return st.Resets }},
+		{api.MetricAgencysimIdleCuts, prometheus.CounterValue, func(st Stats) int64 { return st.IdleCuts }},
+		{api.MetricAgencysimHeartbeats, prometheus.CounterValue, func(st Stats) int64 { return st.Heartbeats }},
+		{api.MetricAgencysimMalformedFrames, prometheus.CounterValue, func(st Stats) int64 { return st.Malformed }},
+		{api.MetricAgencysimWrittenBytes, prometheus.CounterValue, func(st Stats) int64 { return st.BytesOut }},
 	}
 }
 
 func (c collector) desc(d metricDesc) *prometheus.Desc {
-	return prometheus.NewDesc("cellkit_agencysim_"+d.name, d.help, nil, prometheus.Labels{"agency": c.s.profile.Name})
+	return prometheus.NewDesc(d.spec.Name, d.spec.Help, nil, prometheus.Labels{api.LabelAgency: c.s.profile.Name})
 }
 
 func (c collector) Describe(ch chan<- *prometheus.Desc) {

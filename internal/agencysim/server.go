@@ -21,6 +21,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/cellkit/cellkit/internal/api"
 	"io"
 	"log/slog"
 	"math/rand/v2"
@@ -144,9 +145,9 @@ func New(cfg Config, opts Options) (*Server, error) {
 	}
 	s.log = s.log.With("agency", profile.Name)
 	s.delay = prometheus.NewHistogram(prometheus.HistogramOpts{
-		Name:        "cellkit_agencysim_delay_seconds",
-		Help:        "Latency the simulator added before answering a request.",
-		ConstLabels: prometheus.Labels{"agency": profile.Name},
+		Name:        api.MetricAgencysimDelaySeconds.Name,
+		Help:        api.MetricAgencysimDelaySeconds.Help,
+		ConstLabels: prometheus.Labels{api.LabelAgency: profile.Name},
 		Buckets:     []float64{.005, .01, .025, .05, .1, .25, .5, 1, 1.5, 2, 3, 5, 10, 30},
 	})
 	s.install(Config{}, cfg, true)

@@ -35,3 +35,18 @@ const (
 	// move): the asked cell answers from its own store, asking no one.
 	HeaderLocalRead = "Cellkit-Local-Read"
 )
+
+// The header fields of the messages a cell keeps in its streams that
+// another cell reads when users' inquiries move between them.
+const (
+	// HeaderWritten carries a copied message's first writing time (RFC
+	// 3339) through moves: its life is counted from it.
+	HeaderWritten = "Cellkit-Written"
+	// HeaderMovedIn names the move a copied message came in with.
+	HeaderMovedIn = "Cellkit-Moved-In"
+)
+
+// HeaderFault asks a cell built with the faults tag to kill itself at a
+// point of an acceptance (kill-accept-<point>); tests send it. A release
+// build ignores it.
+const HeaderFault = "Cellkit-Fault"

@@ -50,13 +50,13 @@ func (c *Cell) adminHandler() http.Handler {
 		httpx.Indent(w, code, map[string]any{"ready": ok, "cell": c.cfg.ID, "checks": checks})
 	}))
 	mux.Handle("/metrics", promhttp.HandlerFor(c.reg, promhttp.HandlerOpts{Registry: c.promReg}))
-	mux.HandleFunc("/v1/admin/status", only(http.MethodGet, func(w http.ResponseWriter, r *http.Request) {
+	mux.HandleFunc(api.PathCellStatus, only(http.MethodGet, func(w http.ResponseWriter, r *http.Request) {
 		httpx.Indent(w, http.StatusOK, c.Status())
 	}))
-	mux.HandleFunc("/v1/admin/circuit/{agency}/{action}", only(http.MethodPost, c.circuit))
-	mux.HandleFunc("/v1/admin/intake/{action}", only(http.MethodPost, c.intakeSwitch))
-	mux.HandleFunc("/v1/admin/failed", only(http.MethodGet, c.listFailed))
-	mux.HandleFunc("/v1/admin/failed/retry", only(http.MethodPost, c.retryFailed))
+	mux.HandleFunc(api.PathCellCircuit+"{agency}/{action}", only(http.MethodPost, c.circuit))
+	mux.HandleFunc(api.PathCellIntake+"{action}", only(http.MethodPost, c.intakeSwitch))
+	mux.HandleFunc(api.PathCellFailed, only(http.MethodGet, c.listFailed))
+	mux.HandleFunc(api.PathCellFailedRetry, only(http.MethodPost, c.retryFailed))
 	mux.HandleFunc(api.PathCellLedger, only(http.MethodPost, c.switchLedger))
 	c.moveRoutes(mux)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {

@@ -134,7 +134,7 @@ func New(ctx context.Context, cfg Config, opts Options) (_ *Cell, err error) {
 	}
 	c := &Cell{release: opts.Release,
 		cfg: cfg, log: opts.Logger, reg: opts.Gatherer, promReg: opts.Registerer, adminGuard: opts.AdminGuard,
-		metrics: prometheus.WrapRegistererWith(prometheus.Labels{"cell": cfg.ID}, opts.Registerer),
+		metrics: prometheus.WrapRegistererWith(prometheus.Labels{api.LabelCell: cfg.ID}, opts.Registerer),
 		clients: map[string]*agency.Client{}, quota: map[string]int{},
 	}
 	if c.log == nil {
@@ -179,7 +179,7 @@ func New(ctx context.Context, cfg Config, opts Options) (_ *Cell, err error) {
 		return nil, err
 	}
 	c.follower, err = registry.NewFollower(registry.FollowerConfig{CachePath: filepath.Join(cfg.StoreDir, "map.json")}, registry.FollowerOptions{
-		Registry: c.registry, Logger: c.log, Registerer: prometheus.WrapRegistererWithPrefix("cellkit_cell_", c.metrics),
+		Registry: c.registry, Logger: c.log, Registerer: prometheus.WrapRegistererWithPrefix(api.MetricPrefixCell, c.metrics),
 	})
 	if err != nil {
 		return nil, err

@@ -26,8 +26,8 @@ func (c *Cell) registerMetrics() {
 	}
 	auto := promauto.With(c.metrics)
 	auto.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: "cellkit_cell_queue_oldest_age_seconds",
-		Help: "Age of the oldest unacked work message (0 when the queue is empty).",
+		Name: api.MetricCellQueueOldestAgeSeconds.Name,
+		Help: api.MetricCellQueueOldestAgeSeconds.Help,
 	}, last(func(s *sample) float64 {
 		if s.Oldest.IsZero() {
 			return 0
@@ -35,24 +35,24 @@ func (c *Cell) registerMetrics() {
 		return time.Since(s.Oldest).Seconds()
 	}))
 	auto.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: "cellkit_cell_queue_messages",
-		Help: "Inquiries queued or in flight.",
+		Name: api.MetricCellQueueMessages.Name,
+		Help: api.MetricCellQueueMessages.Help,
 	}, last(func(s *sample) float64 { return float64(s.Total) }))
 	auto.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: "cellkit_cell_queue_drain_rate",
-		Help: "Work messages settled per second (moving average).",
+		Name: api.MetricCellQueueDrainRate.Name,
+		Help: api.MetricCellQueueDrainRate.Help,
 	}, func() float64 { return c.shed.Rate() })
 	auto.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: "cellkit_cell_failed_inquiries",
-		Help: "Inquiries on the error stream.",
+		Name: api.MetricCellFailedInquiries.Name,
+		Help: api.MetricCellFailedInquiries.Help,
 	}, last(func(s *sample) float64 { return float64(s.Failed) }))
 	auto.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: "cellkit_cell_dead_letters",
-		Help: "Inquiries on the dead-letter stream.",
+		Name: api.MetricCellDeadLetters.Name,
+		Help: api.MetricCellDeadLetters.Help,
 	}, last(func(s *sample) float64 { return float64(s.Dead) }))
 	auto.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: api.MetricCellReady,
-		Help: "1 when /readyz answers 200.",
+		Name: api.MetricCellReady.Name,
+		Help: api.MetricCellReady.Help,
 	}, func() float64 {
 		if ok, _ := c.readiness(); ok {
 			return 1
@@ -61,12 +61,12 @@ func (c *Cell) registerMetrics() {
 	})
 	for _, lane := range queue.Lanes {
 		auto.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "cellkit_cell_queue_depth", ConstLabels: prometheus.Labels{"lane": string(lane)},
-			Help: "Work messages not yet acked, by lane.",
+			Name: api.MetricCellQueueDepth.Name, ConstLabels: prometheus.Labels{api.LabelLane: string(lane)},
+			Help: api.MetricCellQueueDepth.Help,
 		}, last(func(s *sample) float64 { return float64(s.Depth[inquiry.Priority(lane)]) }))
 		auto.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "cellkit_cell_queue_lane_oldest_age_seconds", ConstLabels: prometheus.Labels{"lane": string(lane)},
-			Help: "Age of the lane's oldest unacked work message (0 when the lane is empty); the lane is shed past its age budget.",
+			Name: api.MetricCellQueueLaneOldestAgeSeconds.Name, ConstLabels: prometheus.Labels{api.LabelLane: string(lane)},
+			Help: api.MetricCellQueueLaneOldestAgeSeconds.Help,
 		}, last(func(s *sample) float64 {
 			if at := s.OldestByLane[lane]; !at.IsZero() {
 				return time.Since(at).Seconds()
@@ -74,8 +74,8 @@ func (c *Cell) registerMetrics() {
 			return 0
 		}))
 	}
-	c.metrics.MustRegister(agencyLimits{m: c.follower.Map, desc: prometheus.NewDesc("cellkit_cell_agency_limit",
-		"Sessions the agency allows across all cells (its limit in the cell's map).", []string{"agency"}, nil)})
+	c.metrics.MustRegister(agencyLimits{m: c.follower.Map, desc: prometheus.NewDesc(api.MetricCellAgencyLimit.Name,
+		api.MetricCellAgencyLimit.Help, api.MetricCellAgencyLimit.Labels, nil)})
 }
 
 // agencyLimits exports each agency's session limit from the cell's map, so

@@ -152,7 +152,7 @@ func (x *inv) drainEvent(p *progress, e control.DrainEvent) {
 	case control.DrainResuming:
 		say("%s is already draining (its slots moved): resuming.\n", id)
 	case control.DrainWouldClose:
-		say("Then: close %s's intake (POST %s/v1/admin/intake/close).\n", id, e.Cell.Admin)
+		say("Then: close %s's intake (POST %s%sclose).\n", id, e.Cell.Admin, api.PathCellIntake)
 	case control.DrainWouldWait:
 		say("Then: wait for its queue to empty, and mark it drained:\n")
 	case control.DrainWouldMark:

@@ -233,7 +233,7 @@ func hotkeysURL(raw string, n int) (string, error) {
 		return "", fmt.Errorf("want http://HOST:PORT")
 	}
 	if u.Path == "" || u.Path == "/" {
-		u.Path = "/v1/admin/hotkeys"
+		u.Path = api.PathRouterHotKeys
 	}
 	q := u.Query()
 	if q.Get("n") == "" {

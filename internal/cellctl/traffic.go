@@ -113,7 +113,7 @@ func (x *inv) routerTraffic(ctx context.Context, base string, t *slotmap.Traffic
 	ctx, cancel := context.WithTimeout(ctx, routerWait)
 	defer cancel()
 	var rs api.SlotRates
-	if err := x.admin().Call(ctx, http.MethodGet, base+"/v1/admin/slots", "", nil, &rs); err != nil {
+	if err := x.admin().Call(ctx, http.MethodGet, base+api.PathRouterSlots, "", nil, &rs); err != nil {
 		return fmt.Errorf("router %s: %v", base, err)
 	}
 	if rs.Slots != len(t.Slots) {
@@ -126,7 +126,7 @@ func (x *inv) routerTraffic(ctx context.Context, base string, t *slotmap.Traffic
 		}
 	}
 	var hot api.HotKeys
-	if err := x.admin().Call(ctx, http.MethodGet, base+"/v1/admin/hotkeys?n=1000", "", nil, &hot); err == nil && hot.WindowSeconds > 0 {
+	if err := x.admin().Call(ctx, http.MethodGet, base+api.PathRouterHotKeys+"?n=1000", "", nil, &hot); err == nil && hot.WindowSeconds > 0 {
 		for _, u := range hot.Users {
 			t.Users[u.UserID] += float64(u.Count) / hot.WindowSeconds
 		}

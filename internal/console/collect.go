@@ -434,7 +434,7 @@ func (c *collector) routerCard(ctx context.Context, r RouterRef, at time.Time) R
 		if mfs, err := c.admin.Metrics(ctx, r.Admin); err == nil {
 			card.Rates, card.Bad = c.rate(r.Admin, routerCounters(mfs, at))
 		}
-		if err := c.admin.Call(ctx, "GET", r.Admin, "/v1/admin/hotkeys", nil, &hot); err == nil {
+		if err := c.admin.Call(ctx, "GET", r.Admin, api.PathRouterHotKeys, nil, &hot); err == nil {
 			card.Hot = hot.Users[:min(len(hot.Users), 5)]
 		}
 		var q api.RouterQuota

@@ -1,6 +1,7 @@
 package console
 
 import (
+	"github.com/cellkit/cellkit/internal/api"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
 )
@@ -20,33 +21,33 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	f := promauto.With(reg)
 	m := &metrics{
 		collections: f.NewCounterVec(prometheus.CounterOpts{
-			Name: "cellkit_console_collections_total",
-			Help: "Collections of the console's view, by registry: ok (the map read) or error (the last map kept).",
-		}, []string{"registry"}),
+			Name: api.MetricConsoleCollections.Name,
+			Help: api.MetricConsoleCollections.Help,
+		}, api.MetricConsoleCollections.Labels),
 		seconds: f.NewHistogram(prometheus.HistogramOpts{
-			Name:    "cellkit_console_collection_seconds",
-			Help:    "Time one collection of the console's view took (every admin API asked in parallel, each bounded).",
+			Name:    api.MetricConsoleCollectionSeconds.Name,
+			Help:    api.MetricConsoleCollectionSeconds.Help,
 			Buckets: []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5},
 		}),
 		unreachable: f.NewGauge(prometheus.GaugeOpts{
-			Name: "cellkit_console_cells_unreachable",
-			Help: "Cells whose admin API no instance answered at the last collection.",
+			Name: api.MetricConsoleCellsUnreachable.Name,
+			Help: api.MetricConsoleCellsUnreachable.Help,
 		}),
 		streams: f.NewGauge(prometheus.GaugeOpts{
-			Name: "cellkit_console_streams",
-			Help: "Event streams (pages) open.",
+			Name: api.MetricConsoleStreams.Name,
+			Help: api.MetricConsoleStreams.Help,
 		}),
 		refused: f.NewCounterVec(prometheus.CounterOpts{
-			Name: "cellkit_console_auth_failures_total",
-			Help: "Console requests refused: reason missing (no token, cookie or certificate), wrong (a token that is not the console's), expired (a session cookie ended, expired or unknown), all 401; limited (429: a token while its client's, or everyone's, budget of wrong tokens is spent).",
-		}, []string{"reason"}),
+			Name: api.MetricConsoleAuthFailures.Name,
+			Help: api.MetricConsoleAuthFailures.Help,
+		}, api.MetricConsoleAuthFailures.Labels),
 		untrusted: f.NewGauge(prometheus.GaugeOpts{
-			Name: "cellkit_console_admin_untrusted",
-			Help: "Admin endpoints in the map or the routers' announcements the console did not call at the last collection: not trusted with its credentials.",
+			Name: api.MetricConsoleAdminUntrusted.Name,
+			Help: api.MetricConsoleAdminUntrusted.Help,
 		}),
 		bad: f.NewGauge(prometheus.GaugeOpts{
-			Name: "cellkit_console_bad_values",
-			Help: "Values in the last view that were not finite numbers (NaN, ±Inf), dropped and named on their cards.",
+			Name: api.MetricConsoleBadValues.Name,
+			Help: api.MetricConsoleBadValues.Help,
 		}),
 	}
 	for _, r := range []string{"ok", "error"} {

@@ -37,13 +37,13 @@ const (
 // cellCounters reads a cell process's intake counters: requests but the
 // routers' probes, those answered 5xx but 503, and those shed.
 func cellCounters(mfs map[string]*dto.MetricFamily, at time.Time) counters {
-	return countersOf(mfs, at, api.MetricCellIntakeRequests, api.MetricCellIntakeShed, func(m *dto.Metric) bool { return labelOf(m, "route") != "health" })
+	return countersOf(mfs, at, api.MetricCellIntakeRequests.Name, api.MetricCellIntakeShed.Name, func(m *dto.Metric) bool { return labelOf(m, api.LabelRoute) != "health" })
 }
 
 // routerCounters reads a router's: every answer, those 5xx but a cell's
 // 503, and those its guards answered 503 at once.
 func routerCounters(mfs map[string]*dto.MetricFamily, at time.Time) counters {
-	return countersOf(mfs, at, api.MetricRouterRequests, api.MetricRouterShed, func(*dto.Metric) bool { return true })
+	return countersOf(mfs, at, api.MetricRouterRequests.Name, api.MetricRouterShed.Name, func(*dto.Metric) bool { return true })
 }
 
 // countersOf sums the counter family requests (the series counted, 5xx
@@ -66,7 +66,7 @@ func countersOf(mfs map[string]*dto.MetricFamily, at time.Time, requests, shed s
 			continue
 		}
 		v := m.GetCounter().GetValue()
-		code, _ := strconv.Atoi(labelOf(m, "code"))
+		code, _ := strconv.Atoi(labelOf(m, api.LabelCode))
 		isError := code >= 500 && code != 503
 		if !finite(v) {
 			note(rateRequests, requests, m, v)

@@ -6,22 +6,17 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/cellkit/cellkit/internal/api"
 	"github.com/cellkit/cellkit/internal/control"
 )
 
-// The rollout's gate figures as the console exports them (docs/metrics.md):
+// The rollout's gate figures as the console exports them (docs/metrics.md,
+// api.MetricConsoleRollout…):
 // the bake of the wave in progress, or of the last wave baked, as the
 // rollout's record holds it (control.BakeStatus), read at every
 // collection. The rollout is driven by a cellctl that ends with it; the
 // console lasts, and so its /metrics is where a dashboard finds why a
 // bake passed or failed.
-const (
-	metricBakeDecision = "cellkit_console_rollout_bake_decision"
-	metricGateDecision = "cellkit_console_rollout_gate_decision"
-	metricGatePValue   = "cellkit_console_rollout_gate_p_value"
-	metricGateSamples  = "cellkit_console_rollout_gate_samples"
-)
-
 // decisionValue is a decision as a gauge's value: 0 pass, 1 wait, 2 fail
 // (internal/gate's order); -1 for one it does not know.
 func decisionValue(d string) float64 {
@@ -44,6 +39,11 @@ type rolloutGates struct {
 	bake, decision, pValue, samples *prometheus.Desc
 }
 
+// specDesc describes m's series, labelled by the values Collect gives.
+func specDesc(m api.MetricSpec) *prometheus.Desc {
+	return prometheus.NewDesc(m.Name, m.Help, m.Labels, nil)
+}
+
 // registerRolloutMetrics exports the gate figures of the record that
 // record returns (nil: none) on reg (nil: nowhere).
 func registerRolloutMetrics(reg prometheus.Registerer, record func() *control.Rollout) {
@@ -51,17 +51,11 @@ func registerRolloutMetrics(reg prometheus.Registerer, record func() *control.Ro
 		return
 	}
 	reg.MustRegister(&rolloutGates{
-		record: record,
-		bake: prometheus.NewDesc(metricBakeDecision,
-			"The decision of the rollout's last bake judgement: 0 pass, 1 wait, 2 fail.", []string{"rollout", "wave"}, nil),
-		decision: prometheus.NewDesc(metricGateDecision,
-			"Each gate's decision at the rollout's last bake judgement: 0 pass, 1 wait, 2 fail.", []string{"rollout", "wave", "gate"}, nil),
-		pValue: prometheus.NewDesc(metricGatePValue,
-			"Each gate's one-sided p-value of the wave being worse, against the baseline that came closest to failing it (1: no test made).",
-			[]string{"rollout", "wave", "gate", "baseline"}, nil),
-		samples: prometheus.NewDesc(metricGateSamples,
-			"Each gate's samples: of the wave (of=wave), of the baseline of its p-value (of=baseline); the events of the worst process for the events gates.",
-			[]string{"rollout", "wave", "gate", "of"}, nil),
+		record:   record,
+		bake:     specDesc(api.MetricConsoleRolloutBakeDecision),
+		decision: specDesc(api.MetricConsoleRolloutGateDecision),
+		pValue:   specDesc(api.MetricConsoleRolloutGatePValue),
+		samples:  specDesc(api.MetricConsoleRolloutGateSamples),
 	})
 }
 

@@ -3,6 +3,7 @@ package drill
 import (
 	"context"
 	"fmt"
+	"github.com/cellkit/cellkit/internal/api"
 	"math"
 	"net/http"
 	"sync"
@@ -118,7 +119,7 @@ func agencyLatencyScaler(ctx context.Context, st *Stack) (func(ctx context.Conte
 		var cfg struct {
 			Latency agencyLatency `json:"latency"`
 		}
-		if err := getJSON(ctx, st.AgencyAdmin+"/v1/agencies/"+a+"/config", &cfg); err != nil {
+		if err := getJSON(ctx, st.AgencyAdmin+api.PathAgencies+"/"+a+"/config", &cfg); err != nil {
 			return nil, err
 		}
 		orig[a] = cfg.Latency
@@ -129,7 +130,7 @@ func agencyLatencyScaler(ctx context.Context, st *Stack) (func(ctx context.Conte
 			if err != nil {
 				return err
 			}
-			if err := doJSON(ctx, http.MethodPatch, st.AgencyAdmin+"/v1/agencies/"+a+"/config", map[string]any{"latency": l}, nil); err != nil {
+			if err := doJSON(ctx, http.MethodPatch, st.AgencyAdmin+api.PathAgencies+"/"+a+"/config", map[string]any{"latency": l}, nil); err != nil {
 				return err
 			}
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/cellkit/cellkit/internal/api"
 	"net/http"
 	"os"
 	"os/exec"
@@ -65,7 +66,7 @@ func DiskFull(ctx context.Context, c Config) (_ *loadtest.Result, err error) {
 			err = fmt.Errorf("drill disk-full: move the store back: %w", rerr)
 		}
 	}()
-	failuresBefore, _ := cellCounter(ctx, st, c.Cell, "cellkit_cell_store_write_failures_total")
+	failuresBefore, _ := cellCounter(ctx, st, c.Cell, api.MetricCellStoreWriteFailures.Name)
 	pid := st.program(c.Cell) // healed in place: the same program at the end
 
 	var near time.Duration // the near-full phase, with a Prometheus
@@ -161,7 +162,7 @@ func DiskFull(ctx context.Context, c Config) (_ *loadtest.Result, err error) {
 	readyErr := st.WaitReady(ctx, c.Cell, 5*time.Second)
 	d.Check(c.Cell+" healed in place (same process, ready)", alive && readyErr == nil,
 		fmt.Sprintf("alive %v, ready: %v", alive, errText(readyErr)), "yes")
-	if n, err := cellCounter(ctx, st, c.Cell, "cellkit_cell_store_write_failures_total"); err == nil {
+	if n, err := cellCounter(ctx, st, c.Cell, api.MetricCellStoreWriteFailures.Name); err == nil {
 		d.Note("%s: the store failed writes %v times (cellkit_cell_store_write_failures_total); 0 means the watermark kept the disk from filling under the cell's own writes", c.Cell, n-failuresBefore)
 	}
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/cellkit/cellkit/internal/api"
 	"io"
 	"maps"
 	"net/http"
@@ -277,7 +278,7 @@ func (n *netRun) cellMap(ctx context.Context, adminAddr string) (int64, error) {
 			Version int64 `json:"version"`
 		} `json:"map"`
 	}
-	err := n.getJSON(ctx, "http://"+adminAddr+"/v1/admin/status", &st)
+	err := n.getJSON(ctx, "http://"+adminAddr+api.PathCellStatus, &st)
 	return st.Map.Version, err
 }
 
@@ -310,7 +311,7 @@ type agencyStatus struct {
 
 func (n *netRun) agencies(ctx context.Context) ([]agencyStatus, error) {
 	var out []agencyStatus
-	err := n.getJSON(ctx, n.st.AgencyAdmin+"/v1/agencies", &out)
+	err := n.getJSON(ctx, n.st.AgencyAdmin+api.PathAgencies, &out)
 	return out, err
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/cellkit/cellkit/internal/api"
 	"net/http"
 	"strconv"
 	"strings"
@@ -166,7 +167,7 @@ func postInquiry(ctx context.Context, st *Stack, user string) (id string, status
 		ID string `json:"id"`
 	}
 	body := inquiry.Request{UserID: user, Product: "credit_loan", Amount: 1_000_000, Priority: inquiry.Normal}
-	err = requestJSON(ctx, adminClient, http.MethodPost, st.Router+"/v1/inquiries", "", body, &a, "X-API-Key", st.APIKey)
+	err = requestJSON(ctx, adminClient, http.MethodPost, st.Router+api.PathInquiries, "", body, &a, "X-API-Key", st.APIKey)
 	var se *statusError
 	switch {
 	case err == nil:
@@ -179,7 +180,7 @@ func postInquiry(ctx context.Context, st *Stack, user string) (id string, status
 
 // cellPanics reads a cell's cellkit_cell_panics_total, summed over steps.
 func cellPanics(ctx context.Context, st *Stack, cell string) (int, error) {
-	n, err := cellCounter(ctx, st, cell, "cellkit_cell_panics_total")
+	n, err := cellCounter(ctx, st, cell, api.MetricCellPanics.Name)
 	return int(n), err
 }
 

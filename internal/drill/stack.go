@@ -176,7 +176,7 @@ func (st *Stack) Status(ctx context.Context, cell string) (api.CellStatus, error
 	if err != nil {
 		return cs, err
 	}
-	err = getJSON(ctx, "http://"+p.Addrs["admin"]+"/v1/admin/status", &cs)
+	err = getJSON(ctx, "http://"+p.Addrs["admin"]+api.PathCellStatus, &cs)
 	return cs, err
 }
 
@@ -193,7 +193,7 @@ func doJSON(ctx context.Context, method, url string, body, v any) error {
 // getInquiry reads inquiry id through the router at base, with the API
 // key, into v.
 func getInquiry(ctx context.Context, hc *http.Client, base, key, id string, v any) error {
-	return requestJSON(ctx, hc, http.MethodGet, base+"/v1/inquiries/"+id, "", nil, v, "X-API-Key", key)
+	return requestJSON(ctx, hc, http.MethodGet, base+api.PathInquiries+"/"+id, "", nil, v, "X-API-Key", key)
 }
 
 // loadMap reads the cell map of the registry at url (token: Consul's ACL

@@ -68,9 +68,9 @@ func (h Health) worst(o Health) Health {
 // operator is not the release's doing and is left out.
 func OpenBreakers(mfs map[string]*dto.MetricFamily, cells []string) []string {
 	var out []string
-	for _, m := range metrics(mfs, api.MetricRouterBreakerState) {
-		if v := m.GetGauge().GetValue(); (v == 1 || v == 2) && slices.Contains(cells, label(m, "cell")) {
-			out = append(out, label(m, "cell"))
+	for _, m := range metrics(mfs, api.MetricRouterBreakerState.Name) {
+		if v := m.GetGauge().GetValue(); (v == 1 || v == 2) && slices.Contains(cells, label(m, api.LabelCell)) {
+			out = append(out, label(m, api.LabelCell))
 		}
 	}
 	return out
@@ -80,13 +80,13 @@ func OpenBreakers(mfs map[string]*dto.MetricFamily, cells []string) []string {
 // seconds; 0 when it does not say): a change between two scrapes is a
 // restart. A value that is not a finite positive number is an error.
 func StartedOf(mfs map[string]*dto.MetricFamily) (float64, error) {
-	ms := metrics(mfs, api.MetricProcessStarted)
+	ms := metrics(mfs, api.MetricProcessStarted.Name)
 	if len(ms) == 0 {
 		return 0, nil
 	}
 	v := ms[0].GetGauge().GetValue()
 	if math.IsNaN(v) || math.IsInf(v, 0) || v < 0 {
-		return 0, fmt.Errorf("%s is %v, not a time", api.MetricProcessStarted, v)
+		return 0, fmt.Errorf("%s is %v, not a time", api.MetricProcessStarted.Name, v)
 	}
 	return v, nil
 }
@@ -94,12 +94,12 @@ func StartedOf(mfs map[string]*dto.MetricFamily) (float64, error) {
 // ReadyOf says whether a cell process's scrape says it is ready
 // (cellkit_cell_ready, its /readyz at the moment of the scrape).
 func ReadyOf(mfs map[string]*dto.MetricFamily) bool {
-	for _, m := range metrics(mfs, api.MetricCellReady) {
+	for _, m := range metrics(mfs, api.MetricCellReady.Name) {
 		if m.GetGauge().GetValue() != 1 {
 			return false
 		}
 	}
-	return len(metrics(mfs, api.MetricCellReady)) > 0
+	return len(metrics(mfs, api.MetricCellReady.Name)) > 0
 }
 
 // Edge is one router's figures for one cell (running totals).
@@ -129,15 +129,15 @@ func refusal(code int) bool { return code == 503 || code == 429 || code == 401 |
 func edgeByCell(mfs map[string]*dto.MetricFamily) (map[string]Edge, error) {
 	out := map[string]Edge{}
 	refused := map[string]int64{} // 503s, the breaker's among them
-	for _, m := range metrics(mfs, api.MetricRouterRequests) {
-		v, err := count(api.MetricRouterRequests, m)
+	for _, m := range metrics(mfs, api.MetricRouterRequests.Name) {
+		v, err := count(api.MetricRouterRequests.Name, m)
 		if err != nil {
 			return nil, err
 		}
-		cell := label(m, "cell")
+		cell := label(m, api.LabelCell)
 		e := out[cell]
 		e.Requests.Total += v
-		switch code, _ := strconv.Atoi(label(m, "code")); {
+		switch code, _ := strconv.Atoi(label(m, api.LabelCode)); {
 		case refusal(code):
 			refused[cell] += v
 		case code >= 500:
@@ -145,15 +145,15 @@ func edgeByCell(mfs map[string]*dto.MetricFamily) (map[string]Edge, error) {
 		}
 		out[cell] = e
 	}
-	for _, m := range metrics(mfs, api.MetricRouterShed) {
-		if label(m, "reason") != "breaker" {
+	for _, m := range metrics(mfs, api.MetricRouterShed.Name) {
+		if label(m, api.LabelReason) != "breaker" {
 			continue
 		}
-		v, err := count(api.MetricRouterShed, m)
+		v, err := count(api.MetricRouterShed.Name, m)
 		if err != nil {
 			return nil, err
 		}
-		cell := label(m, "cell")
+		cell := label(m, api.LabelCell)
 		e := out[cell]
 		e.Requests.Failed += v
 		refused[cell] -= v
@@ -163,12 +163,12 @@ func edgeByCell(mfs map[string]*dto.MetricFamily) (map[string]Edge, error) {
 		e.Refusals = Counts{Total: e.Requests.Total, Failed: max(refused[cell], 0)}
 		out[cell] = e
 	}
-	for _, m := range metrics(mfs, api.MetricRouterRequestSeconds) {
-		h, err := histogramOf(api.MetricRouterRequestSeconds, m)
+	for _, m := range metrics(mfs, api.MetricRouterRequestSeconds.Name) {
+		h, err := histogramOf(api.MetricRouterRequestSeconds.Name, m)
 		if err != nil {
 			return nil, err
 		}
-		cell := label(m, "cell")
+		cell := label(m, api.LabelCell)
 		e := out[cell]
 		e.Latency = e.Latency.Add(h)
 		out[cell] = e
@@ -208,16 +208,16 @@ func (c Counts) since(before Counts) Counts {
 // of order is an error, not a number.
 func SampleOf(mfs map[string]*dto.MetricFamily) (Sample, error) {
 	var s Sample
-	for _, m := range metrics(mfs, api.MetricCellIntakeRequests) {
-		v, err := count(api.MetricCellIntakeRequests, m)
+	for _, m := range metrics(mfs, api.MetricCellIntakeRequests.Name) {
+		v, err := count(api.MetricCellIntakeRequests.Name, m)
 		if err != nil {
 			return Sample{}, err
 		}
-		if label(m, "route") != "post" {
+		if label(m, api.LabelRoute) != "post" {
 			continue
 		}
 		s.Intake.Total += v
-		switch code, _ := strconv.Atoi(label(m, "code")); {
+		switch code, _ := strconv.Atoi(label(m, api.LabelCode)); {
 		case code == 503:
 			s.Refusals.Failed += v
 		case code >= 500:
@@ -225,12 +225,12 @@ func SampleOf(mfs map[string]*dto.MetricFamily) (Sample, error) {
 		}
 	}
 	s.Refusals.Total = s.Intake.Total
-	for _, m := range metrics(mfs, api.MetricCellDeliveries) {
-		v, err := count(api.MetricCellDeliveries, m)
+	for _, m := range metrics(mfs, api.MetricCellDeliveries.Name) {
+		v, err := count(api.MetricCellDeliveries.Name, m)
 		if err != nil {
 			return Sample{}, err
 		}
-		switch label(m, "outcome") {
+		switch label(m, api.LabelOutcome) {
 		case "done":
 			s.Inquiries.Total += v
 		case "failed", "dead":
@@ -238,22 +238,22 @@ func SampleOf(mfs map[string]*dto.MetricFamily) (Sample, error) {
 			s.Inquiries.Failed += v
 		}
 	}
-	for _, m := range metrics(mfs, api.MetricCellPanics) {
-		v, err := count(api.MetricCellPanics, m)
+	for _, m := range metrics(mfs, api.MetricCellPanics.Name) {
+		v, err := count(api.MetricCellPanics.Name, m)
 		if err != nil {
 			return Sample{}, err
 		}
 		s.Panics += v
 	}
-	for _, name := range []string{api.MetricCellIntakeSeconds, api.MetricCellInquirySeconds} {
+	for _, name := range []string{api.MetricCellIntakeSeconds.Name, api.MetricCellInquirySeconds.Name} {
 		for _, m := range metrics(mfs, name) {
 			h, err := histogramOf(name, m)
 			switch {
 			case err != nil:
 				return Sample{}, err
-			case name == api.MetricCellInquirySeconds:
+			case name == api.MetricCellInquirySeconds.Name:
 				s.DoneLatency = s.DoneLatency.Add(h)
-			case label(m, "route") == "post":
+			case label(m, api.LabelRoute) == "post":
 				s.IntakeLatency = s.IntakeLatency.Add(h)
 			}
 		}

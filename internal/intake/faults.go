@@ -3,6 +3,7 @@
 package intake
 
 import (
+	"github.com/cellkit/cellkit/internal/api"
 	"net/http"
 	"os"
 	"syscall"
@@ -15,7 +16,7 @@ import (
 // after it) at that point. Never in a release build.
 
 // faultHeader names the point a request's acceptance is killed at.
-const faultHeader = "Cellkit-Fault"
+const faultHeader = api.HeaderFault
 
 // faultAccept kills the process at point if r asks for it.
 func faultAccept(point string, r *http.Request) {

@@ -22,37 +22,37 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	auto := promauto.With(reg)
 	m := &metrics{
 		requests: auto.NewCounterVec(prometheus.CounterOpts{
-			Name: api.MetricCellIntakeRequests,
-			Help: "Intake API requests, by route (post, get, health: the routers' probes, other) and status code.",
-		}, []string{"route", "code"}),
+			Name: api.MetricCellIntakeRequests.Name,
+			Help: api.MetricCellIntakeRequests.Help,
+		}, api.MetricCellIntakeRequests.Labels),
 		seconds: auto.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    api.MetricCellIntakeSeconds,
-			Help:    "Intake API latency, by route; a POST includes the synced record write and PubAck.",
+			Name:    api.MetricCellIntakeSeconds.Name,
+			Help:    api.MetricCellIntakeSeconds.Help,
 			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5},
-		}, []string{"route"}),
+		}, api.MetricCellIntakeSeconds.Labels),
 		shed: auto.NewCounterVec(prometheus.CounterOpts{
-			Name: api.MetricCellIntakeShed,
-			Help: "Inquiries turned away with 503, by reason: age (oldest pending over budget), wait (backlog would take longer than the budget to drain), depth, share (high priority over its share while normal asks for the rest), full (stream limit), closed, nats, storage (the store near full or failing a write), moving (the user's inquiries being moved to another cell).",
-		}, []string{"reason"}),
+			Name: api.MetricCellIntakeShed.Name,
+			Help: api.MetricCellIntakeShed.Help,
+		}, api.MetricCellIntakeShed.Labels),
 		laneShed: auto.NewCounterVec(prometheus.CounterOpts{
-			Name: "cellkit_cell_intake_lane_shed_total",
-			Help: "Inquiries the shedder turned away (age, depth, wait, share), by lane (the router's Cellkit-Priority; normal without it).",
-		}, []string{"lane"}),
+			Name: api.MetricCellIntakeLaneShed.Name,
+			Help: api.MetricCellIntakeLaneShed.Help,
+		}, api.MetricCellIntakeLaneShed.Labels),
 		laneTaken: auto.NewCounterVec(prometheus.CounterOpts{
-			Name: "cellkit_cell_intake_lane_accepted_total",
-			Help: "New inquiries accepted (202, not replays), by lane.",
-		}, []string{"lane"}),
+			Name: api.MetricCellIntakeLaneAccepted.Name,
+			Help: api.MetricCellIntakeLaneAccepted.Help,
+		}, api.MetricCellIntakeLaneAccepted.Labels),
 		misdirected: auto.NewCounter(prometheus.CounterOpts{
-			Name: "cellkit_cell_intake_misdirected_total",
-			Help: "Inquiries refused with 421 because this cell does not own the user.",
+			Name: api.MetricCellIntakeMisdirected.Name,
+			Help: api.MetricCellIntakeMisdirected.Help,
 		}),
 		leaderWaits: auto.NewCounter(prometheus.CounterOpts{
-			Name: "cellkit_cell_intake_leader_waits_total",
-			Help: "New inquiries that waited for the cell's streams to have a leader again (tried more than once), whatever came of it.",
+			Name: api.MetricCellIntakeLeaderWaits.Name,
+			Help: api.MetricCellIntakeLeaderWaits.Help,
 		}),
 		open: auto.NewGauge(prometheus.GaugeOpts{
-			Name: "cellkit_cell_intake_open",
-			Help: "1 while the intake takes new inquiries.",
+			Name: api.MetricCellIntakeOpen.Name,
+			Help: api.MetricCellIntakeOpen.Help,
 		}),
 	}
 	for reason := range reasonKind {

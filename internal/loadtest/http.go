@@ -42,7 +42,7 @@ func readOf(seq int, share float64) bool {
 
 // read gets the status of s.ID and fills in s's outcome but the latency.
 func (r *Runner) read(ctx context.Context, s *Sample) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, r.cfg.Target+"/v1/inquiries/"+s.ID, nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, r.cfg.Target+api.PathInquiries+"/"+s.ID, nil)
 	if err != nil {
 		s.Err = err.Error()
 		return
@@ -99,7 +99,7 @@ func (r *Runner) send(ctx context.Context, s *Sample) {
 
 // post sends one POST /v1/inquiries.
 func post(ctx context.Context, hc *http.Client, target, key, idemKey string, body []byte) (int, http.Header, []byte, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, target+"/v1/inquiries", bytes.NewReader(body))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, target+api.PathInquiries, bytes.NewReader(body))
 	if err != nil {
 		return 0, nil, nil, err
 	}

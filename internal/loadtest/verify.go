@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/cellkit/cellkit/internal/api"
 	"io"
 	"net/http"
 	"slices"
@@ -192,7 +193,7 @@ func getInquiry(ctx context.Context, hc *http.Client, target, key, id string) (s
 func getInquiryOnce(ctx context.Context, hc *http.Client, target, key, id string) (string, string, time.Duration) {
 	c, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(c, http.MethodGet, target+"/v1/inquiries/"+id, nil)
+	req, err := http.NewRequestWithContext(c, http.MethodGet, target+api.PathInquiries+"/"+id, nil)
 	if err != nil {
 		return "", "", 0
 	}

@@ -59,43 +59,43 @@ func buildMetrics(reg prometheus.Registerer) *metrics {
 	auto := promauto.With(reg)
 	return &metrics{
 		inquiries: auto.NewCounterVec(prometheus.CounterOpts{
-			Name: api.MetricCellDeliveries,
-			Help: "Work messages handled, by outcome: done, failed, dead, retry, interrupted, duplicate, stale, malformed.",
-		}, []string{"outcome"}),
+			Name: api.MetricCellDeliveries.Name,
+			Help: api.MetricCellDeliveries.Help,
+		}, api.MetricCellDeliveries.Labels),
 		failures: auto.NewCounterVec(prometheus.CounterOpts{
-			Name: "cellkit_cell_failures_total",
-			Help: "Failed pipeline attempts, by kind.",
-		}, []string{"kind"}),
+			Name: api.MetricCellFailures.Name,
+			Help: api.MetricCellFailures.Help,
+		}, api.MetricCellFailures.Labels),
 		seconds: auto.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "cellkit_cell_delivery_seconds",
-			Help:    "Time to handle one work message, by outcome.",
+			Name:    api.MetricCellDeliverySeconds.Name,
+			Help:    api.MetricCellDeliverySeconds.Help,
 			Buckets: []float64{.001, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
-		}, []string{"outcome"}),
+		}, api.MetricCellDeliverySeconds.Labels),
 		latency: auto.NewHistogram(prometheus.HistogramOpts{
-			Name:    api.MetricCellInquirySeconds,
-			Help:    "Time from intake to a final status (done or failed).",
+			Name:    api.MetricCellInquirySeconds.Name,
+			Help:    api.MetricCellInquirySeconds.Help,
 			Buckets: []float64{.01, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300},
 		}),
 		steps: auto.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "cellkit_cell_step_seconds",
-			Help:    "Pipeline step latency (each agency, css, core_banking), waits for a session included.",
+			Name:    api.MetricCellStepSeconds.Name,
+			Help:    api.MetricCellStepSeconds.Help,
 			Buckets: []float64{.001, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5},
-		}, []string{"step"}),
+		}, api.MetricCellStepSeconds.Labels),
 		inflight: auto.NewGauge(prometheus.GaugeOpts{
-			Name: "cellkit_cell_inflight",
-			Help: "Inquiries being processed by workers.",
+			Name: api.MetricCellInflight.Name,
+			Help: api.MetricCellInflight.Help,
 		}),
 		callbacks: auto.NewCounterVec(prometheus.CounterOpts{
-			Name: "cellkit_cell_callbacks_total",
-			Help: "Callbacks, by outcome: ok (delivered), retry (an attempt failed transiently and is tried again), error (failed for good), refused (an internal address), dropped (queue full).",
-		}, []string{"outcome"}),
+			Name: api.MetricCellCallbacks.Name,
+			Help: api.MetricCellCallbacks.Help,
+		}, api.MetricCellCallbacks.Labels),
 		panics: auto.NewCounterVec(prometheus.CounterOpts{
-			Name: api.MetricCellPanics,
-			Help: "Panics recovered while processing an inquiry (which is then failed with \"internal error\" and dead-lettered), delivering a callback or serving a request (answered 500), by step: an agency's name, css, scoring, core_banking, pipeline, callback, intake, admin.",
-		}, []string{"step"}),
+			Name: api.MetricCellPanics.Name,
+			Help: api.MetricCellPanics.Help,
+		}, api.MetricCellPanics.Labels),
 		quarantined: auto.NewCounter(prometheus.CounterOpts{
-			Name: "cellkit_cell_quarantined_total",
-			Help: "Inquiries quarantined at a start (failed as suspected poison and dead-lettered): in flight at each of the last crashes of the cell.",
+			Name: api.MetricCellQuarantined.Name,
+			Help: api.MetricCellQuarantined.Help,
 		}),
 	}
 }

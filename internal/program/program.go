@@ -94,10 +94,10 @@ func Watch(ctx context.Context, ws []*reload.Watcher) error {
 // a rollout's gates and a dashboard group processes by.
 func BuildInfo(reg prometheus.Registerer, name string, rel api.Release) {
 	g := prometheus.NewGauge(prometheus.GaugeOpts{
-		Name: "cellkit_build_info",
-		Help: "The release the process runs: its program, version, source revision and release id (version, binary and settings), always 1.",
-		ConstLabels: prometheus.Labels{"program": name, "version": rel.Version,
-			"revision": buildinfo.Get().Revision, "release": rel.ID},
+		Name: api.MetricBuildInfo.Name,
+		Help: api.MetricBuildInfo.Help,
+		ConstLabels: prometheus.Labels{api.LabelProgram: name, api.LabelVersion: rel.Version,
+			api.LabelRevision: buildinfo.Get().Revision, api.LabelRelease: rel.ID},
 	})
 	g.Set(1)
 	reg.MustRegister(g)

@@ -58,28 +58,28 @@ func newMetrics(reg prometheus.Registerer, s *Sharer) *metrics {
 	f := promauto.With(reg)
 	m := &metrics{
 		rounds: f.NewCounterVec(prometheus.CounterOpts{
-			Name: "cellkit_router_quota_rounds_total",
-			Help: "Lease rounds of the router's quota sharing, by result: ok, unread (the others' leases could not be read: shares held), unwritten (its lease could not be written: no share raised; past its lease the quotas are split evenly).",
-		}, []string{"result"}),
+			Name: api.MetricRouterQuotaRounds.Name,
+			Help: api.MetricRouterQuotaRounds.Help,
+		}, api.MetricRouterQuotaRounds.Labels),
 		badLeases: f.NewCounter(prometheus.CounterOpts{
-			Name: "cellkit_router_quota_bad_leases_total",
-			Help: "Other routers' quota leases read and not believed (malformed, out of bounds).",
+			Name: api.MetricRouterQuotaBadLeases.Name,
+			Help: api.MetricRouterQuotaBadLeases.Help,
 		}),
 		over: f.NewGauge(prometheus.GaugeOpts{
-			Name: "cellkit_router_quota_overcommit_ratio",
-			Help: "The largest excess, over all clients, of the shares the live routers hold together over the whole quota (0: none), as of the last round: the estimate of over-admission.",
+			Name: api.MetricRouterQuotaOvercommitRatio.Name,
+			Help: api.MetricRouterQuotaOvercommitRatio.Help,
 		}),
 		share: f.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "cellkit_router_quota_share",
-			Help: "The fraction of the client's quota (rate and burst) this router holds, as of its last round.",
-		}, []string{"client"}),
+			Name: api.MetricRouterQuotaShare.Name,
+			Help: api.MetricRouterQuotaShare.Help,
+		}, api.MetricRouterQuotaShare.Labels),
 	}
 	for _, r := range []string{"ok", "unread", "unwritten"} {
 		m.rounds.WithLabelValues(r)
 	}
 	f.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: "cellkit_router_quota_lease_age_seconds",
-		Help: "Seconds since the write of the router's last quota lease was sent (-1: none yet). Past its lease (4 rounds by default) the router splits every quota evenly.",
+		Name: api.MetricRouterQuotaLeaseAgeSeconds.Name,
+		Help: api.MetricRouterQuotaLeaseAgeSeconds.Help,
 	}, func() float64 {
 		at := s.leaseNs.Load()
 		if at == 0 {
@@ -88,12 +88,12 @@ func newMetrics(reg prometheus.Registerer, s *Sharer) *metrics {
 		return s.now().Sub(time.Unix(0, at)).Seconds()
 	})
 	f.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: "cellkit_router_quota_routers",
-		Help: "Routers sharing the quotas as this one counted them at its last round, itself included.",
+		Name: api.MetricRouterQuotaRouters.Name,
+		Help: api.MetricRouterQuotaRouters.Help,
 	}, func() float64 { return float64(s.View().Routers) })
 	f.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: "cellkit_router_quota_even_split",
-		Help: "1 while the router's quota lease has lapsed and every client's quota is split evenly over the routers it last counted.",
+		Name: api.MetricRouterQuotaEvenSplit.Name,
+		Help: api.MetricRouterQuotaEvenSplit.Help,
 	}, func() float64 {
 		if s.View().Even {
 			return 1

@@ -31,6 +31,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/cellkit/cellkit/internal/api"
 	"log/slog"
 	"slices"
 	"strconv"
@@ -146,9 +147,9 @@ func New(cfg Config, opts Options) (*Leaser, error) {
 		cfg: cfg, kv: opts.KV, ses: opts.Sessions, log: log.With("instance", cfg.Instance), now: now,
 		held: map[string]map[int]*lease{}, lapsed: map[string]map[int]bool{}, quotas: map[string]int{}, share: map[string]int{},
 		limitG: promauto.With(opts.Registerer).NewGaugeVec(prometheus.GaugeOpts{
-			Name: "cellkit_cell_session_leases",
-			Help: "Agency session slots this instance of the cell holds a lease on (its session limit).",
-		}, []string{"agency"}),
+			Name: api.MetricCellSessionLeases.Name,
+			Help: api.MetricCellSessionLeases.Help,
+		}, api.MetricCellSessionLeases.Labels),
 	}, nil
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/cellkit/cellkit/internal/api"
 	"log/slog"
 	"os"
 	"sync"
@@ -79,7 +80,7 @@ type FollowerOptions struct {
 	// Registerer receives the follower's metrics: map_version,
 	// map_sync_errors_total, map_updates_total, map_age_seconds and
 	// map_stale. Register them under the process's prefix, as in
-	// prometheus.WrapRegistererWithPrefix("cellkit_router_", reg). Nil means
+	// prometheus.WrapRegistererWithPrefix(api.MetricPrefixRouter, reg). Nil means
 	// they are not registered.
 	Registerer prometheus.Registerer
 	// Now is the clock. Nil means time.Now.
@@ -126,12 +127,12 @@ func NewFollower(cfg FollowerConfig, opts FollowerOptions) (*Follower, error) {
 	}
 	f.started = f.now()
 	auto := promauto.With(opts.Registerer)
-	f.versionGauge = auto.NewGauge(prometheus.GaugeOpts{Name: "map_version", Help: "Version of the cell map in use."})
-	f.syncErrors = auto.NewCounter(prometheus.CounterOpts{Name: "map_sync_errors_total", Help: "Registry round trips that failed."})
-	f.updates = auto.NewCounter(prometheus.CounterOpts{Name: "map_updates_total", Help: "New map versions installed."})
-	auto.NewGaugeFunc(prometheus.GaugeOpts{Name: "map_age_seconds", Help: "Seconds since the last successful registry round trip."},
+	f.versionGauge = auto.NewGauge(prometheus.GaugeOpts{Name: api.MetricMapVersion.Name, Help: api.MetricMapVersion.Help})
+	f.syncErrors = auto.NewCounter(prometheus.CounterOpts{Name: api.MetricMapSyncErrors.Name, Help: api.MetricMapSyncErrors.Help})
+	f.updates = auto.NewCounter(prometheus.CounterOpts{Name: api.MetricMapUpdates.Name, Help: api.MetricMapUpdates.Help})
+	auto.NewGaugeFunc(prometheus.GaugeOpts{Name: api.MetricMapAgeSeconds.Name, Help: api.MetricMapAgeSeconds.Help},
 		func() float64 { return f.Status().Age.Seconds() })
-	auto.NewGaugeFunc(prometheus.GaugeOpts{Name: "map_stale", Help: "1 when the map has not been confirmed by the registry for longer than the stale threshold."},
+	auto.NewGaugeFunc(prometheus.GaugeOpts{Name: api.MetricMapStale.Name, Help: api.MetricMapStale.Help},
 		func() float64 {
 			if f.Status().Stale {
 				return 1

@@ -49,8 +49,8 @@ func NewRolloutWatch(reg Registry, every time.Duration, registerer prometheus.Re
 	w := &RolloutWatch{doc: doc, every: every, log: log}
 	auto := promauto.With(registerer)
 	for _, s := range append([]string{"none"}, api.RolloutStates...) {
-		auto.NewGaugeFunc(prometheus.GaugeOpts{Name: "rollout_state", Help: "1 for the state of the registry's rollout record (none: no record), 0 for the others.",
-			ConstLabels: prometheus.Labels{"state": s}}, func() float64 {
+		auto.NewGaugeFunc(prometheus.GaugeOpts{Name: api.MetricRolloutState.Name, Help: api.MetricRolloutState.Help,
+			ConstLabels: prometheus.Labels{api.LabelState: s}}, func() float64 {
 			h := w.Head()
 			if (h == nil && s == "none") || (h != nil && h.State == s) {
 				return 1
@@ -58,15 +58,15 @@ func NewRolloutWatch(reg Registry, every time.Duration, registerer prometheus.Re
 			return 0
 		})
 	}
-	auto.NewGaugeFunc(prometheus.GaugeOpts{Name: "rollout_wave", Help: "The wave the registry's rollout is at, from 1 (waves + 1 when every wave is out; 0 without a record)."},
+	auto.NewGaugeFunc(prometheus.GaugeOpts{Name: api.MetricRolloutWave.Name, Help: api.MetricRolloutWave.Help},
 		func() float64 { return w.field(func(h *api.RolloutHead) float64 { return float64(h.Wave + 1) }) })
-	auto.NewGaugeFunc(prometheus.GaugeOpts{Name: "rollout_waves", Help: "The waves of the registry's rollout."},
+	auto.NewGaugeFunc(prometheus.GaugeOpts{Name: api.MetricRolloutWaves.Name, Help: api.MetricRolloutWaves.Help},
 		func() float64 { return w.field(func(h *api.RolloutHead) float64 { return float64(len(h.Waves)) }) })
-	auto.NewGaugeFunc(prometheus.GaugeOpts{Name: "rollout_updated_timestamp_seconds", Help: "When the registry's rollout record last changed (Unix seconds; 0 without a record)."},
+	auto.NewGaugeFunc(prometheus.GaugeOpts{Name: api.MetricRolloutUpdatedTimestampSeconds.Name, Help: api.MetricRolloutUpdatedTimestampSeconds.Help},
 		func() float64 {
 			return w.field(func(h *api.RolloutHead) float64 { return float64(h.Updated.UnixNano()) / 1e9 })
 		})
-	w.errors = auto.NewCounter(prometheus.CounterOpts{Name: "rollout_read_errors_total", Help: "Reads of the registry's rollout record that failed (the last state read is kept)."})
+	w.errors = auto.NewCounter(prometheus.CounterOpts{Name: api.MetricRolloutReadErrors.Name, Help: api.MetricRolloutReadErrors.Help})
 	return w
 }
 

@@ -19,6 +19,7 @@ package reload
 import (
 	"context"
 	"errors"
+	"github.com/cellkit/cellkit/internal/api"
 	"log/slog"
 	"os"
 	"os/signal"
@@ -100,17 +101,17 @@ func New(paths []string, load func() error, cfg Config, opts Options) *Watcher {
 	}
 	// Several watchers of one process share the two metrics.
 	reloads := Shared(opts.Registerer, prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "cellkit_reloads_total",
-		Help: "Reloads of files read at runtime (API keys, certificates, tokens), by outcome: ok, or refused (the old state kept).",
-	}, []string{"what", "result"}))
+		Name: api.MetricReloads.Name,
+		Help: api.MetricReloads.Help,
+	}, api.MetricReloads.Labels))
 	last := Shared(opts.Registerer, prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Name: "cellkit_reload_last_success_timestamp_seconds",
-		Help: "When the files were last loaded successfully (at start or by a reload).",
-	}, []string{"what"}))
+		Name: api.MetricReloadLastSuccessTimestampSeconds.Name,
+		Help: api.MetricReloadLastSuccessTimestampSeconds.Help,
+	}, api.MetricReloadLastSuccessTimestampSeconds.Labels))
 	refused := Shared(opts.Registerer, prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Name: "cellkit_reload_refused",
-		Help: "1 while the files on disk are ones the process refused (it runs on the ones it loaded before), 0 once it has loaded them.",
-	}, []string{"what"}))
+		Name: api.MetricReloadRefused.Name,
+		Help: api.MetricReloadRefused.Help,
+	}, api.MetricReloadRefused.Labels))
 	w := &Watcher{
 		cfg: cfg, paths: paths, load: load, log: log.With("what", cfg.What),
 		trigger: make(chan struct{}, 1),

@@ -32,9 +32,9 @@ func (r *Router) AdminHandler(gatherer prometheus.Gatherer) http.Handler {
 	})
 	mux.HandleFunc("GET /readyz", r.serveReady)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{}))
-	mux.HandleFunc("GET /v1/admin/hotkeys", r.serveHotKeys)
-	mux.HandleFunc("GET /v1/admin/cells", r.serveCells)
-	mux.HandleFunc("GET /v1/admin/slots", r.serveSlots)
+	mux.HandleFunc("GET "+api.PathRouterHotKeys, r.serveHotKeys)
+	mux.HandleFunc("GET "+api.PathRouterCells, r.serveCells)
+	mux.HandleFunc("GET "+api.PathRouterSlots, r.serveSlots)
 	mux.HandleFunc("GET "+api.PathRouterQuota, r.serveQuota)
 	mux.HandleFunc("/", func(w http.ResponseWriter, _ *http.Request) {
 		problem.Write(w, problem.New(http.StatusNotFound, problem.NotFound, "no such admin resource"))

@@ -31,7 +31,7 @@ var (
 	probMissingKey = newProb(problem.New(http.StatusUnauthorized, problem.MissingAPIKey, "an X-API-Key header is required"))
 	probUnknownKey = newProb(problem.New(http.StatusForbidden, problem.UnknownAPIKey, "the API key is not known"))
 	probRateLimit  = newProb(problem.New(http.StatusTooManyRequests, problem.RateLimited, "the client's request rate limit is exhausted; retry after Retry-After seconds"))
-	probNotFound   = newProb(problem.New(http.StatusNotFound, problem.NotFound, "no such resource: the API is POST /v1/inquiries and GET /v1/inquiries/{id}"))
+	probNotFound   = newProb(problem.New(http.StatusNotFound, problem.NotFound, "no such resource: the API is POST "+api.PathInquiries+" and GET "+api.PathInquiries+"/{id}"))
 	probBadInquiry = newProb(problem.New(http.StatusNotFound, problem.UnknownInquiry, "no such inquiry: the id names no known cell"))
 	probBadMethod  = newProb(problem.New(http.StatusMethodNotAllowed, problem.MethodNotAllowed, "the method is not allowed on this resource"))
 	probBadUser    = newProb(problem.New(http.StatusBadRequest, problem.InvalidField,

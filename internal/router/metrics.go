@@ -71,100 +71,100 @@ type loopCounts struct{ waits, batches, batchedReads, batchedWrites uint64 }
 func newMetrics(reg prometheus.Registerer, gauges prometheus.Collector, loops func() loopCounts) *metrics {
 	auto := promauto.With(reg)
 	waits := auto.NewCounterFunc(prometheus.CounterOpts{
-		Name: "cellkit_router_loop_waits_total",
-		Help: "epoll_wait calls of the event loops, each a system call: a loop makes one per wake-up.",
+		Name: api.MetricRouterLoopWaits.Name,
+		Help: api.MetricRouterLoopWaits.Help,
 	}, func() float64 { return float64(loops().waits) })
 	auto.NewCounterFunc(prometheus.CounterOpts{
-		Name: "cellkit_router_loop_batches_total",
-		Help: "io_uring calls of the event loops, each a system call carrying a round's reads or its writes (two or more; one is a read or write call of its own). None where the kernel refuses io_uring.",
+		Name: api.MetricRouterLoopBatches.Name,
+		Help: api.MetricRouterLoopBatches.Help,
 	}, func() float64 { return float64(loops().batches) })
 	for _, op := range []struct {
 		name string
 		n    func(loopCounts) uint64
 	}{{"read", func(c loopCounts) uint64 { return c.batchedReads }}, {"write", func(c loopCounts) uint64 { return c.batchedWrites }}} {
 		auto.NewCounterFunc(prometheus.CounterOpts{
-			Name:        "cellkit_router_loop_batched_ops_total",
-			Help:        "Socket reads and writes the event loops made in batches (cellkit_router_loop_batches_total), by op.",
-			ConstLabels: prometheus.Labels{"op": op.name},
+			Name:        api.MetricRouterLoopBatchedOps.Name,
+			Help:        api.MetricRouterLoopBatchedOps.Help,
+			ConstLabels: prometheus.Labels{api.LabelOp: op.name},
 		}, func() float64 { return float64(op.n(loops())) })
 	}
 	m := &metrics{
 		requests: auto.NewCounterVec(prometheus.CounterOpts{
-			Name: api.MetricRouterRequests,
-			Help: "Answers by cell and status code (cell \"none\": answered before routing).",
-		}, []string{"cell", "code"}),
+			Name: api.MetricRouterRequests.Name,
+			Help: api.MetricRouterRequests.Help,
+		}, api.MetricRouterRequests.Labels),
 		duration: auto.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    api.MetricRouterRequestSeconds,
-			Help:    "Time from the request's arrival to its answer, by cell.",
+			Name:    api.MetricRouterRequestSeconds.Name,
+			Help:    api.MetricRouterRequestSeconds.Help,
 			Buckets: []float64{0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10},
-		}, []string{"cell"}),
+		}, api.MetricRouterRequestSeconds.Labels),
 		limited: auto.NewCounterVec(prometheus.CounterOpts{
-			Name: "cellkit_router_limited_total",
-			Help: "Requests refused with 429 by the client's rate limit.",
-		}, []string{"client"}),
+			Name: api.MetricRouterLimited.Name,
+			Help: api.MetricRouterLimited.Help,
+		}, api.MetricRouterLimited.Labels),
 		shed: auto.NewCounterVec(prometheus.CounterOpts{
-			Name: api.MetricRouterShed,
-			Help: "Requests answered 503 at once by a cell's guard: reason breaker (open), bulkhead (full) or no_cell (no active cell).",
-		}, []string{"cell", "reason"}),
+			Name: api.MetricRouterShed.Name,
+			Help: api.MetricRouterShed.Help,
+		}, api.MetricRouterShed.Labels),
 		panics: auto.NewCounter(prometheus.CounterOpts{
-			Name: "cellkit_router_panics_total",
-			Help: "Panics recovered in the event loops (each closed the connection it happened on).",
+			Name: api.MetricRouterPanics.Name,
+			Help: api.MetricRouterPanics.Help,
 		}),
 		deduped: auto.NewCounter(prometheus.CounterOpts{
-			Name: "cellkit_router_deduped_total",
-			Help: "New inquiries answered from the same client's inquiry with the same Idempotency-Key and body still in flight at this router, not sent to the cell again.",
+			Name: api.MetricRouterDeduped.Name,
+			Help: api.MetricRouterDeduped.Help,
 		}),
 		authFail: auto.NewCounterVec(prometheus.CounterOpts{
-			Name: "cellkit_router_auth_failures_total",
-			Help: "Requests refused for a missing (401) or unknown (403) API key.",
-		}, []string{"reason"}),
+			Name: api.MetricRouterAuthFailures.Name,
+			Help: api.MetricRouterAuthFailures.Help,
+		}, api.MetricRouterAuthFailures.Labels),
 		upstream: auto.NewCounterVec(prometheus.CounterOpts{
-			Name: "cellkit_router_upstream_errors_total",
-			Help: "Calls to a cell that got no answer: kind timeout or connection.",
-		}, []string{"cell", "kind"}),
+			Name: api.MetricRouterUpstreamErrors.Name,
+			Help: api.MetricRouterUpstreamErrors.Help,
+		}, api.MetricRouterUpstreamErrors.Labels),
 		misdirects: auto.NewCounterVec(prometheus.CounterOpts{
-			Name: "cellkit_router_misdirected_total",
-			Help: "421 Misdirected Request answers from a cell (each refreshes the map and retries once).",
-		}, []string{"cell"}),
+			Name: api.MetricRouterMisdirected.Name,
+			Help: api.MetricRouterMisdirected.Help,
+		}, api.MetricRouterMisdirected.Labels),
 		refreshes: auto.NewCounterVec(prometheus.CounterOpts{
-			Name: "cellkit_router_map_refreshes_total",
-			Help: "Registry reads forced by a 421: result newer, same or error.",
-		}, []string{"result"}),
+			Name: api.MetricRouterMapRefreshes.Name,
+			Help: api.MetricRouterMapRefreshes.Help,
+		}, api.MetricRouterMapRefreshes.Labels),
 		acceptErrs: auto.NewCounter(prometheus.CounterOpts{
-			Name: "cellkit_router_accept_errors_total",
-			Help: "Errors accepting a client connection (EMFILE, ENFILE, ENOMEM, ENOBUFS...); each is retried after a backoff.",
+			Name: api.MetricRouterAcceptErrors.Name,
+			Help: api.MetricRouterAcceptErrors.Help,
 		}),
 		connRefuse: auto.NewCounterVec(prometheus.CounterOpts{
-			Name: "cellkit_router_connections_refused_total",
-			Help: "Client connections closed as soon as accepted: reason max_conns (no room, none idle to evict), per_addr (the address's cap) or draining.",
-		}, []string{"reason"}),
+			Name: api.MetricRouterConnectionsRefused.Name,
+			Help: api.MetricRouterConnectionsRefused.Help,
+		}, api.MetricRouterConnectionsRefused.Labels),
 		peeks: auto.NewCounter(prometheus.CounterOpts{
-			Name: "cellkit_router_cell_peeks_total",
-			Help: "System calls asking the kernel whether a cell wrote unasked bytes to a kept-alive connection before a call: once per connection to a cell that echoes Cellkit-Call, once per call to one that does not.",
+			Name: api.MetricRouterCellPeeks.Name,
+			Help: api.MetricRouterCellPeeks.Help,
 		}),
 		evicted: auto.NewCounter(prometheus.CounterOpts{
-			Name: "cellkit_router_connections_evicted_total",
-			Help: "Idle client connections closed to make room for a new one at the connection limit.",
+			Name: api.MetricRouterConnectionsEvicted.Name,
+			Help: api.MetricRouterConnectionsEvicted.Help,
 		}),
 		ejections: auto.NewCounterVec(prometheus.CounterOpts{
-			Name: "cellkit_router_instance_ejections_total",
-			Help: "Times an instance of a cell was taken out of the rotation: for failing calls (a cell of several instances), or for missing its health checks (any cell).",
-		}, []string{"cell"}),
+			Name: api.MetricRouterInstanceEjections.Name,
+			Help: api.MetricRouterInstanceEjections.Help,
+		}, api.MetricRouterInstanceEjections.Labels),
 		probes: auto.NewCounterVec(prometheus.CounterOpts{
-			Name: "cellkit_router_probes_total",
-			Help: "Health checks of a cell's instances (GET /v1/health on a connection of their own), by result: ok, missed (no answer within the probe timeout), refused (no process listens), unhealthy (a 5xx: alive, cannot take work) or skipped (the router could not open a socket: its own open-file limit or memory; not held against the cell).",
-		}, []string{"cell", "result"}),
+			Name: api.MetricRouterProbes.Name,
+			Help: api.MetricRouterProbes.Help,
+		}, api.MetricRouterProbes.Labels),
 		shedRetried: auto.NewCounterVec(prometheus.CounterOpts{
-			Name: "cellkit_router_instance_shed_retries_total",
-			Help: "Requests an instance of a cell of several shed (503, Cellkit-Overloaded) that were sent once to another of its instances.",
-		}, []string{"cell"}),
+			Name: api.MetricRouterInstanceShedRetries.Name,
+			Help: api.MetricRouterInstanceShedRetries.Help,
+		}, api.MetricRouterInstanceShedRetries.Labels),
 		tlsHandshakes: auto.NewCounterVec(prometheus.CounterOpts{
-			Name: "cellkit_router_tls_handshakes_total",
-			Help: "TLS handshakes on the public listener: ok, or failed (a bad or missing certificate, a protocol error, no handshake within the read-header timeout, or stopping).",
-		}, []string{"result"}),
+			Name: api.MetricRouterTLSHandshakes.Name,
+			Help: api.MetricRouterTLSHandshakes.Help,
+		}, api.MetricRouterTLSHandshakes.Labels),
 		tlsHandshakeSeconds: auto.NewHistogram(prometheus.HistogramOpts{
-			Name:    "cellkit_router_tls_handshake_seconds",
-			Help:    "Time from a TLS client's connection accepted to its handshake done.",
+			Name:    api.MetricRouterTLSHandshakeSeconds.Name,
+			Help:    api.MetricRouterTLSHandshakeSeconds.Help,
 			Buckets: []float64{.0005, .001, .002, .005, .01, .025, .05, .1, .25, .5, 1, 5},
 		}),
 		byCell:    map[string]*cellMetrics{},
@@ -267,13 +267,17 @@ type guardGauges struct {
 	state    *prometheus.Desc
 }
 
+// specDesc describes m's series, labelled by the values Collect gives.
+func specDesc(m api.MetricSpec) *prometheus.Desc {
+	return prometheus.NewDesc(m.Name, m.Help, m.Labels, nil)
+}
+
 func newGuardGauges(guards func() []*guard.Guard) *guardGauges {
 	return &guardGauges{
 		guards:   guards,
-		inFlight: prometheus.NewDesc("cellkit_router_in_flight", "Requests being proxied to the cell.", []string{"cell"}, nil),
-		limit:    prometheus.NewDesc("cellkit_router_bulkhead_limit", "Most requests the router proxies to the cell at once.", []string{"cell"}, nil),
-		state: prometheus.NewDesc(api.MetricRouterBreakerState,
-			"The cell's circuit breaker: 0 closed, 1 open, 2 half-open, 3 forced open, 4 forced closed.", []string{"cell"}, nil),
+		inFlight: specDesc(api.MetricRouterInFlight),
+		limit:    specDesc(api.MetricRouterBulkheadLimit),
+		state:    specDesc(api.MetricRouterBreakerState),
 	}
 }
 

@@ -1,6 +1,7 @@
 package sessionpool
 
 import (
+	"github.com/cellkit/cellkit/internal/api"
 	"sync"
 	"time"
 
@@ -26,28 +27,28 @@ type Metrics struct {
 // NewMetrics builds the pool metrics (cellkit_pool_*) and registers them
 // with reg (nil: none are registered).
 func NewMetrics(reg prometheus.Registerer) *Metrics {
-	desc := func(name, help string) *prometheus.Desc {
-		return prometheus.NewDesc("cellkit_pool_"+name, help, []string{"agency"}, nil)
+	desc := func(m api.MetricSpec) *prometheus.Desc {
+		return prometheus.NewDesc(m.Name, m.Help, m.Labels, nil)
 	}
 	m := &Metrics{
 		wait: promauto.With(reg).NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "cellkit_pool_wait_seconds",
-			Help:    "Time Borrow waited for a session, successful or not.",
+			Name:    api.MetricPoolWaitSeconds.Name,
+			Help:    api.MetricPoolWaitSeconds.Help,
 			Buckets: []float64{0.0005, 0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5},
-		}, []string{"agency"}),
+		}, api.MetricPoolWaitSeconds.Labels),
 		pools:      map[string]func() Stats{},
-		size:       desc("size", "Sessions the pool keeps (its quota)."),
-		idle:       desc("idle", "Sessions ready to lend."),
-		inUse:      desc("in_use", "Sessions lent out."),
-		dialing:    desc("dialing", "Sessions being established."),
-		waiters:    desc("waiters", "Borrowers waiting for a session."),
-		created:    desc("created_total", "Sessions established."),
-		reused:     desc("reused_total", "Borrows of a session that served before."),
-		broken:     desc("broken_total", "Sessions closed because they broke."),
-		heartbeats: desc("heartbeats_total", "Heartbeats sent on idle sessions."),
-		exhausted:  desc("exhausted_total", "Borrows that hit the deadline."),
-		dialErrors: desc("dial_errors_total", "Failed dials."),
-		retired:    desc("retired_total", "Sessions closed for age or because the pool shrank."),
+		size:       desc(api.MetricPoolSize),
+		idle:       desc(api.MetricPoolIdle),
+		inUse:      desc(api.MetricPoolInUse),
+		dialing:    desc(api.MetricPoolDialing),
+		waiters:    desc(api.MetricPoolWaiters),
+		created:    desc(api.MetricPoolCreated),
+		reused:     desc(api.MetricPoolReused),
+		broken:     desc(api.MetricPoolBroken),
+		heartbeats: desc(api.MetricPoolHeartbeats),
+		exhausted:  desc(api.MetricPoolExhausted),
+		dialErrors: desc(api.MetricPoolDialErrors),
+		retired:    desc(api.MetricPoolRetired),
 	}
 	if reg != nil {
 		reg.MustRegister(m)

@@ -18,6 +18,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/cellkit/cellkit/internal/api"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -128,16 +129,16 @@ func New(cfg Config, opts Options) (*Guard, error) {
 	}
 	auto := promauto.With(opts.Registerer)
 	g.bytes = auto.NewGaugeVec(prometheus.GaugeOpts{
-		Name: "cellkit_cell_store_bytes",
-		Help: "The filesystem of the cell's store, by kind: size, used, free (what the store may still write), and the high watermark as bytes in use (high_watermark).",
-	}, []string{"kind"})
+		Name: api.MetricCellStoreBytes.Name,
+		Help: api.MetricCellStoreBytes.Help,
+	}, api.MetricCellStoreBytes.Labels)
 	g.refusing = auto.NewGauge(prometheus.GaugeOpts{
-		Name: "cellkit_cell_store_refusing",
-		Help: "1 while the cell refuses new inquiries for its store: above the high watermark until below the low one, or after a write failed until the store is open again.",
+		Name: api.MetricCellStoreRefusing.Name,
+		Help: api.MetricCellStoreRefusing.Help,
 	})
 	g.failures = auto.NewCounter(prometheus.CounterOpts{
-		Name: "cellkit_cell_store_write_failures_total",
-		Help: "Times the cell's store failed a write for lack of space (it refuses writes until the cell opens it again).",
+		Name: api.MetricCellStoreWriteFailures.Name,
+		Help: api.MetricCellStoreWriteFailures.Help,
 	})
 	if err := g.Check(); err != nil {
 		return nil, err

@@ -38,13 +38,13 @@ const (
 
 // headerWritten carries a copied message's first writing time (RFC 3339)
 // through moves: its life is counted from it.
-const headerWritten = "Cellkit-Written"
+const headerWritten = api.HeaderWritten
 
 // headerMovedIn names the move a copied message came in with: the
 // destination's digest, discard and activation touch its copies alone,
 // never what it held of the users before (its own, or what an earlier
 // change left there).
-const headerMovedIn = "Cellkit-Moved-In"
+const headerMovedIn = api.HeaderMovedIn
 
 // movedIn reports whether m is one of move's copies ("": any message).
 func movedIn(m jetstream.Msg, move string) bool {

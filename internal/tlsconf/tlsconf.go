@@ -24,6 +24,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"github.com/cellkit/cellkit/internal/api"
 	"log/slog"
 	"os"
 	"slices"
@@ -295,7 +296,7 @@ func (c *Client) Watcher() *reload.Watcher { return c.watcher }
 
 func expiryGauge(opts Options) prometheus.Gauge {
 	return reload.Shared(opts.Registerer, prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Name: "cellkit_tls_certificate_expiry_timestamp_seconds",
-		Help: "When the certificate in use expires (its NotAfter), by the files it comes from.",
-	}, []string{"what"})).WithLabelValues(opts.What)
+		Name: api.MetricTLSCertificateExpiryTimestampSeconds.Name,
+		Help: api.MetricTLSCertificateExpiryTimestampSeconds.Help,
+	}, api.MetricTLSCertificateExpiryTimestampSeconds.Labels)).WithLabelValues(opts.What)
 }

@@ -24,6 +24,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/cellkit/cellkit/internal/api"
 	"io"
 	"log"
 	"net"
@@ -355,7 +356,7 @@ func load(ctx context.Context, o loadOptions) (Result, error) {
 	reqs := make([][]byte, o.users)
 	for i := range reqs {
 		body := fmt.Sprintf(`{"user_id":"user-%06d","product":"credit-line","amount":5000000,"priority":"normal"}`, i)
-		reqs[i] = fmt.Appendf(nil, "POST /v1/inquiries HTTP/1.1\r\nHost: bench\r\nContent-Type: application/json\r\nX-API-Key: %s\r\nContent-Length: %d\r\n\r\n%s", o.key, len(body), body)
+		reqs[i] = fmt.Appendf(nil, "POST "+api.PathInquiries+" HTTP/1.1\r\nHost: bench\r\nContent-Type: application/json\r\nX-API-Key: %s\r\nContent-Length: %d\r\n\r\n%s", o.key, len(body), body)
 	}
 	total := int(o.rate * (o.warmup + o.duration).Seconds())
 	interval := time.Duration(float64(time.Second) / o.rate)
@@ -449,7 +450,7 @@ func burst(ctx context.Context, o loadOptions) (Result, error) {
 	reqs := make([][]byte, o.users)
 	for i := range reqs {
 		body := fmt.Sprintf(`{"user_id":"user-%06d","product":"credit-line","amount":5000000,"priority":"normal"}`, i)
-		reqs[i] = fmt.Appendf(nil, "POST /v1/inquiries HTTP/1.1\r\nHost: bench\r\nContent-Type: application/json\r\nX-API-Key: %s\r\nContent-Length: %d\r\n\r\n%s", o.key, len(body), body)
+		reqs[i] = fmt.Appendf(nil, "POST "+api.PathInquiries+" HTTP/1.1\r\nHost: bench\r\nContent-Type: application/json\r\nX-API-Key: %s\r\nContent-Length: %d\r\n\r\n%s", o.key, len(body), body)
 	}
 	var sent, failed, non2xx atomic.Int64
 	var wg sync.WaitGroup

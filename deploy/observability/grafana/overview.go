@@ -2,7 +2,11 @@ package grafana
 
 //lint:file-ignore SA1019 the SDK marks its dashboard (v1) builder deprecated in favour of the v2 schema, which Grafana 10 and 11 cannot import; these dashboards are v1 JSON on purpose
 
-import "github.com/grafana/grafana-foundation-sdk/go/dashboard"
+import (
+	"github.com/grafana/grafana-foundation-sdk/go/dashboard"
+
+	"github.com/cellkit/cellkit/internal/api"
+)
 
 // overview is cellkit-overview.json: the edge on one row, then a row per
 // cell (repeated by the `cell` variable) with what says whether the cell
@@ -15,21 +19,21 @@ func overview() *dashboard.DashboardBuilder {
 		WithPanel(series("Targets up", "Processes Prometheus scrapes, by job (up = 1).", "short", 6,
 			q(`sum by (job) (up{job=~"cellkit-.*"})`, "{{job}}"))).
 		WithPanel(series("Requests by cell", "Router answers by the cell that served them (none: answered before routing).", "reqps", 6,
-			q(`sum by (cell) (`+rate(`cellkit_router_requests_total`)+`)`, "{{cell}}"))).
+			q(`sum by (cell) (`+rate(api.MetricRouterRequests.Name)+`)`, "{{cell}}"))).
 		WithPanel(series("Answers by code", "Router answers by status code, all cells.", "reqps", 6,
-			q(`sum by (code) (`+rate(`cellkit_router_requests_total`)+`)`, "{{code}}"))).
+			q(`sum by (code) (`+rate(api.MetricRouterRequests.Name)+`)`, "{{code}}"))).
 		WithPanel(series("Refused at the edge", "Requests refused for their API key (missing 401, unknown 403) or their client's rate limit; connections refused at accept.", "reqps", 6,
-			q(`sum by (reason) (`+rate(`cellkit_router_auth_failures_total`)+`)`, "key {{reason}}"),
-			q(`sum(`+rate(`cellkit_router_limited_total`)+`)`, "rate limited"),
-			q(`sum by (reason) (`+rate(`cellkit_router_connections_refused_total`)+`)`, "connection {{reason}}"))).
+			q(`sum by (reason) (`+rate(api.MetricRouterAuthFailures.Name)+`)`, "key {{reason}}"),
+			q(`sum(`+rate(api.MetricRouterLimited.Name)+`)`, "rate limited"),
+			q(`sum by (reason) (`+rate(api.MetricRouterConnectionsRefused.Name)+`)`, "connection {{reason}}"))).
 		WithRow(row("Cell $cell").Repeat("cell")).
 		WithPanel(series("Requests by code", "Router answers for this cell, by status code.", "reqps", 6,
-			q(`sum by (code) (`+rate(`cellkit_router_requests_total{`+c+`}`)+`)`, "{{code}}"))).
+			q(`sum by (code) (`+rate(api.MetricRouterRequests.Name+`{`+c+`}`)+`)`, "{{code}}"))).
 		WithPanel(series("Latency p50 / p99", "The router's answer time for this cell (the POST: intake, record write and queue), and the inquiry's time from intake to done or failed.", "s", 6,
-			q(quantile("0.5", `cellkit_router_request_duration_seconds_bucket{`+c+`}`), "answer p50"),
-			q(quantile("0.99", `cellkit_router_request_duration_seconds_bucket{`+c+`}`), "answer p99"),
-			q(quantile("0.5", `cellkit_cell_inquiry_seconds_bucket{`+c+`}`), "inquiry p50"),
-			q(quantile("0.99", `cellkit_cell_inquiry_seconds_bucket{`+c+`}`), "inquiry p99"))).
+			q(quantile("0.5", api.MetricRouterRequestSeconds.Name+"_bucket"+`{`+c+`}`), "answer p50"),
+			q(quantile("0.99", api.MetricRouterRequestSeconds.Name+"_bucket"+`{`+c+`}`), "answer p99"),
+			q(quantile("0.5", api.MetricCellInquirySeconds.Name+"_bucket"+`{`+c+`}`), "inquiry p50"),
+			q(quantile("0.99", api.MetricCellInquirySeconds.Name+"_bucket"+`{`+c+`}`), "inquiry p99"))).
 		WithPanel(series("Queue depth", "Work messages not yet acked, by lane.", "short", 6,
 			q(`sum by (lane) (cellkit_cell_queue_depth{`+c+`})`, "{{lane}}"))).
 		WithPanel(series("Oldest pending", "Age of the oldest unacked work message: the cell sheds new inquiries when it passes the age budget (--age-budget).", "s", 6,
@@ -47,8 +51,8 @@ func overview() *dashboard.DashboardBuilder {
 		WithPanel(series("Adaptive concurrency limit", "The agency client's concurrency limit: it drops when the agency slows down.", "short", 6,
 			q(`max by (agency) (cellkit_agency_concurrency_limit{`+c+`})`, "{{agency}}"))).
 		WithPanel(series("Shed share", "Share of the POSTs the cell's intake turned away with 503, and of the router's requests for this cell its guard answered 503 at once (breaker open, bulkhead full).", "percentunit", 6,
-			q(`sum(`+rate(`cellkit_cell_intake_shed_total{`+c+`}`)+`) / sum(`+rate(`cellkit_cell_intake_requests_total{`+c+`, route="post"}`)+`)`, "cell intake"),
-			q(`sum(`+rate(`cellkit_router_shed_total{`+c+`}`)+`) / sum(`+rate(`cellkit_router_requests_total{`+c+`}`)+`)`, "router guard"))).
+			q(`sum(`+rate(api.MetricCellIntakeShed.Name+`{`+c+`}`)+`) / sum(`+rate(api.MetricCellIntakeRequests.Name+`{`+c+`, route="post"}`)+`)`, "cell intake"),
+			q(`sum(`+rate(api.MetricRouterShed.Name+`{`+c+`}`)+`) / sum(`+rate(api.MetricRouterRequests.Name+`{`+c+`}`)+`)`, "router guard"))).
 		WithPanel(series("Map version", "The cell map version the cell and the router use: they agree within seconds of a change.", "none", 6,
 			q(`max(cellkit_cell_map_version{`+c+`})`, "cell"),
 			q(`max by (instance) (cellkit_router_map_version)`, "router {{instance}}"))).
