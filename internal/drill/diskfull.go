@@ -44,7 +44,7 @@ const (
 // again within HealBound; every accepted inquiry ends final, none twice.
 // At the end the store goes back to its directory on the machine's disk.
 func DiskFull(ctx context.Context, c Config) (_ *loadtest.Result, err error) {
-	c.defaults(15 * time.Second)
+	c = c.withDefaults(15 * time.Second)
 	st := c.Stack
 	p, err := st.Proc(c.Cell)
 	if err != nil {

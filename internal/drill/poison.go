@@ -27,7 +27,7 @@ import (
 // users without an error, the other cells see nothing, no cell restarts
 // and nothing else accepted is lost or failed.
 func Poison(ctx context.Context, c Config) (*loadtest.Result, error) {
-	c.defaults(10 * time.Second)
+	c = c.withDefaults(10 * time.Second)
 	st := c.Stack
 	victim, err := st.Proc(c.Cell)
 	if err != nil {

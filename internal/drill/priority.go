@@ -18,7 +18,7 @@ import (
 // while high alone is under its share of the cell's pace, and normal ones
 // take all the shedding; nothing accepted is lost anywhere.
 func Priority(ctx context.Context, c Config) (*loadtest.Result, error) {
-	c.defaults(40 * time.Second)
+	c = c.withDefaults(40 * time.Second)
 	st := c.Stack
 	setLatency, err := agencyLatencyScaler(ctx, st)
 	if err != nil {
