@@ -85,6 +85,8 @@ func DefaultConfig() Config {
 		SessionTTL: 12 * time.Hour, SignInBurst: 10, SignInEvery: 6 * time.Second}
 }
 
+// withDefaults fills the zero fields of c from DefaultConfig, field by
+// field.
 func (c Config) withDefaults() Config {
 	d := DefaultConfig()
 	if c.Interval <= 0 {

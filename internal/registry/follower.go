@@ -62,6 +62,8 @@ func DefaultFollowerConfig() FollowerConfig {
 	return FollowerConfig{StaleAfter: 30 * time.Second}
 }
 
+// withDefaults fills the zero fields of c from DefaultFollowerConfig,
+// field by field.
 func (c FollowerConfig) withDefaults() FollowerConfig {
 	if c.StaleAfter <= 0 {
 		c.StaleAfter = DefaultFollowerConfig().StaleAfter
