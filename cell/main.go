@@ -37,7 +37,6 @@ import (
 	"net/netip"
 	"os"
 	"strings"
-	"time"
 
 	// The Mozilla roots, used only where the system has none (the images'
 	// empty base): callbacks and registries on public certificates verify.
@@ -125,7 +124,7 @@ func parseFlags(args []string, getenv func(string) string, output io.Writer) (c 
 	fs.StringVar(&c.NATSURL, "nats-url", "", "external NATS with JetStream, one or more `URL`s separated by commas, tried in that order (this host's node first); empty: embedded")
 	fs.StringVar(&c.NATSTokenFile, "nats-token-file", "", "with --nats-url: `FILE` whose first line is the token the NATS servers require (read at start)")
 	fs.StringVar(&c.Instance, "instance", "", "this process's id among the instances of a cell that runs as several over one JetStream cluster (needs --nats-url); they share the cell's agency quotas by leases (empty: the cell is this one process)")
-	fs.DurationVar(&c.LeaseGrace, "lease-grace", 30*time.Second, "with --instance: how long a session lease outlives its holder's last renewal, beyond the 6 s it counts on it: at least the agencies' idle timeout")
+	fs.DurationVar(&c.LeaseGrace, "lease-grace", d.LeaseGrace, "with --instance: how long a session lease outlives its holder's last renewal, beyond the 6 s it counts on it: at least the agencies' idle timeout")
 	fs.IntVar(&c.NATSPort, "nats-port", 0, "loopback port of the embedded NATS (0: a free one, -1: none)")
 	fs.Var(&agencies, "agency", "an agency as name=host:port (repeat; name nice or kcb picks the telegram profile)")
 	fs.IntVar(&c.Pipeline.Workers, "workers", d.Pipeline.Workers, "inquiries processed at once")

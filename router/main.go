@@ -50,6 +50,7 @@ import (
 	"github.com/cellkit/cellkit/internal/program"
 	"github.com/cellkit/cellkit/internal/quota"
 	"github.com/cellkit/cellkit/internal/registry"
+	"github.com/cellkit/cellkit/internal/reload"
 	"github.com/cellkit/cellkit/internal/router"
 	"github.com/cellkit/cellkit/internal/tlsconf"
 )
@@ -100,15 +101,15 @@ func parseFlags(args []string, getenv func(string) string, output io.Writer) (o 
 	fs.DurationVar(&o.shutdownDelay, "shutdown-delay", 0, "at SIGTERM, how long to go on serving with /readyz failing before the listener closes, so that load balancers and Kubernetes endpoints stop sending new connections first")
 	fs.StringVar(&o.id, "id", "", "this router's id in the registry's list of routers, 1-64 of [A-Za-z0-9._-] (default: the host name, the admin address if a specific one, and the admin port; each router's must differ: routers sharing one share one quota lease and each takes the whole quota)")
 	fs.StringVar(&o.adminAdvertise, "admin-advertise", "", "the admin URL announced in the registry, for cellctl to find the router (default: http(s)://the admin address; 'none': not announced)")
-	fs.DurationVar(&o.slotRateWindow, "slot-rate-window", time.Minute, "time constant of the per-slot request rates on /v1/admin/slots (cellctl's traffic projections)")
-	fs.DurationVar(&o.reloadInterval, "reload-interval", time.Second, "how often the keys, admin token and certificate files are checked for changes (SIGHUP: at once)")
+	fs.DurationVar(&o.slotRateWindow, "slot-rate-window", d.SlotRateWindow, "time constant of the per-slot request rates on /v1/admin/slots (cellctl's traffic projections)")
+	fs.DurationVar(&o.reloadInterval, "reload-interval", reload.DefaultConfig().Interval, "how often the keys, admin token and certificate files are checked for changes (SIGHUP: at once)")
 	fs.TextVar(&o.logLevel, "log-level", slog.LevelInfo, "log level: debug, info, warn or error")
 	fs.BoolVar(&o.pprof, "pprof", false, "serve /debug/pprof/ on the admin listener")
 	fs.StringVar(&o.handoffSocket, "handoff-socket", "", "Unix socket where the router hands its listening sockets to a successor on this host, and where it takes them from a predecessor at its start: a restart or an upgrade with no connection refused; SIGUSR2 starts this program's path again as the successor. Its directory is private: made 0700 if missing, refused if group or others have access, another user owns it or it is a symbolic link; only a process of the router's user takes part (empty: none; see docs/router.md)")
 	fs.DurationVar(&o.handoffWait, "handoff-wait", time.Minute, "how long a successor that took the sockets has to become ready; after that this router refuses it and serves on")
-	fs.DurationVar(&o.quota.Round, "quota-round", 500*time.Millisecond, "how often the router writes its lease of the clients' quotas in the registry and reads the other routers' (a client's quota holds across all routers; see docs/router.md)")
-	fs.DurationVar(&o.quota.Lease, "quota-lease", 5*time.Second, "how long the router counts on its last written quota lease when it cannot reach the registry; past it, each quota is split evenly over the routers it last counted (the same on every router)")
-	fs.IntVar(&o.quota.ColdRouters, "quota-cold-routers", 1, "how many routers a router that never reached the registry splits each quota evenly over once --quota-lease has passed: the number that usually serve")
+	fs.DurationVar(&o.quota.Round, "quota-round", quota.DefaultConfig().Round, "how often the router writes its lease of the clients' quotas in the registry and reads the other routers' (a client's quota holds across all routers; see docs/router.md)")
+	fs.DurationVar(&o.quota.Lease, "quota-lease", quota.DefaultConfig().Lease, "how long the router counts on its last written quota lease when it cannot reach the registry; past it, each quota is split evenly over the routers it last counted (the same on every router)")
+	fs.IntVar(&o.quota.ColdRouters, "quota-cold-routers", quota.DefaultConfig().ColdRouters, "how many routers a router that never reached the registry splits each quota evenly over once --quota-lease has passed: the number that usually serve")
 	fs.StringVar(&o.adminTokenFile, "admin-token-file", "", "admin listener: file of bearer tokens, one per line ('#' comments); every admin path but /healthz and /readyz then needs Authorization: Bearer TOKEN (reloaded when it changes or on SIGHUP)")
 	o.publicTLS.RegisterFlags(fs.FlagSet, "", "public listener", "")
 	o.adminTLS.RegisterFlags(fs.FlagSet, "admin-", "admin listener", pki.RoleOperator)

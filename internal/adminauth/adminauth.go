@@ -64,6 +64,24 @@ type Config struct {
 // DefaultOpen are the paths every probe may read.
 var DefaultOpen = []string{"/healthz", "/readyz"}
 
+// DefaultConfig returns the defaults in brackets above.
+func DefaultConfig() Config {
+	return Config{Open: DefaultOpen, Interval: reload.DefaultConfig().Interval}
+}
+
+// withDefaults fills the zero fields of c from DefaultConfig, field by
+// field (a nil Open too; an empty one opens no path).
+func (c Config) withDefaults() Config {
+	d := DefaultConfig()
+	if c.Open == nil {
+		c.Open = d.Open
+	}
+	if c.Interval <= 0 {
+		c.Interval = d.Interval
+	}
+	return c
+}
+
 // Options carry a Guard's collaborators.
 type Options struct {
 	// Logger hears of token file reloads. Nil: none.
@@ -87,9 +105,7 @@ type digest = [sha256.Size]byte
 // New returns a guard; with a token file, it loads it (the error names the
 // file) and makes a watcher for it.
 func New(cfg Config, opts Options) (*Guard, error) {
-	if cfg.Open == nil {
-		cfg.Open = DefaultOpen
-	}
+	cfg = cfg.withDefaults()
 	fails := promauto.With(opts.Registerer).NewCounterVec(prometheus.CounterOpts{
 		Name: api.MetricAdminAuthFailures.Name,
 		Help: api.MetricAdminAuthFailures.Help,

@@ -75,6 +75,30 @@ type Options struct {
 	Now func() time.Time
 }
 
+// withDefaults fills the zero fields of c from DefaultConfig, field by
+// field; the pool and the breaker fill theirs.
+func (c Config) withDefaults() Config {
+	d := DefaultConfig()
+	if c.CallTimeout <= 0 {
+		c.CallTimeout = d.CallTimeout
+	}
+	if c.MinLimit <= 0 {
+		c.MinLimit = d.MinLimit
+	}
+	return c
+}
+
+// withDefaults fills the nil collaborators: Logger (none) and Now.
+func (o Options) withDefaults() Options {
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	return o
+}
+
 // Result is a successful answer.
 type Result struct {
 	Agency string
@@ -111,21 +135,8 @@ func New(cfg Config, opts Options) (*Client, error) {
 		}
 		cfg.Profile = p
 	}
-	d := DefaultConfig()
-	if cfg.CallTimeout <= 0 {
-		cfg.CallTimeout = d.CallTimeout
-	}
-	if cfg.MinLimit <= 0 {
-		cfg.MinLimit = d.MinLimit
-	}
-	c := &Client{cfg: cfg, log: opts.Logger, now: opts.Now, metrics: opts.Metrics}
-	if c.log == nil {
-		c.log = slog.New(slog.DiscardHandler)
-	}
-	c.log = c.log.With("agency", cfg.Name)
-	if c.now == nil {
-		c.now = time.Now
-	}
+	cfg, opts = cfg.withDefaults(), opts.withDefaults()
+	c := &Client{cfg: cfg, log: opts.Logger.With("agency", cfg.Name), now: opts.Now, metrics: opts.Metrics}
 	c.breaker = breaker.New(cfg.Breaker, breaker.Options{Now: c.now, OnChange: func(from, to breaker.State) {
 		c.log.Warn("agency circuit breaker changed state", "from", from.String(), "to", to.String())
 		c.metrics.breakerChanged(cfg.Name, from, to)

@@ -79,6 +79,15 @@ type Options struct {
 	Registerer prometheus.Registerer
 }
 
+// withDefaults fills the nil collaborators that have a default: Logger
+// (none).
+func (o Options) withDefaults() Options {
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	return o
+}
+
 // Stats are the server's counters since it was created.
 type Stats struct {
 	ActiveSessions int64 `json:"active_sessions"` // admitted sessions now open
@@ -133,17 +142,14 @@ func New(cfg Config, opts Options) (*Server, error) {
 	if profile.Name == "" {
 		return nil, errors.New("agencysim: no profile")
 	}
+	opts = opts.withDefaults()
 	s := &Server{
 		profile:  profile,
-		log:      opts.Logger,
+		log:      opts.Logger.With("agency", profile.Name),
 		sessions: make(map[*session]struct{}),
 		refusing: make(map[net.Conn]struct{}),
 		stop:     make(chan struct{}),
 	}
-	if s.log == nil {
-		s.log = slog.New(slog.DiscardHandler)
-	}
-	s.log = s.log.With("agency", profile.Name)
 	s.delay = prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name:        api.MetricAgencysimDelaySeconds.Name,
 		Help:        api.MetricAgencysimDelaySeconds.Help,

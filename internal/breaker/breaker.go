@@ -85,9 +85,11 @@ func DefaultConfig() Config {
 	}
 }
 
-// WithDefaults returns c with its zero fields set from d; callers with
-// defaults of their own (the router's per-cell breakers) use it too.
-func (c Config) WithDefaults(d Config) Config {
+// withDefaults fills the zero fields of c from DefaultConfig, field by
+// field. A holder with defaults of its own (the router's per-cell
+// breakers) fills them in its own Config's withDefaults.
+func (c Config) withDefaults() Config {
+	d := DefaultConfig()
 	if c.Window <= 0 {
 		c.Window = d.Window
 	}
@@ -124,6 +126,15 @@ type Options struct {
 	ProbeTrials bool
 }
 
+// withDefaults fills the nil collaborators that have a default: Now
+// (time.Now).
+func (o Options) withDefaults() Options {
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	return o
+}
+
 // Breaker is safe for concurrent use.
 type Breaker struct {
 	cfg      Config
@@ -157,12 +168,9 @@ const (
 
 // New returns a closed breaker.
 func New(cfg Config, opts Options) *Breaker {
-	cfg = cfg.WithDefaults(DefaultConfig())
+	cfg, opts = cfg.withDefaults(), opts.withDefaults()
 	cfg.MinCalls = min(cfg.MinCalls, cfg.Window)
 	now := opts.Now
-	if now == nil {
-		now = time.Now
-	}
 	return &Breaker{cfg: cfg, now: now, onChange: opts.OnChange, byProbes: opts.ProbeTrials, ring: make([]outcome, cfg.Window)}
 }
 

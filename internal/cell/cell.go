@@ -84,6 +84,21 @@ type Options struct {
 	PeerTLS *tls.Config
 }
 
+// withDefaults fills the nil collaborators that have a default: Logger
+// (none) and Gatherer (the Registerer if it is one, else nothing).
+func (o Options) withDefaults() Options {
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Gatherer == nil {
+		o.Gatherer, _ = o.Registerer.(prometheus.Gatherer)
+	}
+	if o.Gatherer == nil {
+		o.Gatherer = prometheus.Gatherers{}
+	}
+	return o
+}
+
 // Cell is one running cell.
 type Cell struct {
 	cfg     Config
@@ -129,23 +144,14 @@ type Cell struct {
 // the queue, the registry, the agencies, the pipeline, the intake), and
 // the deferred close on error must see all that was opened.
 func New(ctx context.Context, cfg Config, opts Options) (_ *Cell, err error) {
-	if err := cfg.defaults(); err != nil {
+	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
+	cfg, opts = cfg.withDefaults(), opts.withDefaults()
 	c := &Cell{release: opts.Release,
-		cfg: cfg, log: opts.Logger, reg: opts.Gatherer, promReg: opts.Registerer, adminGuard: opts.AdminGuard,
+		cfg: cfg, log: opts.Logger.With("cell", cfg.ID), reg: opts.Gatherer, promReg: opts.Registerer, adminGuard: opts.AdminGuard,
 		metrics: prometheus.WrapRegistererWith(prometheus.Labels{api.LabelCell: cfg.ID}, opts.Registerer),
 		clients: map[string]*agency.Client{}, quota: map[string]int{},
-	}
-	if c.log == nil {
-		c.log = slog.New(slog.DiscardHandler)
-	}
-	c.log = c.log.With("cell", cfg.ID)
-	if c.reg == nil {
-		c.reg, _ = opts.Registerer.(prometheus.Gatherer)
-	}
-	if c.reg == nil {
-		c.reg = prometheus.Gatherers{}
 	}
 	defer func() {
 		if err != nil {

@@ -699,7 +699,7 @@ func assertMetric(t *testing.T, h *harness, series string) {
 // work with one node gone. One node's embedded server cannot run replicas.
 func TestReplicatedOnACluster(t *testing.T) {
 	bad := Config{ID: "c1", Agencies: []AgencyAddr{{Name: "nice", Addr: "x:1"}}, Replicas: 3}
-	if err := bad.defaults(); err == nil || !strings.Contains(err.Error(), "--nats-url") {
+	if err := bad.validate(); err == nil || !strings.Contains(err.Error(), "--nats-url") {
 		t.Fatalf("replicas 3 on the embedded server: %v, want refused", err)
 	}
 	dirs := []string{t.TempDir(), t.TempDir(), t.TempDir()}

@@ -12,6 +12,7 @@ import (
 	"github.com/cellkit/cellkit/internal/breaker"
 	"github.com/cellkit/cellkit/internal/pipeline"
 	"github.com/cellkit/cellkit/internal/queue"
+	"github.com/cellkit/cellkit/internal/quotalease"
 	"github.com/cellkit/cellkit/internal/sessionpool"
 	"github.com/cellkit/cellkit/internal/shed"
 	"github.com/cellkit/cellkit/internal/storage"
@@ -151,42 +152,38 @@ type Config struct {
 // (10 × Shed.MaxDepth).
 func DefaultConfig() Config {
 	q := queue.DefaultConfig()
+	l := quotalease.DefaultConfig()
 	p := pipeline.DefaultConfig()
 	p.GateWait = 0
 	return Config{
 		IntakeAddr: "127.0.0.1:8081", AdminAddr: "127.0.0.1:9081", Replicas: q.Replicas,
+		Lease: l.Lease, LeaseGrace: l.Grace,
 		CallTimeout:   agency.DefaultConfig().CallTimeout,
 		BorrowTimeout: sessionpool.DefaultConfig().BorrowTimeout,
 		Breaker:       breaker.DefaultConfig(),
 		Pipeline:      p,
 		Shed:          shed.DefaultConfig(),
 		Storage:       storage.DefaultConfig(),
-		QueueMaxBytes: q.MaxBytes, AckWait: q.AckWait, RecordTTL: store.DefaultTTL,
+		QueueMaxBytes: q.MaxBytes, AckWait: q.AckWait, RecordTTL: store.DefaultTTL, StartTimeout: 60 * time.Second,
 		CSSLatency: 5 * time.Millisecond, CoreLatency: 10 * time.Millisecond,
 		SampleInterval: 250 * time.Millisecond, ShutdownTimeout: 10 * time.Second, StallTimeout: 2 * time.Minute,
 	}
 }
 
-// defaults checks c and fills its zero fields; the parts fill the rest of
-// their own.
-func (c *Config) defaults() error {
+// validate refuses a configuration the cell cannot run, before its
+// defaults are filled (a zero field is never wrong: it means the default).
+func (c Config) validate() error {
 	if !api.ValidCellID(c.ID) {
 		return fmt.Errorf("cell id %q: want 1–32 of [a-z0-9-], starting and ending with a letter or digit", c.ID)
 	}
 	if len(c.Agencies) == 0 {
 		return errors.New("no agencies: give at least one (--agency nice=HOST:PORT)")
 	}
-	d := DefaultConfig()
 	switch {
-	case c.Replicas <= 0:
-		c.Replicas = d.Replicas
 	case c.Replicas > 1 && c.NATSURL == "":
 		return fmt.Errorf("--replicas %d needs --nats-url (a JetStream cluster): the embedded server is one node", c.Replicas)
 	case c.Replicas > 5:
 		return fmt.Errorf("--replicas %d: JetStream allows at most 5", c.Replicas)
-	}
-	if c.StartTimeout <= 0 {
-		c.StartTimeout = 60 * time.Second
 	}
 	if c.NATSTokenFile != "" && c.NATSURL == "" {
 		return errors.New("--nats-token-file needs --nats-url: the embedded server takes no token")
@@ -205,6 +202,26 @@ func (c *Config) defaults() error {
 			return fmt.Errorf("agency %q at %q: want a unique name and an address", a.Name, a.Addr)
 		}
 		seen[a.Name] = true
+	}
+	if r := c.Shed.HighReserve; r != 0 && !(r > 0 && r < 1) {
+		return fmt.Errorf("--high-reserve %g: want a share between 0 and 1 (exclusive)", r)
+	}
+	if c.Shed.MaxAgeHigh < 0 {
+		return fmt.Errorf("--age-budget-high %v: want a positive duration (0: the --age-budget)", c.Shed.MaxAgeHigh)
+	}
+	return nil
+}
+
+// withDefaults fills the zero fields of c from DefaultConfig, field by
+// field, and those that follow other fields from them; the parts fill
+// the rest of their own.
+func (c Config) withDefaults() Config {
+	d := DefaultConfig()
+	if c.Replicas <= 0 {
+		c.Replicas = d.Replicas
+	}
+	if c.StartTimeout <= 0 {
+		c.StartTimeout = d.StartTimeout
 	}
 	if c.IntakeAddr == "" {
 		c.IntakeAddr = d.IntakeAddr
@@ -227,14 +244,8 @@ func (c *Config) defaults() error {
 	if c.Shed.MaxDepth <= 0 {
 		c.Shed.MaxDepth = d.Shed.MaxDepth
 	}
-	switch r := c.Shed.HighReserve; {
-	case r == 0:
+	if c.Shed.HighReserve == 0 {
 		c.Shed.HighReserve = d.Shed.HighReserve
-	case !(r > 0 && r < 1):
-		return fmt.Errorf("--high-reserve %g: want a share between 0 and 1 (exclusive)", r)
-	}
-	if c.Shed.MaxAgeHigh < 0 {
-		return fmt.Errorf("--age-budget-high %v: want a positive duration (0: the --age-budget)", c.Shed.MaxAgeHigh)
 	}
 	if c.Pipeline.GateWait <= 0 {
 		// An inquiry that waited its whole age budget for an agency is
@@ -259,5 +270,5 @@ func (c *Config) defaults() error {
 	if c.ShutdownTimeout <= 0 {
 		c.ShutdownTimeout = d.ShutdownTimeout
 	}
-	return nil
+	return c
 }

@@ -41,7 +41,7 @@ type consoleOptions struct {
 
 func (o *consoleOptions) register(fs *flag.FlagSet) {
 	fs.StringVar(&o.listen, "listen", DefaultConsoleListen, "HOST:PORT the console serves on (a loopback address unless it serves TLS)")
-	fs.DurationVar(&o.interval, "interval", time.Second, "how often the console reads the registry and every admin API")
+	fs.DurationVar(&o.interval, "interval", console.DefaultConfig().Interval, "how often the console reads the registry and every admin API")
 	fs.StringVar(&o.tokenFile, "token-file", "", "a file holding the token the console's pages ask for (default: the admin token; without one, a token made at start)")
 	fs.StringVar(&o.trustAdmin, "trust-admin", "", "`URLS`, comma-separated: the admin APIs (http(s)://HOST:PORT) the console calls with its credentials, besides --routers and, with --tls-ca, any https one")
 	o.tls.RegisterFlags(fs, "console-", "the console", pki.RoleOperator)

@@ -54,7 +54,7 @@ func (f *rolloutFlags) register(fs *flag.FlagSet, start bool) {
 		return
 	}
 	fs.StringVar(&f.id, "id", "", "the rollout's id (default r-DATE-TIME)")
-	fs.DurationVar(&f.readyWithin, "ready-within", time.Minute, "how long a replaced process has to get ready on the new release")
+	fs.DurationVar(&f.readyWithin, "ready-within", rollout.DefaultConfig().ReadyWithin, "how long a replaced process has to get ready on the new release")
 	f.registerGates(fs)
 }
 
@@ -62,7 +62,7 @@ func (f *rolloutFlags) register(fs *flag.FlagSet, start bool) {
 // rollout gate).
 func (f *rolloutFlags) registerGates(fs *flag.FlagSet) {
 	fs.DurationVar(&f.waitLimit, "wait-limit", 0, "how long past its bake a wave may wait for the gates' samples before the rollout halts (default: one more bake)")
-	fs.DurationVar(&f.scrape, "scrape", 5*time.Second, "how often a bake reads the cells' metrics")
+	fs.DurationVar(&f.scrape, "scrape", rollout.DefaultConfig().Scrape, "how often a bake reads the cells' metrics")
 	fs.Int64Var(&f.minSamples, "min-samples", gate.DefaultConfig().MinSamples, "the fewest requests or inquiries of a wave a gate decides on")
 	fs.StringVar(&f.prometheus, "prometheus", "", "`URL` of a Prometheus whose firing alerts are a gate too: one firing for the wave's cells and not for the others halts")
 }

@@ -85,6 +85,8 @@ func DefaultConfig() Config {
 		SessionTTL: 12 * time.Hour, SignInBurst: 10, SignInEvery: 6 * time.Second}
 }
 
+// withDefaults fills the zero fields of c from DefaultConfig, field by
+// field.
 func (c Config) withDefaults() Config {
 	d := DefaultConfig()
 	if c.Interval <= 0 {
@@ -130,6 +132,18 @@ type Options struct {
 	Now func() time.Time
 }
 
+// withDefaults fills the nil collaborators that have a default: Logger
+// (none) and Now (time.Now).
+func (o Options) withDefaults() Options {
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	return o
+}
+
 // Console serves the web console.
 type Console struct {
 	cfg      Config
@@ -146,7 +160,7 @@ type Console struct {
 
 // New makes a console; Run collects, Handler serves.
 func New(cfg Config, opts Options) (*Console, error) {
-	cfg = cfg.withDefaults()
+	cfg, opts = cfg.withDefaults(), opts.withDefaults()
 	if opts.Registry == nil {
 		return nil, errors.New("console: no registry")
 	}
@@ -157,13 +171,7 @@ func New(cfg Config, opts Options) (*Console, error) {
 		return nil, errors.New("console: neither a token nor client certificates: the console would be open")
 	}
 	log := opts.Logger
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
 	now := opts.Now
-	if now == nil {
-		now = time.Now
-	}
 	tr, err := newTrust(cfg)
 	if err != nil {
 		return nil, err

@@ -77,6 +77,15 @@ type Options struct {
 	Moves *Mover
 }
 
+// withDefaults fills the nil collaborators that have a default: Now
+// (time.Now).
+func (o Options) withDefaults() Options {
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	return o
+}
+
 // Note is a message from a change under way: a note (waiting for the
 // lock, planning again) or a warning (something that did not stop it).
 type Note struct {
@@ -129,9 +138,7 @@ type Controller struct {
 
 // New builds a Controller writing reg (which the caller keeps and closes).
 func New(reg registry.Registry, cfg Config, opts Options) *Controller {
-	if opts.Now == nil {
-		opts.Now = time.Now
-	}
+	opts = opts.withDefaults()
 	return &Controller{reg: reg, cfg: cfg, opts: opts, hist: HistoryFor(reg)}
 }
 

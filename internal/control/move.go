@@ -49,6 +49,22 @@ type MoveConfig struct {
 	LeaveHow string
 }
 
+// DefaultMoveConfig returns the defaults in brackets above.
+func DefaultMoveConfig() MoveConfig {
+	return MoveConfig{Page: 500, AttemptWait: 10 * time.Second, Poll: 200 * time.Millisecond, LeaveHow: "LeaveData"}
+}
+
+// withDefaults fills the zero fields of c from DefaultMoveConfig, field
+// by field.
+func (c MoveConfig) withDefaults() MoveConfig {
+	d := DefaultMoveConfig()
+	c.Page = cmp.Or(c.Page, d.Page)
+	c.AttemptWait = cmp.Or(c.AttemptWait, d.AttemptWait)
+	c.Poll = cmp.Or(c.Poll, d.Poll)
+	c.LeaveHow = cmp.Or(c.LeaveHow, d.LeaveHow)
+	return c
+}
+
 // MoveAdmin is what a move asks of cells (an adminclient.Client with a
 // long enough timeout for a slot set's ledger).
 type MoveAdmin interface {
@@ -75,10 +91,7 @@ type Mover struct {
 // NewMover drives moves through admin. note hears of each step (nil:
 // nobody), now is the clock (nil: time.Now).
 func NewMover(admin MoveAdmin, cfg MoveConfig, note func(Note), now func() time.Time) *Mover {
-	cfg.Page = cmp.Or(cfg.Page, 500)
-	cfg.AttemptWait = cmp.Or(cfg.AttemptWait, 10*time.Second)
-	cfg.Poll = cmp.Or(cfg.Poll, 200*time.Millisecond)
-	cfg.LeaveHow = cmp.Or(cfg.LeaveHow, "LeaveData")
+	cfg = cfg.withDefaults()
 	if note == nil {
 		note = func(Note) {}
 	}

@@ -19,7 +19,7 @@ type agencyLatency map[string]any
 // API; intake p99 stays bounded, no cell's oldest pending age passes its
 // budget, shed requests get 503 + Retry-After, nothing is lost.
 func AgencySlow(ctx context.Context, c Config) (*loadtest.Result, error) {
-	c.defaults(20 * time.Second)
+	c = c.withDefaults(20 * time.Second)
 	st := c.Stack
 	setLatency, err := agencyLatencyScaler(ctx, st)
 	if err != nil {

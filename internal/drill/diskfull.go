@@ -46,7 +46,7 @@ const (
 // At the end the store goes back to its directory on the machine's disk.
 // One piece: a drill script on one timeline (fill, free, heal), then its checks.
 func DiskFull(ctx context.Context, c Config) (_ *loadtest.Result, err error) {
-	c.defaults(15 * time.Second)
+	c = c.withDefaults(15 * time.Second)
 	st := c.Stack
 	p, err := st.Proc(c.Cell)
 	if err != nil {

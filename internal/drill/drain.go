@@ -15,7 +15,7 @@ import (
 // are copied), the drained cell's queue empties, no id is lost; then
 // undrain (the inquiries move back).
 func Drain(ctx context.Context, c Config) (*loadtest.Result, error) {
-	c.defaults(60 * time.Second)
+	c = c.withDefaults(60 * time.Second)
 	st := c.Stack
 	if _, err := st.Proc(c.Cell); err != nil {
 		return nil, err

@@ -109,7 +109,9 @@ func or[T cmp.Ordered](v *T, def T) {
 	}
 }
 
-func (c *Config) defaults(fault time.Duration) {
+// withDefaults fills the zero fields of c from DefaultConfig, field by
+// field; Fault from fault, the drill's own.
+func (c Config) withDefaults(fault time.Duration) Config {
 	d := DefaultConfig()
 	or(&c.Rate, d.Rate)
 	or(&c.Users, d.Users)
@@ -126,6 +128,7 @@ func (c *Config) defaults(fault time.Duration) {
 	or(&c.Rules, d.Rules)
 	or(&c.Poison, d.Poison)
 	or(&c.Disk, d.Disk)
+	return c
 }
 
 func (c *Config) runner(total time.Duration) (*loadtest.Runner, error) {

@@ -28,7 +28,7 @@ const (
 // WaitBound (never the cell timeout, never a client timeout), the other
 // cells see nothing, and it serves again within ThawedBound of the thaw.
 func Freeze(ctx context.Context, c Config) (*loadtest.Result, error) {
-	c.defaults(20 * time.Second)
+	c = c.withDefaults(20 * time.Second)
 	st := c.Stack
 	p, err := st.Proc(c.Cell)
 	if err != nil {

@@ -110,7 +110,7 @@ func Handoff(ctx context.Context, c Config) (*loadtest.Result, error) {
 	if c.Rate <= 0 {
 		c.Rate = HandoffRate
 	}
-	c.defaults(0)
+	c = c.withDefaults(0)
 	if c.ReadShare == 0 {
 		c.ReadShare = HandoffReadShare
 	}

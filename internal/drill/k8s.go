@@ -94,7 +94,9 @@ func DefaultK8sConfig() K8sConfig {
 	}
 }
 
-func (c *K8sConfig) defaults() {
+// withDefaults fills the zero fields of c from DefaultK8sConfig, field
+// by field.
+func (c K8sConfig) withDefaults() K8sConfig {
 	d := DefaultK8sConfig()
 	or(&c.Dir, d.Dir)
 	or(&c.Rate, d.Rate)
@@ -107,6 +109,7 @@ func (c *K8sConfig) defaults() {
 	or(&c.Within, d.Within)
 	or(&c.VerifyWithin, d.VerifyWithin)
 	or(&c.Replays, d.Replays)
+	return c
 }
 
 func (c *K8sConfig) logf(format string, args ...any) {

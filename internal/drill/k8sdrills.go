@@ -113,7 +113,7 @@ func (n *k8sRun) finish(ctx context.Context, d *loadtest.Verdict, res *loadtest.
 // requests sent within lostBound of the deletion; every accepted inquiry
 // ends final, none twice.
 func PodDelete(ctx context.Context, c K8sConfig) (*loadtest.Result, error) {
-	c.defaults()
+	c = c.withDefaults()
 	n, err := newK8sRun(ctx, &c, c.Baseline+c.Within+c.After)
 	if err != nil {
 		return nil, err
@@ -146,7 +146,7 @@ func PodDelete(ctx context.Context, c K8sConfig) (*loadtest.Result, error) {
 // users see errors only for requests sent within lostBound of the kill;
 // the other cells are untouched; nothing lost or duplicated.
 func NATSKill(ctx context.Context, c K8sConfig) (*loadtest.Result, error) {
-	c.defaults()
+	c = c.withDefaults()
 	n, err := newK8sRun(ctx, &c, c.Baseline+c.Within+c.After)
 	if err != nil {
 		return nil, err
@@ -201,7 +201,7 @@ func containerStatus(p *corev1.Pod, name string) (corev1.ContainerStatus, bool) 
 // connections drained); the Deployment makes another. Through the
 // Service, no request fails: none refused, none cut.
 func RouterReplace(ctx context.Context, c K8sConfig) (*loadtest.Result, error) {
-	c.defaults()
+	c = c.withDefaults()
 	n, err := newK8sRun(ctx, &c, c.Baseline+c.Within+c.After)
 	if err != nil {
 		return nil, err
@@ -282,7 +282,7 @@ func RouterReplace(ctx context.Context, c K8sConfig) (*loadtest.Result, error) {
 // ends final.
 // One piece: a script on one timeline (created, in the map), then its checks.
 func CellAdd(ctx context.Context, c K8sConfig) (*loadtest.Result, error) {
-	c.defaults()
+	c = c.withDefaults()
 	n, err := newK8sRun(ctx, &c, c.Baseline+c.Within+c.After)
 	if err != nil {
 		return nil, err
@@ -415,7 +415,7 @@ func startedBy(pods []corev1.Pod, t time.Time) (int, []string) {
 // them.
 // One piece: a script on one timeline (deleted, drained, removed, gone), then its checks.
 func CellDelete(ctx context.Context, c K8sConfig) (*loadtest.Result, error) {
-	c.defaults()
+	c = c.withDefaults()
 	n, err := newK8sRun(ctx, &c, c.Baseline+3*c.Within+c.After)
 	if err != nil {
 		return nil, err

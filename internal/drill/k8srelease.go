@@ -44,7 +44,7 @@ type k8sRelease struct {
 // piece: the two releases run one after the other under one load, and
 // the checks read what both did.
 func K8sRelease(ctx context.Context, c K8sConfig) (*loadtest.Result, error) {
-	c.defaults()
+	c = c.withDefaults()
 	n, err := newK8sRun(ctx, &c, c.Baseline+2*ReleaseWithin+c.After)
 	if err != nil {
 		return nil, err

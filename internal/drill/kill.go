@@ -12,7 +12,7 @@ import (
 // Kill: baseline, SIGKILL one cell, load on, restart it after Fault,
 // load on, then verify every accepted id.
 func Kill(ctx context.Context, c Config) (*loadtest.Result, error) {
-	c.defaults(10 * time.Second)
+	c = c.withDefaults(10 * time.Second)
 	st := c.Stack
 	if _, err := st.Proc(c.Cell); err != nil {
 		return nil, err

@@ -96,7 +96,7 @@ func drainKilledMidCopy(ctx context.Context, c Config, r *loadtest.Runner) (*mov
 // provisioned again, c3 undrained, c1's weight 1). One piece: a drill
 // script on one timeline (movesVerdict checks what it marked).
 func Moves(ctx context.Context, c Config) (*loadtest.Result, error) {
-	c.defaults(60 * time.Second)
+	c = c.withDefaults(60 * time.Second)
 	if c.ReadShare <= 0 {
 		c.ReadShare = 0.3
 	}

@@ -95,7 +95,9 @@ func DefaultNetConfig() NetConfig {
 	}
 }
 
-func (c *NetConfig) defaults(fault time.Duration) {
+// withDefaults fills the zero fields of c from DefaultNetConfig, field by
+// field; Fault from fault, the drill's own.
+func (c NetConfig) withDefaults(fault time.Duration) NetConfig {
 	d := DefaultNetConfig()
 	or(&c.Baseline, d.Baseline)
 	or(&c.Fault, fault)
@@ -114,6 +116,7 @@ func (c *NetConfig) defaults(fault time.Duration) {
 	or(&c.Moves, d.Moves)
 	or(&c.P99Factor, d.P99Factor)
 	or(&c.Replays, d.Replays)
+	return c
 }
 
 func (c *NetConfig) logf(format string, args ...any) {

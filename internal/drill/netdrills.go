@@ -26,7 +26,7 @@ import (
 // script on one timeline — baseline, unplug, kill, return, restart, then
 // the checks, which read the marks each step left on that timeline.
 func HostLoss(ctx context.Context, c NetConfig) (*loadtest.Result, error) {
-	c.defaults(30 * time.Second)
+	c = c.withDefaults(30 * time.Second)
 	end := c.Baseline + c.Fault + c.After
 	n, err := newNetRun(&c, end)
 	if err != nil {
@@ -188,7 +188,7 @@ func HostLoss(ctx context.Context, c NetConfig) (*loadtest.Result, error) {
 // any client timeout); the other cells are untouched; after the heal the
 // cell serves again within Recover.
 func CutRouter(ctx context.Context, c NetConfig) (*loadtest.Result, error) {
-	c.defaults(20 * time.Second)
+	c = c.withDefaults(20 * time.Second)
 	end := c.Baseline + c.Fault + c.After
 	n, err := newNetRun(&c, end)
 	if err != nil {
@@ -271,7 +271,7 @@ func CutConsulCell(ctx context.Context, c NetConfig) (*loadtest.Result, error) {
 // piece: a drill script on one timeline — cut, change the map, heal, then
 // the checks, which read the moved users and the marks of each step.
 func cutConsul(ctx context.Context, c NetConfig, name string) (*loadtest.Result, error) {
-	c.defaults(40 * time.Second) // the moves take seconds each: the change lands well inside the cut
+	c = c.withDefaults(40 * time.Second) // the moves take seconds each: the change lands well inside the cut
 	end := c.Baseline + c.Fault + c.After
 	n, err := newNetRun(&c, end)
 	if err != nil {
@@ -459,7 +459,7 @@ func cutConsul(ctx context.Context, c NetConfig, name string) (*loadtest.Result,
 // win, its Raft term grew, and when it is back every leader of a group
 // it is in steps down (nats-server's Raft has no pre-vote).
 func CutNATS(ctx context.Context, c NetConfig) (*loadtest.Result, error) {
-	c.defaults(30 * time.Second)
+	c = c.withDefaults(30 * time.Second)
 	end := c.Baseline + c.Fault + c.After
 	n, err := newNetRun(&c, end)
 	if err != nil {
@@ -523,7 +523,7 @@ func CutNATS(ctx context.Context, c NetConfig) (*loadtest.Result, error) {
 // the other cells are untouched; after the heal new inquiries of the cell
 // are done again within Recover.
 func CutAgency(ctx context.Context, c NetConfig) (*loadtest.Result, error) {
-	c.defaults(20 * time.Second)
+	c = c.withDefaults(20 * time.Second)
 	end := c.Baseline + c.Fault + c.After
 	n, err := newNetRun(&c, end)
 	if err != nil {

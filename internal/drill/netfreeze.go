@@ -18,7 +18,7 @@ import (
 // sessions than their limits (the frozen instance keeps its sessions and
 // its share of the quota, which the lease grace keeps from the others).
 func FreezeInstance(ctx context.Context, c NetConfig) (*loadtest.Result, error) {
-	c.defaults(20 * time.Second)
+	c = c.withDefaults(20 * time.Second)
 	end := c.Baseline + c.Fault + c.After
 	n, err := newNetRun(&c, end)
 	if err != nil {

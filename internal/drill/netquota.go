@@ -68,7 +68,7 @@ const quotaWindow = 10 * time.Second
 // added, the loads, each phase's act on the routers — then the checks,
 // which read each phase's start.
 func QuotaRouters(ctx context.Context, c NetConfig) (*loadtest.Result, error) {
-	c.defaults(20 * time.Second)
+	c = c.withDefaults(20 * time.Second)
 	phase := c.Fault
 	run := time.Duration(len(quotaPhases)) * phase
 	end := c.Baseline + run + c.After

@@ -29,7 +29,7 @@ import (
 // and nothing else accepted is lost or failed.
 // One piece: a drill script on one timeline (the burst under load), then its checks.
 func Poison(ctx context.Context, c Config) (*loadtest.Result, error) {
-	c.defaults(10 * time.Second)
+	c = c.withDefaults(10 * time.Second)
 	st := c.Stack
 	victim, err := st.Proc(c.Cell)
 	if err != nil {

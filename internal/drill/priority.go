@@ -19,7 +19,7 @@ import (
 // take all the shedding; nothing accepted is lost anywhere.
 // One piece: a drill script on one timeline (slowed, loaded by lane), then its checks.
 func Priority(ctx context.Context, c Config) (*loadtest.Result, error) {
-	c.defaults(40 * time.Second)
+	c = c.withDefaults(40 * time.Second)
 	st := c.Stack
 	setLatency, err := agencyLatencyScaler(ctx, st)
 	if err != nil {

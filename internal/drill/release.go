@@ -66,7 +66,7 @@ type releaseCase struct {
 // included. One piece: the releases run one after another on one stack
 // under one load, and the checks read what all of them did.
 func Release(ctx context.Context, c Config) (*loadtest.Result, error) {
-	c.defaults(0)
+	c = c.withDefaults(0)
 	st := c.Stack
 	cells := st.Cells()
 	if !slices.Contains(cells, c.Cell) || len(cells) < 2 {

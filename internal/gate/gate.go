@@ -54,7 +54,10 @@ type Verdict struct {
 	Text string
 }
 
-// Config are the gates' thresholds.
+// Config are the gates' thresholds. Zero values mean DefaultConfig's,
+// filled field by field at each judgement (Judge, JudgeRouters): the gate
+// has no New, and a rollout's record written before a threshold existed
+// is judged with its default.
 type Config struct {
 	// Alpha is the p-value under which a difference is taken as real,
 	// for a gate as a whole: a gate that compares the wave with k

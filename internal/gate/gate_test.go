@@ -1,6 +1,7 @@
 package gate
 
 import (
+	"encoding/json"
 	"math"
 	"math/rand/v2"
 	"strings"
@@ -264,5 +265,21 @@ func TestBaselines(t *testing.T) {
 	}
 	if v := cfg.Latency("time to done", usual); v.Decision != Wait || !strings.Contains(v.Text, "no baseline") {
 		t.Errorf("no baseline at all: %v (%s), want wait", v.Decision, v.Text)
+	}
+}
+
+// TestOlderThresholds: a gate block written before some thresholds
+// existed (a rollout's record) is filled, as Judge fills it, with today's
+// default for each missing one, and the ones it has keep their values.
+func TestOlderThresholds(t *testing.T) {
+	var cfg Config
+	if err := json.Unmarshal([]byte(`{"Alpha":0.05,"MinSamples":50}`), &cfg); err != nil {
+		t.Fatal(err)
+	}
+	got, d := cfg.withDefaults(), DefaultConfig()
+	want := d
+	want.Alpha, want.MinSamples = 0.05, 50
+	if got != want {
+		t.Fatalf("filled %+v, want %+v", got, want)
 	}
 }

@@ -13,7 +13,7 @@ import (
 func TestBulkheadThenBreaker(t *testing.T) {
 	cfg := breaker.Config{Window: 4, MinCalls: 4, FailureRate: 0.5, OpenFor: 7 * time.Second}
 	var changes []breaker.State
-	g := New("c1", 2, cfg.WithDefaults(breaker.DefaultConfig()), false, func(_, to breaker.State) { changes = append(changes, to) })
+	g := New("c1", 2, cfg, false, func(_, to breaker.State) { changes = append(changes, to) })
 	p1, why := g.Enter()
 	if why != Admitted {
 		t.Fatalf("first: %v", why)

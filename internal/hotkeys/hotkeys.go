@@ -68,6 +68,15 @@ type Options struct {
 	Now func() time.Time
 }
 
+// withDefaults fills the nil collaborators that have a default: Now
+// (time.Now).
+func (o Options) withDefaults() Options {
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	return o
+}
+
 // Tracker counts keys. It is safe for concurrent use.
 type Tracker struct {
 	cfg    Config
@@ -85,11 +94,8 @@ type shard struct {
 
 // New returns an empty tracker.
 func New(cfg Config, opts Options) *Tracker {
-	cfg = cfg.withDefaults()
+	cfg, opts = cfg.withDefaults(), opts.withDefaults()
 	now := opts.Now
-	if now == nil {
-		now = time.Now
-	}
 	t := &Tracker{
 		cfg:    cfg,
 		now:    now,

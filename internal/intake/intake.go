@@ -91,6 +91,45 @@ func DefaultConfig() Config {
 		TrustedCIDRs: DefaultTrustedCIDRs(), RouterRole: pki.RoleRouter}
 }
 
+// withDefaults fills the zero fields of c from DefaultConfig, field by
+// field (a nil TrustedCIDRs too; an empty one trusts none).
+func (c Config) withDefaults() Config {
+	d := DefaultConfig()
+	if c.ClosedRetryAfter <= 0 {
+		c.ClosedRetryAfter = d.ClosedRetryAfter
+	}
+	if c.StorageRetryAfter <= 0 {
+		c.StorageRetryAfter = d.StorageRetryAfter
+	}
+	if c.LeaderWait <= 0 {
+		c.LeaderWait = d.LeaderWait
+	}
+	if c.TryTimeout <= 0 {
+		c.TryTimeout = d.TryTimeout
+	}
+	if c.Timeout <= 0 {
+		c.Timeout = d.Timeout
+	}
+	if c.TrustedCIDRs == nil {
+		c.TrustedCIDRs = d.TrustedCIDRs
+	}
+	if c.RouterRole == "" {
+		c.RouterRole = d.RouterRole
+	}
+	return c
+}
+
+// withDefaults fills the nil collaborators: Logger (none) and Now.
+func (o Options) withDefaults() Options {
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	return o
+}
+
 // Options carry the intake's collaborators.
 type Options struct {
 	// Queue takes the inquiries in; its store holds their records.
@@ -170,38 +209,11 @@ func New(cfg Config, opts Options) (*Handler, error) {
 	case opts.Queue == nil || opts.Shedder == nil || opts.Map == nil:
 		return nil, errors.New("intake: a queue, a shedder and a map source are required")
 	}
-	d := DefaultConfig()
-	if cfg.ClosedRetryAfter <= 0 {
-		cfg.ClosedRetryAfter = d.ClosedRetryAfter
-	}
-	if cfg.StorageRetryAfter <= 0 {
-		cfg.StorageRetryAfter = d.StorageRetryAfter
-	}
-	if cfg.LeaderWait <= 0 {
-		cfg.LeaderWait = d.LeaderWait
-	}
-	if cfg.TryTimeout <= 0 {
-		cfg.TryTimeout = d.TryTimeout
-	}
-	if cfg.Timeout <= 0 {
-		cfg.Timeout = d.Timeout
-	}
-	if cfg.TrustedCIDRs == nil {
-		cfg.TrustedCIDRs = d.TrustedCIDRs
-	}
-	if cfg.RouterRole == "" {
-		cfg.RouterRole = d.RouterRole
-	}
+	cfg, opts = cfg.withDefaults(), opts.withDefaults()
 	h := &Handler{
 		cfg: cfg, q: opts.Queue, shed: opts.Shedder, disk: opts.Storage, cmap: opts.Map, moving: opts.Moving,
 		log: opts.Logger, now: opts.Now, m: newMetrics(opts.Registerer), peers: peerClient(opts.PeerTLS),
 		doubts: doubts{since: map[string]time.Time{}},
-	}
-	if h.log == nil {
-		h.log = slog.New(slog.DiscardHandler)
-	}
-	if h.now == nil {
-		h.now = time.Now
 	}
 	return h, nil
 }

@@ -54,7 +54,7 @@ func Command(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	fs.StringVar(&steps, "steps", "", `rates over time, "RATE:DURATION,...", instead of --rate/--duration`)
 	fs.IntVar(&cfg.Users, "users", d.Users, "K distinct users")
 	fs.Float64Var(&cfg.Zipf, "zipf", 0, "Zipf exponent `S` over the users (0: uniform)")
-	fs.Float64Var(&cfg.HighShare, "high-share", 0.25, "share of requests asking for the high lane (negative: none)")
+	fs.Float64Var(&cfg.HighShare, "high-share", d.HighShare, "share of requests asking for the high lane (negative: none)")
 	fs.Float64Var(&cfg.ReadShare, "read-share", 0, "share of requests that read the status of an inquiry accepted earlier in the run (GET /v1/inquiries/{id}) instead of asking a new one, 0 to below 1")
 	fs.Uint64Var(&cfg.Seed, "seed", d.Seed, "seed of the user sequence")
 	fs.DurationVar(&cfg.Timeout, "timeout", d.Timeout, "per-request timeout")

@@ -92,6 +92,28 @@ func DefaultConfig() Config {
 	return Config{Users: 1000, Seed: 1, Timeout: 5 * time.Second, MaxInflight: 128, HighShare: 0.25}
 }
 
+// withDefaults fills the zero fields of c from DefaultConfig, field by
+// field.
+func (c Config) withDefaults() Config {
+	d := DefaultConfig()
+	if c.Users <= 0 {
+		c.Users = d.Users
+	}
+	if c.Seed == 0 {
+		c.Seed = d.Seed
+	}
+	if c.Timeout <= 0 {
+		c.Timeout = d.Timeout
+	}
+	if c.MaxInflight <= 0 {
+		c.MaxInflight = d.MaxInflight
+	}
+	if c.HighShare == 0 {
+		c.HighShare = d.HighShare
+	}
+	return c
+}
+
 // Options carry a run's collaborators. The zero value is usable.
 type Options struct {
 	// Progress, when set, gets a one-line progress report every second.
@@ -196,28 +218,13 @@ func NewRunner(cfg Config, opts Options) (*Runner, error) {
 	if len(cfg.Steps) == 0 {
 		return nil, errors.New("no rate: give a rate and duration, or steps")
 	}
-	d := DefaultConfig()
-	if cfg.Users <= 0 {
-		cfg.Users = d.Users
-	}
-	if cfg.Seed == 0 {
-		cfg.Seed = d.Seed
-	}
-	if cfg.Timeout <= 0 {
-		cfg.Timeout = d.Timeout
-	}
-	if cfg.MaxInflight <= 0 {
-		cfg.MaxInflight = d.MaxInflight
-	}
-	switch {
-	case cfg.HighShare == 0:
-		cfg.HighShare = d.HighShare
-	case cfg.HighShare > 1:
+	if cfg.HighShare > 1 {
 		return nil, fmt.Errorf("high share %g: want at most 1", cfg.HighShare)
 	}
 	if cfg.ReadShare < 0 || cfg.ReadShare >= 1 {
 		return nil, fmt.Errorf("read share %g: want at least 0 and below 1", cfg.ReadShare)
 	}
+	cfg = cfg.withDefaults()
 	if opts.Client == nil {
 		tr := &http.Transport{
 			Proxy:               nil,

@@ -50,6 +50,20 @@ type Config struct {
 	TTL time.Duration
 }
 
+// DefaultConfig returns the defaults in brackets above.
+func DefaultConfig() Config {
+	return Config{Replicas: 1, TTL: store.DefaultTTL}
+}
+
+// withDefaults fills the zero fields of c from DefaultConfig, field by
+// field.
+func (c Config) withDefaults() Config {
+	d := DefaultConfig()
+	c.Replicas = cmp.Or(max(c.Replicas, 0), d.Replicas)
+	c.TTL = cmp.Or(c.TTL, d.TTL)
+	return c
+}
+
 // Options carry a Mover's collaborators.
 type Options struct {
 	// Ledger is the cell's ledger. Required.
@@ -61,6 +75,18 @@ type Options struct {
 	Logger *slog.Logger
 	// Now is the clock. Nil means time.Now.
 	Now func() time.Time
+}
+
+// withDefaults fills the nil collaborators that have a default: Logger
+// (none) and Now (time.Now).
+func (o Options) withDefaults() Options {
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	return o
 }
 
 // Mover is a cell's part in moves. It is safe for concurrent use.
@@ -81,23 +107,17 @@ func Open(ctx context.Context, js jetstream.JetStream, cfg Config, opts Options)
 	if cfg.Cell == "" || opts.Ledger == nil || opts.SlotOf == nil {
 		return nil, errors.New("move: the cell, its ledger and its map are required")
 	}
-	cfg.TTL = cmp.Or(cfg.TTL, store.DefaultTTL)
+	cfg, opts = cfg.withDefaults(), opts.withDefaults()
 	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
 		Bucket:      Bucket(cfg.Cell),
 		Description: "the moves of users cell " + cfg.Cell + " is in",
 		Storage:     jetstream.FileStorage,
-		Replicas:    max(cfg.Replicas, 1),
+		Replicas:    cfg.Replicas,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("open the moves bucket: %w", err)
 	}
 	m := &Mover{cfg: cfg, ledger: opts.Ledger, kv: kv, slotOf: opts.SlotOf, log: opts.Logger, now: opts.Now, moves: map[string]api.CellMove{}}
-	if m.log == nil {
-		m.log = slog.New(slog.DiscardHandler)
-	}
-	if m.now == nil {
-		m.now = time.Now
-	}
 	if err := m.load(ctx); err != nil {
 		return nil, err
 	}

@@ -75,6 +75,15 @@ type Options struct {
 	Logger *slog.Logger
 }
 
+// withDefaults fills the nil collaborators that have a default: Logger
+// (none).
+func (o Options) withDefaults() Options {
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	return o
+}
+
 // Server is a running embedded NATS server.
 type Server struct {
 	ns    atomic.Pointer[server.Server] // the one running (Restart replaces it)
@@ -94,25 +103,35 @@ type storeState struct {
 	last   atomic.Value // string: the last one
 }
 
+// DefaultConfig returns the defaults in brackets above.
+func DefaultConfig() Config {
+	return Config{Host: "127.0.0.1", ReadyTimeout: 10 * time.Second}
+}
+
+// withDefaults fills the zero fields of c from DefaultConfig, field by
+// field.
+func (c Config) withDefaults() Config {
+	d := DefaultConfig()
+	if c.Host == "" {
+		c.Host = d.Host
+	}
+	if c.ReadyTimeout <= 0 {
+		c.ReadyTimeout = d.ReadyTimeout
+	}
+	return c
+}
+
 // Start starts the server and waits until it accepts connections.
 func Start(cfg Config, opts Options) (*Server, error) {
 	if cfg.Name == "" || cfg.StoreDir == "" {
 		return nil, errors.New("embedded nats: name and store dir are required")
 	}
+	cfg, opts = cfg.withDefaults(), opts.withDefaults()
 	log := opts.Logger
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
-	if cfg.Host == "" {
-		cfg.Host = "127.0.0.1"
-	}
 	if ip := net.ParseIP(cfg.Host); ip == nil || !ip.IsLoopback() {
 		if cfg.Host != "localhost" {
 			return nil, fmt.Errorf("embedded nats: host %q is not a loopback address", cfg.Host)
 		}
-	}
-	if cfg.ReadyTimeout <= 0 {
-		cfg.ReadyTimeout = 10 * time.Second
 	}
 	dir, err := filepath.Abs(cfg.StoreDir)
 	if err != nil {
@@ -240,18 +259,30 @@ type ClusterConfig struct {
 	Timeout time.Duration
 }
 
+// DefaultClusterConfig returns the defaults in brackets above.
+func DefaultClusterConfig() ClusterConfig {
+	return ClusterConfig{Timeout: 30 * time.Second}
+}
+
+// withDefaults fills the zero fields of c from DefaultClusterConfig,
+// field by field.
+func (c ClusterConfig) withDefaults() ClusterConfig {
+	if c.Timeout <= 0 {
+		c.Timeout = DefaultClusterConfig().Timeout
+	}
+	return c
+}
+
 // StartCluster starts len(cfg.Dirs) clustered nodes on loopback, each with
 // its store in its dir, and waits until JetStream is usable on every node.
 // Clustered JetStream wants every node's routes configured from the start,
 // so free route ports are chosen first. On error the nodes started are
 // shut down.
 func StartCluster(cfg ClusterConfig, opts Options) ([]*Server, error) {
+	cfg = cfg.withDefaults()
 	name, dirs, timeout := cfg.Name, cfg.Dirs, cfg.Timeout
 	if name == "" || len(dirs) == 0 {
 		return nil, errors.New("embedded nats cluster: a name and store dirs are required")
-	}
-	if timeout <= 0 {
-		timeout = 30 * time.Second
 	}
 	var routes []string
 	var ports []int

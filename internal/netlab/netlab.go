@@ -95,11 +95,39 @@ type Config struct {
 	Detached bool
 }
 
+// DefaultConfig returns the defaults in brackets above; a random prefix
+// and a free subnet are chosen by New.
+func DefaultConfig() Config {
+	return Config{Family: DefaultFamily, StateDir: DefaultStateDir}
+}
+
+// withDefaults fills the zero fields of c from DefaultConfig, field by
+// field.
+func (c Config) withDefaults() Config {
+	d := DefaultConfig()
+	if c.Family == "" {
+		c.Family = d.Family
+	}
+	if c.StateDir == "" {
+		c.StateDir = d.StateDir
+	}
+	return c
+}
+
 // Options carry the lab's collaborators. The zero value is usable.
 type Options struct {
 	// Logger gets a line for each thing made or removed (debug) and for
 	// what a sweep finds (info). Nil means none.
 	Logger *slog.Logger
+}
+
+// withDefaults fills the nil collaborators that have a default: Logger
+// (none).
+func (o Options) withDefaults() Options {
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	return o
 }
 
 // Lab is a bridge and the hosts on it. Its methods are safe for concurrent
@@ -132,16 +160,8 @@ func Available() error {
 // New makes the lab's bridge, with the gateway address, and records the
 // lab in its state file.
 func New(cfg Config, opts Options) (*Lab, error) {
+	cfg, opts = cfg.withDefaults(), opts.withDefaults()
 	log := opts.Logger
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
-	if cfg.Family == "" {
-		cfg.Family = DefaultFamily
-	}
-	if cfg.StateDir == "" {
-		cfg.StateDir = DefaultStateDir
-	}
 	if !familyRE.MatchString(cfg.Family) {
 		return nil, fmt.Errorf("netlab: family %q: want 1 to 6 lower-case letters and digits, starting with a letter", cfg.Family)
 	}
@@ -211,10 +231,8 @@ func New(cfg Config, opts Options) (*Lab, error) {
 // another process (loadtest net up): to look at its hosts, cut them apart
 // or close it.
 func Open(stateDir, prefix string, opts Options) (*Lab, error) {
+	opts = opts.withDefaults()
 	log := opts.Logger
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
 	path := StatePath(stateDir, prefix)
 	st, err := ReadState(path)
 	if err != nil {

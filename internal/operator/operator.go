@@ -96,21 +96,34 @@ func (r *Reconciler) lock(cell *v1alpha1.Cell) func() {
 	return mu.Unlock
 }
 
+// withDefaults fills the zero fields of c from DefaultConfig, field by
+// field.
+func (c Config) withDefaults() Config {
+	d := DefaultConfig()
+	if c.Workers <= 0 {
+		c.Workers = d.Workers
+	}
+	if c.DrainStep <= 0 {
+		c.DrainStep = d.DrainStep
+	}
+	if c.Recheck <= 0 {
+		c.Recheck = d.Recheck
+	}
+	return c
+}
+
+// withDefaults fills the nil collaborators that have a default: Log
+// (none).
+func (o Options) withDefaults() Options {
+	if o.Log == nil {
+		o.Log = slog.New(slog.DiscardHandler)
+	}
+	return o
+}
+
 // New is a reconciler; SetupWithManager starts it.
 func New(cfg Config, opts Options) *Reconciler {
-	d := DefaultConfig()
-	if cfg.Workers <= 0 {
-		cfg.Workers = d.Workers
-	}
-	if cfg.DrainStep <= 0 {
-		cfg.DrainStep = d.DrainStep
-	}
-	if cfg.Recheck <= 0 {
-		cfg.Recheck = d.Recheck
-	}
-	if opts.Log == nil {
-		opts.Log = slog.New(slog.DiscardHandler)
-	}
+	cfg, opts = cfg.withDefaults(), opts.withDefaults()
 	return &Reconciler{cfg: cfg, opts: opts}
 }
 

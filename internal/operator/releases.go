@@ -18,7 +18,8 @@ import (
 )
 
 // ReleaseConfig is how the operator puts a release out: the rollout's
-// settings (gates, readiness, lease) and each wave's bake. The first wave
+// settings (gates, readiness, lease; filled by the rollout) and each
+// wave's bake. Zero values mean the defaults of DefaultReleaseConfig. The first wave
 // is the first cell to release (by name), the canary; the second, every
 // other cell asking for the same release.
 type ReleaseConfig struct {
@@ -53,17 +54,23 @@ type Releaser struct {
 	seen string
 }
 
+// withDefaults fills the zero fields of c from DefaultReleaseConfig,
+// field by field.
+func (c ReleaseConfig) withDefaults() ReleaseConfig {
+	d := DefaultReleaseConfig()
+	if c.Bake <= 0 {
+		c.Bake = d.Bake
+	}
+	if c.Every <= 0 {
+		c.Every = d.Every
+	}
+	return c
+}
+
 // Releaser is the reconciler's releaser; the manager runs it on its
 // leader (Add it to the manager).
 func (r *Reconciler) Releaser(cfg ReleaseConfig) *Releaser {
-	d := DefaultReleaseConfig()
-	if cfg.Bake <= 0 {
-		cfg.Bake = d.Bake
-	}
-	if cfg.Every <= 0 {
-		cfg.Every = d.Every
-	}
-	return &Releaser{r: r, cfg: cfg}
+	return &Releaser{r: r, cfg: cfg.withDefaults()}
 }
 
 // NeedLeaderElection: only the leader releases.

@@ -212,6 +212,37 @@ type Options struct {
 	Held func(user string) bool
 }
 
+// withDefaults fills the nil collaborators: Logger (none), Now
+// (time.Now), Drained (nothing), CSS and Core (local, without latency),
+// Journal (none), Paused and Held (never).
+func (o Options) withDefaults() Options {
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.Drained == nil {
+		o.Drained = func(time.Duration) {}
+	}
+	if o.CSS == nil {
+		o.CSS = LocalCSS{}
+	}
+	if o.Core == nil {
+		o.Core = LocalCore{}
+	}
+	if o.Journal == nil {
+		o.Journal = noJournal{}
+	}
+	if o.Paused == nil {
+		o.Paused = func() bool { return false }
+	}
+	if o.Held == nil {
+		o.Held = func(string) bool { return false }
+	}
+	return o
+}
+
 // Pipeline is a cell's set of workers. Create it with New, run it with Run.
 type Pipeline struct {
 	cfg      Config
@@ -240,7 +271,7 @@ func New(cfg Config, opts Options) (*Pipeline, error) {
 	if opts.Queue == nil {
 		return nil, errors.New("pipeline: no queue")
 	}
-	cfg = cfg.withDefaults()
+	cfg, opts = cfg.withDefaults(), opts.withDefaults()
 	names := make([]string, len(opts.Agencies))
 	for i, a := range opts.Agencies {
 		names[i] = a.Name
@@ -249,16 +280,7 @@ func New(cfg Config, opts Options) (*Pipeline, error) {
 	p := &Pipeline{
 		cfg: cfg, q: opts.Queue, agencies: opts.Agencies, gates: map[string]*gate{},
 		css: opts.CSS, core: opts.Core, log: opts.Logger, now: opts.Now, drained: opts.Drained, m: m,
-		journal: opts.Journal, paused: opts.Paused, suspects: make(chan struct{}, 1),
-	}
-	if p.paused == nil {
-		p.paused = func() bool { return false }
-	}
-	if p.held = opts.Held; p.held == nil {
-		p.held = func(string) bool { return false }
-	}
-	if p.journal == nil {
-		p.journal = noJournal{}
+		journal: opts.Journal, paused: opts.Paused, held: opts.Held, suspects: make(chan struct{}, 1),
 	}
 	for _, a := range opts.Agencies {
 		var limit func() int
@@ -266,21 +288,6 @@ func New(cfg Config, opts Options) (*Pipeline, error) {
 			limit = l.Limit
 		}
 		p.gates[a.Name] = newGate(a.Sessions, limit)
-	}
-	if p.css == nil {
-		p.css = LocalCSS{}
-	}
-	if p.core == nil {
-		p.core = LocalCore{}
-	}
-	if p.log == nil {
-		p.log = slog.New(slog.DiscardHandler)
-	}
-	if p.now == nil {
-		p.now = time.Now
-	}
-	if p.drained == nil {
-		p.drained = func(time.Duration) {}
 	}
 	p.notify = newNotifier(m, p.log, notifierConfig{
 		timeout: cfg.CallbackTimeout, attempts: cfg.CallbackAttempts, allow: cfg.CallbackAllow,

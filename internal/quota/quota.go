@@ -85,23 +85,33 @@ type Config struct {
 	ColdRouters int
 }
 
-func (c *Config) defaults() {
+// DefaultConfig returns the defaults in brackets above.
+func DefaultConfig() Config {
+	return Config{Round: 500 * time.Millisecond, Lease: 5 * time.Second, Grace: 2 * time.Second,
+		DemandWindow: time.Second, ColdRouters: 1}
+}
+
+// withDefaults fills the zero fields of c from DefaultConfig, field by
+// field, and raises Lease to two rounds.
+func (c Config) withDefaults() Config {
+	d := DefaultConfig()
 	if c.Round <= 0 {
-		c.Round = 500 * time.Millisecond
+		c.Round = d.Round
 	}
 	if c.Lease <= 0 {
-		c.Lease = 5 * time.Second
+		c.Lease = d.Lease
 	}
 	c.Lease = max(c.Lease, 2*c.Round)
 	if c.Grace <= 0 {
-		c.Grace = 2 * time.Second
+		c.Grace = d.Grace
 	}
 	if c.DemandWindow <= 0 {
-		c.DemandWindow = time.Second
+		c.DemandWindow = d.DemandWindow
 	}
 	if c.ColdRouters < 1 {
-		c.ColdRouters = 1
+		c.ColdRouters = d.ColdRouters
 	}
+	return c
 }
 
 // Options carry a Sharer's collaborators.
@@ -113,6 +123,18 @@ type Options struct {
 	Registerer prometheus.Registerer
 	// Now is the clock. Nil: time.Now.
 	Now func() time.Time
+}
+
+// withDefaults fills the nil collaborators that have a default: Logger
+// (none) and Now (time.Now).
+func (o Options) withDefaults() Options {
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	return o
 }
 
 // Sharer keeps the router's leases. Run drives it.
@@ -164,18 +186,12 @@ type peer struct {
 
 // New returns a Sharer; it holds no lease until Run.
 func New(cfg Config, opts Options) (*Sharer, error) {
-	cfg.defaults()
+	cfg, opts = cfg.withDefaults(), opts.withDefaults()
 	if cfg.Router == "" {
 		return nil, errNoRouter
 	}
 	log := opts.Logger
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
 	now := opts.Now
-	if now == nil {
-		now = time.Now
-	}
 	s := &Sharer{
 		cfg: cfg, board: opts.Board, buckets: opts.Buckets, log: log, now: now,
 		clients: map[string]*clientState{}, peers: map[string]*peer{}, live: 1, shown: map[string]bool{},

@@ -77,10 +77,22 @@ type Options struct {
 	Now func() time.Time
 }
 
+// withDefaults fills the nil collaborators that have a default: Logger
+// (none) and Now (time.Now).
+func (o Options) withDefaults() Options {
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	return o
+}
+
 // BucketConfig is the lease bucket of a cell: its keys live lease+grace
 // after their last write.
 func BucketConfig(cell string, cfg Config, replicas int) jetstream.KeyValueConfig {
-	cfg.defaults()
+	cfg = cfg.withDefaults()
 	return jetstream.KeyValueConfig{
 		Bucket:      "cellkit_leases_" + cell,
 		Description: "agency session leases of cell " + cell + "'s instances",
@@ -91,13 +103,22 @@ func BucketConfig(cell string, cfg Config, replicas int) jetstream.KeyValueConfi
 	}
 }
 
-func (c *Config) defaults() {
+// DefaultConfig returns the defaults in brackets above.
+func DefaultConfig() Config {
+	return Config{Lease: 6 * time.Second, Grace: 30 * time.Second}
+}
+
+// withDefaults fills the zero fields of c from DefaultConfig, field by
+// field.
+func (c Config) withDefaults() Config {
+	d := DefaultConfig()
 	if c.Lease <= 0 {
-		c.Lease = 6 * time.Second
+		c.Lease = d.Lease
 	}
 	if c.Grace <= 0 {
-		c.Grace = 30 * time.Second
+		c.Grace = d.Grace
 	}
+	return c
 }
 
 // lease is one slot this instance holds.
@@ -128,7 +149,7 @@ type Leaser struct {
 
 // New returns a Leaser; it holds nothing until Run.
 func New(cfg Config, opts Options) (*Leaser, error) {
-	cfg.defaults()
+	cfg, opts = cfg.withDefaults(), opts.withDefaults()
 	if cfg.Instance == "" || strings.ContainsAny(cfg.Instance, ".*> ") {
 		return nil, fmt.Errorf("quotalease: instance %q: want a name without '.', '*', '>' or spaces", cfg.Instance)
 	}
@@ -136,13 +157,7 @@ func New(cfg Config, opts Options) (*Leaser, error) {
 		return nil, errors.New("quotalease: a bucket and the sessions are required")
 	}
 	log := opts.Logger
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
 	now := opts.Now
-	if now == nil {
-		now = time.Now
-	}
 	return &Leaser{
 		cfg: cfg, kv: opts.KV, ses: opts.Sessions, log: log.With("instance", cfg.Instance), now: now,
 		held: map[string]map[int]*lease{}, lapsed: map[string]map[int]bool{}, quotas: map[string]int{}, share: map[string]int{},

@@ -65,21 +65,31 @@ type ConsulConfig struct {
 	Token string
 }
 
+// DefaultConsulConfig returns the defaults in brackets above (the
+// token's is the Consul client's).
+func DefaultConsulConfig() ConsulConfig {
+	return ConsulConfig{Prefix: "cellkit", PollInterval: 50 * time.Millisecond, WatchWait: 10 * time.Second,
+		MaxBackoff: 5 * time.Second, LockTTL: 10 * time.Second}
+}
+
+// withDefaults fills the zero fields of c from DefaultConsulConfig, field
+// by field.
 func (c ConsulConfig) withDefaults() ConsulConfig {
+	d := DefaultConsulConfig()
 	if c.Prefix == "" {
-		c.Prefix = "cellkit"
+		c.Prefix = d.Prefix
 	}
 	if c.PollInterval <= 0 {
-		c.PollInterval = 50 * time.Millisecond
+		c.PollInterval = d.PollInterval
 	}
 	if c.WatchWait <= 0 {
-		c.WatchWait = 10 * time.Second
+		c.WatchWait = d.WatchWait
 	}
 	if c.MaxBackoff <= 0 {
-		c.MaxBackoff = 5 * time.Second
+		c.MaxBackoff = d.MaxBackoff
 	}
 	if c.LockTTL <= 0 {
-		c.LockTTL = 10 * time.Second
+		c.LockTTL = d.LockTTL
 	}
 	return c
 }

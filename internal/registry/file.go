@@ -37,11 +37,16 @@ type FileConfig struct {
 	PollInterval time.Duration
 }
 
-const defaultFilePoll = 100 * time.Millisecond
+// DefaultFileConfig returns the defaults in brackets above.
+func DefaultFileConfig() FileConfig {
+	return FileConfig{PollInterval: 100 * time.Millisecond}
+}
 
+// withDefaults fills the zero fields of c from DefaultFileConfig, field
+// by field.
 func (c FileConfig) withDefaults() FileConfig {
 	if c.PollInterval <= 0 {
-		c.PollInterval = defaultFilePoll
+		c.PollInterval = DefaultFileConfig().PollInterval
 	}
 	return c
 }

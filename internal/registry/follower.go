@@ -63,6 +63,8 @@ func DefaultFollowerConfig() FollowerConfig {
 	return FollowerConfig{StaleAfter: 30 * time.Second}
 }
 
+// withDefaults fills the zero fields of c from DefaultFollowerConfig,
+// field by field.
 func (c FollowerConfig) withDefaults() FollowerConfig {
 	if c.StaleAfter <= 0 {
 		c.StaleAfter = DefaultFollowerConfig().StaleAfter
@@ -87,6 +89,18 @@ type FollowerOptions struct {
 	Now func() time.Time
 }
 
+// withDefaults fills the nil collaborators that have a default: Logger
+// (none) and Now (time.Now).
+func (o FollowerOptions) withDefaults() FollowerOptions {
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	return o
+}
+
 // FollowerStatus describes what a Follower knows.
 type FollowerStatus struct {
 	Version   int64         `json:"version"`    // 0 before the first map
@@ -109,7 +123,7 @@ func NewFollower(cfg FollowerConfig, opts FollowerOptions) (*Follower, error) {
 	if opts.Registry == nil {
 		return nil, errors.New("follower: no registry")
 	}
-	cfg = cfg.withDefaults()
+	cfg, opts = cfg.withDefaults(), opts.withDefaults()
 	f := &Follower{
 		reg:        opts.Registry,
 		log:        opts.Logger,
@@ -118,12 +132,6 @@ func NewFollower(cfg FollowerConfig, opts FollowerOptions) (*Follower, error) {
 		cachePath:  cfg.CachePath,
 		changed:    make(chan struct{}),
 		ready:      make(chan struct{}),
-	}
-	if f.log == nil {
-		f.log = slog.New(slog.DiscardHandler)
-	}
-	if f.now == nil {
-		f.now = time.Now
 	}
 	f.started = f.now()
 	auto := promauto.With(opts.Registerer)

@@ -39,6 +39,20 @@ type Config struct {
 	Interval time.Duration
 }
 
+// DefaultConfig returns the defaults in brackets above.
+func DefaultConfig() Config {
+	return Config{Interval: time.Second}
+}
+
+// withDefaults fills the zero fields of c from DefaultConfig, field by
+// field.
+func (c Config) withDefaults() Config {
+	if c.Interval <= 0 {
+		c.Interval = DefaultConfig().Interval
+	}
+	return c
+}
+
 // Options carry a Watcher's collaborators.
 type Options struct {
 	// Logger hears of every reload and every refused file. Nil: none.
@@ -49,6 +63,15 @@ type Options struct {
 	// process's registry unwrapped (the names are whole). Nil: not
 	// registered.
 	Registerer prometheus.Registerer
+}
+
+// withDefaults fills the nil collaborators that have a default: Logger
+// (none).
+func (o Options) withDefaults() Options {
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	return o
 }
 
 // Watcher reloads a set of files when they change. Run drives it.
@@ -92,13 +115,8 @@ func stampOf(path string) stamp {
 // caller has loaded them once already (and refused to start if that
 // failed): New records them as they are now.
 func New(paths []string, load func() error, cfg Config, opts Options) *Watcher {
-	if cfg.Interval <= 0 {
-		cfg.Interval = time.Second
-	}
+	cfg, opts = cfg.withDefaults(), opts.withDefaults()
 	log := opts.Logger
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
 	// Several watchers of one process share the two metrics.
 	reloads := Shared(opts.Registerer, prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: api.MetricReloads.Name,

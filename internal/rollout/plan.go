@@ -196,11 +196,13 @@ func Start(ctx context.Context, ctl *control.Controller, id string, waves []cont
 	return ctl.StartRollout(ctx, control.Rollout{ID: id, Waves: waves, Config: data, Events: events})
 }
 
-// ConfigOf is the Config a rollout was started with.
+// ConfigOf is the Config a rollout was started with, its zero fields
+// filled as New fills them: a record written before a field existed
+// gets today's default for it.
 func ConfigOf(ro *control.Rollout) (Config, error) {
 	var cfg Config
 	if err := json.Unmarshal(ro.Config, &cfg); err != nil {
 		return cfg, fmt.Errorf("rollout %s: its settings: %w", ro.ID, err)
 	}
-	return cfg, nil
+	return cfg.withDefaults(), nil
 }

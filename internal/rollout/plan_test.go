@@ -45,3 +45,25 @@ func TestValidateWaves(t *testing.T) {
 		}
 	}
 }
+
+// TestConfigOfAnOlderRecord: a record written before a setting existed
+// (here the lease and the readiness bound, and a gate block without its
+// newer thresholds) is read back with today's default for each missing
+// field, and the fields it has keep their values.
+func TestConfigOfAnOlderRecord(t *testing.T) {
+	old := `{"Spec":{"Set":["workers=8"]},"Scrape":2000000000,"WaitLimit":60000000000,"Gate":{"MinSamples":50,"Alpha":0.05}}`
+	cfg, err := ConfigOf(&control.Rollout{ID: "r1", Config: []byte(old)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := DefaultConfig()
+	if cfg.Lease != d.Lease || cfg.ReadyWithin != d.ReadyWithin {
+		t.Errorf("lease %v, ready within %v: want the defaults %v, %v", cfg.Lease, cfg.ReadyWithin, d.Lease, d.ReadyWithin)
+	}
+	if cfg.Scrape != 2*time.Second || cfg.WaitLimit != time.Minute || cfg.Settle != 0 || cfg.Spec.Set[0] != "workers=8" {
+		t.Errorf("the record's own fields changed: %+v", cfg)
+	}
+	if cfg.Gate.MinSamples != 50 || cfg.Gate.Alpha != 0.05 {
+		t.Errorf("gate %+v: want the record's MinSamples and Alpha kept", cfg.Gate)
+	}
+}

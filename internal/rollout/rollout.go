@@ -43,7 +43,9 @@ type Control interface {
 
 var _ Control = (*control.Controller)(nil)
 
-// Config is how a rollout runs.
+// Config is how a rollout runs. Zero values mean the defaults of
+// DefaultConfig, but for WaitLimit and Settle, whose zero is none; Gate's
+// zero fields are filled by the gates at each judgement.
 type Config struct {
 	// Spec is the cells' release: a binary or an image, and flags set
 	// (empty: the cells are not changed); Router the routers' (empty:
@@ -58,12 +60,14 @@ type Config struct {
 	// Scrape is how often a bake reads the cells' metrics.
 	Scrape time.Duration
 	// WaitLimit is how long past its bake a wave may wait for the gates'
-	// samples before the rollout halts (fail closed).
+	// samples before the rollout halts (fail closed) [0: no wait].
 	WaitLimit time.Duration
 	// ReadyWithin bounds a replaced process's wait for readiness.
 	ReadyWithin time.Duration
 	// Settle is how long an instance taken out of rotation is left before
-	// it is replaced, for the routers to follow the map.
+	// it is replaced, for the routers to follow the map. Its zero is no
+	// wait, not DefaultConfig's 3 s: that is what cellctl and the
+	// operator start a rollout with.
 	Settle time.Duration
 	// Lease is how long a driver's hold on the rollout lasts unless it
 	// renews it (every third of it, and at every write): another driver
@@ -117,24 +121,34 @@ type Runner struct {
 	lastBake  *bakeEnd
 }
 
+// withDefaults fills the zero fields of c from DefaultConfig, field by
+// field: a record written before a field existed gets its default. Gate
+// is left to the gates, which fill its zero fields the same way.
+func (c Config) withDefaults() Config {
+	d := DefaultConfig()
+	if c.Scrape <= 0 {
+		c.Scrape = d.Scrape
+	}
+	if c.ReadyWithin <= 0 {
+		c.ReadyWithin = d.ReadyWithin
+	}
+	if c.Lease <= 0 {
+		c.Lease = d.Lease
+	}
+	return c
+}
+
+// withDefaults fills the nil collaborators that have a default: Now.
+func (o Options) withDefaults() Options {
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	return o
+}
+
 // New is a runner of the registry's rollout id.
 func New(id string, cfg Config, opts Options) *Runner {
-	d := DefaultConfig()
-	if cfg.Scrape <= 0 {
-		cfg.Scrape = d.Scrape
-	}
-	if cfg.ReadyWithin <= 0 {
-		cfg.ReadyWithin = d.ReadyWithin
-	}
-	if cfg.Lease <= 0 {
-		cfg.Lease = d.Lease
-	}
-	if cfg.Gate == (gate.Config{}) {
-		cfg.Gate = d.Gate
-	}
-	if opts.Now == nil {
-		opts.Now = time.Now
-	}
+	cfg, opts = cfg.withDefaults(), opts.withDefaults()
 	return &Runner{cfg: cfg, opts: opts, id: id, driver: newDriver(opts.Control.Holder()), reference: map[int]ownBefore{}}
 }
 

@@ -139,6 +139,18 @@ type Options struct {
 	TLS *tls.Config
 }
 
+// withDefaults fills the nil collaborators that have a default: Logger
+// (none) and Now (time.Now).
+func (o Options) withDefaults() Options {
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	return o
+}
+
 // ServerLimits bound what a client can make the router hold. Zero values
 // mean the defaults in brackets.
 type ServerLimits struct {
@@ -226,15 +238,19 @@ func DefaultConfig() Config {
 				OpenFor: 5 * time.Second, HalfOpenProbes: 3,
 			},
 		},
-		HotKeys: hotkeys.DefaultConfig(),
+		SlotRateWindow: slotrate.DefaultWindow,
+		HotKeys:        hotkeys.DefaultConfig(),
 	}
 }
 
-// defaults fills the zero fields of c; log hears of a lowered MaxConns.
-func (c *Config) defaults(log *slog.Logger) {
+// withDefaults fills the zero fields of c from DefaultConfig, field by
+// field; MaxConns from defaultMaxConns, lowered to fit the open-file
+// limit, and the breakers' SlowCall from Cell.Timeout.
+func (c Config) withDefaults() Config {
 	d := DefaultConfig()
 	c.RefreshInterval = or(c.RefreshInterval, d.RefreshInterval)
 	c.RefreshTimeout = or(c.RefreshTimeout, d.RefreshTimeout)
+	c.SlotRateWindow = or(c.SlotRateWindow, d.SlotRateWindow)
 	s, ds := &c.Server, d.Server
 	s.ReadHeaderTimeout = or(s.ReadHeaderTimeout, ds.ReadHeaderTimeout)
 	s.ReadTimeout = or(s.ReadTimeout, ds.ReadTimeout)
@@ -245,7 +261,6 @@ func (c *Config) defaults(log *slog.Logger) {
 	if s.MaxConns <= 0 {
 		s.MaxConns = defaultMaxConns
 		if fit := fileLimitRoom(); fit > 0 && fit < s.MaxConns {
-			log.Warn("max-conns lowered to what the open-file limit holds", "max_conns", fit, "default", defaultMaxConns)
 			s.MaxConns = fit
 		}
 	}
@@ -264,9 +279,15 @@ func (c *Config) defaults(log *slog.Logger) {
 		l.ProbeInterval = dl.ProbeInterval
 	}
 	l.ProbeTimeout = or(l.ProbeTimeout, dl.ProbeTimeout)
-	db := dl.Breaker
-	db.SlowCall = l.Timeout
-	l.Breaker = l.Breaker.WithDefaults(db)
+	b, db := &l.Breaker, dl.Breaker
+	b.Window = or(b.Window, db.Window)
+	b.MinCalls = or(b.MinCalls, db.MinCalls)
+	b.FailureRate = or(b.FailureRate, db.FailureRate)
+	b.SlowRate = or(b.SlowRate, db.SlowRate)
+	b.SlowCall = or(b.SlowCall, l.Timeout)
+	b.OpenFor = or(b.OpenFor, db.OpenFor)
+	b.HalfOpenProbes = or(b.HalfOpenProbes, db.HalfOpenProbes)
+	return c
 }
 
 func or[T int | float64 | time.Duration](v, def T) T {
@@ -323,15 +344,12 @@ func New(cfg Config, opts Options) (*Router, error) {
 	if opts.Keys == nil || len(opts.Keys.Clients()) == 0 {
 		return nil, errors.New("router: no API keys")
 	}
-	log := opts.Logger
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
+	lowered := cfg.Server.MaxConns <= 0
+	cfg, opts = cfg.withDefaults(), opts.withDefaults()
+	log, now := opts.Logger, opts.Now
+	if lowered && cfg.Server.MaxConns < defaultMaxConns {
+		log.Warn("max-conns lowered to what the open-file limit holds", "max_conns", cfg.Server.MaxConns, "default", defaultMaxConns)
 	}
-	now := opts.Now
-	if now == nil {
-		now = time.Now
-	}
-	cfg.defaults(log)
 	r := &Router{
 		cfg:       cfg,
 		maps:      opts.Maps,

@@ -141,6 +141,18 @@ type Options[C Conn] struct {
 	Now func() time.Time
 }
 
+// withDefaults fills the nil collaborators that have a default: Logger
+// (none) and Now (time.Now).
+func (o Options[C]) withDefaults() Options[C] {
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	return o
+}
+
 // Session is a borrowed session. It belongs to one borrower until Return.
 type Session[C Conn] struct {
 	conn     C
@@ -199,23 +211,16 @@ func New[C Conn](cfg Config, opts Options[C]) (*Pool[C], error) {
 	if opts.Dial == nil {
 		return nil, errors.New("session pool: no dialer")
 	}
-	cfg = cfg.withDefaults()
+	cfg, opts = cfg.withDefaults(), opts.withDefaults()
 	p := &Pool[C]{
 		dial:    opts.Dial,
 		cfg:     cfg,
-		log:     opts.Logger,
+		log:     opts.Logger.With("pool", cfg.Name),
 		now:     opts.Now,
 		metrics: opts.Metrics,
 		size:    max(cfg.Size, 0),
 		kick:    make(chan struct{}, 1),
 		stop:    make(chan struct{}),
-	}
-	if p.log == nil {
-		p.log = slog.New(slog.DiscardHandler)
-	}
-	p.log = p.log.With("pool", cfg.Name)
-	if p.now == nil {
-		p.now = time.Now
 	}
 	p.metrics.add(cfg.Name, p.Stats)
 	p.mu.Lock()

@@ -94,6 +94,15 @@ type Options struct {
 	Now func() time.Time
 }
 
+// withDefaults fills the nil collaborators that have a default: Now
+// (time.Now).
+func (o Options) withDefaults() Options {
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	return o
+}
+
 // Sample is one observation of the queue.
 type Sample struct {
 	Depth  int       // messages not yet acked
@@ -178,11 +187,8 @@ type Shedder struct {
 
 // New returns a shedder that admits everything until the first Observe.
 func New(cfg Config, opts Options) *Shedder {
-	now := opts.Now
-	if now == nil {
-		now = time.Now
-	}
-	return &Shedder{cfg: cfg.withDefaults(), now: now}
+	cfg, opts = cfg.withDefaults(), opts.withDefaults()
+	return &Shedder{cfg: cfg, now: opts.Now}
 }
 
 // Config returns the budgets in force.

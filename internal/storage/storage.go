@@ -102,18 +102,36 @@ type Guard struct {
 	failures prometheus.Counter
 }
 
+// withDefaults fills the zero fields of c from DefaultConfig, field by
+// field.
+func (c Config) withDefaults() Config {
+	d := DefaultConfig()
+	if c.High == 0 {
+		c.High = d.High
+	}
+	if c.Low == 0 {
+		c.Low = d.Low
+	}
+	if c.Interval <= 0 {
+		c.Interval = d.Interval
+	}
+	return c
+}
+
+// withDefaults fills the nil collaborators: Logger (none) and Stat.
+func (o Options) withDefaults() Options {
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Stat == nil {
+		o.Stat = Stat
+	}
+	return o
+}
+
 // New builds a guard and reads the filesystem once.
 func New(cfg Config, opts Options) (*Guard, error) {
-	d := DefaultConfig()
-	if cfg.High == 0 {
-		cfg.High = d.High
-	}
-	if cfg.Low == 0 {
-		cfg.Low = d.Low
-	}
-	if cfg.Interval <= 0 {
-		cfg.Interval = d.Interval
-	}
+	cfg, opts = cfg.withDefaults(), opts.withDefaults()
 	switch {
 	case cfg.Dir == "":
 		return nil, errors.New("storage: no directory")
@@ -121,12 +139,6 @@ func New(cfg Config, opts Options) (*Guard, error) {
 		return nil, fmt.Errorf("storage: watermarks low %g and high %g: want 0 < low < high ≤ 1", cfg.Low, cfg.High)
 	}
 	g := &Guard{cfg: cfg, log: opts.Logger, stat: opts.Stat, failing: make(chan struct{})}
-	if g.log == nil {
-		g.log = slog.New(slog.DiscardHandler)
-	}
-	if g.stat == nil {
-		g.stat = Stat
-	}
 	auto := promauto.With(opts.Registerer)
 	g.bytes = auto.NewGaugeVec(prometheus.GaugeOpts{
 		Name: api.MetricCellStoreBytes.Name,

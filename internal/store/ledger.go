@@ -107,13 +107,26 @@ type LedgerConfig struct {
 	Replicas int
 }
 
+// DefaultLedgerConfig returns the defaults in brackets above.
+func DefaultLedgerConfig() LedgerConfig {
+	return LedgerConfig{TTL: DefaultTTL, Replicas: 1}
+}
+
+// withDefaults fills the zero fields of c from DefaultLedgerConfig,
+// field by field (a negative Replicas too).
+func (c LedgerConfig) withDefaults() LedgerConfig {
+	d := DefaultLedgerConfig()
+	c.TTL = cmp.Or(c.TTL, d.TTL)
+	c.Replicas = max(c.Replicas, d.Replicas)
+	return c
+}
+
 // OpenLedger creates or updates the ledger stream of cfg.Cell.
 func OpenLedger(ctx context.Context, js jetstream.JetStream, cfg LedgerConfig) (*Ledger, error) {
 	if cfg.Cell == "" {
 		return nil, errors.New("ledger: cell id is required")
 	}
-	cfg.TTL = cmp.Or(cfg.TTL, DefaultTTL)
-	cfg.Replicas = max(cfg.Replicas, 1)
+	cfg = cfg.withDefaults()
 	// An update keeps the stream's metadata: the time of the switch to the
 	// ledger is there, and is never undone.
 	var meta map[string]string

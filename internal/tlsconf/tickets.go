@@ -93,7 +93,7 @@ func (s *Server) SetTicketKeys(keys []TicketKey) error {
 	s.tickets.mu.Lock()
 	s.tickets.keys = append([]TicketKey(nil), keys...)
 	s.tickets.next = time.Time{}
-	_, err := s.tickets.rotate(s.opts.now())
+	_, err := s.tickets.rotate(s.opts.Now())
 	s.tickets.mu.Unlock()
 	if err != nil {
 		return err
@@ -116,7 +116,7 @@ func (s *Server) applyTickets(cfg *tls.Config) {
 // rotateTickets rotates the ring when due; the configurations follow.
 func (s *Server) rotateTickets() {
 	s.tickets.mu.Lock()
-	changed, err := s.tickets.rotate(s.opts.now())
+	changed, err := s.tickets.rotate(s.opts.Now())
 	s.tickets.mu.Unlock()
 	if err != nil && s.opts.Logger != nil {
 		s.opts.Logger.Warn("tls: cannot make a session ticket key; the old ones go on", "what", s.opts.What, "err", err)

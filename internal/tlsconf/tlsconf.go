@@ -121,11 +121,13 @@ type Options struct {
 	Now func() time.Time
 }
 
-func (o *Options) now() time.Time {
+// withDefaults fills the nil collaborators that have a default: Now
+// (time.Now). Interval is the watcher's (internal/reload fills it).
+func (o Options) withDefaults() Options {
 	if o.Now == nil {
-		return time.Now()
+		o.Now = time.Now
 	}
-	return o.Now()
+	return o
 }
 
 // Server is a listener's TLS configuration, current with its files.
@@ -147,6 +149,7 @@ func NewServer(files ServerFiles, opts Options) (*Server, error) {
 	if files.ClientRole != "" && files.ClientCA == "" {
 		return nil, errors.New("tls: a client role needs a client CA file")
 	}
+	opts = opts.withDefaults()
 	s := &Server{files: files, opts: opts, expiry: expiryGauge(opts)}
 	s.base = &tls.Config{
 		MinVersion: MinVersion,
@@ -155,7 +158,7 @@ func NewServer(files ServerFiles, opts Options) (*Server, error) {
 			return s.cur.Load(), nil
 		},
 	}
-	if _, err := s.tickets.rotate(opts.now()); err != nil {
+	if _, err := s.tickets.rotate(opts.Now()); err != nil {
 		return nil, err
 	}
 	if err := s.load(); err != nil {
@@ -171,7 +174,7 @@ func NewServer(files ServerFiles, opts Options) (*Server, error) {
 }
 
 func (s *Server) load() error {
-	pair, err := LoadKeyPair(s.files.Cert, s.files.Key, s.opts.now())
+	pair, err := LoadKeyPair(s.files.Cert, s.files.Key, s.opts.Now())
 	if err != nil {
 		return err
 	}
@@ -247,6 +250,7 @@ func NewClient(files ClientFiles, opts Options) (*Client, error) {
 	if (files.Cert == "") != (files.Key == "") {
 		return nil, errors.New("tls: a client certificate needs both a certificate and a key file")
 	}
+	opts = opts.withDefaults()
 	c := &Client{files: files, opts: opts, cfg: &tls.Config{MinVersion: MinVersion}}
 	if files.CA != "" {
 		pool, err := LoadPool(files.CA)
@@ -279,7 +283,7 @@ func NewClient(files ClientFiles, opts Options) (*Client, error) {
 }
 
 func (c *Client) load() error {
-	pair, err := LoadKeyPair(c.files.Cert, c.files.Key, c.opts.now())
+	pair, err := LoadKeyPair(c.files.Cert, c.files.Key, c.opts.Now())
 	if err != nil {
 		return err
 	}

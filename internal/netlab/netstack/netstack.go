@@ -112,6 +112,28 @@ func DefaultConfig() Config {
 	return Config{Dir: "var/net", Bin: "bin", Cells: 2, Instances: 3, Lab: netlab.Config{Family: Family, Detached: true}, ReadyWait: 60 * time.Second}
 }
 
+// withDefaults fills the zero fields of c from DefaultConfig, field by
+// field; the lab fills Lab's.
+func (c Config) withDefaults() Config {
+	d := DefaultConfig()
+	if c.Dir == "" {
+		c.Dir = d.Dir
+	}
+	if c.Bin == "" {
+		c.Bin = d.Bin
+	}
+	if c.Cells == 0 {
+		c.Cells = d.Cells
+	}
+	if c.Instances == 0 {
+		c.Instances = d.Instances
+	}
+	if c.ReadyWait <= 0 {
+		c.ReadyWait = d.ReadyWait
+	}
+	return c
+}
+
 // Options carry the stack's collaborators. The zero value is usable.
 type Options struct {
 	// Logger gets the lab's lines. Nil means none.
@@ -228,22 +250,7 @@ func (st *Stack) OpenLab(opts netlab.Options) (*netlab.Lab, error) {
 // processes in the order they need each other, under one cleanup that
 // takes down what was made when a later step fails.
 func Up(ctx context.Context, cfg Config, opts Options) (*Stack, error) {
-	d := DefaultConfig()
-	if cfg.Dir == "" {
-		cfg.Dir = d.Dir
-	}
-	if cfg.Bin == "" {
-		cfg.Bin = d.Bin
-	}
-	if cfg.Cells == 0 {
-		cfg.Cells = d.Cells
-	}
-	if cfg.Instances == 0 {
-		cfg.Instances = d.Instances
-	}
-	if cfg.ReadyWait <= 0 {
-		cfg.ReadyWait = d.ReadyWait
-	}
+	cfg = cfg.withDefaults()
 	if cfg.Cells < 1 || cfg.Cells > 99 {
 		return nil, fmt.Errorf("%d cells: want 1 to 99", cfg.Cells)
 	}
