@@ -49,7 +49,6 @@ func (el *eventloop) orbit() error {
 		defer runtime.UnlockOSThread()
 	}
 
-	el.startBatch() // cellkit
 	err := el.poller.Polling(func(fd int, ev netpoll.IOEvent, flags netpoll.IOFlags) error {
 		c := el.connections.getConn(fd)
 		if c == nil {
@@ -71,7 +70,6 @@ func (el *eventloop) orbit() error {
 		el.getLogger().Errorf("event-loop(%d) is exiting due to error: %v", el.idx, err)
 	}
 
-	el.stopBatch() // cellkit
 	el.closeConns()
 	el.engine.shutdown(err)
 
@@ -84,7 +82,6 @@ func (el *eventloop) run() error {
 		defer runtime.UnlockOSThread()
 	}
 
-	el.startBatch() // cellkit
 	err := el.poller.Polling(func(fd int, ev netpoll.IOEvent, flags netpoll.IOFlags) error {
 		c := el.connections.getConn(fd)
 		if c == nil {
@@ -109,7 +106,6 @@ func (el *eventloop) run() error {
 		el.getLogger().Errorf("event-loop(%d) is exiting due to error: %v", el.idx, err)
 	}
 
-	el.stopBatch() // cellkit
 	el.closeConns()
 	el.engine.shutdown(err)
 
