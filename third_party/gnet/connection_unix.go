@@ -52,6 +52,14 @@ type conn struct {
 	isDatagram     bool                   // UDP protocol
 	opened         bool                   // connection opened event fired
 	isEOF          bool                   // whether the connection has reached EOF
+	// cellkit: batched socket I/O (eventloop_batch_linux.go)
+	pre       bool   // read in the round's batch: preRes and preBuf are its result
+	preRes    int32  // bytes read, or a negative errno
+	preBuf    []byte // what was read (in the batch's buffers: handed over, or dropped, by the end of the round)
+	queued    bool   // in the batch's flush queue
+	unflushed int    // bytes of the outbound buffer queued, not yet tried
+	sendRes   int32  // the batched write's result
+	sendDone  bool   // the batched write ran
 }
 
 func newStreamConn(proto string, fd int, el *eventloop, sa unix.Sockaddr, localAddr, remoteAddr net.Addr) (c *conn) {
@@ -90,6 +98,7 @@ func newUDPConn(fd int, el *eventloop, localAddr net.Addr, sa unix.Sockaddr, con
 func (c *conn) release() {
 	c.opened = false
 	c.isEOF = false
+	c.pre, c.preBuf, c.queued, c.unflushed = false, nil, false, 0
 	c.ctx = nil
 	c.buffer = nil
 	if addr, ok := c.localAddr.(*net.TCPAddr); ok && len(c.loop.listeners) == 0 && len(addr.Zone) > 0 {
@@ -145,6 +154,12 @@ func (c *conn) write(data []byte) (n int, err error) {
 	// of network packets.
 	if !c.outboundBuffer.IsEmpty() {
 		_, _ = c.outboundBuffer.Write(data)
+		if c.queued {
+			c.unflushed += len(data)
+		}
+		return
+	}
+	if c.loop.batch.queue(c, data) { // written with the round's others (cellkit)
 		return
 	}
 
@@ -194,6 +209,12 @@ func (c *conn) writev(bs [][]byte) (n int, err error) {
 	// of network packets.
 	if !c.outboundBuffer.IsEmpty() {
 		_, _ = c.outboundBuffer.Writev(bs)
+		if c.queued {
+			c.unflushed += n
+		}
+		return
+	}
+	if c.loop.batch.queuev(c, bs) { // written with the round's others (cellkit)
 		return
 	}
 
@@ -450,12 +471,20 @@ func (c *conn) Flush() error {
 	return c.loop.write(c)
 }
 
+// ReadAhead reports a read the loop's batch made on c that OnTraffic has
+// not been given yet (cellkit): pending, and its result (bytes, 0 at the
+// end of the stream, negative for an error). The kernel has nothing of
+// it any more: a peek at the socket would not see it.
+func (c *conn) ReadAhead() (res int, pending bool) { return int(c.preRes), c.pre }
+
 func (c *conn) InboundBuffered() int {
 	return c.inboundBuffer.Buffered() + len(c.buffer)
 }
 
 func (c *conn) OutboundBuffered() int {
-	return c.outboundBuffer.Buffered()
+	// Bytes queued for the round's batched write are not counted: they
+	// have not been offered to the socket yet (cellkit).
+	return c.outboundBuffer.Buffered() - c.unflushed
 }
 
 func (c *conn) Context() any         { return c.ctx }

@@ -47,6 +47,8 @@ type eventloop struct {
 	buffer       []byte            // read packet buffer whose capacity is set by user, default value is 64KB
 	connections  connMatrix        // loop connections storage
 	eventHandler EventHandler      // user eventHandler
+	batch        *batch            // batched socket I/O, if on (cellkit)
+	batched      Batched           // its counters (cellkit)
 }
 
 func (el *eventloop) Register(ctx context.Context, addr net.Addr) (<-chan RegisteredResult, error) {
@@ -238,7 +240,9 @@ func (el *eventloop) open(c *conn) error {
 		}
 	}
 
-	if !c.outboundBuffer.IsEmpty() && !el.engine.opts.EdgeTriggeredIO {
+	// What OnOpen queued for the round's batched write is not waiting for
+	// the socket to be writable (cellkit).
+	if c.OutboundBuffered() > 0 && !el.engine.opts.EdgeTriggeredIO {
 		if err := el.poller.ModReadWrite(&c.pollAttachment, false); err != nil {
 			return err
 		}
@@ -260,7 +264,22 @@ func (el *eventloop) read(c *conn) error {
 	isET := el.engine.opts.EdgeTriggeredIO
 	chunk := el.engine.opts.EdgeTriggeredIOChunk
 loop:
-	n, err := unix.Read(c.fd, el.buffer)
+	var (
+		n   int
+		err error
+		buf = el.buffer
+	)
+	if c.pre { // read in the round's batch (cellkit)
+		c.pre = false
+		if n = int(c.preRes); n < 0 {
+			err = unix.Errno(-c.preRes)
+		} else {
+			buf = c.preBuf
+		}
+		c.preBuf = nil
+	} else {
+		n, err = unix.Read(c.fd, el.buffer)
+	}
 	if err != nil || n == 0 {
 		if err == unix.EAGAIN {
 			return nil
@@ -272,7 +291,7 @@ loop:
 	}
 	recv += n
 
-	c.buffer = el.buffer[:n]
+	c.buffer = buf[:n]
 	action := el.eventHandler.OnTraffic(c)
 	switch action {
 	case None:
@@ -307,7 +326,14 @@ func (el *eventloop) write0(a any) error {
 const iovMax = 1024
 
 func (el *eventloop) write(c *conn) error {
+	c.queued, c.unflushed = false, 0 // written here, not by the batch (cellkit)
 	if c.outboundBuffer.IsEmpty() {
+		if !el.engine.opts.EdgeTriggeredIO {
+			// Nothing to write: stop asking (cellkit; a writable
+			// event on an empty buffer would otherwise come back at
+			// every wait).
+			return el.poller.ModRead(&c.pollAttachment, false)
+		}
 		return nil
 	}
 

@@ -49,6 +49,7 @@ func (el *eventloop) orbit() error {
 		defer runtime.UnlockOSThread()
 	}
 
+	el.startBatch() // cellkit
 	err := el.poller.Polling(func(fd int, ev netpoll.IOEvent, flags netpoll.IOFlags) error {
 		c := el.connections.getConn(fd)
 		if c == nil {
@@ -70,6 +71,7 @@ func (el *eventloop) orbit() error {
 		el.getLogger().Errorf("event-loop(%d) is exiting due to error: %v", el.idx, err)
 	}
 
+	el.stopBatch() // cellkit
 	el.closeConns()
 	el.engine.shutdown(err)
 
@@ -82,6 +84,7 @@ func (el *eventloop) run() error {
 		defer runtime.UnlockOSThread()
 	}
 
+	el.startBatch() // cellkit
 	err := el.poller.Polling(func(fd int, ev netpoll.IOEvent, flags netpoll.IOFlags) error {
 		c := el.connections.getConn(fd)
 		if c == nil {
@@ -106,6 +109,7 @@ func (el *eventloop) run() error {
 		el.getLogger().Errorf("event-loop(%d) is exiting due to error: %v", el.idx, err)
 	}
 
+	el.stopBatch() // cellkit
 	el.closeConns()
 	el.engine.shutdown(err)
 

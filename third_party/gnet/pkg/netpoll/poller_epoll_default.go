@@ -40,7 +40,17 @@ type Poller struct {
 	asyncTaskQueue              queue.AsyncTaskQueue // queue with low priority
 	urgentAsyncTaskQueue        queue.AsyncTaskQueue // queue with high priority
 	highPriorityEventsThreshold int32                // threshold of high-priority events
+	waits                       atomic.Uint64        // epoll_wait calls (cellkit)
+	batcher                     Batcher              // the loop's batched reads and writes, if any (cellkit)
 }
+
+// SetBatcher sets (or, nil, removes) the poller's batcher, only from the
+// polling goroutine or before it polls, and reports whether it is used
+// (cellkit).
+func (p *Poller) SetBatcher(b Batcher) bool { p.batcher = b; return true }
+
+// Waits is the number of epoll_wait calls the poller has made (cellkit).
+func (p *Poller) Waits() uint64 { return p.waits.Load() }
 
 // OpenPoller instantiates a poller.
 func OpenPoller() (poller *Poller, err error) {
@@ -118,6 +128,7 @@ func (p *Poller) Polling(callback PollEventHandler) error {
 
 	msec := -1
 	for {
+		p.waits.Add(1)
 		n, err := unix.EpollWait(p.fd, el.events, msec)
 		if n == 0 || (n < 0 && err == unix.EINTR) {
 			msec = -1
@@ -127,7 +138,9 @@ func (p *Poller) Polling(callback PollEventHandler) error {
 			logging.Errorf("error occurs in epoll: %v", os.NewSyscallError("epoll_wait", err))
 			return err
 		}
-		msec = 0
+		if p.batcher != nil {
+			p.batcher.Prepare(el.events[:n])
+		}
 
 		for i := 0; i < n; i++ {
 			ev := &el.events[i]
@@ -177,11 +190,19 @@ func (p *Poller) Polling(callback PollEventHandler) error {
 			}
 		}
 
+		if p.batcher != nil {
+			p.batcher.Flush()
+		}
+
 		if n == el.size {
 			el.expand()
 		} else if n < el.size>>1 {
 			el.shrink()
 		}
+		// Let the other goroutines run, and events gather, before
+		// waiting (cellkit): what gnet's probe with a zero timeout and its
+		// yield did, without the probe's system call.
+		runtime.Gosched()
 	}
 }
 

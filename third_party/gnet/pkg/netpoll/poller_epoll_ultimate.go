@@ -39,7 +39,15 @@ type Poller struct {
 	asyncTaskQueue              queue.AsyncTaskQueue // queue with low priority
 	urgentAsyncTaskQueue        queue.AsyncTaskQueue // queue with high priority
 	highPriorityEventsThreshold int32                // threshold of high-priority events
+	waits                       atomic.Uint64        // epoll_wait calls (cellkit)
 }
+
+// SetBatcher reports that this poller does not batch: only the default
+// poller does (cellkit).
+func (p *Poller) SetBatcher(b Batcher) bool { return b == nil }
+
+// Waits is the number of epoll_wait calls the poller has made (cellkit).
+func (p *Poller) Waits() uint64 { return p.waits.Load() }
 
 // OpenPoller instantiates a poller.
 func OpenPoller() (poller *Poller, err error) {
@@ -119,6 +127,7 @@ func (p *Poller) Polling() error {
 
 	msec := -1
 	for {
+		p.waits.Add(1)
 		n, err := epollWait(p.fd, el.events, msec)
 		if n == 0 || (n < 0 && err == unix.EINTR) {
 			msec = -1
@@ -128,7 +137,6 @@ func (p *Poller) Polling() error {
 			logging.Errorf("error occurs in epoll: %v", os.NewSyscallError("epoll_wait", err))
 			return err
 		}
-		msec = 0
 
 		for i := 0; i < n; i++ {
 			ev := &el.events[i]
@@ -184,6 +192,7 @@ func (p *Poller) Polling() error {
 		} else if n < el.size>>1 {
 			el.shrink()
 		}
+		runtime.Gosched() // cellkit: the yield without gnet's probe
 	}
 }
 
