@@ -33,7 +33,7 @@ patches=$fork/patches
 export GIT_AUTHOR_NAME=cellkit GIT_AUTHOR_EMAIL=cellkit@cellkit.invalid
 export GIT_COMMITTER_NAME=cellkit GIT_COMMITTER_EMAIL=cellkit@cellkit.invalid
 # The user's own git settings must not change what is applied or compared.
-git() { command git -c core.autocrlf=false -c core.excludesFile=/dev/null -c advice.detachedHead=false "$@"; }
+git() { command git -c core.autocrlf=false -c core.excludesFile=/dev/null -c commit.gpgSign=false -c tag.gpgSign=false -c advice.detachedHead=false "$@"; }
 
 die() { echo "gnet-fork: $*" >&2; exit "${code:-1}"; }
 
