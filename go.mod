@@ -4,6 +4,7 @@ go 1.26.7
 
 require (
 	github.com/HdrHistogram/hdrhistogram-go v1.4.0
+	github.com/cellkit/cellkit/third_party/uring v0.0.0
 	github.com/cespare/xxhash/v2 v2.3.0
 	github.com/failsafe-go/failsafe-go v0.9.8
 	github.com/go-logr/logr v1.4.4
@@ -139,4 +140,9 @@ require (
 	sigs.k8s.io/structured-merge-diff/v6 v6.4.2 // indirect
 )
 
-replace github.com/panjf2000/gnet/v2 => ./third_party/gnet
+// gnet v2.9.7 plus cellkit's series (third_party/gnet/README.cellkit.md),
+// and cellkit's io_uring module that the series imports.
+replace (
+	github.com/cellkit/cellkit/third_party/uring => ./third_party/uring
+	github.com/panjf2000/gnet/v2 => ./third_party/gnet
+)

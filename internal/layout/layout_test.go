@@ -51,6 +51,9 @@ var outside = map[string]string{
 	"agencysim": "agency", "cell": "cell", "router": "edge", "operator": "control", "terraform": "control",
 	"cellctl": "tool", "loadtest": "tool", "scripts/bench-router": "tool", "scripts/bench-syscalls": "tool",
 	"deploy/observability": "tool", "deploy/observability/grafana": "tool", "deploy/observability/prometheus": "tool",
+	// cellkit's io_uring module, which the gnet fork imports: a module of
+	// its own that imports nothing of cellkit's.
+	"third_party/uring": "platform",
 }
 
 // may says which planes a plane's packages may import (besides their own).

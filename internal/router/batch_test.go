@@ -13,8 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cellkit/cellkit/third_party/uring"
 	"github.com/panjf2000/gnet/v2/pkg/netpoll"
-	"github.com/panjf2000/gnet/v2/pkg/uring"
 )
 
 // uringAvailable says whether this kernel (and its seccomp profile) lets

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"unsafe"
 
-	"github.com/panjf2000/gnet/v2/pkg/uring"
+	"github.com/cellkit/cellkit/third_party/uring"
 	"golang.org/x/sys/unix"
 )
 

@@ -24,7 +24,8 @@ import (
 	errorx "github.com/panjf2000/gnet/v2/pkg/errors"
 	"github.com/panjf2000/gnet/v2/pkg/netpoll"
 	"github.com/panjf2000/gnet/v2/pkg/queue"
-	"github.com/panjf2000/gnet/v2/pkg/uring"
+
+	"github.com/cellkit/cellkit/third_party/uring"
 )
 
 // A loop's batched socket I/O (cellkit): unless netpoll.SyscallPerSocketIO,

@@ -18,3 +18,9 @@ require (
 )
 
 go 1.20
+
+// cellkit: the io_uring package of the batched socket I/O, a module of
+// cellkit's beside this one (its golang.org/x/sys is this module's).
+require github.com/cellkit/cellkit/third_party/uring v0.0.0
+
+replace github.com/cellkit/cellkit/third_party/uring => ../uring
