@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/cellkit/cellkit/internal/api"
 	"log/slog"
 	"net"
 	"os"
@@ -17,7 +16,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/cellkit/cellkit/internal/api"
 	"github.com/cellkit/cellkit/internal/handoff"
+	"github.com/cellkit/cellkit/internal/metric"
 	"github.com/cellkit/cellkit/internal/quota"
 	"github.com/cellkit/cellkit/internal/router"
 	"github.com/cellkit/cellkit/internal/tlsconf"
@@ -334,24 +335,17 @@ func newHandoffMetrics(reg prometheus.Registerer, succ *handoff.Succession) *han
 	if succ != nil {
 		hm.generation = succ.State.Generation + 1
 	}
-	gen := prometheus.NewGauge(prometheus.GaugeOpts{Name: api.MetricRouterGeneration.Name,
-		Help: api.MetricRouterGeneration.Help})
-	gen.Set(float64(hm.generation))
-	hm.offering = prometheus.NewGauge(prometheus.GaugeOpts{Name: api.MetricRouterHandoffOffering.Name,
-		Help: api.MetricRouterHandoffOffering.Help})
-	hm.handoffs = prometheus.NewCounterVec(prometheus.CounterOpts{Name: api.MetricRouterHandoffs.Name,
-		Help: api.MetricRouterHandoffs.Help}, api.MetricRouterHandoffs.Labels)
-	hm.drained = prometheus.NewCounterVec(prometheus.CounterOpts{Name: api.MetricRouterHandoffDrainedConnections.Name,
-		Help: api.MetricRouterHandoffDrainedConnections.Help}, api.MetricRouterHandoffDrainedConnections.Labels)
-	hm.cut = prometheus.NewCounter(prometheus.CounterOpts{Name: api.MetricRouterHandoffCutConnections.Name,
-		Help: api.MetricRouterHandoffCutConnections.Help})
+	metric.Gauge(reg, api.MetricRouterGeneration).Set(float64(hm.generation))
+	hm.offering = metric.Gauge(reg, api.MetricRouterHandoffOffering)
+	hm.handoffs = metric.CounterVec(reg, api.MetricRouterHandoffs)
+	hm.drained = metric.CounterVec(reg, api.MetricRouterHandoffDrainedConnections)
+	hm.cut = metric.Counter(reg, api.MetricRouterHandoffCutConnections)
 	for _, o := range []string{"handed_over", "failed"} {
 		hm.handoffs.WithLabelValues(o)
 	}
 	for _, h := range []string{"after_answer", "idle"} {
 		hm.drained.WithLabelValues(h)
 	}
-	reg.MustRegister(gen, hm.offering, hm.handoffs, hm.drained, hm.cut)
 	return hm
 }
 

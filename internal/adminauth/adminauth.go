@@ -22,7 +22,6 @@ import (
 	"crypto/subtle"
 	"errors"
 	"fmt"
-	"github.com/cellkit/cellkit/internal/api"
 	"log/slog"
 	"net"
 	"net/http"
@@ -34,8 +33,9 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promauto"
 
+	"github.com/cellkit/cellkit/internal/api"
+	"github.com/cellkit/cellkit/internal/metric"
 	"github.com/cellkit/cellkit/internal/problem"
 	"github.com/cellkit/cellkit/internal/reload"
 	"github.com/cellkit/cellkit/internal/tlsconf"
@@ -106,10 +106,7 @@ type digest = [sha256.Size]byte
 // file) and makes a watcher for it.
 func New(cfg Config, opts Options) (*Guard, error) {
 	cfg = cfg.withDefaults()
-	fails := promauto.With(opts.Registerer).NewCounterVec(prometheus.CounterOpts{
-		Name: api.MetricAdminAuthFailures.Name,
-		Help: api.MetricAdminAuthFailures.Help,
-	}, api.MetricAdminAuthFailures.Labels)
+	fails := metric.CounterVec(opts.Registerer, api.MetricAdminAuthFailures)
 	g := &Guard{cfg: cfg, missing: fails.WithLabelValues("missing"), wrong: fails.WithLabelValues("wrong")}
 	if cfg.TokenFile == "" {
 		return g, nil

@@ -1,13 +1,13 @@
 package agency
 
 import (
-	"github.com/cellkit/cellkit/internal/api"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promauto"
 
+	"github.com/cellkit/cellkit/internal/api"
 	"github.com/cellkit/cellkit/internal/breaker"
+	"github.com/cellkit/cellkit/internal/metric"
 	"github.com/cellkit/cellkit/internal/sessionpool"
 )
 
@@ -27,30 +27,14 @@ type Metrics struct {
 // NewMetrics builds the agency and session pool metrics and registers them
 // with reg (nil: none are registered).
 func NewMetrics(reg prometheus.Registerer) *Metrics {
-	auto := promauto.With(reg)
 	return &Metrics{
-		calls: auto.NewCounterVec(prometheus.CounterOpts{
-			Name: api.MetricAgencyCalls.Name,
-			Help: api.MetricAgencyCalls.Help,
-		}, api.MetricAgencyCalls.Labels),
-		latency: auto.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    api.MetricAgencyCallSeconds.Name,
-			Help:    api.MetricAgencyCallSeconds.Help,
-			Buckets: []float64{0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10},
-		}, api.MetricAgencyCallSeconds.Labels),
-		state: auto.NewGaugeVec(prometheus.GaugeOpts{
-			Name: api.MetricAgencyBreakerState.Name,
-			Help: api.MetricAgencyBreakerState.Help,
-		}, api.MetricAgencyBreakerState.Labels),
-		transitions: auto.NewCounterVec(prometheus.CounterOpts{
-			Name: api.MetricAgencyBreakerTransitions.Name,
-			Help: api.MetricAgencyBreakerTransitions.Help,
-		}, api.MetricAgencyBreakerTransitions.Labels),
-		limit: auto.NewGaugeVec(prometheus.GaugeOpts{
-			Name: api.MetricAgencyConcurrencyLimit.Name,
-			Help: api.MetricAgencyConcurrencyLimit.Help,
-		}, api.MetricAgencyConcurrencyLimit.Labels),
-		pool: sessionpool.NewMetrics(reg),
+		calls: metric.CounterVec(reg, api.MetricAgencyCalls),
+		latency: metric.HistogramVec(reg, api.MetricAgencyCallSeconds,
+			[]float64{0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10}),
+		state:       metric.GaugeVec(reg, api.MetricAgencyBreakerState),
+		transitions: metric.CounterVec(reg, api.MetricAgencyBreakerTransitions),
+		limit:       metric.GaugeVec(reg, api.MetricAgencyConcurrencyLimit),
+		pool:        sessionpool.NewMetrics(reg),
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/cellkit/cellkit/internal/api"
+	"github.com/cellkit/cellkit/internal/metric"
 )
 
 // collector exports a server's Stats as metrics; Stats stays the one source
@@ -36,7 +37,7 @@ func metricDescs() []metricDesc {
 }
 
 func (c collector) desc(d metricDesc) *prometheus.Desc {
-	return prometheus.NewDesc(d.spec.Name, d.spec.Help, nil, prometheus.Labels{api.LabelAgency: c.s.profile.Name})
+	return metric.Desc(d.spec, prometheus.Labels{api.LabelAgency: c.s.profile.Name})
 }
 
 func (c collector) Describe(ch chan<- *prometheus.Desc) {

@@ -21,7 +21,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/cellkit/cellkit/internal/api"
 	"io"
 	"log/slog"
 	"math/rand/v2"
@@ -33,6 +32,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/time/rate"
 
+	"github.com/cellkit/cellkit/internal/api"
+	"github.com/cellkit/cellkit/internal/metric"
 	"github.com/cellkit/cellkit/internal/telegram"
 )
 
@@ -150,12 +151,8 @@ func New(cfg Config, opts Options) (*Server, error) {
 		refusing: make(map[net.Conn]struct{}),
 		stop:     make(chan struct{}),
 	}
-	s.delay = prometheus.NewHistogram(prometheus.HistogramOpts{
-		Name:        api.MetricAgencysimDelaySeconds.Name,
-		Help:        api.MetricAgencysimDelaySeconds.Help,
-		ConstLabels: prometheus.Labels{api.LabelAgency: profile.Name},
-		Buckets:     []float64{.005, .01, .025, .05, .1, .25, .5, 1, 1.5, 2, 3, 5, 10, 30},
-	})
+	s.delay = metric.Histogram(nil, api.MetricAgencysimDelaySeconds,
+		[]float64{.005, .01, .025, .05, .1, .25, .5, 1, 1.5, 2, 3, 5, 10, 30}, prometheus.Labels{api.LabelAgency: profile.Name})
 	s.install(Config{}, cfg, true)
 	if opts.Registerer != nil {
 		if err := opts.Registerer.Register(collector{s}); err != nil {

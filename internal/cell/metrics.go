@@ -4,10 +4,10 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promauto"
 
 	"github.com/cellkit/cellkit/internal/api"
 	"github.com/cellkit/cellkit/internal/inquiry"
+	"github.com/cellkit/cellkit/internal/metric"
 	"github.com/cellkit/cellkit/internal/queue"
 	"github.com/cellkit/cellkit/internal/slotmap"
 )
@@ -24,58 +24,34 @@ func (c *Cell) registerMetrics() {
 			return f(s)
 		}
 	}
-	auto := promauto.With(c.metrics)
-	auto.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: api.MetricCellQueueOldestAgeSeconds.Name,
-		Help: api.MetricCellQueueOldestAgeSeconds.Help,
-	}, last(func(s *sample) float64 {
+	metric.GaugeFunc(c.metrics, api.MetricCellQueueOldestAgeSeconds, last(func(s *sample) float64 {
 		if s.Oldest.IsZero() {
 			return 0
 		}
 		return time.Since(s.Oldest).Seconds()
 	}))
-	auto.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: api.MetricCellQueueMessages.Name,
-		Help: api.MetricCellQueueMessages.Help,
-	}, last(func(s *sample) float64 { return float64(s.Total) }))
-	auto.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: api.MetricCellQueueDrainRate.Name,
-		Help: api.MetricCellQueueDrainRate.Help,
-	}, func() float64 { return c.shed.Rate() })
-	auto.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: api.MetricCellFailedInquiries.Name,
-		Help: api.MetricCellFailedInquiries.Help,
-	}, last(func(s *sample) float64 { return float64(s.Failed) }))
-	auto.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: api.MetricCellDeadLetters.Name,
-		Help: api.MetricCellDeadLetters.Help,
-	}, last(func(s *sample) float64 { return float64(s.Dead) }))
-	auto.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: api.MetricCellReady.Name,
-		Help: api.MetricCellReady.Help,
-	}, func() float64 {
+	metric.GaugeFunc(c.metrics, api.MetricCellQueueMessages, last(func(s *sample) float64 { return float64(s.Total) }))
+	metric.GaugeFunc(c.metrics, api.MetricCellQueueDrainRate, func() float64 { return c.shed.Rate() })
+	metric.GaugeFunc(c.metrics, api.MetricCellFailedInquiries, last(func(s *sample) float64 { return float64(s.Failed) }))
+	metric.GaugeFunc(c.metrics, api.MetricCellDeadLetters, last(func(s *sample) float64 { return float64(s.Dead) }))
+	metric.GaugeFunc(c.metrics, api.MetricCellReady, func() float64 {
 		if ok, _ := c.readiness(); ok {
 			return 1
 		}
 		return 0
 	})
 	for _, lane := range queue.Lanes {
-		auto.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: api.MetricCellQueueDepth.Name, ConstLabels: prometheus.Labels{api.LabelLane: string(lane)},
-			Help: api.MetricCellQueueDepth.Help,
-		}, last(func(s *sample) float64 { return float64(s.Depth[inquiry.Priority(lane)]) }))
-		auto.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: api.MetricCellQueueLaneOldestAgeSeconds.Name, ConstLabels: prometheus.Labels{api.LabelLane: string(lane)},
-			Help: api.MetricCellQueueLaneOldestAgeSeconds.Help,
-		}, last(func(s *sample) float64 {
+		laneOf := prometheus.Labels{api.LabelLane: string(lane)}
+		metric.GaugeFunc(c.metrics, api.MetricCellQueueDepth,
+			last(func(s *sample) float64 { return float64(s.Depth[inquiry.Priority(lane)]) }), laneOf)
+		metric.GaugeFunc(c.metrics, api.MetricCellQueueLaneOldestAgeSeconds, last(func(s *sample) float64 {
 			if at := s.OldestByLane[lane]; !at.IsZero() {
 				return time.Since(at).Seconds()
 			}
 			return 0
-		}))
+		}), laneOf)
 	}
-	c.metrics.MustRegister(agencyLimits{m: c.follower.Map, desc: prometheus.NewDesc(api.MetricCellAgencyLimit.Name,
-		api.MetricCellAgencyLimit.Help, api.MetricCellAgencyLimit.Labels, nil)})
+	c.metrics.MustRegister(agencyLimits{m: c.follower.Map, desc: metric.Desc(api.MetricCellAgencyLimit)})
 }
 
 // agencyLimits exports each agency's session limit from the cell's map, so

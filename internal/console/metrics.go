@@ -1,9 +1,10 @@
 package console
 
 import (
-	"github.com/cellkit/cellkit/internal/api"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promauto"
+
+	"github.com/cellkit/cellkit/internal/api"
+	"github.com/cellkit/cellkit/internal/metric"
 )
 
 // metrics are the console's own (docs/metrics.md).
@@ -18,37 +19,15 @@ type metrics struct {
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
-	f := promauto.With(reg)
 	m := &metrics{
-		collections: f.NewCounterVec(prometheus.CounterOpts{
-			Name: api.MetricConsoleCollections.Name,
-			Help: api.MetricConsoleCollections.Help,
-		}, api.MetricConsoleCollections.Labels),
-		seconds: f.NewHistogram(prometheus.HistogramOpts{
-			Name:    api.MetricConsoleCollectionSeconds.Name,
-			Help:    api.MetricConsoleCollectionSeconds.Help,
-			Buckets: []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5},
-		}),
-		unreachable: f.NewGauge(prometheus.GaugeOpts{
-			Name: api.MetricConsoleCellsUnreachable.Name,
-			Help: api.MetricConsoleCellsUnreachable.Help,
-		}),
-		streams: f.NewGauge(prometheus.GaugeOpts{
-			Name: api.MetricConsoleStreams.Name,
-			Help: api.MetricConsoleStreams.Help,
-		}),
-		refused: f.NewCounterVec(prometheus.CounterOpts{
-			Name: api.MetricConsoleAuthFailures.Name,
-			Help: api.MetricConsoleAuthFailures.Help,
-		}, api.MetricConsoleAuthFailures.Labels),
-		untrusted: f.NewGauge(prometheus.GaugeOpts{
-			Name: api.MetricConsoleAdminUntrusted.Name,
-			Help: api.MetricConsoleAdminUntrusted.Help,
-		}),
-		bad: f.NewGauge(prometheus.GaugeOpts{
-			Name: api.MetricConsoleBadValues.Name,
-			Help: api.MetricConsoleBadValues.Help,
-		}),
+		collections: metric.CounterVec(reg, api.MetricConsoleCollections),
+		seconds: metric.Histogram(reg, api.MetricConsoleCollectionSeconds,
+			[]float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5}),
+		unreachable: metric.Gauge(reg, api.MetricConsoleCellsUnreachable),
+		streams:     metric.Gauge(reg, api.MetricConsoleStreams),
+		refused:     metric.CounterVec(reg, api.MetricConsoleAuthFailures),
+		untrusted:   metric.Gauge(reg, api.MetricConsoleAdminUntrusted),
+		bad:         metric.Gauge(reg, api.MetricConsoleBadValues),
 	}
 	for _, r := range []string{"ok", "error"} {
 		m.collections.WithLabelValues(r)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/cellkit/cellkit/internal/api"
 	"github.com/cellkit/cellkit/internal/control"
+	"github.com/cellkit/cellkit/internal/metric"
 )
 
 // The rollout's gate figures as the console exports them (docs/metrics.md,
@@ -39,11 +40,6 @@ type rolloutGates struct {
 	bake, decision, pValue, samples *prometheus.Desc
 }
 
-// specDesc describes m's series, labelled by the values Collect gives.
-func specDesc(m api.MetricSpec) *prometheus.Desc {
-	return prometheus.NewDesc(m.Name, m.Help, m.Labels, nil)
-}
-
 // registerRolloutMetrics exports the gate figures of the record that
 // record returns (nil: none) on reg (nil: nowhere).
 func registerRolloutMetrics(reg prometheus.Registerer, record func() *control.Rollout) {
@@ -52,10 +48,10 @@ func registerRolloutMetrics(reg prometheus.Registerer, record func() *control.Ro
 	}
 	reg.MustRegister(&rolloutGates{
 		record:   record,
-		bake:     specDesc(api.MetricConsoleRolloutBakeDecision),
-		decision: specDesc(api.MetricConsoleRolloutGateDecision),
-		pValue:   specDesc(api.MetricConsoleRolloutGatePValue),
-		samples:  specDesc(api.MetricConsoleRolloutGateSamples),
+		bake:     metric.Desc(api.MetricConsoleRolloutBakeDecision),
+		decision: metric.Desc(api.MetricConsoleRolloutGateDecision),
+		pValue:   metric.Desc(api.MetricConsoleRolloutGatePValue),
+		samples:  metric.Desc(api.MetricConsoleRolloutGateSamples),
 	})
 }
 

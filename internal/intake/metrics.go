@@ -2,9 +2,9 @@ package intake
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promauto"
 
 	"github.com/cellkit/cellkit/internal/api"
+	"github.com/cellkit/cellkit/internal/metric"
 )
 
 type metrics struct {
@@ -19,41 +19,16 @@ type metrics struct {
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
-	auto := promauto.With(reg)
 	m := &metrics{
-		requests: auto.NewCounterVec(prometheus.CounterOpts{
-			Name: api.MetricCellIntakeRequests.Name,
-			Help: api.MetricCellIntakeRequests.Help,
-		}, api.MetricCellIntakeRequests.Labels),
-		seconds: auto.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    api.MetricCellIntakeSeconds.Name,
-			Help:    api.MetricCellIntakeSeconds.Help,
-			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5},
-		}, api.MetricCellIntakeSeconds.Labels),
-		shed: auto.NewCounterVec(prometheus.CounterOpts{
-			Name: api.MetricCellIntakeShed.Name,
-			Help: api.MetricCellIntakeShed.Help,
-		}, api.MetricCellIntakeShed.Labels),
-		laneShed: auto.NewCounterVec(prometheus.CounterOpts{
-			Name: api.MetricCellIntakeLaneShed.Name,
-			Help: api.MetricCellIntakeLaneShed.Help,
-		}, api.MetricCellIntakeLaneShed.Labels),
-		laneTaken: auto.NewCounterVec(prometheus.CounterOpts{
-			Name: api.MetricCellIntakeLaneAccepted.Name,
-			Help: api.MetricCellIntakeLaneAccepted.Help,
-		}, api.MetricCellIntakeLaneAccepted.Labels),
-		misdirected: auto.NewCounter(prometheus.CounterOpts{
-			Name: api.MetricCellIntakeMisdirected.Name,
-			Help: api.MetricCellIntakeMisdirected.Help,
-		}),
-		leaderWaits: auto.NewCounter(prometheus.CounterOpts{
-			Name: api.MetricCellIntakeLeaderWaits.Name,
-			Help: api.MetricCellIntakeLeaderWaits.Help,
-		}),
-		open: auto.NewGauge(prometheus.GaugeOpts{
-			Name: api.MetricCellIntakeOpen.Name,
-			Help: api.MetricCellIntakeOpen.Help,
-		}),
+		requests: metric.CounterVec(reg, api.MetricCellIntakeRequests),
+		seconds: metric.HistogramVec(reg, api.MetricCellIntakeSeconds,
+			[]float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5}),
+		shed:        metric.CounterVec(reg, api.MetricCellIntakeShed),
+		laneShed:    metric.CounterVec(reg, api.MetricCellIntakeLaneShed),
+		laneTaken:   metric.CounterVec(reg, api.MetricCellIntakeLaneAccepted),
+		misdirected: metric.Counter(reg, api.MetricCellIntakeMisdirected),
+		leaderWaits: metric.Counter(reg, api.MetricCellIntakeLeaderWaits),
+		open:        metric.Gauge(reg, api.MetricCellIntakeOpen),
 	}
 	for reason := range reasonKind {
 		m.shed.WithLabelValues(string(reason))

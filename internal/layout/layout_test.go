@@ -18,7 +18,7 @@ var planes = map[string]string{
 	"api": "platform", "problem": "platform", "httpx": "platform", "tlsconf": "platform", "pki": "platform",
 	"reload": "platform", "flagenv": "platform", "buildinfo": "platform", "atomicfile": "platform",
 	"backoff": "platform", "breaker": "platform", "adminauth": "platform", "freeport": "platform",
-	"storage": "platform", "program": "platform", "handoff": "platform",
+	"storage": "platform", "program": "platform", "handoff": "platform", "metric": "platform",
 	// map: the cell map and the registries that hold it.
 	"slotmap": "map", "registry": "map",
 	// agency: the link to the agencies, and their simulator.

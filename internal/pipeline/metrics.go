@@ -4,9 +4,9 @@ import (
 	"slices"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promauto"
 
 	"github.com/cellkit/cellkit/internal/api"
+	"github.com/cellkit/cellkit/internal/metric"
 )
 
 type metrics struct {
@@ -56,46 +56,18 @@ func newMetrics(reg prometheus.Registerer, agencies []string) *metrics {
 }
 
 func buildMetrics(reg prometheus.Registerer) *metrics {
-	auto := promauto.With(reg)
 	return &metrics{
-		inquiries: auto.NewCounterVec(prometheus.CounterOpts{
-			Name: api.MetricCellDeliveries.Name,
-			Help: api.MetricCellDeliveries.Help,
-		}, api.MetricCellDeliveries.Labels),
-		failures: auto.NewCounterVec(prometheus.CounterOpts{
-			Name: api.MetricCellFailures.Name,
-			Help: api.MetricCellFailures.Help,
-		}, api.MetricCellFailures.Labels),
-		seconds: auto.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    api.MetricCellDeliverySeconds.Name,
-			Help:    api.MetricCellDeliverySeconds.Help,
-			Buckets: []float64{.001, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
-		}, api.MetricCellDeliverySeconds.Labels),
-		latency: auto.NewHistogram(prometheus.HistogramOpts{
-			Name:    api.MetricCellInquirySeconds.Name,
-			Help:    api.MetricCellInquirySeconds.Help,
-			Buckets: []float64{.01, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300},
-		}),
-		steps: auto.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    api.MetricCellStepSeconds.Name,
-			Help:    api.MetricCellStepSeconds.Help,
-			Buckets: []float64{.001, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5},
-		}, api.MetricCellStepSeconds.Labels),
-		inflight: auto.NewGauge(prometheus.GaugeOpts{
-			Name: api.MetricCellInflight.Name,
-			Help: api.MetricCellInflight.Help,
-		}),
-		callbacks: auto.NewCounterVec(prometheus.CounterOpts{
-			Name: api.MetricCellCallbacks.Name,
-			Help: api.MetricCellCallbacks.Help,
-		}, api.MetricCellCallbacks.Labels),
-		panics: auto.NewCounterVec(prometheus.CounterOpts{
-			Name: api.MetricCellPanics.Name,
-			Help: api.MetricCellPanics.Help,
-		}, api.MetricCellPanics.Labels),
-		quarantined: auto.NewCounter(prometheus.CounterOpts{
-			Name: api.MetricCellQuarantined.Name,
-			Help: api.MetricCellQuarantined.Help,
-		}),
+		inquiries: metric.CounterVec(reg, api.MetricCellDeliveries),
+		failures:  metric.CounterVec(reg, api.MetricCellFailures),
+		seconds: metric.HistogramVec(reg, api.MetricCellDeliverySeconds,
+			[]float64{.001, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}),
+		latency: metric.Histogram(reg, api.MetricCellInquirySeconds,
+			[]float64{.01, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300}),
+		steps: metric.HistogramVec(reg, api.MetricCellStepSeconds,
+			[]float64{.001, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5}),
+		inflight:    metric.Gauge(reg, api.MetricCellInflight),
+		callbacks:   metric.CounterVec(reg, api.MetricCellCallbacks),
+		panics:      metric.CounterVec(reg, api.MetricCellPanics),
+		quarantined: metric.Counter(reg, api.MetricCellQuarantined),
 	}
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/cellkit/cellkit/internal/adminauth"
 	"github.com/cellkit/cellkit/internal/api"
 	"github.com/cellkit/cellkit/internal/buildinfo"
+	"github.com/cellkit/cellkit/internal/metric"
 	"github.com/cellkit/cellkit/internal/reload"
 )
 
@@ -93,12 +94,6 @@ func Watch(ctx context.Context, ws []*reload.Watcher) error {
 // cellkit_build_info{program, version, revision, release} 1: the figure
 // a rollout's gates and a dashboard group processes by.
 func BuildInfo(reg prometheus.Registerer, name string, rel api.Release) {
-	g := prometheus.NewGauge(prometheus.GaugeOpts{
-		Name: api.MetricBuildInfo.Name,
-		Help: api.MetricBuildInfo.Help,
-		ConstLabels: prometheus.Labels{api.LabelProgram: name, api.LabelVersion: rel.Version,
-			api.LabelRevision: buildinfo.Get().Revision, api.LabelRelease: rel.ID},
-	})
-	g.Set(1)
-	reg.MustRegister(g)
+	metric.Gauge(reg, api.MetricBuildInfo, prometheus.Labels{api.LabelProgram: name, api.LabelVersion: rel.Version,
+		api.LabelRevision: buildinfo.Get().Revision, api.LabelRelease: rel.ID}).Set(1)
 }

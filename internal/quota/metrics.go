@@ -5,9 +5,9 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promauto"
 
 	"github.com/cellkit/cellkit/internal/api"
+	"github.com/cellkit/cellkit/internal/metric"
 )
 
 // View returns what the router knows of the quotas after its last
@@ -55,46 +55,24 @@ type metrics struct {
 }
 
 func newMetrics(reg prometheus.Registerer, s *Sharer) *metrics {
-	f := promauto.With(reg)
 	m := &metrics{
-		rounds: f.NewCounterVec(prometheus.CounterOpts{
-			Name: api.MetricRouterQuotaRounds.Name,
-			Help: api.MetricRouterQuotaRounds.Help,
-		}, api.MetricRouterQuotaRounds.Labels),
-		badLeases: f.NewCounter(prometheus.CounterOpts{
-			Name: api.MetricRouterQuotaBadLeases.Name,
-			Help: api.MetricRouterQuotaBadLeases.Help,
-		}),
-		over: f.NewGauge(prometheus.GaugeOpts{
-			Name: api.MetricRouterQuotaOvercommitRatio.Name,
-			Help: api.MetricRouterQuotaOvercommitRatio.Help,
-		}),
-		share: f.NewGaugeVec(prometheus.GaugeOpts{
-			Name: api.MetricRouterQuotaShare.Name,
-			Help: api.MetricRouterQuotaShare.Help,
-		}, api.MetricRouterQuotaShare.Labels),
+		rounds:    metric.CounterVec(reg, api.MetricRouterQuotaRounds),
+		badLeases: metric.Counter(reg, api.MetricRouterQuotaBadLeases),
+		over:      metric.Gauge(reg, api.MetricRouterQuotaOvercommitRatio),
+		share:     metric.GaugeVec(reg, api.MetricRouterQuotaShare),
 	}
 	for _, r := range []string{"ok", "unread", "unwritten"} {
 		m.rounds.WithLabelValues(r)
 	}
-	f.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: api.MetricRouterQuotaLeaseAgeSeconds.Name,
-		Help: api.MetricRouterQuotaLeaseAgeSeconds.Help,
-	}, func() float64 {
+	metric.GaugeFunc(reg, api.MetricRouterQuotaLeaseAgeSeconds, func() float64 {
 		at := s.leaseNs.Load()
 		if at == 0 {
 			return -1
 		}
 		return s.now().Sub(time.Unix(0, at)).Seconds()
 	})
-	f.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: api.MetricRouterQuotaRouters.Name,
-		Help: api.MetricRouterQuotaRouters.Help,
-	}, func() float64 { return float64(s.View().Routers) })
-	f.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: api.MetricRouterQuotaEvenSplit.Name,
-		Help: api.MetricRouterQuotaEvenSplit.Help,
-	}, func() float64 {
+	metric.GaugeFunc(reg, api.MetricRouterQuotaRouters, func() float64 { return float64(s.View().Routers) })
+	metric.GaugeFunc(reg, api.MetricRouterQuotaEvenSplit, func() float64 {
 		if s.View().Even {
 			return 1
 		}

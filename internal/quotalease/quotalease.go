@@ -31,7 +31,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/cellkit/cellkit/internal/api"
 	"log/slog"
 	"slices"
 	"strconv"
@@ -41,7 +40,9 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promauto"
+
+	"github.com/cellkit/cellkit/internal/api"
+	"github.com/cellkit/cellkit/internal/metric"
 )
 
 // Config tunes a Leaser. Zero values mean the defaults in brackets.
@@ -161,10 +162,7 @@ func New(cfg Config, opts Options) (*Leaser, error) {
 	return &Leaser{
 		cfg: cfg, kv: opts.KV, ses: opts.Sessions, log: log.With("instance", cfg.Instance), now: now,
 		held: map[string]map[int]*lease{}, lapsed: map[string]map[int]bool{}, quotas: map[string]int{}, share: map[string]int{},
-		limitG: promauto.With(opts.Registerer).NewGaugeVec(prometheus.GaugeOpts{
-			Name: api.MetricCellSessionLeases.Name,
-			Help: api.MetricCellSessionLeases.Help,
-		}, api.MetricCellSessionLeases.Labels),
+		limitG: metric.GaugeVec(opts.Registerer, api.MetricCellSessionLeases),
 	}, nil
 }
 

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/cellkit/cellkit/internal/api"
 	"log/slog"
 	"os"
 	"sync"
@@ -12,9 +11,10 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promauto"
 
+	"github.com/cellkit/cellkit/internal/api"
 	"github.com/cellkit/cellkit/internal/atomicfile"
+	"github.com/cellkit/cellkit/internal/metric"
 	"github.com/cellkit/cellkit/internal/slotmap"
 )
 
@@ -134,19 +134,17 @@ func NewFollower(cfg FollowerConfig, opts FollowerOptions) (*Follower, error) {
 		ready:      make(chan struct{}),
 	}
 	f.started = f.now()
-	auto := promauto.With(opts.Registerer)
-	f.versionGauge = auto.NewGauge(prometheus.GaugeOpts{Name: api.MetricMapVersion.Name, Help: api.MetricMapVersion.Help})
-	f.syncErrors = auto.NewCounter(prometheus.CounterOpts{Name: api.MetricMapSyncErrors.Name, Help: api.MetricMapSyncErrors.Help})
-	f.updates = auto.NewCounter(prometheus.CounterOpts{Name: api.MetricMapUpdates.Name, Help: api.MetricMapUpdates.Help})
-	auto.NewGaugeFunc(prometheus.GaugeOpts{Name: api.MetricMapAgeSeconds.Name, Help: api.MetricMapAgeSeconds.Help},
-		func() float64 { return f.Status().Age.Seconds() })
-	auto.NewGaugeFunc(prometheus.GaugeOpts{Name: api.MetricMapStale.Name, Help: api.MetricMapStale.Help},
-		func() float64 {
-			if f.Status().Stale {
-				return 1
-			}
-			return 0
-		})
+	reg := opts.Registerer
+	f.versionGauge = metric.Gauge(reg, api.MetricMapVersion)
+	f.syncErrors = metric.Counter(reg, api.MetricMapSyncErrors)
+	f.updates = metric.Counter(reg, api.MetricMapUpdates)
+	metric.GaugeFunc(reg, api.MetricMapAgeSeconds, func() float64 { return f.Status().Age.Seconds() })
+	metric.GaugeFunc(reg, api.MetricMapStale, func() float64 {
+		if f.Status().Stale {
+			return 1
+		}
+		return 0
+	})
 	return f, nil
 }
 

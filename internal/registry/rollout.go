@@ -9,9 +9,9 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promauto"
 
 	"github.com/cellkit/cellkit/internal/api"
+	"github.com/cellkit/cellkit/internal/metric"
 )
 
 // RolloutWatchEvery is how often a router reads the rollout's record.
@@ -47,26 +47,24 @@ func NewRolloutWatch(reg Registry, every time.Duration, registerer prometheus.Re
 		log = slog.New(slog.DiscardHandler)
 	}
 	w := &RolloutWatch{doc: doc, every: every, log: log}
-	auto := promauto.With(registerer)
 	for _, s := range append([]string{"none"}, api.RolloutStates...) {
-		auto.NewGaugeFunc(prometheus.GaugeOpts{Name: api.MetricRolloutState.Name, Help: api.MetricRolloutState.Help,
-			ConstLabels: prometheus.Labels{api.LabelState: s}}, func() float64 {
+		metric.GaugeFunc(registerer, api.MetricRolloutState, func() float64 {
 			h := w.Head()
 			if (h == nil && s == "none") || (h != nil && h.State == s) {
 				return 1
 			}
 			return 0
-		})
+		}, prometheus.Labels{api.LabelState: s})
 	}
-	auto.NewGaugeFunc(prometheus.GaugeOpts{Name: api.MetricRolloutWave.Name, Help: api.MetricRolloutWave.Help},
+	metric.GaugeFunc(registerer, api.MetricRolloutWave,
 		func() float64 { return w.field(func(h *api.RolloutHead) float64 { return float64(h.Wave + 1) }) })
-	auto.NewGaugeFunc(prometheus.GaugeOpts{Name: api.MetricRolloutWaves.Name, Help: api.MetricRolloutWaves.Help},
+	metric.GaugeFunc(registerer, api.MetricRolloutWaves,
 		func() float64 { return w.field(func(h *api.RolloutHead) float64 { return float64(len(h.Waves)) }) })
-	auto.NewGaugeFunc(prometheus.GaugeOpts{Name: api.MetricRolloutUpdatedTimestampSeconds.Name, Help: api.MetricRolloutUpdatedTimestampSeconds.Help},
+	metric.GaugeFunc(registerer, api.MetricRolloutUpdatedTimestampSeconds,
 		func() float64 {
 			return w.field(func(h *api.RolloutHead) float64 { return float64(h.Updated.UnixNano()) / 1e9 })
 		})
-	w.errors = auto.NewCounter(prometheus.CounterOpts{Name: api.MetricRolloutReadErrors.Name, Help: api.MetricRolloutReadErrors.Help})
+	w.errors = metric.Counter(registerer, api.MetricRolloutReadErrors)
 	return w
 }
 

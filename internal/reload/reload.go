@@ -19,7 +19,6 @@ package reload
 import (
 	"context"
 	"errors"
-	"github.com/cellkit/cellkit/internal/api"
 	"log/slog"
 	"os"
 	"os/signal"
@@ -28,6 +27,9 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/cellkit/cellkit/internal/api"
+	"github.com/cellkit/cellkit/internal/metric"
 )
 
 // Config tunes a Watcher. Zero values mean the defaults in brackets.
@@ -118,18 +120,9 @@ func New(paths []string, load func() error, cfg Config, opts Options) *Watcher {
 	cfg, opts = cfg.withDefaults(), opts.withDefaults()
 	log := opts.Logger
 	// Several watchers of one process share the two metrics.
-	reloads := Shared(opts.Registerer, prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: api.MetricReloads.Name,
-		Help: api.MetricReloads.Help,
-	}, api.MetricReloads.Labels))
-	last := Shared(opts.Registerer, prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Name: api.MetricReloadLastSuccessTimestampSeconds.Name,
-		Help: api.MetricReloadLastSuccessTimestampSeconds.Help,
-	}, api.MetricReloadLastSuccessTimestampSeconds.Labels))
-	refused := Shared(opts.Registerer, prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Name: api.MetricReloadRefused.Name,
-		Help: api.MetricReloadRefused.Help,
-	}, api.MetricReloadRefused.Labels))
+	reloads := Shared(opts.Registerer, metric.CounterVec(nil, api.MetricReloads))
+	last := Shared(opts.Registerer, metric.GaugeVec(nil, api.MetricReloadLastSuccessTimestampSeconds))
+	refused := Shared(opts.Registerer, metric.GaugeVec(nil, api.MetricReloadRefused))
 	w := &Watcher{
 		cfg: cfg, paths: paths, load: load, log: log.With("what", cfg.What),
 		trigger: make(chan struct{}, 1),

@@ -8,8 +8,8 @@ import (
 	"github.com/cellkit/cellkit/internal/api"
 	"github.com/cellkit/cellkit/internal/apikey"
 	"github.com/cellkit/cellkit/internal/guard"
+	"github.com/cellkit/cellkit/internal/metric"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promauto"
 )
 
 // noCell labels answers given before a request was routed to a cell
@@ -67,106 +67,38 @@ type codeCounter struct{ prometheus.Counter }
 type loopCounts struct{ waits, batches, batchedReads, batchedWrites uint64 }
 
 // newMetrics registers the router's series.
-// One piece: one declaration per series, read top to bottom like the struct.
 func newMetrics(reg prometheus.Registerer, gauges prometheus.Collector, loops func() loopCounts) *metrics {
-	auto := promauto.With(reg)
-	waits := auto.NewCounterFunc(prometheus.CounterOpts{
-		Name: api.MetricRouterLoopWaits.Name,
-		Help: api.MetricRouterLoopWaits.Help,
-	}, func() float64 { return float64(loops().waits) })
-	auto.NewCounterFunc(prometheus.CounterOpts{
-		Name: api.MetricRouterLoopBatches.Name,
-		Help: api.MetricRouterLoopBatches.Help,
-	}, func() float64 { return float64(loops().batches) })
+	waits := metric.CounterFunc(reg, api.MetricRouterLoopWaits, func() float64 { return float64(loops().waits) })
+	metric.CounterFunc(reg, api.MetricRouterLoopBatches, func() float64 { return float64(loops().batches) })
 	for _, op := range []struct {
 		name string
 		n    func(loopCounts) uint64
 	}{{"read", func(c loopCounts) uint64 { return c.batchedReads }}, {"write", func(c loopCounts) uint64 { return c.batchedWrites }}} {
-		auto.NewCounterFunc(prometheus.CounterOpts{
-			Name:        api.MetricRouterLoopBatchedOps.Name,
-			Help:        api.MetricRouterLoopBatchedOps.Help,
-			ConstLabels: prometheus.Labels{api.LabelOp: op.name},
-		}, func() float64 { return float64(op.n(loops())) })
+		metric.CounterFunc(reg, api.MetricRouterLoopBatchedOps, func() float64 { return float64(op.n(loops())) },
+			prometheus.Labels{api.LabelOp: op.name})
 	}
 	m := &metrics{
-		requests: auto.NewCounterVec(prometheus.CounterOpts{
-			Name: api.MetricRouterRequests.Name,
-			Help: api.MetricRouterRequests.Help,
-		}, api.MetricRouterRequests.Labels),
-		duration: auto.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    api.MetricRouterRequestSeconds.Name,
-			Help:    api.MetricRouterRequestSeconds.Help,
-			Buckets: []float64{0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10},
-		}, api.MetricRouterRequestSeconds.Labels),
-		limited: auto.NewCounterVec(prometheus.CounterOpts{
-			Name: api.MetricRouterLimited.Name,
-			Help: api.MetricRouterLimited.Help,
-		}, api.MetricRouterLimited.Labels),
-		shed: auto.NewCounterVec(prometheus.CounterOpts{
-			Name: api.MetricRouterShed.Name,
-			Help: api.MetricRouterShed.Help,
-		}, api.MetricRouterShed.Labels),
-		panics: auto.NewCounter(prometheus.CounterOpts{
-			Name: api.MetricRouterPanics.Name,
-			Help: api.MetricRouterPanics.Help,
-		}),
-		deduped: auto.NewCounter(prometheus.CounterOpts{
-			Name: api.MetricRouterDeduped.Name,
-			Help: api.MetricRouterDeduped.Help,
-		}),
-		authFail: auto.NewCounterVec(prometheus.CounterOpts{
-			Name: api.MetricRouterAuthFailures.Name,
-			Help: api.MetricRouterAuthFailures.Help,
-		}, api.MetricRouterAuthFailures.Labels),
-		upstream: auto.NewCounterVec(prometheus.CounterOpts{
-			Name: api.MetricRouterUpstreamErrors.Name,
-			Help: api.MetricRouterUpstreamErrors.Help,
-		}, api.MetricRouterUpstreamErrors.Labels),
-		misdirects: auto.NewCounterVec(prometheus.CounterOpts{
-			Name: api.MetricRouterMisdirected.Name,
-			Help: api.MetricRouterMisdirected.Help,
-		}, api.MetricRouterMisdirected.Labels),
-		refreshes: auto.NewCounterVec(prometheus.CounterOpts{
-			Name: api.MetricRouterMapRefreshes.Name,
-			Help: api.MetricRouterMapRefreshes.Help,
-		}, api.MetricRouterMapRefreshes.Labels),
-		acceptErrs: auto.NewCounter(prometheus.CounterOpts{
-			Name: api.MetricRouterAcceptErrors.Name,
-			Help: api.MetricRouterAcceptErrors.Help,
-		}),
-		connRefuse: auto.NewCounterVec(prometheus.CounterOpts{
-			Name: api.MetricRouterConnectionsRefused.Name,
-			Help: api.MetricRouterConnectionsRefused.Help,
-		}, api.MetricRouterConnectionsRefused.Labels),
-		peeks: auto.NewCounter(prometheus.CounterOpts{
-			Name: api.MetricRouterCellPeeks.Name,
-			Help: api.MetricRouterCellPeeks.Help,
-		}),
-		evicted: auto.NewCounter(prometheus.CounterOpts{
-			Name: api.MetricRouterConnectionsEvicted.Name,
-			Help: api.MetricRouterConnectionsEvicted.Help,
-		}),
-		ejections: auto.NewCounterVec(prometheus.CounterOpts{
-			Name: api.MetricRouterInstanceEjections.Name,
-			Help: api.MetricRouterInstanceEjections.Help,
-		}, api.MetricRouterInstanceEjections.Labels),
-		probes: auto.NewCounterVec(prometheus.CounterOpts{
-			Name: api.MetricRouterProbes.Name,
-			Help: api.MetricRouterProbes.Help,
-		}, api.MetricRouterProbes.Labels),
-		shedRetried: auto.NewCounterVec(prometheus.CounterOpts{
-			Name: api.MetricRouterInstanceShedRetries.Name,
-			Help: api.MetricRouterInstanceShedRetries.Help,
-		}, api.MetricRouterInstanceShedRetries.Labels),
-		tlsHandshakes: auto.NewCounterVec(prometheus.CounterOpts{
-			Name: api.MetricRouterTLSHandshakes.Name,
-			Help: api.MetricRouterTLSHandshakes.Help,
-		}, api.MetricRouterTLSHandshakes.Labels),
-		tlsHandshakeSeconds: auto.NewHistogram(prometheus.HistogramOpts{
-			Name:    api.MetricRouterTLSHandshakeSeconds.Name,
-			Help:    api.MetricRouterTLSHandshakeSeconds.Help,
-			Buckets: []float64{.0005, .001, .002, .005, .01, .025, .05, .1, .25, .5, 1, 5},
-		}),
+		requests: metric.CounterVec(reg, api.MetricRouterRequests),
+		duration: metric.HistogramVec(reg, api.MetricRouterRequestSeconds,
+			[]float64{0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10}),
+		limited:       metric.CounterVec(reg, api.MetricRouterLimited),
+		shed:          metric.CounterVec(reg, api.MetricRouterShed),
+		panics:        metric.Counter(reg, api.MetricRouterPanics),
+		deduped:       metric.Counter(reg, api.MetricRouterDeduped),
+		authFail:      metric.CounterVec(reg, api.MetricRouterAuthFailures),
+		upstream:      metric.CounterVec(reg, api.MetricRouterUpstreamErrors),
+		misdirects:    metric.CounterVec(reg, api.MetricRouterMisdirected),
+		refreshes:     metric.CounterVec(reg, api.MetricRouterMapRefreshes),
+		acceptErrs:    metric.Counter(reg, api.MetricRouterAcceptErrors),
+		connRefuse:    metric.CounterVec(reg, api.MetricRouterConnectionsRefused),
+		peeks:         metric.Counter(reg, api.MetricRouterCellPeeks),
+		evicted:       metric.Counter(reg, api.MetricRouterConnectionsEvicted),
+		ejections:     metric.CounterVec(reg, api.MetricRouterInstanceEjections),
+		probes:        metric.CounterVec(reg, api.MetricRouterProbes),
+		shedRetried:   metric.CounterVec(reg, api.MetricRouterInstanceShedRetries),
+		tlsHandshakes: metric.CounterVec(reg, api.MetricRouterTLSHandshakes),
+		tlsHandshakeSeconds: metric.Histogram(reg, api.MetricRouterTLSHandshakeSeconds,
+			[]float64{.0005, .001, .002, .005, .01, .025, .05, .1, .25, .5, 1, 5}),
 		byCell:    map[string]*cellMetrics{},
 		loopWaits: waits,
 	}
@@ -267,17 +199,12 @@ type guardGauges struct {
 	state    *prometheus.Desc
 }
 
-// specDesc describes m's series, labelled by the values Collect gives.
-func specDesc(m api.MetricSpec) *prometheus.Desc {
-	return prometheus.NewDesc(m.Name, m.Help, m.Labels, nil)
-}
-
 func newGuardGauges(guards func() []*guard.Guard) *guardGauges {
 	return &guardGauges{
 		guards:   guards,
-		inFlight: specDesc(api.MetricRouterInFlight),
-		limit:    specDesc(api.MetricRouterBulkheadLimit),
-		state:    specDesc(api.MetricRouterBreakerState),
+		inFlight: metric.Desc(api.MetricRouterInFlight),
+		limit:    metric.Desc(api.MetricRouterBulkheadLimit),
+		state:    metric.Desc(api.MetricRouterBreakerState),
 	}
 }
 

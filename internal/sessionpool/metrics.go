@@ -1,12 +1,13 @@
 package sessionpool
 
 import (
-	"github.com/cellkit/cellkit/internal/api"
 	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promauto"
+
+	"github.com/cellkit/cellkit/internal/api"
+	"github.com/cellkit/cellkit/internal/metric"
 )
 
 // Metrics exports the pools of a process, labelled by pool name (the
@@ -27,28 +28,22 @@ type Metrics struct {
 // NewMetrics builds the pool metrics (cellkit_pool_*) and registers them
 // with reg (nil: none are registered).
 func NewMetrics(reg prometheus.Registerer) *Metrics {
-	desc := func(m api.MetricSpec) *prometheus.Desc {
-		return prometheus.NewDesc(m.Name, m.Help, m.Labels, nil)
-	}
 	m := &Metrics{
-		wait: promauto.With(reg).NewHistogramVec(prometheus.HistogramOpts{
-			Name:    api.MetricPoolWaitSeconds.Name,
-			Help:    api.MetricPoolWaitSeconds.Help,
-			Buckets: []float64{0.0005, 0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5},
-		}, api.MetricPoolWaitSeconds.Labels),
+		wait: metric.HistogramVec(reg, api.MetricPoolWaitSeconds,
+			[]float64{0.0005, 0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5}),
 		pools:      map[string]func() Stats{},
-		size:       desc(api.MetricPoolSize),
-		idle:       desc(api.MetricPoolIdle),
-		inUse:      desc(api.MetricPoolInUse),
-		dialing:    desc(api.MetricPoolDialing),
-		waiters:    desc(api.MetricPoolWaiters),
-		created:    desc(api.MetricPoolCreated),
-		reused:     desc(api.MetricPoolReused),
-		broken:     desc(api.MetricPoolBroken),
-		heartbeats: desc(api.MetricPoolHeartbeats),
-		exhausted:  desc(api.MetricPoolExhausted),
-		dialErrors: desc(api.MetricPoolDialErrors),
-		retired:    desc(api.MetricPoolRetired),
+		size:       metric.Desc(api.MetricPoolSize),
+		idle:       metric.Desc(api.MetricPoolIdle),
+		inUse:      metric.Desc(api.MetricPoolInUse),
+		dialing:    metric.Desc(api.MetricPoolDialing),
+		waiters:    metric.Desc(api.MetricPoolWaiters),
+		created:    metric.Desc(api.MetricPoolCreated),
+		reused:     metric.Desc(api.MetricPoolReused),
+		broken:     metric.Desc(api.MetricPoolBroken),
+		heartbeats: metric.Desc(api.MetricPoolHeartbeats),
+		exhausted:  metric.Desc(api.MetricPoolExhausted),
+		dialErrors: metric.Desc(api.MetricPoolDialErrors),
+		retired:    metric.Desc(api.MetricPoolRetired),
 	}
 	if reg != nil {
 		reg.MustRegister(m)

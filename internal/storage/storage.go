@@ -18,15 +18,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/cellkit/cellkit/internal/api"
 	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promauto"
 	"golang.org/x/sys/unix"
+
+	"github.com/cellkit/cellkit/internal/api"
+	"github.com/cellkit/cellkit/internal/metric"
 )
 
 // Usage is a filesystem's size and what is left of it, in bytes.
@@ -139,19 +140,9 @@ func New(cfg Config, opts Options) (*Guard, error) {
 		return nil, fmt.Errorf("storage: watermarks low %g and high %g: want 0 < low < high ≤ 1", cfg.Low, cfg.High)
 	}
 	g := &Guard{cfg: cfg, log: opts.Logger, stat: opts.Stat, failing: make(chan struct{})}
-	auto := promauto.With(opts.Registerer)
-	g.bytes = auto.NewGaugeVec(prometheus.GaugeOpts{
-		Name: api.MetricCellStoreBytes.Name,
-		Help: api.MetricCellStoreBytes.Help,
-	}, api.MetricCellStoreBytes.Labels)
-	g.refusing = auto.NewGauge(prometheus.GaugeOpts{
-		Name: api.MetricCellStoreRefusing.Name,
-		Help: api.MetricCellStoreRefusing.Help,
-	})
-	g.failures = auto.NewCounter(prometheus.CounterOpts{
-		Name: api.MetricCellStoreWriteFailures.Name,
-		Help: api.MetricCellStoreWriteFailures.Help,
-	})
+	g.bytes = metric.GaugeVec(opts.Registerer, api.MetricCellStoreBytes)
+	g.refusing = metric.Gauge(opts.Registerer, api.MetricCellStoreRefusing)
+	g.failures = metric.Counter(opts.Registerer, api.MetricCellStoreWriteFailures)
 	if err := g.Check(); err != nil {
 		return nil, err
 	}

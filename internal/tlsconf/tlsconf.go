@@ -24,7 +24,6 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
-	"github.com/cellkit/cellkit/internal/api"
 	"log/slog"
 	"os"
 	"slices"
@@ -33,6 +32,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/cellkit/cellkit/internal/api"
+	"github.com/cellkit/cellkit/internal/metric"
 	"github.com/cellkit/cellkit/internal/reload"
 )
 
@@ -299,8 +300,5 @@ func (c *Client) Config() *tls.Config { return c.cfg }
 func (c *Client) Watcher() *reload.Watcher { return c.watcher }
 
 func expiryGauge(opts Options) prometheus.Gauge {
-	return reload.Shared(opts.Registerer, prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Name: api.MetricTLSCertificateExpiryTimestampSeconds.Name,
-		Help: api.MetricTLSCertificateExpiryTimestampSeconds.Help,
-	}, api.MetricTLSCertificateExpiryTimestampSeconds.Labels)).WithLabelValues(opts.What)
+	return reload.Shared(opts.Registerer, metric.GaugeVec(nil, api.MetricTLSCertificateExpiryTimestampSeconds)).WithLabelValues(opts.What)
 }
