@@ -29,11 +29,16 @@ import (
 func TestMain(m *testing.M) { testkit.VerifyTestMain(m) }
 
 // require skips the test where a node cannot run (not root, the programs
-// of make cluster-tools missing) or where one already runs (make cluster
-// holds the node's ports), and returns the configuration of a node of the
-// test's own in dir.
+// of make cluster-tools missing), where one already runs (make cluster
+// holds the node's ports) and under -short (make check runs packages side
+// by side, and the node's check that nothing is left would find another
+// package's Kubernetes processes), and returns the configuration of a
+// node of the test's own in dir.
 func require(t *testing.T) kubenode.Config {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("starts a Kubernetes node of this machine (make test runs it, alone)")
+	}
 	root, err := testkit.ModuleRoot()
 	if err != nil {
 		t.Fatal(err)
