@@ -39,7 +39,6 @@ func maxListenerBacklog() int {
 	}
 	// FreeBSD stores the backlog in a uint16, as does Linux.
 	// Assume the other BSDs do too. Truncate number to avoid wrapping.
-	// See issue 5030.
 	if n > 1<<16-1 {
 		n = 1<<16 - 1
 	}

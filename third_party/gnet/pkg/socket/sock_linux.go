@@ -49,7 +49,6 @@ func maxListenerBacklog() int {
 
 	// Linux stores the backlog in a uint16.
 	// Truncate number to avoid wrapping.
-	// See issue 5030.
 	if n > 1<<16-1 {
 		n = 1<<16 - 1
 	}
