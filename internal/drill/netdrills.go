@@ -266,10 +266,10 @@ func CutConsulCell(ctx context.Context, c NetConfig) (*loadtest.Result, error) {
 // map they had: the users not moved see no error. Nothing is misrouted:
 // once every process not cut has the change, no moved user is accepted by
 // its old cell (the cells fence by the newest map they know; a router on
-// a stale map gets 421 and answers 503). After the heal the change reaches the side that was cut
-// within Recover, and the moved users are served by their new cells. One
-// piece: a drill script on one timeline — cut, change the map, heal, then
-// the checks, which read the moved users and the marks of each step.
+// a stale map gets 421 and answers 503). After the heal the change
+// reaches the side that was cut within Recover, and the moved users are
+// served by their new cells.
+// One piece: a drill script on one timeline (cut, change the map, heal), then its checks.
 func cutConsul(ctx context.Context, c NetConfig, name string) (*loadtest.Result, error) {
 	c = c.withDefaults(40 * time.Second) // the moves take seconds each: the change lands well inside the cut
 	end := c.Baseline + c.Fault + c.After
