@@ -63,6 +63,13 @@ type Config struct {
 	// for a gate as a whole: a gate that compares the wave with k
 	// baselines tests each at Alpha/k (Bonferroni).
 	Alpha float64
+	// InterimAlpha is Alpha for the looks a bake takes before its end
+	// (Interim): a bake judges every scrape, and a wave tested at Alpha
+	// at each of them fails a good release several times as often as
+	// one test does; at InterimAlpha, a tenth of it, the early looks
+	// halt only what is plainly worse (Haybittle and Peto's rule for
+	// looks before a trial's end).
+	InterimAlpha float64
 	// MinSamples is the fewest requests (or inquiries, or latency
 	// samples) of the wave a gate decides on, fewer is Wait; and of a
 	// baseline it compares with, fewer is no baseline.
@@ -85,12 +92,20 @@ type Config struct {
 	TailMargin float64
 }
 
-// DefaultConfig: a 1 % false alarm rate per gate, 200 samples, half a
-// point of failures, of refusals and of the tail, a p99 25 % and 10 ms
-// worse.
+// DefaultConfig: a 1 % false alarm rate per gate at the bake's end and
+// 0.1 % before it, 200 samples, half a point of failures, of refusals and
+// of the tail, a p99 25 % and 10 ms worse.
 func DefaultConfig() Config {
-	return Config{Alpha: 0.01, MinSamples: 200, FailureMargin: 0.005, RefusalMargin: 0.005,
+	return Config{Alpha: 0.01, InterimAlpha: 0.001, MinSamples: 200, FailureMargin: 0.005, RefusalMargin: 0.005,
 		LatencyFactor: 1.25, LatencyMargin: 0.010, TailMargin: 0.005}
+}
+
+// Interim is cfg for a look before the bake's end: its tests at
+// InterimAlpha (never above Alpha), every other threshold as it is.
+func (cfg Config) Interim() Config {
+	cfg = cfg.withDefaults()
+	cfg.Alpha = min(cfg.Alpha, cfg.InterimAlpha)
+	return cfg
 }
 
 // withDefaults fills the zero fields from DefaultConfig (a configuration
@@ -98,7 +113,7 @@ func DefaultConfig() Config {
 func (cfg Config) withDefaults() Config {
 	d := DefaultConfig()
 	for _, f := range []struct{ v, d *float64 }{
-		{&cfg.Alpha, &d.Alpha}, {&cfg.FailureMargin, &d.FailureMargin}, {&cfg.RefusalMargin, &d.RefusalMargin},
+		{&cfg.Alpha, &d.Alpha}, {&cfg.InterimAlpha, &d.InterimAlpha}, {&cfg.FailureMargin, &d.FailureMargin}, {&cfg.RefusalMargin, &d.RefusalMargin},
 		{&cfg.LatencyFactor, &d.LatencyFactor}, {&cfg.LatencyMargin, &d.LatencyMargin}, {&cfg.TailMargin, &d.TailMargin},
 	} {
 		if *f.v == 0 {

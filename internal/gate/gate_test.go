@@ -92,6 +92,30 @@ func TestRefusals(t *testing.T) {
 	}
 }
 
+// TestInterimLooksAtInterimAlpha: a difference significant at Alpha but
+// not at InterimAlpha (4 of 300 failed against none of 900, p≈0.004)
+// fails a bake's last look and passes the looks before it; Interim never
+// tests above Alpha, and a record without InterimAlpha gets its default.
+func TestInterimLooksAtInterimAlpha(t *testing.T) {
+	cfg := Config{Alpha: 0.01, MinSamples: 200, FailureMargin: 0.005}
+	wave, old := Counts{300, 4}, base(Counts{900, 0})
+	if v := cfg.Failures("intake 5xx", wave, old); v.Decision != Fail || v.P < 0.001 || v.P > 0.01 {
+		t.Fatalf("at the bake's end: %+v, want a fail with 0.001 < p < 0.01", v)
+	}
+	if v := cfg.Interim().Failures("intake 5xx", wave, old); v.Decision != Pass {
+		t.Errorf("before the bake's end: %+v, want a pass", v)
+	}
+	if v := cfg.Interim().Failures("intake 5xx", Counts{300, 12}, old); v.Decision != Fail {
+		t.Errorf("plainly worse before the bake's end: %+v, want a fail", v)
+	}
+	if a := (Config{}).Interim().Alpha; a != DefaultConfig().InterimAlpha {
+		t.Errorf("an older record's interim alpha: %v", a)
+	}
+	if a := (Config{Alpha: 0.0005}).Interim().Alpha; a != 0.0005 {
+		t.Errorf("interim alpha above alpha: %v", a)
+	}
+}
+
 // histogram observes n samples of draw into the buckets Prometheus's
 // default buckets would hold.
 func histogram(n int, draw func() float64) Histogram {

@@ -190,7 +190,10 @@ type step struct {
 // window since each source's first good look (once the routers route to
 // the wave's cells again: settle), until the judgement is
 // final: a gate failed, the gates passed once bake is over, or bake and
-// WaitLimit are over (too few samples, or figures not read). Each step
+// WaitLimit are over (too few samples, or figures not read). The looks
+// before bake is over test at the gates' InterimAlpha: only what is
+// plainly worse halts early, so that looking every Scrape does not make
+// a good release's false halt several times as likely. Each step
 // goes to each first (nil: none); an error from each ends the watch. A
 // watch that passes is kept (lastBake): its window of the cells still on
 // the old release is the next wave's figures from before.
@@ -208,11 +211,12 @@ func (r *Runner) watch(ctx context.Context, wave int, pn panel, bake time.Durati
 		now = r.look(ctx, pn)
 		t.observe(now)
 		first.note(now)
-		vs := r.judge(wave, pn, first, now, t)
+		elapsed := r.opts.Now().Sub(start)
+		vs := r.judge(wave, pn, first, now, t, elapsed < bake)
 		if r.cfg.Prometheus != "" {
 			vs = append(vs, r.alertVerdict(ctx, pn))
 		}
-		s := step{elapsed: r.opts.Now().Sub(start), verdicts: vs, decision: gate.Overall(vs)}
+		s := step{elapsed: elapsed, verdicts: vs, decision: gate.Overall(vs)}
 		if each != nil {
 			if err := each(s); err != nil {
 				return s, err

@@ -135,8 +135,9 @@ func admins(procs []proc) []string {
 }
 
 // judge is the gates' verdicts on the wave's window against each of its
-// baselines.
-func (r *Runner) judge(wave int, pn panel, first firsts, now look, t tracker) []gate.Verdict {
+// baselines; interim, for a look before the bake's end, at the gates'
+// InterimAlpha.
+func (r *Runner) judge(wave int, pn panel, first firsts, now look, t tracker, interim bool) []gate.Verdict {
 	waveW := group(pn, pn.wave, pn.waveCells, first, now, t)
 	var bases []gate.Baseline
 	if len(pn.base) > 0 {
@@ -154,10 +155,14 @@ func (r *Runner) judge(wave int, pn panel, first firsts, now look, t tracker) []
 	if len(pn.baked) > 0 {
 		bases = append(bases, gate.Baseline{Name: gate.BaselineBaked, Sample: group(pn, pn.baked, pn.bakedCells, first, now, t)})
 	}
-	if pn.router {
-		return r.cfg.Gate.JudgeRouters(waveW, bases)
+	g := r.cfg.Gate
+	if interim {
+		g = g.Interim()
 	}
-	return r.cfg.Gate.Judge(waveW, bases)
+	if pn.router {
+		return g.JudgeRouters(waveW, bases)
+	}
+	return g.Judge(waveW, bases)
 }
 
 // measureReference reads the wave's processes (and, for cells, what the

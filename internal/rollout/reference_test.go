@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -215,6 +216,60 @@ func TestRefusingCanaryFails(t *testing.T) {
 	}
 	if v := verdictOf(s, gate.GateIntake5xx); v.Decision != gate.Pass {
 		t.Errorf("its 5xx: %s", v.Text)
+	}
+}
+
+// TestEarlyLooksHaltOnlyThePlainlyWorse: a canary that refused 2 of 40
+// POSTs at its first three scrapes in the window, none after (Fisher p≈0.0014 against
+// the two other cells at every look: between the gates' InterimAlpha and
+// Alpha), is not halted by the looks before its bake's end — where a
+// test at Alpha at every look halted it at its first — and fails at the
+// end; a canary that refuses 45 % is halted at a look before it.
+func TestEarlyLooksHaltOnlyThePlainlyWorse(t *testing.T) {
+	b := newGateBench(t, "c1", "c2", "c3")
+	c1 := b.cells["c1"]
+	c1.mu.Lock()
+	c1.t = traffic{accepted: 38, refused: 2, done: healthy.done}
+	c1.hook = func(n int) {
+		if n == 5 { // the first scrape is the window's start
+			c1.t = healthy
+		}
+	}
+	c1.mu.Unlock()
+	const bake = 400 * time.Millisecond
+	ro := &control.Rollout{Waves: []control.Wave{{Cells: []string{"c1"}, Bake: bake}, {Cells: []string{"c2", "c3"}}}}
+	ro.SetProgress(false, "c1", control.CellRollout{Phase: control.PhaseBaking})
+	ctx := testkit.Context(t, 20*time.Second)
+	judge := func() (early []gate.Decision, last step) {
+		pn, err := b.r.panel(ctx, ro)
+		if err != nil {
+			t.Fatal(err)
+		}
+		last, err = b.r.watch(ctx, 0, pn, bake, func(s step) error {
+			if s.elapsed < bake {
+				early = append(early, verdictOf(s, gate.GateIntakeRefused).Decision)
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return early, last
+	}
+	early, last := judge()
+	if v := verdictOf(last, gate.GateIntakeRefused); last.decision != gate.Fail || v.Decision != gate.Fail || last.elapsed < bake || v.P < 0.001 || v.P > 0.01 {
+		t.Errorf("the mildly refusing canary at its bake's end (%v): %v; %s", last.elapsed, last.decision, v.Text)
+	}
+	if slices.Contains(early, gate.Fail) || !slices.Contains(early, gate.Pass) {
+		t.Errorf("the looks before its bake's end: %v, want passes and no fail", early)
+	}
+
+	b.cells["c1"].set(refusing, false)
+	b.cells["c1"].mu.Lock()
+	b.cells["c1"].hook = nil
+	b.cells["c1"].mu.Unlock()
+	if _, last = judge(); last.decision != gate.Fail || last.elapsed >= bake {
+		t.Errorf("the canary refusing 45 %%: %v after %v, want a fail before %v", last.decision, last.elapsed, bake)
 	}
 }
 
