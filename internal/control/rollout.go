@@ -124,6 +124,16 @@ func (r *Rollout) SetReleases(router bool, from, to string) {
 	}
 }
 
+// NewRelease is the release the rollout puts out on its cells, or on
+// its routers, as the first of them to get ready on it reported ("":
+// none yet).
+func (r *Rollout) NewRelease(router bool) string {
+	if router {
+		return r.RouterRelease
+	}
+	return r.Release
+}
+
 // SetProgress records a cell's progress, or a router's.
 func (r *Rollout) SetProgress(router bool, unit string, p CellRollout) {
 	m := &r.Cells

@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -128,9 +129,19 @@ func (d *benchDeployer) command(key string) (string, []string) {
 }
 
 // releaseOf is the release a command reports: a digest of its binary and
-// arguments, as a cellkit program's is of its binary and flags.
+// settings (each flag's last value), as a cellkit program's is of its
+// binary and flags.
 func releaseOf(bin string, args []string) string {
-	h := sha256.Sum256([]byte(bin + "\x00" + strings.Join(args, "\x00")))
+	set := map[string]string{}
+	for _, a := range args {
+		name, v, _ := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		set[name] = v
+	}
+	settings := []string{bin}
+	for _, name := range slices.Sorted(maps.Keys(set)) {
+		settings = append(settings, name+"="+set[name])
+	}
+	h := sha256.Sum256([]byte(strings.Join(settings, "\x00")))
 	return "devel@" + hex.EncodeToString(h[:4])
 }
 
@@ -211,6 +222,15 @@ func newBench(t *testing.T, drained ...string) *bench {
 	}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		key, rest, _ := strings.Cut(strings.TrimPrefix(r.URL.Path, "/"), "/")
+		if rest == "metrics" {
+			// Only the start time: a process of each Replace starts
+			// anew; the bakes find no samples.
+			b.deployer.mu.Lock()
+			started := 1.7e9 + float64(len(b.deployer.runs[key]))
+			b.deployer.mu.Unlock()
+			_, _ = fmt.Fprintf(w, "# TYPE process_start_time_seconds gauge\nprocess_start_time_seconds %g\n", started)
+			return
+		}
 		if rest != "v1/admin/status" {
 			http.NotFound(w, r)
 			return
@@ -429,6 +449,54 @@ func TestEveryCutIsResumedTruthfully(t *testing.T) {
 				t.Errorf("the record holds a process's environment:\n%s", data)
 			}
 		})
+	}
+}
+
+// TestProcessesOnTheReleaseAlready: a rollout of a release that some of
+// its wave's processes run already (the rollout run again after a halt
+// in a later wave) is not halted waiting for them to get ready "on
+// another release than before": the first process reached, on it, is
+// replaced and ready once a new process answers (its start time moved);
+// the next, on the release the first reported, is left as it runs. The
+// bench's bake then finds no samples and the rollout is rolled back
+// truthfully.
+func TestProcessesOnTheReleaseAlready(t *testing.T) {
+	b := newBench(t, "i3")
+	b.deployer.mu.Lock()
+	for i, p := range b.deployer.procs {
+		if p.key == "c1-i1" || p.key == "c1-i2" {
+			b.deployer.procs[i].Run.Args = append(b.original(p.key), "--workers=9")
+		}
+	}
+	b.deployer.mu.Unlock()
+	b.start("again")
+	ro, err := b.runner("again", 0).Run(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ro.State != control.RolloutRolledBack || strings.Contains(ro.Reason, "not ready") || !strings.Contains(ro.Reason, "too few samples") {
+		t.Fatalf("rollout %s: %s, want rolled back for the bake's lack of samples", ro.State, ro.Reason)
+	}
+	var events []string
+	for _, e := range ro.Events {
+		events = append(events, e.Text)
+	}
+	said := strings.Join(events, "\n")
+	for _, p := range []string{"c1-i1", "c1-i2", "c1-i3", "c2"} {
+		if !strings.Contains(said, p+" ready on ") {
+			t.Errorf("%s never got ready on the release:\n%s", p, said)
+		}
+	}
+	if runs := b.deployer.runs["c1-i1"]; len(runs) == 0 || !slices.Contains(runs[0], "--workers=9") {
+		t.Errorf("c1-i1, the first reached, was not run anew: %v", runs)
+	}
+	for _, run := range b.deployer.runs["c1-i2"] {
+		if slices.Contains(run, "--workers=9") {
+			t.Errorf("c1-i2, on the rollout's release already, was replaced: %v", run)
+		}
+	}
+	if ro.Release != ro.From {
+		t.Errorf("the rollout's release %s, from %s: want the release the first process ran", ro.Release, ro.From)
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/cellkit/cellkit/internal/control"
+	"github.com/cellkit/cellkit/internal/gate"
 	"github.com/cellkit/cellkit/internal/release"
 	"github.com/cellkit/cellkit/internal/slotmap"
 )
@@ -162,6 +163,17 @@ func (r *Runner) release(ctx context.Context, p proc) (rel string, ready bool, w
 		return st.Release.ID, false, "not ready: " + st.NotReady()
 	}
 	return st.Release.ID, true, ""
+}
+
+// started is p's start time (process_start_time_seconds, Unix seconds;
+// 0 when it cannot be read).
+func (r *Runner) started(ctx context.Context, p proc) float64 {
+	mfs, err := r.opts.Admin.Metrics(ctx, p.admin)
+	if err != nil {
+		return 0
+	}
+	t, _ := gate.StartedOf(mfs)
+	return t
 }
 
 // command is what the deployer runs as p now (its binary or image, and
@@ -317,8 +329,13 @@ func (r *Runner) begin(ctx context.Context, ro *control.Rollout, p proc, all []p
 
 // replaceOnce does what StepReplacing records: out of rotation, the
 // target run (unless the deployer runs it already and it answers on
-// another release than before: a driver stopped after the replace),
-// ready on the new release.
+// another release than before: a driver stopped after the replace; or
+// it ran the rollout's release before it was reached: a rollout run
+// again after a halt), ready on the new release. A process that answers
+// on the release it ran before is ready on the new one only when that
+// is the rollout's release or when it started anew since the replace
+// (the release asked for is the one it ran): otherwise it is the old
+// process still answering.
 func (r *Runner) replaceOnce(ctx context.Context, ro *control.Rollout, p proc, pr control.ProcessRollout) (*control.Rollout, control.ProcessRollout, error) {
 	if p.rotate && !pr.OutBefore {
 		if err := r.setRotation(ctx, p, true); err != nil {
@@ -335,7 +352,9 @@ func (r *Runner) replaceOnce(ctx context.Context, ro *control.Rollout, p proc, p
 	if !p.router {
 		since = r.ledgerSince(ctx, p)
 	}
-	if !cur.Same(target) || cur.Release == "" || cur.Release == pr.Before.Release {
+	onIt := pr.Before.Release != "" && pr.Before.Release == ro.NewRelease(p.router)
+	started := r.started(ctx, p)
+	if !onIt && (!cur.Same(target) || cur.Release == "" || cur.Release == pr.Before.Release) {
 		if err := r.held(ctx); err != nil {
 			return ro, pr, err
 		}
@@ -344,10 +363,13 @@ func (r *Runner) replaceOnce(ctx context.Context, ro *control.Rollout, p proc, p
 		}
 	}
 	rel, err := r.waitReady(ctx, p, "on the new release", func(rel string) string {
-		if rel == "" || rel == pr.Before.Release {
-			return "ready on the old release " + orDash(rel)
+		switch {
+		case rel != "" && (rel != pr.Before.Release || onIt):
+			return ""
+		case rel != "" && started != 0 && r.started(ctx, p) > started:
+			return "" // a new process, on the release it ran before
 		}
-		return ""
+		return "ready on the old release " + orDash(rel)
 	})
 	if err != nil {
 		return ro, pr, haltError{fmt.Sprintf("%s: %v", p.name(), err)}
