@@ -29,7 +29,8 @@ func TestMain(m *testing.M) { testkit.VerifyTestMain(m) }
 // TestRolloutOnTheLocalStack, on a real local stack of three cells under
 // load (30/s; make test runs it alone, after the other packages): a
 // release (a flag changed) goes out in two waves and every cell runs it,
-// each bake's judgement in the record; a cellctl that dies mid-bake is
+// each bake's judgement in the record, and goes out again to cells that
+// run it already; a cellctl that dies mid-bake is
 // resumed by another; a release that cannot start (a flag the cell
 // refuses) is halted in the canary wave, the canary put back as it ran,
 // the other cells never touched; the stack's router is rolled and a
@@ -137,6 +138,17 @@ func TestRolloutOnTheLocalStack(t *testing.T) {
 		if rel == start[cell] || rel != ro.Release {
 			t.Errorf("%s runs %s after the rollout of %s (before: %s)", cell, rel, ro.Release, start[cell])
 		}
+	}
+
+	// The same release again, as after a halt in a later wave: every cell
+	// runs it already; the first reached is replaced and ready once a new
+	// process answers on it, the others are left as they run.
+	ro = run("again", release.Spec{Set: []string{"record-ttl=2h"}})
+	if ro.State != control.RolloutDone || ro.Release != good["c1"] {
+		t.Fatalf("the same release again: %s at wave %d, release %s: %s", ro.State, ro.Wave, ro.Release, ro.Reason)
+	}
+	if again := releases(); !maps.Equal(again, good) {
+		t.Errorf("after the same release again: %v, want %v", again, good)
 	}
 
 	// A cellctl that dies while the canary bakes: the record stays
