@@ -142,17 +142,23 @@ func (c Counts) Rate() float64 {
 
 // Of is one baseline's figures for a gate: its name ("old release",
 // "before", "baked") and V; Unread, when set, says which of its sources
-// could not be read, and it is not compared. Then and Now, for a
-// baseline of another window than the wave's (the wave's own cells
-// before they were replaced), are the other cells' figures in that
-// window and in the wave's: a difference of the wave from V that they
-// show too between the two windows is the world's (more load, a slower
-// agency), not the release's, and fails nothing.
+// could not be read, and it is not compared. Then and Now are its
+// control, a difference that shows without the release: a difference of
+// the wave from V that Now shows from Then too, by the same test, fails
+// nothing. For a baseline of another window than the wave's (the wave's
+// own cells before they were replaced) they are the other cells' figures
+// in that window and in the wave's: the world moved (more load, a slower
+// agency). For a baseline of other cells over the wave's window
+// (OtherCells: the old release, the baked) they are those cells' figures
+// (Then) and the wave's own (Now) in a window before the wave was
+// replaced: the wave's cells differ from those by their users and
+// agencies, not by the release.
 type Of[T any] struct {
-	Name      string
-	V         T
-	Unread    string
-	Then, Now *T
+	Name       string
+	V          T
+	Unread     string
+	Then, Now  *T
+	OtherCells bool
 }
 
 // comparison is the wave against one baseline.
@@ -168,11 +174,13 @@ type comparison struct {
 // when at least one was compared; Wait with none (no baseline is not a
 // pass). head starts the text; size is a sample's size; cmp makes one
 // comparison of w with b at a given alpha (fail: significant and over
-// the margin). moved, when not nil, is the p-value that the other cells
-// moved from then to now in the measure the comparison with base judged
-// (a gate whose test takes its threshold from the baseline judges the
-// other cells at that same threshold, not at one of their own); nil is
-// cmp's p-value of now against then.
+// the margin). A comparison that fails is excused when the baseline's
+// control shows the same difference (Of). moved, when not nil, is the
+// p-value that the control's Now is worse than its Then in the measure
+// the comparison with base judged (a gate whose test takes its
+// threshold from the baseline judges the control at that same
+// threshold, not at one of its own); nil is cmp's p-value of Now
+// against Then.
 func compareAll[T any](cfg Config, what, head string, wave T, bases []Of[T], size func(T) int64,
 	cmp func(w, b T, alpha float64) (p float64, fail bool, text string), moved func(now, then, base T) float64) Verdict {
 	usable := 0
@@ -204,7 +212,12 @@ func compareAll[T any](cfg Config, what, head string, wave T, bases []Of[T], siz
 			} else {
 				cp, _, _ = cmp(*b.Now, *b.Then, alpha)
 			}
-			if cp < alpha {
+			switch {
+			case cp >= alpha:
+			case b.OtherCells:
+				fail = false
+				text += fmt.Sprintf(" — the wave's cells were as far from these before they were replaced (p=%.2g): not the release's", cp)
+			default:
 				fail = false
 				text += fmt.Sprintf(" — the other cells moved alike between the two windows (p=%.2g): not the release's", cp)
 			}

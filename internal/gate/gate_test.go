@@ -283,6 +283,22 @@ func TestBaselines(t *testing.T) {
 	if v := cfg.Tail("tail", waveNow, Of[Histogram]{Name: BaselineBefore, V: waveBefore, Then: &othersThen, Now: &othersSteady}); v.Decision != Fail {
 		t.Errorf("the tail against before, the other cells steady: %v (%s), want fail", v.Decision, v.Text)
 	}
+	// The old release is other cells over the same window: a wave whose
+	// cells were as much slower than those cells before they were
+	// replaced (their users, their agencies) is not slower by the
+	// release; one that was not, is.
+	old := Of[Histogram]{Name: BaselineOld, V: usual, OtherCells: true}
+	if v := cfg.Latency("time to done", slower, old); v.Decision != Fail {
+		t.Fatalf("against the old release with no control: %v (%s), want fail", v.Decision, v.Text)
+	}
+	old.Then, old.Now = &usual, &slower // those cells, and the wave's own, before
+	if v := cfg.Latency("time to done", slower, old); v.Decision != Pass || !strings.Contains(v.Text, "the wave's cells were as far from these before") {
+		t.Errorf("against the old release, the wave's cells as slow before: %v (%s), want pass", v.Decision, v.Text)
+	}
+	old.Now = &usual
+	if v := cfg.Latency("time to done", slower, old); v.Decision != Fail {
+		t.Errorf("against the old release, the wave's cells like these before: %v (%s), want fail", v.Decision, v.Text)
+	}
 	unread := Of[Histogram]{Name: BaselineBefore, V: usual, Unread: "c1: connection refused"}
 	if v := cfg.Latency("time to done", usual, unread); v.Decision != Wait || !strings.Contains(v.Text, "before not read (c1: connection refused)") {
 		t.Errorf("a baseline not read: %v (%s), want wait", v.Decision, v.Text)

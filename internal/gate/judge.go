@@ -14,8 +14,11 @@ import (
 type Baseline struct {
 	Name   string
 	Sample Sample
-	// Then and Now, for a baseline of another window (before): the other
-	// cells' figures in that window and in the wave's (see Of).
+	// Then and Now are the baseline's control (see Of): for a baseline
+	// of another window (before), the other cells' figures in that
+	// window and in the wave's; for one of other cells over the same
+	// window (old release, baked), those cells' figures (Then) and the
+	// wave's own (Now) in a window before the wave was replaced.
 	Then, Now *Sample
 }
 
@@ -59,7 +62,7 @@ var Gates = []string{GateIntake5xx, GateIntakeRefused, GateInquiries, GateIntake
 func pick[T any](bases []Baseline, unread func(Sample) []string, f func(Sample) T) []Of[T] {
 	out := make([]Of[T], 0, len(bases))
 	for _, b := range bases {
-		o := Of[T]{Name: b.Name, V: f(b.Sample), Unread: strings.Join(unread(b.Sample), ", ")}
+		o := Of[T]{Name: b.Name, V: f(b.Sample), Unread: strings.Join(unread(b.Sample), ", "), OtherCells: b.Name != BaselineBefore}
 		if b.Then != nil && b.Now != nil && len(unread(*b.Then)) == 0 && len(unread(*b.Now)) == 0 {
 			then, now := f(*b.Then), f(*b.Now)
 			o.Then, o.Now = &then, &now

@@ -116,9 +116,10 @@ func (cfg Config) Tail(what string, wave Histogram, bases ...Of[Histogram]) Verd
 			fmt.Sprintf("above %s (its p99 %s and the margins): wave %d (%.2f%%), baseline %d of %d (%.2f%%), Fisher p=%.2g",
 				ms(bound), ms(b.Quantile(0.99)), above.Failed, 100*above.Rate(), base.Failed, base.Total, 100*base.Rate(), p)
 	}, func(now, then, b Histogram) float64 {
-		// The other cells' share above the bound the wave was judged
-		// at: a node-wide slowing lifts it for them too, though it may
-		// not reach past their own p99's margins.
+		// The control's shares above the bound the wave was judged
+		// at: a node-wide slowing lifts the other cells' too, though it
+		// may not reach past their own p99's margins; cells slower than
+		// others by their users had more above it before the release.
 		i := cfg.tailBucket(b)
 		if !slices.Equal(now.Bounds, b.Bounds) || !slices.Equal(then.Bounds, b.Bounds) || math.IsInf(b.Bounds[i], 1) {
 			return 1

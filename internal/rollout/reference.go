@@ -139,11 +139,22 @@ func admins(procs []proc) []string {
 // InterimAlpha.
 func (r *Runner) judge(wave int, pn panel, first firsts, now look, t tracker, interim bool) []gate.Verdict {
 	waveW := group(pn, pn.wave, pn.waveCells, first, now, t)
+	ref, measuredBefore := r.reference[wave]
+	// otherCells is a baseline of procs over the wave's window, its
+	// control the same processes against the wave's in the window from
+	// before, when the others then were exactly these.
+	otherCells := func(name string, procs []proc, cells []string) gate.Baseline {
+		b := gate.Baseline{Name: name, Sample: group(pn, procs, cells, first, now, t)}
+		if measuredBefore && slices.Equal(admins(procs), ref.othersAt) {
+			b.Then, b.Now = &ref.others, &ref.wave
+		}
+		return b
+	}
 	var bases []gate.Baseline
 	if len(pn.base) > 0 {
-		bases = append(bases, gate.Baseline{Name: gate.BaselineOld, Sample: group(pn, pn.base, pn.baseCells, first, now, t)})
+		bases = append(bases, otherCells(gate.BaselineOld, pn.base, pn.baseCells))
 	}
-	if ref, ok := r.reference[wave]; ok {
+	if measuredBefore {
 		b := gate.Baseline{Name: gate.BaselineBefore, Sample: ref.wave}
 		// The same other processes in both windows: how the world moved.
 		if procs, cells := pn.others(); len(procs) > 0 && slices.Equal(admins(procs), ref.othersAt) {
@@ -153,7 +164,7 @@ func (r *Runner) judge(wave int, pn panel, first firsts, now look, t tracker, in
 		bases = append(bases, b)
 	}
 	if len(pn.baked) > 0 {
-		bases = append(bases, gate.Baseline{Name: gate.BaselineBaked, Sample: group(pn, pn.baked, pn.bakedCells, first, now, t)})
+		bases = append(bases, otherCells(gate.BaselineBaked, pn.baked, pn.bakedCells))
 	}
 	g := r.cfg.Gate
 	if interim {

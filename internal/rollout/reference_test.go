@@ -37,6 +37,8 @@ var (
 	// slowTail serves its inquiries as healthy does but one in twenty a
 	// second slower.
 	slowTail = traffic{accepted: 40, done: []int64{4, 15, 11, 6, 2, 0, 2}}
+	// slower serves each inquiry a bucket slower than healthy does.
+	slower = traffic{accepted: 40, done: []int64{0, 4, 16, 12, 6, 2}}
 )
 
 // fakeCell is a cell process's admin API whose /metrics counts what its
@@ -270,6 +272,36 @@ func TestEarlyLooksHaltOnlyThePlainlyWorse(t *testing.T) {
 	b.cells["c1"].mu.Unlock()
 	if _, last = judge(); last.decision != gate.Fail || last.elapsed >= bake {
 		t.Errorf("the canary refusing 45 %%: %v after %v, want a fail before %v", last.decision, last.elapsed, bake)
+	}
+}
+
+// TestACanarySlowerByItsCell: a canary whose cell was as much slower
+// than the others before it was replaced (its users, its agencies) as
+// on the new release passes — against the old release the cells'
+// difference is shown by the figures from before, and against its own
+// before it is no slower; a canary the release slowed fails.
+func TestACanarySlowerByItsCell(t *testing.T) {
+	b := newGateBench(t, "c1", "c2", "c3")
+	ro := &control.Rollout{Waves: []control.Wave{{Cells: []string{"c1"}, Bake: 300 * time.Millisecond}, {Cells: []string{"c2", "c3"}}}}
+	ctx := testkit.Context(t, 20*time.Second)
+	b.cells["c1"].set(slower, false)
+	if err := b.r.measureReference(ctx, ro); err != nil {
+		t.Fatal(err)
+	}
+	s := b.bake(t, ro, 300*time.Millisecond)
+	if v := verdictOf(s, gate.GateDoneLatency); s.decision != gate.Pass || v.Decision != gate.Pass || !strings.Contains(v.Text, "the wave's cells were as far from these before") {
+		t.Errorf("the canary slower by its cell: %v; %s", s.decision, v.Text)
+	}
+
+	delete(b.r.reference, 0)
+	b.cells["c1"].set(healthy, false)
+	if err := b.r.measureReference(ctx, ro); err != nil {
+		t.Fatal(err)
+	}
+	b.cells["c1"].set(slower, false)
+	s = b.bake(t, ro, 300*time.Millisecond)
+	if v := verdictOf(s, gate.GateDoneLatency); s.decision != gate.Fail || v.Decision != gate.Fail {
+		t.Errorf("the canary slowed by its release: %v; %s", s.decision, v.Text)
 	}
 }
 
