@@ -29,7 +29,7 @@ type rolloutFlags struct {
 	kustomize, image, routerImage string
 	bake, waitLimit               time.Duration
 	readyWithin                   time.Duration
-	scrape                        time.Duration
+	scrape, warmUp                time.Duration
 	minSamples                    int64
 	prometheus                    string
 	spec, router                  release.Spec
@@ -63,6 +63,7 @@ func (f *rolloutFlags) register(fs *flag.FlagSet, start bool) {
 func (f *rolloutFlags) registerGates(fs *flag.FlagSet) {
 	fs.DurationVar(&f.waitLimit, "wait-limit", 0, "how long past its bake a wave may wait for the gates' samples before the rollout halts (default: one more bake)")
 	fs.DurationVar(&f.scrape, "scrape", rollout.DefaultConfig().Scrape, "how often a bake reads the cells' metrics")
+	fs.DurationVar(&f.warmUp, "warm-up", rollout.DefaultConfig().WarmUp, "how long a wave's replaced processes run before its bake's window opens (their first seconds are slower for any release; 0: none)")
 	fs.Int64Var(&f.minSamples, "min-samples", gate.DefaultConfig().MinSamples, "the fewest requests or inquiries of a wave a gate decides on")
 	fs.StringVar(&f.prometheus, "prometheus", "", "`URL` of a Prometheus whose firing alerts are a gate too: one firing for the wave's cells and not for the others halts")
 }
@@ -74,8 +75,8 @@ func (f *rolloutFlags) gateConfig() (rollout.Config, error) {
 	if f.bake <= 0 {
 		return cfg, usagef("--bake %v: want a positive duration", f.bake)
 	}
-	if f.scrape <= 0 || f.waitLimit < 0 || f.minSamples < 1 {
-		return cfg, usagef("--scrape must be positive, --wait-limit not negative, --min-samples at least 1")
+	if f.scrape <= 0 || f.waitLimit < 0 || f.warmUp < 0 || f.minSamples < 1 {
+		return cfg, usagef("--scrape must be positive, --wait-limit and --warm-up not negative, --min-samples at least 1")
 	}
 	if f.prometheus != "" {
 		u, err := url.Parse(f.prometheus)
@@ -83,7 +84,7 @@ func (f *rolloutFlags) gateConfig() (rollout.Config, error) {
 			return cfg, usagef("--prometheus %q: want a Prometheus's base URL, http(s)://HOST:PORT", f.prometheus)
 		}
 	}
-	cfg.Scrape, cfg.Prometheus, cfg.WaitLimit = f.scrape, strings.TrimSuffix(f.prometheus, "/"), f.waitLimit
+	cfg.Scrape, cfg.Prometheus, cfg.WaitLimit, cfg.WarmUp = f.scrape, strings.TrimSuffix(f.prometheus, "/"), f.waitLimit, f.warmUp
 	if cfg.WaitLimit == 0 {
 		cfg.WaitLimit = f.bake
 	}

@@ -213,7 +213,7 @@ func Release(ctx context.Context, c Config) (*loadtest.Result, error) {
 			// The canary's figures from before (a bake), its
 			// replacement, its bake.
 			took := halted(ro)
-			bound := 2*ReleaseBake + cfg.ReadyWithin + 2*cfg.Scrape
+			bound := 2*ReleaseBake + cfg.WarmUp + cfg.ReadyWithin + 2*cfg.Scrape
 			d.Check(k.name+": halted within the canary's bake", took > 0 && took <= bound, fmt.Sprintf("%.1fs after the start", took.Seconds()), "≤ "+bound.String())
 			d.Check(k.name+": halted by its gate", slices.ContainsFunc(k.why, func(w string) bool { return strings.Contains(ro.Reason, w) }),
 				gateOf(ro.Reason), strings.Join(k.why, " or "))

@@ -129,10 +129,10 @@ func (b *bench) waitRollout(state control.RolloutState, within time.Duration) *c
 }
 
 // releaseConfig is a release quick enough for a test: 3 s bakes read
-// every 250 ms, gates on 100 samples.
+// every 250 ms after a warm-up of 250 ms, gates on 100 samples.
 func releaseConfig() operator.ReleaseConfig {
 	cfg := rollout.DefaultConfig()
-	cfg.Scrape, cfg.Settle, cfg.ReadyWithin, cfg.Lease = 250*time.Millisecond, 100*time.Millisecond, time.Minute, 5*time.Second
+	cfg.Scrape, cfg.Settle, cfg.ReadyWithin, cfg.Lease, cfg.WarmUp = 250*time.Millisecond, 100*time.Millisecond, time.Minute, 5*time.Second, 250*time.Millisecond
 	cfg.Gate.MinSamples = 100
 	return operator.ReleaseConfig{Rollout: cfg, Bake: 3 * time.Second, Every: 500 * time.Millisecond}
 }

@@ -190,7 +190,9 @@ type step struct {
 // window since each source's first good look (once the routers route to
 // the wave's cells again: settle), until the judgement is
 // final: a gate failed, the gates passed once bake is over, or bake and
-// WaitLimit are over (too few samples, or figures not read). The looks
+// WaitLimit are over (too few samples, or figures not read). The window
+// opens WarmUp after the routers route to the wave again; the processes'
+// crash restarts and readiness losses count from the first look. The looks
 // before bake is over test at the gates' InterimAlpha: only what is
 // plainly worse halts early, so that looking every Scrape does not make
 // a good release's false halt several times as likely. Each step
@@ -199,10 +201,21 @@ type step struct {
 // the old release is the next wave's figures from before.
 func (r *Runner) watch(ctx context.Context, wave int, pn panel, bake time.Duration, each func(step) error) (step, error) {
 	r.settle(ctx, pn)
-	start := r.opts.Now()
 	t, first := tracker{}, firsts{}
 	now := r.look(ctx, pn)
 	t.observe(now)
+	if r.cfg.WarmUp > 0 {
+		// The processes warm; their events count from here.
+		r.say("wave %d warming up for %v before its bake", wave+1, r.cfg.WarmUp)
+		for end := r.opts.Now().Add(r.cfg.WarmUp); r.opts.Now().Before(end); {
+			if !sleep(ctx, min(r.cfg.Scrape, end.Sub(r.opts.Now()))) {
+				return step{}, ctx.Err()
+			}
+			now = r.look(ctx, pn)
+			t.observe(now)
+		}
+	}
+	start := r.opts.Now()
 	first.note(now)
 	for {
 		if !sleep(ctx, r.cfg.Scrape) {

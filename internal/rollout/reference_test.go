@@ -1,6 +1,7 @@
 package rollout
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"net/http"
@@ -51,6 +52,7 @@ type fakeCell struct {
 	total   traffic
 	scrapes int
 	hook    func(scrapes int) // called at each scrape (nil: none)
+	started float64           // its process_start_time_seconds (0: 1.7e9)
 }
 
 func (c *fakeCell) set(t traffic, down bool) {
@@ -100,7 +102,7 @@ func (c *fakeCell) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintf(&b, "cellkit_cell_inquiry_seconds_bucket{le=%q} %d\n", le, cum)
 	}
 	fmt.Fprintf(&b, "cellkit_cell_inquiry_seconds_sum 0\ncellkit_cell_inquiry_seconds_count %d\n", cum)
-	fmt.Fprintf(&b, "# TYPE cellkit_cell_ready gauge\ncellkit_cell_ready 1\n# TYPE process_start_time_seconds gauge\nprocess_start_time_seconds 1.7e+09\n")
+	fmt.Fprintf(&b, "# TYPE cellkit_cell_ready gauge\ncellkit_cell_ready 1\n# TYPE process_start_time_seconds gauge\nprocess_start_time_seconds %g\n", cmp.Or(c.started, 1.7e9))
 	_, _ = w.Write([]byte(b.String()))
 }
 
@@ -302,6 +304,45 @@ func TestACanarySlowerByItsCell(t *testing.T) {
 	s = b.bake(t, ro, 300*time.Millisecond)
 	if v := verdictOf(s, gate.GateDoneLatency); s.decision != gate.Fail || v.Decision != gate.Fail {
 		t.Errorf("the canary slowed by its release: %v; %s", s.decision, v.Text)
+	}
+}
+
+// TestWarmUp: a canary slower for its first looks after its
+// replacement, as a restarted process is, and as fast as the others
+// after, fails a bake whose window opens at once and passes one that
+// warms up past them; a crash restart while it warms up still halts it.
+func TestWarmUp(t *testing.T) {
+	const bake = 300 * time.Millisecond
+	run := func(warm time.Duration, hook func(c *fakeCell, n int)) step {
+		b := newGateBench(t, "c1", "c2", "c3")
+		b.r.cfg.WarmUp = warm
+		c1 := b.cells["c1"]
+		c1.mu.Lock()
+		c1.t = slower
+		c1.hook = func(n int) { hook(c1, n) }
+		c1.mu.Unlock()
+		ro := &control.Rollout{Waves: []control.Wave{{Cells: []string{"c1"}, Bake: bake}, {Cells: []string{"c2", "c3"}}}}
+		return b.bake(t, ro, bake)
+	}
+	slowFirst := func(c *fakeCell, n int) {
+		if n == 6 { // 5 scrapes of 20 ms
+			c.t = healthy
+		}
+	}
+	if s := run(0, slowFirst); s.decision != gate.Fail {
+		t.Errorf("no warm-up: %v, want the canary's first looks to fail it: %s", s.decision, verdictOf(s, gate.GateDoneLatency).Text)
+	}
+	if s := run(200*time.Millisecond, slowFirst); s.decision != gate.Pass {
+		t.Errorf("a warm-up past its slow start: %v; %s", s.decision, verdictText(s.verdicts))
+	}
+	crash := func(c *fakeCell, n int) {
+		slowFirst(c, n)
+		if n == 3 {
+			c.started = 1.7e9 + 1
+		}
+	}
+	if s := run(200*time.Millisecond, crash); s.decision != gate.Fail || verdictOf(s, gate.GateCrashRestarts).Decision != gate.Fail {
+		t.Errorf("a crash restart while it warms up: %v; %s", s.decision, verdictOf(s, gate.GateCrashRestarts).Text)
 	}
 }
 

@@ -44,8 +44,8 @@ type Control interface {
 var _ Control = (*control.Controller)(nil)
 
 // Config is how a rollout runs. Zero values mean the defaults of
-// DefaultConfig, but for WaitLimit and Settle, whose zero is none; Gate's
-// zero fields are filled by the gates at each judgement.
+// DefaultConfig, but for WaitLimit, Settle and WarmUp, whose zero is
+// none; Gate's zero fields are filled by the gates at each judgement.
 type Config struct {
 	// Spec is the cells' release: a binary or an image, and flags set
 	// (empty: the cells are not changed); Router the routers' (empty:
@@ -69,6 +69,14 @@ type Config struct {
 	// wait, not DefaultConfig's 3 s: that is what cellctl and the
 	// operator start a rollout with.
 	Settle time.Duration
+	// WarmUp is how long a wave's replaced processes run before its
+	// bake's window opens (once the routers route to them again): a
+	// restarted process's first seconds (its connections, the routers'
+	// pools to it) are slower for any release, and judged they halted
+	// good ones. Its crash restarts and readiness losses count from the
+	// replacement. Its zero is none, not DefaultConfig's 10 s: that is
+	// what cellctl and the operator start a rollout with.
+	WarmUp time.Duration
 	// Lease is how long a driver's hold on the rollout lasts unless it
 	// renews it (every third of it, and at every write): another driver
 	// is refused while it lasts [DefaultLease].
@@ -81,9 +89,9 @@ const DefaultLease = 30 * time.Second
 
 // DefaultConfig: scrape every 5 s, no wait for samples past the bake
 // (cellctl gives one more bake), a minute to get ready, 3 s for the
-// routers, a lease of DefaultLease.
+// routers, 10 s of warm-up, a lease of DefaultLease.
 func DefaultConfig() Config {
-	return Config{Gate: gate.DefaultConfig(), Scrape: 5 * time.Second, ReadyWithin: time.Minute, Settle: 3 * time.Second, Lease: DefaultLease}
+	return Config{Gate: gate.DefaultConfig(), Scrape: 5 * time.Second, ReadyWithin: time.Minute, Settle: 3 * time.Second, WarmUp: 10 * time.Second, Lease: DefaultLease}
 }
 
 // Options are the rollout's collaborators.
