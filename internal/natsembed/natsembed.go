@@ -276,24 +276,51 @@ func (c ClusterConfig) withDefaults() ClusterConfig {
 // StartCluster starts len(cfg.Dirs) clustered nodes on loopback, each with
 // its store in its dir, and waits until JetStream is usable on every node.
 // Clustered JetStream wants every node's routes configured from the start,
-// so free route ports are chosen first. On error the nodes started are
-// shut down.
+// so free route ports are chosen first; another process may take one
+// before its node listens on it (the node is then never ready), so a
+// node that does not start has the cluster started again on new ports,
+// three times at most. On error the nodes started are shut down.
 func StartCluster(cfg ClusterConfig, opts Options) ([]*Server, error) {
 	cfg = cfg.withDefaults()
-	name, dirs, timeout := cfg.Name, cfg.Dirs, cfg.Timeout
-	if name == "" || len(dirs) == 0 {
+	if cfg.Name == "" || len(cfg.Dirs) == 0 {
 		return nil, errors.New("embedded nats cluster: a name and store dirs are required")
 	}
+	var err error
+	for range 3 {
+		var nodes []*Server
+		if nodes, err = tryCluster(cfg, opts); !errors.Is(err, errNodeStart) {
+			return nodes, err
+		}
+	}
+	return nil, err
+}
+
+// freePort is a loopback port free when it was asked for (a variable:
+// the tests make it answer a taken one).
+var freePort = func() (int, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port, nil
+}
+
+// errNodeStart is a cluster's node that did not start.
+var errNodeStart = errors.New("a node did not start")
+
+// tryCluster is one try of StartCluster, on route ports chosen anew.
+func tryCluster(cfg ClusterConfig, opts Options) ([]*Server, error) {
+	name, dirs, timeout := cfg.Name, cfg.Dirs, cfg.Timeout
 	var routes []string
 	var ports []int
 	for range dirs {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		port, err := freePort()
 		if err != nil {
 			return nil, fmt.Errorf("embedded nats cluster: %w", err)
 		}
-		ports = append(ports, ln.Addr().(*net.TCPAddr).Port)
-		ln.Close()
-		routes = append(routes, fmt.Sprintf("nats-route://127.0.0.1:%d", ports[len(ports)-1]))
+		ports = append(ports, port)
+		routes = append(routes, fmt.Sprintf("nats-route://127.0.0.1:%d", port))
 	}
 	var nodes []*Server
 	fail := func(err error) ([]*Server, error) {
@@ -308,7 +335,7 @@ func StartCluster(cfg ClusterConfig, opts Options) ([]*Server, error) {
 			Cluster: Cluster{Name: name, Port: ports[i], Routes: routes},
 		}, opts)
 		if err != nil {
-			return fail(err)
+			return fail(fmt.Errorf("embedded nats cluster %s: %w: %w", name, errNodeStart, err))
 		}
 		nodes = append(nodes, n)
 	}

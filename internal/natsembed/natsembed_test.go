@@ -81,6 +81,42 @@ func TestRefusesNonLoopbackAndMissingConfig(t *testing.T) {
 	}
 }
 
+// TestClusterStartsAgainOnATakenPort: a route port taken by another
+// process between its choice and its node's start leaves that node never
+// ready; the cluster is started again on new ports.
+func TestClusterStartsAgainOnATakenPort(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a three-node JetStream cluster")
+	}
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	pick, asked := freePort, 0
+	freePort = func() (int, error) {
+		if asked++; asked == 2 {
+			return taken.Addr().(*net.TCPAddr).Port, nil
+		}
+		return pick()
+	}
+	t.Cleanup(func() { freePort = pick })
+	var dirs []string
+	for range 3 {
+		dirs = append(dirs, t.TempDir())
+	}
+	nodes, err := StartCluster(ClusterConfig{Name: "taken", Dirs: dirs, Timeout: 30 * time.Second}, Options{Logger: testkit.Logger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range nodes {
+		n.Shutdown()
+	}
+	if asked <= 3 {
+		t.Errorf("ports asked for: %d, want a second try's", asked)
+	}
+}
+
 // startCluster starts n clustered nodes, shut down at the end of the test.
 func startCluster(t *testing.T, n int) []*Server {
 	t.Helper()
