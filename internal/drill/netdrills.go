@@ -22,9 +22,8 @@ import (
 // serving on its other instances: errors only for requests that were in
 // flight on the lost one, within ErrorWindow; the other cells untouched;
 // nothing lost or duplicated; the agencies never over their limits while
-// the lost instance's share moves to the survivors. One piece: a drill
-// script on one timeline — baseline, unplug, kill, return, restart, then
-// the checks, which read the marks each step left on that timeline.
+// the lost instance's share moves to the survivors.
+// One piece: a drill script on one timeline (baseline, unplug, kill, return, restart), then the checks of its marks.
 func HostLoss(ctx context.Context, c NetConfig) (*loadtest.Result, error) {
 	c = c.withDefaults(30 * time.Second)
 	end := c.Baseline + c.Fault + c.After

@@ -63,8 +63,8 @@ type releaseCase struct {
 // back as it ran, the other cells never touched (their release
 // unchanged, no errors for their users). Every accepted inquiry ends
 // final, those accepted in the records layout before the switch
-// included. One piece: the releases run one after another on one stack
-// under one load, and the checks read what all of them did.
+// included.
+// One piece: the releases run one after another on one stack under one load, and the checks read what all did.
 func Release(ctx context.Context, c Config) (*loadtest.Result, error) {
 	c = c.withDefaults(0)
 	st := c.Stack
