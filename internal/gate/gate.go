@@ -148,17 +148,16 @@ func (c Counts) Rate() float64 {
 // nothing. For a baseline of another window than the wave's (the wave's
 // own cells before they were replaced) they are the other cells' figures
 // in that window and in the wave's: the world moved (more load, a slower
-// agency). For a baseline of other cells over the wave's window
-// (OtherCells: the old release, the baked) they are those cells' figures
+// agency). For a baseline of other cells over the wave's window (the
+// old release, the baked: any but before) they are those cells' figures
 // (Then) and the wave's own (Now) in a window before the wave was
 // replaced: the wave's cells differ from those by their users and
 // agencies, not by the release.
 type Of[T any] struct {
-	Name       string
-	V          T
-	Unread     string
-	Then, Now  *T
-	OtherCells bool
+	Name      string
+	V         T
+	Unread    string
+	Then, Now *T
 }
 
 // comparison is the wave against one baseline.
@@ -212,14 +211,13 @@ func compareAll[T any](cfg Config, what, head string, wave T, bases []Of[T], siz
 			} else {
 				cp, _, _ = cmp(*b.Now, *b.Then, alpha)
 			}
-			switch {
-			case cp >= alpha:
-			case b.OtherCells:
+			if cp < alpha {
 				fail = false
-				text += fmt.Sprintf(" — the wave's cells were as far from these before they were replaced (p=%.2g): not the release's", cp)
-			default:
-				fail = false
-				text += fmt.Sprintf(" — the other cells moved alike between the two windows (p=%.2g): not the release's", cp)
+				alike := "the wave's cells were as far from these before they were replaced"
+				if b.Name == BaselineBefore {
+					alike = "the other cells moved alike between the two windows"
+				}
+				text += fmt.Sprintf(" — %s (p=%.2g): not the release's", alike, cp)
 			}
 		}
 		c := comparison{name: b.Name, n: n, p: p, fail: fail}

@@ -287,7 +287,7 @@ func TestBaselines(t *testing.T) {
 	// cells were as much slower than those cells before they were
 	// replaced (their users, their agencies) is not slower by the
 	// release; one that was not, is.
-	old := Of[Histogram]{Name: BaselineOld, V: usual, OtherCells: true}
+	old := Of[Histogram]{Name: BaselineOld, V: usual}
 	if v := cfg.Latency("time to done", slower, old); v.Decision != Fail {
 		t.Fatalf("against the old release with no control: %v (%s), want fail", v.Decision, v.Text)
 	}

@@ -62,7 +62,7 @@ var Gates = []string{GateIntake5xx, GateIntakeRefused, GateInquiries, GateIntake
 func pick[T any](bases []Baseline, unread func(Sample) []string, f func(Sample) T) []Of[T] {
 	out := make([]Of[T], 0, len(bases))
 	for _, b := range bases {
-		o := Of[T]{Name: b.Name, V: f(b.Sample), Unread: strings.Join(unread(b.Sample), ", "), OtherCells: b.Name != BaselineBefore}
+		o := Of[T]{Name: b.Name, V: f(b.Sample), Unread: strings.Join(unread(b.Sample), ", ")}
 		if b.Then != nil && b.Now != nil && len(unread(*b.Then)) == 0 && len(unread(*b.Now)) == 0 {
 			then, now := f(*b.Then), f(*b.Now)
 			o.Then, o.Now = &then, &now

@@ -28,9 +28,7 @@ import (
 // Counter builds spec's counter; constLabels give the values of the
 // entry's labels, if it has any.
 func Counter(reg prometheus.Registerer, spec api.MetricSpec, constLabels ...prometheus.Labels) prometheus.Counter {
-	return promauto.With(reg).NewCounter(prometheus.CounterOpts{
-		Name: spec.Name, Help: spec.Help, ConstLabels: single(spec, api.Counter, constLabels),
-	})
+	return promauto.With(reg).NewCounter(prometheus.CounterOpts(opts(spec, api.Counter, constLabels)))
 }
 
 // CounterVec builds spec's counters, labelled by the entry's labels.
@@ -41,16 +39,12 @@ func CounterVec(reg prometheus.Registerer, spec api.MetricSpec) *prometheus.Coun
 // CounterFunc builds spec's counter whose value fn gives at each scrape;
 // constLabels as Counter's.
 func CounterFunc(reg prometheus.Registerer, spec api.MetricSpec, fn func() float64, constLabels ...prometheus.Labels) prometheus.CounterFunc {
-	return promauto.With(reg).NewCounterFunc(prometheus.CounterOpts{
-		Name: spec.Name, Help: spec.Help, ConstLabels: single(spec, api.Counter, constLabels),
-	}, fn)
+	return promauto.With(reg).NewCounterFunc(prometheus.CounterOpts(opts(spec, api.Counter, constLabels)), fn)
 }
 
 // Gauge builds spec's gauge; constLabels as Counter's.
 func Gauge(reg prometheus.Registerer, spec api.MetricSpec, constLabels ...prometheus.Labels) prometheus.Gauge {
-	return promauto.With(reg).NewGauge(prometheus.GaugeOpts{
-		Name: spec.Name, Help: spec.Help, ConstLabels: single(spec, api.Gauge, constLabels),
-	})
+	return promauto.With(reg).NewGauge(prometheus.GaugeOpts(opts(spec, api.Gauge, constLabels)))
 }
 
 // GaugeVec builds spec's gauges, labelled by the entry's labels.
@@ -61,9 +55,7 @@ func GaugeVec(reg prometheus.Registerer, spec api.MetricSpec) *prometheus.GaugeV
 // GaugeFunc builds spec's gauge whose value fn gives at each scrape;
 // constLabels as Counter's.
 func GaugeFunc(reg prometheus.Registerer, spec api.MetricSpec, fn func() float64, constLabels ...prometheus.Labels) prometheus.GaugeFunc {
-	return promauto.With(reg).NewGaugeFunc(prometheus.GaugeOpts{
-		Name: spec.Name, Help: spec.Help, ConstLabels: single(spec, api.Gauge, constLabels),
-	}, fn)
+	return promauto.With(reg).NewGaugeFunc(prometheus.GaugeOpts(opts(spec, api.Gauge, constLabels)), fn)
 }
 
 // Histogram builds spec's histogram with the exporter's buckets;
@@ -100,6 +92,12 @@ func Desc(spec api.MetricSpec, constLabels ...prometheus.Labels) *prometheus.Des
 		}
 	}
 	return prometheus.NewDesc(spec.Name, spec.Help, variable, labels)
+}
+
+// opts are the options of spec's one series of type want (counters' and
+// gauges' options are both prometheus.Opts).
+func opts(spec api.MetricSpec, want api.MetricType, constLabels []prometheus.Labels) prometheus.Opts {
+	return prometheus.Opts{Name: spec.Name, Help: spec.Help, ConstLabels: single(spec, want, constLabels)}
 }
 
 // single checks that spec is of type want and that constLabels give each

@@ -16,6 +16,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -24,6 +25,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 
+	"github.com/cellkit/cellkit/internal/freeport"
 	"github.com/cellkit/cellkit/internal/storage"
 )
 
@@ -276,10 +278,10 @@ func (c ClusterConfig) withDefaults() ClusterConfig {
 // StartCluster starts len(cfg.Dirs) clustered nodes on loopback, each with
 // its store in its dir, and waits until JetStream is usable on every node.
 // Clustered JetStream wants every node's routes configured from the start,
-// so free route ports are chosen first; another process may take one
-// before its node listens on it (the node is then never ready), so a
-// node that does not start has the cluster started again on new ports,
-// three times at most. On error the nodes started are shut down.
+// so free route ports are chosen first (freePort); should another
+// process take one before its node listens on it (the node is then never
+// ready), the cluster is started again on new ports, three times at
+// most. On error the nodes started are shut down.
 func StartCluster(cfg ClusterConfig, opts Options) ([]*Server, error) {
 	cfg = cfg.withDefaults()
 	if cfg.Name == "" || len(cfg.Dirs) == 0 {
@@ -295,15 +297,17 @@ func StartCluster(cfg ClusterConfig, opts Options) ([]*Server, error) {
 	return nil, err
 }
 
-// freePort is a loopback port free when it was asked for (a variable:
-// the tests make it answer a taken one).
+// freePort is a loopback port free for a node started later
+// (freeport: below the kernel's ephemeral range, so no connection or
+// other server takes it meanwhile); a variable: the tests make it answer
+// a taken one.
 var freePort = func() (int, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, err := freeport.Addr()
 	if err != nil {
 		return 0, err
 	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port, nil
+	_, port, _ := net.SplitHostPort(addr)
+	return strconv.Atoi(port)
 }
 
 // errNodeStart is a cluster's node that did not start.
